@@ -1,0 +1,53 @@
+"""The cold store: the abandoned-chain archive as Parquet under one folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cold_store import schemas
+from cold_store.errors import PointerError
+from cold_store.table import ParquetTable, QuarantinedFile
+
+SCHEME = "cold://"
+
+
+def make_pointer(table: str, key: str) -> str:
+    return f"{SCHEME}{table}/{key}"
+
+
+def parse_pointer(pointer: str) -> tuple[str, str]:
+    """``cold://<table>/<key>`` -> ``(table, key)``."""
+    if not pointer.startswith(SCHEME):
+        raise PointerError(pointer, f"must start with {SCHEME}")
+    table, sep, key = pointer[len(SCHEME) :].partition("/")
+    if not sep or not table or not key or "/" in key:
+        raise PointerError(pointer, "expected cold://<table>/<id>")
+    return table, key
+
+
+class ColdStore:
+    """Opens the cold tables under ``root``; resolves pointers to full records."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.chains = ParquetTable(
+            self.root, "chains", schemas.CHAINS, key="chain_id", partition_by="archive_date"
+        )
+        self._tables = {"chains": self.chains}
+
+    def table(self, name: str) -> ParquetTable:
+        return self._tables[name]
+
+    def resolve(self, pointer: str) -> dict[str, Any]:
+        table, key = parse_pointer(pointer)
+        if table not in self._tables:
+            raise PointerError(pointer, f"unknown table {table!r}")
+        return self._tables[table].get(key)
+
+    def quarantined(self) -> list[QuarantinedFile]:
+        return [q for t in self._tables.values() for q in t.quarantined()]
+
+    def close(self) -> None:
+        for table in self._tables.values():
+            table.close()

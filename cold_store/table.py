@@ -1,0 +1,286 @@
+"""An append-only Parquet table: immutable files, a key index, quarantine of bad files.
+
+Layout under the store root::
+
+    <name>/<partition>=<value>/part-<utc>-<uuid>.parquet   immutable data files
+    <name>.index.sqlite                                   key -> (file, row group, row)
+    quarantine/<name>/...                                  files that could not be read
+
+The Parquet files are the truth; the SQLite index is a cache that makes key lookups
+read one row group of one file.  A file published but not yet indexed (a crash between
+the two steps) is indexed when the table is next opened, so nothing is lost and a key
+is never indexed twice: the first published copy wins, later copies are skipped by
+:meth:`ParquetTable.scan`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cold_store.errors import (
+    CommitFailed,
+    CommitStateUnknown,
+    RecordNotFound,
+    RecordQuarantined,
+    SchemaError,
+)
+from cold_store.publish import is_temp, make_dirs, publish
+
+STALE_TEMP_SECONDS = 600.0
+
+_INDEX_DDL = """
+CREATE TABLE IF NOT EXISTS files (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL UNIQUE,
+    rows INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT 'ok',
+    reason TEXT,
+    indexed_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS keys (
+    key TEXT PRIMARY KEY,
+    file TEXT NOT NULL,
+    row_group INTEGER NOT NULL,
+    row INTEGER NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    written: tuple[str, ...]
+    """Keys newly stored."""
+    skipped: tuple[str, ...]
+    """Keys already present (never written twice)."""
+    files: tuple[str, ...]
+    """Relative paths of the files published."""
+
+
+@dataclass(frozen=True)
+class QuarantinedFile:
+    name: str
+    path: Path
+    reason: str
+
+
+class ParquetTable:
+    """One logical table of immutable Parquet files, keyed by one string column."""
+
+    def __init__(
+        self,
+        root: Path,
+        name: str,
+        schema: pa.Schema,
+        key: str,
+        partition_by: str,
+        row_group_size: int = 1024,
+    ) -> None:
+        if key not in schema.names or partition_by not in schema.names:
+            raise SchemaError(f"key {key!r} and partition {partition_by!r} must be columns")
+        self.name = name
+        self.schema = schema
+        self.key = key
+        self.partition_by = partition_by
+        self.row_group_size = row_group_size
+        self.root = Path(root)
+        self.dir = self.root / name
+        self.quarantine_dir = self.root / "quarantine" / name
+        make_dirs(self.dir)
+        self._db = sqlite3.connect(
+            self.root / f"{name}.index.sqlite", isolation_level=None, check_same_thread=False
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA busy_timeout=10000")
+        self._db.executescript(_INDEX_DDL)
+        self.reconcile()
+
+    def close(self) -> None:
+        self._db.close()
+
+    # ---- index maintenance --------------------------------------------------------
+    def _data_files(self) -> list[Path]:
+        found: list[Path] = []
+        for folder, _dirs, files in os.walk(self.dir):
+            for fname in files:
+                path = Path(folder) / fname
+                if is_temp(path):
+                    self._drop_if_stale(path)
+                elif fname.endswith(".parquet"):
+                    found.append(path)
+        return sorted(found)
+
+    @staticmethod
+    def _drop_if_stale(path: Path) -> None:
+        # A temp file this old belongs to a writer that died before publishing.
+        with contextlib.suppress(FileNotFoundError):
+            if time.time() - path.stat().st_mtime > STALE_TEMP_SECONDS:
+                path.unlink()
+
+    def reconcile(self) -> list[str]:
+        """Index every published file the index does not know yet; returns their names."""
+        known = {row[0] for row in self._db.execute("SELECT name FROM files")}
+        added: list[str] = []
+        for path in self._data_files():
+            rel = path.relative_to(self.dir).as_posix()
+            if rel in known:
+                continue
+            try:
+                keys = pq.read_table(path, columns=[self.key]).column(self.key).to_pylist()
+            except (pa.ArrowException, OSError) as exc:
+                self._quarantine(rel, f"unreadable on reconcile: {exc}")
+                continue
+            self._index_file(rel, keys)
+            added.append(rel)
+        return added
+
+    def _index_file(self, rel: str, keys: Sequence[str]) -> None:
+        size = self.row_group_size
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute(
+                "INSERT OR IGNORE INTO files(name, rows, indexed_at) VALUES (?, ?, ?)",
+                (rel, len(keys), time.time()),
+            )
+            self._db.executemany(
+                "INSERT OR IGNORE INTO keys(key, file, row_group, row) VALUES (?, ?, ?, ?)",
+                [(k, rel, i // size, i % size) for i, k in enumerate(keys)],
+            )
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    def _quarantine(self, rel: str, reason: str) -> Path:
+        source = self.dir / rel
+        target = self.quarantine_dir / rel
+        make_dirs(target.parent)
+        if source.exists():
+            shutil.move(str(source), str(target))
+        self._db.execute(
+            "INSERT INTO files(name, rows, status, reason, indexed_at) "
+            "VALUES (?, 0, 'quarantined', ?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET status='quarantined', reason=excluded.reason",
+            (rel, reason, time.time()),
+        )
+        return target
+
+    def quarantined(self) -> list[QuarantinedFile]:
+        rows = self._db.execute(
+            "SELECT name, reason FROM files WHERE status='quarantined' ORDER BY seq"
+        ).fetchall()
+        return [QuarantinedFile(n, self.quarantine_dir / n, r or "") for n, r in rows]
+
+    # ---- writes -------------------------------------------------------------------
+    def append(self, rows: Sequence[Mapping[str, Any]]) -> AppendResult:
+        """Store rows whose key is new, one new immutable file per partition value."""
+        fresh: dict[str, Mapping[str, Any]] = {}
+        skipped: list[str] = []
+        for row in rows:
+            key = row.get(self.key)
+            if not isinstance(key, str) or not key:
+                raise SchemaError(f"every row needs a non-empty string {self.key!r}")
+            if key in fresh or self.contains(key):
+                skipped.append(key)
+            else:
+                fresh[key] = row
+        by_partition: dict[str, list[Mapping[str, Any]]] = {}
+        for row in fresh.values():
+            by_partition.setdefault(str(row[self.partition_by]), []).append(row)
+        files: list[str] = []
+        for value, part_rows in sorted(by_partition.items()):
+            try:
+                table = pa.Table.from_pylist(list(part_rows), schema=self.schema)
+            except (pa.ArrowException, TypeError, ValueError) as exc:
+                raise SchemaError(f"rows do not fit table {self.name!r}: {exc}") from exc
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+            rel = f"{self.partition_by}={value}/part-{stamp}-{uuid.uuid4().hex}.parquet"
+            try:
+                publish(self.dir / rel, lambda handle, t=table: self._write(t, handle))
+            except (pa.ArrowException, OSError) as exc:
+                raise CommitFailed(f"publishing to {self.name!r} failed: {exc}") from exc
+            try:
+                self._index_file(rel, [r[self.key] for r in part_rows])
+            except sqlite3.Error as exc:
+                raise CommitStateUnknown(
+                    f"{rel} is published but not indexed ({exc}); reopen the table to reconcile"
+                ) from exc
+            files.append(rel)
+        return AppendResult(tuple(fresh), tuple(skipped), tuple(files))
+
+    def _write(self, table: pa.Table, handle: Any) -> None:
+        pq.write_table(table, handle, row_group_size=self.row_group_size, compression="zstd")
+
+    # ---- reads --------------------------------------------------------------------
+    def contains(self, key: str) -> bool:
+        return self._db.execute("SELECT 1 FROM keys WHERE key=?", (key,)).fetchone() is not None
+
+    def count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM keys").fetchone()[0])
+
+    def all_keys(self) -> list[str]:
+        """Every indexed key, in publication order."""
+        return [
+            r[0]
+            for r in self._db.execute(
+                "SELECT k.key FROM keys k JOIN files f ON f.name = k.file "
+                "ORDER BY f.seq, k.row_group, k.row"
+            )
+        ]
+
+    def get(self, key: str) -> dict[str, Any]:
+        """The full row stored under ``key``; reads one row group of one file."""
+        hit = self._db.execute(
+            "SELECT k.file, k.row_group, k.row, f.status, f.reason FROM keys k "
+            "JOIN files f ON f.name = k.file WHERE k.key=?",
+            (key,),
+        ).fetchone()
+        if hit is None:
+            raise RecordNotFound(self.name, key)
+        rel, group, row, status, reason = hit
+        if status == "quarantined":
+            raise RecordQuarantined(self.name, key, self.quarantine_dir / rel, reason or "")
+        try:
+            table = pq.ParquetFile(self.dir / rel).read_row_group(group)
+            record = table.slice(row, 1).to_pylist()[0]
+        except (pa.ArrowException, OSError, IndexError) as exc:
+            reason = f"unreadable: {exc}"
+            path = self._quarantine(rel, reason)
+            raise RecordQuarantined(self.name, key, path, reason) from exc
+        if record.get(self.key) != key:
+            reason = "index points at a row holding another key"
+            path = self._quarantine(rel, reason)
+            raise RecordQuarantined(self.name, key, path, reason)
+        return record
+
+    def scan(self, columns: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
+        """Every row in publication order, each key once; unreadable files are quarantined
+        and skipped (see :meth:`quarantined`)."""
+        wanted = list(columns) if columns is not None else None
+        if wanted is not None and self.key not in wanted:
+            wanted.append(self.key)
+        seen: set[str] = set()
+        files = self._db.execute("SELECT name FROM files WHERE status='ok' ORDER BY seq").fetchall()
+        for (rel,) in files:
+            try:
+                rows = pq.read_table(self.dir / rel, columns=wanted).to_pylist()
+            except (pa.ArrowException, OSError) as exc:
+                self._quarantine(rel, f"unreadable on scan: {exc}")
+                continue
+            for row in rows:
+                key = row[self.key]
+                if key not in seen:
+                    seen.add(key)
+                    yield row

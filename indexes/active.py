@@ -1,0 +1,289 @@
+"""The active tool index: tools that may be retrieved, in a Chroma collection.
+
+Only active tools live here.  Embeddings are always computed by our own
+:class:`~indexes.embedder.Embedder` and passed to Chroma, so Chroma's default
+embedding function (which downloads a model) is never used.  Every Chroma call goes
+through :func:`_chroma_errors`, the single place where Chroma's exceptions become ours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from indexes.embedder import Embedder
+from indexes.errors import (
+    DeleteNotVerifiedError,
+    EmbedderMismatchError,
+    IndexBackendError,
+    ToolIndexError,
+)
+
+if TYPE_CHECKING:
+    from chromadb.api import ClientAPI
+    from chromadb.api.models.Collection import Collection as ChromaCollection
+
+MetadataValue = str | int | float | bool
+ID_KEY = "tool_id"
+"""Metadata key that repeats the record id, so that ``where`` filters can use it
+(Chroma ignores ``where`` on ``#id`` in the embedded client)."""
+
+
+@dataclass(frozen=True)
+class IndexRecord:
+    id: str
+    document: str
+    metadata: Mapping[str, MetadataValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class IndexHit:
+    id: str
+    score: float
+    """Cosine similarity to the query, in [-1, 1]; higher is closer."""
+    document: str
+    metadata: Mapping[str, MetadataValue]
+
+
+@contextlib.contextmanager
+def _chroma_errors(operation: str) -> Iterator[None]:
+    try:
+        yield
+    except ToolIndexError:
+        raise
+    except Exception as exc:  # chromadb raises a wide, unstable set of types
+        raise IndexBackendError(operation, f"{type(exc).__name__}: {exc}") from exc
+
+
+def _batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class ActiveIndex:
+    """Upsert, get, verified delete and top-k search over one Chroma collection."""
+
+    def __init__(
+        self,
+        client: ClientAPI,
+        embedder: Embedder,
+        collection: str = "tools",
+    ) -> None:
+        self._client = client
+        self._embedder = embedder
+        self._name = collection
+        with _chroma_errors("open"):
+            self._max_batch = int(client.get_max_batch_size())
+            self._collection: ChromaCollection = client.get_or_create_collection(
+                collection,
+                embedding_function=None,
+                configuration={"hnsw": {"space": "cosine"}},
+                metadata={"embedder": embedder.name, "dim": embedder.dim},
+            )
+        stored = (self._collection.metadata or {}).get("embedder")
+        if stored is not None and stored != embedder.name:
+            raise EmbedderMismatchError(collection, str(stored), embedder.name)
+
+    # ---- construction -------------------------------------------------------------
+    @classmethod
+    def persistent(
+        cls, path: str | Path, embedder: Embedder, collection: str = "tools"
+    ) -> ActiveIndex:
+        """An index stored under ``path`` by an embedded Chroma (one writer process)."""
+        with _chroma_errors("open"):
+            import chromadb
+            from chromadb.config import Settings
+
+            Path(path).mkdir(parents=True, exist_ok=True)
+            client = chromadb.PersistentClient(
+                path=str(path), settings=Settings(anonymized_telemetry=False)
+            )
+        return cls(client, embedder, collection)
+
+    @classmethod
+    def http(
+        cls, host: str, port: int, embedder: Embedder, collection: str = "tools", ssl: bool = False
+    ) -> ActiveIndex:
+        """An index held by a Chroma server (``chroma run``)."""
+        with _chroma_errors("connect"):
+            import chromadb
+            from chromadb.config import Settings
+
+            client = chromadb.HttpClient(
+                host=host, port=port, ssl=ssl, settings=Settings(anonymized_telemetry=False)
+            )
+        return cls(client, embedder, collection)
+
+    # ---- properties ---------------------------------------------------------------
+    @property
+    def embedder(self) -> Embedder:
+        return self._embedder
+
+    @property
+    def max_batch_size(self) -> int:
+        return self._max_batch
+
+    def count(self) -> int:
+        with _chroma_errors("count"):
+            return int(self._collection.count())
+
+    # ---- writes -------------------------------------------------------------------
+    def upsert(
+        self,
+        records: Sequence[IndexRecord],
+        embeddings: np.ndarray | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Insert or replace ``records``; embeds their documents unless given vectors.
+
+        Ids must be unique within one call (the last one would silently win in Chroma).
+        """
+        ids = [r.id for r in records]
+        if len(set(ids)) != len(ids):
+            raise ToolIndexError("duplicate ids in one upsert call")
+        if embeddings is not None and len(embeddings) != len(records):
+            raise ToolIndexError("embeddings and records differ in length")
+        done = 0
+        for start in range(0, len(records), self._max_batch):
+            chunk = records[start : start + self._max_batch]
+            vectors = (
+                embeddings[start : start + len(chunk)]
+                if embeddings is not None
+                else self._embedder.embed([r.document for r in chunk])
+            )
+            with _chroma_errors("upsert"):
+                self._collection.upsert(
+                    ids=[r.id for r in chunk],
+                    embeddings=np.asarray(vectors, dtype=np.float32),
+                    documents=[r.document for r in chunk],
+                    metadatas=[{**r.metadata, ID_KEY: r.id} for r in chunk],
+                )
+            done += len(chunk)
+            if progress is not None:
+                progress(done)
+        return done
+
+    def delete(self, ids: Collection[str]) -> list[str]:
+        """Delete ``ids`` and prove it with a ``get``; returns the ids that were present.
+
+        Chroma's own delete counts are not trusted, and an empty id list (which Chroma
+        rejects) is a no-op here.
+        """
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return []
+        present = self.existing(wanted)
+        if present:
+            for chunk in _batches(sorted(present), self._max_batch):
+                with _chroma_errors("delete"):
+                    self._collection.delete(ids=list(chunk))
+        remaining = self.existing(wanted)
+        if remaining:
+            raise DeleteNotVerifiedError(sorted(remaining))
+        return [i for i in wanted if i in present]
+
+    # ---- reads --------------------------------------------------------------------
+    def existing(self, ids: Iterable[str]) -> set[str]:
+        """The subset of ``ids`` currently in the index."""
+        found: set[str] = set()
+        wanted = list(dict.fromkeys(ids))
+        for chunk in _batches(wanted, self._max_batch):
+            with _chroma_errors("get"):
+                got = self._collection.get(ids=list(chunk), include=[])
+            found.update(got["ids"])
+        return found
+
+    def get(self, ids: Iterable[str]) -> dict[str, IndexRecord]:
+        """Records for the ``ids`` that exist, keyed by id."""
+        out: dict[str, IndexRecord] = {}
+        wanted = list(dict.fromkeys(ids))
+        for chunk in _batches(wanted, self._max_batch):
+            with _chroma_errors("get"):
+                got = self._collection.get(ids=list(chunk), include=["documents", "metadatas"])
+            for rid, doc, meta in zip(
+                got["ids"], got["documents"] or [], got["metadatas"] or [], strict=True
+            ):
+                out[rid] = IndexRecord(rid, doc or "", dict(meta or {}))
+        return out
+
+    def scan(self, page_size: int = 1000) -> Iterator[IndexRecord]:
+        """Every record, in pages, without embeddings."""
+        offset = 0
+        size = min(page_size, self._max_batch)
+        while True:
+            with _chroma_errors("get"):
+                got = self._collection.get(
+                    include=["documents", "metadatas"], limit=size, offset=offset
+                )
+            if not got["ids"]:
+                return
+            for rid, doc, meta in zip(
+                got["ids"], got["documents"] or [], got["metadatas"] or [], strict=True
+            ):
+                yield IndexRecord(rid, doc or "", dict(meta or {}))
+            offset += len(got["ids"])
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._embedder.embed([text])[0]
+
+    def search(
+        self,
+        query: str | np.ndarray,
+        k: int,
+        exclude: Collection[str] = (),
+    ) -> list[IndexHit]:
+        """The ``k`` nearest records, skipping ``exclude``, best first.
+
+        Excluded ids are dropped after an over-fetch of ``k + len(exclude)`` rather than
+        with a Chroma ``where`` filter, which costs 10-100x an unfiltered query.
+        """
+        return self.search_ranked(query, k, exclude)[0]
+
+    def search_ranked(
+        self,
+        query: str | np.ndarray,
+        k: int,
+        exclude: Collection[str] = (),
+    ) -> tuple[list[IndexHit], list[IndexHit]]:
+        """Like :meth:`search`, also returning the excluded records that ranked above the
+        last returned hit (what the exclusion displaced), in rank order."""
+        if k < 1:
+            raise ToolIndexError("k must be at least 1")
+        vector = self.embed_query(query) if isinstance(query, str) else np.asarray(query)
+        total = self.count()
+        if total == 0:
+            return [], []
+        fetch = min(total, k + len(exclude))
+        while True:
+            ranked = self._query(vector, fetch)
+            hits: list[IndexHit] = []
+            displaced: list[IndexHit] = []
+            for hit in ranked:
+                if len(hits) == k:
+                    break
+                (displaced if hit.id in exclude else hits).append(hit)
+            # HNSW may return fewer than asked: widen until k hits or the whole index.
+            if len(hits) == k or fetch >= total:
+                return hits, displaced
+            fetch = min(total, fetch * 2)
+
+    def _query(self, vector: np.ndarray, n: int) -> list[IndexHit]:
+        with _chroma_errors("query"):
+            got = self._collection.query(
+                query_embeddings=np.asarray([vector], dtype=np.float32),
+                n_results=n,
+                include=["documents", "metadatas", "distances"],
+            )
+        ids = got["ids"][0]
+        docs = (got["documents"] or [[]])[0]
+        metas = (got["metadatas"] or [[]])[0]
+        dists = (got["distances"] or [[]])[0]
+        return [
+            IndexHit(rid, 1.0 - float(dist), doc or "", dict(meta or {}))
+            for rid, doc, meta, dist in zip(ids, docs, metas, dists, strict=True)
+        ]

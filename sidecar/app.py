@@ -1,0 +1,428 @@
+"""The sidecar library: one object that the CLI, the HTTP API and the MCP server share.
+
+    from sidecar import Sidecar
+    with Sidecar.open(home=".sidecar") as sc:
+        sc.add_tools(load_tool_file("tools.jsonl"))
+        sc.report({"topology": [...], "outcome": "abandoned", ...})
+        sc.search("extract prices", k=5, after=["search_api", "html_parser"],
+                  context={"payload_bytes": 7_200_000})
+        sc.check(["search_api", "html_parser", "llm_extractor"])
+
+Heavy parts open on first use: Chroma when the hot index is first touched, the
+embedding model when text is first embedded.  ``check``, ``audit`` and ``digest`` need
+neither.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlparse
+
+from cold_store import (
+    ColdStore,
+    ColdStoreError,
+    PointerError,
+    QuarantinedFile,
+    RecordNotFound,
+    make_pointer,
+)
+from indexes import ActiveIndex, Embedder, IndexRecord, ToolIndexError
+from sidecar import archive
+from sidecar.classify import classify
+from sidecar.constraints import ConstraintMatcher
+from sidecar.errors import EmptyArchive, InvalidInput, NotFound
+from sidecar.model import (
+    ChainReport,
+    CheckMode,
+    CheckResult,
+    ConstraintSpec,
+    Failure,
+    IntakeResult,
+    LookupHit,
+    LookupResult,
+    Tool,
+    Withheld,
+    check_tool_id,
+)
+from sidecar.redact import redact
+from sidecar.reports import parse_condition, parse_report, validate_abandoned
+from sidecar.settings import Settings
+from sidecar.state import StateStore
+
+MAX_K = 100
+MAX_QUERY = 2_048
+MAX_PLAN = 256
+
+
+@dataclass(frozen=True)
+class AddToolsResult:
+    added: tuple[str, ...]
+    updated: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"added": list(self.added), "updated": list(self.updated)}
+
+
+def embedding_text(tool: Tool) -> str:
+    """What is embedded for a tool: its name in words, its description, its parameters."""
+    words = tool.tool_id.replace("_", " ").replace("-", " ").replace(".", " ")
+    params = tool.input_schema.get("properties")
+    names = ", ".join(list(params)[:20]) if isinstance(params, Mapping) else ""
+    text = f"{words}: {tool.description}"
+    return f"{text} (parameters: {names})" if names else text
+
+
+def make_embedder(name: str) -> Embedder:
+    from indexes import HashingEmbedder, MiniLMEmbedder
+
+    return HashingEmbedder() if name == "hashing" else MiniLMEmbedder()
+
+
+class Sidecar:
+    """The hot index, the cold archive and the compiled constraints, behind one API."""
+
+    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+        self.settings = settings
+        settings.home.mkdir(parents=True, exist_ok=True)
+        self._state = StateStore(settings.state_path)
+        self._cold = ColdStore(settings.cold_path)
+        self._embedder = embedder
+        self._index: ActiveIndex | None = None
+        self._matcher: ConstraintMatcher | None = None
+        self._matcher_rev = -1
+        self.reconcile()
+
+    @classmethod
+    def open(cls, embedder: Embedder | None = None, **overrides: Any) -> Sidecar:
+        """Open with settings from the environment, then ``overrides`` (e.g. ``home=``)."""
+        return cls(Settings.load(**overrides), embedder)
+
+    def __enter__(self) -> Sidecar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._state.close()
+        self._cold.close()
+
+    # ---- components ---------------------------------------------------------------
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = make_embedder(self.settings.embedder)
+        return self._embedder
+
+    @property
+    def index(self) -> ActiveIndex:
+        if self._index is None:
+            s = self.settings
+            if s.chroma_url:
+                url = urlparse(s.chroma_url)
+                self._index = ActiveIndex.http(
+                    url.hostname or "127.0.0.1",
+                    url.port or (443 if url.scheme == "https" else 8000),
+                    self.embedder,
+                    s.collection,
+                    ssl=url.scheme == "https",
+                )
+            else:
+                self._index = ActiveIndex.persistent(s.chroma_path, self.embedder, s.collection)
+        return self._index
+
+    @property
+    def cold(self) -> ColdStore:
+        return self._cold
+
+    @property
+    def state(self) -> StateStore:
+        return self._state
+
+    def matcher(self) -> ConstraintMatcher:
+        """The compiled constraints, rebuilt only when the archive changed."""
+        rev = self._state.revision()
+        if self._matcher is None or rev != self._matcher_rev:
+            self._matcher = ConstraintMatcher(
+                self._state.active_constraints(),
+                missing_field=self.settings.missing_field,
+                warning_sample=self.settings.max_warnings_per_tool,
+            )
+            self._matcher_rev = rev
+        return self._matcher
+
+    def reconcile(self) -> list[str]:
+        """Compile every archived chain the constraint table misses (a crash between
+        the cold append and the constraint insert); returns their ids."""
+        chains = self._cold.chains
+        if chains.count() == self._state.constraint_count():
+            return []
+        known = self._state.constraint_ids()
+        repaired: list[str] = []
+        for cid in chains.all_keys():
+            if cid in known:
+                continue
+            try:
+                row = chains.get(cid)
+            except ColdStoreError:
+                continue  # quarantined: reported by quarantined(), nothing to compile
+            self._compile(row)
+            repaired.append(cid)
+        return repaired
+
+    def _compile(self, row: Mapping[str, Any]) -> None:
+        condition = json.loads(row["condition_json"])
+        topology = tuple(row["topology"])
+        when = tuple(parse_condition(c, i, topology) for i, c in enumerate(condition["when"]))
+        self._state.add_constraint(
+            row["chain_id"],
+            topology,
+            row["rule"],
+            row["terminal_signature"],
+            when,
+            bool(row["gapped"]),
+            make_pointer("chains", row["chain_id"]),
+            row["archived_at"].timestamp(),
+        )
+
+    # ---- tools --------------------------------------------------------------------
+    def add_tools(self, tools: Sequence[Tool]) -> AddToolsResult:
+        """Upsert tools into the hot index (credentials go to the state store)."""
+        unique = list({t.tool_id: t for t in tools}.values())
+        if not unique:
+            return AddToolsResult((), ())
+        existing = self.index.existing(t.tool_id for t in unique)
+        records = [
+            IndexRecord(
+                t.tool_id,
+                embedding_text(t),
+                {
+                    "description": t.description,
+                    "tool_type": t.tool_type,
+                    "input_schema": json.dumps(dict(t.input_schema), sort_keys=True),
+                    "pinned": t.pinned,
+                    "source_format": t.source_format,
+                },
+            )
+            for t in unique
+        ]
+        self.index.upsert(records)
+        for t in unique:
+            self._state.set_credentials(t.tool_id, t.credentials)
+        ids = [t.tool_id for t in unique]
+        return AddToolsResult(
+            tuple(i for i in ids if i not in existing), tuple(i for i in ids if i in existing)
+        )
+
+    def _tool_from_record(self, rec: IndexRecord, creds: Sequence[Any] = ()) -> Tool:
+        meta = rec.metadata
+        return Tool(
+            tool_id=rec.id,
+            description=str(meta.get("description", "")),
+            tool_type=str(meta.get("tool_type", "unspecified")),
+            input_schema=json.loads(str(meta.get("input_schema", "{}"))),
+            credentials=tuple(creds),
+            pinned=bool(meta.get("pinned", False)),
+            source_format=str(meta.get("source_format", "sidecar")),
+        )
+
+    def list_tools(self) -> list[Tool]:
+        records = sorted(self.index.scan(), key=lambda r: r.id)
+        creds = self._state.credentials(r.id for r in records)
+        return [self._tool_from_record(r, creds.get(r.id, ())) for r in records]
+
+    def get_tools(self, tool_ids: Iterable[str]) -> dict[str, Tool]:
+        records = self.index.get(tool_ids)
+        creds = self._state.credentials(records)
+        return {i: self._tool_from_record(r, creds.get(i, ())) for i, r in records.items()}
+
+    # ---- lookup -------------------------------------------------------------------
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        after: Sequence[str] = (),
+        context: Mapping[str, Any] | None = None,
+    ) -> LookupResult:
+        """Top-k active tools for ``query``, never one that would complete a fatal
+        sequence after the executed prefix ``after`` under ``context``."""
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInput("query must be a non-empty string")
+        if len(query) > MAX_QUERY:
+            raise InvalidInput(f"query is longer than {MAX_QUERY} characters")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise InvalidInput(f"k must be an integer from 1 to {MAX_K}")
+        executed = _plan(after, "after")
+        ctx = _context(context)
+        matcher = self.matcher()
+        blocked, conditional = matcher.next_steps(executed, ctx)
+        hits, displaced = self.index.search_ranked(query, k, exclude=blocked.keys())
+        withheld = [
+            Withheld(h.id, c.rule, c.pointer, c.chain_id, why)
+            for h in displaced
+            for c, why in blocked[h.id]
+        ]
+        limit = self.settings.max_warnings_per_tool
+        out = [
+            LookupHit(
+                tool_id=h.id,
+                score=h.score,
+                description=str(h.metadata.get("description", "")),
+                warnings=tuple(
+                    (conditional.get(h.id, []) + matcher.warnings(executed, h.id, limit))[:limit]
+                ),
+                tool_type=str(h.metadata.get("tool_type", "unspecified")),
+            )
+            for h in hits
+        ]
+        return LookupResult(tuple(out), tuple(withheld))
+
+    def check(
+        self,
+        plan: Sequence[str],
+        mode: CheckMode = "sequence",
+        context: Mapping[str, Any] | None = None,
+    ) -> CheckResult:
+        if mode not in ("sequence", "prefix"):
+            raise InvalidInput(f"mode must be 'sequence' or 'prefix', got {mode!r}")
+        return self.matcher().check(_plan(plan, "plan"), _context(context), mode)
+
+    # ---- intake -------------------------------------------------------------------
+    def report(self, report: ChainReport | Mapping[str, Any]) -> IntakeResult:
+        """Run one chain report through the decision boundary (never raises for a bad
+        report: it comes back ``rejected`` with the reason)."""
+        try:
+            parsed = report if isinstance(report, ChainReport) else parse_report(report)
+            if parsed.outcome == "completed":
+                runs = self._state.record_completed(parsed.topology)
+                return IntakeResult(
+                    "recorded",
+                    reason=f"completed chain recorded as usage evidence ({runs} run(s))",
+                )
+            validate_abandoned(parsed)
+            return self._abandoned(_redacted(parsed))
+        except InvalidInput as exc:
+            return IntakeResult("rejected", reason=str(exc))
+
+    def report_many(self, reports: Iterable[ChainReport | Mapping[str, Any]]) -> list[IntakeResult]:
+        return [self.report(r) for r in reports]
+
+    def _abandoned(self, report: ChainReport) -> IntakeResult:
+        assert report.failure is not None and report.constraint is not None
+        verdict = classify(report.failure.signature, report.failure.kind, report.failure.error)
+        if verdict.kind == "transient":
+            return IntakeResult(
+                "not_archived",
+                reason=f"transient failure, not archived; the tools stay active ({verdict.reason})",
+            )
+        cid = archive.chain_id(report)
+        pointer = make_pointer("chains", cid)
+        seen = self._state.sight(report.topology, report.failure.signature)
+        if self._cold.chains.contains(cid):
+            self.reconcile()
+            return IntakeResult("archived", cid, pointer, "already archived (replayed report)")
+        threshold = self.settings.reproduce_threshold
+        if verdict.kind == "unknown" and seen < threshold:
+            return IntakeResult(
+                "not_archived",
+                reason=f"unknown failure kind ({verdict.reason}); seen {seen} of the "
+                f"{threshold} times that make it reproduced",
+            )
+        kind_note = (
+            verdict.reason
+            if verdict.kind == "deterministic"
+            else f"reproduced {seen} times ({verdict.reason})"
+        )
+        snapshots, types = self._snapshots(report.topology)
+        now = datetime.now(UTC)
+        row = archive.cold_row(
+            cid=cid,
+            report=report,
+            kind="deterministic",
+            classification=f"rule {verdict.rule}: {kind_note}",
+            tool_types=types,
+            snapshots=snapshots,
+            credentials=self._state.credentials(report.topology),
+            occurrences=seen,
+            now=now,
+        )
+        self._cold.chains.append([row])
+        self._compile(row)
+        return IntakeResult("archived", cid, pointer, f"deterministic: {kind_note}")
+
+    def _snapshots(self, topology: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+        try:
+            tools = self.get_tools(topology)
+        except ToolIndexError as exc:
+            return {"_error": f"hot index unavailable: {exc}"}, ["unknown"] * len(topology)
+        snaps: dict[str, Any] = {}
+        for tool_id in topology:
+            tool = tools.get(tool_id)
+            if tool is None:
+                snaps[tool_id] = None  # not registered in the hot index
+            else:
+                snap = tool.to_dict()
+                snap.pop("credentials")
+                snaps[tool_id] = redact(snap)
+        types = [tools[t].tool_type if t in tools else "unknown" for t in topology]
+        return snaps, types
+
+    # ---- audit --------------------------------------------------------------------
+    def audit(self, pointer: str) -> dict[str, Any]:
+        try:
+            row = self._cold.resolve(pointer)
+        except PointerError as exc:
+            raise InvalidInput(str(exc)) from None
+        except RecordNotFound as exc:
+            raise NotFound(f"nothing archived at {pointer}") from exc
+        return archive.audit_view(row, pointer)
+
+    def digest(self) -> str:
+        entries = [
+            archive.digest_entry(r["topology"], r["terminal_signature"])
+            for r in self._cold.chains.scan(["topology", "terminal_signature"])
+        ]
+        if not entries:
+            raise EmptyArchive()
+        return archive.archive_digest(entries)
+
+    def quarantined(self) -> list[QuarantinedFile]:
+        return self._cold.quarantined()
+
+
+def _redacted(report: ChainReport) -> ChainReport:
+    assert report.failure is not None and report.constraint is not None
+    failure = Failure(
+        redact(report.failure.signature), report.failure.kind, redact(dict(report.failure.error))
+    )
+    constraint = ConstraintSpec(
+        redact(report.constraint.rule), report.constraint.when, report.constraint.gapped
+    )
+    return replace(
+        report, failure=failure, constraint=constraint, logs=tuple(redact(list(report.logs)))
+    )
+
+
+def _plan(tools: Sequence[str], where: str) -> tuple[str, ...]:
+    if isinstance(tools, str) or not isinstance(tools, Sequence):
+        raise InvalidInput(f"{where} must be a list of tool ids")
+    if len(tools) > MAX_PLAN:
+        raise InvalidInput(f"{where} has {len(tools)} tools; at most {MAX_PLAN}")
+    return tuple(check_tool_id(t, f"{where}[{i}]") for i, t in enumerate(tools))
+
+
+def _context(context: Mapping[str, Any] | None) -> dict[str, Any]:
+    if context is None:
+        return {}
+    if not isinstance(context, Mapping):
+        raise InvalidInput("context must be an object of field -> value")
+    for key, value in context.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidInput("context keys must be non-empty strings")
+        if value is not None and not isinstance(value, str | int | float | bool):
+            raise InvalidInput(f"context[{key!r}] must be a string, number, boolean or null")
+    return dict(context)

@@ -1,0 +1,111 @@
+"""Archived chains: identity, the cold record layout, and the seed's archive digest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sidecar.model import ChainReport, CredentialRef
+
+RECORD_VERSION = 1
+_JSON_COLUMNS = (
+    "error_json",
+    "condition_json",
+    "tool_snapshots_json",
+    "credentials_json",
+    "logs_json",
+)
+
+
+def chain_id(report: ChainReport) -> str:
+    """Deterministic id of an abandoned chain's constraint: a replayed report maps to
+    the same chain and is never archived twice."""
+    assert report.failure is not None and report.constraint is not None
+    payload = json.dumps(
+        [
+            list(report.topology),
+            report.failure.signature,
+            report.constraint.rule,
+            [c.to_dict() for c in report.constraint.when],
+            report.constraint.gapped,
+        ],
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def digest_entry(topology: Sequence[str], signature: str) -> str:
+    return f"{'>'.join(topology)}::{signature}"
+
+
+def archive_digest(entries: Iterable[str]) -> str:
+    """The seed's ``build_archive`` digest: sha256 over the sorted entries, as compact
+    sorted-key JSON ``{"chains": [...]}``."""
+    payload = {"chains": tuple(sorted(entries))}
+    data = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def cold_row(
+    *,
+    cid: str,
+    report: ChainReport,
+    kind: str,
+    classification: str,
+    tool_types: Sequence[str],
+    snapshots: Mapping[str, Any],
+    credentials: Mapping[str, Sequence[CredentialRef]],
+    occurrences: int,
+    now: datetime,
+) -> dict[str, Any]:
+    """The row stored in the cold ``chains`` table; ``report`` is already redacted."""
+    assert report.failure is not None and report.constraint is not None
+    return {
+        "chain_id": cid,
+        "archive_date": now.astimezone(UTC).date().isoformat(),
+        "archived_at": now,
+        "reported_at": report.reported_at,
+        "session_id": report.session_id,
+        "topology": list(report.topology),
+        "tool_types": list(tool_types),
+        "terminal_signature": report.failure.signature,
+        "failure_kind": kind,
+        "classification": classification,
+        "error_json": _dump(dict(report.failure.error)),
+        "rule": report.constraint.rule,
+        "condition_json": _dump(
+            {
+                "when": [c.to_dict() for c in report.constraint.when],
+                "gapped": report.constraint.gapped,
+            }
+        ),
+        "gapped": report.constraint.gapped,
+        "tool_snapshots_json": _dump(dict(snapshots)),
+        "credentials_json": _dump(
+            {tool: [c.to_dict() for c in creds] for tool, creds in credentials.items()}
+        ),
+        "logs_json": _dump(list(report.logs)),
+        "occurrences": occurrences,
+        "record_version": RECORD_VERSION,
+    }
+
+
+def audit_view(row: Mapping[str, Any], pointer: str) -> dict[str, Any]:
+    """A cold row as a plain JSON-ready record: JSON columns decoded, times as ISO."""
+    out: dict[str, Any] = {"pointer": pointer}
+    for key, value in row.items():
+        if key in _JSON_COLUMNS:
+            out[key.removesuffix("_json")] = json.loads(value) if value else None
+        elif isinstance(value, datetime):
+            out[key] = value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        else:
+            out[key] = value
+    return out

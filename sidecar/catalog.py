@@ -1,0 +1,207 @@
+"""Tool definitions in, :class:`~sidecar.model.Tool` out.
+
+Accepted shapes, detected per item:
+
+- MCP ``Tool`` objects (``name``, ``description``, ``inputSchema``), a ``tools/list``
+  result (``{"tools": [...]}``) or the whole JSON-RPC response around it;
+- OpenAI function tools: chat-completions ``{"type": "function", "function": {...}}``
+  and the flattened ``{"type": "function", "name": ..., "parameters": ...}``
+  (also without ``type``, as many catalogs store them);
+- the sidecar's own lines: ``tool_id``, ``tool_type``, ``description``,
+  ``input_schema``, ``credentials``, ``pinned``.
+
+A file holds JSON (one object or an array) or JSON lines.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from sidecar.errors import InvalidInput, SecretValueError, ToolFormatError
+from sidecar.model import TOOL_TYPE_PATTERN, CredentialRef, Tool, check_tool_id
+from sidecar.redact import looks_like_secret
+
+MAX_DESCRIPTION = 8_192
+MAX_SCHEMA_BYTES = 65_536
+_CREDENTIAL_KEYS = frozenset({"ref", "scopes", "provider", "revocation_endpoint"})
+_SIDECAR_KEYS = frozenset(
+    {"tool_id", "tool_type", "description", "input_schema", "credentials", "pinned"}
+)
+
+
+def detect_format(item: Mapping[str, Any]) -> str:
+    if "tool_id" in item:
+        return "sidecar"
+    if item.get("type") == "function" and isinstance(item.get("function"), Mapping):
+        return "openai-chat"
+    if "inputSchema" in item and "name" in item:
+        return "mcp"
+    if "name" in item and ("parameters" in item or item.get("type") == "function"):
+        return "openai"
+    if "name" in item and "description" in item:
+        return "mcp"
+    raise ToolFormatError(
+        "not a tool definition: expected an MCP Tool (name, inputSchema), an OpenAI "
+        "function tool (type=function), or a sidecar line (tool_id)"
+    )
+
+
+def expand(document: Any) -> Iterator[Mapping[str, Any]]:
+    """The individual tool objects inside a decoded JSON document."""
+    if hasattr(document, "model_dump"):  # an mcp.types.Tool or ListToolsResult
+        document = document.model_dump(by_alias=True, exclude_none=True)
+    if isinstance(document, list):
+        for item in document:
+            yield from expand(item)
+        return
+    if not isinstance(document, Mapping):
+        raise ToolFormatError(f"expected a JSON object or array, got {type(document).__name__}")
+    if "jsonrpc" in document and isinstance(document.get("result"), Mapping):
+        yield from expand(document["result"])
+        return
+    if isinstance(document.get("tools"), list) and "name" not in document:
+        yield from expand(document["tools"])
+        return
+    yield document
+
+
+def parse_tool(item: Any) -> Tool:
+    if hasattr(item, "model_dump"):
+        item = item.model_dump(by_alias=True, exclude_none=True)
+    if not isinstance(item, Mapping):
+        raise ToolFormatError(f"a tool must be an object, got {type(item).__name__}")
+    fmt = detect_format(item)
+    if fmt == "sidecar":
+        unknown = set(item) - _SIDECAR_KEYS
+        if unknown:
+            raise ToolFormatError(f"unknown field(s) {', '.join(sorted(unknown))}")
+        tool_id = item["tool_id"]
+        description = item.get("description")
+        schema = item.get("input_schema", {})
+        tool_type = item.get("tool_type") or "unspecified"
+        credentials = _credentials(item.get("credentials", []), str(tool_id))
+        pinned = item.get("pinned", False)
+        if not isinstance(pinned, bool):
+            raise ToolFormatError("pinned must be true or false")
+    else:
+        body = item["function"] if fmt == "openai-chat" else item
+        tool_id = body.get("name")
+        description = body.get("description")
+        schema = body.get("inputSchema" if fmt == "mcp" else "parameters", {})
+        if description is None and fmt == "mcp":
+            description = body.get("title")
+        tool_type, credentials, pinned = "unspecified", (), False
+    try:
+        tool_id = check_tool_id(tool_id)
+    except InvalidInput as exc:
+        raise ToolFormatError(str(exc)) from None
+    where = f"tool {tool_id!r}"
+    if description is None:
+        description = ""
+    if not isinstance(description, str):
+        raise ToolFormatError(f"{where}: description must be a string")
+    if len(description) > MAX_DESCRIPTION:
+        raise ToolFormatError(f"{where}: description is over {MAX_DESCRIPTION} characters")
+    if schema is None:
+        schema = {}
+    if not isinstance(schema, Mapping):
+        raise ToolFormatError(f"{where}: input schema must be a JSON object")
+    if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
+        raise ToolFormatError(f"{where}: input schema is over {MAX_SCHEMA_BYTES} bytes")
+    if not isinstance(tool_type, str) or not TOOL_TYPE_PATTERN.fullmatch(tool_type):
+        raise ToolFormatError(f"{where}: tool_type must match [a-z][a-z0-9_]*")
+    return Tool(
+        tool_id=tool_id,
+        description=description.strip(),
+        tool_type=tool_type,
+        input_schema=dict(schema),
+        credentials=credentials,
+        pinned=pinned,
+        source_format=fmt,
+    )
+
+
+def _credentials(raw: Any, tool_id: str) -> tuple[CredentialRef, ...]:
+    if not isinstance(raw, list):
+        raise ToolFormatError(f"tool {tool_id!r}: credentials must be a list of references")
+    out: list[CredentialRef] = []
+    for i, cred in enumerate(raw):
+        where = f"tool {tool_id!r} credentials[{i}]"
+        if not isinstance(cred, Mapping):
+            raise ToolFormatError(f"{where} must be an object with 'ref'")
+        unknown = set(cred) - _CREDENTIAL_KEYS
+        if unknown:
+            # A field such as "token" or "value" would carry the secret itself.
+            raise SecretValueError(f"{where} field(s) {', '.join(sorted(unknown))}")
+        ref = cred.get("ref")
+        if not isinstance(ref, str) or not ref.strip() or len(ref) > 512:
+            raise ToolFormatError(f"{where}.ref must be a non-empty string of at most 512 chars")
+        scopes = cred.get("scopes", [])
+        if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+            raise ToolFormatError(f"{where}.scopes must be a list of strings")
+        provider = cred.get("provider")
+        endpoint = cred.get("revocation_endpoint")
+        for name, value in (("provider", provider), ("revocation_endpoint", endpoint)):
+            if value is not None and not isinstance(value, str):
+                raise ToolFormatError(f"{where}.{name} must be a string")
+        if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+            raise ToolFormatError(f"{where}.revocation_endpoint must be an http(s) URL")
+        for name, value in (
+            ("ref", ref),
+            ("provider", provider),
+            ("revocation_endpoint", endpoint),
+        ):
+            if isinstance(value, str) and looks_like_secret(value):
+                raise SecretValueError(f"{where}.{name} ({looks_like_secret(value)})")
+        for j, scope in enumerate(scopes):
+            if looks_like_secret(scope):
+                raise SecretValueError(f"{where}.scopes[{j}]")
+        out.append(CredentialRef(ref.strip(), tuple(scopes), provider, endpoint))
+    return tuple(out)
+
+
+def read_documents(text: str, source: str) -> list[Any]:
+    """Decode a file's text as JSON, else as JSON lines (blank lines skipped)."""
+    stripped = text.strip()
+    if not stripped:
+        return []
+    try:
+        return [json.loads(stripped)]
+    except json.JSONDecodeError:
+        pass
+    docs: list[Any] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            docs.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ToolFormatError(f"line {lineno}: not JSON ({exc.msg})", source=source) from None
+    return docs
+
+
+def load_tools(documents: Iterable[Any], source: str = "<input>") -> list[Tool]:
+    """Every tool in ``documents``; a duplicate id keeps the last definition."""
+    tools: dict[str, Tool] = {}
+    for n, item in enumerate(t for doc in documents for t in expand(doc)):
+        try:
+            tool = parse_tool(item)
+        except ToolFormatError as exc:
+            raise ToolFormatError(f"tool #{n + 1}: {exc}", source=source) from None
+        tools.pop(tool.tool_id, None)
+        tools[tool.tool_id] = tool
+    return list(tools.values())
+
+
+def load_tool_file(path: str | Path) -> list[Tool]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ToolFormatError(f"cannot read: {exc.strerror}", source=str(p)) from None
+    except UnicodeDecodeError:
+        raise ToolFormatError("not UTF-8 text", source=str(p)) from None
+    return load_tools(read_documents(text, str(p)), str(p))

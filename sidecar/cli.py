@@ -1,0 +1,357 @@
+"""The ``sidecar`` command: a thin shell over :class:`sidecar.Sidecar`.
+
+Each command opens the sidecar, calls one library function and formats the answer;
+errors become messages and exit codes in :func:`main` alone.  Nothing heavy is imported
+before a command needs it, so ``sidecar --help`` answers at once.
+
+Exit codes: 0 ok; 1 storage or internal failure; 2 invalid input or usage;
+3 ``check`` found the plan unsafe; 4 ``report`` rejected at least one line;
+5 not found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from sidecar.app import Sidecar
+
+EXIT_OK, EXIT_FAILURE, EXIT_INVALID, EXIT_BLOCKED, EXIT_REJECTED, EXIT_NOT_FOUND = 0, 1, 2, 3, 4, 5
+
+
+class UsageError(Exception):
+    pass
+
+
+# ---- argument helpers ------------------------------------------------------------------
+def _csv(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _context_pair(value: str) -> tuple[str, Any]:
+    key, sep, raw = value.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected key=value, got {value!r}")
+    try:
+        parsed = json.loads(raw)
+        if isinstance(parsed, dict | list):
+            parsed = raw
+    except json.JSONDecodeError:
+        parsed = raw
+    return key.strip(), parsed
+
+
+def _home(args: argparse.Namespace) -> Path:
+    if getattr(args, "home", None):
+        return Path(args.home)
+    return Path(os.environ.get("SIDECAR_HOME") or ".sidecar")
+
+
+def _open(args: argparse.Namespace) -> Sidecar:
+    from sidecar.app import Sidecar
+
+    return Sidecar.open(home=_home(args))
+
+
+def _emit(args: argparse.Namespace, payload: Any, human: Callable[[], str]) -> None:
+    if args.json:
+        print(json.dumps(payload, ensure_ascii=False, default=str))
+    else:
+        print(human())
+
+
+# ---- commands --------------------------------------------------------------------------
+def cmd_tools_add(args: argparse.Namespace) -> int:
+    from sidecar.catalog import load_tool_file
+
+    tools = [t for path in args.files for t in load_tool_file(path)]
+    with _open(args) as sc:
+        result = sc.add_tools(tools)
+    _emit(
+        args,
+        result.to_dict(),
+        lambda: f"{len(result.added)} tool(s) added, {len(result.updated)} updated",
+    )
+    return EXIT_OK
+
+
+def cmd_tools_list(args: argparse.Namespace) -> int:
+    with _open(args) as sc:
+        tools = sc.list_tools()
+
+    def human() -> str:
+        if not tools:
+            return "no active tools"
+        width = max(len(t.tool_id) for t in tools)
+        lines = [f"{'TOOL':<{width}}  {'TYPE':<12}  DESCRIPTION"]
+        lines += [
+            f"{t.tool_id:<{width}}  {t.tool_type:<12}  {_short(t.description, 70)}" for t in tools
+        ]
+        return "\n".join(lines)
+
+    _emit(args, {"tools": [t.to_dict() for t in tools]}, human)
+    return EXIT_OK
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    with _open(args) as sc:
+        result = sc.search(args.query, k=args.k, after=args.after, context=dict(args.context))
+
+    def human() -> str:
+        lines = []
+        for n, hit in enumerate(result.hits, 1):
+            lines.append(f"{n:>2}. {hit.tool_id}  ({hit.score:.3f})  {_short(hit.description, 60)}")
+            lines += [f"      ! {w}" for w in hit.warnings]
+        if not result.hits:
+            lines.append("no active tools match")
+        for w in result.withheld:
+            lines.append(f"withheld {w.tool_id}: {w.rule} [{w.pointer}]")
+        return "\n".join(lines)
+
+    _emit(args, result.to_dict(), human)
+    return EXIT_OK
+
+
+def _report_lines(source: str) -> Iterator[tuple[int, str]]:
+    handle: TextIO
+    if source == "-":
+        handle = sys.stdin
+    else:
+        try:
+            handle = open(source, encoding="utf-8")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise UsageError(f"cannot read {source}: {exc.strerror}") from None
+    try:
+        for lineno, line in enumerate(handle, 1):
+            if line.strip():
+                yield lineno, line
+    finally:
+        if handle is not sys.stdin:
+            handle.close()
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from sidecar.model import IntakeResult
+
+    rejected = 0
+    with _open(args) as sc:
+        for lineno, line in _report_lines(args.file):
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                result = IntakeResult("rejected", reason=f"line {lineno}: not JSON ({exc.msg})")
+            else:
+                result = sc.report(data)
+            rejected += result.status == "rejected"
+            out = result.to_dict()
+            _emit(args, out, lambda o=out, n=lineno: _human_intake(n, o))
+            sys.stdout.flush()
+    return EXIT_REJECTED if rejected else EXIT_OK
+
+
+def _human_intake(lineno: int, out: dict[str, Any]) -> str:
+    parts = [f"line {lineno}: {out['status']}"]
+    if "pointer" in out:
+        parts.append(out["pointer"])
+    if "reason" in out:
+        parts.append(f"- {out['reason']}")
+    return " ".join(parts)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    with _open(args) as sc:
+        result = sc.check(args.plan, mode=args.mode, context=dict(args.context))
+
+    def human() -> str:
+        if result.safe:
+            return f"safe: {' > '.join(args.plan)}"
+        lines = [f"BLOCKED: {' > '.join(args.plan)}"]
+        for c in result.collisions:
+            lines.append(f"  {c.reason}" if args.mode == "prefix" else f"  {'>'.join(c.matched)}")
+            if args.mode != "prefix":
+                lines.append(f"    rule: {c.rule}")
+                lines.append(f"    expected failure: {c.expected_failure}")
+                lines.append(f"    why: {c.reason}")
+            lines.append(f"    audit: {c.pointer}")
+        return "\n".join(lines)
+
+    _emit(args, result.to_dict(), human)
+    return EXIT_OK if result.safe else EXIT_BLOCKED
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    with _open(args) as sc:
+        record = sc.audit(args.pointer)
+    _emit(args, record, lambda: json.dumps(record, indent=2, ensure_ascii=False, default=str))
+    return EXIT_OK
+
+
+def cmd_archive_digest(args: argparse.Namespace) -> int:
+    with _open(args) as sc:
+        digest = sc.digest()
+        count = sc.cold.chains.count()
+    _emit(args, {"digest": digest, "chains": count}, lambda: digest)
+    return EXIT_OK
+
+
+def cmd_archive_status(args: argparse.Namespace) -> int:
+    with _open(args) as sc:
+        status = {
+            "chains": sc.cold.chains.count(),
+            "active_constraints": len(sc.matcher()),
+            "quarantined": [
+                {"file": q.name, "path": str(q.path), "reason": q.reason} for q in sc.quarantined()
+            ],
+        }
+
+    def human() -> str:
+        lines = [
+            f"archived chains:    {status['chains']}",
+            f"active constraints: {status['active_constraints']}",
+            f"quarantined files:  {len(status['quarantined'])}",
+        ]
+        lines += [f"  {q['path']}: {q['reason']}" for q in status["quarantined"]]
+        return "\n".join(lines)
+
+    _emit(args, status, human)
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from sidecar.demo import run_demo
+
+    return run_demo(home=Path(args.home) if args.home else None, as_json=args.json)
+
+
+def _short(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# ---- parser ----------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--home",
+        default=argparse.SUPPRESS,
+        help="sidecar home (default: $SIDECAR_HOME, else ./.sidecar)",
+    )
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
+    parser = argparse.ArgumentParser(
+        prog="sidecar",
+        description="Failure memory for agent tool retrieval: an active tool index, an "
+        "archive of abandoned tool chains, and constraint-aware lookup.",
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version="%(prog)s 0.1.0")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    tools = sub.add_parser("tools", help="manage the active tool index", parents=[common])
+    tools_sub = tools.add_subparsers(dest="tools_command", metavar="ACTION", required=True)
+    add = tools_sub.add_parser(
+        "add",
+        parents=[common],
+        help="add or update tools from files (MCP tools/list, OpenAI function tools, or "
+        "sidecar JSON lines)",
+    )
+    add.add_argument("files", nargs="+", metavar="FILE")
+    add.set_defaults(func=cmd_tools_add)
+    lst = tools_sub.add_parser("list", parents=[common], help="list the active tools")
+    lst.set_defaults(func=cmd_tools_list)
+
+    search = sub.add_parser("search", parents=[common], help="semantic tool lookup")
+    search.add_argument("query")
+    search.add_argument("-k", type=int, default=5, help="number of tools (default 5)")
+    search.add_argument(
+        "--after", type=_csv, default=[], metavar="A,B", help="tools already executed, in order"
+    )
+    search.add_argument(
+        "--context",
+        type=_context_pair,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="runtime context for conditions, e.g. payload_bytes=7200000 (repeatable)",
+    )
+    search.set_defaults(func=cmd_search)
+
+    report = sub.add_parser(
+        "report", parents=[common], help="report chains (JSON lines) from FILE or - for stdin"
+    )
+    report.add_argument("file", metavar="FILE|-")
+    report.set_defaults(func=cmd_report)
+
+    check = sub.add_parser("check", parents=[common], help="check a plan against the archive")
+    check.add_argument("plan", type=_csv, metavar="A,B,C")
+    check.add_argument("--mode", choices=["sequence", "prefix"], default="sequence")
+    check.add_argument(
+        "--context", type=_context_pair, action="append", default=[], metavar="KEY=VALUE"
+    )
+    check.set_defaults(func=cmd_check)
+
+    audit = sub.add_parser("audit", parents=[common], help="show an archived chain by pointer")
+    audit.add_argument("pointer", metavar="POINTER")
+    audit.set_defaults(func=cmd_audit)
+
+    arch = sub.add_parser("archive", parents=[common], help="the abandoned chain archive")
+    arch_sub = arch.add_subparsers(dest="archive_command", metavar="ACTION", required=True)
+    dig = arch_sub.add_parser("digest", parents=[common], help="the archive digest (seed formula)")
+    dig.set_defaults(func=cmd_archive_digest)
+    st = arch_sub.add_parser("status", parents=[common], help="counts and quarantined files")
+    st.set_defaults(func=cmd_archive_status)
+
+    demo = sub.add_parser(
+        "demo", parents=[common], help="walk through the sediment fallacy and its prevention"
+    )
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.json = getattr(args, "json", False)
+    args.home = getattr(args, "home", None)
+    try:
+        return int(args.func(args))
+    except Exception as exc:  # the one place errors become exit codes
+        code, kind = _classify_error(exc)
+        if code == EXIT_FAILURE and kind == "internal":
+            raise
+        if args.json:
+            print(json.dumps({"error": {"code": kind, "message": str(exc)}}), file=sys.stderr)
+        else:
+            print(f"sidecar: error: {exc}", file=sys.stderr)
+        return code
+
+
+def _classify_error(exc: Exception) -> tuple[int, str]:
+    from cold_store import ColdStoreError
+    from indexes import ToolIndexError
+    from sidecar.errors import InvalidInput, NotFound, SidecarError
+
+    if isinstance(exc, UsageError):
+        return EXIT_INVALID, "usage"
+    if isinstance(exc, InvalidInput):
+        return EXIT_INVALID, exc.code
+    if isinstance(exc, NotFound):
+        return EXIT_NOT_FOUND, exc.code
+    if isinstance(exc, SidecarError):
+        return EXIT_FAILURE, exc.code
+    if isinstance(exc, ToolIndexError):
+        return EXIT_FAILURE, "index"
+    if isinstance(exc, ColdStoreError):
+        return EXIT_FAILURE, "cold_store"
+    return EXIT_FAILURE, "internal"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""Frozen domain types shared by the library, the CLI and the service."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from sidecar.errors import InvalidInput
+
+# MCP tool-name rules: 1-128 characters from A-Z a-z 0-9 _ - .
+TOOL_ID_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+TOOL_TYPE_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+Outcome = Literal["abandoned", "completed"]
+FailureKind = Literal["deterministic", "transient"]
+CheckMode = Literal["sequence", "prefix"]
+Op = Literal[">", ">=", "<", "<=", "==", "!="]
+OPS: tuple[str, ...] = (">", ">=", "<", "<=", "==", "!=")
+Scalar = str | int | float | bool | None
+
+
+def check_tool_id(value: object, where: str = "tool id") -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(f"{where} must be a string, got {type(value).__name__}")
+    if not TOOL_ID_PATTERN.fullmatch(value):
+        raise InvalidInput(
+            f"{where} {value[:140]!r} is not a valid tool name: 1-128 characters from "
+            "A-Z, a-z, 0-9, '_', '-' and '.'"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class CredentialRef:
+    """A reference to a credential (never its value)."""
+
+    ref: str
+    scopes: tuple[str, ...] = ()
+    provider: str | None = None
+    revocation_endpoint: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ref": self.ref, "scopes": list(self.scopes)}
+        if self.provider is not None:
+            out["provider"] = self.provider
+        if self.revocation_endpoint is not None:
+            out["revocation_endpoint"] = self.revocation_endpoint
+        return out
+
+
+@dataclass(frozen=True)
+class Tool:
+    tool_id: str
+    description: str
+    tool_type: str = "unspecified"
+    input_schema: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=True)
+    credentials: tuple[CredentialRef, ...] = ()
+    pinned: bool = False
+    source_format: str = "sidecar"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool_id": self.tool_id,
+            "tool_type": self.tool_type,
+            "description": self.description,
+            "input_schema": dict(self.input_schema),
+            "credentials": [c.to_dict() for c in self.credentials],
+            "pinned": self.pinned,
+        }
+
+
+@dataclass(frozen=True)
+class Condition:
+    """``field op value``, read from the context (scoped to ``step`` when given)."""
+
+    field: str
+    op: Op
+    value: Scalar
+    step: str | None = None
+
+    def describe(self) -> str:
+        name = f"{self.step}.{self.field}" if self.step else self.field
+        return f"{name} {self.op} {self.value!r}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "field": self.field, "op": self.op, "value": self.value}
+
+
+@dataclass(frozen=True)
+class ConstraintSpec:
+    rule: str
+    when: tuple[Condition, ...] = ()
+    gapped: bool = False
+
+
+@dataclass(frozen=True)
+class Failure:
+    signature: str
+    kind: FailureKind | None = None
+    error: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class ChainReport:
+    topology: tuple[str, ...]
+    outcome: Outcome
+    failure: Failure | None = None
+    constraint: ConstraintSpec | None = None
+    logs: tuple[Any, ...] = field(default=(), hash=False)
+    session_id: str | None = None
+    reported_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class IntakeResult:
+    status: Literal["archived", "not_archived", "rejected", "recorded"]
+    chain_id: str | None = None
+    pointer: str | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status}
+        for key in ("chain_id", "pointer", "reason"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
+
+
+@dataclass(frozen=True)
+class ArchivedConstraint:
+    """A compiled-form constraint: the fatal sequence is ``prefix + (terminal,)``."""
+
+    chain_id: str
+    sequence: tuple[str, ...]
+    rule: str
+    signature: str
+    when: tuple[Condition, ...]
+    gapped: bool
+    pointer: str
+    order: int
+    """Archive order (0 = first archived), which the seed's prefix check depends on."""
+
+    @property
+    def prefix(self) -> tuple[str, ...]:
+        return self.sequence[:-1]
+
+    @property
+    def terminal(self) -> str:
+        return self.sequence[-1]
+
+
+@dataclass(frozen=True)
+class Collision:
+    chain_id: str
+    matched: tuple[str, ...]
+    rule: str
+    expected_failure: str
+    pointer: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "chain_id": self.chain_id,
+            "matched": list(self.matched),
+            "rule": self.rule,
+            "expected_failure": self.expected_failure,
+            "pointer": self.pointer,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    safe: bool
+    collisions: tuple[Collision, ...]
+    mode: CheckMode = "sequence"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"safe": self.safe, "collisions": [c.to_dict() for c in self.collisions]}
+
+
+@dataclass(frozen=True)
+class Withheld:
+    tool_id: str
+    rule: str
+    pointer: str
+    chain_id: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool_id": self.tool_id,
+            "rule": self.rule,
+            "pointer": self.pointer,
+            "chain_id": self.chain_id,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class LookupHit:
+    tool_id: str
+    score: float
+    description: str
+    warnings: tuple[str, ...] = ()
+    tool_type: str = "unspecified"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool_id": self.tool_id,
+            "score": round(self.score, 6),
+            "description": self.description,
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    hits: tuple[LookupHit, ...]
+    withheld: tuple[Withheld, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "hits": [h.to_dict() for h in self.hits],
+            "withheld": [w.to_dict() for w in self.withheld],
+        }

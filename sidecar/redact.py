@@ -1,0 +1,148 @@
+"""Secret redaction for everything the sidecar persists or prints.
+
+Two nets: by *name* (a mapping key such as ``Authorization`` or ``api_key`` has its
+value replaced whole) and by *value* (known token formats found anywhere in text).
+:func:`looks_like_secret` is the stricter test applied to credential references, which
+must name a credential and never carry one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+MASK = "[REDACTED]"
+
+_SENSITIVE_KEY_PARTS = (
+    "authorization",
+    "api_key",
+    "apikey",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "cookie",
+    "private_key",
+    "privatekey",
+    "credential",
+    "session_key",
+    "access_key",
+)
+
+# (name, pattern, group to mask: 0 = whole match)
+_VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str], int], ...] = (
+    (
+        "private key",
+        re.compile(
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)",
+            re.S,
+        ),
+        0,
+    ),
+    ("aws access key id", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b"), 0),
+    (
+        "github token",
+        re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})"),
+        0,
+    ),
+    ("openai/anthropic key", re.compile(r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_\-]{20,}"), 0),
+    ("stripe key", re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"), 0),
+    ("slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"), 0),
+    ("google api key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"), 0),
+    ("gitlab token", re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}"), 0),
+    (
+        "jwt",
+        re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+        0,
+    ),
+    ("bearer token", re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/\-]{8,}=*)"), 1),
+    ("token", re.compile(r"(?i)\btoken\s+((?=\S*\d)[A-Za-z0-9._~+/\-]{16,}=*)"), 1),
+    ("basic auth", re.compile(r"(?i)\bbasic\s+([A-Za-z0-9+/]{8,}=*)"), 1),
+    ("url userinfo", re.compile(r"(?<=://)([^/\s:@]+:[^/\s@]+)@"), 1),
+    (
+        "key=value secret",
+        re.compile(
+            r"(?i)\b(?:[a-z_\-]*(?:api[_\-]?key|token|secret|password|passwd|pwd|cookie|"
+            r"authorization|access[_\-]?key))\b[\"']?\s*[=:]\s*[\"']?"
+            r"((?:(?:bearer|basic|token)\s+)?[^\s\"'&,;}]{3,})"
+        ),
+        1,
+    ),
+)
+
+
+def is_sensitive_key(name: str) -> bool:
+    norm = name.lower().replace("-", "_")
+    return any(part in norm for part in _SENSITIVE_KEY_PARTS)
+
+
+def redact_text(text: str) -> str:
+    for _name, pattern, group in _VALUE_PATTERNS:
+        if group == 0:
+            text = pattern.sub(MASK, text)
+        else:
+            text = pattern.sub(lambda m, g=group: _mask_group(m, g), text)
+    return text
+
+
+def _mask_group(match: re.Match[str], group: int) -> str:
+    whole = match.group(0)
+    start = match.start(group) - match.start(0)
+    end = match.end(group) - match.start(0)
+    return whole[:start] + MASK + whole[end:]
+
+
+def redact(value: Any) -> Any:
+    """A copy of ``value`` (JSON-like) with secrets masked, by key name and by pattern."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            skey = str(key)
+            if is_sensitive_key(skey) and item not in (None, "", [], {}):
+                out[skey] = MASK if not isinstance(item, Mapping | list) else redact_all(item)
+            else:
+                out[skey] = redact(item)
+        return out
+    if isinstance(value, list | tuple):
+        return [redact(v) for v in value]
+    return value
+
+
+def redact_all(value: Any) -> Any:
+    """Mask every leaf: used under a sensitive key whose value is a structure."""
+    if isinstance(value, Mapping):
+        return {str(k): redact_all(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_all(v) for v in value]
+    return MASK
+
+
+def _entropy(text: str) -> float:
+    counts = Counter(text)
+    total = len(text)
+    return -sum(c / total * math.log2(c / total) for c in counts.values())
+
+
+def looks_like_secret(value: str) -> str | None:
+    """Why ``value`` looks like a secret (a known token format, or a long random string
+    with no scheme or path), else ``None``."""
+    for name, pattern, _group in _VALUE_PATTERNS:
+        if pattern.search(value):
+            return name
+    bare = "://" not in value and "/" not in value and ":" not in value
+    if bare and len(value) >= 24 and " " not in value:
+        classes = sum(
+            (
+                any(c.islower() for c in value),
+                any(c.isupper() for c in value),
+                any(c.isdigit() for c in value),
+            )
+        )
+        if _entropy(value) >= 3.5 and classes >= 2:
+            return "high-entropy string"
+    return None

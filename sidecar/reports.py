@@ -1,0 +1,169 @@
+"""Chain reports: parsing the JSON shape and decision-boundary step 2 (topology mapped?).
+
+A report line::
+
+    {"topology": ["search_api", "html_parser", "llm_extractor"],
+     "outcome": "abandoned" | "completed",
+     "failure": {"signature": "...", "kind": "deterministic" | "transient" | null,
+                 "error": {...}},
+     "constraint": {"rule": "...", "when": [{"step": "html_parser",
+                    "field": "payload_bytes", "op": ">", "value": 5000000}],
+                    "gapped": false},
+     "logs": [...], "session_id": "...", "reported_at": "2026-11-30T10:00:00Z"}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from sidecar.errors import InvalidInput, ReportRejected
+from sidecar.model import (
+    OPS,
+    ChainReport,
+    Condition,
+    ConstraintSpec,
+    Failure,
+    check_tool_id,
+)
+
+# The seed's three messages, verbatim.
+TOO_SHORT = "An abandoned chain must contain at least two tools."
+NO_SIGNATURE = "A terminal falsification signature is mandatory to prove abandonment."
+NO_RULE = "A negative constraint rule is required to prevent prefix re-execution."
+
+MAX_TOPOLOGY = 256
+MAX_TEXT = 16_384
+_REPORT_KEYS = frozenset(
+    {"topology", "outcome", "failure", "constraint", "logs", "session_id", "reported_at"}
+)
+
+
+def validate_abandoned(report: ChainReport) -> None:
+    """The seed's ``archive_chain`` checks, in the seed's order and words."""
+    if len(report.topology) < 2:
+        raise ReportRejected(TOO_SHORT)
+    if report.failure is None or not report.failure.signature.strip():
+        raise ReportRejected(NO_SIGNATURE)
+    if report.constraint is None or not report.constraint.rule.strip():
+        raise ReportRejected(NO_RULE)
+
+
+def parse_report(data: Any) -> ChainReport:
+    """Build and validate a :class:`ChainReport` from decoded JSON."""
+    if not isinstance(data, Mapping):
+        raise ReportRejected(f"a report must be a JSON object, got {type(data).__name__}")
+    unknown = set(data) - _REPORT_KEYS
+    if unknown:
+        raise ReportRejected(f"unknown report field(s): {', '.join(sorted(unknown))}")
+    outcome = data.get("outcome")
+    if outcome not in ("abandoned", "completed"):
+        raise ReportRejected(f"outcome must be 'abandoned' or 'completed', got {outcome!r}")
+    raw_topology = data.get("topology")
+    if not isinstance(raw_topology, list):
+        raise ReportRejected("topology must be a list of tool ids")
+    if len(raw_topology) > MAX_TOPOLOGY:
+        raise ReportRejected(f"topology has {len(raw_topology)} tools; at most {MAX_TOPOLOGY}")
+    try:
+        topology = tuple(check_tool_id(t, f"topology[{i}]") for i, t in enumerate(raw_topology))
+    except InvalidInput as exc:
+        raise ReportRejected(str(exc)) from None
+    session = data.get("session_id")
+    if session is not None and not isinstance(session, str):
+        raise ReportRejected("session_id must be a string")
+    logs = data.get("logs", [])
+    if not isinstance(logs, list):
+        raise ReportRejected("logs must be a list")
+    report = ChainReport(
+        topology=topology,
+        outcome=outcome,
+        failure=_failure(data.get("failure")),
+        constraint=_constraint(data.get("constraint"), topology),
+        logs=tuple(logs),
+        session_id=session,
+        reported_at=_timestamp(data.get("reported_at")),
+    )
+    if outcome == "abandoned":
+        validate_abandoned(report)
+    elif not topology:
+        raise ReportRejected("a completed chain needs at least one tool")
+    return report
+
+
+def _text(value: Any, where: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ReportRejected(f"{where} must be a string")
+    if len(value) > MAX_TEXT:
+        raise ReportRejected(f"{where} is longer than {MAX_TEXT} characters")
+    return value
+
+
+def _failure(raw: Any) -> Failure | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ReportRejected("failure must be an object")
+    kind = raw.get("kind")
+    if kind not in (None, "deterministic", "transient"):
+        raise ReportRejected(
+            f"failure.kind must be 'deterministic', 'transient' or null, got {kind!r}"
+        )
+    error = raw.get("error") or {}
+    if not isinstance(error, Mapping):
+        raise ReportRejected("failure.error must be an object")
+    return Failure(_text(raw.get("signature"), "failure.signature"), kind, dict(error))
+
+
+def _constraint(raw: Any, topology: tuple[str, ...]) -> ConstraintSpec | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ReportRejected("constraint must be an object")
+    gapped = raw.get("gapped", False)
+    if not isinstance(gapped, bool):
+        raise ReportRejected("constraint.gapped must be true or false")
+    when_raw = raw.get("when") or []
+    if not isinstance(when_raw, list):
+        raise ReportRejected("constraint.when must be a list")
+    when = tuple(parse_condition(c, i, topology) for i, c in enumerate(when_raw))
+    return ConstraintSpec(_text(raw.get("rule"), "constraint.rule"), when, gapped)
+
+
+def parse_condition(raw: Any, i: int, topology: tuple[str, ...]) -> Condition:
+    where = f"constraint.when[{i}]"
+    if not isinstance(raw, Mapping):
+        raise ReportRejected(f"{where} must be an object")
+    field = raw.get("field")
+    if not isinstance(field, str) or not field.strip() or "." in field:
+        raise ReportRejected(f"{where}.field must be a non-empty name without dots")
+    op = raw.get("op")
+    if op not in OPS:
+        raise ReportRejected(f"{where}.op must be one of {' '.join(OPS)}, got {op!r}")
+    value = raw.get("value")
+    if value is not None and not isinstance(value, str | int | float | bool):
+        raise ReportRejected(f"{where}.value must be a string, number, boolean or null")
+    if op in (">", ">=", "<", "<=") and not _is_number(value):
+        raise ReportRejected(f"{where}: {op} needs a numeric value, got {value!r}")
+    step = raw.get("step")
+    if step is not None and step not in topology:
+        raise ReportRejected(f"{where}.step {step!r} is not a tool of the topology")
+    return Condition(field=field, op=op, value=value, step=step)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _timestamp(raw: Any) -> datetime | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise ReportRejected("reported_at must be an ISO 8601 string")
+    try:
+        stamp = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise ReportRejected(f"reported_at {raw!r} is not ISO 8601") from None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)

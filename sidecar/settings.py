@@ -1,0 +1,94 @@
+"""One frozen settings object, parsed once at start-up.
+
+Every setting has a default, an environment variable (prefix ``SIDECAR_``) and a help
+line in :data:`SETTINGS`; invalid values fail loudly with the variable's name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from sidecar.errors import ConfigError
+
+EmbedderName = Literal["minilm", "hashing"]
+MissingField = Literal["block", "allow"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path = Path(".sidecar")
+    embedder: EmbedderName = "minilm"
+    reproduce_threshold: int = 2
+    missing_field: MissingField = "block"
+    chroma_url: str | None = None
+    collection: str = "tools"
+    max_warnings_per_tool: int = 3
+
+    @property
+    def chroma_path(self) -> Path:
+        return self.home / "chroma"
+
+    @property
+    def cold_path(self) -> Path:
+        return self.home / "cold"
+
+    @property
+    def state_path(self) -> Path:
+        return self.home / "state.sqlite"
+
+    def with_(self, **changes: Any) -> Settings:
+        return validate(replace(self, **changes))
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Defaults, then ``SIDECAR_*`` variables, then explicit ``overrides``."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(f"SIDECAR_{f.name.upper()}")
+            if raw is not None and raw != "":
+                values[f.name] = _parse(f.name, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return validate(cls(**values))
+
+
+SETTINGS: dict[str, str] = {
+    "home": "folder holding the hot index, the cold archive and the state database",
+    "embedder": "'minilm' (all-MiniLM-L6-v2, the default) or 'hashing' (tests only)",
+    "reproduce_threshold": "times an unknown-kind failure must be seen before it is archived",
+    "missing_field": "'block' (fail closed) or 'allow' when a condition's field is missing",
+    "chroma_url": "http://host:port of a Chroma server; unset means the embedded store",
+    "collection": "name of the Chroma collection holding active tools",
+    "max_warnings_per_tool": "fatal sequences named in one lookup hit's warnings, at most",
+}
+
+
+def _parse(name: str, raw: str) -> Any:
+    if name in {"reproduce_threshold", "max_warnings_per_tool"}:
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"SIDECAR_{name.upper()} must be an integer, got {raw!r}") from None
+    if name == "home":
+        return Path(raw)
+    return raw
+
+
+def validate(s: Settings) -> Settings:
+    if s.embedder not in ("minilm", "hashing"):
+        raise ConfigError(f"embedder must be 'minilm' or 'hashing', got {s.embedder!r}")
+    if s.missing_field not in ("block", "allow"):
+        raise ConfigError(f"missing_field must be 'block' or 'allow', got {s.missing_field!r}")
+    if not isinstance(s.reproduce_threshold, int) or s.reproduce_threshold < 1:
+        raise ConfigError(f"reproduce_threshold must be >= 1, got {s.reproduce_threshold!r}")
+    if not isinstance(s.max_warnings_per_tool, int) or s.max_warnings_per_tool < 0:
+        raise ConfigError("max_warnings_per_tool must be >= 0")
+    if s.chroma_url is not None and not s.chroma_url.startswith(("http://", "https://")):
+        raise ConfigError(f"chroma_url must start with http:// or https://, got {s.chroma_url!r}")
+    if not s.collection or len(s.collection) < 3:
+        raise ConfigError("collection must be at least 3 characters")
+    return replace(s, home=Path(s.home))

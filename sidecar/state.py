@@ -1,0 +1,226 @@
+"""The sidecar's own small state: what is neither a hot tool nor a cold record.
+
+SQLite under the home (WAL, so readers never block the writer):
+
+- ``tool_credentials``: credential references of active tools (kept out of Chroma);
+- ``completed_chains`` / ``completed_tools``: usage evidence from completed chains;
+- ``sightings``: how often an unknown-kind failure has been reported;
+- ``constraints``: the compiled-form view of archived chains.  The cold archive is the
+  truth; this table is rebuilt from it for any chain it misses (see
+  :meth:`sidecar.app.Sidecar.reconcile`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from sidecar.model import ArchivedConstraint, Condition, CredentialRef
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tool_credentials (
+    tool_id TEXT NOT NULL, ref TEXT NOT NULL, scopes TEXT NOT NULL,
+    provider TEXT, revocation_endpoint TEXT,
+    PRIMARY KEY (tool_id, ref)
+);
+CREATE TABLE IF NOT EXISTS completed_chains (
+    chain_key TEXT PRIMARY KEY, topology TEXT NOT NULL, times INTEGER NOT NULL,
+    first_seen REAL NOT NULL, last_seen REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS completed_tools (
+    tool_id TEXT PRIMARY KEY, chains INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sightings (
+    sighting_key TEXT PRIMARY KEY, topology TEXT NOT NULL, signature TEXT NOT NULL,
+    times INTEGER NOT NULL, first_seen REAL NOT NULL, last_seen REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS constraints (
+    chain_id TEXT PRIMARY KEY, ord INTEGER NOT NULL UNIQUE, sequence TEXT NOT NULL,
+    rule TEXT NOT NULL, signature TEXT NOT NULL, when_json TEXT NOT NULL,
+    gapped INTEGER NOT NULL, pointer TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'active', archived_at REAL NOT NULL
+);
+"""
+
+
+def topology_key(topology: Sequence[str], signature: str = "") -> str:
+    payload = json.dumps([list(topology), signature], separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+class StateStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA busy_timeout=10000")
+        self._db.executescript(_DDL)
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # ---- credentials --------------------------------------------------------------
+    def set_credentials(self, tool_id: str, creds: Sequence[CredentialRef]) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM tool_credentials WHERE tool_id=?", (tool_id,))
+            db.executemany(
+                "INSERT INTO tool_credentials VALUES (?, ?, ?, ?, ?)",
+                [
+                    (tool_id, c.ref, json.dumps(list(c.scopes)), c.provider, c.revocation_endpoint)
+                    for c in creds
+                ],
+            )
+
+    def credentials(self, tool_ids: Iterable[str]) -> dict[str, list[CredentialRef]]:
+        out: dict[str, list[CredentialRef]] = {}
+        for tool_id in dict.fromkeys(tool_ids):
+            rows = self._db.execute(
+                "SELECT ref, scopes, provider, revocation_endpoint FROM tool_credentials "
+                "WHERE tool_id=? ORDER BY ref",
+                (tool_id,),
+            ).fetchall()
+            out[tool_id] = [CredentialRef(r, tuple(json.loads(s)), p, e) for r, s, p, e in rows]
+        return out
+
+    # ---- usage evidence -----------------------------------------------------------
+    def record_completed(self, topology: Sequence[str]) -> int:
+        """Count one completed run of ``topology``; returns how many runs it now has."""
+        key = topology_key(topology)
+        now = time.time()
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT times FROM completed_chains WHERE chain_key=?", (key,)
+            ).fetchone()
+            if row is None:
+                db.execute(
+                    "INSERT INTO completed_chains VALUES (?, ?, 1, ?, ?)",
+                    (key, json.dumps(list(topology)), now, now),
+                )
+                for tool in set(topology):
+                    db.execute(
+                        "INSERT INTO completed_tools VALUES (?, 1) "
+                        "ON CONFLICT(tool_id) DO UPDATE SET chains = chains + 1",
+                        (tool,),
+                    )
+                return 1
+            db.execute(
+                "UPDATE completed_chains SET times = times + 1, last_seen=? WHERE chain_key=?",
+                (now, key),
+            )
+            return int(row[0]) + 1
+
+    def completed_chain_count(self, tool_id: str) -> int:
+        """Distinct completed chains that used ``tool_id``."""
+        row = self._db.execute(
+            "SELECT chains FROM completed_tools WHERE tool_id=?", (tool_id,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    # ---- sightings of unknown-kind failures -----------------------------------------
+    def sight(self, topology: Sequence[str], signature: str) -> int:
+        key = topology_key(topology, signature)
+        now = time.time()
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO sightings VALUES (?, ?, ?, 1, ?, ?) ON CONFLICT(sighting_key) "
+                "DO UPDATE SET times = times + 1, last_seen = excluded.last_seen",
+                (key, json.dumps(list(topology)), signature, now, now),
+            )
+            return int(
+                db.execute("SELECT times FROM sightings WHERE sighting_key=?", (key,)).fetchone()[0]
+            )
+
+    def sightings(self, topology: Sequence[str], signature: str) -> int:
+        row = self._db.execute(
+            "SELECT times FROM sightings WHERE sighting_key=?", (topology_key(topology, signature),)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    # ---- constraints --------------------------------------------------------------
+    def add_constraint(
+        self,
+        chain_id: str,
+        sequence: Sequence[str],
+        rule: str,
+        signature: str,
+        when: Sequence[Condition],
+        gapped: bool,
+        pointer: str,
+        archived_at: float,
+    ) -> bool:
+        """Insert unless present; returns whether it was new.  Order = arrival order."""
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM constraints WHERE chain_id=?", (chain_id,)).fetchone():
+                return False
+            (ord_,) = db.execute("SELECT COALESCE(MAX(ord), -1) + 1 FROM constraints").fetchone()
+            db.execute(
+                "INSERT INTO constraints VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'active', ?)",
+                (
+                    chain_id,
+                    ord_,
+                    json.dumps(list(sequence)),
+                    rule,
+                    signature,
+                    json.dumps([c.to_dict() for c in when]),
+                    int(gapped),
+                    pointer,
+                    archived_at,
+                ),
+            )
+            self._bump_revision(db)
+            return True
+
+    def constraint_ids(self) -> set[str]:
+        return {r[0] for r in self._db.execute("SELECT chain_id FROM constraints")}
+
+    def constraint_count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM constraints").fetchone()[0])
+
+    def active_constraints(self) -> list[ArchivedConstraint]:
+        rows = self._db.execute(
+            "SELECT chain_id, ord, sequence, rule, signature, when_json, gapped, pointer "
+            "FROM constraints WHERE status='active' ORDER BY ord"
+        ).fetchall()
+        return [
+            ArchivedConstraint(
+                chain_id=cid,
+                sequence=tuple(json.loads(seq)),
+                rule=rule,
+                signature=sig,
+                when=tuple(
+                    Condition(field=w["field"], op=w["op"], value=w["value"], step=w["step"])
+                    for w in json.loads(when)
+                ),
+                gapped=bool(gapped),
+                pointer=pointer,
+                order=ord_,
+            )
+            for cid, ord_, seq, rule, sig, when, gapped, pointer in rows
+        ]
+
+    def revision(self) -> int:
+        row = self._db.execute("SELECT value FROM meta WHERE key='constraints_rev'").fetchone()
+        return int(row[0]) if row else 0
+
+    @staticmethod
+    def _bump_revision(db: sqlite3.Connection) -> None:
+        db.execute(
+            "INSERT INTO meta VALUES ('constraints_rev', '1') ON CONFLICT(key) "
+            "DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+        )
