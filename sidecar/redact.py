@@ -132,7 +132,10 @@ def looks_like_secret(value: str) -> str | None:
     """Why ``value`` looks like a secret (a known token format, or a long random string
     with no scheme or path), else ``None``."""
     for name, pattern, _group in _VALUE_PATTERNS:
-        if pattern.search(value):
+        for match in pattern.finditer(value):
+            # "secret:prod/db" in an ARN names a secret; "token=abc123" carries one
+            if name == "key=value secret" and "=" not in match.group(0):
+                continue
             return name
     bare = "://" not in value and "/" not in value and ":" not in value
     if bare and len(value) >= 24 and " " not in value:

@@ -1,0 +1,83 @@
+"""Row builders and file helpers shared by the cold store tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cold_store.publish import publish
+from cold_store.schemas import CHAINS
+
+DAY = "2024-05-01"
+OTHER_DAY = "2024-05-02"
+
+# A small custom table: a key, a partition column and a value.
+SMALL = pa.schema(
+    [
+        pa.field("k", pa.string(), nullable=False),
+        pa.field("p", pa.string(), nullable=False),
+        pa.field("v", pa.int64()),
+    ]
+)
+
+
+def chain_row(chain_id: str, archive_date: str = DAY, **overrides: Any) -> dict[str, Any]:
+    """A ``chains`` row with every column of :data:`cold_store.schemas.CHAINS` filled."""
+    n = sum(chain_id.encode())  # varies the values per row, deterministically
+    row: dict[str, Any] = {
+        "chain_id": chain_id,
+        "archive_date": archive_date,
+        "archived_at": datetime(2024, 5, 1, 12, 30, 15, 123456 + n % 1000, tzinfo=UTC),
+        "reported_at": datetime(2024, 5, 1, 12, 29, 59, n % 1000, tzinfo=UTC),
+        "session_id": f"session-{chain_id}",
+        "topology": ["search", "fetch", f"write-{chain_id}"],
+        "tool_types": ["http", "fs"],
+        "terminal_signature": f"TimeoutError:{chain_id}",
+        "failure_kind": "timeout",
+        "classification": "transient",
+        "error_json": '{"message":"timed out"}',
+        "rule": "never",
+        "condition_json": '{"gapped":false,"when":[]}',
+        "gapped": n % 2 == 0,
+        "tool_snapshots_json": '{"fetch":{"version":"1.2"}}',
+        "credentials_json": "{}",
+        "logs_json": '["step 1","step 2"]',
+        "occurrences": 3 + n,
+        "record_version": 1,
+    }
+    row.update(overrides)
+    assert set(row) == set(CHAINS.names)
+    return row
+
+
+def parquet_files(folder: Path) -> list[Path]:
+    """Every ``*.parquet`` under ``folder``, dot-prefixed ones included, sorted."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name.endswith(".parquet"))
+
+
+def all_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+def write_parquet(
+    path: Path, rows: list[dict[str, Any]], schema: pa.Schema = CHAINS, row_group_size: int = 1024
+) -> None:
+    """Publish a Parquet file directly, bypassing the table (as a crashed writer would)."""
+    table = pa.Table.from_pylist(rows, schema=schema)
+    publish(path, lambda handle: pq.write_table(table, handle, row_group_size=row_group_size))
+
+
+def corrupt(path: Path) -> None:
+    """Overwrite a file's bytes with garbage of the same length."""
+    size = path.stat().st_size
+    path.write_bytes(b"\xde\xad\xbe\xef" * (size // 4 + 1))
+
+
+def tear(path: Path) -> None:
+    """Cut a file in half, as a crash during an in-place write would."""
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])

@@ -1,0 +1,232 @@
+"""The CLI contract, end to end from a shell on a fresh home (the installed script)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.demo import catalog_text
+
+SCRIPT = str(Path(sys.executable).with_name("sidecar"))
+FATAL = "web_search,html_parser,llm_extractor"
+
+
+def run(
+    home: Path, *args: str, stdin: str | None = None, embedder: str = "hashing"
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": embedder}
+    return subprocess.run(
+        [SCRIPT, *args], input=stdin, capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
+    assert proc.stdout, proc.stderr
+    return json.loads(proc.stdout)
+
+
+REPORTS = [
+    {
+        "topology": ["web_search", "html_parser", "llm_extractor"],
+        "outcome": "abandoned",
+        "failure": {"signature": "timeout on 7.2 MB payload", "kind": None, "error": {}},
+        "constraint": {
+            "rule": "IF html_parser output > 5 MB THEN llm_extractor times out",
+            "when": [
+                {"step": "html_parser", "field": "payload_bytes", "op": ">", "value": 5000000}
+            ],
+            "gapped": False,
+        },
+        "logs": ["Authorization: Bearer abcdefghijklmnop123"],
+        "session_id": "s1",
+    },
+    {
+        "topology": ["web_search", "news_search"],
+        "outcome": "abandoned",
+        "failure": {"signature": "HTTP 503", "kind": None, "error": {}},
+        "constraint": {"rule": "r", "when": [], "gapped": False},
+    },
+    {"topology": ["only_one"], "outcome": "abandoned", "failure": {"signature": "x"}},
+    {"topology": ["web_search", "text_summarizer"], "outcome": "completed"},
+]
+
+
+@pytest.fixture
+def loaded(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    catalog = tmp_path / "catalog.jsonl"
+    catalog.write_text(catalog_text())
+    openai = tmp_path / "openai.json"
+    openai.write_text(
+        json.dumps(
+            [{"type": "function", "function": {"name": "fx_rates", "description": "FX rates"}}]
+        )
+    )
+    proc = run(home, "tools", "add", str(catalog), str(openai), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert len(as_json(proc)["added"]) == 63
+    return home
+
+
+def test_help_answers_without_loading_heavy_libraries(tmp_path: Path) -> None:
+    probe = (
+        "import sys, contextlib, io\n"
+        "from sidecar.cli import main\n"
+        f"code = main(['--home', {str(tmp_path)!r}, 'check', 'a,b', '--json'])\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['--help'])\n"
+        "heavy = [m for m in ('torch', 'sentence_transformers', 'chromadb') if m in sys.modules]\n"
+        "print(code, heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 []"
+    assert run(tmp_path, "--help").returncode == 0
+
+
+def test_the_cli_contract(loaded: Path) -> None:
+    home = loaded
+    listed = as_json(run(home, "tools", "list", "--json"))["tools"]
+    assert len(listed) == 63 and {"tool_id", "description", "credentials"} <= set(listed[0])
+
+    lines = "\n".join(json.dumps(r) for r in REPORTS) + "\nnot json\n"
+    proc = run(home, "report", "-", "--json", stdin=lines)
+    assert proc.returncode == 4  # at least one line rejected
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["status"] for r in results] == [
+        "archived",
+        "not_archived",
+        "rejected",
+        "recorded",
+        "rejected",
+    ]
+    archived = results[0]
+    assert archived["pointer"] == f"cold://chains/{archived['chain_id']}"
+    assert "transient" in results[1]["reason"]
+    assert results[2]["reason"] == "An abandoned chain must contain at least two tools."
+    assert "not JSON" in results[4]["reason"]
+
+    blocked = run(home, "check", FATAL, "--context", "payload_bytes=7200000", "--json")
+    assert blocked.returncode == 3
+    verdict = as_json(blocked)
+    assert verdict["safe"] is False
+    collision = verdict["collisions"][0]
+    assert {"chain_id", "matched", "rule", "expected_failure", "pointer"} <= set(collision)
+    assert collision["pointer"] == archived["pointer"]
+
+    safe = run(home, "check", FATAL, "--context", "payload_bytes=100", "--json")
+    assert safe.returncode == 0 and as_json(safe) == {"safe": True, "collisions": []}
+
+    prefix = run(home, "check", "web_search,html_parser", "--mode", "prefix", "--json")
+    assert prefix.returncode == 3
+    assert as_json(prefix)["collisions"][0]["reason"].startswith(
+        "PREFIX_COLLISION: Sequence ('web_search', 'html_parser')"
+    )
+
+    found = run(
+        home,
+        "search",
+        "extract product prices from text",
+        "-k",
+        "63",
+        "--after",
+        "web_search,html_parser",
+        "--context",
+        "payload_bytes=7200000",
+        "--json",
+    )
+    assert found.returncode == 0, found.stderr
+    body = as_json(found)
+    assert set(body) == {"hits", "withheld"}
+    assert len(body["hits"]) == 62  # everything but the withheld continuation
+    assert {"tool_id", "score", "description", "warnings"} <= set(body["hits"][0])
+    assert "llm_extractor" not in [h["tool_id"] for h in body["hits"]]
+    assert [(w["tool_id"], w["pointer"]) for w in body["withheld"]] == [
+        ("llm_extractor", archived["pointer"])
+    ]
+
+    audit = as_json(run(home, "audit", archived["pointer"], "--json"))
+    assert audit["topology"] == FATAL.split(",")
+    assert "abcdefghijklmnop123" not in json.dumps(audit)
+
+    digest = run(home, "archive", "digest")
+    assert digest.returncode == 0 and len(digest.stdout.strip()) == 64
+    assert as_json(run(home, "archive", "digest", "--json"))["chains"] == 1
+
+    human = run(home, "check", FATAL)
+    assert human.returncode == 3 and "BLOCKED" in human.stdout
+
+
+def test_report_reads_a_file(loaded: Path, tmp_path: Path) -> None:
+    path = tmp_path / "reports.jsonl"
+    path.write_text(json.dumps(REPORTS[0]) + "\n\n" + json.dumps(REPORTS[3]) + "\n")
+    proc = run(loaded, "report", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith("line 1: archived cold://chains/")
+    assert proc.stdout.splitlines()[1].startswith("line 3: recorded")
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("check", "a,bad id"), 2, "not a valid tool name"),
+        (("audit", "cold://chains/nope"), 5, "nothing archived"),
+        (("audit", "http://x"), 2, "bad cold storage pointer"),
+        (("archive", "digest"), 1, "empty abandoned chain archive"),
+        (("report", "/no/such/file"), 2, "cannot read"),
+        (("tools", "add", "/no/such/file"), 2, "cannot read"),
+    ],
+)
+def test_errors_become_messages_and_exit_codes(
+    tmp_path: Path, args: tuple[str, ...], code: int, message: str
+) -> None:
+    proc = run(tmp_path / "home", *args)
+    assert proc.returncode == code
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    as_json_err = run(tmp_path / "home", *args, "--json")
+    assert json.loads(as_json_err.stderr)["error"]["message"]
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    proc = run(tmp_path, "check", "a,b", "--context", "novalue")
+    assert proc.returncode == 2 and "key=value" in proc.stderr
+
+
+def test_home_resolution(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SIDECAR_HOME"}
+    env["SIDECAR_EMBEDDER"] = "hashing"
+    subprocess.run([SCRIPT, "check", "a,b"], cwd=tmp_path, env=env, check=True, capture_output=True)
+    assert (tmp_path / ".sidecar" / "state.sqlite").exists()
+    other = tmp_path / "explicit"
+    subprocess.run(
+        [SCRIPT, "--home", str(other), "check", "a,b"], env=env, check=True, capture_output=True
+    )
+    assert (other / "state.sqlite").exists()
+
+
+def test_real_model_search_from_the_shell(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    catalog = tmp_path / "catalog.jsonl"
+    catalog.write_text(catalog_text())
+    assert run(home, "tools", "add", str(catalog), embedder="minilm").returncode == 0
+    proc = run(home, "search", "weather forecast for the weekend", "-k", "2", "--json", embedder="minilm")
+    assert proc.returncode == 0, proc.stderr
+    assert as_json(proc)["hits"][0]["tool_id"] == "weather_forecast"
+
+
+def test_demo_shows_the_fallacy_then_prevents_it(tmp_path: Path) -> None:
+    proc = run(tmp_path / "demo-home", "demo", "--json", embedder="minilm")
+    assert proc.returncode == 0, proc.stderr
+    summary = as_json(proc)
+    assert summary["fallacy_reproduced"] is True
+    assert summary["plain_chain"] == FATAL.split(",")
+    assert summary["successor_with_sidecar"][-1] != "llm_extractor"
+    assert summary["prevented"] is True
+    assert summary["withheld"][0]["tool_id"] == "llm_extractor"
+    assert summary["check_sequence"]["safe"] is False

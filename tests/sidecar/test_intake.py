@@ -1,0 +1,196 @@
+"""Chain reports through the decision boundary, on real Chroma and real Parquet."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from indexes import HashingEmbedder
+from sidecar import Sidecar, Tool
+from sidecar.model import CredentialRef
+from tests.sidecar.helpers import abandoned, completed
+
+
+@pytest.fixture
+def sc(tmp_path: Path) -> Iterator[Sidecar]:
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sidecar:
+        sidecar.add_tools(
+            [
+                Tool("search_api", "Search the web", "search", {"type": "object"}),
+                Tool(
+                    "html_parser",
+                    "Parse HTML",
+                    "parser",
+                    credentials=(CredentialRef("vault://kv/parser", ("read",), "p"),),
+                ),
+                Tool("llm_extractor", "Extract fields", "extractor"),
+            ]
+        )
+        yield sidecar
+
+
+CHAIN = ["search_api", "html_parser", "llm_extractor"]
+
+
+def test_transient_failures_are_not_archived(sc: Sidecar) -> None:
+    result = sc.report(abandoned(CHAIN, "HTTP 429 Too Many Requests"))
+    assert result.status == "not_archived"
+    assert result.reason is not None and "transient" in result.reason
+    assert "HTTP 429" in result.reason
+    assert sc.cold.chains.count() == 0
+    assert sc.check(CHAIN).safe
+
+
+def test_explicit_kind_wins(sc: Sidecar) -> None:
+    assert sc.report(abandoned(CHAIN, "HTTP 429", kind="deterministic")).status == "archived"
+    assert sc.report(abandoned(CHAIN, "ValidationError", kind="transient")).status == "not_archived"
+
+
+def test_deterministic_failure_is_archived_with_a_pointer(sc: Sidecar) -> None:
+    result = sc.report(abandoned(CHAIN, "HTTP 413 Payload Too Large"))
+    assert result.status == "archived"
+    assert result.pointer == f"cold://chains/{result.chain_id}"
+    assert not sc.check(CHAIN).safe
+    assert sc.audit(result.pointer)["topology"] == CHAIN
+
+
+def test_unknown_kind_is_archived_once_reproduced(sc: Sidecar) -> None:
+    first = sc.report(abandoned(CHAIN, "timeout after 30s"))
+    assert first.status == "not_archived"
+    assert first.reason is not None and "seen 1 of the 2 times" in first.reason
+    assert sc.check(CHAIN).safe
+    second = sc.report(abandoned(CHAIN, "timeout after 30s"))
+    assert second.status == "archived"
+    assert second.reason is not None and "reproduced 2 times" in second.reason
+    assert sc.audit(second.pointer or "")["occurrences"] == 2
+
+
+def test_reproduce_threshold_is_configurable(tmp_path: Path) -> None:
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path, reproduce_threshold=3) as sc:
+        statuses = [sc.report(abandoned(["a", "b"], "weird")).status for _ in range(3)]
+    assert statuses == ["not_archived", "not_archived", "archived"]
+
+
+def test_replayed_report_is_idempotent(sc: Sidecar) -> None:
+    first = sc.report(abandoned(CHAIN, "HTTP 404"))
+    again = sc.report(abandoned(CHAIN, "HTTP 404"))
+    assert again.status == "archived" and again.chain_id == first.chain_id
+    assert again.reason == "already archived (replayed report)"
+    assert sc.cold.chains.count() == 1
+    assert len(sc.matcher()) == 1
+    assert len(list(sc.cold.chains.scan())) == 1
+
+
+def test_completed_chains_are_recorded_as_usage(sc: Sidecar) -> None:
+    result = sc.report(completed(["search_api", "summarizer"]))
+    assert result.status == "recorded"
+    sc.report(completed(["search_api", "summarizer"]))
+    assert sc.state.completed_chain_count("search_api") == 1  # one distinct chain
+    sc.report(completed(["search_api", "translator"]))
+    assert sc.state.completed_chain_count("search_api") == 2
+    assert sc.state.completed_chain_count("html_parser") == 0
+
+
+@pytest.mark.parametrize(
+    ("report", "reason"),
+    [
+        ({"topology": ["a", "b"], "outcome": "maybe"}, "outcome must be"),
+        ({"topology": "a,b", "outcome": "abandoned"}, "topology must be a list"),
+        ({"topology": ["a", "b c"], "outcome": "abandoned"}, "not a valid tool name"),
+        ({"topology": ["a", "b"], "outcome": "abandoned", "colour": 1}, "unknown report field"),
+        (abandoned(["a", "b"], kind="sometimes"), "failure.kind"),
+        (abandoned(["a", "b"], when=[{"field": "x", "op": "~", "value": 1}]), "op must be"),
+        (
+            abandoned(["a", "b"], when=[{"step": "z", "field": "x", "op": ">", "value": 1}]),
+            "not a tool of the topology",
+        ),
+        (abandoned(["a", "b"], when=[{"field": "x", "op": ">", "value": "big"}]), "numeric"),
+        ({"topology": [], "outcome": "completed"}, "at least one tool"),
+        ([1, 2], "must be a JSON object"),
+    ],
+)
+def test_bad_reports_are_rejected_with_the_reason(sc: Sidecar, report: object, reason: str) -> None:
+    result = sc.report(report)  # type: ignore[arg-type]
+    assert result.status == "rejected"
+    assert result.reason is not None and reason in result.reason
+
+
+def test_the_archived_record_holds_the_evidence(sc: Sidecar) -> None:
+    report = abandoned(
+        CHAIN,
+        "timeout after 30s on 7.2 MB payload",
+        rule="IF html_parser output > 5 MB THEN llm_extractor times out",
+        when=[{"step": "html_parser", "field": "payload_bytes", "op": ">", "value": 5_000_000}],
+        error={"type": "Timeout", "headers": {"Authorization": "Bearer abcdefgh12345678"}},
+        logs=["call with api_key=supersecretvalue1", {"password": "hunter2"}],
+        session_id="s-1",
+        reported_at="2026-11-30T10:00:00Z",
+    )
+    result = sc.report(report)
+    assert result.status == "archived"
+    record = sc.audit(result.pointer or "")
+    assert record["topology"] == CHAIN
+    assert record["tool_types"] == ["search", "parser", "extractor"]
+    assert record["terminal_signature"] == "timeout after 30s on 7.2 MB payload"
+    assert record["failure_kind"] == "deterministic"
+    assert record["classification"].startswith("rule 6:")
+    assert record["rule"].startswith("IF html_parser")
+    assert record["condition"]["when"][0]["value"] == 5_000_000
+    assert record["tool_snapshots"]["search_api"]["description"] == "Search the web"
+    assert record["tool_snapshots"]["search_api"]["input_schema"] == {"type": "object"}
+    assert record["credentials"]["html_parser"][0]["ref"] == "vault://kv/parser"
+    assert record["session_id"] == "s-1"
+    assert record["reported_at"] == "2026-11-30T10:00:00Z"
+    assert record["archived_at"].endswith("Z")
+    text = json.dumps(record)
+    for secret in ("abcdefgh12345678", "supersecretvalue1", "hunter2"):
+        assert secret not in text
+    for path in sc.settings.home.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert b"supersecretvalue1" not in data and b"hunter2" not in data
+
+
+def test_unregistered_tools_are_archived_without_snapshot(sc: Sidecar) -> None:
+    result = sc.report(abandoned(["ghost_a", "ghost_b"], "HTTP 400"))
+    record = sc.audit(result.pointer or "")
+    assert record["tool_snapshots"] == {"ghost_a": None, "ghost_b": None}
+    assert record["tool_types"] == ["unknown", "unknown"]
+
+
+def test_crash_between_cold_append_and_constraint_is_repaired(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+        result = sc.report(abandoned(["a", "b"], "HTTP 400"))
+        # the cold append happened; lose the compiled constraint as a crash would
+        sc.state._db.execute("DELETE FROM constraints")
+        sc.state._db.execute("UPDATE meta SET value = value + 1 WHERE key='constraints_rev'")
+        assert sc.check(["a", "b"]).safe
+    with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+        collisions = sc.check(["a", "b"]).collisions
+        assert [c.chain_id for c in collisions] == [result.chain_id]
+
+
+def test_constraints_reach_other_processes_views(tmp_path: Path) -> None:
+    """A second Sidecar on the same home sees a chain archived by the first, without
+    reopening (the compiled matcher follows the state revision)."""
+    home = tmp_path / "h"
+    with (
+        Sidecar.open(embedder=HashingEmbedder(), home=home) as reader,
+        Sidecar.open(embedder=HashingEmbedder(), home=home) as writer,
+    ):
+        assert reader.check(["a", "b"]).safe
+        writer.report(abandoned(["a", "b"], "HTTP 400"))
+        assert not reader.check(["a", "b"]).safe
+
+
+def test_audit_errors(sc: Sidecar) -> None:
+    from sidecar import InvalidInput, NotFound
+
+    with pytest.raises(NotFound):
+        sc.audit("cold://chains/0000")
+    with pytest.raises(InvalidInput, match="bad cold storage pointer"):
+        sc.audit("s3://bucket/x")

@@ -1,0 +1,88 @@
+"""Secret redaction by key name and by value pattern; secret-looking credential refs."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.redact import MASK, looks_like_secret, redact, redact_text
+
+SECRETS = {
+    "aws access key": "AKIAIOSFODNN7EXAMPLE",
+    "github token": "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+    "github pat": "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+    "openai key": "sk-proj-" + "Ab12Cd34Ef56Gh78Ij90Kl12Mn34",
+    "anthropic key": "sk-ant-api03-" + "Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2",
+    "stripe key": "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
+    "slack token": "xoxb-" + "123456789012-abcdefghijkl",
+    "google key": "AIza" + "SyA-1234567890abcdefghijklmnopqrstu",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "gitlab token": "glpat-" + "abcdefghij1234567890",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SECRETS))
+def test_known_token_formats_are_masked_in_text(name: str) -> None:
+    secret = SECRETS[name]
+    out = redact_text(f"request failed with credential {secret} at step 3")
+    assert secret not in out and MASK in out
+    assert out.startswith("request failed with credential")
+
+
+def test_private_key_block_is_masked() -> None:
+    pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----"
+    assert "MIIEow" not in redact_text(f"key: {pem} done")
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("Authorization: Bearer abc.def.ghi123", "abc.def.ghi123"),
+        ("GET /v1?api_key=hunter2hunter2&q=x", "hunter2hunter2"),
+        ("password=correct-horse", "correct-horse"),
+        ("https://bob:s3cr3t@db.internal/x", "s3cr3t"),
+        ("Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="),
+    ],
+)
+def test_credentials_in_text_are_masked(text: str, secret: str) -> None:
+    assert secret not in redact_text(text)
+
+
+def test_mapping_values_under_sensitive_keys_are_masked() -> None:
+    data = {
+        "headers": {"Authorization": "Token abc", "X-Api-Key": "k", "Accept": "json"},
+        "client_secret": "shh",
+        "nested": [{"password": "p"}, {"note": "fine"}],
+        "cookies": {"session": "s"},
+    }
+    out = redact(data)
+    assert out["headers"] == {"Authorization": MASK, "X-Api-Key": MASK, "Accept": "json"}
+    assert out["client_secret"] == MASK
+    assert out["nested"] == [{"password": MASK}, {"note": "fine"}]
+    assert out["cookies"] == {"session": MASK}
+    assert data["client_secret"] == "shh"  # the input is not modified
+
+
+def test_ordinary_text_is_left_alone() -> None:
+    text = "llm_extractor timed out after 30s on a 7.2 MB payload; the token budget was fine"
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "vault://kv/openai#api_key",
+        "env:OPENAI_API_KEY",
+        "oauth:mail-client",
+        "kid-2024-01",
+        "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/db",
+    ],
+)
+def test_references_are_not_secrets(ref: str) -> None:
+    assert looks_like_secret(ref) is None
+
+
+@pytest.mark.parametrize(
+    "value", [*SECRETS.values(), "Zx8Qw3Er7Ty1Ui5Op9As2Df6Gh0Jk4L", "Bearer abcdefgh12345678"]
+)
+def test_secret_values_are_recognised(value: str) -> None:
+    assert looks_like_secret(value) is not None

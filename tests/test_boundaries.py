@@ -1,0 +1,37 @@
+"""Package boundaries: sidecar -> {indexes, cold_store}; those two never import sidecar
+or each other; chromadb / sentence_transformers only in indexes, pyarrow only in
+cold_store."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FORBIDDEN = {
+    "indexes": {"sidecar", "cold_store", "pyarrow"},
+    "cold_store": {"sidecar", "indexes", "chromadb", "sentence_transformers", "torch"},
+    "sidecar": {"chromadb", "sentence_transformers", "torch", "pyarrow"},
+}
+
+
+def imported_roots(path: Path) -> set[str]:
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_import_direction(package: str) -> None:
+    files = sorted((ROOT / package).rglob("*.py"))
+    assert files
+    offenders = {
+        str(f.relative_to(ROOT)): sorted(imported_roots(f) & FORBIDDEN[package]) for f in files
+    }
+    assert {f: bad for f, bad in offenders.items() if bad} == {}
