@@ -255,10 +255,8 @@ class ActiveIndex:
         if k < 1:
             raise ToolIndexError("k must be at least 1")
         vector = self.embed_query(query) if isinstance(query, str) else np.asarray(query)
-        total = self.count()
-        if total == 0:
-            return [], []
-        fetch = min(total, k + len(exclude))
+        # No count() round trip: Chroma answers a larger n_results with what it has.
+        fetch = k + len(exclude)
         while True:
             ranked = self._query(vector, fetch)
             hits: list[IndexHit] = []
@@ -267,10 +265,9 @@ class ActiveIndex:
                 if len(hits) == k:
                     break
                 (displaced if hit.id in exclude else hits).append(hit)
-            # HNSW may return fewer than asked: widen until k hits or the whole index.
-            if len(hits) == k or fetch >= total:
+            if len(hits) == k or len(ranked) < fetch:
                 return hits, displaced
-            fetch = min(total, fetch * 2)
+            fetch *= 2
 
     def _query(self, vector: np.ndarray, n: int) -> list[IndexHit]:
         with _chroma_errors("query"):

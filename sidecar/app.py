@@ -254,13 +254,27 @@ class Sidecar:
             raise InvalidInput("query must be a non-empty string")
         if len(query) > MAX_QUERY:
             raise InvalidInput(f"query is longer than {MAX_QUERY} characters")
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-            raise InvalidInput(f"k must be an integer from 1 to {MAX_K}")
-        executed = _plan(after, "after")
-        ctx = _context(context)
+        executed, ctx = _lookup_args(k, after, context)
+        return self._lookup(self.index.embed_query(query), k, executed, ctx)
+
+    def search_vector(
+        self,
+        vector: Sequence[float],
+        k: int = 5,
+        after: Sequence[str] = (),
+        context: Mapping[str, Any] | None = None,
+    ) -> LookupResult:
+        """:meth:`search` for a caller that embeds its own query (same model and
+        dimension as the index)."""
+        executed, ctx = _lookup_args(k, after, context)
+        return self._lookup(vector, k, executed, ctx)
+
+    def _lookup(
+        self, vector: Any, k: int, executed: tuple[str, ...], ctx: dict[str, Any]
+    ) -> LookupResult:
         matcher = self.matcher()
         blocked, conditional = matcher.next_steps(executed, ctx)
-        hits, displaced = self.index.search_ranked(query, k, exclude=blocked.keys())
+        hits, displaced = self.index.search_ranked(vector, k, exclude=blocked.keys())
         withheld = [
             Withheld(h.id, c.rule, c.pointer, c.chain_id, why)
             for h in displaced
@@ -405,6 +419,14 @@ def _redacted(report: ChainReport) -> ChainReport:
     return replace(
         report, failure=failure, constraint=constraint, logs=tuple(redact(list(report.logs)))
     )
+
+
+def _lookup_args(
+    k: int, after: Sequence[str], context: Mapping[str, Any] | None
+) -> tuple[tuple[str, ...], dict[str, Any]]:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise InvalidInput(f"k must be an integer from 1 to {MAX_K}")
+    return _plan(after, "after"), _context(context)
 
 
 def _plan(tools: Sequence[str], where: str) -> tuple[str, ...]:

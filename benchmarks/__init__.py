@@ -1,0 +1,2 @@
+"""Benchmarks: outside the default test run; each emits JSON with ratios against a
+baseline measured in the same run."""
