@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sqlite3
 import time
@@ -40,6 +41,7 @@ from cold_store.errors import (
 from cold_store.publish import is_temp, make_dirs, publish
 
 STALE_TEMP_SECONDS = 600.0
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,200}")
 
 _INDEX_DDL = """
 CREATE TABLE IF NOT EXISTS files (
@@ -138,16 +140,24 @@ class ParquetTable:
             if rel in known:
                 continue
             try:
-                keys = pq.read_table(path, columns=[self.key]).column(self.key).to_pylist()
+                handle = pq.ParquetFile(path)
+                keys = handle.read(columns=[self.key]).column(self.key).to_pylist()
+                groups = [
+                    handle.metadata.row_group(i).num_rows for i in range(handle.num_row_groups)
+                ]
             except (pa.ArrowException, OSError) as exc:
                 self._quarantine(rel, f"unreadable on reconcile: {exc}")
                 continue
-            self._index_file(rel, keys)
+            self._index_file(rel, keys, groups)
             added.append(rel)
         return added
 
-    def _index_file(self, rel: str, keys: Sequence[str]) -> None:
-        size = self.row_group_size
+    def _index_file(self, rel: str, keys: Sequence[str], groups: Sequence[int]) -> None:
+        """Index ``keys`` (in file order) of a file whose row groups hold ``groups`` rows.
+        A key already indexed keeps its first copy, unless that copy was quarantined."""
+        positions = [(g, r) for g, size in enumerate(groups) for r in range(size)]
+        if len(positions) != len(keys):
+            raise SchemaError(f"{rel}: {len(keys)} keys but {len(positions)} rows in row groups")
         self._db.execute("BEGIN IMMEDIATE")
         try:
             self._db.execute(
@@ -155,8 +165,11 @@ class ParquetTable:
                 (rel, len(keys), time.time()),
             )
             self._db.executemany(
-                "INSERT OR IGNORE INTO keys(key, file, row_group, row) VALUES (?, ?, ?, ?)",
-                [(k, rel, i // size, i % size) for i, k in enumerate(keys)],
+                "INSERT INTO keys(key, file, row_group, row) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET file=excluded.file, "
+                "row_group=excluded.row_group, row=excluded.row "
+                "WHERE keys.file IN (SELECT name FROM files WHERE status='quarantined')",
+                [(k, rel, g, r) for k, (g, r) in zip(keys, positions, strict=True)],
             )
             self._db.execute("COMMIT")
         except BaseException:
@@ -185,26 +198,35 @@ class ParquetTable:
 
     # ---- writes -------------------------------------------------------------------
     def append(self, rows: Sequence[Mapping[str, Any]]) -> AppendResult:
-        """Store rows whose key is new, one new immutable file per partition value."""
+        """Store rows whose key is new, one new immutable file per partition value.
+
+        Every row is validated before anything is published: a bad row raises
+        :class:`SchemaError` and no file of the call is written.
+        """
         fresh: dict[str, Mapping[str, Any]] = {}
         skipped: list[str] = []
         for row in rows:
             key = row.get(self.key)
-            if not isinstance(key, str) or not key:
-                raise SchemaError(f"every row needs a non-empty string {self.key!r}")
+            if not isinstance(key, str) or not _SAFE_NAME.fullmatch(key):
+                raise SchemaError(
+                    f"every row needs a {self.key!r} made of letters, digits and . _ : -"
+                )
             if key in fresh or self.contains(key):
                 skipped.append(key)
             else:
                 fresh[key] = row
         by_partition: dict[str, list[Mapping[str, Any]]] = {}
         for row in fresh.values():
-            by_partition.setdefault(str(row[self.partition_by]), []).append(row)
+            value = row.get(self.partition_by)
+            if not isinstance(value, str) or not _SAFE_NAME.fullmatch(value) or ".." in value:
+                raise SchemaError(
+                    f"{self.partition_by!r} must be a string of letters, digits and . _ : -"
+                    f", got {value!r}"
+                )
+            by_partition.setdefault(value, []).append(row)
+        tables = {value: self._to_table(part) for value, part in sorted(by_partition.items())}
         files: list[str] = []
-        for value, part_rows in sorted(by_partition.items()):
-            try:
-                table = pa.Table.from_pylist(list(part_rows), schema=self.schema)
-            except (pa.ArrowException, TypeError, ValueError) as exc:
-                raise SchemaError(f"rows do not fit table {self.name!r}: {exc}") from exc
+        for value, table in tables.items():
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
             rel = f"{self.partition_by}={value}/part-{stamp}-{uuid.uuid4().hex}.parquet"
             try:
@@ -212,7 +234,8 @@ class ParquetTable:
             except (pa.ArrowException, OSError) as exc:
                 raise CommitFailed(f"publishing to {self.name!r} failed: {exc}") from exc
             try:
-                self._index_file(rel, [r[self.key] for r in part_rows])
+                groups = [len(b) for b in table.to_batches(max_chunksize=self.row_group_size)]
+                self._index_file(rel, table.column(self.key).to_pylist(), groups)
             except sqlite3.Error as exc:
                 raise CommitStateUnknown(
                     f"{rel} is published but not indexed ({exc}); reopen the table to reconcile"
@@ -220,15 +243,52 @@ class ParquetTable:
             files.append(rel)
         return AppendResult(tuple(fresh), tuple(skipped), tuple(files))
 
+    def _to_table(self, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+        for row in rows:
+            for f in self.schema:
+                value = row.get(f.name)
+                if value is None and not f.nullable:
+                    raise SchemaError(
+                        f"rows do not fit table {self.name!r}: {f.name} is required "
+                        f"(row {row[self.key]!r})"
+                    )
+                if (
+                    pa.types.is_list(f.type)
+                    and value is not None
+                    and not isinstance(value, list | tuple)
+                ):
+                    raise SchemaError(
+                        f"rows do not fit table {self.name!r}: {f.name} must be a list"
+                    )
+        try:
+            table = pa.Table.from_pylist(list(rows), schema=self.schema)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise SchemaError(f"rows do not fit table {self.name!r}: {exc}") from exc
+        # one contiguous chunk, so the row groups written match to_batches() above
+        return table.combine_chunks()
+
     def _write(self, table: pa.Table, handle: Any) -> None:
         pq.write_table(table, handle, row_group_size=self.row_group_size, compression="zstd")
 
     # ---- reads --------------------------------------------------------------------
     def contains(self, key: str) -> bool:
-        return self._db.execute("SELECT 1 FROM keys WHERE key=?", (key,)).fetchone() is not None
+        """Whether ``key`` is stored in a readable file (a quarantined copy does not
+        count, so the record can be archived again)."""
+        return (
+            self._db.execute(
+                "SELECT 1 FROM keys k JOIN files f ON f.name = k.file "
+                "WHERE k.key=? AND f.status='ok'",
+                (key,),
+            ).fetchone()
+            is not None
+        )
 
     def count(self) -> int:
-        return int(self._db.execute("SELECT COUNT(*) FROM keys").fetchone()[0])
+        return int(
+            self._db.execute(
+                "SELECT COUNT(*) FROM keys k JOIN files f ON f.name = k.file WHERE f.status='ok'"
+            ).fetchone()[0]
+        )
 
     def all_keys(self) -> list[str]:
         """Every indexed key, in publication order."""
@@ -236,7 +296,7 @@ class ParquetTable:
             r[0]
             for r in self._db.execute(
                 "SELECT k.key FROM keys k JOIN files f ON f.name = k.file "
-                "ORDER BY f.seq, k.row_group, k.row"
+                "WHERE f.status='ok' ORDER BY f.seq, k.row_group, k.row"
             )
         ]
 

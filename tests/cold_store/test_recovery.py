@@ -320,3 +320,16 @@ def test_a_successful_append_leaves_no_temp_file(store: ColdStore) -> None:
     leftovers = [p for p in store.root.rglob("*") if p.is_file() and p.name.startswith(".")]
     assert leftovers == []
     assert len(parquet_files(store.root)) == 2
+
+
+def test_a_quarantined_record_can_be_archived_again(store: ColdStore) -> None:
+    (bad_rel, _good_rel) = seed(store)
+    corrupt(store.chains.dir / bad_rel)
+    with pytest.raises(RecordQuarantined):
+        store.chains.get("c1")
+    assert not store.chains.contains("c1")
+    assert "c1" not in store.chains.all_keys()
+    result = store.chains.append([SEEDED[0]])
+    assert result.written == ("c1",)
+    assert store.chains.get("c1") == SEEDED[0]
+    assert store.chains.count() == 2  # c1 again, c3; c2 stays quarantined

@@ -372,3 +372,15 @@ def test_schema_is_the_chains_layout(store: ColdStore) -> None:
 
     assert pq.read_schema(path).equals(CHAINS, check_metadata=False)
     assert pq.read_schema(path).field("archived_at").type == pa.timestamp("us", tz="UTC")
+
+
+@pytest.mark.parametrize("key", ["a/b", "with space", "", "x" * 201])
+def test_keys_that_no_pointer_could_name_are_refused(store: ColdStore, key: str) -> None:
+    with pytest.raises(SchemaError):
+        store.chains.append([chain_row(key)])
+    assert store.chains.count() == 0
+
+
+def test_a_string_for_a_list_column_is_refused(store: ColdStore) -> None:
+    with pytest.raises(SchemaError, match="topology must be a list"):
+        store.chains.append([chain_row("c1", topology="abc")])
