@@ -215,7 +215,9 @@ def test_real_model_search_from_the_shell(tmp_path: Path) -> None:
     catalog = tmp_path / "catalog.jsonl"
     catalog.write_text(catalog_text())
     assert run(home, "tools", "add", str(catalog), embedder="minilm").returncode == 0
-    proc = run(home, "search", "weather forecast for the weekend", "-k", "2", "--json", embedder="minilm")
+    proc = run(
+        home, "search", "weather forecast for the weekend", "-k", "2", "--json", embedder="minilm"
+    )
     assert proc.returncode == 0, proc.stderr
     assert as_json(proc)["hits"][0]["tool_id"] == "weather_forecast"
 

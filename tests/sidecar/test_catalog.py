@@ -84,7 +84,7 @@ def test_sidecar_line_with_credentials_and_pin() -> None:
     "bad_id", ["", "has space", "a" * 129, "semi;colon", "a>b", "ünï", 42, None]
 )
 def test_ids_follow_mcp_name_rules(bad_id: object) -> None:
-    with pytest.raises(ToolFormatError, match="tool name|must be a string"):
+    with pytest.raises(ToolFormatError, match=r"tool name|must be a string"):
         parse_tool({"tool_id": bad_id, "description": "x"})
 
 
@@ -133,7 +133,9 @@ def test_invalid_definitions_get_clear_errors(item: dict[str, Any], message: str
 
 
 def test_duplicates_keep_the_last_definition() -> None:
-    tools = load_tools([{"tool_id": "t", "description": "old"}, {"tool_id": "t", "description": "new"}])
+    tools = load_tools(
+        [{"tool_id": "t", "description": "old"}, {"tool_id": "t", "description": "new"}]
+    )
     assert [(t.tool_id, t.description) for t in tools] == [("t", "new")]
 
 

@@ -42,7 +42,10 @@ def brute_next(cs: Sequence[ArchivedConstraint], after: Sequence[str]) -> set[tu
         if c.gapped:
             ok = is_subsequence(c.prefix, after)
         else:
-            ok = len(after) >= len(c.prefix) and tuple(after[len(after) - len(c.prefix) :]) == c.prefix
+            ok = (
+                len(after) >= len(c.prefix)
+                and tuple(after[len(after) - len(c.prefix) :]) == c.prefix
+            )
         if ok:
             out.add((c.terminal, c.chain_id))
     return out

@@ -110,7 +110,9 @@ def test_the_prefix_only_matters_as_a_suffix_run(sc: Sidecar) -> None:
     sc.report(abandoned(FATAL, "HTTP 413"))
     ids = [
         h.tool_id
-        for h in sc.search("extract prices", k=3, after=["web_search", "html_parser", "calculator"]).hits
+        for h in sc.search(
+            "extract prices", k=3, after=["web_search", "html_parser", "calculator"]
+        ).hits
     ]
     assert "llm_extractor" in ids
 

@@ -15,7 +15,8 @@ SECRETS = {
     "stripe key": "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
     "slack token": "xoxb-" + "123456789012-abcdefghijkl",
     "google key": "AIza" + "SyA-1234567890abcdefghijklmnopqrstu",
-    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+    + "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
     "gitlab token": "glpat-" + "abcdefghij1234567890",
 }
 

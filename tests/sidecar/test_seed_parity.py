@@ -59,7 +59,9 @@ def test_sidecar_digest_over_the_parquet_archive(tmp_path: Path) -> None:
         with pytest.raises(EmptyArchive, match="Cannot build an empty abandoned chain archive"):
             sc.digest()
         for c in SEED_CHAINS:
-            result = sc.report(abandoned(c.topology, c.signature, rule=c.rule, kind="deterministic"))
+            result = sc.report(
+                abandoned(c.topology, c.signature, rule=c.rule, kind="deterministic")
+            )
             assert result.status == "archived"
         assert sc.digest() == SEED_DIGEST
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path) as sc:  # survives reopening
