@@ -156,12 +156,26 @@ class ActiveIndex:
                 if embeddings is not None
                 else self._embedder.embed([r.document for r in chunk])
             )
+            # Chroma merges metadata on upsert; a key the new record lacks is removed by
+            # sending it as None, so the record is replaced, not merged.
+            with _chroma_errors("get"):
+                old = self._collection.get(ids=[r.id for r in chunk], include=["metadatas"])
+            stale = {
+                rid: [key for key in (meta or {}) if key != ID_KEY]
+                for rid, meta in zip(old["ids"], old["metadatas"] or [], strict=True)
+            }
+            metadatas: list[dict[str, Any]] = []
+            for r in chunk:
+                meta: dict[str, Any] = dict.fromkeys(stale.get(r.id, ()))
+                meta.update(r.metadata)
+                meta[ID_KEY] = r.id
+                metadatas.append(meta)
             with _chroma_errors("upsert"):
                 self._collection.upsert(
                     ids=[r.id for r in chunk],
                     embeddings=np.asarray(vectors, dtype=np.float32),
                     documents=[r.document for r in chunk],
-                    metadatas=[{**r.metadata, ID_KEY: r.id} for r in chunk],
+                    metadatas=metadatas,
                 )
             done += len(chunk)
             if progress is not None:
@@ -213,6 +227,8 @@ class ActiveIndex:
 
     def scan(self, page_size: int = 1000) -> Iterator[IndexRecord]:
         """Every record, in pages, without embeddings."""
+        if page_size < 1:
+            raise ToolIndexError("page_size must be at least 1")
         offset = 0
         size = min(page_size, self._max_batch)
         while True:
@@ -281,6 +297,7 @@ class ActiveIndex:
         metas = (got["metadatas"] or [[]])[0]
         dists = (got["distances"] or [[]])[0]
         return [
-            IndexHit(rid, 1.0 - float(dist), doc or "", dict(meta or {}))
+            # float32 distances can stray just outside [0, 2]
+            IndexHit(rid, min(1.0, max(-1.0, 1.0 - float(dist))), doc or "", dict(meta or {}))
             for rid, doc, meta, dist in zip(ids, docs, metas, dists, strict=True)
         ]

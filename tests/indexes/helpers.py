@@ -8,8 +8,8 @@ from typing import Any
 class CallRecorder:
     """Pass-through wrapper around the *real* Chroma collection.
 
-    Every call still goes to Chroma; the wrapper only records how many ids (or, for a
-    paged ``get``, the ``limit``) each call carried, so batch sizes can be asserted.
+    Every call still goes to Chroma; the wrapper only records how many ids (for a paged
+    ``get`` the ``limit``, for a ``query`` the ``n_results``) each call carried.
     """
 
     def __init__(self, inner: Any) -> None:
@@ -35,6 +35,10 @@ class CallRecorder:
     def delete(self, **kwargs: Any) -> Any:
         self._record("delete", kwargs)
         return self._inner.delete(**kwargs)
+
+    def query(self, **kwargs: Any) -> Any:
+        self.calls.append(("query", int(kwargs["n_results"])))
+        return self._inner.query(**kwargs)
 
     def sizes(self, op: str) -> list[int]:
         return [n for name, n in self.calls if name == op]

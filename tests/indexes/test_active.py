@@ -163,6 +163,20 @@ def test_duplicate_ids_in_one_upsert_raise_and_write_nothing(index: ActiveIndex)
     assert index.count() == 0
 
 
+def test_duplicate_ids_in_different_batches_raise_and_write_nothing(
+    small_batch_index: tuple[ActiveIndex, CallRecorder],
+) -> None:
+    # with a max batch of 3, Chroma never sees both copies in one call: only the
+    # index's own check can catch them (otherwise the last one would silently win)
+    index, recorder = small_batch_index
+    records = [*ten_records()[:5], IndexRecord("r0", "a second r0")]
+    with pytest.raises(ToolIndexError, match="duplicate") as info:
+        index.upsert(records)
+    assert not isinstance(info.value, IndexBackendError)
+    assert recorder.sizes("upsert") == []
+    assert index.count() == 0
+
+
 def test_embeddings_of_wrong_length_raise_and_write_nothing(index: ActiveIndex) -> None:
     with pytest.raises(ToolIndexError) as info:
         index.upsert(TOOLS, embeddings=plane_vectors([0.0, 10.0]))
@@ -430,6 +444,15 @@ def test_search_exclude_returns_k_whenever_enough_records_remain(geo: ActiveInde
     hits = geo.search(axis(), k, exclude=exclude)
     assert [h.id for h in hits] == expected
     assert len(hits) == k
+
+
+def test_search_exclude_overfetches_in_a_single_query(geo: ActiveIndex) -> None:
+    """Exclusions are handled by one over-fetched query, not by re-querying."""
+    recorder = CallRecorder(geo._collection)
+    geo._collection = recorder
+    hits = geo.search(axis(), 3, exclude=["g0", "g1", "g2"])
+    assert [h.id for h in hits] == ["g3", "g4", "g5"]
+    assert len(recorder.sizes("query")) == 1
 
 
 def test_search_exclude_with_unknown_ids(geo: ActiveIndex) -> None:
