@@ -34,3 +34,24 @@ CHAINS = pa.schema(
         pa.field("record_version", pa.int32(), nullable=False),
     ]
 )
+
+TOOLS = pa.schema(
+    [
+        pa.field("record_id", pa.string(), nullable=False),
+        pa.field("archive_date", pa.string(), nullable=False),
+        pa.field("evicted_at", _TS, nullable=False),
+        pa.field("tool_id", pa.string(), nullable=False),
+        pa.field("tool_type", pa.string(), nullable=False),
+        pa.field("description", pa.string(), nullable=False),
+        pa.field("document", pa.string(), nullable=False),
+        pa.field("input_schema_json", pa.string(), nullable=False),
+        pa.field("metadata_json", pa.string(), nullable=False),
+        pa.field("credentials_json", pa.string(), nullable=False),
+        pa.field("chain_ids", pa.list_(pa.string()), nullable=False),
+        pa.field("decision_json", pa.string(), nullable=False),
+        pa.field("schema_bytes", pa.int64(), nullable=False),
+        pa.field("schema_tokens", pa.int64(), nullable=False),
+        pa.field("record_version", pa.int32(), nullable=False),
+    ]
+)
+"""Evicted tools: the full hot record of a tool at the moment it left the active index."""

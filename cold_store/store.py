@@ -27,14 +27,21 @@ def parse_pointer(pointer: str) -> tuple[str, str]:
 
 
 class ColdStore:
-    """Opens the cold tables under ``root``; resolves pointers to full records."""
+    """Opens the cold tables under ``root``; resolves pointers to full records.
+
+    ``chains``: abandoned chains (``cold://chains/<chain_id>``); ``tools``: evicted
+    tools (``cold://tools/<record_id>``).
+    """
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.chains = ParquetTable(
             self.root, "chains", schemas.CHAINS, key="chain_id", partition_by="archive_date"
         )
-        self._tables = {"chains": self.chains}
+        self.tools = ParquetTable(
+            self.root, "tools", schemas.TOOLS, key="record_id", partition_by="archive_date"
+        )
+        self._tables = {"chains": self.chains, "tools": self.tools}
 
     def table(self, name: str) -> ParquetTable:
         return self._tables[name]

@@ -15,8 +15,9 @@ neither.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -30,16 +31,20 @@ from cold_store import (
     RecordNotFound,
     make_pointer,
 )
-from indexes import ActiveIndex, Embedder, IndexRecord, ToolIndexError
+from indexes import ID_KEY, ActiveIndex, Embedder, IndexRecord, ToolIndexError
 from sidecar import archive
 from sidecar.classify import classify
 from sidecar.constraints import ConstraintMatcher
 from sidecar.errors import EmptyArchive, InvalidInput, NotFound
+from sidecar.eviction import EvictionReport, Evictor, ToolDecision
+from sidecar.journal import Journal
+from sidecar.lock import LockBusy
 from sidecar.model import (
     ChainReport,
     CheckMode,
     CheckResult,
     ConstraintSpec,
+    CredentialRef,
     Failure,
     IntakeResult,
     LookupHit,
@@ -48,14 +53,25 @@ from sidecar.model import (
     Withheld,
     check_tool_id,
 )
-from sidecar.redact import redact
+from sidecar.redact import redact, redact_schema, redact_text
 from sidecar.reports import parse_condition, parse_report, validate_abandoned
+from sidecar.revocation import Ledger, Revoker, make_revoker
 from sidecar.settings import Settings
 from sidecar.state import StateStore
 
 MAX_K = 100
 MAX_QUERY = 2_048
 MAX_PLAN = 256
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    tool_id: str
+    pointer: str
+    lifted: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tool_id": self.tool_id, "pointer": self.pointer, "lifted": list(self.lifted)}
 
 
 @dataclass(frozen=True)
@@ -94,7 +110,13 @@ class Sidecar:
         self._index: ActiveIndex | None = None
         self._matcher: ConstraintMatcher | None = None
         self._matcher_rev = -1
+        self.journal = Journal(self._state)
+        self.ledger = Ledger(self._state)
         self.reconcile()
+        if self.journal.unfinished():
+            # a crashed eviction: finish it now unless another process is doing so
+            with contextlib.suppress(LockBusy):
+                self.recover()
 
     @classmethod
     def open(cls, embedder: Embedder | None = None, **overrides: Any) -> Sidecar:
@@ -192,9 +214,21 @@ class Sidecar:
     # ---- tools --------------------------------------------------------------------
     def add_tools(self, tools: Sequence[Tool]) -> AddToolsResult:
         """Upsert tools into the hot index (credentials go to the state store)."""
-        unique = list({t.tool_id: t for t in tools}.values())
+        unique = [_redacted_tool(t) for t in {t.tool_id: t for t in tools}.values()]
         if not unique:
             return AddToolsResult((), ())
+        evicted = self.journal.evicted()
+        moving = self.journal.in_flight_tools()
+        refused = sorted(t.tool_id for t in unique if t.tool_id in evicted or t.tool_id in moving)
+        if refused:
+            where = ", ".join(
+                f"{t} ({evicted[t].pointer if t in evicted else 'eviction in progress'})"
+                for t in refused
+            )
+            raise InvalidInput(
+                f"evicted tool(s) cannot be re-added: {where}; bring one back with "
+                "`sidecar restore TOOL_ID --reason ...`"
+            )
         existing = self.index.existing(t.tool_id for t in unique)
         records = [
             IndexRecord(
@@ -274,10 +308,13 @@ class Sidecar:
     ) -> LookupResult:
         matcher = self.matcher()
         blocked, conditional = matcher.next_steps(executed, ctx)
-        hits, displaced = self.index.search_ranked(vector, k, exclude=blocked.keys())
+        # a tool whose eviction has begun is never served, even before its hot delete
+        exclude = blocked.keys() | self.journal.in_flight_tools()
+        hits, displaced = self.index.search_ranked(vector, k, exclude=exclude)
         withheld = [
             Withheld(h.id, c.rule, c.pointer, c.chain_id, why)
             for h in displaced
+            if h.id in blocked
             for c, why in blocked[h.id]
         ]
         limit = self.settings.max_warnings_per_tool
@@ -366,7 +403,14 @@ class Sidecar:
         )
         self._cold.chains.append([row])
         self._compile(row)
-        return IntakeResult("archived", cid, pointer, f"deterministic: {kind_note}")
+        reason = f"deterministic: {kind_note}"
+        if self.settings.evict_on_report:
+            try:
+                evicted = self.evict().evicted
+                reason += f"; evicted {', '.join(d.tool_id for d in evicted) or 'nothing'}"
+            except LockBusy:
+                reason += "; eviction skipped: another eviction is running"
+        return IntakeResult("archived", cid, pointer, reason)
 
     def _snapshots(self, topology: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
         try:
@@ -385,15 +429,77 @@ class Sidecar:
         types = [tools[t].tool_type if t in tools else "unknown" for t in topology]
         return snaps, types
 
+    # ---- eviction -----------------------------------------------------------------
+    def evictor(self) -> Evictor:
+        return Evictor(self, crash_at=self.settings.crash_at)
+
+    def decide(self) -> list[ToolDecision]:
+        """What an eviction would do now, per prefix tool, with the chains behind it."""
+        return self.evictor().decide()
+
+    def evict(
+        self, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
+    ) -> EvictionReport:
+        """Run the decision and the moves (raises :class:`LockBusy` if one is running)."""
+        return self.evictor().run(dry_run=dry_run, progress=progress)
+
+    def recover(self) -> int:
+        """Finish moves a crash interrupted; returns how many."""
+        return self.evictor().recover()
+
+    def restore(self, tool_id: str, reason: str, lift_constraints: bool = False) -> RestoreResult:
+        """Bring an evicted tool back from cold storage into the hot index."""
+        check_tool_id(tool_id)
+        if not reason.strip():
+            raise InvalidInput("a restore needs a reason (what was fixed)")
+        with self.evictor().lock:
+            evicted = self.journal.evicted().get(tool_id)
+            if evicted is None:
+                raise NotFound(f"{tool_id!r} is not an evicted tool")
+            row = self._cold.tools.get(evicted.move_id)
+            metadata = json.loads(row["metadata_json"])
+            metadata.pop(ID_KEY, None)
+            self.index.upsert([IndexRecord(tool_id, row["document"], metadata)])
+            creds = [
+                CredentialRef(c["ref"], tuple(c.get("scopes", ())), c.get("provider"),
+                              c.get("revocation_endpoint"))
+                for c in json.loads(row["credentials_json"])
+            ]  # fmt: skip
+            lifted = []
+            if lift_constraints:
+                for cid in row["chain_ids"]:
+                    if self._state.set_constraint_status(cid, "lifted", f"restore: {reason}"):
+                        lifted.append(cid)
+            self.journal.record_restore(evicted, reason, lifted, creds)
+        return RestoreResult(tool_id, evicted.pointer, tuple(lifted))
+
+    def lift(self, chain_id: str, reason: str) -> None:
+        """Stop enforcing an archived chain's constraint (the record stays for audit)."""
+        if not reason.strip():
+            raise InvalidInput("lifting a constraint needs a reason")
+        if not self._state.set_constraint_status(chain_id, "lifted", reason):
+            raise NotFound(f"no archived chain {chain_id!r}")
+
+    def reinstate(self, chain_id: str, reason: str) -> None:
+        if not self._state.set_constraint_status(chain_id, "active", reason):
+            raise NotFound(f"no archived chain {chain_id!r}")
+
+    def run_revocations(self, revoker: Revoker | None = None) -> dict[str, int]:
+        return self.ledger.run(revoker or make_revoker(self.settings.revoker))
+
     # ---- audit --------------------------------------------------------------------
     def audit(self, pointer: str) -> dict[str, Any]:
+        """The full cold record behind a chain or tool pointer, JSON columns decoded."""
         try:
             row = self._cold.resolve(pointer)
         except PointerError as exc:
             raise InvalidInput(str(exc)) from None
         except RecordNotFound as exc:
             raise NotFound(f"nothing archived at {pointer}") from exc
-        return archive.audit_view(row, pointer)
+        view = archive.audit_view(row, pointer)
+        if pointer.startswith("cold://tools/"):
+            view["restores"] = self.journal.restores(view["tool_id"])
+        return view
 
     def digest(self) -> str:
         entries = [
@@ -406,6 +512,14 @@ class Sidecar:
 
     def quarantined(self) -> list[QuarantinedFile]:
         return self._cold.quarantined()
+
+
+def _redacted_tool(tool: Tool) -> Tool:
+    return replace(
+        tool,
+        description=redact_text(tool.description),
+        input_schema=redact_schema(dict(tool.input_schema)),
+    )
 
 
 def _redacted(report: ChainReport) -> ChainReport:

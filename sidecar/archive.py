@@ -11,13 +11,6 @@ from typing import Any
 from sidecar.model import ChainReport, CredentialRef
 
 RECORD_VERSION = 1
-_JSON_COLUMNS = (
-    "error_json",
-    "condition_json",
-    "tool_snapshots_json",
-    "credentials_json",
-    "logs_json",
-)
 
 
 def chain_id(report: ChainReport) -> str:
@@ -102,7 +95,7 @@ def audit_view(row: Mapping[str, Any], pointer: str) -> dict[str, Any]:
     """A cold row as a plain JSON-ready record: JSON columns decoded, times as ISO."""
     out: dict[str, Any] = {"pointer": pointer}
     for key, value in row.items():
-        if key in _JSON_COLUMNS:
+        if key.endswith("_json"):
             out[key.removesuffix("_json")] = json.loads(value) if value else None
         elif isinstance(value, datetime):
             out[key] = value.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -6,7 +6,7 @@ before a command needs it, so ``sidecar --help`` answers at once.
 
 Exit codes: 0 ok; 1 storage or internal failure; 2 invalid input or usage;
 3 ``check`` found the plan unsafe; 4 ``report`` rejected at least one line;
-5 not found.
+5 not found; 6 another eviction holds the lock.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:
     from sidecar.app import Sidecar
 
-EXIT_OK, EXIT_FAILURE, EXIT_INVALID, EXIT_BLOCKED, EXIT_REJECTED, EXIT_NOT_FOUND = 0, 1, 2, 3, 4, 5
+EXIT_OK, EXIT_FAILURE, EXIT_INVALID, EXIT_BLOCKED, EXIT_REJECTED = 0, 1, 2, 3, 4
+EXIT_NOT_FOUND, EXIT_BUSY = 5, 6
 
 
 class UsageError(Exception):
@@ -223,6 +224,118 @@ def cmd_archive_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _progress(done: int, total: int) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    sys.stderr.write(f"\r[{'#' * filled}{' ' * (width - filled)}] {done}/{total} tools")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def cmd_evict(args: argparse.Namespace) -> int:
+    with _open(args) as sc:
+        if args.recover:
+            moves = sc.recover()
+            _emit(args, {"recovered_moves": moves}, lambda: f"recovered {moves} move(s)")
+            return EXIT_OK
+        progress = _progress if sys.stderr.isatty() and not args.json else None
+        report = sc.evict(dry_run=args.dry_run, progress=progress)
+    out = report.to_dict()
+
+    def human() -> str:
+        verb = "would evict" if report.dry_run else "evicted"
+        lines = [f"{verb} {len(report.evicted)} tool(s), kept {len(report.kept)} with constraints"]
+        lines += [f"  - {d.tool_id}: {d.reason} ({len(d.chains)} chain(s))" for d in report.evicted]
+        lines += [f"  + {d.tool_id}: {d.reason}" for d in report.kept]
+        r = report.reclaimed
+        lines.append(
+            f"reclaimed: {r['tools']} tools, {r['schema_bytes']} schema bytes, "
+            f"{r['schema_tokens']} schema tokens ({r['tokenizer']})"
+        )
+        lines.append(f"revocation mandates: {report.mandates}")
+        if report.recovered_moves:
+            lines.append(f"recovered {report.recovered_moves} interrupted move(s)")
+        lines.append(f"took {report.duration_s:.2f}s")
+        return "\n".join(lines)
+
+    _emit(args, out, human)
+    return EXIT_OK
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    with _open(args) as sc:
+        result = sc.restore(args.tool_id, args.reason, lift_constraints=args.lift_constraints)
+    _emit(
+        args,
+        result.to_dict(),
+        lambda: (
+            f"restored {result.tool_id} from {result.pointer}"
+            + (f"; lifted {', '.join(result.lifted)}" if result.lifted else "")
+        ),
+    )
+    return EXIT_OK
+
+
+def cmd_revocations(args: argparse.Namespace) -> int:
+    with _open(args) as sc:
+        mandates = sc.ledger.list(args.status)
+
+    def human() -> str:
+        if not mandates:
+            return "no revocation mandates"
+        return "\n".join(
+            f"{m.status:<11} {m.ref}  tools={','.join(m.tool_ids)}  attempts={m.attempts}"
+            + (f"  ({m.last_error})" if m.last_error else "")
+            for m in mandates
+        )
+
+    _emit(args, {"mandates": [m.to_dict() for m in mandates]}, human)
+    return EXIT_OK
+
+
+def cmd_revocations_run(args: argparse.Namespace) -> int:
+    with _open(args) as sc:
+        tally = sc.run_revocations()
+        revoker = sc.settings.revoker
+    _emit(
+        args,
+        {"revoker": revoker, "results": tally},
+        lambda: (
+            f"{revoker}: "
+            + (", ".join(f"{n} {status}" for status, n in sorted(tally.items())) or "nothing due")
+        ),
+    )
+    return EXIT_OK
+
+
+def cmd_constraints_list(args: argparse.Namespace) -> int:
+    with _open(args) as sc:
+        rows = sc.state.constraint_rows(include_lifted=args.all)
+
+    def human() -> str:
+        if not rows:
+            return "no constraints"
+        return "\n".join(
+            f"{r['status']:<7} {r['chain_id']}  {'>'.join(r['sequence'])}  {r['rule']}"
+            for r in rows
+        )
+
+    _emit(args, {"constraints": rows}, human)
+    return EXIT_OK
+
+
+def cmd_constraints_lift(args: argparse.Namespace) -> int:
+    with _open(args) as sc:
+        if args.reinstate:
+            sc.reinstate(args.chain_id, args.reason)
+        else:
+            sc.lift(args.chain_id, args.reason)
+    state = "active" if args.reinstate else "lifted"
+    _emit(args, {"chain_id": args.chain_id, "status": state}, lambda: f"{args.chain_id}: {state}")
+    return EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from sidecar.demo import run_demo
 
@@ -308,6 +421,49 @@ def build_parser() -> argparse.ArgumentParser:
     st = arch_sub.add_parser("status", parents=[common], help="counts and quarantined files")
     st.set_defaults(func=cmd_archive_status)
 
+    evict = sub.add_parser(
+        "evict", parents=[common], help="evict dead-end prefix tools to cold storage"
+    )
+    evict.add_argument("--dry-run", action="store_true", help="decide and report; change nothing")
+    evict.add_argument(
+        "--recover", action="store_true", help="only finish moves a crash interrupted"
+    )
+    evict.set_defaults(func=cmd_evict)
+
+    restore = sub.add_parser(
+        "restore", parents=[common], help="bring an evicted tool back from cold storage"
+    )
+    restore.add_argument("tool_id", metavar="TOOL_ID")
+    restore.add_argument("--reason", required=True, help="what was fixed (kept for audit)")
+    restore.add_argument(
+        "--lift-constraints",
+        action="store_true",
+        help="also stop enforcing the chains that drove its eviction",
+    )
+    restore.set_defaults(func=cmd_restore)
+
+    rev = sub.add_parser("revocations", parents=[common], help="credential revocation mandates")
+    rev.add_argument(
+        "--status", choices=["pending", "submitted", "revoked", "failed", "unsupported"]
+    )
+    rev.set_defaults(func=cmd_revocations)
+    rev_sub = rev.add_subparsers(dest="revocations_command", metavar="ACTION")
+    rev_run = rev_sub.add_parser(
+        "run", parents=[common], help="apply the configured revoker to due mandates"
+    )
+    rev_run.set_defaults(func=cmd_revocations_run)
+
+    cons = sub.add_parser("constraints", parents=[common], help="archived negative constraints")
+    cons_sub = cons.add_subparsers(dest="constraints_command", metavar="ACTION", required=True)
+    cons_list = cons_sub.add_parser("list", parents=[common], help="list constraints")
+    cons_list.add_argument("--all", action="store_true", help="include lifted ones")
+    cons_list.set_defaults(func=cmd_constraints_list)
+    lift = cons_sub.add_parser("lift", parents=[common], help="stop enforcing a chain's constraint")
+    lift.add_argument("chain_id", metavar="CHAIN_ID")
+    lift.add_argument("--reason", required=True)
+    lift.add_argument("--reinstate", action="store_true", help="enforce it again instead")
+    lift.set_defaults(func=cmd_constraints_lift)
+
     demo = sub.add_parser(
         "demo", parents=[common], help="walk through the sediment fallacy and its prevention"
     )
@@ -337,7 +493,12 @@ def _classify_error(exc: Exception) -> tuple[int, str]:
     from cold_store import ColdStoreError
     from indexes import ToolIndexError
     from sidecar.errors import InvalidInput, NotFound, SidecarError
+    from sidecar.lock import LockBusy
 
+    if isinstance(exc, UsageError):
+        return EXIT_INVALID, "usage"
+    if isinstance(exc, LockBusy):
+        return EXIT_BUSY, exc.code
     if isinstance(exc, UsageError):
         return EXIT_INVALID, "usage"
     if isinstance(exc, InvalidInput):

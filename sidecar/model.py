@@ -143,6 +143,7 @@ class ArchivedConstraint:
     pointer: str
     order: int
     """Archive order (0 = first archived), which the seed's prefix check depends on."""
+    archived_at: float = 0.0
 
     @property
     def prefix(self) -> tuple[str, ...]:

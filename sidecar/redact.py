@@ -149,3 +149,31 @@ def looks_like_secret(value: str) -> str | None:
         if _entropy(value) >= 3.5 and classes >= 2:
             return "high-entropy string"
     return None
+
+
+_EXAMPLE_KEYS = frozenset({"default", "example", "examples", "const", "enum"})
+
+
+def redact_schema(schema: Any, sensitive: bool = False) -> Any:
+    """A JSON schema with secrets masked, its structure kept: every string is checked
+    against the value patterns, and example values (``default``, ``example(s)``,
+    ``const``, ``enum``) of a property with a sensitive name are masked whole.  Keys are
+    never treated as secrets, since a property *named* ``api_key`` is a definition."""
+    if isinstance(schema, str):
+        return redact_text(schema)
+    if isinstance(schema, list | tuple):
+        return [redact_schema(v, sensitive) for v in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "properties" and isinstance(value, Mapping):
+            out[key] = {
+                name: redact_schema(prop, is_sensitive_key(str(name)))
+                for name, prop in value.items()
+            }
+        elif sensitive and key in _EXAMPLE_KEYS and value not in (None, "", [], {}):
+            out[key] = redact_all(value)
+        else:
+            out[key] = redact_schema(value, sensitive)
+    return out

@@ -15,6 +15,8 @@ from typing import Any, Literal
 from sidecar.errors import ConfigError
 
 EmbedderName = Literal["minilm", "hashing"]
+CRASH_POINTS = ("after_intent", "after_cold", "after_mandates", "after_hot_delete", "after_done")
+"""The steps of an eviction move after which a test may kill the process."""
 MissingField = Literal["block", "allow"]
 
 
@@ -27,6 +29,9 @@ class Settings:
     chroma_url: str | None = None
     collection: str = "tools"
     max_warnings_per_tool: int = 3
+    revoker: str = "record-only"
+    evict_on_report: bool = False
+    crash_at: str | None = None
 
     @property
     def chroma_path(self) -> Path:
@@ -64,6 +69,9 @@ SETTINGS: dict[str, str] = {
     "chroma_url": "http://host:port of a Chroma server; unset means the embedded store",
     "collection": "name of the Chroma collection holding active tools",
     "max_warnings_per_tool": "fatal sequences named in one lookup hit's warnings, at most",
+    "revoker": "'record-only' (mandates stay pending for operators) or 'rfc7009' (HTTP)",
+    "evict_on_report": "run the eviction after each archived report (true/false)",
+    "crash_at": "testing only: SIGKILL the process at this named eviction crash point",
 }
 
 
@@ -75,6 +83,12 @@ def _parse(name: str, raw: str) -> Any:
             raise ConfigError(f"SIDECAR_{name.upper()} must be an integer, got {raw!r}") from None
     if name == "home":
         return Path(raw)
+    if name == "evict_on_report":
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"SIDECAR_EVICT_ON_REPORT must be true or false, got {raw!r}")
     return raw
 
 
@@ -89,6 +103,10 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("max_warnings_per_tool must be >= 0")
     if s.chroma_url is not None and not s.chroma_url.startswith(("http://", "https://")):
         raise ConfigError(f"chroma_url must start with http:// or https://, got {s.chroma_url!r}")
+    if s.revoker not in ("record-only", "rfc7009"):
+        raise ConfigError(f"revoker must be 'record-only' or 'rfc7009', got {s.revoker!r}")
+    if s.crash_at is not None and s.crash_at not in CRASH_POINTS:
+        raise ConfigError(f"crash_at must be one of {', '.join(CRASH_POINTS)}")
     if not s.collection or len(s.collection) < 3:
         raise ConfigError("collection must be at least 3 characters")
     return replace(s, home=Path(s.home))

@@ -17,7 +17,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from sidecar.model import ArchivedConstraint, Condition, CredentialRef
@@ -46,6 +46,30 @@ CREATE TABLE IF NOT EXISTS constraints (
     gapped INTEGER NOT NULL, pointer TEXT NOT NULL,
     status TEXT NOT NULL DEFAULT 'active', archived_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS constraint_events (
+    chain_id TEXT NOT NULL, action TEXT NOT NULL, reason TEXT NOT NULL, at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS moves (
+    move_id TEXT PRIMARY KEY, tool_id TEXT NOT NULL, status TEXT NOT NULL,
+    snapshot TEXT NOT NULL, chain_ids TEXT NOT NULL, created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS moves_status ON moves(status);
+CREATE TABLE IF NOT EXISTS evicted_tools (
+    tool_id TEXT PRIMARY KEY, move_id TEXT NOT NULL, pointer TEXT NOT NULL,
+    evicted_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS restores (
+    tool_id TEXT NOT NULL, move_id TEXT NOT NULL, reason TEXT NOT NULL,
+    lifted TEXT NOT NULL, restored_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS mandates (
+    idempotency_key TEXT PRIMARY KEY, tool_ids TEXT NOT NULL, move_id TEXT NOT NULL,
+    chain_ids TEXT NOT NULL, ref TEXT NOT NULL, scopes TEXT NOT NULL, provider TEXT,
+    revocation_endpoint TEXT, status TEXT NOT NULL, attempts INTEGER NOT NULL,
+    last_error TEXT, next_attempt_at REAL, reason TEXT NOT NULL,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL
+);
 """
 
 
@@ -64,6 +88,14 @@ class StateStore:
 
     def close(self) -> None:
         self._db.close()
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        return self._db
+
+    def tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        """An immediate (write-locking) transaction."""
+        return self._tx()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -194,8 +226,8 @@ class StateStore:
 
     def active_constraints(self) -> list[ArchivedConstraint]:
         rows = self._db.execute(
-            "SELECT chain_id, ord, sequence, rule, signature, when_json, gapped, pointer "
-            "FROM constraints WHERE status='active' ORDER BY ord"
+            "SELECT chain_id, ord, sequence, rule, signature, when_json, gapped, pointer, "
+            "archived_at FROM constraints WHERE status='active' ORDER BY ord"
         ).fetchall()
         return [
             ArchivedConstraint(
@@ -210,9 +242,44 @@ class StateStore:
                 gapped=bool(gapped),
                 pointer=pointer,
                 order=ord_,
+                archived_at=at,
             )
-            for cid, ord_, seq, rule, sig, when, gapped, pointer in rows
+            for cid, ord_, seq, rule, sig, when, gapped, pointer, at in rows
         ]
+
+    def constraint_rows(self, include_lifted: bool = False) -> list[dict[str, object]]:
+        where = "" if include_lifted else "WHERE status='active'"
+        rows = self._db.execute(
+            f"SELECT chain_id, sequence, rule, signature, pointer, status, archived_at "
+            f"FROM constraints {where} ORDER BY ord"
+        ).fetchall()
+        return [
+            {
+                "chain_id": cid,
+                "sequence": json.loads(seq),
+                "rule": rule,
+                "expected_failure": sig,
+                "pointer": pointer,
+                "status": status,
+                "archived_at": at,
+            }
+            for cid, seq, rule, sig, pointer, status, at in rows
+        ]
+
+    def set_constraint_status(self, chain_id: str, status: str, reason: str) -> bool:
+        """Lift (``lifted``) or reinstate (``active``) a constraint; returns whether it
+        existed.  Every change is kept in ``constraint_events``."""
+        with self._tx() as db:
+            found = db.execute(
+                "UPDATE constraints SET status=? WHERE chain_id=?", (status, chain_id)
+            ).rowcount
+            if found:
+                db.execute(
+                    "INSERT INTO constraint_events VALUES (?, ?, ?, ?)",
+                    (chain_id, status, reason, time.time()),
+                )
+                self._bump_revision(db)
+            return bool(found)
 
     def revision(self) -> int:
         row = self._db.execute("SELECT value FROM meta WHERE key='constraints_rev'").fetchone()

@@ -1,0 +1,241 @@
+"""The move journal: write-ahead intents for hot -> cold moves, and what they left.
+
+A move goes ``intent -> archived -> mandated -> deleted -> done``:
+
+====================  =========================================================
+status                meaning (what is true once it is recorded)
+====================  =========================================================
+``intent``            the tool's full hot record is captured here; nothing moved
+``archived``          the record is in the cold ``tools`` table
+``mandated``          its credentials left the active set; mandates written
+``deleted``           the tool is gone from the hot index (verified)
+``done``              ``evicted_tools`` names its cold pointer
+====================  =========================================================
+
+Every step is idempotent (cold appends skip stored keys, mandates are keyed, Chroma
+deletes are verified), so recovery simply replays the steps after a move's status.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sidecar.model import CredentialRef
+from sidecar.state import StateStore
+
+STATUSES = ("intent", "archived", "mandated", "deleted", "done")
+
+
+def move_id(tool_id: str, chain_ids: Iterable[str], generation: int) -> str:
+    """Deterministic: the same decision on the same inputs names the same move."""
+    payload = json.dumps([tool_id, sorted(chain_ids), generation], separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def mandate_key(move: str, ref: str) -> str:
+    return hashlib.sha256(f"{move}|{ref}".encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Move:
+    move_id: str
+    tool_id: str
+    status: str
+    snapshot: dict[str, Any]
+    """The tool's hot record: ``document``, ``metadata``, ``credentials``, ``decision``."""
+    chain_ids: tuple[str, ...]
+
+    def credentials(self) -> list[CredentialRef]:
+        return [
+            CredentialRef(
+                c["ref"],
+                tuple(c.get("scopes", ())),
+                c.get("provider"),
+                c.get("revocation_endpoint"),
+            )
+            for c in self.snapshot.get("credentials", [])
+        ]
+
+
+@dataclass(frozen=True)
+class EvictedTool:
+    tool_id: str
+    move_id: str
+    pointer: str
+    evicted_at: float
+
+
+class Journal:
+    def __init__(self, state: StateStore) -> None:
+        self._state = state
+        self._db = state.db
+
+    # ---- moves --------------------------------------------------------------------
+    def write_intents(self, moves: Sequence[Move]) -> None:
+        now = time.time()
+        with self._state.tx() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO moves VALUES (?, ?, 'intent', ?, ?, ?, ?)",
+                [
+                    (
+                        m.move_id,
+                        m.tool_id,
+                        json.dumps(m.snapshot),
+                        json.dumps(m.chain_ids),
+                        now,
+                        now,
+                    )
+                    for m in moves
+                ],
+            )
+
+    def advance(self, move_ids: Sequence[str], status: str) -> None:
+        """Move forward to ``status`` (never backward)."""
+        rank = STATUSES.index(status)
+        lower = STATUSES[:rank]
+        marks = ",".join("?" * len(lower))
+        with self._state.tx() as db:
+            db.executemany(
+                f"UPDATE moves SET status=?, updated_at=? WHERE move_id=? AND status IN ({marks})",
+                [(status, time.time(), mid, *lower) for mid in move_ids],
+            )
+
+    def unfinished(self) -> list[Move]:
+        rows = self._db.execute(
+            "SELECT move_id, tool_id, status, snapshot, chain_ids FROM moves "
+            "WHERE status != 'done' ORDER BY created_at, move_id"
+        ).fetchall()
+        return [Move(m, t, s, json.loads(snap), tuple(json.loads(c))) for m, t, s, snap, c in rows]
+
+    def status(self, move: str) -> str | None:
+        row = self._db.execute("SELECT status FROM moves WHERE move_id=?", (move,)).fetchone()
+        return row[0] if row else None
+
+    def in_flight_tools(self) -> set[str]:
+        """Tools whose move has begun but not finished: never served by lookup."""
+        return {r[0] for r in self._db.execute("SELECT tool_id FROM moves WHERE status != 'done'")}
+
+    def release_credentials(self, moves: Sequence[Move], reason: str) -> int:
+        """One transaction: drop the moving tools' credential references from the active
+        set, and write one mandate for each reference no remaining active tool uses
+        (shared by several moving tools, it names them all).  Returns how many mandates
+        were new."""
+        now = time.time()
+        with self._state.tx() as db:
+            db.executemany(
+                "DELETE FROM tool_credentials WHERE tool_id=?", [(m.tool_id,) for m in moves]
+            )
+            released: dict[str, tuple[CredentialRef, list[Move]]] = {}
+            for m in sorted(moves, key=lambda m: m.move_id):
+                for cred in m.credentials():
+                    released.setdefault(cred.ref, (cred, []))[1].append(m)
+            created = 0
+            for ref, (cred, owners) in sorted(released.items()):
+                still_used = db.execute(
+                    "SELECT 1 FROM tool_credentials WHERE ref=? LIMIT 1", (ref,)
+                ).fetchone()
+                if still_used:
+                    continue
+                chains = sorted({c for m in owners for c in m.chain_ids})
+                created += db.execute(
+                    "INSERT OR IGNORE INTO mandates VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, NULL, NULL, ?, ?, ?)",
+                    (
+                        mandate_key(owners[0].move_id, ref),
+                        json.dumps(sorted({m.tool_id for m in owners})),
+                        owners[0].move_id,
+                        json.dumps(chains),
+                        ref,
+                        json.dumps(list(cred.scopes)),
+                        cred.provider,
+                        cred.revocation_endpoint,
+                        reason,
+                        now,
+                        now,
+                    ),
+                ).rowcount
+            db.executemany(
+                "UPDATE moves SET status='mandated', updated_at=? "
+                "WHERE move_id=? AND status IN ('intent', 'archived')",
+                [(now, m.move_id) for m in moves],
+            )
+        return created
+
+    def finish(self, moves: Sequence[Move], pointers: dict[str, str]) -> None:
+        now = time.time()
+        with self._state.tx() as db:
+            db.executemany(
+                "INSERT INTO evicted_tools VALUES (?, ?, ?, ?) ON CONFLICT(tool_id) DO UPDATE "
+                "SET move_id=excluded.move_id, pointer=excluded.pointer, "
+                "evicted_at=excluded.evicted_at",
+                [(m.tool_id, m.move_id, pointers[m.move_id], now) for m in moves],
+            )
+            db.executemany(
+                "UPDATE moves SET status='done', updated_at=? WHERE move_id=?",
+                [(now, m.move_id) for m in moves],
+            )
+
+    # ---- evicted tools and restores -------------------------------------------------
+    def evicted(self) -> dict[str, EvictedTool]:
+        rows = self._db.execute(
+            "SELECT tool_id, move_id, pointer, evicted_at FROM evicted_tools"
+        ).fetchall()
+        return {r[0]: EvictedTool(*r) for r in rows}
+
+    def generation(self, tool_id: str) -> int:
+        row = self._db.execute(
+            "SELECT COUNT(*) FROM restores WHERE tool_id=?", (tool_id,)
+        ).fetchone()
+        return int(row[0])
+
+    def restored_at(self) -> dict[str, float]:
+        return {
+            t: float(at)
+            for t, at in self._db.execute(
+                "SELECT tool_id, MAX(restored_at) FROM restores GROUP BY tool_id"
+            )
+        }
+
+    def record_restore(
+        self,
+        tool: EvictedTool,
+        reason: str,
+        lifted: Sequence[str],
+        credentials: Sequence[CredentialRef],
+    ) -> None:
+        with self._state.tx() as db:
+            db.execute("DELETE FROM evicted_tools WHERE tool_id=?", (tool.tool_id,))
+            db.execute(
+                "INSERT INTO restores VALUES (?, ?, ?, ?, ?)",
+                (tool.tool_id, tool.move_id, reason, json.dumps(list(lifted)), time.time()),
+            )
+            db.execute("DELETE FROM tool_credentials WHERE tool_id=?", (tool.tool_id,))
+            db.executemany(
+                "INSERT INTO tool_credentials VALUES (?, ?, ?, ?, ?)",
+                [
+                    (
+                        tool.tool_id,
+                        c.ref,
+                        json.dumps(list(c.scopes)),
+                        c.provider,
+                        c.revocation_endpoint,
+                    )
+                    for c in credentials
+                ],
+            )
+
+    def restores(self, tool_id: str) -> list[dict[str, Any]]:
+        rows = self._db.execute(
+            "SELECT move_id, reason, lifted, restored_at FROM restores WHERE tool_id=? "
+            "ORDER BY restored_at",
+            (tool_id,),
+        ).fetchall()
+        return [
+            {"move_id": m, "reason": r, "lifted": json.loads(lifted), "restored_at": at}
+            for m, r, lifted, at in rows
+        ]

@@ -1,0 +1,243 @@
+"""Revocation mandates for credentials that evicted tools leave dormant.
+
+The ledger lives in the state database (table ``mandates``).  A mandate goes
+``pending -> submitted -> revoked | failed | unsupported``; a revoker that is told to
+retry later (HTTP 503 with ``Retry-After``) leaves it ``submitted`` with a
+``next_attempt_at``, and the next run tries again.
+
+Revokers are pluggable:
+
+- :class:`RecordOnlyRevoker` (the default) submits nothing: mandates stay ``pending``
+  for an operator to act on;
+- :class:`Rfc7009Revoker` POSTs ``token`` and ``token_type_hint`` to the credential's
+  ``revocation_endpoint`` (RFC 7009).  The sidecar never stores secret values, so the
+  token is looked up at revocation time by a resolver (by default ``env:NAME`` reads
+  the environment variable ``NAME``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from sidecar.redact import redact_text
+from sidecar.state import StateStore
+
+Status = Literal["pending", "submitted", "revoked", "failed", "unsupported"]
+STATUSES: tuple[str, ...] = ("pending", "submitted", "revoked", "failed", "unsupported")
+MAX_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Mandate:
+    idempotency_key: str
+    tool_ids: tuple[str, ...]
+    move_id: str
+    chain_ids: tuple[str, ...]
+    ref: str
+    scopes: tuple[str, ...]
+    provider: str | None
+    revocation_endpoint: str | None
+    status: str
+    attempts: int
+    last_error: str | None
+    next_attempt_at: float | None
+    reason: str
+    created_at: float
+    updated_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        for key in ("tool_ids", "chain_ids", "scopes"):
+            out[key] = list(out[key])
+        return out
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: Literal["revoked", "failed", "unsupported", "retry"]
+    detail: str
+    retry_after: float | None = None
+
+
+class Revoker(Protocol):
+    name: str
+
+    def revoke(self, mandate: Mandate) -> Outcome | None:
+        """The outcome of one attempt; ``None`` means "not submitted" (stays pending)."""
+        ...
+
+
+class RecordOnlyRevoker:
+    name = "record-only"
+
+    def revoke(self, mandate: Mandate) -> Outcome | None:
+        return None
+
+
+def env_resolver(ref: str) -> str | None:
+    """``env:NAME`` -> the value of ``$NAME``; other schemes cannot be resolved here."""
+    if ref.startswith("env:"):
+        return os.environ.get(ref[4:]) or None
+    return None
+
+
+class Rfc7009Revoker:
+    """OAuth 2.0 token revocation (RFC 7009) over HTTP."""
+
+    name = "rfc7009"
+
+    def __init__(
+        self,
+        resolve: Callable[[str], str | None] = env_resolver,
+        client_auth: tuple[str, str] | None = None,
+        token_type_hint: str = "access_token",
+        timeout: float = 10.0,
+    ) -> None:
+        self._resolve = resolve
+        self._client_auth = client_auth
+        self._hint = token_type_hint
+        self._timeout = timeout
+
+    def revoke(self, mandate: Mandate) -> Outcome:
+        endpoint = mandate.revocation_endpoint
+        if not endpoint:
+            return Outcome("unsupported", "the credential declares no revocation_endpoint")
+        token = self._resolve(mandate.ref)
+        if not token:
+            return Outcome("failed", f"cannot resolve {mandate.ref!r} to a token")
+        body = urllib.parse.urlencode({"token": token, "token_type_hint": self._hint}).encode()
+        request = urllib.request.Request(endpoint, data=body, method="POST")
+        request.add_header("Content-Type", "application/x-www-form-urlencoded")
+        if self._client_auth:
+            pair = f"{self._client_auth[0]}:{self._client_auth[1]}".encode()
+            request.add_header("Authorization", "Basic " + base64.b64encode(pair).decode())
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout) as response:
+                status = response.status
+        except urllib.error.HTTPError as exc:
+            return _http_outcome(exc.code, exc.headers.get("Retry-After"), exc.read(512))
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            return Outcome("retry", f"endpoint unreachable: {redact_text(str(exc))}", 60.0)
+        if status == 200:
+            return Outcome("revoked", "HTTP 200")
+        return _http_outcome(status, None, b"")
+
+
+def _http_outcome(status: int, retry_after: str | None, body: bytes) -> Outcome:
+    text = redact_text(body.decode("utf-8", "replace"))[:200]
+    if status == 503 or status == 429:
+        delay = 60.0
+        if retry_after and retry_after.strip().isdigit():
+            delay = float(retry_after.strip())
+        return Outcome("retry", f"HTTP {status}, retry after {delay:.0f}s", delay)
+    if status == 400 and "unsupported_token_type" in text:
+        return Outcome("unsupported", f"HTTP 400 unsupported_token_type: {text}")
+    if status >= 500:
+        return Outcome("retry", f"HTTP {status}: {text}", 60.0)
+    return Outcome("failed", f"HTTP {status}: {text}")
+
+
+class Ledger:
+    def __init__(self, state: StateStore) -> None:
+        self._state = state
+        self._db = state.db
+
+    def list(self, status: str | None = None) -> list[Mandate]:
+        sql = "SELECT * FROM mandates"
+        args: tuple[Any, ...] = ()
+        if status is not None:
+            sql += " WHERE status=?"
+            args = (status,)
+        rows = self._db.execute(sql + " ORDER BY created_at, idempotency_key", args).fetchall()
+        return [_mandate(r) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(STATUSES, 0)
+        for status, n in self._db.execute("SELECT status, COUNT(*) FROM mandates GROUP BY status"):
+            out[status] = n
+        return out
+
+    def due(self, now: float) -> list[Mandate]:
+        rows = self._db.execute(
+            "SELECT * FROM mandates WHERE status='pending' OR (status='submitted' AND "
+            "(next_attempt_at IS NULL OR next_attempt_at <= ?)) ORDER BY created_at",
+            (now,),
+        ).fetchall()
+        return [_mandate(r) for r in rows]
+
+    def run(self, revoker: Revoker, now: Callable[[], float] = time.time) -> dict[str, int]:
+        """One attempt for every mandate that is due; returns counts by resulting status."""
+        tally: dict[str, int] = {}
+        for mandate in self.due(now()):
+            if isinstance(revoker, RecordOnlyRevoker):
+                tally["pending"] = tally.get("pending", 0) + 1
+                continue
+            with self._state.tx() as db:
+                db.execute(
+                    "UPDATE mandates SET status='submitted', attempts=attempts+1, updated_at=? "
+                    "WHERE idempotency_key=?",
+                    (now(), mandate.idempotency_key),
+                )
+            outcome = revoker.revoke(mandate)
+            attempts = mandate.attempts + 1
+            if outcome is None:
+                status, detail, next_at = "pending", None, None
+            elif outcome.status == "retry":
+                if attempts >= MAX_ATTEMPTS:
+                    status, detail, next_at = "failed", f"gave up: {outcome.detail}", None
+                else:
+                    status = "submitted"
+                    detail = outcome.detail
+                    next_at = now() + (outcome.retry_after or 60.0)
+            else:
+                status, detail, next_at = outcome.status, outcome.detail, None
+            with self._state.tx() as db:
+                db.execute(
+                    "UPDATE mandates SET status=?, last_error=?, next_attempt_at=?, updated_at=? "
+                    "WHERE idempotency_key=?",
+                    (status, detail, next_at, now(), mandate.idempotency_key),
+                )
+            tally[status] = tally.get(status, 0) + 1
+        return tally
+
+
+def _mandate(row: tuple[Any, ...]) -> Mandate:
+    (
+        key,
+        tools,
+        move,
+        chains,
+        ref,
+        scopes,
+        provider,
+        endpoint,
+        status,
+        attempts,
+        error,
+        next_at,
+        reason,
+        created,
+        updated,
+    ) = row
+    return Mandate(
+        key, tuple(json.loads(tools)), move, tuple(json.loads(chains)), ref,
+        tuple(json.loads(scopes)), provider, endpoint, status, attempts, error, next_at,
+        reason, created, updated,
+    )  # fmt: skip
+
+
+def make_revoker(name: str) -> Revoker:
+    if name == "record-only":
+        return RecordOnlyRevoker()
+    if name == "rfc7009":
+        return Rfc7009Revoker()
+    raise ValueError(f"unknown revoker {name!r}")
