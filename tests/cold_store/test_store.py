@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -58,8 +59,8 @@ def test_resolve_rejects_malformed_pointers_and_unknown_tables(store: ColdStore)
 
     with pytest.raises(PointerError, match="must start with"):
         store.resolve("chains/c1")
-    with pytest.raises(PointerError, match="unknown table 'tools'"):
-        store.resolve("cold://tools/c1")
+    with pytest.raises(PointerError, match="unknown table 'models'"):
+        store.resolve("cold://models/c1")
 
 
 # ---- resolution -----------------------------------------------------------------------
@@ -139,3 +140,27 @@ def test_index_lives_at_the_documented_path(store: ColdStore, root: Path) -> Non
 
     assert (root / "chains.index.sqlite").is_file()
     assert (root / "chains").is_dir()
+
+
+def test_evicted_tools_live_in_their_own_table(store: ColdStore) -> None:
+    row = {
+        "record_id": "m1",
+        "archive_date": "2026-11-30",
+        "evicted_at": datetime(2026, 11, 30, tzinfo=UTC),
+        "tool_id": "html_parser",
+        "tool_type": "parser",
+        "description": "Parse HTML",
+        "document": "html parser: Parse HTML",
+        "input_schema_json": "{}",
+        "metadata_json": "{}",
+        "credentials_json": "[]",
+        "chain_ids": ["c1"],
+        "decision_json": "{}",
+        "schema_bytes": 10,
+        "schema_tokens": 3,
+        "record_version": 1,
+    }
+    store.tools.append([row])
+    assert store.resolve("cold://tools/m1") == row
+    assert store.chains.count() == 0
+    assert (store.root / "tools" / "archive_date=2026-11-30").is_dir()
