@@ -113,10 +113,11 @@ class Sidecar:
         self.journal = Journal(self._state)
         self.ledger = Ledger(self._state)
         self.reconcile()
+        self.recovered_on_open = 0
         if self.journal.unfinished():
             # a crashed eviction: finish it now unless another process is doing so
             with contextlib.suppress(LockBusy):
-                self.recover()
+                self.recovered_on_open = self.recover()
 
     @classmethod
     def open(cls, embedder: Embedder | None = None, **overrides: Any) -> Sidecar:
@@ -431,7 +432,9 @@ class Sidecar:
 
     # ---- eviction -----------------------------------------------------------------
     def evictor(self) -> Evictor:
-        return Evictor(self, crash_at=self.settings.crash_at)
+        return Evictor(
+            self, crash_at=self.settings.crash_at, batch_size=self.settings.evict_batch_size
+        )
 
     def decide(self) -> list[ToolDecision]:
         """What an eviction would do now, per prefix tool, with the chains behind it."""

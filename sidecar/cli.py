@@ -236,7 +236,7 @@ def _progress(done: int, total: int) -> None:
 def cmd_evict(args: argparse.Namespace) -> int:
     with _open(args) as sc:
         if args.recover:
-            moves = sc.recover()
+            moves = sc.recovered_on_open + sc.recover()
             _emit(args, {"recovered_moves": moves}, lambda: f"recovered {moves} move(s)")
             return EXIT_OK
         progress = _progress if sys.stderr.isatty() and not args.json else None

@@ -122,34 +122,50 @@ class Journal:
 
     def release_credentials(self, moves: Sequence[Move], reason: str) -> int:
         """One transaction: drop the moving tools' credential references from the active
-        set, and write one mandate for each reference no remaining active tool uses
-        (shared by several moving tools, it names them all).  Returns how many mandates
-        were new."""
+        set, and write one mandate for each reference no remaining active tool uses.
+        The mandate names every evicted tool that held the reference (whichever batch
+        moved it) and the chains behind them.  Returns how many mandates were new."""
         now = time.time()
+        batch = {m.move_id for m in moves}
         with self._state.tx() as db:
+            released: dict[str, CredentialRef] = {}
+            for m in moves:
+                for cred in m.credentials():
+                    released.setdefault(cred.ref, cred)
+                    db.execute(
+                        "INSERT OR IGNORE INTO released_credentials VALUES (?, ?, ?)",
+                        (cred.ref, m.move_id, m.tool_id),
+                    )
             db.executemany(
                 "DELETE FROM tool_credentials WHERE tool_id=?", [(m.tool_id,) for m in moves]
             )
-            released: dict[str, tuple[CredentialRef, list[Move]]] = {}
-            for m in sorted(moves, key=lambda m: m.move_id):
-                for cred in m.credentials():
-                    released.setdefault(cred.ref, (cred, []))[1].append(m)
             created = 0
-            for ref, (cred, owners) in sorted(released.items()):
+            for ref, cred in sorted(released.items()):
                 still_used = db.execute(
                     "SELECT 1 FROM tool_credentials WHERE ref=? LIMIT 1", (ref,)
                 ).fetchone()
                 if still_used:
                     continue
-                chains = sorted({c for m in owners for c in m.chain_ids})
+                owners = db.execute(
+                    "SELECT r.move_id, r.tool_id, m.chain_ids FROM released_credentials r "
+                    "JOIN moves m ON m.move_id = r.move_id WHERE r.ref=? AND "
+                    "r.move_id IN (SELECT move_id FROM evicted_tools) ORDER BY r.move_id",
+                    (ref,),
+                ).fetchall()
+                owners += [
+                    (m.move_id, m.tool_id, json.dumps(list(m.chain_ids)))
+                    for m in moves
+                    if any(c.ref == ref for c in m.credentials())
+                ]
+                first = min(mid for mid, _t, _c in owners if mid in batch)
                 created += db.execute(
                     "INSERT OR IGNORE INTO mandates VALUES "
                     "(?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, NULL, NULL, ?, ?, ?)",
                     (
-                        mandate_key(owners[0].move_id, ref),
-                        json.dumps(sorted({m.tool_id for m in owners})),
-                        owners[0].move_id,
-                        json.dumps(chains),
+                        mandate_key(first, ref),
+                        json.dumps(sorted({t for _m, t, _c in owners})),
+                        first,
+                        json.dumps(sorted({c for _m, _t, cs in owners for c in json.loads(cs)})),
                         ref,
                         json.dumps(list(cred.scopes)),
                         cred.provider,

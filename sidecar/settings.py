@@ -31,6 +31,7 @@ class Settings:
     max_warnings_per_tool: int = 3
     revoker: str = "record-only"
     evict_on_report: bool = False
+    evict_batch_size: int = 500
     crash_at: str | None = None
 
     @property
@@ -71,12 +72,13 @@ SETTINGS: dict[str, str] = {
     "max_warnings_per_tool": "fatal sequences named in one lookup hit's warnings, at most",
     "revoker": "'record-only' (mandates stay pending for operators) or 'rfc7009' (HTTP)",
     "evict_on_report": "run the eviction after each archived report (true/false)",
+    "evict_batch_size": "tools moved per journaled batch during an eviction",
     "crash_at": "testing only: SIGKILL the process at this named eviction crash point",
 }
 
 
 def _parse(name: str, raw: str) -> Any:
-    if name in {"reproduce_threshold", "max_warnings_per_tool"}:
+    if name in {"reproduce_threshold", "max_warnings_per_tool", "evict_batch_size"}:
         try:
             return int(raw)
         except ValueError:
@@ -99,6 +101,8 @@ def validate(s: Settings) -> Settings:
         raise ConfigError(f"missing_field must be 'block' or 'allow', got {s.missing_field!r}")
     if not isinstance(s.reproduce_threshold, int) or s.reproduce_threshold < 1:
         raise ConfigError(f"reproduce_threshold must be >= 1, got {s.reproduce_threshold!r}")
+    if not isinstance(s.evict_batch_size, int) or s.evict_batch_size < 1:
+        raise ConfigError("evict_batch_size must be >= 1")
     if not isinstance(s.max_warnings_per_tool, int) or s.max_warnings_per_tool < 0:
         raise ConfigError("max_warnings_per_tool must be >= 0")
     if s.chroma_url is not None and not s.chroma_url.startswith(("http://", "https://")):

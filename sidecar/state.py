@@ -63,6 +63,10 @@ CREATE TABLE IF NOT EXISTS restores (
     tool_id TEXT NOT NULL, move_id TEXT NOT NULL, reason TEXT NOT NULL,
     lifted TEXT NOT NULL, restored_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS released_credentials (
+    ref TEXT NOT NULL, move_id TEXT NOT NULL, tool_id TEXT NOT NULL,
+    PRIMARY KEY (ref, move_id)
+);
 CREATE TABLE IF NOT EXISTS mandates (
     idempotency_key TEXT PRIMARY KEY, tool_ids TEXT NOT NULL, move_id TEXT NOT NULL,
     chain_ids TEXT NOT NULL, ref TEXT NOT NULL, scopes TEXT NOT NULL, provider TEXT,
