@@ -137,10 +137,12 @@ class Evictor:
         sidecar: Sidecar,
         crash_at: str | None = None,
         batch_size: int = 500,
+        crash_hook: Callable[[str], None] | None = None,
     ) -> None:
         self._sc = sidecar
         self._journal = Journal(sidecar.state)
         self._crash_at = crash_at
+        self._crash_hook = crash_hook
         self._batch = batch_size
         self.lock = WriterLock(sidecar.settings.home / "evict.lock")
 
@@ -290,5 +292,7 @@ class Evictor:
 
     def _crash(self, point: str) -> None:
         assert point in CRASH_POINTS
+        if self._crash_hook is not None:
+            self._crash_hook(point)
         if self._crash_at == point:
             os.kill(os.getpid(), signal.SIGKILL)
