@@ -33,6 +33,7 @@ from cold_store import (
 )
 from indexes import ID_KEY, ActiveIndex, Embedder, IndexRecord, ToolIndexError
 from sidecar import archive
+from sidecar.catalog import check_credential
 from sidecar.classify import classify
 from sidecar.constraints import ConstraintMatcher
 from sidecar.errors import EmptyArchive, InvalidInput, NotFound
@@ -193,24 +194,30 @@ class Sidecar:
                 row = chains.get(cid)
             except ColdStoreError:
                 continue  # quarantined: reported by quarantined(), nothing to compile
-            self._compile(row)
+            self._compile([row])
             repaired.append(cid)
         return repaired
 
-    def _compile(self, row: Mapping[str, Any]) -> None:
-        condition = json.loads(row["condition_json"])
-        topology = tuple(row["topology"])
-        when = tuple(parse_condition(c, i, topology) for i, c in enumerate(condition["when"]))
-        self._state.add_constraint(
-            row["chain_id"],
-            topology,
-            row["rule"],
-            row["terminal_signature"],
-            when,
-            bool(row["gapped"]),
-            make_pointer("chains", row["chain_id"]),
-            row["archived_at"].timestamp(),
-        )
+    def _compile(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Add archived rows to the constraint table (in one transaction)."""
+        items = []
+        for row in rows:
+            condition = json.loads(row["condition_json"])
+            topology = tuple(row["topology"])
+            when = tuple(parse_condition(c, i, topology) for i, c in enumerate(condition["when"]))
+            items.append(
+                (
+                    row["chain_id"],
+                    topology,
+                    row["rule"],
+                    row["terminal_signature"],
+                    when,
+                    bool(row["gapped"]),
+                    make_pointer("chains", row["chain_id"]),
+                    row["archived_at"].timestamp(),
+                )
+            )
+        self._state.add_constraints(items)
 
     # ---- tools --------------------------------------------------------------------
     def add_tools(self, tools: Sequence[Tool]) -> AddToolsResult:
@@ -347,88 +354,141 @@ class Sidecar:
     def report(self, report: ChainReport | Mapping[str, Any]) -> IntakeResult:
         """Run one chain report through the decision boundary (never raises for a bad
         report: it comes back ``rejected`` with the reason)."""
-        try:
-            parsed = report if isinstance(report, ChainReport) else parse_report(report)
-            if parsed.outcome == "completed":
-                runs = self._state.record_completed(parsed.topology)
-                return IntakeResult(
-                    "recorded",
-                    reason=f"completed chain recorded as usage evidence ({runs} run(s))",
-                )
-            validate_abandoned(parsed)
-            return self._abandoned(_redacted(parsed))
-        except InvalidInput as exc:
-            return IntakeResult("rejected", reason=str(exc))
+        return self.report_many([report])[0]
 
-    def report_many(self, reports: Iterable[ChainReport | Mapping[str, Any]]) -> list[IntakeResult]:
-        return [self.report(r) for r in reports]
+    def report_many(
+        self, reports: Iterable[ChainReport | Mapping[str, Any]], chunk: int = 1000
+    ) -> list[IntakeResult]:
+        """:meth:`report` for many reports, archiving each chunk as one cold file."""
+        results: list[IntakeResult] = []
+        batch: list[ChainReport | Mapping[str, Any]] = []
+        for item in reports:
+            batch.append(item)
+            if len(batch) == chunk:
+                results += self._intake(batch)
+                batch = []
+        if batch:
+            results += self._intake(batch)
+        return results
 
-    def _abandoned(self, report: ChainReport) -> IntakeResult:
-        assert report.failure is not None and report.constraint is not None
-        verdict = classify(report.failure.signature, report.failure.kind, report.failure.error)
-        if verdict.kind == "transient":
-            return IntakeResult(
-                "not_archived",
-                reason=f"transient failure, not archived; the tools stay active ({verdict.reason})",
-            )
-        cid = archive.chain_id(report)
-        pointer = make_pointer("chains", cid)
-        seen = self._state.sight(report.topology, report.failure.signature)
-        if self._cold.chains.contains(cid):
-            self.reconcile()
-            return IntakeResult("archived", cid, pointer, "already archived (replayed report)")
+    def _intake(self, reports: Sequence[ChainReport | Mapping[str, Any]]) -> list[IntakeResult]:
+        results: list[IntakeResult | None] = [None] * len(reports)
+        # (position, redacted report, classification note, chain id, sightings)
+        accepted: list[tuple[int, ChainReport, str, str, int]] = []
+        archived_now: set[str] = set()
         threshold = self.settings.reproduce_threshold
-        if verdict.kind == "unknown" and seen < threshold:
-            return IntakeResult(
-                "not_archived",
-                reason=f"unknown failure kind ({verdict.reason}); seen {seen} of the "
-                f"{threshold} times that make it reproduced",
+        for i, raw in enumerate(reports):
+            try:
+                parsed = raw if isinstance(raw, ChainReport) else parse_report(raw)
+                if parsed.outcome == "completed":
+                    runs = self._state.record_completed(parsed.topology)
+                    results[i] = IntakeResult(
+                        "recorded",
+                        reason=f"completed chain recorded as usage evidence ({runs} run(s))",
+                    )
+                    continue
+                validate_abandoned(parsed)
+            except InvalidInput as exc:
+                results[i] = IntakeResult("rejected", reason=str(exc))
+                continue
+            report = _redacted(parsed)
+            assert report.failure is not None
+            verdict = classify(report.failure.signature, report.failure.kind, report.failure.error)
+            if verdict.kind == "transient":
+                results[i] = IntakeResult(
+                    "not_archived",
+                    reason=f"transient failure, not archived; the tools stay active "
+                    f"({verdict.reason})",
+                )
+                continue
+            cid = archive.chain_id(report)
+            seen = self._state.sight(report.topology, report.failure.signature)
+            if cid in archived_now or self._cold.chains.contains(cid):
+                results[i] = IntakeResult(
+                    "archived",
+                    cid,
+                    make_pointer("chains", cid),
+                    "already archived (replayed report)",
+                )
+                continue
+            if verdict.kind == "unknown" and seen < threshold:
+                results[i] = IntakeResult(
+                    "not_archived",
+                    reason=f"unknown failure kind ({verdict.reason}); seen {seen} of the "
+                    f"{threshold} times that make it reproduced",
+                )
+                continue
+            note = (
+                verdict.reason
+                if verdict.kind == "deterministic"
+                else f"reproduced {seen} times ({verdict.reason})"
             )
-        kind_note = (
-            verdict.reason
-            if verdict.kind == "deterministic"
-            else f"reproduced {seen} times ({verdict.reason})"
-        )
-        snapshots, types = self._snapshots(report.topology)
+            accepted.append((i, report, f"rule {verdict.rule}: {note}", cid, seen))
+            archived_now.add(cid)
+        if accepted:
+            self._archive(accepted, results)
+        self.reconcile()  # a replay may find a chain whose constraint a crash lost
+        return [r for r in results if r is not None]
+
+    def _archive(
+        self,
+        accepted: Sequence[tuple[int, ChainReport, str, str, int]],
+        results: list[IntakeResult | None],
+    ) -> None:
+        tools = {t for _, report, _, _, _ in accepted for t in report.topology}
+        snapshots, types = self._snapshots(tools)
+        credentials = self._state.credentials(tools)
         now = datetime.now(UTC)
-        row = archive.cold_row(
-            cid=cid,
-            report=report,
-            kind="deterministic",
-            classification=f"rule {verdict.rule}: {kind_note}",
-            tool_types=types,
-            snapshots=snapshots,
-            credentials=self._state.credentials(report.topology),
-            occurrences=seen,
-            now=now,
-        )
-        self._cold.chains.append([row])
-        self._compile(row)
-        reason = f"deterministic: {kind_note}"
+        rows = [
+            archive.cold_row(
+                cid=cid,
+                report=report,
+                kind="deterministic",
+                classification=note,
+                tool_types=[types.get(t, "unknown") for t in report.topology],
+                snapshots={t: snapshots.get(t) for t in report.topology},
+                credentials={t: credentials.get(t, []) for t in report.topology},
+                occurrences=seen,
+                now=now,
+            )
+            for _, report, note, cid, seen in accepted
+        ]
+        self._cold.chains.append(rows)
+        self._compile(rows)
+        suffix = ""
         if self.settings.evict_on_report:
             try:
                 evicted = self.evict().evicted
-                reason += f"; evicted {', '.join(d.tool_id for d in evicted) or 'nothing'}"
+                suffix = f"; evicted {', '.join(d.tool_id for d in evicted) or 'nothing'}"
             except LockBusy:
-                reason += "; eviction skipped: another eviction is running"
-        return IntakeResult("archived", cid, pointer, reason)
+                suffix = "; eviction skipped: another eviction is running"
+        for i, _report, note, cid, _ in accepted:
+            deterministic = note.split(": ", 1)[1]
+            results[i] = IntakeResult(
+                "archived",
+                cid,
+                make_pointer("chains", cid),
+                f"deterministic: {deterministic}{suffix}",
+            )
 
-    def _snapshots(self, topology: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    def _snapshots(self, tool_ids: Iterable[str]) -> tuple[dict[str, Any], dict[str, str]]:
+        """Redacted hot records (``None`` for tools not in the index) and tool types."""
+        wanted = sorted(set(tool_ids))
         try:
-            tools = self.get_tools(topology)
+            tools = self.get_tools(wanted)
         except ToolIndexError as exc:
-            return {"_error": f"hot index unavailable: {exc}"}, ["unknown"] * len(topology)
+            note = f"hot index unavailable: {exc}"
+            return {t: {"_error": note} for t in wanted}, {}
         snaps: dict[str, Any] = {}
-        for tool_id in topology:
+        for tool_id in wanted:
             tool = tools.get(tool_id)
-            if tool is None:
-                snaps[tool_id] = None  # not registered in the hot index
-            else:
-                snap = tool.to_dict()
+            if tool is not None:
+                snap = _redacted_tool(tool).to_dict()
                 snap.pop("credentials")
-                snaps[tool_id] = redact(snap)
-        types = [tools[t].tool_type if t in tools else "unknown" for t in topology]
-        return snaps, types
+                snaps[tool_id] = snap
+            else:
+                snaps[tool_id] = None  # not registered in the hot index
+        return snaps, {t: tool.tool_type for t, tool in tools.items()}
 
     # ---- eviction -----------------------------------------------------------------
     def evictor(self) -> Evictor:
@@ -518,6 +578,8 @@ class Sidecar:
 
 
 def _redacted_tool(tool: Tool) -> Tool:
+    for i, cred in enumerate(tool.credentials):
+        check_credential(cred, f"tool {tool.tool_id!r} credentials[{i}]")
     return replace(
         tool,
         description=redact_text(tool.description),
@@ -530,11 +592,17 @@ def _redacted(report: ChainReport) -> ChainReport:
     failure = Failure(
         redact(report.failure.signature), report.failure.kind, redact(dict(report.failure.error))
     )
-    constraint = ConstraintSpec(
-        redact(report.constraint.rule), report.constraint.when, report.constraint.gapped
+    when = tuple(
+        replace(c, value=redact_text(c.value)) if isinstance(c.value, str) else c
+        for c in report.constraint.when
     )
+    constraint = ConstraintSpec(redact(report.constraint.rule), when, report.constraint.gapped)
     return replace(
-        report, failure=failure, constraint=constraint, logs=tuple(redact(list(report.logs)))
+        report,
+        failure=failure,
+        constraint=constraint,
+        logs=tuple(redact(list(report.logs))),
+        session_id=redact_text(report.session_id) if report.session_id else report.session_id,
     )
 
 

@@ -149,18 +149,20 @@ def _credentials(raw: Any, tool_id: str) -> tuple[CredentialRef, ...]:
                 raise ToolFormatError(f"{where}.{name} must be a string")
         if endpoint is not None and not endpoint.startswith(("http://", "https://")):
             raise ToolFormatError(f"{where}.revocation_endpoint must be an http(s) URL")
-        for name, value in (
-            ("ref", ref),
-            ("provider", provider),
-            ("revocation_endpoint", endpoint),
-        ):
-            if isinstance(value, str) and looks_like_secret(value):
-                raise SecretValueError(f"{where}.{name} ({looks_like_secret(value)})")
-        for j, scope in enumerate(scopes):
-            if looks_like_secret(scope):
-                raise SecretValueError(f"{where}.scopes[{j}]")
+        check_credential(CredentialRef(ref, tuple(scopes), provider, endpoint), where)
         out.append(CredentialRef(ref.strip(), tuple(scopes), provider, endpoint))
     return tuple(out)
+
+
+def check_credential(cred: CredentialRef, where: str) -> None:
+    """Refuse a credential reference any of whose fields looks like a secret value."""
+    fields = [("ref", cred.ref), ("provider", cred.provider)]
+    fields += [("revocation_endpoint", cred.revocation_endpoint)]
+    fields += [(f"scopes[{j}]", scope) for j, scope in enumerate(cred.scopes)]
+    for name, value in fields:
+        why = looks_like_secret(value) if isinstance(value, str) else None
+        if why:
+            raise SecretValueError(f"{where}.{name} ({why})")
 
 
 def read_documents(text: str, source: str) -> list[Any]:

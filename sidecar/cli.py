@@ -444,7 +444,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rev = sub.add_parser("revocations", parents=[common], help="credential revocation mandates")
     rev.add_argument(
-        "--status", choices=["pending", "submitted", "revoked", "failed", "unsupported"]
+        "--status",
+        choices=["pending", "submitted", "revoked", "failed", "unsupported", "cancelled"],
     )
     rev.set_defaults(func=cmd_revocations)
     rev_sub = rev.add_subparsers(dest="revocations_command", metavar="ACTION")

@@ -231,6 +231,12 @@ class Journal:
                 (tool.tool_id, tool.move_id, reason, json.dumps(list(lifted)), time.time()),
             )
             db.execute("DELETE FROM tool_credentials WHERE tool_id=?", (tool.tool_id,))
+            # the credentials are in use again: revoking them now would break the tool
+            db.executemany(
+                "UPDATE mandates SET status='cancelled', last_error=?, next_attempt_at=NULL, "
+                "updated_at=? WHERE ref=? AND status IN ('pending', 'submitted')",
+                [(f"cancelled: {tool.tool_id} restored", time.time(), c.ref) for c in credentials],
+            )
             db.executemany(
                 "INSERT INTO tool_credentials VALUES (?, ?, ?, ?, ?)",
                 [

@@ -62,6 +62,7 @@ _VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str], int], ...] = (
     ("token", re.compile(r"(?i)\btoken\s+((?=\S*\d)[A-Za-z0-9._~+/\-]{16,}=*)"), 1),
     ("basic auth", re.compile(r"(?i)\bbasic\s+([A-Za-z0-9+/]{8,}=*)"), 1),
     ("url userinfo", re.compile(r"(?<=://)([^/\s:@]+:[^/\s@]+)@"), 1),
+    ("cookie header", re.compile(r"(?im)\b(?:set-)?cookie\s*[:=]\s*([^\r\n]+)"), 1),
     (
         "key=value secret",
         re.compile(
@@ -137,8 +138,9 @@ def looks_like_secret(value: str) -> str | None:
             if name == "key=value secret" and "=" not in match.group(0):
                 continue
             return name
-    bare = "://" not in value and "/" not in value and ":" not in value
-    if bare and len(value) >= 24 and " " not in value:
+    # no scheme ("vault://", "env:", "arn:"): a long random-looking string is a value
+    schemeless = "://" not in value and not re.match(r"[A-Za-z][A-Za-z0-9+.\-]*:", value)
+    if schemeless and len(value) >= 24 and " " not in value:
         classes = sum(
             (
                 any(c.islower() for c in value),
@@ -146,7 +148,9 @@ def looks_like_secret(value: str) -> str | None:
                 any(c.isdigit() for c in value),
             )
         )
-        if _entropy(value) >= 3.5 and classes >= 2:
+        # a path ("kv/prod/openai-key") has separators but rarely all three classes
+        needed = 3 if "/" in value else 2
+        if _entropy(value) >= 3.5 and classes >= needed:
             return "high-entropy string"
     return None
 
@@ -172,8 +176,10 @@ def redact_schema(schema: Any, sensitive: bool = False) -> Any:
                 name: redact_schema(prop, is_sensitive_key(str(name)))
                 for name, prop in value.items()
             }
-        elif sensitive and key in _EXAMPLE_KEYS and value not in (None, "", [], {}):
-            out[key] = redact_all(value)
+        elif key in _EXAMPLE_KEYS and value not in (None, "", [], {}):
+            # example values are data: mask whole under a sensitive property, else apply
+            # the key-name and value rules to them
+            out[key] = redact_all(value) if sensitive else redact(value)
         else:
             out[key] = redact_schema(value, sensitive)
     return out

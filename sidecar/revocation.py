@@ -3,7 +3,8 @@
 The ledger lives in the state database (table ``mandates``).  A mandate goes
 ``pending -> submitted -> revoked | failed | unsupported``; a revoker that is told to
 retry later (HTTP 503 with ``Retry-After``) leaves it ``submitted`` with a
-``next_attempt_at``, and the next run tries again.
+``next_attempt_at``, and the next run tries again.  Restoring the tool before the
+credential is revoked ``cancelled`` its open mandates: the credential is in use again.
 
 Revokers are pluggable:
 
@@ -18,6 +19,7 @@ Revokers are pluggable:
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import time
@@ -25,14 +27,21 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
-from sidecar.redact import redact_text
+from sidecar.redact import MASK, redact_text
 from sidecar.state import StateStore
 
-Status = Literal["pending", "submitted", "revoked", "failed", "unsupported"]
-STATUSES: tuple[str, ...] = ("pending", "submitted", "revoked", "failed", "unsupported")
+Status = Literal["pending", "submitted", "revoked", "failed", "unsupported", "cancelled"]
+STATUSES: tuple[str, ...] = (
+    "pending",
+    "submitted",
+    "revoked",
+    "failed",
+    "unsupported",
+    "cancelled",
+)
 MAX_ATTEMPTS = 5
 
 
@@ -90,6 +99,14 @@ def env_resolver(ref: str) -> str | None:
     return None
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A revocation is never re-sent elsewhere: following a redirect would turn the POST
+    into a GET (a false "revoked") and could hand client credentials to another host."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 class Rfc7009Revoker:
     """OAuth 2.0 token revocation (RFC 7009) over HTTP."""
 
@@ -106,6 +123,7 @@ class Rfc7009Revoker:
         self._client_auth = client_auth
         self._hint = token_type_hint
         self._timeout = timeout
+        self._opener = urllib.request.build_opener(_NoRedirects())
 
     def revoke(self, mandate: Mandate) -> Outcome:
         endpoint = mandate.revocation_endpoint
@@ -120,12 +138,18 @@ class Rfc7009Revoker:
         if self._client_auth:
             pair = f"{self._client_auth[0]}:{self._client_auth[1]}".encode()
             request.add_header("Authorization", "Basic " + base64.b64encode(pair).decode())
+        outcome = self._post(request)
+        # the endpoint may quote the token back; it must not reach the ledger
+        return replace(outcome, detail=outcome.detail.replace(token, MASK))
+
+    def _post(self, request: urllib.request.Request) -> Outcome:
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
+            with self._opener.open(request, timeout=self._timeout) as response:
                 status = response.status
         except urllib.error.HTTPError as exc:
-            return _http_outcome(exc.code, exc.headers.get("Retry-After"), exc.read(512))
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            with exc:
+                return _http_outcome(exc.code, exc.headers.get("Retry-After"), exc.read(512))
+        except (urllib.error.URLError, TimeoutError, OSError, http.client.HTTPException) as exc:
             return Outcome("retry", f"endpoint unreachable: {redact_text(str(exc))}", 60.0)
         if status == 200:
             return Outcome("revoked", "HTTP 200")
@@ -139,6 +163,8 @@ def _http_outcome(status: int, retry_after: str | None, body: bytes) -> Outcome:
         if retry_after and retry_after.strip().isdigit():
             delay = float(retry_after.strip())
         return Outcome("retry", f"HTTP {status}, retry after {delay:.0f}s", delay)
+    if 300 <= status < 400:
+        return Outcome("failed", f"HTTP {status}: the endpoint redirects; not followed")
     if status == 400 and "unsupported_token_type" in text:
         return Outcome("unsupported", f"HTTP 400 unsupported_token_type: {text}")
     if status >= 500:
@@ -187,7 +213,10 @@ class Ledger:
                     "WHERE idempotency_key=?",
                     (now(), mandate.idempotency_key),
                 )
-            outcome = revoker.revoke(mandate)
+            try:
+                outcome = revoker.revoke(mandate)
+            except Exception as exc:  # a faulty revoker must not stop the other mandates
+                outcome = Outcome("retry", f"revoker error: {type(exc).__name__}", 60.0)
             attempts = mandate.attempts + 1
             if outcome is None:
                 status, detail, next_at = "pending", None, None
@@ -197,7 +226,8 @@ class Ledger:
                 else:
                     status = "submitted"
                     detail = outcome.detail
-                    next_at = now() + (outcome.retry_after or 60.0)
+                    delay = 60.0 if outcome.retry_after is None else outcome.retry_after
+                    next_at = now() + delay
             else:
                 status, detail, next_at = outcome.status, outcome.detail, None
             with self._state.tx() as db:

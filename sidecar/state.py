@@ -87,6 +87,9 @@ class StateStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
+        # WAL + NORMAL: a process crash loses nothing; only a power loss may drop the
+        # last commits, which the journal's idempotent replays tolerate.
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=10000")
         self._db.executescript(_DDL)
 
@@ -189,38 +192,39 @@ class StateStore:
         return int(row[0]) if row else 0
 
     # ---- constraints --------------------------------------------------------------
-    def add_constraint(
+    def add_constraints(
         self,
-        chain_id: str,
-        sequence: Sequence[str],
-        rule: str,
-        signature: str,
-        when: Sequence[Condition],
-        gapped: bool,
-        pointer: str,
-        archived_at: float,
-    ) -> bool:
-        """Insert unless present; returns whether it was new.  Order = arrival order."""
+        items: Sequence[tuple[str, Sequence[str], str, str, Sequence[Condition], bool, str, float]],
+    ) -> int:
+        """Insert ``(chain_id, sequence, rule, signature, when, gapped, pointer,
+        archived_at)`` items not present yet, in arrival order; returns how many."""
+        added = 0
         with self._tx() as db:
-            if db.execute("SELECT 1 FROM constraints WHERE chain_id=?", (chain_id,)).fetchone():
-                return False
-            (ord_,) = db.execute("SELECT COALESCE(MAX(ord), -1) + 1 FROM constraints").fetchone()
-            db.execute(
-                "INSERT INTO constraints VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'active', ?)",
-                (
-                    chain_id,
-                    ord_,
-                    json.dumps(list(sequence)),
-                    rule,
-                    signature,
-                    json.dumps([c.to_dict() for c in when]),
-                    int(gapped),
-                    pointer,
-                    archived_at,
-                ),
-            )
-            self._bump_revision(db)
-            return True
+            (next_ord,) = db.execute(
+                "SELECT COALESCE(MAX(ord), -1) + 1 FROM constraints"
+            ).fetchone()
+            for chain_id, sequence, rule, signature, when, gapped, pointer, archived_at in items:
+                if db.execute("SELECT 1 FROM constraints WHERE chain_id=?", (chain_id,)).fetchone():
+                    continue
+                db.execute(
+                    "INSERT INTO constraints VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'active', ?)",
+                    (
+                        chain_id,
+                        next_ord,
+                        json.dumps(list(sequence)),
+                        rule,
+                        signature,
+                        json.dumps([c.to_dict() for c in when]),
+                        int(gapped),
+                        pointer,
+                        archived_at,
+                    ),
+                )
+                next_ord += 1
+                added += 1
+            if added:
+                self._bump_revision(db)
+        return added
 
     def constraint_ids(self) -> set[str]:
         return {r[0] for r in self._db.execute("SELECT chain_id FROM constraints")}

@@ -175,7 +175,7 @@ def clock() -> Clock:
     return Clock()
 
 
-# ---- sidecars and mandates made the real way ----------------------------------------------
+# ---- sidecars and mandates made the real way -----------------------------------------
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("SIDECAR_"):
@@ -225,8 +225,10 @@ def one_mandate(sc: Sidecar, endpoint: str | None, ref: str = TOKEN_REF) -> Mand
     return only(sc)
 
 
-def revoker(**kwargs: object) -> Rfc7009Revoker:
-    return Rfc7009Revoker(timeout=5.0, **kwargs)  # type: ignore[arg-type]
+def revoker(
+    client_auth: tuple[str, str] | None = None, token_type_hint: str = "access_token"
+) -> Rfc7009Revoker:
+    return Rfc7009Revoker(client_auth=client_auth, token_type_hint=token_type_hint, timeout=5.0)
 
 
 def stored(home: Path) -> list[tuple[Path, bytes]]:
@@ -288,7 +290,7 @@ def test_eviction_writes_one_pending_mandate_per_released_credential(
 
 def test_ref_still_used_by_an_active_tool_gets_no_mandate(sc: Sidecar) -> None:
     shared = cred(TOKEN_REF)
-    report, _ = evict(
+    report, first_chain = evict(
         sc,
         tool("crm_export", shared, cred("env:CRM_EXPORT_ONLY")),
         keep=(tool("crm_reader", shared),),
@@ -296,25 +298,38 @@ def test_ref_still_used_by_an_active_tool_gets_no_mandate(sc: Sidecar) -> None:
     assert report.mandates == 1
     assert [m.ref for m in sc.ledger.list()] == ["env:CRM_EXPORT_ONLY"]
     assert sc.state.credentials(["crm_reader"])["crm_reader"] == [shared]
-    # once its last active user is evicted too, the reference gets its mandate
-    assert sc.report(abandoned(["crm_reader", SINK], "HTTP 400")).status == "archived"
+    # once its last active holder is evicted too, the reference gets its mandate, which
+    # names every evicted holder and the chains behind them
+    later_chain = sc.report(abandoned(["crm_reader", SINK], "HTTP 400")).chain_id
     later = sc.evict()
     assert [d.tool_id for d in later.evicted] == ["crm_reader"]
     assert later.mandates == 1
     (m,) = [m for m in sc.ledger.list() if m.ref == TOKEN_REF]
-    assert m.tool_ids == ("crm_reader",)
+    assert m.tool_ids == ("crm_export", "crm_reader")
+    assert m.chain_ids == tuple(sorted([first_chain, later_chain]))
+    assert m.move_id == later.pointers["crm_reader"].removeprefix("cold://tools/")
 
 
-def test_ref_shared_by_two_evicted_tools_gets_one_mandate_naming_both(sc: Sidecar) -> None:
-    report, chain = evict(sc, tool("crm_export", cred()), tool("crm_import", cred()))
-    assert report.mandates == 1
-    m = only(sc)
-    assert m.ref == TOKEN_REF
-    assert m.tool_ids == ("crm_export", "crm_import")
-    assert m.chain_ids == (chain,)
-    moves = {p.removeprefix("cold://tools/") for p in report.pointers.values()}
-    assert m.move_id in moves and len(moves) == 2
-    assert m.idempotency_key == mandate_key(m.move_id, TOKEN_REF)
+@pytest.mark.parametrize("batch_size", [500, 1], ids=["one-batch", "batch-per-tool"])
+def test_ref_shared_by_two_evicted_tools_gets_one_mandate_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_size: int
+) -> None:
+    _clean_env(monkeypatch)
+    home = tmp_path / "home"
+    with Sidecar.open(
+        embedder=HashingEmbedder(), home=home, evict_batch_size=batch_size
+    ) as sidecar:
+        report, chain = evict(
+            sidecar, tool("crm_export", cred()), tool("crm_import", cred(), cred("env:OWN"))
+        )
+        assert report.mandates == 2
+        (m,) = [m for m in sidecar.ledger.list() if m.ref == TOKEN_REF]
+        assert m.tool_ids == ("crm_export", "crm_import")
+        assert m.chain_ids == (chain,)
+        moves = {p.removeprefix("cold://tools/") for p in report.pointers.values()}
+        assert m.move_id in moves and len(moves) == 2
+        assert m.idempotency_key == mandate_key(m.move_id, TOKEN_REF)
+        assert sidecar.ledger.counts()["pending"] == 2
 
 
 def test_rerunning_evict_creates_no_new_mandates(sc: Sidecar) -> None:
@@ -343,11 +358,18 @@ def test_counts_sum_up(
     )
     counts = sc.ledger.counts()
     assert tuple(counts) == STATUSES
-    assert counts == {"pending": 4, "submitted": 0, "revoked": 0, "failed": 0, "unsupported": 0}
+    assert counts == {
+        "pending": 4,
+        "submitted": 0,
+        "revoked": 0,
+        "failed": 0,
+        "unsupported": 0,
+        "cancelled": 0,
+    }
     tally = sc.ledger.run(revoker(), now=clock)
     assert tally == {"revoked": 1, "submitted": 1, "unsupported": 1, "failed": 1}
     counts = sc.ledger.counts()
-    assert counts == {"pending": 0, **tally}
+    assert counts == {"pending": 0, "cancelled": 0, **tally}
     assert sum(counts.values()) == len(sc.ledger.list()) == 4
     for status in STATUSES:
         assert len(sc.ledger.list(status)) == counts[status]
@@ -498,8 +520,9 @@ def test_other_client_errors_fail(
 
 
 def test_credential_without_endpoint_is_unsupported_and_not_sent(
-    sc: Sidecar, server: RevocationServer, clock: Clock
+    sc: Sidecar, server: RevocationServer, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("OTHER_TOKEN", "other-token-value")
     server.script("/live", Reply(200))
     evict(
         sc,
@@ -507,9 +530,7 @@ def test_credential_without_endpoint_is_unsupported_and_not_sent(
         tool("crm_import", cred("env:OTHER_TOKEN", server.endpoint("/live"))),
     )
     # the server is live (the other mandate reaches it); this one sends nothing
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OTHER_TOKEN", "other-token-value")
-        assert sc.ledger.run(revoker(), now=clock) == {"unsupported": 1, "revoked": 1}
+    assert sc.ledger.run(revoker(), now=clock) == {"unsupported": 1, "revoked": 1}
     (req,) = server.requests
     assert req.form["token"] == ["other-token-value"]
     (m,) = [m for m in sc.ledger.list() if m.ref == TOKEN_REF]
@@ -564,7 +585,7 @@ def test_record_only_is_the_default_and_sends_nothing(
     assert RecordOnlyRevoker().revoke(m) is None
 
 
-def test_make_revoker_names(sc: Sidecar) -> None:
+def test_make_revoker_names() -> None:
     assert isinstance(make_revoker("rfc7009"), Rfc7009Revoker)
     with pytest.raises(ValueError, match="unknown revoker"):
         make_revoker("smtp")
@@ -724,4 +745,5 @@ def test_restored_tool_keeps_its_credential(
     ]
     sc.ledger.run(revoker(), now=clock)
     assert server.requests == [], "revoked the credential of a restored, active tool"
-    assert only(sc).status != "revoked"
+    assert only(sc).status == "cancelled"
+    assert only(sc).last_error == "cancelled: crm_export restored"

@@ -1,0 +1,898 @@
+"""Planted secrets: none reaches a file under the home, an audit record or the CLI's output.
+
+Seventeen secret formats are generated at runtime from a seeded random source, a fresh
+instance for every (format, input path) pair, so a leak names exactly which format came
+in through which field.  They go through the real pipeline (Chroma embedded, the Parquet
+cold store, the SQLite state): tool intake in the sidecar, MCP and OpenAI formats,
+abandoned / completed / unknown-kind reports from the library, an eviction that moves the
+secret-laden tools to cold storage, audits, and one ``sidecar report - --json`` run.
+
+Then every file under the home is searched three ways: its raw bytes; every Parquet file
+decoded with pyarrow (the pages are zstd-compressed, so raw bytes alone prove nothing); every
+SQLite database dumped table by table through a read-only connection, which reads the
+WAL (a Sidecar is kept open during the scan, so its last write is only in the WAL).  The
+non-secret text planted next to each secret (a ``ctxNNN`` marker) must survive, so the
+test tells redaction from data loss.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import random
+import re
+import sqlite3
+import string
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from indexes import HashingEmbedder
+from sidecar import Sidecar, Tool, load_tool_file, load_tools, parse_tool
+from sidecar.errors import SecretValueError
+from sidecar.model import CredentialRef
+from sidecar.redact import MASK
+from tests.sidecar.helpers import abandoned, completed
+
+SEED = 20261130
+SCRIPT = str(Path(sys.executable).with_name("sidecar"))
+ALNUM = string.ascii_letters + string.digits
+UPPER = string.ascii_uppercase + string.digits
+URLSAFE = ALNUM + "-_"
+B64 = ALNUM + "+/"
+
+FATAL = ["vault_fetch", "page_scraper", "llm_extractor"]
+"""The archived chain: two prefix tools (evicted with their schemas) and a terminal
+tool that stays in the hot index."""
+CLI_FATAL = ["web_search", "html_parser", "llm_extractor"]
+
+
+# ---- secret formats ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Secret:
+    fmt: str
+    ref: str
+    """The value as a credential field or an ``api_key`` default would hold it."""
+    text: str
+    """As it appears in free text: a log line, an error message, a description."""
+    header: tuple[str, str]
+    """As a header / config entry (some names are sensitive, some rely on the value)."""
+    needles: dict[str, str]
+    """The random parts, by name: none may be found anywhere once written."""
+
+
+Rand = Callable[[int, str], str]
+Made = tuple[str, str, tuple[str, str], dict[str, str]]
+"""A maker's answer: (ref, text, header, needles)."""
+
+
+def _aws_key_id(r: Rand) -> Made:
+    body = r(16, UPPER)
+    v = "AKIA" + body
+    return (
+        v,
+        f"s3 PutObject denied for access key {v}",
+        ("aws_access_key_id", v),
+        {"key body": body},
+    )
+
+
+def _aws_secret(r: Rand) -> Made:
+    v = f"{r(9, ALNUM)}/{r(7, ALNUM)}/{r(22, B64)}"  # 40 chars of base64, as AWS issues
+    return v, f"aws_secret_access_key = {v}", ("AWS_SECRET_ACCESS_KEY", v), {"secret key": v}
+
+
+def _github_classic(r: Rand) -> Made:
+    body = r(36, ALNUM)
+    v = "ghp_" + body
+    return v, f"git push rejected for {v}", ("Authorization", f"token {v}"), {"token body": body}
+
+
+def _github_fine_grained(r: Rand) -> Made:
+    body = f"{r(22, ALNUM)}_{r(59, ALNUM)}"
+    v = "github_pat_" + body
+    return v, f"gh api /repos/acme/app rejected {v}", ("X-GitHub-Pat", v), {"token body": body}
+
+
+def _openai(r: Rand) -> Made:
+    body = f"{r(24, ALNUM)}-{r(24, URLSAFE)}_{r(24, ALNUM)}"
+    v = "sk-proj-" + body
+    return (
+        v,
+        f"OpenAI client configured with {v}",
+        ("Authorization", f"Bearer {v}"),
+        {"key body": body},
+    )
+
+
+def _anthropic(r: Rand) -> Made:
+    body = f"{r(40, URLSAFE)}-{r(40, URLSAFE)}_{r(11, ALNUM)}AA"
+    v = "sk-ant-api03-" + body
+    return v, f"messages.create with {v} failed", ("x-api-key", v), {"key body": body}
+
+
+def _stripe(r: Rand) -> Made:
+    body = r(48, ALNUM)
+    v = "sk_live_" + body
+    return v, f"stripe charge failed for key {v}", ("Stripe-Key", v), {"key body": body}
+
+
+def _slack(r: Rand) -> Made:
+    body = f"{r(12, string.digits)}-{r(13, string.digits)}-{r(24, ALNUM)}"
+    v = "xoxb-" + body
+    return (
+        v,
+        f"chat.postMessage with {v}: account_inactive",
+        ("X-Slack-Bot", v),
+        {"token body": body},
+    )
+
+
+def _google(r: Rand) -> Made:
+    body = r(35, URLSAFE)
+    v = "AIza" + body
+    url = f"https://maps.googleapis.com/maps/api/geocode/json?address=Paris&key={v}"
+    return v, f"GET {url} failed", ("X-Goog-Api-Key", v), {"key body": body}
+
+
+def _gitlab(r: Rand) -> Made:
+    body = r(20, URLSAFE)
+    v = "glpat-" + body
+    return v, f"gitlab push rejected for {v}", ("PRIVATE-TOKEN", v), {"token body": body}
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _jwt(r: Rand) -> Made:
+    head = _b64url(b'{"alg":"HS256","typ":"JWT"}')
+    claims = _b64url(json.dumps({"sub": r(16, ALNUM), "jti": r(24, ALNUM)}).encode())
+    sig = r(43, URLSAFE)
+    v = f"{head}.{claims}.{sig}"
+    return v, f"session JWT {v} expired", ("X-Id-Jwt", v), {"claims": claims, "signature": sig}
+
+
+def _bearer(r: Rand) -> Made:
+    v = r(40, ALNUM)  # an opaque access token: only the header says what it is
+    return (
+        f"Bearer {v}",
+        f"Authorization: Bearer {v}",
+        ("Authorization", f"Bearer {v}"),
+        {"token": v},
+    )
+
+
+def _basic(r: Rand) -> Made:
+    v = base64.b64encode(f"svc-{r(6, ALNUM)}:{r(20, ALNUM)}".encode()).decode()
+    h = ("Proxy-Authorization", f"Basic {v}")
+    return f"Basic {v}", f"Authorization: Basic {v}", h, {"credentials": v}
+
+
+def _password_query(r: Rand) -> Made:
+    v = r(20, ALNUM)
+    url = f"https://api.example.com/v1/login?user=alice&password={v}&lang=en"
+    return url, f"GET {url} failed", ("Location", url), {"password": v}
+
+
+def _url_userinfo(r: Rand) -> Made:
+    v = r(24, ALNUM)
+    url = f"https://deploy:{v}@pypi.example.com/simple/"
+    return url, f"pip index {url} unreachable", ("X-Upstream", url), {"password": v}
+
+
+def _pem(r: Rand) -> Made:
+    lines = [r(64, B64) for _ in range(3)] + [r(40, B64) + "=="]
+    block = "-----BEGIN PRIVATE KEY-----\n" + "\n".join(lines) + "\n-----END PRIVATE KEY-----"
+    return (
+        block,
+        f"loaded key\n{block}\n",
+        ("tls_key", block),
+        {f"body line {i}": x for i, x in enumerate(lines, 1)},
+    )
+
+
+def _cookie(r: Rand) -> Made:
+    csrf, session = r(32, ALNUM), r(32, ALNUM)
+    value = f"csrftoken={csrf}; sessionid={session}"  # a browser's Cookie header
+    return (
+        value,
+        f"Cookie: {value}",
+        ("Cookie", value),
+        {"csrftoken value (1st cookie)": csrf, "sessionid value (2nd cookie)": session},
+    )
+
+
+FORMATS: dict[str, Callable[[Rand], Made]] = {
+    "AWS access key id (AKIA...)": _aws_key_id,
+    "AWS secret access key": _aws_secret,
+    "GitHub token (ghp_)": _github_classic,
+    "GitHub fine-grained token (github_pat_)": _github_fine_grained,
+    "OpenAI key (sk-proj-)": _openai,
+    "Anthropic key (sk-ant-)": _anthropic,
+    "Stripe key (sk_live_)": _stripe,
+    "Slack bot token (xoxb-)": _slack,
+    "Google API key (AIza)": _google,
+    "GitLab token (glpat-)": _gitlab,
+    "JWT": _jwt,
+    "Bearer token (Authorization header)": _bearer,
+    "Basic auth": _basic,
+    "password= in a query string": _password_query,
+    "URL userinfo (https://user:pass@host)": _url_userinfo,
+    "PEM private key": _pem,
+    "Cookie header": _cookie,
+}
+
+
+def make_secret(fmt: str, rng: random.Random) -> Secret:
+    def r(n: int, alphabet: str) -> str:
+        return "".join(rng.choice(alphabet) for _ in range(n))
+
+    ref, text, header, needles = FORMATS[fmt](r)
+    assert all(len(n) >= 16 for n in needles.values())
+    return Secret(fmt, ref, text, header, needles)
+
+
+@dataclass(frozen=True)
+class Plant:
+    secret: Secret
+    path: str
+    """The input field it came through."""
+    marker: str | None
+    """Non-secret context planted beside it, which must survive (None: not stored)."""
+
+
+@dataclass
+class Garden:
+    """Every planted secret: a fresh one per (format, input path)."""
+
+    rng: random.Random = field(default_factory=lambda: random.Random(SEED))
+    plants: list[Plant] = field(default_factory=list)
+
+    def plant(self, fmt: str, path: str, kept: bool = True) -> tuple[Secret, str]:
+        secret = make_secret(fmt, self.rng)
+        marker = f"ctx{len(self.plants):03d}"
+        self.plants.append(Plant(secret, path, marker if kept else None))
+        return secret, marker
+
+    def texts(self, path: str, kept: bool = True) -> list[str]:
+        """One ``<marker> <secret in text>`` per format."""
+        out = []
+        for fmt in FORMATS:
+            secret, marker = self.plant(fmt, path, kept)
+            out.append(f"{marker} {secret.text}")
+        return out
+
+    def headers(self, path: str, kept: bool = True) -> list[dict[str, Any]]:
+        """One ``{"note": marker, "headers": {...}}`` per format."""
+        out = []
+        for fmt in FORMATS:
+            secret, marker = self.plant(fmt, path, kept)
+            name, value = secret.header
+            out.append({"note": marker, "headers": {"Accept": "application/json", name: value}})
+        return out
+
+    def refs(self, path: str) -> list[str]:
+        """Every format as a bare value (masked whole: no context survives by design)."""
+        return [self.plant(fmt, path, kept=False)[0].ref for fmt in FORMATS]
+
+    def marker_for(self, path: str) -> list[str]:
+        return [p.marker for p in self.plants if p.path == path and p.marker]
+
+
+# ---- inputs --------------------------------------------------------------------------------
+def report_with_secrets(
+    g: Garden, prefix: str, topology: list[str], kind: str | None
+) -> dict[str, Any]:
+    """An abandoned chain report with secrets in every field the product redacts."""
+    logs: list[Any] = [
+        f"2026-11-30T10:00:00Z WARN {line}" for line in g.texts(f"{prefix}logs[] text")
+    ]
+    logs += [
+        {"event": "http_request", "request": {"method": "POST", **h}}
+        for h in g.headers(f"{prefix}logs[] headers")
+    ]
+    logs += [
+        {"event": "tool_error", "detail": {"attempt": i, "message": line}}
+        for i, line in enumerate(g.texts(f"{prefix}logs[] nested text"))
+    ]
+    messages = g.texts(f"{prefix}failure.error nested text")
+    requests = g.headers(f"{prefix}failure.error headers")
+    error = {
+        "type": "upstream_error",
+        "attempts": [
+            {"n": i, "request": req, "response": {"body": {"error": {"message": msg}}}}
+            for i, (msg, req) in enumerate(zip(messages, requests, strict=True))
+        ],
+    }
+    signature = "timeout after 30s on 7.2 MB payload; " + "; ".join(
+        g.texts(f"{prefix}failure.signature")
+    )
+    rule = "IF html_parser output > 5 MB THEN llm_extractor times out; " + "; ".join(
+        g.texts(f"{prefix}constraint.rule")
+    )
+    return abandoned(
+        topology,
+        signature,
+        rule=rule,
+        kind=kind,
+        when=[{"step": topology[1], "field": "payload_bytes", "op": ">", "value": 5_000_000}],
+        error=error,
+        logs=logs,
+        session_id=f"{prefix}session",
+    )
+
+
+def completed_with_secrets(g: Garden, prefix: str, topology: list[str]) -> dict[str, Any]:
+    """Completed reports keep only the topology: nothing else may be stored."""
+    report = completed(topology)
+    report["logs"] = g.texts(f"{prefix}completed report logs[] text", kept=False)
+    report["logs"] += g.headers(f"{prefix}completed report logs[] headers", kept=False)
+    report["failure"] = {
+        "signature": "; ".join(g.texts(f"{prefix}completed report signature", kept=False)),
+        "kind": None,
+        "error": {},
+    }
+    return report
+
+
+def unknown_kind_with_secrets(g: Garden, path: str) -> dict[str, Any]:
+    """Not archived (unknown kind, seen once), but its redacted signature is sighted."""
+    signature = "upstream error; " + "; ".join(g.texts(path))
+    return abandoned(["vault_fetch", "html_parser", "llm_extractor"], signature, rule="IF x THEN y")
+
+
+def schema_with_secrets(g: Garden, tool: str, secret_prop: str, default_fmt: str) -> dict:
+    """A tool schema: a sensitive property with secret default/examples, a property whose
+    description carries secrets in text, and header examples."""
+    default, _ = g.plant(default_fmt, f"{tool} input_schema.{secret_prop}.default", kept=False)
+    return {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "what to look up", "minLength": 1},
+            secret_prop: {
+                "type": "string",
+                "description": "credential for the upstream API",
+                "default": default.ref,
+                "examples": g.refs(f"{tool} input_schema.{secret_prop}.examples"),
+            },
+            "endpoint": {
+                "type": "string",
+                "description": "; ".join(g.texts(f"{tool} input_schema property description")),
+            },
+            "headers": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "examples": [
+                    {"note": h["note"], **h["headers"]}
+                    for h in g.headers(f"{tool} input_schema.headers.examples")
+                ],
+            },
+        },
+        "required": ["query"],
+    }
+
+
+def description_with_secrets(g: Garden, tool: str, lead: str) -> str:
+    return lead + " " + "; ".join(g.texts(f"{tool} description"))
+
+
+# ---- the run -------------------------------------------------------------------------------
+@dataclass
+class World:
+    home: Path
+    garden: Garden
+    inputs: dict[str, Any]
+    results: dict[str, dict[str, Any]]
+    evicted: dict[str, str]
+    audits: dict[str, dict[str, Any]]
+    hot_outputs: dict[str, Any]
+    cli: subprocess.CompletedProcess[str]
+    cli_results: list[dict[str, Any]]
+    wal_marker: str
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    root = tmp_path_factory.mktemp("secrets")
+    home = root / "home"
+    inputs_dir = root / "inputs"  # outside the home: only the home is searched
+    inputs_dir.mkdir()
+    g = Garden()
+
+    sidecar_line = {
+        "tool_id": "vault_fetch",
+        "tool_type": "fetcher",
+        "description": description_with_secrets(g, "vault_fetch", "Fetch a document by path."),
+        "input_schema": schema_with_secrets(g, "vault_fetch", "api_key", "AWS secret access key"),
+        "credentials": [{"ref": "vault://kv/prod/vault_fetch#api_key", "scopes": ["read"]}],
+    }
+    mcp_response = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {
+            "tools": [
+                {
+                    "name": "page_scraper",
+                    "description": description_with_secrets(
+                        g, "page_scraper", "Scrape a web page into HTML."
+                    ),
+                    "inputSchema": schema_with_secrets(
+                        g, "page_scraper", "token", "Bearer token (Authorization header)"
+                    ),
+                }
+            ]
+        },
+    }
+    openai_tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "llm_extractor",
+                "description": description_with_secrets(
+                    g, "llm_extractor", "Extract fields from page text."
+                ),
+                "parameters": schema_with_secrets(g, "llm_extractor", "apiKey", "PEM private key"),
+            },
+        }
+    ]
+    files = {
+        "sidecar.jsonl": json.dumps(sidecar_line),
+        "mcp.json": json.dumps(mcp_response),
+        "openai.json": json.dumps(openai_tools),
+    }
+    for name, text in files.items():
+        (inputs_dir / name).write_text(text)
+
+    lib_completed = completed_with_secrets(g, "", ["plain_search", "llm_extractor"])
+    lib_unknown = unknown_kind_with_secrets(g, "unknown-kind failure.signature")
+    lib_abandoned = report_with_secrets(g, "", FATAL, "deterministic")
+    cli_lines = [
+        report_with_secrets(g, "CLI ", CLI_FATAL, "deterministic"),
+        completed_with_secrets(g, "CLI ", ["web_search", "text_summarizer"]),
+        # rejected (fewer than two tools): nothing is stored, the reason echoes nothing
+        {**completed_with_secrets(g, "CLI rejected ", ["only_one"]), "outcome": "abandoned"},
+    ]
+    wal_report = unknown_kind_with_secrets(g, "WAL-only unknown-kind failure.signature")
+
+    results: dict[str, dict[str, Any]] = {}
+    audits: dict[str, dict[str, Any]] = {}
+    hot: dict[str, Any] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        for key in os.environ:
+            if key.startswith("SIDECAR_"):
+                mp.delenv(key)
+        with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+            tools = [t for name in files for t in load_tool_file(inputs_dir / name)]
+            hot["add_tools"] = sc.add_tools(tools).to_dict()
+            hot["list_tools"] = [t.to_dict() for t in sc.list_tools()]
+            hot["search"] = sc.search("fetch a document from the vault", k=3).to_dict()
+            results["completed"] = sc.report(lib_completed).to_dict()
+            results["unknown"] = sc.report(lib_unknown).to_dict()
+            results["abandoned"] = sc.report(lib_abandoned).to_dict()
+            eviction = sc.evict()
+            evicted = dict(eviction.pointers)
+            hot["after_evict"] = [t.to_dict() for t in sc.list_tools()]
+            audits["chain"] = sc.audit(results["abandoned"]["pointer"])
+            audits.update({tool: sc.audit(ptr) for tool, ptr in evicted.items()})
+
+        env = {**_clean_env(), "SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": "hashing"}
+        cli = subprocess.run(
+            [SCRIPT, "report", "-", "--json"],
+            input="\n".join(json.dumps(line) for line in cli_lines) + "\n",
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        cli_results = [json.loads(line) for line in cli.stdout.splitlines()]
+
+        # kept open through the scan: its last write stays in state.sqlite-wal
+        sc = Sidecar.open(embedder=HashingEmbedder(), home=home)
+        try:
+            if cli_results and "pointer" in cli_results[0]:
+                audits["cli chain"] = sc.audit(cli_results[0]["pointer"])
+            results["wal"] = sc.report(wal_report).to_dict()
+            yield World(
+                home=home,
+                garden=g,
+                inputs={"sidecar": sidecar_line, "mcp": mcp_response, "openai": openai_tools},
+                results=results,
+                evicted=evicted,
+                audits=audits,
+                hot_outputs=hot,
+                cli=cli,
+                cli_results=cli_results,
+                wal_marker=g.marker_for("WAL-only unknown-kind failure.signature")[0],
+            )
+        finally:
+            sc.close()
+
+
+# ---- searching -----------------------------------------------------------------------------
+def _strings(value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, bytes | bytearray | memoryview):
+        out.append(bytes(value).decode("latin-1"))
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _strings(k, out)
+            _strings(v, out)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _strings(v, out)
+    elif value is not None:
+        out.append(str(value))
+
+
+def files_under(home: Path) -> list[Path]:
+    return sorted(p for p in home.rglob("*") if p.is_file())
+
+
+def raw_views(home: Path) -> Iterator[tuple[str, str]]:
+    for path in files_under(home):
+        yield f"{path.relative_to(home)} [raw bytes]", path.read_bytes().decode("latin-1")
+
+
+def parquet_views(home: Path) -> Iterator[tuple[str, str]]:
+    for path in files_under(home):
+        if path.name.endswith(".parquet"):
+            table = pq.read_table(path)
+            parts = [str(table.schema)]
+            _strings(table.schema.metadata or {}, parts)
+            _strings(table.to_pylist(), parts)
+            yield f"{path.relative_to(home)} [parquet rows]", "\n".join(parts)
+
+
+def is_sqlite(path: Path) -> bool:
+    with path.open("rb") as fh:
+        return fh.read(16) == b"SQLite format 3\x00"
+
+
+def sqlite_views(home: Path) -> Iterator[tuple[str, str]]:
+    """Every table of every SQLite database, through a read-only connection: it reads
+    committed pages from the -wal file too, checkpointed or not."""
+    for path in files_under(home):
+        if not is_sqlite(path):
+            continue
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            tables = db.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type='table' ORDER BY name"
+            ).fetchall()
+            assert tables, path
+            for name, sql in tables:
+                try:
+                    rows = db.execute(f'SELECT * FROM "{name}"').fetchall()
+                except sqlite3.OperationalError:
+                    # a virtual table whose module this sqlite lacks: its shadow tables,
+                    # which hold its data, are plain tables dumped here too
+                    assert (sql or "").upper().startswith("CREATE VIRTUAL TABLE"), (path, name)
+                    continue
+                parts = [sql or ""]
+                _strings([list(r) for r in rows], parts)
+                yield f"{path.relative_to(home)} [sqlite table {name}]", "\n".join(parts)
+
+
+Leaks = dict[tuple[str, str], tuple[set[str], set[str]]]
+"""(format, input path) -> (the parts of the secret found, the views holding them)."""
+
+
+def find_leaks(plants: Iterable[Plant], views: Iterable[tuple[str, str]]) -> Leaks:
+    owner = {n: (p, part) for p in plants for part, n in p.secret.needles.items()}
+    pattern = re.compile("|".join(re.escape(n) for n in sorted(owner, key=len, reverse=True)))
+    leaks: Leaks = {}
+    for label, text in views:
+        for match in pattern.finditer(text):
+            plant, part = owner[match.group(0)]
+            parts, where = leaks.setdefault((plant.secret.fmt, plant.path), (set(), set()))
+            parts.add(part)
+            where.add(label)
+    return leaks
+
+
+def describe(leaks: Leaks) -> str:
+    lines = [f"{len(leaks)} planted secret(s) leaked:"]
+    for (fmt, path), (parts, where) in sorted(leaks.items()):
+        lines.append(
+            f"  {fmt} [{', '.join(sorted(parts))}] via {path!r} -> {', '.join(sorted(where))}"
+        )
+    return "\n".join(lines)
+
+
+def mentions(text: str, secret: Secret) -> bool:
+    return any(n in text for n in secret.needles.values())
+
+
+def dumps(value: Any) -> str:
+    parts: list[str] = []
+    _strings(value, parts)
+    return "\n".join(parts)
+
+
+# ---- credential references -----------------------------------------------------------------
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_a_credential_ref_holding_a_secret_value_is_refused(fmt: str) -> None:
+    secret = make_secret(fmt, random.Random(f"{SEED}:{fmt}"))
+    line = {"tool_id": "vault_fetch", "credentials": [{"ref": secret.ref, "scopes": ["read"]}]}
+    try:
+        parse_tool(line)
+    except SecretValueError as exc:
+        assert "credentials[0].ref" in str(exc)
+        assert not mentions(str(exc), secret)
+    else:
+        pytest.fail(f"{fmt} was accepted as credentials[0].ref (no SecretValueError)")
+
+
+@pytest.mark.parametrize(
+    "fmt", ["GitHub token (ghp_)", "Stripe key (sk_live_)", "JWT", "PEM private key"]
+)
+def test_secrets_in_other_credential_fields_are_refused(fmt: str, tmp_path: Path) -> None:
+    secret = make_secret(fmt, random.Random(f"{SEED}:fields:{fmt}"))
+    base = {"ref": "vault://kv/prod/app#token", "scopes": ["read"]}
+    variants = [
+        {**base, "provider": secret.ref},
+        {**base, "scopes": ["read", secret.ref]},
+        {**base, "token": secret.ref},  # a field that would carry the value itself
+        {**base, "value": secret.ref},
+    ]
+    for cred in variants:
+        with pytest.raises(SecretValueError) as caught:
+            parse_tool({"tool_id": "app", "credentials": [cred]})
+        assert not mentions(str(caught.value), secret)
+    userinfo = make_secret("URL userinfo (https://user:pass@host)", random.Random(SEED))
+    path = tmp_path / "tools.jsonl"
+    endpoint = {**base, "revocation_endpoint": userinfo.ref}
+    path.write_text(json.dumps({"tool_id": "app", "credentials": [endpoint]}) + "\n")
+    with pytest.raises(SecretValueError) as caught:
+        load_tool_file(path)
+    assert "revocation_endpoint" in str(caught.value)
+    assert not mentions(str(caught.value), userinfo)
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "vault://kv/prod/github#token",
+        "env:OPENAI_API_KEY",
+        "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/db",
+        "oauth:mail-client",
+    ],
+)
+def test_a_credential_named_by_reference_is_accepted(ref: str) -> None:
+    cred = {"ref": ref, "scopes": ["read"], "provider": "vault"}
+    (tool,) = load_tools([{"tool_id": "app", "credentials": [cred]}])
+    assert tool.credentials == (CredentialRef(ref, ("read",), "vault"),)
+
+
+@pytest.mark.parametrize(
+    "fmt", ["GitHub token (ghp_)", "Bearer token (Authorization header)", "AWS secret access key"]
+)
+def test_add_tools_refuses_a_secret_credential_ref_built_in_code(fmt: str, tmp_path: Path) -> None:
+    """The library intake takes Tool objects: the refusal must not depend on the parser."""
+    secret = make_secret(fmt, random.Random(f"{SEED}:code:{fmt}"))
+    tool = Tool("app", "An app", credentials=(CredentialRef(secret.ref, ("read",)),))
+    home = tmp_path / "home"
+    with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+        try:
+            sc.add_tools([tool])
+        except SecretValueError:
+            refused = True
+        else:
+            refused = False
+    plant = Plant(secret, "Tool(credentials=(CredentialRef(ref),)) via Sidecar.add_tools", None)
+    leaks = find_leaks([plant], [*raw_views(home), *sqlite_views(home)])
+    assert refused and not leaks, (
+        f"Sidecar.add_tools {'refused' if refused else 'accepted'} {fmt} as a credential "
+        f"ref; {describe(leaks)}"
+    )
+
+
+# ---- the pipeline --------------------------------------------------------------------------
+def test_the_pipeline_really_ran(world: World) -> None:
+    assert set(world.hot_outputs["add_tools"]["added"]) == set(FATAL)
+    assert world.results["completed"]["status"] == "recorded"
+    assert world.results["unknown"]["status"] == "not_archived"
+    assert "unknown failure kind" in world.results["unknown"]["reason"]
+    assert world.results["abandoned"]["status"] == "archived"
+    assert world.results["wal"]["status"] == "not_archived"
+    assert set(world.evicted) == {"vault_fetch", "page_scraper"}
+    assert [t["tool_id"] for t in world.hot_outputs["after_evict"]] == ["llm_extractor"]
+    assert world.cli.returncode == 4, world.cli.stderr  # the one rejected line
+    assert [r["status"] for r in world.cli_results] == ["archived", "recorded", "rejected"]
+    assert "cli chain" in world.audits
+    # every format through every input path, each secret unique
+    assert len(FORMATS) >= 10
+    paths = {p.path for p in world.garden.plants}
+    assert len(paths) >= 30
+    needles = [n for p in world.garden.plants for n in p.secret.needles.values()]
+    assert len(needles) == len(set(needles))
+
+
+def test_no_secret_in_the_raw_bytes_of_any_file(world: World) -> None:
+    names = {str(p.relative_to(world.home)) for p in files_under(world.home)}
+    assert "state.sqlite" in names and "state.sqlite-wal" in names
+    assert "chroma/chroma.sqlite3" in names
+    assert any(n.startswith("cold/chains/") and n.endswith(".parquet") for n in names)
+    assert any(n.startswith("cold/tools/") and n.endswith(".parquet") for n in names)
+    assert any(n.startswith("chroma/") and n.endswith(".bin") for n in names), names
+    leaks = find_leaks(world.garden.plants, raw_views(world.home))
+    assert not leaks, describe(leaks)
+
+
+def test_no_secret_in_the_decoded_parquet_files(world: World) -> None:
+    views = list(parquet_views(world.home))
+    chains = [v for label, v in views if label.startswith("cold/chains/")]
+    tools = [v for label, v in views if label.startswith("cold/tools/")]
+    assert len(chains) >= 2 and tools  # the library's chain, the CLI's chain, the tools
+    leaks = find_leaks(world.garden.plants, views)
+    assert not leaks, describe(leaks)
+    text = "\n".join(chains + tools)
+    assert "timeout after 30s on 7.2 MB payload" in text and MASK in text
+    assert "IF html_parser output > 5 MB THEN llm_extractor times out" in text
+    for tool in ("vault_fetch", "page_scraper"):
+        assert all(m in "\n".join(tools) for m in world.garden.marker_for(f"{tool} description"))
+
+
+def test_no_secret_in_any_sqlite_table_including_the_wal(world: World) -> None:
+    views = list(sqlite_views(world.home))
+    labels = {label for label, _ in views}
+    assert "state.sqlite [sqlite table sightings]" in labels
+    assert any(label.startswith("chroma/chroma.sqlite3 ") for label in labels)
+    leaks = find_leaks(world.garden.plants, views)
+    assert not leaks, describe(leaks)
+    by_label = dict(views)
+    # the last write is only in the WAL, and was read through it
+    main_file = (world.home / "state.sqlite").read_bytes()
+    assert world.wal_marker.encode() not in main_file
+    assert world.wal_marker.encode() in (world.home / "state.sqlite-wal").read_bytes()
+    assert world.wal_marker in by_label["state.sqlite [sqlite table sightings]"]
+    sightings = by_label["state.sqlite [sqlite table sightings]"]
+    assert all(m in sightings for m in world.garden.marker_for("unknown-kind failure.signature"))
+    constraints = by_label["state.sqlite [sqlite table constraints]"]
+    assert all(m in constraints for m in world.garden.marker_for("constraint.rule"))
+    assert all(m in constraints for m in world.garden.marker_for("failure.signature"))
+    chroma = "\n".join(v for label, v in views if label.startswith("chroma/"))
+    assert all(m in chroma for m in world.garden.marker_for("llm_extractor description"))
+
+
+def test_every_stored_context_survives_redaction(world: World) -> None:
+    """Each secret's neighbouring text reaches disk: redaction, not data loss."""
+    stored = "\n".join(v for _, v in [*parquet_views(world.home), *sqlite_views(world.home)])
+    missing = [
+        (p.path, p.secret.fmt, p.marker)
+        for p in world.garden.plants
+        if p.marker and p.marker not in stored
+    ]
+    assert not missing, missing[:20]
+    assert stored.count(MASK) >= sum(1 for p in world.garden.plants if p.marker)
+
+
+def test_no_secret_in_the_audit_records(world: World) -> None:
+    leaks = find_leaks(
+        world.garden.plants, [(f"audit({k})", dumps(v)) for k, v in world.audits.items()]
+    )
+    assert not leaks, describe(leaks)
+    chain = world.audits["chain"]
+    assert chain["topology"] == FATAL and chain["failure_kind"] == "deterministic"
+    assert chain["terminal_signature"].startswith("timeout after 30s on 7.2 MB payload; ctx")
+    assert chain["rule"].startswith("IF html_parser output > 5 MB THEN llm_extractor times out")
+    text = dumps(chain)
+    for path in ("logs[] text", "logs[] headers", "logs[] nested text", "failure.error headers"):
+        assert all(m in text for m in world.garden.marker_for(path)), path
+    assert all(m in text for m in world.garden.marker_for("failure.error nested text"))
+    headers = [e["request"]["headers"] for e in chain["error"]["attempts"]]
+    assert all(h["Accept"] == "application/json" for h in headers)
+    assert {"Authorization", "Cookie", "x-api-key"} <= {k for h in headers for k in h}
+    assert chain["tool_snapshots"]["vault_fetch"]["tool_id"] == "vault_fetch"
+    cli_chain = world.audits["cli chain"]
+    assert cli_chain["topology"] == CLI_FATAL
+    assert all(m in dumps(cli_chain) for m in world.garden.marker_for("CLI logs[] text"))
+    for tool in ("vault_fetch", "page_scraper"):
+        record = world.audits[tool]
+        assert record["tool_id"] == tool
+        assert all(
+            m in record["description"] for m in world.garden.marker_for(f"{tool} description")
+        )
+
+
+def test_no_secret_in_the_hot_index_answers(world: World) -> None:
+    leaks = find_leaks(
+        world.garden.plants, [(f"Sidecar.{k}", dumps(v)) for k, v in world.hot_outputs.items()]
+    )
+    assert not leaks, describe(leaks)
+    assert {t["tool_id"] for t in world.hot_outputs["list_tools"]} == set(FATAL)
+
+
+def test_no_secret_in_the_cli_output(world: World) -> None:
+    leaks = find_leaks(
+        world.garden.plants,
+        [("sidecar report stdout", world.cli.stdout), ("sidecar report stderr", world.cli.stderr)],
+    )
+    assert not leaks, describe(leaks)
+    rejected = world.cli_results[2]
+    assert rejected["reason"] == "An abandoned chain must contain at least two tools."
+    archived = world.cli_results[0]
+    assert archived["pointer"] == f"cold://chains/{archived['chain_id']}"
+
+
+def _shape(value: Any) -> Any:
+    """The structure of a JSON value, its strings replaced by a placeholder."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shape(v) for v in value]
+    return "<str>" if isinstance(value, str) else value
+
+
+def test_tool_schemas_stay_valid_after_redaction(world: World) -> None:
+    """A property named like ``api_key`` keeps its definition; only its default and
+    example values are masked.  Checked on every copy of each schema: the hot index, the
+    cold tools table (evicted tools) and the tool snapshots inside archived chains."""
+    originals = {
+        "vault_fetch": (world.inputs["sidecar"]["input_schema"], "api_key"),
+        "page_scraper": (world.inputs["mcp"]["result"]["tools"][0]["inputSchema"], "token"),
+        "llm_extractor": (world.inputs["openai"][0]["function"]["parameters"], "apiKey"),
+    }
+    copies: list[tuple[str, str, dict[str, Any]]] = [
+        (t["tool_id"], "hot index (list_tools)", t["input_schema"])
+        for t in world.hot_outputs["list_tools"]
+    ]
+    copies += [
+        (t, "cold tools table (audit)", world.audits[t]["input_schema"]) for t in world.evicted
+    ]
+    for name, audit in (("chain", world.audits["chain"]), ("cli chain", world.audits["cli chain"])):
+        for tool, snap in audit["tool_snapshots"].items():
+            if snap is not None:
+                copies.append((tool, f"{name} tool_snapshots (audit)", snap["input_schema"]))
+    assert {(tool, where.split(" (")[0]) for tool, where, _ in copies} >= {
+        ("vault_fetch", "cold tools table"),
+        ("vault_fetch", "chain tool_snapshots"),
+        ("llm_extractor", "hot index"),
+        ("llm_extractor", "cli chain tool_snapshots"),
+    }
+    problems = []
+    for tool, where, schema in copies:
+        original, secret_prop = originals[tool]
+        props = schema.get("properties", {})
+        prop = props.get(secret_prop, {})
+        expected_prop = {
+            "type": "string",
+            "description": "credential for the upstream API",
+            "default": MASK,
+            "examples": [MASK] * len(FORMATS),
+        }
+        checks = {
+            "same structure as the input": _shape(schema) == _shape(original),
+            "type/required kept": schema.get("type") == "object"
+            and schema.get("required") == ["query"],
+            "plain property untouched": props.get("query") == original["properties"]["query"],
+            f"{secret_prop} keeps its definition, values masked": prop == expected_prop,
+            "headers keeps its definition": props.get("headers", {}).get("additionalProperties")
+            == {"type": "string"}
+            and all(e.get("Accept") == "application/json" for e in props["headers"]["examples"]),
+            "endpoint description redacted, kept": MASK in props["endpoint"]["description"]
+            and all(
+                m in props["endpoint"]["description"]
+                for m in world.garden.marker_for(f"{tool} input_schema property description")
+            ),
+        }
+        problems += [
+            f"{tool} in {where}: {what} (got {secret_prop}="
+            f"{ {k: v for k, v in prop.items() if k != 'examples'} })"
+            for what, ok in checks.items()
+            if not ok
+        ]
+    assert not problems, "\n".join(problems)
