@@ -1,0 +1,112 @@
+"""Question: how long does a batch eviction take over 10k tools, and how does its cost
+grow with the number of archived chains (10k -> 100k)?
+
+Synthetic, seeded world per size: ``--tools`` tools (hashing embedder, so the index
+builds fast; the model tokenizer is not used, token counts are approximate), 30% of
+them used by completed chains, and N abandoned chains of 2-4 tools.  The intake of the
+chains is timed apart (batched ``report_many``); the eviction is ``Sidecar.evict``
+with all its moves.  Emits JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import emit, machine
+from indexes import HashingEmbedder
+from sidecar import Sidecar, Tool
+from sidecar.model import CredentialRef
+
+
+def world(n_tools: int, n_chains: int, seed: int) -> tuple[list[Tool], list[dict[str, Any]]]:
+    rng = random.Random(seed)
+    tools = [
+        Tool(
+            f"tool_{i}",
+            f"synthetic tool {i} for benchmark",
+            credentials=(CredentialRef(f"env:CRED_{i % (n_tools // 4)}"),),
+        )
+        for i in range(n_tools)
+    ]
+    reports: list[dict[str, Any]] = []
+    reused = rng.sample(range(n_tools), int(n_tools * 0.3))
+    for i in range(0, len(reused) - 1, 2):
+        reports.append(
+            {"topology": [f"tool_{reused[i]}", f"tool_{reused[i + 1]}"], "outcome": "completed"}
+        )
+    for i in range(n_chains):
+        topology = [f"tool_{t}" for t in rng.sample(range(n_tools), rng.randint(2, 4))]
+        reports.append(
+            {
+                "topology": topology,
+                "outcome": "abandoned",
+                "failure": {"signature": f"HTTP 413 #{i}", "kind": "deterministic"},
+                "constraint": {"rule": f"rule {i}"},
+            }
+        )
+    return tools, reports
+
+
+def run_size(n_tools: int, n_chains: int, seed: int) -> dict[str, Any]:
+    tools, reports = world(n_tools, n_chains, seed)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-evict-") as tmp,
+        Sidecar.open(embedder=HashingEmbedder(), home=Path(tmp)) as sc,
+    ):
+        t0 = time.perf_counter()
+        sc.add_tools(tools)
+        t1 = time.perf_counter()
+        results = sc.report_many(reports)
+        t2 = time.perf_counter()
+        assert sum(r.status == "archived" for r in results) == n_chains
+        report = sc.evict()
+        t3 = time.perf_counter()
+        hot_left = sc.index.count()
+    seconds = t3 - t2
+    return {
+        "tools": n_tools,
+        "archived_chains": n_chains,
+        "index_build_s": round(t1 - t0, 2),
+        "intake_s": round(t2 - t1, 2),
+        "intake_chains_per_s": round(n_chains / (t2 - t1), 1),
+        "evict_s": round(seconds, 2),
+        "evicted": len(report.evicted),
+        "kept_with_constraint": len(report.kept),
+        "mandates": report.mandates,
+        "hot_left": hot_left,
+        "tools_per_s": round(len(report.evicted) / seconds, 1),
+        "chains_per_s": round(n_chains / seconds, 1),
+        "ms_per_chain": round(seconds * 1000 / n_chains, 4),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tools", type=int, default=10_000)
+    parser.add_argument("--sizes", default="10000,100000", help="archived chains per run")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    runs = [run_size(args.tools, n, args.seed) for n in sizes]
+    small, large = runs[0], runs[-1]
+    emit(
+        {
+            "benchmark": "evict",
+            "question": "batch eviction time over 10k tools as the archive grows",
+            "machine": machine(),
+            "params": {"tools": args.tools, "sizes": sizes, "seed": args.seed},
+            "runs": runs,
+            "per_chain_cost_growth": round(large["ms_per_chain"] / small["ms_per_chain"], 3),
+        },
+        args.out,
+    )
+
+
+if __name__ == "__main__":
+    main()
