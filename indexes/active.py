@@ -271,8 +271,10 @@ class ActiveIndex:
         if k < 1:
             raise ToolIndexError("k must be at least 1")
         vector = self.embed_query(query) if isinstance(query, str) else np.asarray(query)
-        # No count() round trip: Chroma answers a larger n_results with what it has.
-        fetch = k + len(exclude)
+        # Excluded ids rarely rank near the top, so ask for a little more than k and
+        # widen only when the exclusions did take the page (no count() round trip:
+        # Chroma answers a larger n_results with what it has).
+        fetch = k + min(len(exclude), max(k, 10))
         while True:
             ranked = self._query(vector, fetch)
             hits: list[IndexHit] = []
