@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -105,8 +106,11 @@ class ParquetTable:
             self.root / f"{name}.index.sqlite", isolation_level=None, check_same_thread=False
         )
         self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=10000")
         self._db.executescript(_INDEX_DDL)
+        # one connection may serve several threads: index writes take turns
+        self._lock = threading.RLock()
         self.reconcile()
 
     def close(self) -> None:
@@ -158,6 +162,12 @@ class ParquetTable:
         positions = [(g, r) for g, size in enumerate(groups) for r in range(size)]
         if len(positions) != len(keys):
             raise SchemaError(f"{rel}: {len(keys)} keys but {len(positions)} rows in row groups")
+        with self._lock:
+            self._index_locked(rel, keys, positions)
+
+    def _index_locked(
+        self, rel: str, keys: Sequence[str], positions: list[tuple[int, int]]
+    ) -> None:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             self._db.execute(
@@ -182,13 +192,17 @@ class ParquetTable:
         make_dirs(target.parent)
         if source.exists():
             shutil.move(str(source), str(target))
+        with self._lock:
+            self._mark_quarantined(rel, reason)
+        return target
+
+    def _mark_quarantined(self, rel: str, reason: str) -> None:
         self._db.execute(
             "INSERT INTO files(name, rows, status, reason, indexed_at) "
             "VALUES (?, 0, 'quarantined', ?, ?) "
             "ON CONFLICT(name) DO UPDATE SET status='quarantined', reason=excluded.reason",
             (rel, reason, time.time()),
         )
-        return target
 
     def quarantined(self) -> list[QuarantinedFile]:
         rows = self._db.execute(

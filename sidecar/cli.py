@@ -6,12 +6,14 @@ before a command needs it, so ``sidecar --help`` answers at once.
 
 Exit codes: 0 ok; 1 storage or internal failure; 2 invalid input or usage;
 3 ``check`` found the plan unsafe; 4 ``report`` rejected at least one line;
-5 not found; 6 another eviction holds the lock.
+5 not found (also: an empty archive has no digest); 6 busy: another eviction holds
+the lock, or a server owns the home (use ``--url``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from sidecar.app import Sidecar
+    from sidecar.backends import Backend
 
 EXIT_OK, EXIT_FAILURE, EXIT_INVALID, EXIT_BLOCKED, EXIT_REJECTED = 0, 1, 2, 3, 4
 EXIT_NOT_FOUND, EXIT_BUSY = 5, 6
@@ -54,10 +56,38 @@ def _home(args: argparse.Namespace) -> Path:
     return Path(os.environ.get("SIDECAR_HOME") or ".sidecar")
 
 
-def _open(args: argparse.Namespace) -> Sidecar:
-    from sidecar.app import Sidecar
+@contextlib.contextmanager
+def _backend(args: argparse.Namespace, write: bool = False) -> Iterator[Backend]:
+    """The library on the home, or the sidecar at ``--url``.  A local write refuses
+    while a server owns the home: it would open the embedded store behind its back."""
+    from sidecar.backends import Local, Remote
 
-    return Sidecar.open(home=_home(args))
+    url = getattr(args, "url", None) or os.environ.get("SIDECAR_URL")
+    backend: Backend
+    if url:
+        from sidecar.client import RemoteSidecar
+
+        token = os.environ.get("SIDECAR_TOKEN")
+        token_file = _home(args) / "token"
+        if not token and token_file.exists():
+            token = token_file.read_text().strip()
+        backend = Remote(RemoteSidecar(url, token))
+    else:
+        from sidecar.app import Sidecar
+        from sidecar.lock import LockBusy, holder
+
+        if write:
+            busy = holder(_home(args) / "server.lock", "sidecar server")
+            if busy:
+                raise LockBusy(
+                    f"a sidecar server owns {_home(args)} ({busy}); send this through it "
+                    "with --url http://HOST:PORT"
+                )
+        backend = Local(Sidecar.open(home=_home(args)))
+    try:
+        yield backend
+    finally:
+        backend.close()
 
 
 def _emit(args: argparse.Namespace, payload: Any, human: Callable[[], str]) -> None:
@@ -72,50 +102,50 @@ def cmd_tools_add(args: argparse.Namespace) -> int:
     from sidecar.catalog import load_tool_file
 
     tools = [t for path in args.files for t in load_tool_file(path)]
-    with _open(args) as sc:
-        result = sc.add_tools(tools)
-    _emit(
-        args,
-        result.to_dict(),
-        lambda: f"{len(result.added)} tool(s) added, {len(result.updated)} updated",
-    )
+    with _backend(args, write=True) as b:
+        out = b.add_tools(tools)
+    _emit(args, out, lambda: f"{len(out['added'])} tool(s) added, {len(out['updated'])} updated")
     return EXIT_OK
 
 
 def cmd_tools_list(args: argparse.Namespace) -> int:
-    with _open(args) as sc:
-        tools = sc.list_tools()
+    with _backend(args) as b:
+        out = b.list_tools()
+    tools = out["tools"]
 
     def human() -> str:
         if not tools:
             return "no active tools"
-        width = max(len(t.tool_id) for t in tools)
+        width = max(len(t["tool_id"]) for t in tools)
         lines = [f"{'TOOL':<{width}}  {'TYPE':<12}  DESCRIPTION"]
         lines += [
-            f"{t.tool_id:<{width}}  {t.tool_type:<12}  {_short(t.description, 70)}" for t in tools
+            f"{t['tool_id']:<{width}}  {t['tool_type']:<12}  {_short(t['description'], 70)}"
+            for t in tools
         ]
         return "\n".join(lines)
 
-    _emit(args, {"tools": [t.to_dict() for t in tools]}, human)
+    _emit(args, out, human)
     return EXIT_OK
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    with _open(args) as sc:
-        result = sc.search(args.query, k=args.k, after=args.after, context=dict(args.context))
+    with _backend(args) as b:
+        out = b.search(args.query, args.k, args.after, dict(args.context))
 
     def human() -> str:
         lines = []
-        for n, hit in enumerate(result.hits, 1):
-            lines.append(f"{n:>2}. {hit.tool_id}  ({hit.score:.3f})  {_short(hit.description, 60)}")
-            lines += [f"      ! {w}" for w in hit.warnings]
-        if not result.hits:
+        for n, hit in enumerate(out["hits"], 1):
+            lines.append(
+                f"{n:>2}. {hit['tool_id']}  ({hit['score']:.3f})  {_short(hit['description'], 60)}"
+            )
+            lines += [f"      ! {w}" for w in hit["warnings"]]
+        if not out["hits"]:
             lines.append("no active tools match")
-        for w in result.withheld:
-            lines.append(f"withheld {w.tool_id}: {w.rule} [{w.pointer}]")
+        for w in out["withheld"]:
+            lines.append(f"withheld {w['tool_id']}: {w['rule']} [{w['pointer']}]")
         return "\n".join(lines)
 
-    _emit(args, result.to_dict(), human)
+    _emit(args, out, human)
     return EXIT_OK
 
 
@@ -137,23 +167,43 @@ def _report_lines(source: str) -> Iterator[tuple[int, str]]:
             handle.close()
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    from sidecar.model import IntakeResult
+REPORT_BATCH = 500
 
+
+def cmd_report(args: argparse.Namespace) -> int:
     rejected = 0
-    with _open(args) as sc:
+
+    def flush(b: Backend, batch: list[tuple[int, Any]]) -> None:
+        nonlocal rejected
+        good = [(n, data) for n, data in batch if not isinstance(data, _BadLine)]
+        answers = iter(b.report_many([data for _, data in good]) if good else [])
+        for lineno, data in batch:
+            if isinstance(data, _BadLine):
+                out = {"status": "rejected", "reason": f"line {lineno}: not JSON ({data.msg})"}
+            else:
+                out = next(answers)
+            rejected += out["status"] == "rejected"
+            _emit(args, out, lambda o=out, n=lineno: _human_intake(n, o))
+        sys.stdout.flush()
+
+    with _backend(args, write=True) as b:
+        batch: list[tuple[int, Any]] = []
         for lineno, line in _report_lines(args.file):
             try:
-                data = json.loads(line)
+                batch.append((lineno, json.loads(line)))
             except json.JSONDecodeError as exc:
-                result = IntakeResult("rejected", reason=f"line {lineno}: not JSON ({exc.msg})")
-            else:
-                result = sc.report(data)
-            rejected += result.status == "rejected"
-            out = result.to_dict()
-            _emit(args, out, lambda o=out, n=lineno: _human_intake(n, o))
-            sys.stdout.flush()
+                batch.append((lineno, _BadLine(exc.msg)))
+            if len(batch) == REPORT_BATCH:
+                flush(b, batch)
+                batch = []
+        if batch:
+            flush(b, batch)
     return EXIT_REJECTED if rejected else EXIT_OK
+
+
+class _BadLine:
+    def __init__(self, msg: str) -> None:
+        self.msg = msg
 
 
 def _human_intake(lineno: int, out: dict[str, Any]) -> str:
@@ -166,55 +216,51 @@ def _human_intake(lineno: int, out: dict[str, Any]) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    with _open(args) as sc:
-        result = sc.check(args.plan, mode=args.mode, context=dict(args.context))
+    with _backend(args) as b:
+        out = b.check(args.plan, args.mode, dict(args.context))
 
     def human() -> str:
-        if result.safe:
+        if out["safe"]:
             return f"safe: {' > '.join(args.plan)}"
         lines = [f"BLOCKED: {' > '.join(args.plan)}"]
-        for c in result.collisions:
-            lines.append(f"  {c.reason}" if args.mode == "prefix" else f"  {'>'.join(c.matched)}")
-            if args.mode != "prefix":
-                lines.append(f"    rule: {c.rule}")
-                lines.append(f"    expected failure: {c.expected_failure}")
-                lines.append(f"    why: {c.reason}")
-            lines.append(f"    audit: {c.pointer}")
+        for c in out["collisions"]:
+            if args.mode == "prefix":
+                lines.append(f"  {c['reason']}")
+            else:
+                lines.append(f"  {'>'.join(c['matched'])}")
+                lines.append(f"    rule: {c['rule']}")
+                lines.append(f"    expected failure: {c['expected_failure']}")
+                lines.append(f"    why: {c['reason']}")
+            lines.append(f"    audit: {c['pointer']}")
         return "\n".join(lines)
 
-    _emit(args, result.to_dict(), human)
-    return EXIT_OK if result.safe else EXIT_BLOCKED
+    _emit(args, out, human)
+    return EXIT_OK if out["safe"] else EXIT_BLOCKED
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    with _open(args) as sc:
-        record = sc.audit(args.pointer)
+    with _backend(args) as b:
+        record = b.audit(args.pointer)
     _emit(args, record, lambda: json.dumps(record, indent=2, ensure_ascii=False, default=str))
     return EXIT_OK
 
 
 def cmd_archive_digest(args: argparse.Namespace) -> int:
-    with _open(args) as sc:
-        digest = sc.digest()
-        count = sc.cold.chains.count()
-    _emit(args, {"digest": digest, "chains": count}, lambda: digest)
+    with _backend(args) as b:
+        out = b.digest()
+    _emit(args, out, lambda: out["digest"])
     return EXIT_OK
 
 
 def cmd_archive_status(args: argparse.Namespace) -> int:
-    with _open(args) as sc:
-        status = {
-            "chains": sc.cold.chains.count(),
-            "active_constraints": len(sc.matcher()),
-            "quarantined": [
-                {"file": q.name, "path": str(q.path), "reason": q.reason} for q in sc.quarantined()
-            ],
-        }
+    with _backend(args) as b:
+        status = b.status()
 
     def human() -> str:
         lines = [
             f"archived chains:    {status['chains']}",
             f"active constraints: {status['active_constraints']}",
+            f"evicted tools:      {status['evicted_tools']}",
             f"quarantined files:  {len(status['quarantined'])}",
         ]
         lines += [f"  {q['path']}: {q['reason']}" for q in status["quarantined"]]
@@ -234,29 +280,32 @@ def _progress(done: int, total: int) -> None:
 
 
 def cmd_evict(args: argparse.Namespace) -> int:
-    with _open(args) as sc:
+    with _backend(args, write=True) as b:
         if args.recover:
-            moves = sc.recovered_on_open + sc.recover()
-            _emit(args, {"recovered_moves": moves}, lambda: f"recovered {moves} move(s)")
+            out = b.recover()
+            _emit(args, out, lambda: f"recovered {out['recovered_moves']} move(s)")
             return EXIT_OK
         progress = _progress if sys.stderr.isatty() and not args.json else None
-        report = sc.evict(dry_run=args.dry_run, progress=progress)
-    out = report.to_dict()
+        out = b.evict(args.dry_run, progress)
 
     def human() -> str:
-        verb = "would evict" if report.dry_run else "evicted"
-        lines = [f"{verb} {len(report.evicted)} tool(s), kept {len(report.kept)} with constraints"]
-        lines += [f"  - {d.tool_id}: {d.reason} ({len(d.chains)} chain(s))" for d in report.evicted]
-        lines += [f"  + {d.tool_id}: {d.reason}" for d in report.kept]
-        r = report.reclaimed
+        verb = "would evict" if out["dry_run"] else "evicted"
+        kept = out["kept_with_constraint"]
+        lines = [f"{verb} {len(out['evicted'])} tool(s), kept {len(kept)} with constraints"]
+        lines += [
+            f"  - {d['tool_id']}: {d['reason']} ({len(d['chains'])} chain(s))"
+            for d in out["evicted"]
+        ]
+        lines += [f"  + {d['tool_id']}: {d['reason']}" for d in kept]
+        r = out["reclaimed"]
         lines.append(
             f"reclaimed: {r['tools']} tools, {r['schema_bytes']} schema bytes, "
             f"{r['schema_tokens']} schema tokens ({r['tokenizer']})"
         )
-        lines.append(f"revocation mandates: {report.mandates}")
-        if report.recovered_moves:
-            lines.append(f"recovered {report.recovered_moves} interrupted move(s)")
-        lines.append(f"took {report.duration_s:.2f}s")
+        lines.append(f"revocation mandates: {out['mandates']}")
+        if out["recovered_moves"]:
+            lines.append(f"recovered {out['recovered_moves']} interrupted move(s)")
+        lines.append(f"took {out['duration_s']:.2f}s")
         return "\n".join(lines)
 
     _emit(args, out, human)
@@ -264,45 +313,46 @@ def cmd_evict(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    with _open(args) as sc:
-        result = sc.restore(args.tool_id, args.reason, lift_constraints=args.lift_constraints)
+    with _backend(args, write=True) as b:
+        out = b.restore(args.tool_id, args.reason, args.lift_constraints)
     _emit(
         args,
-        result.to_dict(),
+        out,
         lambda: (
-            f"restored {result.tool_id} from {result.pointer}"
-            + (f"; lifted {', '.join(result.lifted)}" if result.lifted else "")
+            f"restored {out['tool_id']} from {out['pointer']}"
+            + (f"; lifted {', '.join(out['lifted'])}" if out["lifted"] else "")
         ),
     )
     return EXIT_OK
 
 
 def cmd_revocations(args: argparse.Namespace) -> int:
-    with _open(args) as sc:
-        mandates = sc.ledger.list(args.status)
+    with _backend(args) as b:
+        out = b.revocations(args.status)
+    mandates = out["mandates"]
 
     def human() -> str:
         if not mandates:
             return "no revocation mandates"
         return "\n".join(
-            f"{m.status:<11} {m.ref}  tools={','.join(m.tool_ids)}  attempts={m.attempts}"
-            + (f"  ({m.last_error})" if m.last_error else "")
+            f"{m['status']:<11} {m['ref']}  tools={','.join(m['tool_ids'])}  "
+            f"attempts={m['attempts']}" + (f"  ({m['last_error']})" if m["last_error"] else "")
             for m in mandates
         )
 
-    _emit(args, {"mandates": [m.to_dict() for m in mandates]}, human)
+    _emit(args, out, human)
     return EXIT_OK
 
 
 def cmd_revocations_run(args: argparse.Namespace) -> int:
-    with _open(args) as sc:
-        tally = sc.run_revocations()
-        revoker = sc.settings.revoker
+    with _backend(args, write=True) as b:
+        out = b.run_revocations()
+    tally = out["results"]
     _emit(
         args,
-        {"revoker": revoker, "results": tally},
+        out,
         lambda: (
-            f"{revoker}: "
+            f"{out['revoker']}: "
             + (", ".join(f"{n} {status}" for status, n in sorted(tally.items())) or "nothing due")
         ),
     )
@@ -310,8 +360,9 @@ def cmd_revocations_run(args: argparse.Namespace) -> int:
 
 
 def cmd_constraints_list(args: argparse.Namespace) -> int:
-    with _open(args) as sc:
-        rows = sc.state.constraint_rows(include_lifted=args.all)
+    with _backend(args) as b:
+        out = b.constraints(args.all)
+    rows = out["constraints"]
 
     def human() -> str:
         if not rows:
@@ -321,18 +372,52 @@ def cmd_constraints_list(args: argparse.Namespace) -> int:
             for r in rows
         )
 
-    _emit(args, {"constraints": rows}, human)
+    _emit(args, out, human)
     return EXIT_OK
 
 
 def cmd_constraints_lift(args: argparse.Namespace) -> int:
-    with _open(args) as sc:
-        if args.reinstate:
-            sc.reinstate(args.chain_id, args.reason)
-        else:
-            sc.lift(args.chain_id, args.reason)
-    state = "active" if args.reinstate else "lifted"
-    _emit(args, {"chain_id": args.chain_id, "status": state}, lambda: f"{args.chain_id}: {state}")
+    with _backend(args, write=True) as b:
+        out = b.lift(args.chain_id, args.reason, args.reinstate)
+    _emit(args, out, lambda: f"{out['chain_id']}: {out['status']}")
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from sidecar.app import Sidecar
+    from sidecar.service import serve
+
+    with Sidecar.open(home=_home(args)) as sc:
+        if args.demo_if_empty and sc.index.count() == 0:
+            from sidecar.demo import demo_tools
+
+            sc.add_tools(demo_tools())
+            print(f"loaded the demo catalog into {sc.settings.home}", file=sys.stderr)
+
+        def announce(url: str, token_path: str) -> None:
+            print(
+                f"sidecar serving {url} (MCP at {url}/mcp, streamable HTTP)\n"
+                f"token: {token_path} (or $SIDECAR_TOKEN)\n"
+                f"try:\n"
+                f'  curl -s -H "Authorization: Bearer $(cat {token_path})" \\\n'
+                f"       -H 'content-type: application/json' \\\n"
+                f'       -d \'{{"query": "weather forecast", "k": 3}}\' {url}/v1/search\n'
+                f"  OpenAPI: {url}/docs   MCP: point a client at {url}/mcp with the same "
+                f"bearer token, or run `sidecar mcp` for stdio",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        serve(sc, host=args.host, port=args.port, max_body_bytes=args.max_body, announce=announce)
+    return EXIT_OK
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from sidecar.app import Sidecar
+    from sidecar.mcp_server import build_mcp
+
+    with Sidecar.open(home=_home(args)) as sc:
+        build_mcp(sc).run("stdio")
     return EXIT_OK
 
 
@@ -357,6 +442,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
+    common.add_argument(
+        "--url",
+        default=argparse.SUPPRESS,
+        help="talk to a running sidecar (default: $SIDECAR_URL; token from $SIDECAR_TOKEN "
+        "or the home's token file)",
     )
     parser = argparse.ArgumentParser(
         prog="sidecar",
@@ -465,6 +556,22 @@ def build_parser() -> argparse.ArgumentParser:
     lift.add_argument("--reinstate", action="store_true", help="enforce it again instead")
     lift.set_defaults(func=cmd_constraints_lift)
 
+    serve = sub.add_parser(
+        "serve", parents=[common], help="serve the HTTP API and MCP (streamable HTTP)"
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8765)
+    serve.add_argument(
+        "--max-body", type=int, default=1_048_576, help="largest request body in bytes"
+    )
+    serve.add_argument(
+        "--demo-if-empty", action="store_true", help="load the demo catalog into an empty home"
+    )
+    serve.set_defaults(func=cmd_serve)
+
+    mcp = sub.add_parser("mcp", parents=[common], help="serve MCP over stdio")
+    mcp.set_defaults(func=cmd_mcp)
+
     demo = sub.add_parser(
         "demo", parents=[common], help="walk through the sediment fallacy and its prevention"
     )
@@ -477,6 +584,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.json = getattr(args, "json", False)
     args.home = getattr(args, "home", None)
+    args.url = getattr(args, "url", None)
     try:
         return int(args.func(args))
     except Exception as exc:  # the one place errors become exit codes
@@ -493,7 +601,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _classify_error(exc: Exception) -> tuple[int, str]:
     from cold_store import ColdStoreError
     from indexes import ToolIndexError
-    from sidecar.errors import InvalidInput, NotFound, SidecarError
+    from sidecar.errors import EmptyArchive, InvalidInput, NotFound, SidecarError
     from sidecar.lock import LockBusy
 
     if isinstance(exc, UsageError):
@@ -504,7 +612,7 @@ def _classify_error(exc: Exception) -> tuple[int, str]:
         return EXIT_INVALID, "usage"
     if isinstance(exc, InvalidInput):
         return EXIT_INVALID, exc.code
-    if isinstance(exc, NotFound):
+    if isinstance(exc, NotFound | EmptyArchive):
         return EXIT_NOT_FOUND, exc.code
     if isinstance(exc, SidecarError):
         return EXIT_FAILURE, exc.code

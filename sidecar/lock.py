@@ -15,6 +15,10 @@ from sidecar.errors import SidecarError
 class LockBusy(SidecarError):
     code = "busy"
 
+    def __init__(self, message: str, holder: str = "") -> None:
+        super().__init__(message)
+        self.holder = holder
+
 
 class WriterLock:
     """An exclusive, non-blocking ``flock`` on a file under the home.
@@ -40,7 +44,8 @@ class WriterLock:
             os.close(fd)
             raise LockBusy(
                 f"another {self.purpose} is running ({holder or 'holder unknown'}); "
-                f"wait for it to finish (lock: {self.path})"
+                f"wait for it to finish (lock: {self.path})",
+                holder or "holder unknown",
             ) from None
         os.ftruncate(fd, 0)
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -64,3 +69,16 @@ class WriterLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+def holder(path: Path, purpose: str) -> str | None:
+    """Who holds the lock at ``path`` (its message), or ``None`` when it is free."""
+    if not path.exists():
+        return None
+    probe = WriterLock(path, purpose)
+    try:
+        probe.acquire()
+    except LockBusy as exc:
+        return exc.holder
+    probe.release()
+    return None

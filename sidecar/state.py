@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -86,6 +87,7 @@ class StateStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._lock = threading.RLock()
         self._db.execute("PRAGMA journal_mode=WAL")
         # WAL + NORMAL: a process crash loses nothing; only a power loss may drop the
         # last commits, which the journal's idempotent replays tolerate.
@@ -106,13 +108,15 @@ class StateStore:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        # one connection serves every thread of a server: transactions take turns
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     # ---- credentials --------------------------------------------------------------
     def set_credentials(self, tool_id: str, creds: Sequence[CredentialRef]) -> None:

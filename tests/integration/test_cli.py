@@ -177,7 +177,7 @@ def test_report_reads_a_file(loaded: Path, tmp_path: Path) -> None:
         (("check", "a,bad id"), 2, "not a valid tool name"),
         (("audit", "cold://chains/nope"), 5, "nothing archived"),
         (("audit", "http://x"), 2, "bad cold storage pointer"),
-        (("archive", "digest"), 1, "empty abandoned chain archive"),
+        (("archive", "digest"), 5, "empty abandoned chain archive"),
         (("report", "/no/such/file"), 2, "cannot read"),
         (("tools", "add", "/no/such/file"), 2, "cannot read"),
     ],
