@@ -10,9 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
+from cold_store import ColdStoreError
+from indexes import ToolIndexError
 from sidecar.errors import SidecarError
+from sidecar.redact import redact_text
 
 if TYPE_CHECKING:
     from sidecar.app import Sidecar
@@ -35,9 +39,10 @@ def build_mcp(sc: Sidecar) -> MCPServer:
     def call(fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         try:
             return fn(*args, **kwargs)
-        except SidecarError as exc:
+        except (SidecarError, ToolIndexError, ColdStoreError) as exc:
             # a clear, redacted message for the agent; the MCP layer marks it an error
-            raise ValueError(f"{exc.code}: {exc}") from None
+            code = getattr(exc, "code", "storage")
+            raise ToolError(f"{code}: {redact_text(str(exc))}") from None
 
     @server.tool(
         title="Search tools",
