@@ -1,14 +1,27 @@
-"""Timing helpers shared by the benchmarks."""
+"""Helpers shared by the benchmarks: timing, ratios, paths, a sandboxed Sidecar, output.
+
+Nothing heavy is imported here at module level (no numpy, chromadb, torch, matplotlib):
+``benchmarks.run`` imports this module to parse its arguments and must stay instant.
+"""
 
 from __future__ import annotations
 
 import json
 import platform
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from indexes import Embedder
+    from sidecar import Sidecar
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATASETS = REPO_ROOT.parent / "shared" / "datasets"
+DEFAULT_OUT_DIR = REPO_ROOT / "benchmarks" / "results"
 
 
 def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
@@ -21,7 +34,26 @@ def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
     return out
 
 
-def summary(samples: list[float]) -> dict[str, float]:
+def interleaved(
+    fns: Mapping[str, Callable[[], Any]], repeat: int, warmup: int = 3
+) -> dict[str, list[float]]:
+    """Wall times (ms) of each function, called in round robin with a rotating start so
+    that drift on a noisy machine (thermal, other processes, caches) hits every
+    function alike; ``warmup`` untimed rounds first."""
+    names = list(fns)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for round_no in range(warmup + repeat):
+        shift = round_no % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            fns[name]()
+            elapsed = (time.perf_counter() - start) * 1000.0
+            if round_no >= warmup:
+                samples[name].append(elapsed)
+    return samples
+
+
+def summary(samples: Sequence[float]) -> dict[str, float]:
     ordered = sorted(samples)
 
     def pct(p: float) -> float:
@@ -35,6 +67,10 @@ def summary(samples: list[float]) -> dict[str, float]:
     }
 
 
+def ratio(numerator: float, denominator: float, digits: int = 3) -> float:
+    return round(numerator / denominator, digits) if denominator else float("inf")
+
+
 def machine() -> dict[str, Any]:
     import os
 
@@ -42,10 +78,81 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "system": platform.system(),
+        "machine": platform.machine(),
     }
 
 
+def progress(message: str) -> None:
+    """One line on stderr (stdout is kept for results)."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def open_sidecar(home: Path, embedder: Embedder) -> Sidecar:
+    """A Sidecar on ``home`` with default settings, whatever ``SIDECAR_*`` variables the
+    caller's environment holds (a benchmark must not inherit, say, evict-on-report)."""
+    from sidecar import Sidecar, Settings
+
+    return Sidecar(Settings.load(env={}, home=home), embedder)
+
+
+def target(name: str, goal: str, measured: Any, met: bool | None, note: str = "") -> dict[str, Any]:
+    """One target line: ``met`` is ``None`` when the target does not apply to this run."""
+    out: dict[str, Any] = {"target": name, "goal": goal, "measured": measured, "met": met}
+    if note:
+        out["note"] = note
+    return out
+
+
+# ---- output ----------------------------------------------------------------------------
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
+        if isinstance(value, int) and not isinstance(value, bool):
+            return f"{value:,}"
+        return str(value)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def md_targets(targets: Sequence[Mapping[str, Any]]) -> str:
+    def verdict(met: bool | None) -> str:
+        return "n/a" if met is None else ("met" if met else "**missed**")
+
+    rows = [
+        (t["target"], t["goal"], _short(t["measured"]), verdict(t["met"]), t.get("note", ""))
+        for t in targets
+    ]
+    return md_table(["target", "goal", "measured", "verdict", "note"], rows)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}: {_short(v)}" for k, v in value.items())
+    return str(value)
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, imported only when a plot is drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def write_json(result: Mapping[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+
+
 def emit(result: dict[str, Any], out: Path | None) -> None:
+    """The standalone modules' output: JSON on stdout, and in ``out`` when given."""
     text = json.dumps(result, indent=2)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
