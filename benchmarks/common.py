@@ -90,7 +90,8 @@ def progress(message: str) -> None:
 def open_sidecar(home: Path, embedder: Embedder) -> Sidecar:
     """A Sidecar on ``home`` with default settings, whatever ``SIDECAR_*`` variables the
     caller's environment holds (a benchmark must not inherit, say, evict-on-report)."""
-    from sidecar import Sidecar, Settings
+    from sidecar import Sidecar
+    from sidecar.settings import Settings
 
     return Sidecar(Settings.load(env={}, home=home), embedder)
 

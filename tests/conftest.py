@@ -27,3 +27,40 @@ def hashing() -> HashingEmbedder:
 def home(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "home"
     yield path
+
+
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    """A real ``chroma run`` on a free loopback port for the session."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    exe = shutil.which("chroma", path=str(Path(sys.executable).parent))
+    assert exe, "the chroma CLI ships with chromadb"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    data = tmp_path_factory.mktemp("chroma-server")
+    proc = subprocess.Popen(
+        [exe, "run", "--path", str(data), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=1).is_success:
+                break
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, "chroma run exited"
+        assert time.monotonic() < deadline, "chroma run did not become ready"
+        time.sleep(0.1)
+    yield "127.0.0.1", port
+    proc.terminate()
+    proc.wait(timeout=30)

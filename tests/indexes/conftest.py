@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -10,10 +11,14 @@ from indexes import ActiveIndex, HashingEmbedder
 from tests.indexes.helpers import CallRecorder
 
 
-@pytest.fixture
-def index(tmp_path: Path, hashing: HashingEmbedder) -> ActiveIndex:
-    """A fresh, empty index on an embedded (persistent) Chroma, hashing embedder."""
-    return ActiveIndex.persistent(tmp_path / "chroma", hashing)
+@pytest.fixture(params=["embedded", "server"])
+def index(request: pytest.FixtureRequest, tmp_path: Path, hashing: HashingEmbedder) -> ActiveIndex:
+    """A fresh, empty index, hashing embedder: on an embedded (persistent) Chroma, and
+    on a Chroma server (``chroma run``) in its own collection."""
+    if request.param == "embedded":
+        return ActiveIndex.persistent(tmp_path / "chroma", hashing)
+    host, port = request.getfixturevalue("chroma_server")
+    return ActiveIndex.http(host, port, hashing, collection=f"t-{uuid.uuid4().hex}")
 
 
 @pytest.fixture
