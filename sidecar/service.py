@@ -278,12 +278,12 @@ def create_app(
 
     @api.get("/version", tags=["operations"])
     def version() -> dict[str, str]:
-        import chromadb
+        from importlib.metadata import version as installed
 
         return {
             "sidecar": _version(),
             "python": sys.version.split()[0],
-            "chromadb": chromadb.__version__,
+            "chromadb": installed("chromadb"),
             "embedder": sc.settings.embedder,
         }
 
