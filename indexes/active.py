@@ -274,7 +274,7 @@ class ActiveIndex:
         # Excluded ids rarely rank near the top, so ask for a little more than k and
         # widen only when the exclusions did take the page (no count() round trip:
         # Chroma answers a larger n_results with what it has).
-        fetch = k + min(len(exclude), max(k, 10))
+        fetch = k + min(len(exclude), max(2, k // 2))
         while True:
             ranked = self._query(vector, fetch)
             hits: list[IndexHit] = []
@@ -285,7 +285,7 @@ class ActiveIndex:
                 (displaced if hit.id in exclude else hits).append(hit)
             if len(hits) == k or len(ranked) < fetch:
                 return hits, displaced
-            fetch *= 2
+            fetch = min(fetch * 2, fetch + len(exclude))
 
     def _query(self, vector: np.ndarray, n: int) -> list[IndexHit]:
         with _chroma_errors("query"):

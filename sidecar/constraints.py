@@ -191,6 +191,7 @@ class ConstraintMatcher:
             (self._gapped if c.gapped else self._contig).insert(c.sequence, idx, warning_sample)
             self._insert_prefix(c.prefix, idx)
         self._contig.build()
+        self._next_cache: dict[Any, Any] = {}
         self._has_gapped = len(self._gapped.children) > 1
 
     def __len__(self) -> int:
@@ -313,8 +314,25 @@ class ConstraintMatcher:
     ) -> tuple[dict[str, list[tuple[ArchivedConstraint, str]]], dict[str, list[str]]]:
         """After executing ``after``: the tools that would complete a fatal sequence under
         ``context`` (to withhold, with the constraint and why), and the tools that would
-        complete one only under another context (to warn about)."""
+        complete one only under another context (to warn about).  Answers are cached per
+        prefix and context (the matcher is immutable); callers must not mutate them."""
         context = context or {}
+        try:
+            key: Any = (tuple(after), frozenset(context.items()))
+        except TypeError:  # unhashable context values: no caching
+            key = None
+        if key is not None and key in self._next_cache:
+            return self._next_cache[key]
+        answer = self._next_steps(after, context)
+        if key is not None:
+            if len(self._next_cache) >= 4096:
+                self._next_cache.clear()
+            self._next_cache[key] = answer
+        return answer
+
+    def _next_steps(
+        self, after: Sequence[str], context: Mapping[str, Any]
+    ) -> tuple[dict[str, list[tuple[ArchivedConstraint, str]]], dict[str, list[str]]]:
         blocked: dict[str, list[tuple[ArchivedConstraint, str]]] = {}
         conditional: dict[str, list[str]] = {}
         for tool, idxs in self._completions_after(after):

@@ -446,13 +446,17 @@ def test_search_exclude_returns_k_whenever_enough_records_remain(geo: ActiveInde
     assert len(hits) == k
 
 
-def test_search_exclude_overfetches_in_a_single_query(geo: ActiveIndex) -> None:
-    """Exclusions are handled by one over-fetched query, not by re-querying."""
+def test_search_exclude_overfetches_by_a_bounded_margin(geo: ActiveIndex) -> None:
+    """Exclusions that do not take the page cost one query of k plus a small margin,
+    however many ids are excluded; exclusions that do take it widen the query."""
     recorder = CallRecorder(geo._collection)
     geo._collection = recorder
+    far = [f"ghost{i}" for i in range(50)] + ["g9"]
+    assert [h.id for h in geo.search(axis(), 3, exclude=far)] == ["g0", "g1", "g2"]
+    assert recorder.sizes("query") == [5]  # k + min(len(exclude), max(2, k // 2))
     hits = geo.search(axis(), 3, exclude=["g0", "g1", "g2"])
     assert [h.id for h in hits] == ["g3", "g4", "g5"]
-    assert len(recorder.sizes("query")) == 1
+    assert recorder.sizes("query")[1:] == [5, 8]
 
 
 def test_search_exclude_with_unknown_ids(geo: ActiveIndex) -> None:
