@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
+    from sidecar.app import Sidecar
     from sidecar.backends import Backend
 
 EXIT_OK, EXIT_FAILURE, EXIT_INVALID, EXIT_BLOCKED, EXIT_REJECTED = 0, 1, 2, 3, 4
@@ -56,6 +57,12 @@ def _home(args: argparse.Namespace) -> Path:
     return Path(os.environ.get("SIDECAR_HOME") or ".sidecar")
 
 
+def _sidecar(args: argparse.Namespace) -> Sidecar:
+    from sidecar.app import Sidecar
+
+    return Sidecar.open(home=_home(args), chroma_url=args.chroma_url)
+
+
 @contextlib.contextmanager
 def _backend(args: argparse.Namespace, write: bool = False) -> Iterator[Backend]:
     """The library on the home, or the sidecar at ``--url``.  A local write refuses
@@ -73,7 +80,6 @@ def _backend(args: argparse.Namespace, write: bool = False) -> Iterator[Backend]
             token = token_file.read_text().strip()
         backend = Remote(RemoteSidecar(url, token))
     else:
-        from sidecar.app import Sidecar
         from sidecar.lock import LockBusy, holder
 
         if write:
@@ -83,7 +89,7 @@ def _backend(args: argparse.Namespace, write: bool = False) -> Iterator[Backend]
                     f"a sidecar server owns {_home(args)} ({busy}); send this through it "
                     "with --url http://HOST:PORT"
                 )
-        backend = Local(Sidecar.open(home=_home(args)))
+        backend = Local(_sidecar(args))
     try:
         yield backend
     finally:
@@ -384,10 +390,9 @@ def cmd_constraints_lift(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from sidecar.app import Sidecar
     from sidecar.service import serve
 
-    with Sidecar.open(home=_home(args)) as sc:
+    with _sidecar(args) as sc:
         if args.demo_if_empty and sc.index.count() == 0:
             from sidecar.demo import demo_tools
 
@@ -413,10 +418,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from sidecar.app import Sidecar
     from sidecar.mcp_server import build_mcp
 
-    with Sidecar.open(home=_home(args)) as sc:
+    with _sidecar(args) as sc:
         build_mcp(sc).run("stdio")
     return EXIT_OK
 
@@ -442,6 +446,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
+    common.add_argument(
+        "--chroma-url",
+        default=argparse.SUPPRESS,
+        help="use the Chroma server at this http://host:port instead of the embedded store "
+        "(default: $SIDECAR_CHROMA_URL)",
     )
     common.add_argument(
         "--url",
@@ -585,6 +595,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.json = getattr(args, "json", False)
     args.home = getattr(args, "home", None)
     args.url = getattr(args, "url", None)
+    args.chroma_url = getattr(args, "chroma_url", None)
     try:
         return int(args.func(args))
     except Exception as exc:  # the one place errors become exit codes

@@ -218,3 +218,32 @@ def test_load_during_a_batch_eviction(tmp_path: Path) -> None:
     p99 = latencies[int(len(latencies) * 0.99)] * 1000
     print(f"\nload: {len(latencies)} lookups, p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
           f"server ready in {srv.ready_s:.2f}s")  # fmt: skip
+
+
+def test_mcp_over_stdio(tmp_path: Path) -> None:
+    """`sidecar mcp` speaks MCP on stdin/stdout to the `mcp` client."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    home = tmp_path / "home"
+    with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+        sc.add_tools(demo_tools())
+    params = StdioServerParameters(
+        command=SCRIPT,
+        args=["mcp", "--home", str(home)],
+        env={**os.environ, "SIDECAR_EMBEDDER": "hashing"},
+    )
+
+    async def calls() -> tuple[set[str], dict[str, Any]]:
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            names = {t.name for t in (await session.list_tools()).tools}
+            checked = await session.call_tool("check_plan", {"plan": ["a", "b"]})
+            return names, checked.structured_content
+
+    names, checked = asyncio.run(calls())
+    assert names == {"search_tools", "check_plan", "report_chain", "audit_chain"}
+    assert checked == {"safe": True, "collisions": []}
