@@ -22,6 +22,16 @@ test: $(STAMP)
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest
 
+BENCH_STAMP := $(VENV)/.bench-stamp
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+# the quick sizes; `make bench ARGS=--full` for the full ones
+bench: $(BENCH_STAMP)
+	$(BIN)/sidecar bench all $(ARGS)
+
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m ruff format --check .

@@ -425,6 +425,17 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    try:
+        from benchmarks.run import main as bench_main
+    except ImportError:
+        raise UsageError(
+            "the benchmarks ship with the source tree: run `sidecar bench` from a checkout "
+            "installed with `pip install -e '.[bench]'` (or `make bench`)"
+        ) from None
+    return int(bench_main(args.bench_args))
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from sidecar.demo import run_demo
 
@@ -582,6 +593,15 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = sub.add_parser("mcp", parents=[common], help="serve MCP over stdio")
     mcp.set_defaults(func=cmd_mcp)
 
+    bench = sub.add_parser(
+        "bench",
+        help="run benchmarks: pollution, lookup, check, evict, store, startup or all "
+        "(see `sidecar bench all --help`)",
+        add_help=False,
+    )
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
+    bench.set_defaults(func=cmd_bench)
+
     demo = sub.add_parser(
         "demo", parents=[common], help="walk through the sediment fallacy and its prevention"
     )
@@ -590,6 +610,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # the benchmark runner parses its own arguments
+        return cmd_bench(argparse.Namespace(bench_args=argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     args.json = getattr(args, "json", False)
