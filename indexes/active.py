@@ -285,7 +285,8 @@ class ActiveIndex:
                 (displaced if hit.id in exclude else hits).append(hit)
             if len(hits) == k or len(ranked) < fetch:
                 return hits, displaced
-            fetch = min(fetch * 2, fetch + len(exclude))
+            # the exclusions took the page: one more query that is sure to be enough
+            fetch = k + len(exclude)
 
     def _query(self, vector: np.ndarray, n: int) -> list[IndexHit]:
         with _chroma_errors("query"):
