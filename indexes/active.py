@@ -285,8 +285,9 @@ class ActiveIndex:
                 (displaced if hit.id in exclude else hits).append(hit)
             if len(hits) == k or len(ranked) < fetch:
                 return hits, displaced
-            # the exclusions took the page: one more query that is sure to be enough
-            fetch = k + len(exclude)
+            # the exclusions took the page: widen, doubling, up to the size that is sure
+            # to be enough (k plus every exclusion)
+            fetch = min(fetch * 2, k + len(exclude))
 
     def _query(self, vector: np.ndarray, n: int) -> list[IndexHit]:
         with _chroma_errors("query"):
