@@ -1,30 +1,62 @@
 """Question: what does constraint-aware lookup cost over a raw, unfiltered Chroma query,
-and what does a lookup cost end to end with the real model?
+compared with Chroma's own ``where`` ``$nin`` filter and with an exact numpy top-k, as
+the catalog grows; and what does a lookup cost end to end with the real model?
 
-Part 1 (``--tools`` synthetic tools, hashing embedder so the catalog builds quickly):
-the same query vector goes to (a) Chroma directly, unfiltered, and (b) the sidecar's
-lookup with an executed prefix that activates 0 or ``--constraints`` fatal
-continuations, the embedding being excluded from both.  Part 2: the 62-tool demo
-catalog with all-MiniLM-L6-v2, first and repeated query, embedding included.
+Part 1, per catalog size (1k / 10k, and 100k in full runs): synthetic tools embedded
+with the hashing embedder (the vectors' values do not change the costs, and the catalog
+builds in seconds; the embedding is excluded from every timing: the same query vectors
+go to every method).  The archive holds 1,100 abandoned chains: prefix
+``tool_0 > tool_1`` leads to 100 fatal continuations, ``tool_2 > tool_3`` to 1,000, so
+an executed prefix activates 0 (``tool_4 > tool_5``), 100 or 1,000 constraints.  The
+continuations are seeded random tools, ``min(count, size / 2)`` distinct ones (at 1k
+tools, 1,000 constraints name 500 tools twice).  Methods, interleaved round robin on the
+same queries (k = 10):
+
+- ``raw_chroma``: ``collection.query`` unfiltered, asking what the sidecar asks
+  (documents, metadatas, distances);
+- ``sidecar``: ``Sidecar.search_vector`` with the executed prefix (compiled constraints,
+  in-flight moves, over-fetch, warnings);
+- ``chroma_nin``: ``collection.query`` with ``where={"tool_id": {"$nin": blocked}}``
+  (a one-id list when nothing is blocked); timed in its own round robin with its own
+  ``raw_chroma`` because it is much slower;
+- ``numpy_exact``: brute-force cosine top-k over all vectors, blocked ones masked.
+
+Part 2: the 62-tool demo catalog with all-MiniLM-L6-v2, first and repeated query,
+embedding included, against the embedding alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from benchmarks.common import (
+    emit,
+    interleaved,
+    machine,
+    md_table,
+    md_targets,
+    open_sidecar,
+    progress,
+    pyplot,
+    ratio,
+    summary,
+    target,
+    timed,
+)
 
-from benchmarks.common import emit, machine, summary, timed
-from indexes import HashingEmbedder, MiniLMEmbedder
-from sidecar import Sidecar, Tool
-from sidecar.demo import demo_tools
+if TYPE_CHECKING:
+    import numpy as np
 
-WORDS = [
+    from sidecar import Sidecar, Tool
+
+WORDS = (
     "search",
     "parse",
     "extract",
@@ -58,97 +90,418 @@ WORDS = [
     "user",
     "account",
     "report",
-]
+)
+FULL_SIZES = (1_000, 10_000, 100_000)
+QUICK_SIZES = (1_000, 10_000)
+CONSTRAINT_COUNTS = (0, 100, 1_000)
+PREFIXES = {0: ["tool_4", "tool_5"], 100: ["tool_0", "tool_1"], 1_000: ["tool_2", "tool_3"]}
+K = 10
+INCLUDE: list[Any] = ["documents", "metadatas", "distances"]
 
 
 def synthetic_tools(n: int, rng: random.Random) -> list[Tool]:
+    from sidecar import Tool
+
     return [
         Tool(f"tool_{i}", " ".join(rng.choice(WORDS) for _ in range(12)), "unspecified")
         for i in range(n)
     ]
 
 
-def constrained_part(n_tools: int, n_constraints: int, repeat: int, seed: int) -> dict[str, Any]:
-    rng = random.Random(seed)
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-lookup-") as tmp,
-        Sidecar.open(embedder=HashingEmbedder(), home=Path(tmp)) as sc,
-    ):
-        t0 = time.perf_counter()
-        sc.add_tools(synthetic_tools(n_tools, rng))
-        build_s = time.perf_counter() - t0
-        # every constraint is prefix (a, b) -> a distinct terminal tool
-        for i in range(n_constraints):
-            sc.report(
+def archive_constraints(sc: Sidecar, n_tools: int, rng: random.Random) -> dict[int, list[str]]:
+    """Report the abandoned chains; returns the blocked continuations per count."""
+    blocked: dict[int, list[str]] = {0: []}
+    reports = []
+    pool = list(range(6, n_tools))
+    for count in CONSTRAINT_COUNTS[1:]:
+        distinct = rng.sample(pool, min(count, n_tools // 2))
+        blocked[count] = [f"tool_{t}" for t in distinct]
+        for i in range(count):
+            reports.append(
                 {
-                    "topology": ["tool_0", "tool_1", f"tool_{2 + i % (n_tools - 2)}"],
+                    "topology": [*PREFIXES[count], f"tool_{distinct[i % len(distinct)]}"],
                     "outcome": "abandoned",
-                    "failure": {"signature": "HTTP 413", "kind": "deterministic"},
-                    "constraint": {"rule": f"r{i}"},
+                    "failure": {"signature": "HTTP 413 payload too large", "kind": None},
+                    "constraint": {"rule": f"rule {count}/{i}"},
                 }
             )
-        collection = sc.index._collection
-        queries = [
-            sc.embedder.embed([" ".join(rng.choice(WORDS) for _ in range(6))])[0]
-            for _ in range(repeat)
-        ]
-        q_raw = iter(queries * 2)
-        raw = timed(lambda: collection.query(query_embeddings=[next(q_raw)], n_results=10), repeat)
-        results: dict[str, Any] = {"raw_chroma": summary(raw)}
-        for label, after in (("no_prefix", []), ("prefix_active", ["tool_0", "tool_1"])):
-            q_it = iter(queries * 2)
-            samples = timed(lambda a=after, it=q_it: sc.search_vector(next(it), 10, a), repeat)
-            results[label] = summary(samples)
-            results[label]["ratio_vs_raw_chroma"] = round(
-                results[label]["p50_ms"] / results["raw_chroma"]["p50_ms"], 3
+    results = sc.report_many(reports)
+    assert all(r.status == "archived" for r in results), "every chain must be archived"
+    for count in CONSTRAINT_COUNTS:
+        active = sum(len(v) for v in sc.matcher().next_steps(PREFIXES[count])[0].values())
+        assert active == count, f"prefix for {count} activates {active} constraints"
+    return blocked
+
+
+def all_vectors(collection: Any) -> tuple[list[str], np.ndarray]:
+    import numpy as np
+
+    ids: list[str] = []
+    rows: list[Any] = []
+    offset = 0
+    while True:
+        got = collection.get(include=["embeddings"], limit=5000, offset=offset)
+        if not got["ids"]:
+            break
+        ids += got["ids"]
+        rows.append(np.asarray(got["embeddings"], dtype=np.float32))
+        offset += len(got["ids"])
+    matrix = np.concatenate(rows)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    return ids, matrix
+
+
+def numpy_topk(
+    matrix: np.ndarray, ids: Sequence[str], mask: np.ndarray | None
+) -> Callable[[np.ndarray], list[str]]:
+    import numpy as np
+
+    def top(q: np.ndarray) -> list[str]:
+        scores = matrix @ q
+        if mask is not None:
+            scores[mask] = -np.inf
+        idx = np.argpartition(-scores, K)[:K]
+        return [ids[i] for i in idx[np.argsort(-scores[idx])]]
+
+    return top
+
+
+def constrained_part(n_tools: int, repeat: int, seed: int) -> dict[str, Any]:
+    import numpy as np
+
+    from indexes import HashingEmbedder
+
+    rng = random.Random(f"lookup:{seed}:{n_tools}")
+    embedder = HashingEmbedder()
+    with tempfile.TemporaryDirectory(prefix="bench-lookup-") as tmp:
+        sc = open_sidecar(Path(tmp), embedder)
+        try:
+            t0 = time.perf_counter()
+            sc.add_tools(synthetic_tools(n_tools, rng))
+            build_s = time.perf_counter() - t0
+            blocked = archive_constraints(sc, n_tools, rng)
+            collection = sc.index._collection
+            ids, matrix = all_vectors(collection)
+            position = {tool: i for i, tool in enumerate(ids)}
+            queries = list(
+                embedder.embed([" ".join(rng.choice(WORDS) for _ in range(6)) for _ in range(64)])
             )
-        blocked = sc.matcher().next_steps(["tool_0", "tool_1"])[0]
-        results["constraints_active_after_prefix"] = len(blocked)
-        results["index_build_s"] = round(build_s, 2)
-        return results
+
+            def raw_fn(n: int = K, include: Sequence[Any] = INCLUDE) -> Callable[[], Any]:
+                it = itertools.cycle(queries)
+                return lambda: collection.query(
+                    query_embeddings=np.asarray([next(it)], dtype=np.float32),
+                    n_results=n,
+                    include=list(include),
+                )
+
+            def sidecar_fn(count: int) -> Callable[[], Any]:
+                it = itertools.cycle(queries)
+                return lambda: sc.search_vector(next(it), K, PREFIXES[count])
+
+            def nin_fn(count: int) -> Callable[[], Any]:
+                it = itertools.cycle(queries)
+                where: Any = {"tool_id": {"$nin": blocked[count] or ["__nothing__"]}}
+                return lambda: collection.query(
+                    query_embeddings=np.asarray([next(it)], dtype=np.float32),
+                    n_results=K,
+                    where=where,
+                    include=INCLUDE,
+                )
+
+            def numpy_fn(count: int) -> Callable[[], Any]:
+                it = itertools.cycle(queries)
+                mask = None
+                if blocked[count]:
+                    mask = np.zeros(len(ids), dtype=bool)
+                    mask[[position[t] for t in blocked[count]]] = True
+                top = numpy_topk(matrix, ids, mask)
+                return lambda: top(next(it))
+
+            main_fns: dict[str, Callable[[], Any]] = {
+                "raw_chroma": raw_fn(),
+                # diagnostics: what the over-fetch of k + 10 costs in Chroma, with the
+                # metadata the sidecar reads and with ids and distances only
+                "raw_chroma_2k": raw_fn(2 * K),
+                "raw_chroma_2k_ids_only": raw_fn(2 * K, ["distances"]),
+            }
+            for c in CONSTRAINT_COUNTS:
+                main_fns[f"sidecar_{c}"] = sidecar_fn(c)
+                main_fns[f"numpy_exact_{c}"] = numpy_fn(c)
+            main = interleaved(main_fns, repeat)
+            nin_fns: dict[str, Callable[[], Any]] = {"raw_chroma": raw_fn()}
+            nin_fns |= {f"chroma_nin_{c}": nin_fn(c) for c in CONSTRAINT_COUNTS}
+            nin = interleaved(nin_fns, max(20, repeat // 10))
+            recall = hnsw_recall(collection, queries, numpy_topk(matrix, ids, None))
+            # the matcher caches next_steps per prefix and context, so the timed lookups
+            # above hit that cache; what a first lookup after a new prefix adds:
+            matcher = sc.matcher()
+            uncached = getattr(matcher, "_next_steps", None)
+            evaluation = summary(
+                timed(
+                    lambda: (
+                        uncached(PREFIXES[1_000], {})
+                        if uncached is not None
+                        else matcher.next_steps(PREFIXES[1_000])
+                    ),
+                    100,
+                )
+            )
+            withheld = [len(sc.search_vector(q, K, PREFIXES[1_000]).withheld) for q in queries]
+        finally:
+            sc.close()
+    raw = summary(main["raw_chroma"])
+    raw_nin = summary(nin["raw_chroma"])
+    per_count: dict[str, Any] = {}
+    for c in CONSTRAINT_COUNTS:
+        side = summary(main[f"sidecar_{c}"])
+        exact = summary(main[f"numpy_exact_{c}"])
+        filt = summary(nin[f"chroma_nin_{c}"])
+        per_count[str(c)] = {
+            "blocked_tools": len(blocked[c]),
+            "sidecar": side,
+            "numpy_exact": exact,
+            "chroma_nin": filt,
+            "ratio_vs_raw_chroma": ratio(side["p50_ms"], raw["p50_ms"]),
+            "numpy_ratio_vs_raw_chroma": ratio(exact["p50_ms"], raw["p50_ms"]),
+            "nin_ratio_vs_raw_chroma": ratio(filt["p50_ms"], raw_nin["p50_ms"]),
+        }
+    return {
+        "tools": n_tools,
+        "index_build_s": round(build_s, 1),
+        "raw_chroma": raw,
+        "raw_chroma_nin_group": raw_nin,
+        "diagnostics": {
+            "constraint_evaluation_uncached_1000": evaluation,
+            "raw_chroma_2k": summary(main["raw_chroma_2k"]),
+            "raw_chroma_2k_ratio": ratio(summary(main["raw_chroma_2k"])["p50_ms"], raw["p50_ms"]),
+            "raw_chroma_2k_ids_only": summary(main["raw_chroma_2k_ids_only"]),
+            "raw_chroma_2k_ids_only_ratio": ratio(
+                summary(main["raw_chroma_2k_ids_only"])["p50_ms"], raw["p50_ms"]
+            ),
+        },
+        "constraints": per_count,
+        "hnsw_recall_at_k_vs_exact": recall,
+        "withheld_per_lookup_at_1000": round(sum(withheld) / len(withheld), 2),
+    }
+
+
+def hnsw_recall(
+    collection: Any, queries: Sequence[np.ndarray], exact: Callable[[np.ndarray], list[str]]
+) -> float:
+    import numpy as np
+
+    overlap = 0
+    for q in queries:
+        got = collection.query(
+            query_embeddings=np.asarray([q], dtype=np.float32), n_results=K, include=[]
+        )
+        overlap += len(set(got["ids"][0]) & set(exact(q)))
+    return round(overlap / (K * len(queries)), 4)
 
 
 def model_part(repeat: int) -> dict[str, Any]:
+    from indexes import MiniLMEmbedder
+    from sidecar.demo import demo_tools
+
+    query = "what's the weather in Lisbon"
     with tempfile.TemporaryDirectory(prefix="bench-lookup-model-") as tmp:
         embedder = MiniLMEmbedder()
         t0 = time.perf_counter()
-        with Sidecar.open(embedder=embedder, home=Path(tmp)) as sc:
+        sc = open_sidecar(Path(tmp), embedder)
+        try:
             sc.add_tools(demo_tools())
             load_and_index_s = time.perf_counter() - t0
-            first = timed(lambda: sc.search("what's the weather in Lisbon", k=5), 1)
-            again = timed(lambda: sc.search("what's the weather in Lisbon", k=5), repeat)
-            vec = embedder.embed(["x"])[0]
-            embed_only = timed(lambda: embedder.embed(["what's the weather in Lisbon"]), repeat)
-            del vec
+            first = timed(lambda: sc.search(query, k=5), 1)[0]
+            both = interleaved(
+                {
+                    "repeated_query": lambda: sc.search(query, k=5),
+                    "embedding_only": lambda: embedder.embed([query]),
+                },
+                repeat,
+            )
+        finally:
+            sc.close()
+    again, embed = summary(both["repeated_query"]), summary(both["embedding_only"])
     return {
         "catalog_tools": len(demo_tools()),
         "model_load_and_index_s": round(load_and_index_s, 2),
-        "first_query_ms": round(first[0], 2),
-        "repeated_query": summary(again),
-        "embedding_only": summary(embed_only),
+        "first_query_ms": round(first, 2),
+        "repeated_query": again,
+        "embedding_only": embed,
+        "first_vs_repeated": ratio(first, again["p50_ms"]),
+        "repeated_vs_embedding_only": ratio(again["p50_ms"], embed["p50_ms"]),
     }
+
+
+def run(quick: bool, seed: int = 7) -> dict[str, Any]:
+    started = time.perf_counter()
+    sizes = QUICK_SIZES if quick else FULL_SIZES
+    repeat = 150 if quick else 300
+    sizes_out: dict[str, Any] = {}
+    for n in sizes:
+        progress(f"lookup: {n:,} tools")
+        sizes_out[str(n)] = constrained_part(n, repeat, seed)
+    progress("lookup: end to end with all-MiniLM-L6-v2")
+    model = model_part(50 if quick else 100)
+    ratios = {
+        n: {c: r["constraints"][c]["ratio_vs_raw_chroma"] for c in r["constraints"]}
+        for n, r in sizes_out.items()
+    }
+    worst = max(v for per in ratios.values() for v in per.values())
+    worst_at = next(
+        f"{n} tools, {c} constraints"
+        for n, per in ratios.items()
+        for c, v in per.items()
+        if v == worst
+    )
+    return {
+        "benchmark": "lookup",
+        "question": "constrained lookup vs raw Chroma, Chroma $nin and exact numpy; "
+        "end-to-end lookup with the model",
+        "machine": machine(),
+        "params": {"sizes": list(sizes), "k": K, "repeat": repeat, "seed": seed},
+        "sizes": sizes_out,
+        "ratio_vs_raw_chroma": ratios,
+        "model": model,
+        "targets": [
+            target(
+                "lookup: constrained p50 / raw Chroma p50",
+                "<= 1.25 at every size and constraint count",
+                worst,
+                worst <= 1.25,
+                f"worst at {worst_at}",
+            )
+        ],
+        "timings_s": {"total": round(time.perf_counter() - started, 1)},
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    rows = []
+    for n, r in result["sizes"].items():
+        for c, v in r["constraints"].items():
+            rows.append(
+                [
+                    int(n),
+                    int(c),
+                    v["blocked_tools"],
+                    r["raw_chroma"]["p50_ms"],
+                    v["sidecar"]["p50_ms"],
+                    v["ratio_vs_raw_chroma"],
+                    "yes" if v["ratio_vs_raw_chroma"] <= 1.25 else "**no**",
+                    v["chroma_nin"]["p50_ms"],
+                    v["nin_ratio_vs_raw_chroma"],
+                    v["numpy_exact"]["p50_ms"],
+                    v["numpy_ratio_vs_raw_chroma"],
+                ]
+            )
+    m = result["model"]
+    info = [
+        [
+            int(n),
+            r["index_build_s"],
+            r["hnsw_recall_at_k_vs_exact"],
+            r["withheld_per_lookup_at_1000"],
+            r["diagnostics"]["raw_chroma_2k_ratio"],
+            r["diagnostics"]["raw_chroma_2k_ids_only_ratio"],
+            r["diagnostics"]["constraint_evaluation_uncached_1000"]["p50_ms"],
+        ]
+        for n, r in result["sizes"].items()
+    ]
+    return "\n".join(
+        [
+            "## Lookup cost",
+            "",
+            md_table(
+                [
+                    "tools",
+                    "constraints",
+                    "blocked tools",
+                    "raw Chroma p50 ms",
+                    "sidecar p50 ms",
+                    "sidecar / raw",
+                    "<= 1.25",
+                    "Chroma $nin p50 ms",
+                    "$nin / raw",
+                    "numpy exact p50 ms",
+                    "numpy / raw",
+                ],
+                rows,
+            ),
+            "",
+            md_table(
+                [
+                    "tools",
+                    "index build s",
+                    "HNSW recall@10 vs exact",
+                    "withheld per lookup (1,000)",
+                    "raw n=20 / raw n=10",
+                    "raw n=20 ids+distances / raw n=10",
+                    "1,000 constraints evaluated, uncached, p50 ms",
+                ],
+                info,
+            ),
+            "",
+            f"End to end with all-MiniLM-L6-v2 ({m['catalog_tools']} demo tools): model load "
+            f"and indexing {m['model_load_and_index_s']} s; first query "
+            f"{m['first_query_ms']} ms ({m['first_vs_repeated']}x a repeated one); repeated "
+            f"query p50 {m['repeated_query']['p50_ms']} ms, "
+            f"{m['repeated_vs_embedding_only']}x the query embedding alone "
+            f"({m['embedding_only']['p50_ms']} ms).",
+            "",
+            md_targets(result["targets"]),
+            "",
+        ]
+    )
+
+
+def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    sizes = [int(n) for n in result["sizes"]]
+    methods = (
+        ("ratio_vs_raw_chroma", "tab:blue", "sidecar"),
+        ("nin_ratio_vs_raw_chroma", "tab:orange", "Chroma $nin"),
+        ("numpy_ratio_vs_raw_chroma", "tab:green", "numpy exact"),
+    )
+    markers = {0: "o", 100: "s", 1_000: "^"}
+    styles = {0: "-", 100: "--", 1_000: ":"}
+    for key, color, label in methods:
+        for c in CONSTRAINT_COUNTS:
+            values = [result["sizes"][str(n)]["constraints"][str(c)][key] for n in sizes]
+            ax.plot(
+                sizes,
+                values,
+                styles[c],
+                color=color,
+                marker=markers[c],
+                label=f"{label}, {c:,} constraints",
+            )
+    ax.axhline(1.25, color="grey", linewidth=0.8)
+    ax.text(sizes[0], 1.3, "target 1.25", fontsize=7, color="grey")
+    ax.axhline(1.0, color="black", linewidth=0.5)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
+    ax.set_xlabel("tools in the index")
+    ax.set_ylabel("p50 / raw unfiltered Chroma p50")
+    ax.set_title("Lookup cost relative to a raw unfiltered Chroma query (k=10)")
+    ax.legend(fontsize=6, ncol=3, loc="upper left")
+    fig.tight_layout()
+    path = out_dir / "lookup.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tools", type=int, default=10_000)
-    parser.add_argument("--constraints", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=300)
+    parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--skip-model", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    np.random.seed(args.seed)
-    result: dict[str, Any] = {
-        "benchmark": "lookup",
-        "question": "constrained lookup vs raw Chroma; end-to-end lookup with the model",
-        "machine": machine(),
-        "params": vars(args) | {"out": str(args.out) if args.out else None},
-        "constrained": constrained_part(args.tools, args.constraints, args.repeat, args.seed),
-    }
-    if not args.skip_model:
-        result["model"] = model_part(min(args.repeat, 100))
-    emit(result, args.out)
+    emit(run(args.quick, args.seed), args.out)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,24 @@ def machine() -> dict[str, Any]:
     }
 
 
+def revision() -> str | None:
+    """The commit the library was measured at (``+dirty`` when its packages have
+    uncommitted changes), or ``None`` outside a git checkout."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--", "sidecar", "indexes", "cold_store")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return f"{head}+dirty" if dirty else head
+
+
 def progress(message: str) -> None:
     """One line on stderr (stdout is kept for results)."""
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

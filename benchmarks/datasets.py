@@ -264,7 +264,7 @@ def seal_tools(
             notes["repeated_consecutive_calls_merged"] += len(calls) - len(chain)
             raw_tasks.append((str(item["id"]), str(item["query"]), chain))
     notes["tasks_read"] = len(raw_tasks)
-    rng = random.Random(seed)
+    rng = random.Random(f"seal-tools:{seed}")
     if max_tasks is not None and max_tasks < len(raw_tasks):
         raw_tasks = sorted(rng.sample(raw_tasks, max_tasks))
     multi = [t for t in raw_tasks if len(t[2]) >= 2]

@@ -1,0 +1,215 @@
+"""The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
+[--json]`` with NAME one of pollution, lookup, check, evict, store, startup, all.
+
+Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
+the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
+one and adds ``all.json`` / ``all.md`` with every target's verdict.  ``--quick`` (the
+default, what ``make bench`` runs) uses small sizes, ``--full`` the sizes of
+``BENCHMARKS.md``.  Every speed figure is a ratio against a baseline measured in the
+same run.
+
+Importing this module is instant: each benchmark module, and everything heavy it needs
+(numpy, Chroma, the model, pyarrow, matplotlib), is imported only when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    DEFAULT_DATASETS,
+    DEFAULT_OUT_DIR,
+    machine,
+    md_targets,
+    progress,
+    revision,
+    write_json,
+)
+
+MODULES = {
+    "pollution": "benchmarks.bench_pollution",
+    "lookup": "benchmarks.bench_lookup",
+    "check": "benchmarks.bench_check",
+    "evict": "benchmarks.bench_evict",
+    "store": "benchmarks.bench_store",
+    "startup": "benchmarks.bench_startup",
+}
+ALL_ORDER = ("startup", "check", "store", "lookup", "evict", "pollution")
+"""Fast ones first: a broken environment shows up in seconds, not after the model."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    size = common.add_mutually_exclusive_group()
+    size.add_argument(
+        "--quick",
+        dest="quick",
+        action="store_true",
+        default=True,
+        help="small sizes (the default; what `make bench` runs)",
+    )
+    size.add_argument("--full", dest="quick", action="store_false", help="the full sizes")
+    common.add_argument(
+        "--out-dir",
+        type=Path,
+        default=DEFAULT_OUT_DIR,
+        help=f"where NAME.json, NAME.md and the plots go (default: {DEFAULT_OUT_DIR})",
+    )
+    common.add_argument("--json", action="store_true", help="print the JSON result")
+    common.add_argument("--seed", type=int, default=7, help="seed of every random choice")
+    data = argparse.ArgumentParser(add_help=False)
+    data.add_argument(
+        "--dataset",
+        type=Path,
+        default=DEFAULT_DATASETS,
+        help=f"the datasets folder (default: {DEFAULT_DATASETS})",
+    )
+    data.add_argument("--k", type=int, default=5, help="lookups return the top k (default 5)")
+    data.add_argument(
+        "--seeds",
+        type=int,
+        help="pollution: protocol seeds from --seed on (default 1 quick, 5 full)",
+    )
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description="Run the sidecar's benchmarks (see BENCHMARKS.md).",
+    )
+    sub = parser.add_subparsers(dest="name", required=True, metavar="NAME")
+    helps = {
+        "pollution": "retrieval pollution on ToolBench trajectories and Seal-Tools (real model)",
+        "lookup": "constrained lookup vs raw Chroma, Chroma $nin and exact numpy",
+        "check": "compiled plan check vs the seed's linear scan, 1k to 1M chains",
+        "evict": "batch eviction time as the archive grows",
+        "store": "cold archive append throughput and pointer resolution",
+        "startup": "sidecar --help start-up time and lookup-process memory",
+        "all": "every benchmark, fastest first",
+    }
+    for name, text in helps.items():
+        parents = [common, data] if name in ("pollution", "all") else [common]
+        sub.add_parser(name, parents=parents, help=text, description=text)
+    return parser
+
+
+def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    module = importlib.import_module(MODULES[name])
+    options: dict[str, Any] = {"seed": args.seed}
+    if name == "pollution":
+        options |= {"dataset": args.dataset.resolve(), "k": args.k, "seeds": args.seeds}
+    progress(f"{name} ({'quick' if args.quick else 'full'}) starting")
+    library = revision()
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    result: dict[str, Any] = module.run(args.quick, **options)
+    result["mode"] = "quick" if args.quick else "full"
+    result["library_revision"] = library
+    # other work on the machine shows here: a 1-minute load above the core count
+    # while a benchmark ran means its timings were contended
+    result["load_average_1m"] = {
+        "before": round(load_before[0], 2),
+        "after": round(os.getloadavg()[0], 2),
+    }
+    result["command"] = " ".join(["python -m benchmarks.run", *argv])
+    result["generated_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    result["elapsed_s"] = round(time.perf_counter() - started, 1)
+    out: Path = args.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    plots = _plots(module, result, out)
+    result["plots"] = [p.name for p in plots]
+    write_json(result, out / f"{name}.json")
+    (out / f"{name}.md").write_text(_page(name, result, module.markdown(result)))
+    progress(f"{name} done in {result['elapsed_s']} s -> {out / (name + '.json')}")
+    return result
+
+
+def _plots(module: Any, result: dict[str, Any], out: Path) -> list[Path]:
+    try:
+        plots: list[Path] = module.plot(result, out)
+    except ImportError as exc:  # matplotlib is in the `bench` extra
+        progress(f"no plot ({exc}); install matplotlib for PNG plots")
+        return []
+    return plots
+
+
+def _page(name: str, result: dict[str, Any], body: str) -> str:
+    head = [
+        f"# Benchmark: {name}",
+        "",
+        f"`{result['command']}` ({result['mode']}), {result['generated_at']}, "
+        f"{result['elapsed_s']} s on {_machine_line(result.get('machine') or machine())}, "
+        f"library at {result.get('library_revision') or 'an unknown revision'}, 1-minute "
+        f"load {result['load_average_1m']['before']} before and "
+        f"{result['load_average_1m']['after']} after.",
+        "",
+        f"Question: {result.get('question', '')}.",
+        "",
+    ]
+    figures = [f"![{p}]({p})" for p in result.get("plots", [])]
+    return "\n".join([*head, body, *figures, ""])
+
+
+def _machine_line(m: dict[str, Any]) -> str:
+    return f"{m.get('cpus')} CPUs, {m.get('system')} {m.get('machine', '')}, Python {m['python']}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    names = ALL_ORDER if args.name == "all" else (args.name,)
+    started = time.perf_counter()
+    results = {name: run_one(name, args, argv) for name in names}
+    if args.name == "all":
+        combined = {
+            "benchmark": "all",
+            "mode": "quick" if args.quick else "full",
+            "command": " ".join(["python -m benchmarks.run", *argv]),
+            "library_revision": revision(),
+            "machine": machine(),
+            "elapsed_s": round(time.perf_counter() - started, 1),
+            "targets": [t for r in results.values() for t in r.get("targets", [])],
+            "benchmarks": results,
+        }
+        write_json(combined, args.out_dir / "all.json")
+        (args.out_dir / "all.md").write_text(_summary_page(combined))
+        shown: dict[str, Any] = combined
+    else:
+        shown = results[args.name]
+    if args.json:
+        print(json.dumps(shown, indent=2))
+    else:
+        module = importlib.import_module(MODULES[args.name]) if args.name != "all" else None
+        print(module.markdown(shown) if module else _summary_page(shown))
+    return 0
+
+
+def _summary_page(combined: dict[str, Any]) -> str:
+    rows = [
+        f"- {name}: {r['elapsed_s']} s, [{name}.md]({name}.md)"
+        for name, r in combined["benchmarks"].items()
+    ]
+    return "\n".join(
+        [
+            "# Benchmarks: every target",
+            "",
+            f"`{combined['command']}` ({combined['mode']}), {combined['elapsed_s']} s on "
+            f"{_machine_line(combined['machine'])}, library at "
+            f"{combined.get('library_revision') or 'an unknown revision'}.",
+            "",
+            md_targets(combined["targets"]),
+            "",
+            *rows,
+            "",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
