@@ -5,9 +5,9 @@ ToolBench (``toolbench/ToolBench_tooleval_gpt-3.5-turbo_CoT/G*_*.json``, 600 gpt
 trajectories).  Parsing choices, each counted in :attr:`Corpus.notes`:
 
 - catalog: every distinct function of every trajectory's ``available_tools`` except the
-  ``Finish`` pseudo-tool, read by the library's own OpenAI-function parser; a function
-  defined differently by two trajectories keeps the last definition (file order), as
-  ``load_tools`` does;
+  ``Finish`` pseudo-tool, read by the library's own OpenAI-function parser (a function
+  that recurs in several trajectories is defined identically every time in this data;
+  were it not, the last definition in file order would win, as ``load_tools`` does);
 - calls: the ``role: "tool"`` nodes of ``answer.answer_details``, depth first along
   ``next`` (every CoT node has at most one child, so this is the call order); the tool
   name is read from the start of the message (``{'name': '...'``), which the ~100
