@@ -41,7 +41,7 @@ _STATUS_IN_TEXT = re.compile(r"(?i)(?:^\s*|\b(?:http|status|code)[\s:=/#-]*)([1-
 
 _TRANSIENT_TEXT = re.compile(
     r"(?i)rate[\s_-]?limit|too many requests|throttl|connection (?:reset|refused|aborted)|"
-    r"econnreset|econnrefused|epipe|broken pipe|dns|name resolution|getaddrinfo|eai_again|"
+    r"econnreset|econnrefused|epipe|broken pipe|\bdns\b|name resolution|getaddrinfo|eai_again|"
     r"nodename nor servname|temporar(?:y|ily) (?:unavailable|failure)|service unavailable|"
     r"try again|retry later|overloaded"
 )

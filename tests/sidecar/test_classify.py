@@ -61,3 +61,8 @@ def test_classification_table(
 
 def test_a_number_inside_text_is_not_a_status() -> None:
     assert classify("timed out after 500 ms").kind == "unknown"
+
+
+def test_dns_only_as_a_word() -> None:
+    assert classify("schema error in getDNSRecords output").kind == "deterministic"
+    assert classify("DNS lookup failed").kind == "transient"
