@@ -33,7 +33,17 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import emit, machine, md_table, md_targets, progress, pyplot, ratio, target
+from benchmarks.common import (
+    emit,
+    machine,
+    md_table,
+    md_targets,
+    progress,
+    pyplot,
+    ratio,
+    save_figure,
+    target,
+)
 from benchmarks.seed import ChainArchive, seed_archive, seed_check
 
 if TYPE_CHECKING:
@@ -311,11 +321,7 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set_ylabel("p50 per check (µs)")
     ax.set_title("Plan check cost as the archive grows")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out_dir / "check.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [save_figure(plt, fig, out_dir / "check.png")]
 
 
 def main(argv: list[str] | None = None) -> None:

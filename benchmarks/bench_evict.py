@@ -26,6 +26,7 @@ from benchmarks.common import (
     open_sidecar,
     progress,
     pyplot,
+    save_figure,
     target,
 )
 from indexes import HashingEmbedder
@@ -182,11 +183,7 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set_xlabel("archived chains")
     ax.set_title(f"Eviction over {result['params']['tools']:,} tools")
     ax.legend()
-    fig.tight_layout()
-    path = out_dir / "evict.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [save_figure(plt, fig, out_dir / "evict.png")]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,22 +22,10 @@ from typing import Any
 
 import httpx
 
+from benchmarks.bench_lookup import WORDS
 from benchmarks.common import emit, machine, summary, timed
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
-
-WORDS = [
-    "search",
-    "parse",
-    "extract",
-    "weather",
-    "stock",
-    "email",
-    "calendar",
-    "file",
-    "image",
-    "audio",
-]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,9 +16,10 @@ Protocol (deterministic for a seed; ``BENCHMARKS.md`` has the long form):
    this same Chroma collection, in phases, because two identical Chroma builds do not
    answer alike (HNSW insertion is not deterministic: ~1% of top-5 pages differ), which
    would blur a 1% recall comparison: ``plain`` (the index searched directly, no
-   archive) and ``constraints_only`` (ablation) before any eviction; ``evict_2plus``
-   (ablation) after evicting only the tools that two or more archived chains drive;
-   ``sidecar`` after ``evict()`` has run in full.
+   archive) and ``constraints_only`` (ablation) before any eviction; ``sidecar`` after
+   ``evict()`` under the default policy (a tool leaves once two or more distinct
+   archived chains drive it and no completed chain used it); ``evict_1chain``
+   (ablation) after ``evict(min_chains=1)``, where one abandoned chain is enough.
 4. Re-assembly: a successor faces each archived task (its text is the query) and builds
    its chain one lookup per step (``after`` = what it executed so far), taking the tool
    the original agent took at that step when it is in the top-k, else the top hit, and
@@ -55,6 +56,7 @@ from benchmarks.common import (
     progress,
     pyplot,
     ratio,
+    save_figure,
     target,
 )
 from benchmarks.datasets import Corpus, Task, seal_tools, toolbench
@@ -67,12 +69,11 @@ if TYPE_CHECKING:
     from sidecar import Sidecar, Tool
 
 SYSTEMS = ("plain", "seed_check", "sidecar")
-ABLATIONS = ("constraints_only", "evict_2plus")
+ABLATIONS = ("constraints_only", "evict_1chain")
 """``constraints_only``: the sidecar's archive and constraint-aware lookup without the
 eviction, to tell what the eviction costs from what the constraints cost.
-``evict_2plus``: a stricter eviction policy emulated with operator pins: tools that
-fewer than two archived chains drive are pinned before ``evict()``, so only tools with
-repeated failure evidence leave the index."""
+``evict_1chain``: the looser policy ``evict(min_chains=1)``, where a tool leaves after
+a single abandoned chain (the library's default before the recall measurements)."""
 QUICK_SEAL = {"max_tasks": 600, "max_tools": 1500}
 FULL_SEEDS = 5
 
@@ -292,14 +293,6 @@ class Lookups:
                     self._warning_tokens[w] = self._embedder.tokenizer_count(w)
                 spent += self._warning_tokens[w]
         return Page(tuple(h.tool_id for h in result.hits), spent, len(result.withheld))
-
-
-def _pin(sc: Sidecar, tool_ids: Sequence[str], pinned: bool) -> None:
-    """Set the ``pinned`` flag the eviction decision reads, without touching the vectors
-    (a metadata-only update: re-adding the tools would re-insert them into the graph)."""
-    if tool_ids:
-        ids = list(tool_ids)
-        sc.index._collection.update(ids=ids, metadatas=[{"pinned": pinned}] * len(ids))
 
 
 @dataclass
@@ -539,22 +532,19 @@ def evaluate(
                 "plain and constraints_only"
             )
             run_phase(world, {"plain": lookups.plain, "constraints_only": lookups.sidecar}, systems)
-            # the stricter policy first: pin what fewer than two archived chains drive
-            drivers: dict[str, int] = {}
-            for c in sc.state.active_constraints():
-                for tool in set(c.prefix):
-                    drivers[tool] = drivers.get(tool, 0) + 1
-            single = sorted(t for t in world.evicted if drivers.get(t, 0) < 2)
-            _pin(sc, single, True)
-            strict = sc.evict()
-            run_phase(world, {"evict_2plus": lookups.sidecar}, systems)
-            _pin(sc, single, False)
-            rest = sc.evict()  # the eviction decided from the archive alone, finished
-            evicted = {d.tool_id for d in (*strict.evicted, *rest.evicted)}
+            report = sc.evict()  # the default policy
+            evicted = {d.tool_id for d in report.evicted}
             if evicted != world.evicted:
                 raise AssertionError("the eviction differs from its dry-run decision")
             progress(f"{corpus.name} seed {seed}: sidecar ({len(evicted)} tools evicted)")
             run_phase(world, {"sidecar": lookups.sidecar}, systems)
+            # the looser policy evicts a superset, so it runs last on the same index
+            loose = sc.evict(min_chains=1)
+            progress(
+                f"{corpus.name} seed {seed}: evict_1chain "
+                f"({len(evicted) + len(loose.evicted)} tools evicted)"
+            )
+            run_phase(world, {"evict_1chain": lookups.sidecar}, systems)
             rebuild = (
                 rebuild_disagreement(corpus, embedder, k, lookups.plain_pages())
                 if rebuild_check
@@ -562,10 +552,6 @@ def evaluate(
             )
         finally:
             sc.close()
-    reclaimed = {
-        key: strict.reclaimed.get(key, 0) + rest.reclaimed.get(key, 0)
-        for key in ("schema_tokens", "schema_bytes")
-    }
     return {
         "catalog_tools": len(corpus.tools),
         "tasks": len(corpus.tasks),
@@ -573,12 +559,14 @@ def evaluate(
         **world.info,
         "eviction": {
             "evicted_tools": len(evicted),
-            "kept_with_constraint": len(rest.kept),
-            "reclaimed_schema_tokens": reclaimed["schema_tokens"],
-            "reclaimed_schema_bytes": reclaimed["schema_bytes"],
-            "tokenizer": rest.reclaimed.get("tokenizer"),
-            "duration_s": round(strict.duration_s + rest.duration_s, 2),
-            "evict_2plus_evicted_tools": len(strict.evicted),
+            "kept_with_constraint": len(report.kept),
+            "reclaimed_schema_tokens": report.reclaimed.get("schema_tokens", 0),
+            "reclaimed_schema_bytes": report.reclaimed.get("schema_bytes", 0),
+            "tokenizer": report.reclaimed.get("tokenizer"),
+            "duration_s": round(report.duration_s, 2),
+            "evict_1chain_evicted_tools": len(evicted) + len(loose.evicted),
+            "evict_1chain_reclaimed_schema_tokens": report.reclaimed.get("schema_tokens", 0)
+            + loose.reclaimed.get("schema_tokens", 0),
         },
         "timings_s": {
             "index": round(indexed - started, 1),
@@ -863,11 +851,7 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set_ylabel("schema + warning tokens per lookup")
     ax.set_title("context handed to the agent")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out_dir / "pollution.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [save_figure(plt, fig, out_dir / "pollution.png")]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -35,6 +35,7 @@ from benchmarks.common import (
     progress,
     pyplot,
     ratio,
+    save_figure,
     target,
 )
 
@@ -241,11 +242,7 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set_title(f"Resident memory ({result['params']['index_tools']:,}-tool index)")
     ax.tick_params(axis="x", labelsize=8)
     ax.legend()
-    fig.tight_layout()
-    path = out_dir / "startup.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [save_figure(plt, fig, out_dir / "startup.png")]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,7 +18,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import emit, machine, md_table, md_targets, pyplot, summary, target, timed
+from benchmarks.common import (
+    emit,
+    machine,
+    md_table,
+    md_targets,
+    pyplot,
+    save_figure,
+    summary,
+    target,
+    timed,
+)
 from cold_store import ColdStore
 
 
@@ -184,11 +194,7 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set_ylabel("ms per lookup")
     ax.set_title(f"Reading one archived chain of {result['params']['chains']:,}")
     ax.legend()
-    fig.tight_layout()
-    path = out_dir / "store.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [save_figure(plt, fig, out_dir / "store.png")]
 
 
 def main(argv: list[str] | None = None) -> None:

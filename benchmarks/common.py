@@ -177,3 +177,11 @@ def emit(result: dict[str, Any], out: Path | None) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
     print(text)
+
+
+def save_figure(plt: Any, fig: Any, path: Path) -> Path:
+    """Lay out, write and close one matplotlib figure."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -9,6 +9,8 @@ through :func:`_chroma_errors`, the single place where Chroma's exceptions becom
 from __future__ import annotations
 
 import contextlib
+import math
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,10 @@ MetadataValue = str | int | float | bool
 ID_KEY = "tool_id"
 """Metadata key that repeats the record id, so that ``where`` filters can use it
 (Chroma ignores ``where`` on ``#id`` in the embedded client)."""
+
+SIZE_HINT_TTL = 5.0
+"""Seconds a cached collection size is trusted when another process may write to the
+same Chroma server; it only sizes the first fetch of a lookup, never its result."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,7 @@ class ActiveIndex:
         stored = (self._collection.metadata or {}).get("embedder")
         if stored is not None and stored != embedder.name:
             raise EmbedderMismatchError(collection, str(stored), embedder.name)
+        self._size: tuple[int, float] | None = None
 
     # ---- construction -------------------------------------------------------------
     @classmethod
@@ -130,7 +137,16 @@ class ActiveIndex:
 
     def count(self) -> int:
         with _chroma_errors("count"):
-            return int(self._collection.count())
+            n = int(self._collection.count())
+        self._size = (n, time.monotonic())
+        return n
+
+    def _size_hint(self) -> int:
+        """The collection size, cached between our own writes (and for a few seconds,
+        in case another process writes to a shared server)."""
+        if self._size is None or time.monotonic() - self._size[1] > SIZE_HINT_TTL:
+            return self.count()
+        return self._size[0]
 
     # ---- writes -------------------------------------------------------------------
     def upsert(
@@ -149,6 +165,7 @@ class ActiveIndex:
         if embeddings is not None and len(embeddings) != len(records):
             raise ToolIndexError("embeddings and records differ in length")
         done = 0
+        self._size = None
         for start in range(0, len(records), self._max_batch):
             chunk = records[start : start + self._max_batch]
             vectors = (
@@ -193,6 +210,7 @@ class ActiveIndex:
             return []
         present = self.existing(wanted)
         if present:
+            self._size = None
             for chunk in _batches(sorted(present), self._max_batch):
                 with _chroma_errors("delete"):
                     self._collection.delete(ids=list(chunk))
@@ -252,31 +270,31 @@ class ActiveIndex:
         query: str | np.ndarray,
         k: int,
         exclude: Collection[str] = (),
+        documents: bool = True,
     ) -> list[IndexHit]:
         """The ``k`` nearest records, skipping ``exclude``, best first.
 
-        Excluded ids are dropped after an over-fetch of ``k + len(exclude)`` rather than
-        with a Chroma ``where`` filter, which costs 10-100x an unfiltered query.
+        Excluded ids are dropped after an over-fetch rather than with a Chroma ``where``
+        filter, which costs 10-100x an unfiltered query.  With ``documents=False`` the
+        hits carry metadata only (an empty ``document``), which is cheaper to fetch.
         """
-        return self.search_ranked(query, k, exclude)[0]
+        return self.search_ranked(query, k, exclude, documents)[0]
 
     def search_ranked(
         self,
         query: str | np.ndarray,
         k: int,
         exclude: Collection[str] = (),
+        documents: bool = True,
     ) -> tuple[list[IndexHit], list[IndexHit]]:
         """Like :meth:`search`, also returning the excluded records that ranked above the
         last returned hit (what the exclusion displaced), in rank order."""
         if k < 1:
             raise ToolIndexError("k must be at least 1")
         vector = self.embed_query(query) if isinstance(query, str) else np.asarray(query)
-        # Excluded ids rarely rank near the top, so ask for a little more than k and
-        # widen only when the exclusions did take the page (no count() round trip:
-        # Chroma answers a larger n_results with what it has).
-        fetch = k + min(len(exclude), max(2, k // 2))
+        fetch = self._first_fetch(k, len(exclude))
         while True:
-            ranked = self._query(vector, fetch)
+            ranked = self._query(vector, fetch, documents)
             hits: list[IndexHit] = []
             displaced: list[IndexHit] = []
             for hit in ranked:
@@ -289,15 +307,38 @@ class ActiveIndex:
             # to be enough (k plus every exclusion)
             fetch = min(fetch * 2, k + len(exclude))
 
-    def _query(self, vector: np.ndarray, n: int) -> list[IndexHit]:
+    def _first_fetch(self, k: int, excluded: int) -> int:
+        """How many neighbours to ask for so that ``k`` survive ``excluded`` exclusions
+        in one query, as a rule.
+
+        Each extra round trip costs a whole query, while a few more neighbours cost
+        little, so the fetch assumes the excluded ids are spread through the ranking as
+        through the collection: ``k`` plus a margin, scaled by the share left after the
+        exclusions.  The loop in :meth:`search_ranked` still widens when they cluster.
+        """
+        if not excluded:
+            return k
+        margin = min(excluded, max(2, k // 2))
+        size = self._size_hint()
+        # the excluded ids need not all be in the collection: this over-estimates the
+        # share, which only asks for a few more neighbours
+        share = min(0.9, excluded / size) if size else 0.0
+        fetch = min(k + excluded, math.ceil((k + margin) / (1.0 - share)))
+        # never more than the collection holds (a stale size only means one more query)
+        return max(k, min(fetch, size)) if size else fetch
+
+    def _query(self, vector: np.ndarray, n: int, documents: bool = True) -> list[IndexHit]:
+        include: list[Any] = ["metadatas", "distances"]
+        if documents:
+            include.insert(0, "documents")
         with _chroma_errors("query"):
             got = self._collection.query(
                 query_embeddings=np.asarray([vector], dtype=np.float32),
                 n_results=n,
-                include=["documents", "metadatas", "distances"],
+                include=include,
             )
         ids = got["ids"][0]
-        docs = (got["documents"] or [[]])[0]
+        docs = (got["documents"] or [[""] * len(ids)])[0] if documents else [""] * len(ids)
         metas = (got["metadatas"] or [[]])[0]
         dists = (got["distances"] or [[]])[0]
         return [

@@ -1,76 +1,57 @@
 """Tool-chain sidecar: failure memory for agent tool retrieval.
 
 The library that the ``sidecar`` CLI (and the HTTP and MCP shells) call.  Importing it
-is cheap: Chroma and the embedding model load on first use.
+is cheap: names are resolved on first access (so ``sidecar --help`` loads neither
+pyarrow nor numpy), and Chroma and the embedding model load on first use.
 """
 
-from sidecar.app import AddToolsResult, Sidecar
-from sidecar.catalog import load_tool_file, load_tools, parse_tool
-from sidecar.classify import Classification, classify
-from sidecar.constraints import ConstraintMatcher
-from sidecar.errors import (
-    ConfigError,
-    EmptyArchive,
-    InvalidInput,
-    NotFound,
-    ReportRejected,
-    SecretValueError,
-    SidecarError,
-    StorageError,
-    ToolFormatError,
-)
-from sidecar.model import (
-    ArchivedConstraint,
-    ChainReport,
-    CheckResult,
-    Collision,
-    Condition,
-    ConstraintSpec,
-    CredentialRef,
-    Failure,
-    IntakeResult,
-    LookupHit,
-    LookupResult,
-    Tool,
-    Withheld,
-)
-from sidecar.reports import parse_report
-from sidecar.settings import Settings
+from importlib import import_module
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AddToolsResult",
-    "ArchivedConstraint",
-    "ChainReport",
-    "CheckResult",
-    "Classification",
-    "Collision",
-    "Condition",
-    "ConfigError",
-    "ConstraintMatcher",
-    "ConstraintSpec",
-    "CredentialRef",
-    "EmptyArchive",
-    "Failure",
-    "IntakeResult",
-    "InvalidInput",
-    "LookupHit",
-    "LookupResult",
-    "NotFound",
-    "ReportRejected",
-    "SecretValueError",
-    "Settings",
-    "Sidecar",
-    "SidecarError",
-    "StorageError",
-    "Tool",
-    "ToolFormatError",
-    "Withheld",
-    "__version__",
-    "classify",
-    "load_tool_file",
-    "load_tools",
-    "parse_report",
-    "parse_tool",
-]
+_EXPORTS = {
+    "AddToolsResult": "sidecar.app",
+    "ArchivedConstraint": "sidecar.model",
+    "ChainReport": "sidecar.model",
+    "CheckResult": "sidecar.model",
+    "Classification": "sidecar.classify",
+    "Collision": "sidecar.model",
+    "Condition": "sidecar.model",
+    "ConfigError": "sidecar.errors",
+    "ConstraintMatcher": "sidecar.constraints",
+    "ConstraintSpec": "sidecar.model",
+    "CredentialRef": "sidecar.model",
+    "EmptyArchive": "sidecar.errors",
+    "Failure": "sidecar.model",
+    "IntakeResult": "sidecar.model",
+    "InvalidInput": "sidecar.errors",
+    "LookupHit": "sidecar.model",
+    "LookupResult": "sidecar.model",
+    "NotFound": "sidecar.errors",
+    "ReportRejected": "sidecar.errors",
+    "SecretValueError": "sidecar.errors",
+    "Settings": "sidecar.settings",
+    "Sidecar": "sidecar.app",
+    "SidecarError": "sidecar.errors",
+    "StorageError": "sidecar.errors",
+    "Tool": "sidecar.model",
+    "ToolFormatError": "sidecar.errors",
+    "Withheld": "sidecar.model",
+    "classify": "sidecar.classify",
+    "load_tool_file": "sidecar.catalog",
+    "load_tools": "sidecar.catalog",
+    "parse_report": "sidecar.reports",
+    "parse_tool": "sidecar.catalog",
+}
+
+__all__ = [*sorted(_EXPORTS), "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sidecar' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

@@ -318,7 +318,8 @@ class Sidecar:
         blocked, conditional = matcher.next_steps(executed, ctx)
         # a tool whose eviction has begun is never served, even before its hot delete
         exclude = blocked.keys() | self.journal.in_flight_tools()
-        hits, displaced = self.index.search_ranked(vector, k, exclude=exclude)
+        # a hit's description and type live in its metadata: the document is not fetched
+        hits, displaced = self.index.search_ranked(vector, k, exclude=exclude, documents=False)
         withheld = [
             Withheld(h.id, c.rule, c.pointer, c.chain_id, why)
             for h in displaced
@@ -501,10 +502,19 @@ class Sidecar:
         return self.evictor().decide()
 
     def evict(
-        self, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
+        self,
+        dry_run: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+        min_chains: int | None = None,
     ) -> EvictionReport:
-        """Run the decision and the moves (raises :class:`LockBusy` if one is running)."""
-        return self.evictor().run(dry_run=dry_run, progress=progress)
+        """Run the decision and the moves (raises :class:`LockBusy` if one is running).
+
+        ``min_chains`` overrides the ``evict_min_chains`` setting for this run."""
+        if min_chains is not None and (
+            isinstance(min_chains, bool) or not isinstance(min_chains, int) or min_chains < 1
+        ):
+            raise InvalidInput(f"min_chains must be an integer >= 1, got {min_chains!r}")
+        return self.evictor().run(dry_run=dry_run, progress=progress, min_chains=min_chains)
 
     def recover(self) -> int:
         """Finish moves a crash interrupted; returns how many."""

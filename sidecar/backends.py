@@ -29,7 +29,10 @@ class Backend(Protocol):
     def digest(self) -> dict[str, Any]: ...
     def status(self) -> dict[str, Any]: ...
     def evict(
-        self, dry_run: bool, progress: Callable[[int, int], None] | None
+        self,
+        dry_run: bool,
+        progress: Callable[[int, int], None] | None,
+        min_chains: int | None = None,
     ) -> dict[str, Any]: ...
     def recover(self) -> dict[str, Any]: ...
     def restore(self, tool_id: str, reason: str, lift: bool) -> dict[str, Any]: ...
@@ -72,8 +75,13 @@ class Local:
     def status(self) -> dict[str, Any]:
         return status_of(self.sc)
 
-    def evict(self, dry_run: bool, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
-        return self.sc.evict(dry_run=dry_run, progress=progress).to_dict()
+    def evict(
+        self,
+        dry_run: bool,
+        progress: Callable[[int, int], None] | None,
+        min_chains: int | None = None,
+    ) -> dict[str, Any]:
+        return self.sc.evict(dry_run=dry_run, progress=progress, min_chains=min_chains).to_dict()
 
     def recover(self) -> dict[str, Any]:
         return {"recovered_moves": self.sc.recovered_on_open + self.sc.recover()}
@@ -145,8 +153,16 @@ class Remote:
     def status(self) -> dict[str, Any]:
         return self.c.call("GET", "/v1/archive/status")
 
-    def evict(self, dry_run: bool, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
-        return self.c.call("POST", "/v1/evictions", json={"dry_run": dry_run})
+    def evict(
+        self,
+        dry_run: bool,
+        progress: Callable[[int, int], None] | None,
+        min_chains: int | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"dry_run": dry_run}
+        if min_chains is not None:
+            body["min_chains"] = min_chains
+        return self.c.call("POST", "/v1/evictions", json=body)
 
     def recover(self) -> dict[str, Any]:
         return self.c.call("POST", "/v1/evictions/recover")

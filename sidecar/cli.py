@@ -285,6 +285,16 @@ def _progress(done: int, total: int) -> None:
     sys.stderr.flush()
 
 
+def _positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def cmd_evict(args: argparse.Namespace) -> int:
     with _backend(args, write=True) as b:
         if args.recover:
@@ -292,7 +302,7 @@ def cmd_evict(args: argparse.Namespace) -> int:
             _emit(args, out, lambda: f"recovered {out['recovered_moves']} move(s)")
             return EXIT_OK
         progress = _progress if sys.stderr.isatty() and not args.json else None
-        out = b.evict(args.dry_run, progress)
+        out = b.evict(args.dry_run, progress, args.min_chains)
 
     def human() -> str:
         verb = "would evict" if out["dry_run"] else "evicted"
@@ -539,6 +549,13 @@ def build_parser() -> argparse.ArgumentParser:
     evict.add_argument("--dry-run", action="store_true", help="decide and report; change nothing")
     evict.add_argument(
         "--recover", action="store_true", help="only finish moves a crash interrupted"
+    )
+    evict.add_argument(
+        "--min-chains",
+        type=_positive_int,
+        metavar="N",
+        help="distinct abandoned chains a tool must drive to be evicted, for this run "
+        "(default: SIDECAR_EVICT_MIN_CHAINS, 2)",
     )
     evict.set_defaults(func=cmd_evict)
 

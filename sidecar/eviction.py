@@ -3,10 +3,18 @@
 **Decision** (PRODUCT.md steps 3 and 4).  For every prefix tool of every active
 constraint (an abandoned chain):
 
-- *keep* it when an operator pinned it, when a completed chain used it, or when an
-  operator restored it after every chain that drives it was archived; the chain's
-  constraint stays active in lookup and checks;
-- *evict* it otherwise: all of its appearances are inside abandoned chains.
+- *keep* it when an operator pinned it, when a completed chain used it, when an
+  operator restored it after every chain that drives it was archived, or when fewer
+  than ``min_chains`` distinct abandoned chains drive it (``SIDECAR_EVICT_MIN_CHAINS``,
+  default 2); the chain's constraint stays active in lookup and checks;
+- *evict* it otherwise: all of its appearances are inside abandoned chains, and the
+  dead end has been met more than once.
+
+Why two chains by default: "appears only in abandoned chains" judged from a single
+chain is judged from whatever history happens to exist, and on real trajectories it
+evicts tools that other tasks need (BENCHMARKS.md: one chain cost 3.7-4.4% of viable
+recall; the constraints alone already stop every re-assembly).  The same reasoning
+makes an unknown failure kind wait for a second sighting before it is archived.
 
 The decision is a pure function of the archive, the usage evidence and the pins, so it
 is deterministic, and a tool that became reusable is simply kept by the next run.
@@ -69,8 +77,11 @@ def decide(
     pinned: set[str],
     completed: Mapping[str, int],
     restored_at: Mapping[str, float],
+    min_chains: int = 1,
 ) -> list[ToolDecision]:
     """One decision per prefix tool that is in the hot index, sorted by tool id."""
+    if min_chains < 1:
+        raise ValueError(f"min_chains must be at least 1, got {min_chains}")
     drivers: dict[str, list[ArchivedConstraint]] = {}
     for c in constraints:
         for tool in dict.fromkeys(c.prefix):
@@ -93,6 +104,15 @@ def decide(
         elif tool in restored_at and restored_at[tool] >= latest:
             decisions.append(
                 ToolDecision(tool, "keep", "restored by an operator after its chains", chains)
+            )
+        elif len(chains) < min_chains:
+            decisions.append(
+                ToolDecision(
+                    tool,
+                    "keep",
+                    f"drives {len(chains)} abandoned chain(s); eviction needs {min_chains}",
+                    chains,
+                )
             )
         else:
             decisions.append(
@@ -147,23 +167,31 @@ class Evictor:
         self.lock = WriterLock(sidecar.settings.home / "evict.lock")
 
     # ---- decision -----------------------------------------------------------------
-    def decide(self) -> list[ToolDecision]:
+    def decide(self, min_chains: int | None = None) -> list[ToolDecision]:
+        """The decision for every prefix tool in the hot index; ``min_chains``
+        overrides the ``evict_min_chains`` setting for this call."""
         sc = self._sc
+        need = sc.settings.evict_min_chains if min_chains is None else min_chains
         constraints = sc.state.active_constraints()
         candidates = {t for c in constraints for t in c.prefix}
         records = sc.index.get(candidates) if candidates else {}
         pinned = {i for i, r in records.items() if r.metadata.get("pinned")}
         completed = {t: sc.state.completed_chain_count(t) for t in records}
-        return decide(constraints, set(records), pinned, completed, self._journal.restored_at())
+        return decide(
+            constraints, set(records), pinned, completed, self._journal.restored_at(), need
+        )
 
     # ---- runs ---------------------------------------------------------------------
     def run(
-        self, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
+        self,
+        dry_run: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+        min_chains: int | None = None,
     ) -> EvictionReport:
         started = time.perf_counter()
         with self.lock:
             recovered = 0 if dry_run else self._recover_locked()
-            decisions = self.decide()
+            decisions = self.decide(min_chains)
             evict = [d for d in decisions if d.action == "evict"]
             kept = tuple(d for d in decisions if d.action == "keep")
             reclaimed = {"tools": 0, "schema_bytes": 0, "schema_tokens": 0}

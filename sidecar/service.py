@@ -132,6 +132,9 @@ class CheckIn(_Body):
 
 class EvictIn(_Body):
     dry_run: bool = False
+    min_chains: int | None = Field(
+        default=None, ge=1, le=1_000_000, description="overrides SIDECAR_EVICT_MIN_CHAINS"
+    )
 
 
 class RestoreIn(_Body):
@@ -355,7 +358,7 @@ def create_app(
     # -- eviction
     @api.post("/v1/evictions", tags=["eviction"])
     def evict(body: EvictIn) -> dict[str, Any]:
-        report = sc.evict(dry_run=body.dry_run)
+        report = sc.evict(dry_run=body.dry_run, min_chains=body.min_chains)
         if not body.dry_run:
             metrics.inc("evicted_tools", len(report.evicted))
         return report.to_dict()

@@ -32,6 +32,7 @@ class Settings:
     revoker: str = "record-only"
     evict_on_report: bool = False
     evict_batch_size: int = 500
+    evict_min_chains: int = 2
     crash_at: str | None = None
 
     @property
@@ -73,12 +74,18 @@ SETTINGS: dict[str, str] = {
     "revoker": "'record-only' (mandates stay pending for operators) or 'rfc7009' (HTTP)",
     "evict_on_report": "run the eviction after each archived report (true/false)",
     "evict_batch_size": "tools moved per journaled batch during an eviction",
+    "evict_min_chains": "distinct abandoned chains a tool must drive before it is evicted",
     "crash_at": "testing only: SIGKILL the process at this named eviction crash point",
 }
 
 
 def _parse(name: str, raw: str) -> Any:
-    if name in {"reproduce_threshold", "max_warnings_per_tool", "evict_batch_size"}:
+    if name in {
+        "reproduce_threshold",
+        "max_warnings_per_tool",
+        "evict_batch_size",
+        "evict_min_chains",
+    }:
         try:
             return int(raw)
         except ValueError:
@@ -103,6 +110,8 @@ def validate(s: Settings) -> Settings:
         raise ConfigError(f"reproduce_threshold must be >= 1, got {s.reproduce_threshold!r}")
     if not isinstance(s.evict_batch_size, int) or s.evict_batch_size < 1:
         raise ConfigError("evict_batch_size must be >= 1")
+    if not isinstance(s.evict_min_chains, int) or s.evict_min_chains < 1:
+        raise ConfigError(f"evict_min_chains must be >= 1, got {s.evict_min_chains!r}")
     if not isinstance(s.max_warnings_per_tool, int) or s.max_warnings_per_tool < 0:
         raise ConfigError("max_warnings_per_tool must be >= 0")
     if s.chroma_url is not None and not s.chroma_url.startswith(("http://", "https://")):

@@ -446,17 +446,46 @@ def test_search_exclude_returns_k_whenever_enough_records_remain(geo: ActiveInde
     assert len(hits) == k
 
 
-def test_search_exclude_overfetches_by_a_bounded_margin(geo: ActiveIndex) -> None:
-    """Exclusions that do not take the page cost one query of k plus a small margin,
-    however many ids are excluded; exclusions that do take it widen the query."""
+def test_search_exclude_sizes_one_query_from_the_excluded_share(index: ActiveIndex) -> None:
+    """The first query asks for k plus a margin, scaled by the share of the collection
+    left after the exclusions, so that exclusions spread through the ranking cost one
+    query; exclusions clustered at the top widen it, doubling, up to k plus every
+    exclusion; no query asks for more than the collection holds."""
+    ids = [f"p{i}" for i in range(100)]
+    angles = [i * 1.8 for i in range(100)]
+    index.upsert([IndexRecord(i, i) for i in ids], embeddings=plane_vectors(angles))
+    recorder = CallRecorder(index._collection)
+    index._collection = recorder
+
+    # 10 of 100 excluded, far from the query: (10 + 5) / 0.9 -> 17, one query
+    assert [h.id for h in index.search(axis(), 10, exclude=ids[90:])] == ids[:10]
+    assert recorder.sizes("query") == [17]
+    # one exclusion: capped at k + 1
+    assert [h.id for h in index.search(axis(), 3, exclude=["p99"])] == ids[:3]
+    assert recorder.sizes("query")[1:] == [4]
+    # the best half excluded: (10 + 5) / 0.5 -> 30 finds nothing, then 60 (k + 50)
+    assert [h.id for h in index.search(axis(), 10, exclude=ids[:50])] == ids[50:60]
+    assert recorder.sizes("query")[2:] == [30, 60]
+    # unknown ids over-estimate the share: the query is capped at the collection size
+    exclude = [f"ghost{i}" for i in range(200)]
+    assert [h.id for h in index.search(axis(), 10, exclude=exclude)] == ids[:10]
+    assert recorder.sizes("query")[4:] == [100]  # not (10 + 5) / 0.1 = 150
+
+
+def test_search_without_exclusions_asks_for_k(geo: ActiveIndex) -> None:
     recorder = CallRecorder(geo._collection)
     geo._collection = recorder
-    far = [f"ghost{i}" for i in range(50)] + ["g9"]
-    assert [h.id for h in geo.search(axis(), 3, exclude=far)] == ["g0", "g1", "g2"]
-    assert recorder.sizes("query") == [5]  # k + min(len(exclude), max(2, k // 2))
-    hits = geo.search(axis(), 3, exclude=["g0", "g1", "g2"])
-    assert [h.id for h in hits] == ["g3", "g4", "g5"]
-    assert recorder.sizes("query")[1:] == [5, 6]  # then k + len(exclude), enough for sure
+    geo.search(axis(), 3)
+    assert recorder.sizes("query") == [3]
+
+
+def test_the_size_hint_follows_our_own_writes(index: ActiveIndex) -> None:
+    index.upsert([IndexRecord("a", "a"), IndexRecord("b", "b")], embeddings=plane_vectors([0, 9]))
+    assert index._size_hint() == 2
+    index.upsert([IndexRecord("c", "c")], embeddings=plane_vectors([18]))
+    assert index._size_hint() == 3
+    index.delete(["a", "b"])
+    assert index._size_hint() == 1
 
 
 def test_search_exclude_with_unknown_ids(geo: ActiveIndex) -> None:

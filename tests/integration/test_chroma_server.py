@@ -20,6 +20,7 @@ def test_sidecar_on_a_chroma_server(tmp_path: Path, chroma_server: tuple[str, in
         "home": tmp_path / "home",
         "chroma_url": f"http://{host}:{port}",
         "collection": f"sc-{uuid.uuid4().hex}",
+        "evict_min_chains": 1,
     }
     with (
         Sidecar.open(embedder=HashingEmbedder(), **settings) as one,

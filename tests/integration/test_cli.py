@@ -232,3 +232,35 @@ def test_demo_shows_the_fallacy_then_prevents_it(tmp_path: Path) -> None:
     assert summary["prevented"] is True
     assert summary["withheld"][0]["tool_id"] == "llm_extractor"
     assert summary["check_sequence"]["safe"] is False
+
+
+def test_help_imports_neither_pyarrow_nor_numpy() -> None:
+    probe = (
+        "import sys, contextlib, io\n"
+        "from sidecar.cli import main\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['--help'])\n"
+        "print([m for m in ('pyarrow', 'numpy', 'chromadb', 'torch') if m in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_evict_min_chains_flag(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    catalog = tmp_path / "tools.jsonl"
+    catalog.write_text(
+        "\n".join(json.dumps({"tool_id": t, "description": f"{t} tool"}) for t in FATAL.split(","))
+    )
+    assert run(home, "tools", "add", str(catalog)).returncode == 0
+    assert run(home, "report", "-", stdin=json.dumps(REPORTS[0])).returncode == 0
+    # the default policy needs a second distinct chain
+    default = as_json(run(home, "evict", "--dry-run", "--json"))
+    assert default["evicted"] == []
+    assert {d["reason"] for d in default["kept_with_constraint"]} == {
+        "drives 1 abandoned chain(s); eviction needs 2"
+    }
+    loose = as_json(run(home, "evict", "--min-chains", "1", "--json"))
+    assert {d["tool_id"] for d in loose["evicted"]} == {"web_search", "html_parser"}
+    bad = run(home, "evict", "--min-chains", "0")
+    assert bad.returncode == 2 and "must be at least 1" in bad.stderr

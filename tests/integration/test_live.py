@@ -38,7 +38,12 @@ class Server:
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": "hashing"}
+        self.env = {
+            **os.environ,
+            "SIDECAR_HOME": str(home),
+            "SIDECAR_EMBEDDER": "hashing",
+            "SIDECAR_EVICT_MIN_CHAINS": "1",
+        }
         self.env.pop("SIDECAR_TOKEN", None)
         started = time.perf_counter()
         self.proc = subprocess.Popen(
@@ -68,7 +73,7 @@ class Server:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     home = tmp_path_factory.mktemp("live") / "home"
-    with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+    with Sidecar.open(embedder=HashingEmbedder(), home=home, evict_min_chains=1) as sc:
         sc.add_tools(demo_tools())
     srv = Server(home)
     yield srv
@@ -165,7 +170,7 @@ def test_load_during_a_batch_eviction(tmp_path: Path) -> None:
     lookup that started after a tool's eviction committed returns it."""
     home = tmp_path / "home"
     tools = [Tool(f"tool_{i:03d}", f"tool {i} handles task {i % 7}") for i in range(300)]
-    with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+    with Sidecar.open(embedder=HashingEmbedder(), home=home, evict_min_chains=1) as sc:
         sc.add_tools(tools)
         for i in range(0, 200, 2):
             sc.report(
@@ -202,7 +207,7 @@ def test_load_during_a_batch_eviction(tmp_path: Path) -> None:
         srv.stop()
     assert client_errors == []
     assert len(evicted["evicted"]) == 200
-    with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+    with Sidecar.open(embedder=HashingEmbedder(), home=home, evict_min_chains=1) as sc:
         committed = {t: ev.evicted_at for t, ev in sc.journal.evicted().items()}
     assert len(committed) == 200
     violations = [
@@ -226,12 +231,12 @@ def test_mcp_over_stdio(tmp_path: Path) -> None:
     from mcp.client.stdio import stdio_client
 
     home = tmp_path / "home"
-    with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+    with Sidecar.open(embedder=HashingEmbedder(), home=home, evict_min_chains=1) as sc:
         sc.add_tools(demo_tools())
     params = StdioServerParameters(
         command=SCRIPT,
         args=["mcp", "--home", str(home)],
-        env={**os.environ, "SIDECAR_EMBEDDER": "hashing"},
+        env={**os.environ, "SIDECAR_EMBEDDER": "hashing", "SIDECAR_EVICT_MIN_CHAINS": "1"},
     )
 
     async def calls() -> tuple[set[str], dict[str, Any]]:

@@ -474,7 +474,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         for key in os.environ:
             if key.startswith("SIDECAR_"):
                 mp.delenv(key)
-        with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+        with Sidecar.open(embedder=HashingEmbedder(), home=home, evict_min_chains=1) as sc:
             tools = [t for name in files for t in load_tool_file(inputs_dir / name)]
             hot["add_tools"] = sc.add_tools(tools).to_dict()
             hot["list_tools"] = [t.to_dict() for t in sc.list_tools()]
@@ -488,7 +488,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             audits["chain"] = sc.audit(results["abandoned"]["pointer"])
             audits.update({tool: sc.audit(ptr) for tool, ptr in evicted.items()})
 
-        env = {**_clean_env(), "SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": "hashing"}
+        env = {**_clean_env(), "SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": "hashing",
+               "SIDECAR_EVICT_MIN_CHAINS": "1"}  # fmt: skip
         cli = subprocess.run(
             [SCRIPT, "report", "-", "--json"],
             input="\n".join(json.dumps(line) for line in cli_lines) + "\n",
@@ -500,7 +501,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         cli_results = [json.loads(line) for line in cli.stdout.splitlines()]
 
         # kept open through the scan: its last write stays in state.sqlite-wal
-        sc = Sidecar.open(embedder=HashingEmbedder(), home=home)
+        sc = Sidecar.open(embedder=HashingEmbedder(), home=home, evict_min_chains=1)
         try:
             if cli_results and "pointer" in cli_results[0]:
                 audits["cli chain"] = sc.audit(cli_results[0]["pointer"])
@@ -685,7 +686,7 @@ def test_add_tools_refuses_a_secret_credential_ref_built_in_code(fmt: str, tmp_p
     secret = make_secret(fmt, random.Random(f"{SEED}:code:{fmt}"))
     tool = Tool("app", "An app", credentials=(CredentialRef(secret.ref, ("read",)),))
     home = tmp_path / "home"
-    with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+    with Sidecar.open(embedder=HashingEmbedder(), home=home, evict_min_chains=1) as sc:
         try:
             sc.add_tools([tool])
         except SecretValueError:

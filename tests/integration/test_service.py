@@ -24,7 +24,9 @@ FATAL = ["web_search", "html_parser", "llm_extractor"]
 
 @pytest.fixture
 def sc(tmp_path: Path) -> Iterator[Sidecar]:
-    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sidecar:
+    with Sidecar.open(
+        embedder=HashingEmbedder(), home=tmp_path / "home", evict_min_chains=1
+    ) as sidecar:
         sidecar.add_tools(demo_tools())
         yield sidecar
 
@@ -222,3 +224,17 @@ def test_non_loopback_without_a_token_refuses_to_start(
     monkeypatch.delenv("SIDECAR_TOKEN", raising=False)
     with pytest.raises(InvalidInput, match="without a token"):
         serve(sc, host="0.0.0.0", port=1)
+
+
+def test_an_eviction_can_set_its_own_min_chains(client: TestClient, sc: Sidecar) -> None:
+    sc.report({"topology": FATAL, "outcome": "abandoned", "failure": {"signature": "HTTP 413"},
+               "constraint": {"rule": "too large"}})  # fmt: skip
+    strict = client.post("/v1/evictions", json={"dry_run": True, "min_chains": 2}, headers=AUTH)
+    assert strict.status_code == 200 and strict.json()["evicted"] == []
+    reasons = {d["reason"] for d in strict.json()["kept_with_constraint"]}
+    assert reasons == {"drives 1 abandoned chain(s); eviction needs 2"}
+    loose = client.post("/v1/evictions", json={"dry_run": True}, headers=AUTH).json()
+    assert {d["tool_id"] for d in loose["evicted"]} == {"web_search", "html_parser"}
+    for bad in (0, -3, "two", 1.5):
+        response = client.post("/v1/evictions", json={"min_chains": bad}, headers=AUTH)
+        assert_envelope(response, 422)

@@ -1,4 +1,9 @@
-"""The eviction decision and moves on hand-built histories (real Chroma and Parquet)."""
+"""The eviction decision and moves on hand-built histories (real Chroma and Parquet).
+
+Most histories here hold one abandoned chain, so they open the sidecar with
+``evict_min_chains=1`` to test each rule and the moves on their own; the default
+policy (two distinct chains) has its own tests at the end.
+"""
 
 from __future__ import annotations
 
@@ -29,7 +34,9 @@ def tool(tool_id: str, *refs: str, pinned: bool = False) -> Tool:
 
 @pytest.fixture
 def sc(tmp_path: Path) -> Iterator[Sidecar]:
-    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sidecar:
+    with Sidecar.open(
+        embedder=HashingEmbedder(), home=tmp_path / "home", evict_min_chains=1
+    ) as sidecar:
         sidecar.add_tools(
             [
                 tool("search_api", "env:SEARCH"),
@@ -161,7 +168,7 @@ def test_mandates_only_for_credentials_no_active_tool_uses(sc: Sidecar) -> None:
 
 
 def test_shared_credential_of_tools_evicted_together_gets_one_mandate(tmp_path: Path) -> None:
-    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path) as sc:
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path, evict_min_chains=1) as sc:
         sc.add_tools([tool("a", "env:S"), tool("b", "env:S"), tool("c")])
         sc.report(abandoned(["a", "b", "c"], "HTTP 400"))
         sc.evict()
@@ -234,7 +241,9 @@ def test_tools_in_flight_are_never_served(sc: Sidecar) -> None:
 
 
 def test_evict_on_report(tmp_path: Path) -> None:
-    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path, evict_on_report=True) as sc:
+    with Sidecar.open(
+        embedder=HashingEmbedder(), home=tmp_path, evict_on_report=True, evict_min_chains=1
+    ) as sc:
         sc.add_tools([tool("a"), tool("b")])
         result = sc.report(abandoned(["a", "b"], "HTTP 400"))
         assert result.reason is not None and result.reason.endswith("evicted a")
@@ -242,7 +251,7 @@ def test_evict_on_report(tmp_path: Path) -> None:
 
 
 def test_reclaimed_tokens_use_the_model_tokenizer(tmp_path: Path, minilm: MiniLMEmbedder) -> None:
-    with Sidecar.open(embedder=minilm, home=tmp_path) as sc:
+    with Sidecar.open(embedder=minilm, home=tmp_path, evict_min_chains=1) as sc:
         sc.add_tools([tool("a"), tool("b")])
         sc.report(abandoned(["a", "b"], "HTTP 400"))
         report = sc.evict()
@@ -262,3 +271,75 @@ def test_reclaimed_tokens_use_the_model_tokenizer(tmp_path: Path, minilm: MiniLM
             "schema_tokens": minilm.tokenizer_count(shown),
             "tokenizer": "all-MiniLM-L6-v2 tokenizer",
         }
+
+
+# ---- the default policy: two distinct abandoned chains ------------------------------
+@pytest.fixture
+def default_sc(tmp_path: Path) -> Iterator[Sidecar]:
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sidecar:
+        sidecar.add_tools(
+            [tool("search_api"), tool("html_parser"), tool("llm_extractor"), tool("summarizer")]
+        )
+        yield sidecar
+
+
+def test_by_default_one_abandoned_chain_keeps_the_tools_with_the_constraint(
+    default_sc: Sidecar,
+) -> None:
+    sc = default_sc
+    assert sc.settings.evict_min_chains == 2
+    first = sc.report(abandoned(FATAL, "HTTP 413"))
+    sc.report(abandoned(FATAL, "HTTP 413"))  # replayed: the same chain, not a second one
+    report = sc.evict()
+    assert report.evicted == ()
+    assert [(d.tool_id, d.reason, d.chains) for d in report.kept] == [
+        (t, "drives 1 abandoned chain(s); eviction needs 2", (first.chain_id,))
+        for t in ("html_parser", "search_api")
+    ]
+    assert {"search_api", "html_parser"} <= hot(sc)
+    # the constraint does the work meanwhile
+    assert not sc.check(FATAL).safe
+    result = sc.search("llm extractor tool", k=3, after=FATAL[:2])
+    assert "llm_extractor" not in [h.tool_id for h in result.hits]
+    assert [w.tool_id for w in result.withheld] == ["llm_extractor"]
+
+
+def test_by_default_a_second_distinct_chain_evicts(default_sc: Sidecar) -> None:
+    sc = default_sc
+    one = sc.report(abandoned(FATAL, "HTTP 413"))
+    two = sc.report(abandoned(["search_api", "summarizer"], "HTTP 400"))
+    report = sc.evict()
+    evicted = {d.tool_id: d for d in report.evicted}
+    assert set(evicted) == {"search_api"}
+    assert evicted["search_api"].chains == tuple(sorted((one.chain_id, two.chain_id)))
+    assert evicted["search_api"].reason == "appears only in abandoned chains"
+    assert [d.tool_id for d in report.kept] == ["html_parser"]
+    # a third chain through the parser crosses its threshold too
+    sc.report(abandoned(["html_parser", "summarizer"], "HTTP 400"))
+    assert [d.tool_id for d in sc.evict().evicted] == ["html_parser"]
+    assert hot(sc) == {"llm_extractor", "summarizer"}
+
+
+def test_min_chains_can_be_set_per_run_and_is_checked(default_sc: Sidecar) -> None:
+    sc = default_sc
+    sc.report(abandoned(FATAL, "HTTP 413"))
+    assert {d.tool_id for d in sc.evict(dry_run=True, min_chains=1).evicted} == {
+        "search_api",
+        "html_parser",
+    }
+    assert sc.evict(dry_run=True, min_chains=3).evicted == ()
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(InvalidInput, match="min_chains"):
+            sc.evict(min_chains=bad)  # type: ignore[arg-type]
+    assert sc.evict(min_chains=1).evicted != ()
+
+
+def test_decide_counts_distinct_chains_and_rejects_a_zero_threshold() -> None:
+    cs = [constraint(["a", "b", "c"], 0), constraint(["b", "d"], 1), constraint(["a", "a", "e"], 2)]
+    args = ({"a", "b", "c", "d", "e"}, set(), {}, {})
+    got = {d.tool_id: d.action for d in decide(cs, *args, min_chains=2)}
+    assert got == {"a": "evict", "b": "evict"}
+    got = {d.tool_id: d.action for d in decide(cs, *args, min_chains=3)}
+    assert got == {"a": "keep", "b": "keep"}
+    with pytest.raises(ValueError, match="min_chains"):
+        decide(cs, *args, min_chains=0)

@@ -186,7 +186,9 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def sc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sidecar]:
     _clean_env(monkeypatch)
-    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sidecar:
+    with Sidecar.open(
+        embedder=HashingEmbedder(), home=tmp_path / "home", evict_min_chains=1
+    ) as sidecar:
         yield sidecar
 
 
@@ -317,7 +319,7 @@ def test_ref_shared_by_two_evicted_tools_gets_one_mandate_naming_both(
     _clean_env(monkeypatch)
     home = tmp_path / "home"
     with Sidecar.open(
-        embedder=HashingEmbedder(), home=home, evict_batch_size=batch_size
+        embedder=HashingEmbedder(), home=home, evict_batch_size=batch_size, evict_min_chains=1
     ) as sidecar:
         report, chain = evict(
             sidecar, tool("crm_export", cred()), tool("crm_import", cred(), cred("env:OWN"))
@@ -597,7 +599,9 @@ def test_configured_rfc7009_revoker_runs_from_the_sidecar(
     _clean_env(monkeypatch)
     server.script("/oauth2/revoke", Reply(200))
     home = tmp_path / "home"
-    with Sidecar.open(embedder=HashingEmbedder(), home=home, revoker="rfc7009") as sidecar:
+    with Sidecar.open(
+        embedder=HashingEmbedder(), home=home, revoker="rfc7009", evict_min_chains=1
+    ) as sidecar:
         one_mandate(sidecar, server.endpoint())
         assert sidecar.run_revocations() == {"revoked": 1}
         assert only(sidecar).status == "revoked"
