@@ -17,7 +17,10 @@ same queries (k = 10):
   the embedded text, is not returned by a lookup); a diagnostic row also asks for the
   documents;
 - ``sidecar``: ``Sidecar.search_vector`` with the executed prefix (compiled constraints,
-  in-flight moves, over-fetch, warnings);
+  in-flight moves, over-fetch sized from the excluded share, warnings); its ranking
+  query asks Chroma for ids and distances only and takes the winners' description and
+  type from the fields it keeps in-process (a diagnostic row times it with those fields
+  forgotten before every lookup, so that each one also reads them with a ``get``);
 - ``chroma_nin``: ``collection.query`` with ``where={"tool_id": {"$nin": blocked}}``
   (a one-id list when nothing is blocked); timed in its own round robin with its own
   ``raw_chroma`` because it is much slower;
@@ -204,6 +207,15 @@ def constrained_part(n_tools: int, repeat: int, seed: int) -> dict[str, Any]:
                 it = itertools.cycle(queries)
                 return lambda: sc.search_vector(next(it), K, PREFIXES[count])
 
+            def sidecar_cold_fn(count: int) -> Callable[[], Any]:
+                it = itertools.cycle(queries)
+
+                def lookup() -> Any:
+                    sc.index.forget_fields()
+                    return sc.search_vector(next(it), K, PREFIXES[count])
+
+                return lookup
+
             def nin_fn(count: int) -> Callable[[], Any]:
                 it = itertools.cycle(queries)
                 where: Any = {"tool_id": {"$nin": blocked[count] or ["__nothing__"]}}
@@ -226,6 +238,7 @@ def constrained_part(n_tools: int, repeat: int, seed: int) -> dict[str, Any]:
             main_fns: dict[str, Callable[[], Any]] = {
                 "raw_chroma": raw_fn(),
                 "raw_chroma_with_documents": raw_fn(K, ["documents", *INCLUDE]),
+                "sidecar_1000_fields_cold": sidecar_cold_fn(1_000),
                 # diagnostics: what the over-fetch of k + 10 costs in Chroma, with the
                 # metadata the sidecar reads and with ids and distances only
                 "raw_chroma_2k": raw_fn(2 * K),
@@ -282,6 +295,10 @@ def constrained_part(n_tools: int, repeat: int, seed: int) -> dict[str, Any]:
             "raw_chroma_with_documents": summary(main["raw_chroma_with_documents"]),
             "raw_chroma_with_documents_ratio": ratio(
                 summary(main["raw_chroma_with_documents"])["p50_ms"], raw["p50_ms"]
+            ),
+            "sidecar_1000_fields_cold": summary(main["sidecar_1000_fields_cold"]),
+            "sidecar_1000_fields_cold_ratio": ratio(
+                summary(main["sidecar_1000_fields_cold"])["p50_ms"], raw["p50_ms"]
             ),
             "raw_chroma_2k": summary(main["raw_chroma_2k"]),
             "raw_chroma_2k_ratio": ratio(summary(main["raw_chroma_2k"])["p50_ms"], raw["p50_ms"]),
@@ -415,6 +432,8 @@ def markdown(result: dict[str, Any]) -> str:
             r["withheld_per_lookup_at_1000"],
             r["diagnostics"]["raw_chroma_2k_ratio"],
             r["diagnostics"]["raw_chroma_2k_ids_only_ratio"],
+            r["diagnostics"]["raw_chroma_with_documents_ratio"],
+            r["diagnostics"]["sidecar_1000_fields_cold_ratio"],
             r["diagnostics"]["constraint_evaluation_uncached_1000"]["p50_ms"],
         ]
         for n, r in result["sizes"].items()
@@ -448,6 +467,8 @@ def markdown(result: dict[str, Any]) -> str:
                     "withheld per lookup (1,000)",
                     "raw n=20 / raw n=10",
                     "raw n=20 ids+distances / raw n=10",
+                    "raw with documents / raw",
+                    "sidecar (1,000), fields read every time / raw",
                     "1,000 constraints evaluated, uncached, p50 ms",
                 ],
                 info,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,7 +80,12 @@ class ActiveIndex:
         client: ClientAPI,
         embedder: Embedder,
         collection: str = "tools",
+        local_fields: bool = False,
     ) -> None:
+        """``local_fields``: keep the metadata fields that :meth:`search_fields` returns
+        in this process, so that a lookup asks Chroma for ids and distances only.  Only
+        for a collection this process alone writes (the embedded store); otherwise
+        another writer's update would be served stale."""
         self._client = client
         self._embedder = embedder
         self._name = collection
@@ -95,6 +101,12 @@ class ActiveIndex:
         if stored is not None and stored != embedder.name:
             raise EmbedderMismatchError(collection, str(stored), embedder.name)
         self._size: tuple[int, float] | None = None
+        self._local_fields = local_fields
+        self._fields: tuple[str, ...] = ()
+        self._known: dict[str, dict[str, MetadataValue]] = {}
+        # a lookup keeps fields it read only if no write began or ended meanwhile
+        self._known_lock = threading.Lock()
+        self._generation = 0
 
     # ---- construction -------------------------------------------------------------
     @classmethod
@@ -110,7 +122,7 @@ class ActiveIndex:
             client = chromadb.PersistentClient(
                 path=str(path), settings=Settings(anonymized_telemetry=False)
             )
-        return cls(client, embedder, collection)
+        return cls(client, embedder, collection, local_fields=True)
 
     @classmethod
     def http(
@@ -164,8 +176,20 @@ class ActiveIndex:
             raise ToolIndexError("duplicate ids in one upsert call")
         if embeddings is not None and len(embeddings) != len(records):
             raise ToolIndexError("embeddings and records differ in length")
-        done = 0
         self._size = None
+        self._forget(ids)
+        try:
+            return self._upsert(records, embeddings, progress)
+        finally:
+            self._forget(ids)
+
+    def _upsert(
+        self,
+        records: Sequence[IndexRecord],
+        embeddings: np.ndarray | None,
+        progress: Callable[[int], None] | None,
+    ) -> int:
+        done = 0
         for start in range(0, len(records), self._max_batch):
             chunk = records[start : start + self._max_batch]
             vectors = (
@@ -211,13 +235,30 @@ class ActiveIndex:
         present = self.existing(wanted)
         if present:
             self._size = None
-            for chunk in _batches(sorted(present), self._max_batch):
-                with _chroma_errors("delete"):
-                    self._collection.delete(ids=list(chunk))
+            self._forget(present)
+            try:
+                for chunk in _batches(sorted(present), self._max_batch):
+                    with _chroma_errors("delete"):
+                        self._collection.delete(ids=list(chunk))
+            finally:
+                self._forget(present)
         remaining = self.existing(wanted)
         if remaining:
             raise DeleteNotVerifiedError(sorted(remaining))
         return [i for i in wanted if i in present]
+
+    def _forget(self, ids: Iterable[str]) -> None:
+        with self._known_lock:
+            self._generation += 1
+            for rid in ids:
+                self._known.pop(rid, None)
+
+    def forget_fields(self) -> None:
+        """Drop every field kept in this process (another process wrote to the
+        collection)."""
+        with self._known_lock:
+            self._generation += 1
+            self._known.clear()
 
     # ---- reads --------------------------------------------------------------------
     def existing(self, ids: Iterable[str]) -> set[str]:
@@ -286,15 +327,17 @@ class ActiveIndex:
         k: int,
         exclude: Collection[str] = (),
         documents: bool = True,
+        ids_only: bool = False,
     ) -> tuple[list[IndexHit], list[IndexHit]]:
         """Like :meth:`search`, also returning the excluded records that ranked above the
-        last returned hit (what the exclusion displaced), in rank order."""
+        last returned hit (what the exclusion displaced), in rank order.  ``ids_only``
+        hits carry no document and no metadata."""
         if k < 1:
             raise ToolIndexError("k must be at least 1")
         vector = self.embed_query(query) if isinstance(query, str) else np.asarray(query)
         fetch = self._first_fetch(k, len(exclude))
         while True:
-            ranked = self._query(vector, fetch, documents)
+            ranked = self._query(vector, fetch, documents and not ids_only, not ids_only)
             hits: list[IndexHit] = []
             displaced: list[IndexHit] = []
             for hit in ranked:
@@ -306,6 +349,48 @@ class ActiveIndex:
             # the exclusions took the page: widen, doubling, up to the size that is sure
             # to be enough (k plus every exclusion)
             fetch = min(fetch * 2, k + len(exclude))
+
+    def search_fields(
+        self,
+        query: str | np.ndarray,
+        k: int,
+        exclude: Collection[str],
+        fields: Sequence[str],
+    ) -> tuple[list[IndexHit], list[IndexHit]]:
+        """:meth:`search_ranked` for hits that need only the metadata ``fields`` (no
+        document).
+
+        The ranking query asks Chroma for ids and distances only, which costs about a
+        third of one that returns metadata; the winners' fields come from this process
+        when the index was opened with ``local_fields`` (read once per record with a
+        ``get``, kept in step with this index's own upserts and deletes).
+        """
+        wanted = tuple(fields)
+        if not self._local_fields:
+            hits, displaced = self.search_ranked(query, k, exclude, documents=False)
+            return [_only(h, wanted) for h in hits], [_only(h, wanted) for h in displaced]
+        with self._known_lock:
+            if wanted != self._fields:
+                self._fields, self._known = wanted, {}
+                self._generation += 1
+            generation = self._generation
+        hits, displaced = self.search_ranked(query, k, exclude, documents=False, ids_only=True)
+        known = self._known
+        found = {h.id: known[h.id] for h in hits if h.id in known}
+        missing = [h.id for h in hits if h.id not in found]
+        if missing:
+            with _chroma_errors("get"):
+                got = self._collection.get(ids=missing, include=["metadatas"])
+            for rid, meta in zip(got["ids"], got["metadatas"] or [], strict=True):
+                found[rid] = {f: meta[f] for f in wanted if meta and f in meta}
+            with self._known_lock:
+                if generation == self._generation:
+                    self._known.update((rid, found[rid]) for rid in got["ids"])
+            if len(found) < len(hits):
+                # deleted between the query and the get: rank again in one query
+                hits, displaced = self.search_ranked(query, k, exclude, documents=False)
+                return [_only(h, wanted) for h in hits], [_only(h, wanted) for h in displaced]
+        return [IndexHit(h.id, h.score, "", dict(found[h.id])) for h in hits], displaced
 
     def _first_fetch(self, k: int, excluded: int) -> int:
         """How many neighbours to ask for so that ``k`` survive ``excluded`` exclusions
@@ -327,8 +412,12 @@ class ActiveIndex:
         # never more than the collection holds (a stale size only means one more query)
         return max(k, min(fetch, size)) if size else fetch
 
-    def _query(self, vector: np.ndarray, n: int, documents: bool = True) -> list[IndexHit]:
-        include: list[Any] = ["metadatas", "distances"]
+    def _query(
+        self, vector: np.ndarray, n: int, documents: bool = True, metadatas: bool = True
+    ) -> list[IndexHit]:
+        include: list[Any] = ["distances"]
+        if metadatas:
+            include.insert(0, "metadatas")
         if documents:
             include.insert(0, "documents")
         with _chroma_errors("query"):
@@ -339,10 +428,16 @@ class ActiveIndex:
             )
         ids = got["ids"][0]
         docs = (got["documents"] or [[""] * len(ids)])[0] if documents else [""] * len(ids)
-        metas = (got["metadatas"] or [[]])[0]
+        metas = (got["metadatas"] or [[None] * len(ids)])[0] if metadatas else [None] * len(ids)
         dists = (got["distances"] or [[]])[0]
         return [
             # float32 distances can stray just outside [0, 2]
             IndexHit(rid, min(1.0, max(-1.0, 1.0 - float(dist))), doc or "", dict(meta or {}))
             for rid, doc, meta, dist in zip(ids, docs, metas, dists, strict=True)
         ]
+
+
+def _only(hit: IndexHit, fields: Sequence[str]) -> IndexHit:
+    return IndexHit(
+        hit.id, hit.score, "", {f: hit.metadata[f] for f in fields if f in hit.metadata}
+    )

@@ -62,6 +62,8 @@ from sidecar.state import StateStore
 
 MAX_K = 100
 MAX_QUERY = 2_048
+HIT_FIELDS = ("description", "tool_type")
+"""The metadata a lookup hit shows; a lookup reads nothing else from the hot index."""
 MAX_PLAN = 256
 
 
@@ -111,6 +113,7 @@ class Sidecar:
         self._index: ActiveIndex | None = None
         self._matcher: ConstraintMatcher | None = None
         self._matcher_rev = -1
+        self._tools_rev = -1
         self.journal = Journal(self._state)
         self.ledger = Ledger(self._state)
         self.reconcile()
@@ -167,9 +170,10 @@ class Sidecar:
     def state(self) -> StateStore:
         return self._state
 
-    def matcher(self) -> ConstraintMatcher:
-        """The compiled constraints, rebuilt only when the archive changed."""
-        rev = self._state.revision()
+    def matcher(self, rev: int | None = None) -> ConstraintMatcher:
+        """The compiled constraints, rebuilt only when the archive changed (``rev``: the
+        constraints revision, when the caller has just read it)."""
+        rev = self._state.revision() if rev is None else rev
         if self._matcher is None or rev != self._matcher_rev:
             self._matcher = ConstraintMatcher(
                 self._state.active_constraints(),
@@ -252,7 +256,10 @@ class Sidecar:
             )
             for t in unique
         ]
-        self.index.upsert(records)
+        try:
+            self.index.upsert(records)
+        finally:
+            self._state.bump_tools_revision()
         for t in unique:
             self._state.set_credentials(t.tool_id, t.credentials)
         ids = [t.tool_id for t in unique]
@@ -314,12 +321,16 @@ class Sidecar:
     def _lookup(
         self, vector: Any, k: int, executed: tuple[str, ...], ctx: dict[str, Any]
     ) -> LookupResult:
-        matcher = self.matcher()
+        constraints_rev, tools_rev = self._state.revisions()
+        if tools_rev != self._tools_rev:
+            # another process (or this one) wrote to the hot index: re-read hit fields
+            self.index.forget_fields()
+            self._tools_rev = tools_rev
+        matcher = self.matcher(constraints_rev)
         blocked, conditional = matcher.next_steps(executed, ctx)
         # a tool whose eviction has begun is never served, even before its hot delete
         exclude = blocked.keys() | self.journal.in_flight_tools()
-        # a hit's description and type live in its metadata: the document is not fetched
-        hits, displaced = self.index.search_ranked(vector, k, exclude=exclude, documents=False)
+        hits, displaced = self.index.search_fields(vector, k, exclude, HIT_FIELDS)
         withheld = [
             Withheld(h.id, c.rule, c.pointer, c.chain_id, why)
             for h in displaced
@@ -532,7 +543,10 @@ class Sidecar:
             row = self._cold.tools.get(evicted.move_id)
             metadata = json.loads(row["metadata_json"])
             metadata.pop(ID_KEY, None)
-            self.index.upsert([IndexRecord(tool_id, row["document"], metadata)])
+            try:
+                self.index.upsert([IndexRecord(tool_id, row["document"], metadata)])
+            finally:
+                self._state.bump_tools_revision()
             creds = [
                 CredentialRef(c["ref"], tuple(c.get("scopes", ())), c.get("provider"),
                               c.get("revocation_endpoint"))

@@ -345,7 +345,7 @@ class ConstraintMatcher:
                     conditional.setdefault(tool, []).append(
                         f"completes fatal sequence {'>'.join(c.sequence)} when "
                         f"{' and '.join(w.describe() for w in c.when)} "
-                        f"(rule: {c.rule}; {c.pointer}); now {why}"
+                        f"({c.pointer}); now {why}"
                     )
         return blocked, conditional
 
@@ -383,9 +383,10 @@ class ConstraintMatcher:
             seen.add(idx)
             c = self.constraints[idx]
             cond = f" when {' and '.join(w.describe() for w in c.when)}" if c.when else ""
+            # every hit of a page may carry these, so they name the sequence, its
+            # condition and the pointer; the rule's prose is one audit away
             out.append(
                 f"step {depth} of {len(c.sequence)} toward fatal sequence "
-                f"{'>'.join(c.sequence)}{cond}: avoid {c.terminal} next "
-                f"(rule: {c.rule}; {c.pointer})"
+                f"{'>'.join(c.sequence)}{cond} ({c.pointer})"
             )
         return out

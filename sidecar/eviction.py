@@ -269,7 +269,10 @@ class Evictor:
             fresh, "credential no longer used by any active tool after eviction"
         )
         self._crash("after_mandates")
-        sc.index.delete([m.tool_id for m in moves])
+        try:
+            sc.index.delete([m.tool_id for m in moves])
+        finally:
+            sc.state.bump_tools_revision()
         self._crash("after_hot_delete")
         self._journal.advance(ids, "deleted")
         self._journal.finish(moves, {m.move_id: make_pointer("tools", m.move_id) for m in moves})

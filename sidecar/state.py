@@ -294,8 +294,25 @@ class StateStore:
             return bool(found)
 
     def revision(self) -> int:
-        row = self._db.execute("SELECT value FROM meta WHERE key='constraints_rev'").fetchone()
-        return int(row[0]) if row else 0
+        """Changes whenever the active constraints change."""
+        return self.revisions()[0]
+
+    def revisions(self) -> tuple[int, int]:
+        """The constraints revision and the hot-index revision (bumped by every write
+        to the hot index, from any process sharing this home), in one read."""
+        rows = dict(
+            self._db.execute(
+                "SELECT key, value FROM meta WHERE key IN ('constraints_rev', 'tools_rev')"
+            ).fetchall()
+        )
+        return int(rows.get("constraints_rev", 0)), int(rows.get("tools_rev", 0))
+
+    def bump_tools_revision(self) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO meta VALUES ('tools_rev', '1') ON CONFLICT(key) "
+                "DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+            )
 
     @staticmethod
     def _bump_revision(db: sqlite3.Connection) -> None:

@@ -8,7 +8,9 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -660,3 +662,108 @@ def test_unreachable_server_raises_backend_error(hashing: HashingEmbedder) -> No
     with pytest.raises(IndexBackendError) as info:
         ActiveIndex.http("127.0.0.1", 1, hashing)
     assert info.value.operation == "connect"
+
+
+# ---- search_fields: hits with a few metadata fields, kept in-process when embedded ----
+def _local(index: ActiveIndex) -> bool:
+    return index._local_fields
+
+
+def test_search_fields_matches_search_ranked(geo: ActiveIndex) -> None:
+    exclude = {"g1", "g4"}
+    full, full_displaced = geo.search_ranked(axis(), 4, exclude)
+    hits, displaced = geo.search_fields(axis(), 4, exclude, ["angle"])
+    assert [(h.id, h.score) for h in hits] == [(h.id, h.score) for h in full]
+    assert [h.id for h in displaced] == [h.id for h in full_displaced]
+    assert all(h.document == "" and dict(h.metadata) == {"angle": h_full.metadata["angle"]}
+               for h, h_full in zip(hits, full, strict=True))  # fmt: skip
+
+
+def test_search_fields_reads_fields_once_when_embedded(geo: ActiveIndex) -> None:
+    recorder = CallRecorder(geo._collection)
+    geo._collection = recorder
+    geo.search_fields(axis(), 3, (), ["angle"])
+    geo.search_fields(axis(), 3, (), ["angle"])
+    if _local(geo):
+        # one get for the first page; the second lookup is ids and distances only
+        assert recorder.sizes("get") == [3]
+    else:
+        # another process may write to a server: fields come with every query
+        assert recorder.sizes("get") == []
+    assert recorder.sizes("query") == [3, 3]
+
+
+def test_search_fields_follows_our_own_writes(geo: ActiveIndex) -> None:
+    assert geo.search_fields(axis(), 1, (), ["angle"])[0][0].metadata == {"angle": 0.0}
+    geo.upsert([IndexRecord("g0", "moved", {"angle": 5.0})], embeddings=plane_vectors([0.0]))
+    assert geo.search_fields(axis(), 1, (), ["angle"])[0][0].metadata == {"angle": 5.0}
+    geo.delete(["g0"])
+    assert [h.id for h in geo.search_fields(axis(), 1, (), ["angle"])[0]] == ["g1"]
+
+
+def test_forget_fields_reads_them_again(geo: ActiveIndex) -> None:
+    geo.search_fields(axis(), 2, (), ["angle"])
+    recorder = CallRecorder(geo._collection)
+    geo._collection = recorder
+    geo.forget_fields()
+    geo.search_fields(axis(), 2, (), ["angle"])
+    assert recorder.sizes("get") == ([2] if _local(geo) else [])
+
+
+class _WriteDuringGet(CallRecorder):
+    """Runs a write while a lookup's ``get`` is in flight (after it read the old
+    value), as another request thread of the server could."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.during_get: Callable[[], None] | None = None
+
+    def get(self, **kwargs: Any) -> Any:
+        out = super().get(**kwargs)
+        hook, self.during_get = self.during_get, None
+        if hook is not None:
+            hook()
+        return out
+
+
+@pytest.fixture
+def embedded_geo(tmp_path: Path, hashing: HashingEmbedder) -> ActiveIndex:
+    """The geometric records on the embedded store, the one that reads fields with a
+    ``get`` apart from the query (a server index reads them with the query)."""
+    index = ActiveIndex.persistent(tmp_path / "chroma", hashing)
+    index.upsert(
+        [IndexRecord(i, i, {"angle": a}) for i, a in zip(GEO_IDS, ANGLES, strict=True)],
+        embeddings=plane_vectors(ANGLES),
+    )
+    return index
+
+
+def test_a_write_during_a_lookup_never_leaves_a_stale_field(embedded_geo: ActiveIndex) -> None:
+    geo = embedded_geo
+    recorder = _WriteDuringGet(geo._collection)
+    geo._collection = recorder
+    recorder.during_get = lambda: geo.upsert(
+        [IndexRecord("g0", "moved", {"angle": 7.0})], embeddings=plane_vectors([0.0])
+    )
+    first = geo.search_fields(axis(), 1, (), ["angle"])[0][0]
+    assert first.metadata in ({"angle": 0.0}, {"angle": 7.0})  # either side of the write
+    assert geo.search_fields(axis(), 1, (), ["angle"])[0][0].metadata == {"angle": 7.0}
+
+
+def test_a_record_deleted_between_query_and_get_is_ranked_again(
+    embedded_geo: ActiveIndex,
+) -> None:
+    geo = embedded_geo
+    recorder = CallRecorder(geo._collection)
+    geo._collection = recorder
+    real_get = recorder.get
+
+    def get(**kwargs: Any) -> Any:
+        recorder.get = real_get  # type: ignore[method-assign]
+        recorder._inner.delete(ids=["g0"])  # another writer, behind the index's back
+        return real_get(**kwargs)
+
+    recorder.get = get  # type: ignore[method-assign]
+    hits, _ = geo.search_fields(axis(), 2, (), ["angle"])
+    assert [h.id for h in hits] == ["g1", "g2"]
+    assert [h.metadata for h in hits] == [{"angle": 10.0}, {"angle": 20.0}]

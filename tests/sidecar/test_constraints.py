@@ -167,7 +167,8 @@ def test_next_steps_split_blocked_from_conditional() -> None:
 def test_warnings_mark_steps_toward_a_fatal_sequence() -> None:
     m = ConstraintMatcher([constraint(["a", "b", "c"], rule="R")])
     first = m.warnings([], "a")
-    assert len(first) == 1 and first[0].startswith("step 1 of 3") and "avoid c next" in first[0]
+    pointer = m.constraints[0].pointer
+    assert first == [f"step 1 of 3 toward fatal sequence a>b>c ({pointer})"]
     assert m.warnings(["a"], "b")[0].startswith("step 2 of 3")
     assert m.warnings(["z"], "b") == []  # b alone leads nowhere
     assert m.warnings([], "c") == []  # c completes, it does not lead toward

@@ -194,3 +194,21 @@ def test_audit_errors(sc: Sidecar) -> None:
         sc.audit("cold://chains/0000")
     with pytest.raises(InvalidInput, match="bad cold storage pointer"):
         sc.audit("s3://bucket/x")
+
+
+def test_a_second_sidecar_on_the_home_serves_the_first_ones_tool_updates(tmp_path: Path) -> None:
+    """Lookup keeps hit fields in-process; a write by another Sidecar on the same home
+    (the hot-index revision in the state) makes it read them again."""
+    from sidecar import Tool
+
+    home = tmp_path / "h"
+    with (
+        Sidecar.open(embedder=HashingEmbedder(), home=home) as reader,
+        Sidecar.open(embedder=HashingEmbedder(), home=home) as writer,
+    ):
+        writer.add_tools([Tool("fetch", "fetch a page", tool_type="http")])
+        [hit] = reader.search("fetch a page", k=1).hits
+        assert (hit.description, hit.tool_type) == ("fetch a page", "http")
+        writer.add_tools([Tool("fetch", "fetch a page", tool_type="browser")])
+        [hit] = reader.search("fetch a page", k=1).hits
+        assert hit.tool_type == "browser"
