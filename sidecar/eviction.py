@@ -12,7 +12,7 @@ constraint (an abandoned chain):
 
 Why two chains by default: "appears only in abandoned chains" judged from a single
 chain is judged from whatever history happens to exist, and on real trajectories it
-evicts tools that other tasks need (BENCHMARKS.md: one chain cost 3.7-4.4% of viable
+evicts tools that other tasks need (BENCHMARKS.md: one chain cost 3.7-4.5% of viable
 recall; the constraints alone already stop every re-assembly).  The same reasoning
 makes an unknown failure kind wait for a second sighting before it is archived.
 
