@@ -181,6 +181,7 @@ class ActiveIndex:
         try:
             return self._upsert(records, embeddings, progress)
         finally:
+            self._size = None
             self._forget(ids)
 
     def _upsert(
@@ -241,6 +242,7 @@ class ActiveIndex:
                     with _chroma_errors("delete"):
                         self._collection.delete(ids=list(chunk))
             finally:
+                self._size = None
                 self._forget(present)
         remaining = self.existing(wanted)
         if remaining:
@@ -376,7 +378,11 @@ class ActiveIndex:
             generation = self._generation
         hits, displaced = self.search_ranked(query, k, exclude, documents=False, ids_only=True)
         known = self._known
-        found = {h.id: known[h.id] for h in hits if h.id in known}
+        found: dict[str, dict[str, MetadataValue]] = {}
+        for h in hits:
+            fields_of = known.get(h.id)  # another thread may drop it at any moment
+            if fields_of is not None:
+                found[h.id] = fields_of
         missing = [h.id for h in hits if h.id not in found]
         if missing:
             with _chroma_errors("get"):

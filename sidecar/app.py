@@ -256,6 +256,9 @@ class Sidecar:
             )
             for t in unique
         ]
+        # bumped before and after: a process killed mid-write still tells other
+        # processes on this home to re-read what it may have changed
+        self._state.bump_tools_revision()
         try:
             self.index.upsert(records)
         finally:
@@ -543,6 +546,7 @@ class Sidecar:
             row = self._cold.tools.get(evicted.move_id)
             metadata = json.loads(row["metadata_json"])
             metadata.pop(ID_KEY, None)
+            self._state.bump_tools_revision()
             try:
                 self.index.upsert([IndexRecord(tool_id, row["document"], metadata)])
             finally:

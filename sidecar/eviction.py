@@ -42,7 +42,7 @@ from cold_store import make_pointer
 from sidecar.journal import Journal, Move, move_id
 from sidecar.lock import WriterLock
 from sidecar.model import ArchivedConstraint
-from sidecar.settings import CRASH_POINTS
+from sidecar.settings import CRASH_POINTS, DEFAULT_EVICT_MIN_CHAINS
 
 if TYPE_CHECKING:
     from sidecar.app import Sidecar
@@ -77,9 +77,12 @@ def decide(
     pinned: set[str],
     completed: Mapping[str, int],
     restored_at: Mapping[str, float],
-    min_chains: int = 1,
+    min_chains: int = DEFAULT_EVICT_MIN_CHAINS,
 ) -> list[ToolDecision]:
-    """One decision per prefix tool that is in the hot index, sorted by tool id."""
+    """One decision per prefix tool that is in the hot index, sorted by tool id.
+
+    After an operator's restore, only chains archived since count toward
+    ``min_chains``: the restore says the old evidence no longer holds."""
     if min_chains < 1:
         raise ValueError(f"min_chains must be at least 1, got {min_chains}")
     drivers: dict[str, list[ArchivedConstraint]] = {}
@@ -105,12 +108,17 @@ def decide(
             decisions.append(
                 ToolDecision(tool, "keep", "restored by an operator after its chains", chains)
             )
-        elif len(chains) < min_chains:
+        elif (
+            counted := sum(
+                tool not in restored_at or c.archived_at > restored_at[tool] for c in drivers[tool]
+            )
+        ) < min_chains:
+            since = " since its restore" if tool in restored_at else ""
             decisions.append(
                 ToolDecision(
                     tool,
                     "keep",
-                    f"drives {len(chains)} abandoned chain(s); eviction needs {min_chains}",
+                    f"drives {counted} abandoned chain(s){since}; eviction needs {min_chains}",
                     chains,
                 )
             )
@@ -269,6 +277,7 @@ class Evictor:
             fresh, "credential no longer used by any active tool after eviction"
         )
         self._crash("after_mandates")
+        sc.state.bump_tools_revision()
         try:
             sc.index.delete([m.tool_id for m in moves])
         finally:

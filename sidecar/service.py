@@ -133,7 +133,11 @@ class CheckIn(_Body):
 class EvictIn(_Body):
     dry_run: bool = False
     min_chains: int | None = Field(
-        default=None, ge=1, le=1_000_000, description="overrides SIDECAR_EVICT_MIN_CHAINS"
+        default=None,
+        ge=1,
+        le=1_000_000,
+        strict=True,
+        description="overrides SIDECAR_EVICT_MIN_CHAINS",
     )
 
 

@@ -18,6 +18,8 @@ EmbedderName = Literal["minilm", "hashing"]
 CRASH_POINTS = ("after_intent", "after_cold", "after_mandates", "after_hot_delete", "after_done")
 """The steps of an eviction move after which a test may kill the process."""
 MissingField = Literal["block", "allow"]
+DEFAULT_EVICT_MIN_CHAINS = 2
+"""Distinct abandoned chains a tool must drive before it is evicted, by default."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class Settings:
     revoker: str = "record-only"
     evict_on_report: bool = False
     evict_batch_size: int = 500
-    evict_min_chains: int = 2
+    evict_min_chains: int = DEFAULT_EVICT_MIN_CHAINS
     crash_at: str | None = None
 
     @property
@@ -110,7 +112,11 @@ def validate(s: Settings) -> Settings:
         raise ConfigError(f"reproduce_threshold must be >= 1, got {s.reproduce_threshold!r}")
     if not isinstance(s.evict_batch_size, int) or s.evict_batch_size < 1:
         raise ConfigError("evict_batch_size must be >= 1")
-    if not isinstance(s.evict_min_chains, int) or s.evict_min_chains < 1:
+    if (
+        isinstance(s.evict_min_chains, bool)
+        or not isinstance(s.evict_min_chains, int)
+        or s.evict_min_chains < 1
+    ):
         raise ConfigError(f"evict_min_chains must be >= 1, got {s.evict_min_chains!r}")
     if not isinstance(s.max_warnings_per_tool, int) or s.max_warnings_per_tool < 0:
         raise ConfigError("max_warnings_per_tool must be >= 0")

@@ -235,6 +235,6 @@ def test_an_eviction_can_set_its_own_min_chains(client: TestClient, sc: Sidecar)
     assert reasons == {"drives 1 abandoned chain(s); eviction needs 2"}
     loose = client.post("/v1/evictions", json={"dry_run": True}, headers=AUTH).json()
     assert {d["tool_id"] for d in loose["evicted"]} == {"web_search", "html_parser"}
-    for bad in (0, -3, "two", 1.5):
+    for bad in (0, -3, "two", 1.5, True, "2"):
         response = client.post("/v1/evictions", json={"min_chains": bad}, headers=AUTH)
         assert_envelope(response, 422)

@@ -121,8 +121,8 @@ def test_a_tool_that_became_reusable_is_not_evicted_later(sc: Sidecar) -> None:
 def test_the_decision_is_deterministic() -> None:
     cs = [constraint(["a", "b", "c"], 0), constraint(["b", "d"], 1), constraint(["x", "a"], 2)]
     args = ({"a", "b", "c", "d", "x"}, {"x"}, {"d": 1}, {})
-    first = decide(cs, *args)
-    assert first == decide(list(reversed(cs)), *args)
+    first = decide(cs, *args, min_chains=1)
+    assert first == decide(list(reversed(cs)), *args, min_chains=1)
     assert [(d.tool_id, d.action, d.chains) for d in first] == [
         ("a", "evict", ("c0",)),
         ("b", "evict", ("c0", "c1")),
@@ -343,3 +343,21 @@ def test_decide_counts_distinct_chains_and_rejects_a_zero_threshold() -> None:
     assert got == {"a": "keep", "b": "keep"}
     with pytest.raises(ValueError, match="min_chains"):
         decide(cs, *args, min_chains=0)
+
+
+def test_after_a_restore_only_new_chains_count(default_sc: Sidecar) -> None:
+    sc = default_sc
+    sc.report(abandoned(FATAL, "HTTP 413"))
+    sc.report(abandoned(["search_api", "summarizer"], "HTTP 400"))
+    assert "search_api" in {d.tool_id for d in sc.evict().evicted}
+    sc.restore("search_api", "quota raised upstream")
+    sc.report(abandoned(["search_api", "llm_extractor"], "HTTP 422"))
+    report = sc.evict()
+    assert "search_api" not in {d.tool_id for d in report.evicted}
+    kept = {d.tool_id: d for d in report.kept}
+    assert kept["search_api"].reason == (
+        "drives 1 abandoned chain(s) since its restore; eviction needs 2"
+    )
+    assert len(kept["search_api"].chains) == 3  # every chain is still listed
+    sc.report(abandoned(["search_api", "html_parser", "summarizer"], "HTTP 422"))
+    assert "search_api" in {d.tool_id for d in sc.evict().evicted}

@@ -58,6 +58,7 @@ def test_bad_values_fail_loudly(variable: str, value: str, message: str) -> None
         Settings.load(env={variable: value})
 
 
-def test_with_validates() -> None:
+@pytest.mark.parametrize("value", [0, True, 1.5])
+def test_with_validates(value: object) -> None:
     with pytest.raises(ConfigError, match="evict_min_chains"):
-        Settings.load(env={}).with_(evict_min_chains=0)
+        Settings.load(env={}).with_(evict_min_chains=value)

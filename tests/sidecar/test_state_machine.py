@@ -59,10 +59,10 @@ class EvictionMachine(RuleBasedStateMachine):
         for tool in {t for topo, _ in self.chains for t in topo[:-1]}:
             if self.where.get(tool) != "hot" or tool == "pinned" or tool in self.completed:
                 continue
-            driving = [(topo, s) for topo, s in self.chains if tool in topo[:-1]]
-            latest = max(s for _, s in driving)
-            # the default policy: two distinct abandoned chains before an eviction
-            if self.restored.get(tool, -1) < latest and len(driving) >= 2:
+            # the default policy: two distinct abandoned chains before an eviction, and
+            # after an operator's restore only the chains archived since count
+            since = self.restored.get(tool, -1)
+            if sum(s > since for topo, s in self.chains if tool in topo[:-1]) >= 2:
                 out.add(tool)
         return out
 
