@@ -17,19 +17,23 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import DEFAULT_DATASETS
-from benchmarks.datasets import Corpus, seal_tools, toolbench
+from benchmarks.datasets import Corpus, Task, seal_tools, toolbench
 
 SEEDS = range(7, 12)
 THRESHOLDS = (1, 2, 3)
 
 
-def evidence(corpus: Corpus, seed: int) -> dict[str, Any]:
+def evicted_by_threshold(corpus: Corpus, seed: int) -> tuple[dict[int, set[str]], list[Task]]:
+    """The tools each threshold evicts after the seed's history half, and the completed
+    successor-half tasks."""
     from benchmarks.bench_pollution import split
     from sidecar.classify import classify
 
     history, successors = split(corpus.tasks, seed)
+    # one archived chain per distinct report, as the library's chain id has it: the
+    # topology with its signature and rule (the rule is written from the reason)
     archived = {
-        tuple(t.chain)
+        (t.chain, t.signature, t.reason)
         for t in history
         if t.outcome == "abandoned"
         and len(t.chain) >= 2
@@ -37,17 +41,24 @@ def evidence(corpus: Corpus, seed: int) -> dict[str, Any]:
     }
     used = {tool for t in history if t.outcome == "completed" for tool in t.chain}
     drivers: dict[str, int] = {}
-    for chain in archived:
+    for chain, _signature, _reason in archived:
         for tool in set(chain[:-1]):
             drivers[tool] = drivers.get(tool, 0) + 1
-    viable = [t for t in successors if t.outcome == "completed" and t.chain]
+    evicted = {
+        n: {tool for tool, count in drivers.items() if count >= n and tool not in used}
+        for n in THRESHOLDS
+    }
+    return evicted, [t for t in successors if t.outcome == "completed" and t.chain]
+
+
+def evidence(corpus: Corpus, seed: int) -> dict[str, Any]:
+    evicted, viable = evicted_by_threshold(corpus, seed)
     out: dict[str, Any] = {"viable_steps": sum(len(t.chain) for t in viable)}
     for n in THRESHOLDS:
-        evicted = {tool for tool, count in drivers.items() if count >= n and tool not in used}
         out[f"min_chains_{n}"] = {
-            "evicted_tools": len(evicted),
+            "evicted_tools": len(evicted[n]),
             "viable_steps_on_evicted_tools": sum(
-                tool in evicted for t in viable for tool in t.chain
+                tool in evicted[n] for t in viable for tool in t.chain
             ),
         }
     return out

@@ -1,0 +1,106 @@
+"""The benchmarks' own logic, on synthetic data (the datasets live outside the
+repository): the split, the reference matcher of fatal sequences, and the eviction
+counts of ``benchmarks.eviction_evidence`` against the library's decision."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from benchmarks.bench_pollution import FatalSequences, report_line, split
+from benchmarks.datasets import Corpus, Task, collapse_repeats
+from benchmarks.eviction_evidence import THRESHOLDS, evicted_by_threshold
+from indexes import HashingEmbedder
+from sidecar import Sidecar, Tool
+
+SIGNATURES = (
+    "HTTP 422 Unprocessable Entity",  # deterministic by the table
+    "schema mismatch in the reply",  # unknown: reported as deterministic
+    "HTTP 503 Service Unavailable",  # transient: never archived
+)
+
+
+def synthetic(seed: int, tools: int = 60, risky: int = 12, tasks: int = 400) -> Corpus:
+    """Tasks over ``tools`` tools; completed chains never use the first ``risky`` ones,
+    so those are driven by abandoned chains only, some once and some many times."""
+    rng = random.Random(seed)
+    catalog = [Tool(f"t{i}", f"tool number {i}") for i in range(tools)]
+    out: list[Task] = []
+    dead_ends: list[tuple[str, ...]] = []
+    for i in range(tasks):
+        abandoned = rng.random() < 0.5
+        low = 0 if abandoned else risky
+        chain = collapse_repeats(
+            [f"t{rng.randrange(low, tools)}" for _ in range(rng.randint(1, 4))]
+        )
+        if abandoned:
+            if dead_ends and rng.random() < 0.3:
+                # the same chain failing again, with another signature or reason: a
+                # distinct report, so a distinct archived chain
+                chain = rng.choice(dead_ends)
+            dead_ends.append(chain)
+            reason = rng.choice(["gave up", "ran out of steps"])
+            signature = rng.choice(SIGNATURES)
+            task = Task(f"q{i // 2}", f"task {i}", chain, "abandoned", reason, signature)
+        else:
+            task = Task(f"q{i // 2}", f"task {i}", chain, "completed")
+        out.append(task)
+    return Corpus("synthetic", catalog, out)
+
+
+def test_collapse_repeats() -> None:
+    assert collapse_repeats(["a", "a", "b", "a", "a"]) == ("a", "b", "a")
+    assert collapse_repeats([]) == ()
+
+
+def test_split_is_deterministic_and_keeps_a_task_id_on_one_side() -> None:
+    corpus = synthetic(1)
+    history, successors = split(corpus.tasks, 7)
+    assert (history, successors) == split(corpus.tasks, 7)
+    assert split(corpus.tasks, 8) != (history, successors)
+    assert len(history) + len(successors) == len(corpus.tasks)
+    assert {t.task_id for t in history}.isdisjoint({t.task_id for t in successors})
+    assert len({t.task_id for t in history}) == len({t.task_id for t in corpus.tasks}) // 2
+
+
+chains = st.lists(st.sampled_from("abcd"), min_size=2, max_size=4).map(tuple)
+
+
+@given(
+    sequences=st.lists(chains, min_size=1, max_size=6),
+    plan=st.lists(st.sampled_from("abcd"), max_size=8),
+)
+def test_fatal_sequences_match_a_brute_force(
+    sequences: list[tuple[str, ...]], plan: list[str]
+) -> None:
+    fatal = FatalSequences(sequences)
+
+    def ends_with(run: list[str]) -> set[tuple[str, ...]]:
+        return {s for s in set(sequences) if len(run) >= len(s) and tuple(run[-len(s) :]) == s}
+
+    for end in range(len(plan)):
+        found = fatal.completes(plan[:end], plan[end])
+        expected = ends_with(plan[: end + 1])
+        assert (found in expected) if expected else found is None
+    first = next((end for end in range(len(plan)) if ends_with(plan[: end + 1])), None)
+    got = fatal.first_in(plan)
+    assert (got is None) if first is None else got in ends_with(plan[: first + 1])
+
+
+@pytest.mark.parametrize("seed", [1, 3, 7])
+def test_eviction_evidence_applies_the_librarys_rule(tmp_path: Path, seed: int) -> None:
+    corpus = synthetic(seed)
+    expected, _viable = evicted_by_threshold(corpus, seed)
+    history, _ = split(corpus.tasks, seed)
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        sc.add_tools(corpus.tools)
+        sc.report_many([report_line(t, corpus.name) for t in history])
+        for n in THRESHOLDS:
+            decided = {d.tool_id for d in sc.evictor().decide(n) if d.action == "evict"}
+            assert decided == expected[n], n
+    # the data tells the thresholds apart
+    assert expected[1] > expected[2] > expected[3] != set()
