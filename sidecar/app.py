@@ -511,9 +511,10 @@ class Sidecar:
             self, crash_at=self.settings.crash_at, batch_size=self.settings.evict_batch_size
         )
 
-    def decide(self) -> list[ToolDecision]:
-        """What an eviction would do now, per prefix tool, with the chains behind it."""
-        return self.evictor().decide()
+    def decide(self, min_chains: int | None = None) -> list[ToolDecision]:
+        """What an eviction would do now, per prefix tool, with the chains behind it
+        (``min_chains`` overrides the ``evict_min_chains`` setting)."""
+        return self.evictor().decide(_min_chains(min_chains))
 
     def evict(
         self,
@@ -524,11 +525,9 @@ class Sidecar:
         """Run the decision and the moves (raises :class:`LockBusy` if one is running).
 
         ``min_chains`` overrides the ``evict_min_chains`` setting for this run."""
-        if min_chains is not None and (
-            isinstance(min_chains, bool) or not isinstance(min_chains, int) or min_chains < 1
-        ):
-            raise InvalidInput(f"min_chains must be an integer >= 1, got {min_chains!r}")
-        return self.evictor().run(dry_run=dry_run, progress=progress, min_chains=min_chains)
+        return self.evictor().run(
+            dry_run=dry_run, progress=progress, min_chains=_min_chains(min_chains)
+        )
 
     def recover(self) -> int:
         """Finish moves a crash interrupted; returns how many."""
@@ -632,6 +631,12 @@ def _redacted(report: ChainReport) -> ChainReport:
         logs=tuple(redact(list(report.logs))),
         session_id=redact_text(report.session_id) if report.session_id else report.session_id,
     )
+
+
+def _min_chains(value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InvalidInput(f"min_chains must be an integer >= 1, got {value!r}")
+    return value
 
 
 def _lookup_args(

@@ -372,8 +372,12 @@ def create_app(
         return {"recovered_moves": sc.recover()}
 
     @api.get("/v1/evictions/decision", tags=["eviction"])
-    def decision() -> dict[str, Any]:
-        return {"decisions": [d.to_dict() for d in sc.decide()]}
+    def decision(
+        min_chains: int | None = Query(
+            default=None, ge=1, le=1_000_000, description="overrides SIDECAR_EVICT_MIN_CHAINS"
+        ),
+    ) -> dict[str, Any]:
+        return {"decisions": [d.to_dict() for d in sc.decide(min_chains)]}
 
     @api.post("/v1/tools/{tool_id}/restore", tags=["eviction"])
     def restore(tool_id: str, body: RestoreIn) -> dict[str, Any]:

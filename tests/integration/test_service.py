@@ -238,3 +238,19 @@ def test_an_eviction_can_set_its_own_min_chains(client: TestClient, sc: Sidecar)
     for bad in (0, -3, "two", 1.5, True, "2"):
         response = client.post("/v1/evictions", json={"min_chains": bad}, headers=AUTH)
         assert_envelope(response, 422)
+
+
+def test_the_decision_can_preview_another_min_chains(client: TestClient, sc: Sidecar) -> None:
+    sc.report({"topology": FATAL, "outcome": "abandoned", "failure": {"signature": "HTTP 413"},
+               "constraint": {"rule": "too large"}})  # fmt: skip
+
+    def evicted(params: dict[str, Any]) -> set[str]:
+        got = client.get("/v1/evictions/decision", params=params, headers=AUTH)
+        assert got.status_code == 200, got.text
+        return {d["tool_id"] for d in got.json()["decisions"] if d["action"] == "evict"}
+
+    assert evicted({}) == {"web_search", "html_parser"}  # this fixture's setting: 1
+    assert evicted({"min_chains": 2}) == set()
+    for bad in ("0", "two", "-1"):
+        response = client.get("/v1/evictions/decision", params={"min_chains": bad}, headers=AUTH)
+        assert_envelope(response, 422)
