@@ -82,6 +82,19 @@ class Corpus:
     notes: Counter[str] = field(default_factory=Counter)
 
 
+def missing_files(root: Path) -> list[str]:
+    """What the pollution benchmark needs under ``root`` and cannot find."""
+    out: list[str] = []
+    if not any((root / TOOLBENCH_DIR).glob("G*_*.json")):
+        out.append(str(TOOLBENCH_DIR / "G*_*.json"))
+    out += [
+        str(SEAL_DIR / f)
+        for f in ("tool.jsonl", *SEAL_SPLITS)
+        if not (root / SEAL_DIR / f).is_file()
+    ]
+    return out
+
+
 def collapse_repeats(calls: Sequence[str]) -> tuple[str, ...]:
     """Consecutive calls of one tool are one step."""
     return tuple(t for i, t in enumerate(calls) if i == 0 or calls[i - 1] != t)

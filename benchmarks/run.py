@@ -164,6 +164,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     names = ALL_ORDER if args.name == "all" else (args.name,)
+    if "pollution" in names:
+        # before anything runs: `all` would otherwise fail minutes in
+        from benchmarks.datasets import missing_files
+
+        lost = missing_files(args.dataset.resolve())
+        if lost:
+            print(
+                f"benchmarks: the datasets are not under {args.dataset.resolve()} (missing: "
+                f"{', '.join(lost)}); pass --dataset DIR",
+                file=sys.stderr,
+            )
+            return 2
     started = time.perf_counter()
     results = {name: run_one(name, args, argv) for name in names}
     if args.name == "all":

@@ -104,3 +104,21 @@ def test_eviction_evidence_applies_the_librarys_rule(tmp_path: Path, seed: int) 
             assert decided == expected[n], n
     # the data tells the thresholds apart
     assert expected[1] > expected[2] > expected[3] != set()
+
+
+def test_missing_datasets_stop_the_run_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks.datasets import SEAL_DIR, SEAL_SPLITS, TOOLBENCH_DIR, missing_files
+    from benchmarks.run import main
+
+    assert main(["all", "--dataset", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"the datasets are not under {tmp_path}" in err and "pass --dataset DIR" in err
+    assert len(missing_files(tmp_path)) == 1 + 1 + len(SEAL_SPLITS)
+    (tmp_path / TOOLBENCH_DIR).mkdir(parents=True)
+    (tmp_path / TOOLBENCH_DIR / "G1_instruction.json").write_text("[]")
+    (tmp_path / SEAL_DIR).mkdir()
+    for name in ("tool.jsonl", *SEAL_SPLITS):
+        (tmp_path / SEAL_DIR / name).write_text("")
+    assert missing_files(tmp_path) == []
