@@ -22,7 +22,6 @@ the timings of either side.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import random
 import statistics
@@ -34,12 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import (
-    emit,
     machine,
     md_table,
     md_targets,
     progress,
     pyplot,
+    quick_main,
     ratio,
     save_figure,
     target,
@@ -325,12 +324,7 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
-    emit(run(args.quick, args.seed), args.out)
+    quick_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import argparse
 import random
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,8 +107,12 @@ FULL: tuple[int, tuple[int, ...]] = (10_000, (10_000, 100_000))
 
 
 def run(quick: bool, seed: int = 7) -> dict[str, Any]:
-    started = time.perf_counter()
     n_tools, sizes = QUICK if quick else FULL
+    return measure(n_tools, sizes, seed)
+
+
+def measure(n_tools: int, sizes: Sequence[int], seed: int) -> dict[str, Any]:
+    started = time.perf_counter()
     runs = []
     for n in sizes:
         progress(f"evict: {n:,} archived chains over {n_tools:,} tools")
@@ -194,19 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    runs = [run_size(args.tools, n, args.seed) for n in sizes]
-    small, large = runs[0], runs[-1]
-    emit(
-        {
-            "benchmark": "evict",
-            "question": "batch eviction time over 10k tools as the archive grows",
-            "machine": machine(),
-            "params": {"tools": args.tools, "sizes": sizes, "seed": args.seed},
-            "runs": runs,
-            "per_chain_cost_growth": round(large["ms_per_chain"] / small["ms_per_chain"], 3),
-        },
-        args.out,
-    )
+    emit(measure(args.tools, sizes, args.seed), args.out)
 
 
 if __name__ == "__main__":

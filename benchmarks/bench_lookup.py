@@ -33,7 +33,6 @@ embedding included, against the embedding alone.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import random
 import tempfile
@@ -43,7 +42,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import (
-    emit,
     interleaved,
     machine,
     md_table,
@@ -51,6 +49,7 @@ from benchmarks.common import (
     open_sidecar,
     progress,
     pyplot,
+    quick_main,
     ratio,
     save_figure,
     summary,
@@ -530,12 +529,7 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
-    emit(run(args.quick, args.seed), args.out)
+    quick_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ deployment holds).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -27,13 +26,13 @@ from typing import Any
 
 from benchmarks.common import (
     REPO_ROOT,
-    emit,
     machine,
     md_table,
     md_targets,
     open_sidecar,
     progress,
     pyplot,
+    quick_main,
     ratio,
     save_figure,
     target,
@@ -246,11 +245,7 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
-    emit(run(args.quick), args.out)
+    quick_main(run, __doc__, argv, seeded=False)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,22 @@ DEFAULT_DATASETS = REPO_ROOT.parent / "shared" / "datasets"
 DEFAULT_OUT_DIR = REPO_ROOT / "benchmarks" / "results"
 
 
+def quick_main(
+    run: Callable[..., dict[str, Any]], doc: str | None, argv: list[str] | None, seeded: bool = True
+) -> None:
+    """``python -m benchmarks.bench_NAME [--quick] [--seed S] [--out FILE]`` for a benchmark
+    whose ``run`` takes ``(quick, seed)`` (or ``(quick)`` when not ``seeded``)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--quick", action="store_true")
+    if seeded:
+        parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    emit(run(args.quick, args.seed) if seeded else run(args.quick), args.out)
+
+
 def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
     """Wall times in milliseconds of ``repeat`` calls."""
     out: list[float] = []
