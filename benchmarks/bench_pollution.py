@@ -428,7 +428,7 @@ def build_world(corpus: Corpus, sc: Sidecar, embedder: CachedEmbedder, k: int, s
         for t, r in zip(history, results, strict=True)
         if t.outcome == "abandoned" and r.status == "archived"
     ]
-    constraints = sorted(sc.state.active_constraints(), key=lambda c: c.order)
+    constraints = sorted(sc._state.active_constraints(), key=lambda c: c.order)
     fatal = FatalSequences(t.chain for t in archived)
     if {c.sequence for c in constraints} != set(fatal.sequences):
         raise AssertionError("the sidecar's constraints differ from the archived chains")

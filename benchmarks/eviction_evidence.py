@@ -30,20 +30,24 @@ def evicted_by_threshold(corpus: Corpus, seed: int) -> tuple[dict[int, set[str]]
     from sidecar.classify import classify
 
     history, successors = split(corpus.tasks, seed)
-    # one archived chain per distinct report, as the library's chain id has it: the
-    # topology with its signature and rule (the rule is written from the reason)
-    archived = {
-        (t.chain, t.signature, t.reason)
-        for t in history
-        if t.outcome == "abandoned"
-        and len(t.chain) >= 2
-        and classify(t.signature).kind != "transient"
-    }
+    # one archived chain per distinct report, as the library's chain id has it (the
+    # topology with its signature and rule, the rule written from the reason), and the
+    # distinct sessions that met each: the library counts dead-end sessions
+    sessions: dict[tuple[tuple[str, ...], str, str], set[str]] = {}
+    for t in history:
+        if (
+            t.outcome == "abandoned"
+            and len(t.chain) >= 2
+            and classify(t.signature).kind != "transient"
+        ):
+            key = (t.chain, t.signature, t.reason)
+            sessions.setdefault(key, set()).add(f"{t.source}:{t.task_id}")
     used = {tool for t in history if t.outcome == "completed" for tool in t.chain}
     drivers: dict[str, int] = {}
-    for chain, _signature, _reason in archived:
-        for tool in set(chain[:-1]):
-            drivers[tool] = drivers.get(tool, 0) + 1
+    for (chain, _signature, _reason), met in sessions.items():
+        # a tool is never a prefix tool of its own failure
+        for tool in set(chain[:-1]) - {chain[-1]}:
+            drivers[tool] = drivers.get(tool, 0) + len(met)
     evicted = {
         n: {tool for tool, count in drivers.items() if count >= n and tool not in used}
         for n in THRESHOLDS

@@ -33,13 +33,26 @@ class ColdStore:
     tools (``cold://tools/<record_id>``).
     """
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, writable: bool = True) -> None:
+        """``writable=False`` opens every table read-only: nothing under ``root`` is
+        created, indexed or moved."""
         self.root = Path(root)
+        self.writable = writable
         self.chains = ParquetTable(
-            self.root, "chains", schemas.CHAINS, key="chain_id", partition_by="archive_date"
+            self.root,
+            "chains",
+            schemas.CHAINS,
+            key="chain_id",
+            partition_by="archive_date",
+            writable=writable,
         )
         self.tools = ParquetTable(
-            self.root, "tools", schemas.TOOLS, key="record_id", partition_by="archive_date"
+            self.root,
+            "tools",
+            schemas.TOOLS,
+            key="record_id",
+            partition_by="archive_date",
+            writable=writable,
         )
         self._tables = {"chains": self.chains, "tools": self.tools}
 

@@ -1,5 +1,9 @@
 """An append-only Parquet table: immutable files, a key index, quarantine of bad files.
 
+A table opened with ``writable=False`` never writes: it does not create folders, index
+new files or move unreadable ones aside; an unreadable file is reported as such and
+left for the owner of the store to quarantine.
+
 Layout under the store root::
 
     <name>/<partition>=<value>/part-<utc>-<uuid>.parquet   immutable data files
@@ -90,6 +94,7 @@ class ParquetTable:
         key: str,
         partition_by: str,
         row_group_size: int = 1024,
+        writable: bool = True,
     ) -> None:
         if key not in schema.names or partition_by not in schema.names:
             raise SchemaError(f"key {key!r} and partition {partition_by!r} must be columns")
@@ -101,17 +106,32 @@ class ParquetTable:
         self.root = Path(root)
         self.dir = self.root / name
         self.quarantine_dir = self.root / "quarantine" / name
-        make_dirs(self.dir)
-        self._db = sqlite3.connect(
-            self.root / f"{name}.index.sqlite", isolation_level=None, check_same_thread=False
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=10000")
-        self._db.executescript(_INDEX_DDL)
+        self.writable = writable
+        self._db = self._connect(self.root / f"{name}.index.sqlite")
         # one connection may serve several threads: index writes take turns
         self._lock = threading.RLock()
-        self.reconcile()
+        if writable:
+            self.reconcile()
+
+    def _connect(self, path: Path) -> sqlite3.Connection:
+        if not self.writable and not path.exists():
+            # nothing was ever archived here: an empty index, in memory
+            db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            db.executescript(_INDEX_DDL)
+            return db
+        if not self.writable:
+            db = sqlite3.connect(
+                f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+            )
+            db.execute("PRAGMA busy_timeout=10000")
+            return db
+        make_dirs(self.dir)
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA busy_timeout=10000")
+        db.executescript(_INDEX_DDL)
+        return db
 
     def close(self) -> None:
         self._db.close()
@@ -119,7 +139,7 @@ class ParquetTable:
     # ---- index maintenance --------------------------------------------------------
     def _data_files(self) -> list[Path]:
         found: list[Path] = []
-        for folder, _dirs, files in os.walk(self.dir):
+        for folder, _dirs, files in os.walk(self.dir):  # nothing when the folder is missing
             for fname in files:
                 path = Path(folder) / fname
                 if is_temp(path):
@@ -187,7 +207,11 @@ class ParquetTable:
             raise
 
     def _quarantine(self, rel: str, reason: str) -> Path:
+        """Move an unreadable file aside (only when writable; a reader leaves it in place
+        and returns where it is)."""
         source = self.dir / rel
+        if not self.writable:
+            return source
         target = self.quarantine_dir / rel
         make_dirs(target.parent)
         if source.exists():
@@ -217,6 +241,8 @@ class ParquetTable:
         Every row is validated before anything is published: a bad row raises
         :class:`SchemaError` and no file of the call is written.
         """
+        if not self.writable:
+            raise CommitFailed(f"cold table {self.name!r} was opened read-only")
         fresh: dict[str, Mapping[str, Any]] = {}
         skipped: list[str] = []
         for row in rows:

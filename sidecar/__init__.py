@@ -11,7 +11,15 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "AddToolsResult": "sidecar.app",
+    "AddToolsResult": "sidecar.registry",
+    "ArchiveStatus": "sidecar.results",
+    "AuditRecord": "sidecar.results",
+    "Busy": "sidecar.errors",
+    "Degraded": "sidecar.errors",
+    "Digest": "sidecar.results",
+    "EvictionReport": "sidecar.eviction",
+    "RemoteSidecar": "sidecar.client",
+    "RestoreResult": "sidecar.eviction",
     "ArchivedConstraint": "sidecar.model",
     "ChainReport": "sidecar.model",
     "CheckResult": "sidecar.model",
@@ -35,6 +43,7 @@ _EXPORTS = {
     "Sidecar": "sidecar.app",
     "SidecarError": "sidecar.errors",
     "StorageError": "sidecar.errors",
+    "ToolDecision": "sidecar.eviction",
     "Tool": "sidecar.model",
     "ToolFormatError": "sidecar.errors",
     "Withheld": "sidecar.model",

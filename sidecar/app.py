@@ -8,6 +8,19 @@
                   context={"payload_bytes": 7_200_000})
         sc.check(["search_api", "html_parser", "llm_extractor"])
 
+Everything a shell shows is a method here returning a typed value; the shells format
+and transport only.  This class wires the parts (:mod:`sidecar.registry`,
+:mod:`sidecar.lookup`, :mod:`sidecar.intake`, :mod:`sidecar.eviction`,
+:mod:`sidecar.revocation`) and is the one boundary where a store's own errors become
+the library's (:func:`boundary`).
+
+``Sidecar.open(..., read_only=True)`` opens a home for reading: it never writes, never
+recovers, and fails on a home that does not exist.  Opened for writing (the default),
+the process owns the home (see :mod:`sidecar.home`), finishes moves a crash
+interrupted and compiles archived chains the state missed; when that recovery cannot
+run (an unwritable cold store), reads keep working and writes that move tools fail with
+:class:`~sidecar.errors.Degraded` until a retry succeeds.
+
 Heavy parts open on first use: Chroma when the hot index is first touched, the
 embedding model when text is first embedded.  ``check``, ``audit`` and ``digest`` need
 neither.
@@ -15,84 +28,110 @@ neither.
 
 from __future__ import annotations
 
-import contextlib
-import json
+import errno
+import functools
+import logging
+import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlparse
 
 from cold_store import (
-    ColdStore,
     ColdStoreError,
     PointerError,
-    QuarantinedFile,
     RecordNotFound,
+    RecordQuarantined,
     make_pointer,
+    parse_pointer,
 )
-from indexes import ID_KEY, ActiveIndex, Embedder, IndexRecord, ToolIndexError
+from indexes import ActiveIndex, Embedder, ToolIndexError
 from sidecar import archive
-from sidecar.catalog import check_credential
-from sidecar.classify import classify
-from sidecar.constraints import ConstraintMatcher
-from sidecar.errors import EmptyArchive, InvalidInput, NotFound
-from sidecar.eviction import EvictionReport, Evictor, ToolDecision
+from sidecar.errors import (
+    Busy,
+    ColdStoreUnavailable,
+    Degraded,
+    EmptyArchive,
+    IndexUnavailable,
+    InvalidInput,
+    NotFound,
+    SidecarError,
+    StateUnavailable,
+)
+from sidecar.eviction import EvictionReport, Evictor, Policy, RestoreResult, ToolDecision
+from sidecar.eviction import approximate_tokens as _approximate_tokens
+from sidecar.home import Home
+from sidecar.intake import Intake
 from sidecar.journal import Journal
-from sidecar.lock import LockBusy
+from sidecar.limits import MANDATE_STATUSES, MAX_MIN_CHAINS, MAX_REASON, CheckMode
+from sidecar.lookup import (
+    Lookup,
+    check_mode,
+    context_values,
+    k_value,
+    query_text,
+    tool_list,
+)
 from sidecar.model import (
     ChainReport,
-    CheckMode,
     CheckResult,
-    ConstraintSpec,
-    CredentialRef,
-    Failure,
     IntakeResult,
-    LookupHit,
     LookupResult,
     Tool,
-    Withheld,
+    check_text,
     check_tool_id,
 )
-from sidecar.redact import redact, redact_schema, redact_text
-from sidecar.reports import parse_condition, parse_report, validate_abandoned
-from sidecar.revocation import Ledger, Revoker, make_revoker
+from sidecar.redact import redact_text
+from sidecar.registry import AddToolsResult, Fields, ToolRecords, add_tools, tool_from_record
+from sidecar.results import (
+    ArchiveStatus,
+    AuditRecord,
+    ConstraintChange,
+    ConstraintView,
+    Digest,
+    Health,
+    QuarantinedView,
+    Recovered,
+    RevocationRun,
+)
+from sidecar.revocation import Ledger, Mandate, Revoker, make_revoker
 from sidecar.settings import Settings
-from sidecar.state import StateStore
 
-MAX_K = 100
-MAX_QUERY = 2_048
-HIT_FIELDS = ("description", "tool_type")
-"""The metadata a lookup hit shows; a lookup reads nothing else from the hot index."""
-MAX_PLAN = 256
+log = logging.getLogger("sidecar")
+P = ParamSpec("P")
+R = TypeVar("R")
 
-
-@dataclass(frozen=True)
-class RestoreResult:
-    tool_id: str
-    pointer: str
-    lifted: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"tool_id": self.tool_id, "pointer": self.pointer, "lifted": list(self.lifted)}
+REGISTRY_MIGRATED = "registry_migrated"
 
 
-@dataclass(frozen=True)
-class AddToolsResult:
-    added: tuple[str, ...]
-    updated: tuple[str, ...]
+def boundary(fn: Callable[P, R]) -> Callable[P, R]:
+    """The one place where the stores' errors become the library's: Chroma and the
+    model (:class:`IndexUnavailable`), the Parquet archive (:class:`NotFound`,
+    :class:`InvalidInput`, :class:`ColdStoreUnavailable`) and SQLite or the disk
+    (:class:`StateUnavailable`)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"added": list(self.added), "updated": list(self.updated)}
+    @functools.wraps(fn)
+    def mapped(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except SidecarError:
+            raise
+        except ToolIndexError as exc:
+            raise IndexUnavailable(str(exc)) from exc
+        except RecordNotFound as exc:
+            raise NotFound(str(exc)) from exc
+        except PointerError as exc:
+            raise InvalidInput(str(exc)) from exc
+        except (RecordQuarantined, ColdStoreError) as exc:
+            raise ColdStoreUnavailable(str(exc)) from exc
+        except sqlite3.Error as exc:
+            raise StateUnavailable(f"the state database cannot serve this: {exc}") from exc
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT):
+                raise StateUnavailable(f"the home cannot be written: {exc.strerror}") from exc
+            raise
 
-
-def embedding_text(tool: Tool) -> str:
-    """What is embedded for a tool: its name in words, its description, its parameters."""
-    words = tool.tool_id.replace("_", " ").replace("-", " ").replace(".", " ")
-    params = tool.input_schema.get("properties")
-    names = ", ".join(list(params)[:20]) if isinstance(params, Mapping) else ""
-    text = f"{words}: {tool.description}"
-    return f"{text} (parameters: {names})" if names else text
+    return mapped
 
 
 def make_embedder(name: str) -> Embedder:
@@ -104,29 +143,52 @@ def make_embedder(name: str) -> Embedder:
 class Sidecar:
     """The hot index, the cold archive and the compiled constraints, behind one API."""
 
-    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+    def __init__(
+        self, settings: Settings, embedder: Embedder | None = None, read_only: bool = False
+    ) -> None:
         self.settings = settings
-        settings.home.mkdir(parents=True, exist_ok=True)
-        self._state = StateStore(settings.state_path)
-        self._cold = ColdStore(settings.cold_path)
+        self.read_only = read_only
+        self._home = Home(settings, writable=not read_only)
+        self._state = self._home.state
+        self._cold = self._home.cold
         self._embedder = embedder
         self._index: ActiveIndex | None = None
-        self._matcher: ConstraintMatcher | None = None
-        self._matcher_rev = -1
-        self._tools_rev = -1
-        self.journal = Journal(self._state)
-        self.ledger = Ledger(self._state)
-        self.reconcile()
+        self._index_lock = threading.Lock()
+        self._records = ToolRecords(self._state)
+        self._journal = Journal(self._state)
+        self._ledger = Ledger(self._state)
+        self._fields = Fields(self._records)
+        self._lookup = Lookup(self._state, self._journal, self._fields, settings)
+        self._intake = Intake(
+            self._state,
+            self._cold,
+            self._records,
+            settings.reproduce_threshold,
+            after_archive=self._evict_after_report if settings.evict_on_report else None,
+        )
+        self._evictor = Evictor(
+            index=lambda: self.index,
+            records=self._records,
+            state=self._state,
+            journal=self._journal,
+            cold_tools=self._cold.tools,
+            lock=self._home.evict_lock,
+            hot_write=self._home.hot_write,
+            policy=Policy(settings.evict_min_chains, settings.evict_batch_size, settings.crash_at),
+            count_tokens=self._token_counter,
+        )
+        self.degraded: str | None = None
         self.recovered_on_open = 0
-        if self.journal.unfinished():
-            # a crashed eviction: finish it now unless another process is doing so
-            with contextlib.suppress(LockBusy):
-                self.recovered_on_open = self.recover()
+        if not read_only:
+            self._intake.reconcile()
+            self.recovered_on_open = self.maintain()
 
     @classmethod
-    def open(cls, embedder: Embedder | None = None, **overrides: Any) -> Sidecar:
+    def open(
+        cls, embedder: Embedder | None = None, read_only: bool = False, **overrides: Any
+    ) -> Sidecar:
         """Open with settings from the environment, then ``overrides`` (e.g. ``home=``)."""
-        return cls(Settings.load(**overrides), embedder)
+        return cls(Settings.load(**overrides), embedder, read_only)
 
     def __enter__(self) -> Sidecar:
         return self
@@ -135,8 +197,7 @@ class Sidecar:
         self.close()
 
     def close(self) -> None:
-        self._state.close()
-        self._cold.close()
+        self._home.close()
 
     # ---- components ---------------------------------------------------------------
     @property
@@ -147,91 +208,120 @@ class Sidecar:
 
     @property
     def index(self) -> ActiveIndex:
-        if self._index is None:
-            s = self.settings
-            if s.chroma_url:
-                url = urlparse(s.chroma_url)
-                self._index = ActiveIndex.http(
-                    url.hostname or "127.0.0.1",
-                    url.port or (443 if url.scheme == "https" else 8000),
-                    self.embedder,
-                    s.collection,
-                    ssl=url.scheme == "https",
-                )
-            else:
-                self._index = ActiveIndex.persistent(s.chroma_path, self.embedder, s.collection)
-        return self._index
+        """The hot index, opened on first use (and, for the owner of an old home, its
+        records filled in from it once)."""
+        with self._index_lock:
+            if self._index is None:
+                self._index = self._open_index()
+                if not self.read_only:
+                    self._sync_records(self._index)
+            return self._index
 
-    @property
-    def cold(self) -> ColdStore:
-        return self._cold
-
-    @property
-    def state(self) -> StateStore:
-        return self._state
-
-    def matcher(self, rev: int | None = None) -> ConstraintMatcher:
-        """The compiled constraints, rebuilt only when the archive changed (``rev``: the
-        constraints revision, when the caller has just read it)."""
-        rev = self._state.revision() if rev is None else rev
-        if self._matcher is None or rev != self._matcher_rev:
-            self._matcher = ConstraintMatcher(
-                self._state.active_constraints(),
-                missing_field=self.settings.missing_field,
-                warning_sample=self.settings.max_warnings_per_tool,
+    def _open_index(self) -> ActiveIndex:
+        s = self.settings
+        if s.chroma_url:
+            url = urlparse(s.chroma_url)
+            return ActiveIndex.http(
+                url.hostname or "127.0.0.1",
+                url.port or (443 if url.scheme == "https" else 8000),
+                self.embedder,
+                s.collection,
+                ssl=url.scheme == "https",
             )
-            self._matcher_rev = rev
-        return self._matcher
+        return ActiveIndex.persistent(s.chroma_path, self.embedder, s.collection)
 
-    def reconcile(self) -> list[str]:
-        """Compile every archived chain the constraint table misses (a crash between
-        the cold append and the constraint insert); returns their ids."""
-        chains = self._cold.chains
-        if chains.count() == self._state.constraint_count():
-            return []
-        known = self._state.constraint_ids()
-        repaired: list[str] = []
-        for cid in chains.all_keys():
-            if cid in known:
-                continue
-            try:
-                row = chains.get(cid)
-            except ColdStoreError:
-                continue  # quarantined: reported by quarantined(), nothing to compile
-            self._compile([row])
-            repaired.append(cid)
-        return repaired
+    def _sync_records(self, index: ActiveIndex) -> None:
+        """Keep the records and the index in step: a home from before the records were
+        kept gets them from the index, once; a record the index lost (a deleted
+        ``chroma/`` folder) is embedded again from the record."""
+        if self._state.meta(REGISTRY_MIGRATED) is None:
+            self._records.put(list(index.scan()))
+            self._state.set_meta(REGISTRY_MIGRATED, "1")
+            self._state.bump_tools_revision()
+            return
+        missing = self._records.ids() - index.existing(self._records.ids())
+        if missing:
+            log.warning("hot index lacks %d active tool(s); rebuilding them", len(missing))
+            with self._home.hot_write():
+                index.upsert(list(self._records.get(sorted(missing)).values()))
 
-    def _compile(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Add archived rows to the constraint table (in one transaction)."""
-        items = []
-        for row in rows:
-            condition = json.loads(row["condition_json"])
-            topology = tuple(row["topology"])
-            when = tuple(parse_condition(c, i, topology) for i, c in enumerate(condition["when"]))
-            items.append(
-                (
-                    row["chain_id"],
-                    topology,
-                    row["rule"],
-                    row["terminal_signature"],
-                    when,
-                    bool(row["gapped"]),
-                    make_pointer("chains", row["chain_id"]),
-                    row["archived_at"].timestamp(),
-                )
+    def _token_counter(self) -> tuple[str, Callable[[str], int]]:
+        counter = getattr(self.embedder, "tokenizer_count", None)
+        if counter is not None:
+            return f"{self.embedder.name} tokenizer", counter
+        return "approximate (words and punctuation)", _approximate_tokens
+
+    # ---- ownership and recovery -------------------------------------------------------
+    @boundary
+    def maintain(self) -> int:
+        """Finish moves a crash (or an unwritable store) interrupted, if this process
+        owns the home; returns how many finished.  On failure the sidecar stays up,
+        degraded: reads work, moves wait for the next try."""
+        if self.read_only or not self._journal.unfinished():
+            self.degraded = None
+            return 0
+        try:
+            done = self._evictor.recover()
+        except Busy:
+            return 0  # another eviction is finishing them
+        except (SidecarError, ColdStoreError, ToolIndexError, sqlite3.Error, OSError) as exc:
+            self.degraded = f"interrupted moves cannot finish: {redact_text(str(exc))}"
+            log.warning("%s", self.degraded)
+            return 0
+        self.degraded = None
+        return done
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise InvalidInput("this sidecar was opened read-only")
+
+    def _moves_ready(self) -> None:
+        """Before any write that moves tools: retry interrupted moves; refuse while they
+        cannot finish."""
+        self._writable()
+        self.maintain()
+        if self.degraded:
+            raise Degraded(
+                f"{self.degraded}; lookups and checks keep working, writes that move tools "
+                "wait until the store is writable again"
             )
-        self._state.add_constraints(items)
+
+    def announce_server(self, url: str) -> None:
+        self._home.announce_server(url)
+
+    def withdraw_server(self) -> None:
+        self._home.withdraw_server()
+
+    @boundary
+    def warm_up(self) -> int:
+        """Open the hot index and load the model now, not on the first request;
+        returns the number of active tools."""
+        count = self.index.count()
+        self.embedder.embed(["warm up"])
+        return count
 
     # ---- tools --------------------------------------------------------------------
-    def add_tools(self, tools: Sequence[Tool]) -> AddToolsResult:
+    @boundary
+    def add_tools(
+        self, tools: Sequence[Tool], progress: Callable[[int], None] | None = None
+    ) -> AddToolsResult:
         """Upsert tools into the hot index (credentials go to the state store)."""
-        unique = [_redacted_tool(t) for t in {t.tool_id: t for t in tools}.values()]
-        if not unique:
-            return AddToolsResult((), ())
-        evicted = self.journal.evicted()
-        moving = self.journal.in_flight_tools()
-        refused = sorted(t.tool_id for t in unique if t.tool_id in evicted or t.tool_id in moving)
+        self._writable()
+        index = self.index
+        with self._home.hot_write():
+            return add_tools(
+                tools,
+                records=self._records,
+                index=index,
+                state=self._state,
+                refuse=self._refuse_cold,
+                progress=progress,
+            )
+
+    def _refuse_cold(self, ids: Sequence[str]) -> None:
+        evicted = self._journal.evicted()
+        moving = self._journal.in_flight_tools()
+        refused = sorted(i for i in ids if i in evicted or i in moving)
         if refused:
             where = ", ".join(
                 f"{t} ({evicted[t].pointer if t in evicted else 'eviction in progress'})"
@@ -241,58 +331,26 @@ class Sidecar:
                 f"evicted tool(s) cannot be re-added: {where}; bring one back with "
                 "`sidecar restore TOOL_ID --reason ...`"
             )
-        existing = self.index.existing(t.tool_id for t in unique)
-        records = [
-            IndexRecord(
-                t.tool_id,
-                embedding_text(t),
-                {
-                    "description": t.description,
-                    "tool_type": t.tool_type,
-                    "input_schema": json.dumps(dict(t.input_schema), sort_keys=True),
-                    "pinned": t.pinned,
-                    "source_format": t.source_format,
-                },
-            )
-            for t in unique
-        ]
-        # bumped before and after: a process killed mid-write still tells other
-        # processes on this home to re-read what it may have changed
-        self._state.bump_tools_revision()
-        try:
-            self.index.upsert(records)
-        finally:
-            self._state.bump_tools_revision()
-        for t in unique:
-            self._state.set_credentials(t.tool_id, t.credentials)
-        ids = [t.tool_id for t in unique]
-        return AddToolsResult(
-            tuple(i for i in ids if i not in existing), tuple(i for i in ids if i in existing)
-        )
 
-    def _tool_from_record(self, rec: IndexRecord, creds: Sequence[Any] = ()) -> Tool:
-        meta = rec.metadata
-        return Tool(
-            tool_id=rec.id,
-            description=str(meta.get("description", "")),
-            tool_type=str(meta.get("tool_type", "unspecified")),
-            input_schema=json.loads(str(meta.get("input_schema", "{}"))),
-            credentials=tuple(creds),
-            pinned=bool(meta.get("pinned", False)),
-            source_format=str(meta.get("source_format", "sidecar")),
-        )
-
+    @boundary
     def list_tools(self) -> list[Tool]:
-        records = sorted(self.index.scan(), key=lambda r: r.id)
+        records = self._active_records()
         creds = self._state.credentials(r.id for r in records)
-        return [self._tool_from_record(r, creds.get(r.id, ())) for r in records]
+        return [tool_from_record(r, creds.get(r.id, ())) for r in records]
 
+    def _active_records(self) -> list[Any]:
+        if self._state.meta(REGISTRY_MIGRATED) is None:
+            return sorted(self.index.scan(), key=lambda r: r.id)  # an old home, read-only
+        return self._records.all()
+
+    @boundary
     def get_tools(self, tool_ids: Iterable[str]) -> dict[str, Tool]:
-        records = self.index.get(tool_ids)
+        records = self._records.get(tool_ids)
         creds = self._state.credentials(records)
-        return {i: self._tool_from_record(r, creds.get(i, ())) for i, r in records.items()}
+        return {i: tool_from_record(r, creds.get(i, ())) for i, r in records.items()}
 
     # ---- lookup -------------------------------------------------------------------
+    @boundary
     def search(
         self,
         query: str,
@@ -302,13 +360,13 @@ class Sidecar:
     ) -> LookupResult:
         """Top-k active tools for ``query``, never one that would complete a fatal
         sequence after the executed prefix ``after`` under ``context``."""
-        if not isinstance(query, str) or not query.strip():
-            raise InvalidInput("query must be a non-empty string")
-        if len(query) > MAX_QUERY:
-            raise InvalidInput(f"query is longer than {MAX_QUERY} characters")
-        executed, ctx = _lookup_args(k, after, context)
-        return self._lookup(self.index.embed_query(query), k, executed, ctx)
+        text = query_text(query)
+        executed, ctx = tool_list(after, "after"), context_values(context)
+        k = k_value(k)
+        index = self.index
+        return self._lookup.search(index, index.embed_query(text), k, executed, ctx)
 
+    @boundary
     def search_vector(
         self,
         vector: Sequence[float],
@@ -318,351 +376,249 @@ class Sidecar:
     ) -> LookupResult:
         """:meth:`search` for a caller that embeds its own query (same model and
         dimension as the index)."""
-        executed, ctx = _lookup_args(k, after, context)
-        return self._lookup(vector, k, executed, ctx)
+        import numpy as np
 
-    def _lookup(
-        self, vector: Any, k: int, executed: tuple[str, ...], ctx: dict[str, Any]
-    ) -> LookupResult:
-        constraints_rev, tools_rev = self._state.revisions()
-        if tools_rev != self._tools_rev:
-            # another process (or this one) wrote to the hot index: re-read hit fields
-            self.index.forget_fields()
-            self._tools_rev = tools_rev
-        matcher = self.matcher(constraints_rev)
-        blocked, conditional = matcher.next_steps(executed, ctx)
-        # a tool whose eviction has begun is never served, even before its hot delete
-        exclude = blocked.keys() | self.journal.in_flight_tools()
-        hits, displaced = self.index.search_fields(vector, k, exclude, HIT_FIELDS)
-        withheld = [
-            Withheld(h.id, c.rule, c.pointer, c.chain_id, why)
-            for h in displaced
-            if h.id in blocked
-            for c, why in blocked[h.id]
-        ]
-        limit = self.settings.max_warnings_per_tool
-        out = [
-            LookupHit(
-                tool_id=h.id,
-                score=h.score,
-                description=str(h.metadata.get("description", "")),
-                warnings=tuple(
-                    (conditional.get(h.id, []) + matcher.warnings(executed, h.id, limit))[:limit]
-                ),
-                tool_type=str(h.metadata.get("tool_type", "unspecified")),
-            )
-            for h in hits
-        ]
-        return LookupResult(tuple(out), tuple(withheld))
+        executed, ctx = tool_list(after, "after"), context_values(context)
+        k = k_value(k)
+        return self._lookup.search(self.index, np.asarray(vector), k, executed, ctx)
 
+    @boundary
     def check(
         self,
         plan: Sequence[str],
         mode: CheckMode = "sequence",
         context: Mapping[str, Any] | None = None,
     ) -> CheckResult:
-        if mode not in ("sequence", "prefix"):
-            raise InvalidInput(f"mode must be 'sequence' or 'prefix', got {mode!r}")
-        return self.matcher().check(_plan(plan, "plan"), _context(context), mode)
+        return self._lookup.check(
+            tool_list(plan, "plan"), check_mode(mode), context_values(context)
+        )
+
+    def matcher_size(self) -> int:
+        """Active constraints compiled into the matcher."""
+        return len(self._lookup.matcher())
 
     # ---- intake -------------------------------------------------------------------
+    @boundary
     def report(self, report: ChainReport | Mapping[str, Any]) -> IntakeResult:
         """Run one chain report through the decision boundary (never raises for a bad
         report: it comes back ``rejected`` with the reason)."""
         return self.report_many([report])[0]
 
+    @boundary
     def report_many(
         self, reports: Iterable[ChainReport | Mapping[str, Any]], chunk: int = 1000
     ) -> list[IntakeResult]:
-        """:meth:`report` for many reports, archiving each chunk as one cold file."""
-        results: list[IntakeResult] = []
-        batch: list[ChainReport | Mapping[str, Any]] = []
-        for item in reports:
-            batch.append(item)
-            if len(batch) == chunk:
-                results += self._intake(batch)
-                batch = []
-        if batch:
-            results += self._intake(batch)
-        return results
+        """:meth:`report` for many reports, archiving each chunk as one cold file; a
+        chunk that fails changes nothing."""
+        self._writable()
+        return self._intake.report_many(reports, chunk)
 
-    def _intake(self, reports: Sequence[ChainReport | Mapping[str, Any]]) -> list[IntakeResult]:
-        results: list[IntakeResult | None] = [None] * len(reports)
-        # (position, redacted report, classification note, chain id, sightings)
-        accepted: list[tuple[int, ChainReport, str, str, int]] = []
-        archived_now: set[str] = set()
-        threshold = self.settings.reproduce_threshold
-        for i, raw in enumerate(reports):
-            try:
-                parsed = raw if isinstance(raw, ChainReport) else parse_report(raw)
-                if parsed.outcome == "completed":
-                    runs = self._state.record_completed(parsed.topology)
-                    results[i] = IntakeResult(
-                        "recorded",
-                        reason=f"completed chain recorded as usage evidence ({runs} run(s))",
-                    )
-                    continue
-                validate_abandoned(parsed)
-            except InvalidInput as exc:
-                results[i] = IntakeResult("rejected", reason=str(exc))
-                continue
-            report = _redacted(parsed)
-            assert report.failure is not None
-            verdict = classify(report.failure.signature, report.failure.kind, report.failure.error)
-            if verdict.kind == "transient":
-                results[i] = IntakeResult(
-                    "not_archived",
-                    reason=f"transient failure, not archived; the tools stay active "
-                    f"({verdict.reason})",
-                )
-                continue
-            cid = archive.chain_id(report)
-            seen = self._state.sight(report.topology, report.failure.signature)
-            if cid in archived_now or self._cold.chains.contains(cid):
-                results[i] = IntakeResult(
-                    "archived",
-                    cid,
-                    make_pointer("chains", cid),
-                    "already archived (replayed report)",
-                )
-                continue
-            if verdict.kind == "unknown" and seen < threshold:
-                results[i] = IntakeResult(
-                    "not_archived",
-                    reason=f"unknown failure kind ({verdict.reason}); seen {seen} of the "
-                    f"{threshold} times that make it reproduced",
-                )
-                continue
-            note = (
-                verdict.reason
-                if verdict.kind == "deterministic"
-                else f"reproduced {seen} times ({verdict.reason})"
-            )
-            accepted.append((i, report, f"rule {verdict.rule}: {note}", cid, seen))
-            archived_now.add(cid)
-        if accepted:
-            self._archive(accepted, results)
-        self.reconcile()  # a replay may find a chain whose constraint a crash lost
-        return [r for r in results if r is not None]
-
-    def _archive(
-        self,
-        accepted: Sequence[tuple[int, ChainReport, str, str, int]],
-        results: list[IntakeResult | None],
-    ) -> None:
-        tools = {t for _, report, _, _, _ in accepted for t in report.topology}
-        snapshots, types = self._snapshots(tools)
-        credentials = self._state.credentials(tools)
-        now = datetime.now(UTC)
-        rows = [
-            archive.cold_row(
-                cid=cid,
-                report=report,
-                kind="deterministic",
-                classification=note,
-                tool_types=[types.get(t, "unknown") for t in report.topology],
-                snapshots={t: snapshots.get(t) for t in report.topology},
-                credentials={t: credentials.get(t, []) for t in report.topology},
-                occurrences=seen,
-                now=now,
-            )
-            for _, report, note, cid, seen in accepted
-        ]
-        self._cold.chains.append(rows)
-        self._compile(rows)
-        suffix = ""
-        if self.settings.evict_on_report:
-            try:
-                evicted = self.evict().evicted
-                suffix = f"; evicted {', '.join(d.tool_id for d in evicted) or 'nothing'}"
-            except LockBusy:
-                suffix = "; eviction skipped: another eviction is running"
-        for i, _report, note, cid, _ in accepted:
-            deterministic = note.split(": ", 1)[1]
-            results[i] = IntakeResult(
-                "archived",
-                cid,
-                make_pointer("chains", cid),
-                f"deterministic: {deterministic}{suffix}",
-            )
-
-    def _snapshots(self, tool_ids: Iterable[str]) -> tuple[dict[str, Any], dict[str, str]]:
-        """Redacted hot records (``None`` for tools not in the index) and tool types."""
-        wanted = sorted(set(tool_ids))
+    def _evict_after_report(self) -> str:
         try:
-            tools = self.get_tools(wanted)
-        except ToolIndexError as exc:
-            note = f"hot index unavailable: {exc}"
-            return {t: {"_error": note} for t in wanted}, {}
-        snaps: dict[str, Any] = {}
-        for tool_id in wanted:
-            tool = tools.get(tool_id)
-            if tool is not None:
-                snap = _redacted_tool(tool).to_dict()
-                snap.pop("credentials")
-                snaps[tool_id] = snap
-            else:
-                snaps[tool_id] = None  # not registered in the hot index
-        return snaps, {t: tool.tool_type for t, tool in tools.items()}
+            evicted = self.evict().evicted
+        except SidecarError as exc:
+            return f"; eviction skipped: {exc}"
+        return f"; evicted {', '.join(d.tool_id for d in evicted) or 'nothing'}"
 
     # ---- eviction -----------------------------------------------------------------
-    def evictor(self) -> Evictor:
-        return Evictor(
-            self, crash_at=self.settings.crash_at, batch_size=self.settings.evict_batch_size
-        )
-
+    @boundary
     def decide(self, min_chains: int | None = None) -> list[ToolDecision]:
         """What an eviction would do now, per prefix tool, with the chains behind it
         (``min_chains`` overrides the ``evict_min_chains`` setting)."""
-        return self.evictor().decide(_min_chains(min_chains))
+        return self._evictor.decide(_min_chains(min_chains))
 
+    @boundary
     def evict(
         self,
         dry_run: bool = False,
         progress: Callable[[int, int], None] | None = None,
         min_chains: int | None = None,
     ) -> EvictionReport:
-        """Run the decision and the moves (raises :class:`LockBusy` if one is running).
+        """Run the decision and the moves (raises :class:`~sidecar.errors.Busy` if one
+        is running).  ``min_chains`` overrides the ``evict_min_chains`` setting."""
+        need = _min_chains(min_chains)
+        if dry_run:
+            self._writable()
+        else:
+            self._moves_ready()
+        return self._evictor.run(dry_run=dry_run, progress=progress, min_chains=need)
 
-        ``min_chains`` overrides the ``evict_min_chains`` setting for this run."""
-        return self.evictor().run(
-            dry_run=dry_run, progress=progress, min_chains=_min_chains(min_chains)
-        )
+    def eviction_running(self) -> bool:
+        return self._evictor.running()
 
-    def recover(self) -> int:
-        """Finish moves a crash interrupted; returns how many."""
-        return self.evictor().recover()
+    @boundary
+    def recover(self) -> Recovered:
+        """Finish moves a crash interrupted."""
+        self._writable()
+        done = self.recovered_on_open + self._evictor.recover()
+        self.recovered_on_open = 0
+        self.degraded = None
+        return Recovered(done)
 
+    @boundary
     def restore(self, tool_id: str, reason: str, lift_constraints: bool = False) -> RestoreResult:
         """Bring an evicted tool back from cold storage into the hot index."""
         check_tool_id(tool_id)
-        if not reason.strip():
-            raise InvalidInput("a restore needs a reason (what was fixed)")
-        with self.evictor().lock:
-            evicted = self.journal.evicted().get(tool_id)
-            if evicted is None:
-                raise NotFound(f"{tool_id!r} is not an evicted tool")
-            row = self._cold.tools.get(evicted.move_id)
-            metadata = json.loads(row["metadata_json"])
-            metadata.pop(ID_KEY, None)
-            self._state.bump_tools_revision()
-            try:
-                self.index.upsert([IndexRecord(tool_id, row["document"], metadata)])
-            finally:
-                self._state.bump_tools_revision()
-            creds = [
-                CredentialRef(c["ref"], tuple(c.get("scopes", ())), c.get("provider"),
-                              c.get("revocation_endpoint"))
-                for c in json.loads(row["credentials_json"])
-            ]  # fmt: skip
-            lifted = []
-            if lift_constraints:
-                for cid in row["chain_ids"]:
-                    if self._state.set_constraint_status(cid, "lifted", f"restore: {reason}"):
-                        lifted.append(cid)
-            self.journal.record_restore(evicted, reason, lifted, creds)
-        return RestoreResult(tool_id, evicted.pointer, tuple(lifted))
+        why = _reason(reason, "a restore needs a reason (what was fixed)")
+        self._moves_ready()
 
-    def lift(self, chain_id: str, reason: str) -> None:
+        def lift(chains: Sequence[str]) -> list[str]:
+            if not lift_constraints:
+                return []
+            return [
+                c
+                for c in chains
+                if self._state.set_constraint_status(c, "lifted", f"restore: {why}")
+            ]
+
+        return self._evictor.restore(tool_id, why, lift)
+
+    # ---- constraints ----------------------------------------------------------------
+    @boundary
+    def constraints(self, include_lifted: bool = False) -> list[ConstraintView]:
+        return [
+            ConstraintView(
+                chain_id=str(r["chain_id"]),
+                sequence=tuple(r["sequence"]),  # type: ignore[arg-type]
+                rule=str(r["rule"]),
+                expected_failure=str(r["expected_failure"]),
+                pointer=str(r["pointer"]),
+                status=str(r["status"]),
+                archived_at=float(r["archived_at"]),  # type: ignore[arg-type]
+            )
+            for r in self._state.constraint_rows(include_lifted=include_lifted)
+        ]
+
+    @boundary
+    def lift(self, chain_id: str, reason: str) -> ConstraintChange:
         """Stop enforcing an archived chain's constraint (the record stays for audit)."""
-        if not reason.strip():
-            raise InvalidInput("lifting a constraint needs a reason")
-        if not self._state.set_constraint_status(chain_id, "lifted", reason):
+        self._writable()
+        why = _reason(reason, "lifting a constraint needs a reason")
+        if not self._state.set_constraint_status(chain_id, "lifted", why):
             raise NotFound(f"no archived chain {chain_id!r}")
+        return ConstraintChange(chain_id, "lifted")
 
-    def reinstate(self, chain_id: str, reason: str) -> None:
-        if not self._state.set_constraint_status(chain_id, "active", reason):
+    @boundary
+    def reinstate(self, chain_id: str, reason: str) -> ConstraintChange:
+        self._writable()
+        why = _reason(reason, "reinstating a constraint needs a reason")
+        if not self._state.set_constraint_status(chain_id, "active", why):
             raise NotFound(f"no archived chain {chain_id!r}")
+        return ConstraintChange(chain_id, "active")
 
-    def run_revocations(self, revoker: Revoker | None = None) -> dict[str, int]:
-        return self.ledger.run(revoker or make_revoker(self.settings.revoker))
+    # ---- revocations ----------------------------------------------------------------
+    @boundary
+    def mandates(self, status: str | None = None) -> list[Mandate]:
+        """Revocation mandates, all or those with ``status``."""
+        if status is not None and status not in MANDATE_STATUSES:
+            raise InvalidInput(f"status must be one of {', '.join(MANDATE_STATUSES)}")
+        return self._ledger.mandates(status)
 
-    # ---- audit --------------------------------------------------------------------
-    def audit(self, pointer: str) -> dict[str, Any]:
-        """The full cold record behind a chain or tool pointer, JSON columns decoded."""
+    def mandate_counts(self) -> dict[str, int]:
+        return self._ledger.counts()
+
+    @boundary
+    def run_revocations(self, revoker: Revoker | None = None) -> RevocationRun:
+        self._writable()
+        used = revoker or make_revoker(self.settings.revoker)
+        return RevocationRun(used.name, self._ledger.run(used))
+
+    # ---- audit and status -------------------------------------------------------------
+    @boundary
+    def audit(self, pointer: str) -> AuditRecord:
+        """The full cold record behind a chain or tool pointer, JSON columns decoded.
+        ``cold://tools/<tool_id>`` names an evicted tool's latest record."""
+        table, key = parse_pointer(pointer)
+        if table == "tools" and not self._cold.tools.contains(key):
+            evicted = self._journal.evicted().get(key)
+            if evicted is not None:
+                key = evicted.move_id
+                pointer = make_pointer("tools", key)
         try:
             row = self._cold.resolve(pointer)
-        except PointerError as exc:
-            raise InvalidInput(str(exc)) from None
         except RecordNotFound as exc:
             raise NotFound(f"nothing archived at {pointer}") from exc
         view = archive.audit_view(row, pointer)
-        if pointer.startswith("cold://tools/"):
-            view["restores"] = self.journal.restores(view["tool_id"])
-        return view
+        if table == "tools":
+            view["restores"] = self._journal.restores(view["tool_id"])
+        return AuditRecord(view)
 
-    def digest(self) -> str:
+    @boundary
+    def digest(self) -> Digest:
         entries = [
             archive.digest_entry(r["topology"], r["terminal_signature"])
             for r in self._cold.chains.scan(["topology", "terminal_signature"])
         ]
         if not entries:
             raise EmptyArchive()
-        return archive.archive_digest(entries)
+        return Digest(archive.archive_digest(entries), len(entries), self._unreadable_chains())
 
-    def quarantined(self) -> list[QuarantinedFile]:
-        return self._cold.quarantined()
+    def _unreadable_chains(self) -> int:
+        return max(0, self._state.constraint_count() - self._cold.chains.count())
+
+    @boundary
+    def status(self) -> ArchiveStatus:
+        return ArchiveStatus(
+            chains=self._cold.chains.count(),
+            active_constraints=self.matcher_size(),
+            evicted_tools=len(self._journal.evicted()),
+            quarantined=tuple(
+                QuarantinedView(q.name, str(q.path), q.reason) for q in self._cold.quarantined()
+            ),
+            unreadable_chains=self._unreadable_chains(),
+            active_tools=self._records.count(),
+            unfinished_moves=len(self._journal.unfinished()),
+            degraded=self.degraded,
+        )
+
+    def health(self) -> Health:
+        """Readiness: the hot index answers, the cold store and state are writable, no
+        interrupted move is stuck."""
+        checks: dict[str, str] = {}
+        try:
+            count = self.index.count()
+            expected = self._records.count()
+            checks["hot_index"] = (
+                "ok" if count >= expected else f"{expected - count} active tool(s) missing"
+            )
+        except (ToolIndexError, SidecarError) as exc:
+            checks["hot_index"] = f"unavailable: {redact_text(str(exc))}"
+        checks["cold_store"] = _writable_dir(self._cold.root)
+        checks["state"] = _writable_dir(self.settings.home)
+        if self.degraded:
+            checks["journal"] = self.degraded
+        elif self._journal.unfinished() and not self._evictor.running():
+            checks["journal"] = f"{len(self._journal.unfinished())} unfinished move(s)"
+        else:
+            checks["journal"] = "ok"
+        return Health(all(v == "ok" for v in checks.values()), checks)
 
 
-def _redacted_tool(tool: Tool) -> Tool:
-    for i, cred in enumerate(tool.credentials):
-        check_credential(cred, f"tool {tool.tool_id!r} credentials[{i}]")
-    return replace(
-        tool,
-        description=redact_text(tool.description),
-        input_schema=redact_schema(dict(tool.input_schema)),
-    )
+def _writable_dir(path: Any) -> str:
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".ready-"):
+            pass
+    except OSError as exc:
+        return f"not writable: {exc.strerror}"
+    return "ok"
 
 
-def _redacted(report: ChainReport) -> ChainReport:
-    assert report.failure is not None and report.constraint is not None
-    failure = Failure(
-        redact(report.failure.signature), report.failure.kind, redact(dict(report.failure.error))
-    )
-    when = tuple(
-        replace(c, value=redact_text(c.value)) if isinstance(c.value, str) else c
-        for c in report.constraint.when
-    )
-    constraint = ConstraintSpec(redact(report.constraint.rule), when, report.constraint.gapped)
-    return replace(
-        report,
-        failure=failure,
-        constraint=constraint,
-        logs=tuple(redact(list(report.logs))),
-        session_id=redact_text(report.session_id) if report.session_id else report.session_id,
-    )
+def _reason(reason: object, missing: str) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInput(missing)
+    if len(reason) > MAX_REASON:
+        raise InvalidInput(f"a reason is at most {MAX_REASON} characters")
+    return redact_text(check_text(reason, "reason"))
 
 
 def _min_chains(value: Any) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MIN_CHAINS
+    ):
         raise InvalidInput(f"min_chains must be an integer >= 1, got {value!r}")
-    return value
+    return value  # type: ignore[no-any-return]
 
 
-def _lookup_args(
-    k: int, after: Sequence[str], context: Mapping[str, Any] | None
-) -> tuple[tuple[str, ...], dict[str, Any]]:
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-        raise InvalidInput(f"k must be an integer from 1 to {MAX_K}")
-    return _plan(after, "after"), _context(context)
-
-
-def _plan(tools: Sequence[str], where: str) -> tuple[str, ...]:
-    if isinstance(tools, str) or not isinstance(tools, Sequence):
-        raise InvalidInput(f"{where} must be a list of tool ids")
-    if len(tools) > MAX_PLAN:
-        raise InvalidInput(f"{where} has {len(tools)} tools; at most {MAX_PLAN}")
-    return tuple(check_tool_id(t, f"{where}[{i}]") for i, t in enumerate(tools))
-
-
-def _context(context: Mapping[str, Any] | None) -> dict[str, Any]:
-    if context is None:
-        return {}
-    if not isinstance(context, Mapping):
-        raise InvalidInput("context must be an object of field -> value")
-    for key, value in context.items():
-        if not isinstance(key, str) or not key:
-            raise InvalidInput("context keys must be non-empty strings")
-        if value is not None and not isinstance(value, str | int | float | bool):
-            raise InvalidInput(f"context[{key!r}] must be a string, number, boolean or null")
-    return dict(context)
+__all__ = ["Sidecar", "boundary", "make_embedder"]

@@ -20,6 +20,7 @@ closed) unless the matcher is built with ``missing_field="allow"``.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ def _lookup(context: Mapping[str, Any], cond: Condition) -> tuple[bool, Any]:
 
 def _compare(left: Any, op: str, right: Any) -> bool | None:
     """``left op right``, or ``None`` when the two cannot be compared."""
+    if any(isinstance(v, float) and not math.isfinite(v) for v in (left, right)):
+        return None  # NaN compares false both ways: it must never read "does not hold"
     if op == "==":
         return bool(left == right)
     if op == "!=":

@@ -1,30 +1,67 @@
-"""Errors raised by the sidecar library.
+"""Every error the sidecar raises, with how each shell shows it.
 
-    SidecarError                   root of everything :mod:`sidecar` raises
-    ├── InvalidInput               a request, report or tool definition is malformed
-    │   ├── ReportRejected         a chain report fails the decision boundary (step 2)
-    │   ├── ToolFormatError        a tool definition in no known format, or invalid
-    │   └── SecretValueError       a credential field holds what looks like a secret
-    ├── ConfigError                a setting is invalid
-    ├── NotFound                   an unknown tool, chain or pointer
-    ├── EmptyArchive               the archive holds no chain (no digest is defined)
-    └── StorageError               a store failed (wraps ToolIndexError / ColdStoreError)
+    SidecarError                    root; ``internal`` (500, exit 1)
+    ├── InvalidInput                a request, report or tool definition is malformed (400, 2)
+    │   ├── ReportRejected          a chain report fails the decision boundary
+    │   ├── ToolFormatError         a tool definition in no known format, or invalid
+    │   ├── SecretValueError        a credential field holds what looks like a secret
+    │   └── UsageError              a command line that cannot be run (exit 2)
+    ├── ConfigError                 a setting is invalid (500, exit 2)
+    ├── NotFound                    an unknown tool, chain, pointer or home (404, 5)
+    │   └── EmptyArchive            the archive holds no chain: no digest is defined
+    ├── Busy                        a lock is held: another eviction, or a server owns
+    │                               the home (409, 6)
+    ├── StorageError                a store cannot serve the request (503, 7)
+    │   ├── IndexUnavailable        the hot index (Chroma, or the embedding model)
+    │   ├── ColdStoreUnavailable    the cold archive (unwritable, unreadable record)
+    │   ├── StateUnavailable        the state database (read-only home, full disk)
+    │   └── Degraded                writes refused until interrupted moves recover
+    ├── AddressInUse                ``serve``: the port is taken (exit 8)
+    └── RemoteError                 talking to a running sidecar failed (502, 9)
+        ├── Unreachable             no answer at ``--url``
+        └── Unauthorized            the token was missing or wrong (401)
 
-``ReportRejected`` is also a ``ValueError`` so that callers porting the seed, whose
-``archive_chain`` raised ``ValueError``, keep working.
+Each class declares its ``code`` (stable, machine-readable), ``status`` (HTTP) and
+``exit_code`` (CLI).  The HTTP error envelope, the CLI's exit codes, the MCP tool
+errors and the client's mapping of an HTTP error back to a class are all derived from
+these attributes (:func:`error_table`, :func:`from_code`): there is no other table.
+
+``ReportRejected`` and ``InvalidInput`` are also ``ValueError`` so that callers porting
+the design note's reference code, whose ``archive_chain`` raised ``ValueError``, keep
+working.
 """
 
 from __future__ import annotations
+
+from typing import Any, ClassVar
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_INVALID = 2
+EXIT_BLOCKED = 3
+"""``check``: the plan or call is blocked."""
+EXIT_REJECTED = 4
+"""``report``: at least one line was rejected; ``check`` of a call: warned."""
+EXIT_WARNED = 4
+EXIT_NOT_FOUND = 5
+EXIT_BUSY = 6
+EXIT_UNAVAILABLE = 7
+EXIT_ADDRESS_IN_USE = 8
+EXIT_REMOTE = 9
 
 
 class SidecarError(Exception):
     """Root of every error raised by :mod:`sidecar`."""
 
-    code = "sidecar_error"
+    code: ClassVar[str] = "internal"
+    status: ClassVar[int] = 500
+    exit_code: ClassVar[int] = EXIT_INTERNAL
 
 
 class InvalidInput(SidecarError, ValueError):
     code = "invalid_input"
+    status = 400
+    exit_code = EXIT_INVALID
 
 
 class ReportRejected(InvalidInput):
@@ -33,6 +70,7 @@ class ReportRejected(InvalidInput):
 
 class ToolFormatError(InvalidInput):
     code = "tool_format"
+    source: str | None = None
 
     def __init__(self, message: str, *, source: str | None = None) -> None:
         super().__init__(f"{source}: {message}" if source else message)
@@ -41,6 +79,7 @@ class ToolFormatError(InvalidInput):
 
 class SecretValueError(InvalidInput):
     code = "secret_value"
+    where = ""
 
     def __init__(self, where: str) -> None:
         super().__init__(
@@ -50,20 +89,114 @@ class SecretValueError(InvalidInput):
         self.where = where
 
 
+class UsageError(InvalidInput):
+    code = "usage"
+
+
 class ConfigError(SidecarError):
     code = "config"
+    exit_code = EXIT_INVALID
 
 
 class NotFound(SidecarError):
     code = "not_found"
+    status = 404
+    exit_code = EXIT_NOT_FOUND
 
 
-class EmptyArchive(SidecarError):
+class EmptyArchive(NotFound):
     code = "empty_archive"
 
-    def __init__(self) -> None:
-        super().__init__("Cannot build an empty abandoned chain archive.")
+    def __init__(self, message: str = "Cannot build an empty abandoned chain archive.") -> None:
+        super().__init__(message)
+
+
+class Busy(SidecarError):
+    code = "busy"
+    status = 409
+    exit_code = EXIT_BUSY
+    holder = ""
+
+    def __init__(self, message: str, holder: str = "") -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class StorageError(SidecarError):
-    code = "storage"
+    code = "storage_unavailable"
+    status = 503
+    exit_code = EXIT_UNAVAILABLE
+
+
+class IndexUnavailable(StorageError):
+    code = "index_unavailable"
+
+
+class ColdStoreUnavailable(StorageError):
+    code = "cold_store_unavailable"
+
+
+class StateUnavailable(StorageError):
+    code = "state_unavailable"
+
+
+class Degraded(StorageError):
+    code = "degraded"
+
+
+class AddressInUse(SidecarError):
+    code = "address_in_use"
+    exit_code = EXIT_ADDRESS_IN_USE
+
+
+class RemoteError(SidecarError):
+    code = "remote"
+    status = 502
+    exit_code = EXIT_REMOTE
+
+
+class Unreachable(RemoteError):
+    code = "unreachable"
+
+
+class Unauthorized(RemoteError):
+    code = "unauthorized"
+    status = 401
+
+
+def _subclasses(cls: type[SidecarError]) -> list[type[SidecarError]]:
+    out = [cls]
+    for sub in cls.__subclasses__():
+        out += _subclasses(sub)
+    return out
+
+
+def error_table() -> dict[str, type[SidecarError]]:
+    """Every error class by its code (the one table the shells derive from)."""
+    table: dict[str, type[SidecarError]] = {}
+    for cls in _subclasses(SidecarError):
+        if cls.code in table and table[cls.code] is not cls:
+            raise AssertionError(f"error code {cls.code!r} is used twice")
+        table[cls.code] = cls
+    return table
+
+
+def from_code(code: str, message: str, status: int = 500) -> SidecarError:
+    """An error sent as ``{"code", "message"}`` back into its class (a client's view).
+
+    Unknown codes (a newer server) become a :class:`RemoteError` carrying the code."""
+    cls = error_table().get(code)
+    if cls is None and status in (400, 422):
+        cls = InvalidInput  # e.g. a request the server's schema refused
+    if cls is None:
+        return RemoteError(f"{message} (HTTP {status} {code})")
+    # the message already has its final form: skip constructors that shape one
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    return err
+
+
+def describe(exc: BaseException) -> dict[str, Any]:
+    """The one error shape every shell sends: ``{"code", "message"}``."""
+    code = exc.code if isinstance(exc, SidecarError) else "internal"
+    return {"code": code, "message": str(exc)}

@@ -1,20 +1,21 @@
 """The eviction engine: which prefix tools leave the hot index, and moving them safely.
 
-**Decision** (PRODUCT.md steps 3 and 4).  For every prefix tool of every active
-constraint (an abandoned chain):
+**Decision** (steps 3 and 4 of the decision boundary in ``docs/design.md``).  For every
+prefix tool of every active constraint (an abandoned chain):
 
-- *keep* it when an operator pinned it, when a completed chain used it, when an
-  operator restored it after every chain that drives it was archived, or when fewer
-  than ``min_chains`` distinct abandoned chains drive it (``SIDECAR_EVICT_MIN_CHAINS``,
-  default 2); the chain's constraint stays active in lookup and checks;
-- *evict* it otherwise: all of its appearances are inside abandoned chains, and the
-  dead end has been met more than once.
+- *keep* it when an operator pinned it, when a completed chain or a successful call
+  used it, when an operator restored it after every session that drives it, or when
+  fewer than ``min_chains`` dead-end sessions drive it (``SIDECAR_EVICT_MIN_CHAINS``,
+  default 2: distinct sessions that met one of its abandoned chains); the chain's
+  constraint stays active in lookup and checks;
+- *evict* it otherwise: all of its appearances are inside abandoned chains, and
+  independent sessions keep dead-ending through it.
 
-Why two chains by default: "appears only in abandoned chains" judged from a single
-chain is judged from whatever history happens to exist, and on real trajectories it
+Why two sessions by default: "appears only in abandoned chains" judged from a single
+dead end is judged from whatever history happens to exist, and on real trajectories it
 evicts tools that other tasks need (BENCHMARKS.md: one chain cost 3.7-4.5% of viable
 recall; the constraints alone already stop every re-assembly).  The same reasoning
-makes an unknown failure kind wait for a second sighting before it is archived.
+makes an unknown failure kind wait for a second session before it is archived.
 
 The decision is a pure function of the archive, the usage evidence and the pins, so it
 is deterministic, and a tool that became reusable is simply kept by the next run.
@@ -34,18 +35,20 @@ import re
 import signal
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from cold_store import make_pointer
+from cold_store import ColdStoreError, ParquetTable, make_pointer
+from indexes import ID_KEY, ActiveIndex, IndexRecord
+from sidecar.errors import NotFound
 from sidecar.journal import Journal, Move, move_id
-from sidecar.lock import WriterLock
-from sidecar.model import ArchivedConstraint
+from sidecar.lock import WriterLock, holder
+from sidecar.model import ArchivedConstraint, CredentialRef
+from sidecar.registry import ToolRecords
 from sidecar.settings import CRASH_POINTS, DEFAULT_EVICT_MIN_CHAINS
-
-if TYPE_CHECKING:
-    from sidecar.app import Sidecar
+from sidecar.state import StateStore
 
 RECORD_VERSION = 1
 
@@ -78,17 +81,23 @@ def decide(
     completed: Mapping[str, int],
     restored_at: Mapping[str, float],
     min_chains: int = DEFAULT_EVICT_MIN_CHAINS,
+    sessions: Mapping[str, Sequence[float]] | None = None,
 ) -> list[ToolDecision]:
     """One decision per prefix tool that is in the hot index, sorted by tool id.
 
-    After an operator's restore, only chains archived since count toward
-    ``min_chains``: the restore says the old evidence no longer holds."""
+    ``sessions``: for each chain, when each distinct session met it (by default, one
+    session when it was archived).  A tool is evicted once ``min_chains`` dead-end
+    sessions drive it; after an operator's restore, only sessions since count: the
+    restore says the old evidence no longer holds.  A tool is never a prefix tool of
+    its own failure (a session that retried a call is not a dead end through it)."""
     if min_chains < 1:
         raise ValueError(f"min_chains must be at least 1, got {min_chains}")
     drivers: dict[str, list[ArchivedConstraint]] = {}
     for c in constraints:
         for tool in dict.fromkeys(c.prefix):
-            drivers.setdefault(tool, []).append(c)
+            if tool != c.terminal:
+                drivers.setdefault(tool, []).append(c)
+    met = sessions or {}
     decisions: list[ToolDecision] = []
     for tool in sorted(drivers):
         if tool not in active:
@@ -96,6 +105,13 @@ def decide(
         chains = tuple(sorted(c.chain_id for c in drivers[tool]))
         uses = completed.get(tool, 0)
         latest = max(c.archived_at for c in drivers[tool])
+        since = restored_at.get(tool)
+        counted = sum(
+            1
+            for c in drivers[tool]
+            for at in (met.get(c.chain_id) or (c.archived_at,))
+            if since is None or at > since
+        )
         if tool in pinned:
             decisions.append(
                 ToolDecision(tool, "keep", "pinned by an operator", chains, uses, True)
@@ -104,21 +120,17 @@ def decide(
             decisions.append(
                 ToolDecision(tool, "keep", f"reused by {uses} completed chain(s)", chains, uses)
             )
-        elif tool in restored_at and restored_at[tool] >= latest:
+        elif since is not None and since >= latest and counted == 0:
             decisions.append(
                 ToolDecision(tool, "keep", "restored by an operator after its chains", chains)
             )
-        elif (
-            counted := sum(
-                tool not in restored_at or c.archived_at > restored_at[tool] for c in drivers[tool]
-            )
-        ) < min_chains:
-            since = " since its restore" if tool in restored_at else ""
+        elif counted < min_chains:
+            after = " since its restore" if since is not None else ""
             decisions.append(
                 ToolDecision(
                     tool,
                     "keep",
-                    f"drives {counted} abandoned chain(s){since}; eviction needs {min_chains}",
+                    f"{counted} dead-end session(s) through it{after}; eviction needs {min_chains}",
                     chains,
                 )
             )
@@ -153,40 +165,110 @@ class EvictionReport:
             "duration_s": round(self.duration_s, 3),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EvictionReport:
+        def decision(d: Mapping[str, Any]) -> ToolDecision:
+            return ToolDecision(
+                d["tool_id"],
+                d["action"],
+                d["reason"],
+                tuple(d["chains"]),
+                int(d.get("completed_chains", 0)),
+                bool(d.get("pinned", False)),
+            )
+
+        return cls(
+            dry_run=bool(data["dry_run"]),
+            evicted=tuple(decision(d) for d in data["evicted"]),
+            kept=tuple(decision(d) for d in data["kept_with_constraint"]),
+            mandates=int(data["mandates"]),
+            reclaimed=dict(data["reclaimed"]),
+            recovered_moves=int(data["recovered_moves"]),
+            duration_s=float(data["duration_s"]),
+            pointers={d["tool_id"]: d["pointer"] for d in data["evicted"] if d.get("pointer")},
+        )
+
 
 _WORDPIECE = re.compile(r"\w+|[^\w\s]")
 
 
+def approximate_tokens(text: str) -> int:
+    """Words and punctuation: the token count when no model tokenizer is at hand."""
+    return len(_WORDPIECE.findall(text))
+
+
+@dataclass(frozen=True)
+class Policy:
+    min_chains: int = DEFAULT_EVICT_MIN_CHAINS
+    batch_size: int = 500
+    crash_at: str | None = None
+    """Testing only: SIGKILL the process at this named step of a move."""
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    tool_id: str
+    pointer: str
+    lifted: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tool_id": self.tool_id, "pointer": self.pointer, "lifted": list(self.lifted)}
+
+
 class Evictor:
-    """Runs decisions and moves for one :class:`~sidecar.app.Sidecar`."""
+    """Decisions and journaled moves between the hot index and the cold ``tools``
+    table, under the home's eviction lock."""
 
     def __init__(
         self,
-        sidecar: Sidecar,
-        crash_at: str | None = None,
-        batch_size: int = 500,
+        *,
+        index: Callable[[], ActiveIndex],
+        records: ToolRecords,
+        state: StateStore,
+        journal: Journal,
+        cold_tools: ParquetTable,
+        lock: Callable[[], WriterLock],
+        hot_write: Callable[[], AbstractContextManager[None]],
+        policy: Policy,
+        count_tokens: Callable[[], tuple[str, Callable[[str], int]]],
         crash_hook: Callable[[str], None] | None = None,
     ) -> None:
-        self._sc = sidecar
-        self._journal = Journal(sidecar.state)
-        self._crash_at = crash_at
+        """``index`` opens the hot index on first use; ``lock`` makes the eviction
+        lock; ``hot_write`` wraps every write to the hot index; ``count_tokens`` gives
+        the tokenizer's name and counter for the reclaimed-context figures."""
+        self._index = index
+        self._records = records
+        self._state = state
+        self._journal = journal
+        self._cold = cold_tools
+        self._lock = lock
+        self._hot_write = hot_write
+        self._policy = policy
+        self._count_tokens = count_tokens
         self._crash_hook = crash_hook
-        self._batch = batch_size
-        self.lock = WriterLock(sidecar.settings.home / "evict.lock")
+
+    def running(self) -> bool:
+        """Whether an eviction, restore or recovery holds the lock now."""
+        return holder(self._lock().path, "eviction") is not None
 
     # ---- decision -----------------------------------------------------------------
     def decide(self, min_chains: int | None = None) -> list[ToolDecision]:
-        """The decision for every prefix tool in the hot index; ``min_chains``
-        overrides the ``evict_min_chains`` setting for this call."""
-        sc = self._sc
-        need = sc.settings.evict_min_chains if min_chains is None else min_chains
-        constraints = sc.state.active_constraints()
+        """The decision for every prefix tool that is active; ``min_chains`` overrides
+        the policy for this call."""
+        need = self._policy.min_chains if min_chains is None else min_chains
+        constraints = self._state.active_constraints()
         candidates = {t for c in constraints for t in c.prefix}
-        records = sc.index.get(candidates) if candidates else {}
+        records = self._records.get(candidates) if candidates else {}
         pinned = {i for i, r in records.items() if r.metadata.get("pinned")}
-        completed = {t: sc.state.completed_chain_count(t) for t in records}
+        completed = {t: self._state.completed_chain_count(t) for t in records}
         return decide(
-            constraints, set(records), pinned, completed, self._journal.restored_at(), need
+            constraints,
+            set(records),
+            pinned,
+            completed,
+            self._journal.restored_at(),
+            need,
+            self._state.chain_session_times(),
         )
 
     # ---- runs ---------------------------------------------------------------------
@@ -197,19 +279,20 @@ class Evictor:
         min_chains: int | None = None,
     ) -> EvictionReport:
         started = time.perf_counter()
-        with self.lock:
+        with self._lock():
             recovered = 0 if dry_run else self._recover_locked()
             decisions = self.decide(min_chains)
             evict = [d for d in decisions if d.action == "evict"]
             kept = tuple(d for d in decisions if d.action == "keep")
-            reclaimed = {"tools": 0, "schema_bytes": 0, "schema_tokens": 0}
+            tokenizer, count = self._count_tokens()
+            reclaimed: dict[str, Any] = {"tools": 0, "schema_bytes": 0, "schema_tokens": 0}
             pointers: dict[str, str] = {}
             mandates = 0
             done = 0
-            for start in range(0, len(evict), self._batch):
-                batch = evict[start : start + self._batch]
+            for start in range(0, len(evict), self._policy.batch_size):
+                batch = evict[start : start + self._policy.batch_size]
                 moves = self._intents(batch)
-                rows = [self._cold_row(m) for m in moves]
+                rows = [self._cold_row(m, count) for m in moves]
                 for row in rows:
                     reclaimed["tools"] += 1
                     reclaimed["schema_bytes"] += row["schema_bytes"]
@@ -222,7 +305,7 @@ class Evictor:
                 done += len(batch)
                 if progress is not None:
                     progress(done, len(evict))
-        reclaimed["tokenizer"] = self._tokenizer_name()
+        reclaimed["tokenizer"] = tokenizer
         return EvictionReport(
             dry_run,
             tuple(evict),
@@ -236,21 +319,21 @@ class Evictor:
 
     def recover(self) -> int:
         """Finish every journaled move a crash interrupted; returns how many."""
-        with self.lock:
+        with self._lock():
             return self._recover_locked()
 
     def _recover_locked(self) -> int:
         moves = self._journal.unfinished()
         if moves:
-            self._complete(moves, [self._cold_row(m) for m in moves])
+            _, count = self._count_tokens()
+            self._complete(moves, [self._cold_row(m, count) for m in moves])
         return len(moves)
 
     # ---- the move protocol --------------------------------------------------------
     def _intents(self, batch: Sequence[ToolDecision]) -> list[Move]:
-        sc = self._sc
         ids = [d.tool_id for d in batch]
-        records = sc.index.get(ids)
-        creds = sc.state.credentials(ids)
+        records = self._records.get(ids)
+        creds = self._state.credentials(ids)
         moves = []
         for d in batch:
             rec = records.get(d.tool_id)
@@ -267,9 +350,8 @@ class Evictor:
         return moves
 
     def _complete(self, moves: Sequence[Move], rows: Sequence[dict[str, Any]]) -> int:
-        sc = self._sc
         ids = [m.move_id for m in moves]
-        sc.cold.tools.append(list(rows))
+        self._cold.append(list(rows))
         self._crash("after_cold")
         self._journal.advance(ids, "archived")
         fresh = [m for m in moves if self._journal.status(m.move_id) in ("intent", "archived")]
@@ -277,18 +359,17 @@ class Evictor:
             fresh, "credential no longer used by any active tool after eviction"
         )
         self._crash("after_mandates")
-        sc.state.bump_tools_revision()
-        try:
-            sc.index.delete([m.tool_id for m in moves])
-        finally:
-            sc.state.bump_tools_revision()
+        tool_ids = [m.tool_id for m in moves]
+        with self._hot_write():
+            self._index().delete(tool_ids)
+            self._records.remove(tool_ids)
         self._crash("after_hot_delete")
         self._journal.advance(ids, "deleted")
         self._journal.finish(moves, {m.move_id: make_pointer("tools", m.move_id) for m in moves})
         self._crash("after_done")
         return mandates
 
-    def _cold_row(self, move: Move) -> dict[str, Any]:
+    def _cold_row(self, move: Move, count_tokens: Callable[[str], int]) -> dict[str, Any]:
         snap = move.snapshot
         meta = dict(snap["metadata"])
         schema = json.loads(str(meta.get("input_schema", "{}")))
@@ -314,25 +395,61 @@ class Evictor:
             "chain_ids": list(move.chain_ids),
             "decision_json": json.dumps(snap["decision"], sort_keys=True),
             "schema_bytes": len(shown.encode("utf-8")),
-            "schema_tokens": self._count_tokens(shown),
+            "schema_tokens": int(count_tokens(shown)),
             "record_version": RECORD_VERSION,
         }
 
-    def _count_tokens(self, text: str) -> int:
-        counter = getattr(self._sc.embedder, "tokenizer_count", None)
-        if counter is not None:
-            return int(counter(text))
-        return len(_WORDPIECE.findall(text))
+    # ---- restore: the move back ----------------------------------------------------
+    def restore(
+        self,
+        tool_id: str,
+        reason: str,
+        lift: Callable[[Sequence[str]], list[str]],
+    ) -> RestoreResult:
+        """Bring an evicted tool back from its cold record into the hot index.
 
-    def _tokenizer_name(self) -> str:
-        embedder = self._sc.embedder
-        if hasattr(embedder, "tokenizer_count"):
-            return f"{embedder.name} tokenizer"
-        return "approximate (words and punctuation)"
+        ``lift`` stops enforcing the given chains and returns those it lifted (empty
+        when the operator did not ask for it)."""
+        with self._lock():
+            evicted = self._journal.evicted().get(tool_id)
+            if evicted is None:
+                raise NotFound(f"{tool_id!r} is not an evicted tool")
+            try:
+                row = self._cold.get(evicted.move_id)
+            except ColdStoreError:
+                row = self._journal_record(evicted.move_id)
+            metadata = json.loads(row["metadata_json"])
+            metadata.pop(ID_KEY, None)
+            record = IndexRecord(tool_id, row["document"], metadata)
+            with self._hot_write():
+                self._index().upsert([record])
+                self._records.put([record])
+            creds = [
+                CredentialRef(c["ref"], tuple(c.get("scopes", ())), c.get("provider"),
+                              c.get("revocation_endpoint"))
+                for c in json.loads(row["credentials_json"])
+            ]  # fmt: skip
+            lifted = lift(list(row["chain_ids"]))
+            self._journal.record_restore(evicted, reason, lifted, creds)
+        return RestoreResult(tool_id, evicted.pointer, tuple(lifted))
+
+    def _journal_record(self, move: str) -> dict[str, Any]:
+        """The cold record of a move rebuilt from the journal's intent, when the cold
+        file that held it was lost (quarantined): the intent captured the whole hot
+        record before anything moved."""
+        snap = self._journal.snapshot(move)
+        if snap is None:
+            raise NotFound(f"no record of move {move!r} in the cold store or the journal")
+        return {
+            "metadata_json": json.dumps(snap["snapshot"]["metadata"]),
+            "document": snap["snapshot"]["document"],
+            "credentials_json": json.dumps(snap["snapshot"]["credentials"]),
+            "chain_ids": list(snap["chain_ids"]),
+        }
 
     def _crash(self, point: str) -> None:
         assert point in CRASH_POINTS
         if self._crash_hook is not None:
             self._crash_hook(point)
-        if self._crash_at == point:
+        if self._policy.crash_at == point:
             os.kill(os.getpid(), signal.SIGKILL)

@@ -25,10 +25,32 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sidecar import revocation
 from sidecar.model import CredentialRef
-from sidecar.state import StateStore
+from sidecar.state import StateStore, bump
 
 STATUSES = ("intent", "archived", "mandated", "deleted", "done")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS moves (
+    move_id TEXT PRIMARY KEY, tool_id TEXT NOT NULL, status TEXT NOT NULL,
+    snapshot TEXT NOT NULL, chain_ids TEXT NOT NULL, created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS moves_status ON moves(status);
+CREATE TABLE IF NOT EXISTS evicted_tools (
+    tool_id TEXT PRIMARY KEY, move_id TEXT NOT NULL, pointer TEXT NOT NULL,
+    evicted_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS restores (
+    tool_id TEXT NOT NULL, move_id TEXT NOT NULL, reason TEXT NOT NULL,
+    lifted TEXT NOT NULL, restored_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS released_credentials (
+    ref TEXT NOT NULL, move_id TEXT NOT NULL, tool_id TEXT NOT NULL,
+    PRIMARY KEY (ref, move_id)
+);
+"""
 
 
 def move_id(tool_id: str, chain_ids: Iterable[str], generation: int) -> str:
@@ -79,6 +101,8 @@ class Journal:
     def write_intents(self, moves: Sequence[Move]) -> None:
         now = time.time()
         with self._state.tx() as db:
+            # from here on lookups withhold the tools: they read the set by this revision
+            bump(db, "tools_rev")
             db.executemany(
                 "INSERT OR IGNORE INTO moves VALUES (?, ?, 'intent', ?, ?, ?, ?)",
                 [
@@ -111,6 +135,15 @@ class Journal:
             "WHERE status != 'done' ORDER BY created_at, move_id"
         ).fetchall()
         return [Move(m, t, s, json.loads(snap), tuple(json.loads(c))) for m, t, s, snap, c in rows]
+
+    def snapshot(self, move: str) -> dict[str, Any] | None:
+        """A move's intent: the tool's hot record as it was captured, and its chains."""
+        row = self._db.execute(
+            "SELECT snapshot, chain_ids FROM moves WHERE move_id=?", (move,)
+        ).fetchone()
+        if row is None:
+            return None
+        return {"snapshot": json.loads(row[0]), "chain_ids": json.loads(row[1])}
 
     def status(self, move: str) -> str | None:
         row = self._db.execute("SELECT status FROM moves WHERE move_id=?", (move,)).fetchone()
@@ -158,23 +191,16 @@ class Journal:
                     if any(c.ref == ref for c in m.credentials())
                 ]
                 first = min(mid for mid, _t, _c in owners if mid in batch)
-                created += db.execute(
-                    "INSERT OR IGNORE INTO mandates VALUES "
-                    "(?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, NULL, NULL, ?, ?, ?)",
-                    (
-                        mandate_key(first, ref),
-                        json.dumps(sorted({t for _m, t, _c in owners})),
-                        first,
-                        json.dumps(sorted({c for _m, _t, cs in owners for c in json.loads(cs)})),
-                        ref,
-                        json.dumps(list(cred.scopes)),
-                        cred.provider,
-                        cred.revocation_endpoint,
-                        reason,
-                        now,
-                        now,
-                    ),
-                ).rowcount
+                created += revocation.insert_mandate(
+                    db,
+                    key=mandate_key(first, ref),
+                    tool_ids=sorted({t for _m, t, _c in owners}),
+                    move_id=first,
+                    chain_ids=sorted({c for _m, _t, cs in owners for c in json.loads(cs)}),
+                    credential=cred,
+                    reason=reason,
+                    now=now,
+                )
             db.executemany(
                 "UPDATE moves SET status='mandated', updated_at=? "
                 "WHERE move_id=? AND status IN ('intent', 'archived')",
@@ -185,6 +211,7 @@ class Journal:
     def finish(self, moves: Sequence[Move], pointers: dict[str, str]) -> None:
         now = time.time()
         with self._state.tx() as db:
+            bump(db, "tools_rev")
             db.executemany(
                 "INSERT INTO evicted_tools VALUES (?, ?, ?, ?) ON CONFLICT(tool_id) DO UPDATE "
                 "SET move_id=excluded.move_id, pointer=excluded.pointer, "
@@ -225,6 +252,7 @@ class Journal:
         credentials: Sequence[CredentialRef],
     ) -> None:
         with self._state.tx() as db:
+            bump(db, "tools_rev")
             db.execute("DELETE FROM evicted_tools WHERE tool_id=?", (tool.tool_id,))
             db.execute(
                 "INSERT INTO restores VALUES (?, ?, ?, ?, ?)",
@@ -232,10 +260,8 @@ class Journal:
             )
             db.execute("DELETE FROM tool_credentials WHERE tool_id=?", (tool.tool_id,))
             # the credentials are in use again: revoking them now would break the tool
-            db.executemany(
-                "UPDATE mandates SET status='cancelled', last_error=?, next_attempt_at=NULL, "
-                "updated_at=? WHERE ref=? AND status IN ('pending', 'submitted')",
-                [(f"cancelled: {tool.tool_id} restored", time.time(), c.ref) for c in credentials],
+            revocation.cancel_mandates(
+                db, [c.ref for c in credentials], f"cancelled: {tool.tool_id} restored"
             )
             db.executemany(
                 "INSERT INTO tool_credentials VALUES (?, ?, ?, ?, ?)",

@@ -1,4 +1,4 @@
-"""The single-writer lock for moves between the hot and cold stores."""
+"""File locks under a home: who owns it, and who is moving tools between its stores."""
 
 from __future__ import annotations
 
@@ -9,47 +9,50 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from sidecar.errors import SidecarError
+from sidecar.errors import Busy
 
-
-class LockBusy(SidecarError):
-    code = "busy"
-
-    def __init__(self, message: str, holder: str = "") -> None:
-        super().__init__(message)
-        self.holder = holder
+LockBusy = Busy
+"""The name this error had before it joined :mod:`sidecar.errors`."""
 
 
 class WriterLock:
-    """An exclusive, non-blocking ``flock`` on a file under the home.
+    """A non-blocking ``flock`` on a file under the home, exclusive unless ``shared``.
 
-    The kernel drops it when the holder dies (even by SIGKILL), so a crashed eviction
-    never leaves a stale lock behind.
+    The kernel drops it when the holder dies (even by SIGKILL), so a crashed process
+    never leaves a stale lock behind.  Each acquire opens its own descriptor, so two
+    holders in one process exclude each other as two processes would.
     """
 
-    def __init__(self, path: Path, purpose: str = "eviction") -> None:
+    def __init__(self, path: Path, purpose: str = "eviction", shared: bool = False) -> None:
         self.path = path
         self.purpose = purpose
+        self.shared = shared
         self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        mode = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = ""
             with contextlib.suppress(OSError):
                 holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
             os.close(fd)
-            raise LockBusy(
+            raise Busy(
                 f"another {self.purpose} is running ({holder or 'holder unknown'}); "
                 f"wait for it to finish (lock: {self.path})",
                 holder or "holder unknown",
             ) from None
-        os.ftruncate(fd, 0)
-        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        os.pwrite(fd, f"pid {os.getpid()} since {since}".encode(), 0)
+        if not self.shared:
+            os.ftruncate(fd, 0)
+            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            os.pwrite(fd, f"pid {os.getpid()} since {since}".encode(), 0)
         self._fd = fd
 
     def release(self) -> None:
@@ -72,13 +75,23 @@ class WriterLock:
 
 
 def holder(path: Path, purpose: str) -> str | None:
-    """Who holds the lock at ``path`` (its message), or ``None`` when it is free."""
+    """Who holds the lock at ``path`` exclusively or shared (its message, or "shared"),
+    or ``None`` when it is free.  Probing never creates the file."""
     if not path.exists():
         return None
-    probe = WriterLock(path, purpose)
     try:
-        probe.acquire()
-    except LockBusy as exc:
-        return exc.holder
-    probe.release()
-    return None
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            with contextlib.suppress(OSError):
+                text = os.pread(fd, 200, 0).decode(errors="replace").strip()
+                return text or "shared"
+            return "holder unknown"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

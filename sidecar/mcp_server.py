@@ -7,16 +7,16 @@ API.  Served over streamable HTTP inside the HTTP app (``/mcp``) or over stdio
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
-from cold_store import ColdStoreError
-from indexes import ToolIndexError
 from sidecar.errors import SidecarError
+from sidecar.limits import CheckMode
 from sidecar.redact import redact_text
+from sidecar.wire import dump_dict
 
 if TYPE_CHECKING:
     from sidecar.app import Sidecar
@@ -36,13 +36,12 @@ def build_mcp(sc: Sidecar) -> MCPServer:
     """An MCP server whose tools call ``sc``."""
     server = MCPServer(name="tool-chain-sidecar", instructions=INSTRUCTIONS, log_level="WARNING")
 
-    def call(fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def call(fn: Any) -> dict[str, Any]:
         try:
-            return fn(*args, **kwargs)
-        except (SidecarError, ToolIndexError, ColdStoreError) as exc:
+            return dump_dict(fn())
+        except SidecarError as exc:
             # a clear, redacted message for the agent; the MCP layer marks it an error
-            code = getattr(exc, "code", "storage")
-            raise ToolError(f"{code}: {redact_text(str(exc))}") from None
+            raise ToolError(f"{exc.code}: {redact_text(str(exc))}") from None
 
     @server.tool(
         title="Search tools",
@@ -56,7 +55,7 @@ def build_mcp(sc: Sidecar) -> MCPServer:
         after: list[str] | None = None,
         context: dict[str, Scalar] | None = None,
     ) -> dict[str, Any]:
-        return call(lambda: sc.search(query, k=k, after=after or [], context=context).to_dict())
+        return call(lambda: sc.search(query, k=k, after=after or [], context=context))
 
     @server.tool(
         title="Check plan",
@@ -65,10 +64,10 @@ def build_mcp(sc: Sidecar) -> MCPServer:
     )
     def check_plan(
         plan: list[str],
-        mode: Literal["sequence", "prefix"] = "sequence",
+        mode: CheckMode = "sequence",
         context: dict[str, Scalar] | None = None,
     ) -> dict[str, Any]:
-        return call(lambda: sc.check(plan, mode=mode, context=context).to_dict())
+        return call(lambda: sc.check(plan, mode=mode, context=context))
 
     @server.tool(
         title="Report chain",
@@ -82,7 +81,7 @@ def build_mcp(sc: Sidecar) -> MCPServer:
         ),
     )
     def report_chain(report: dict[str, Any]) -> dict[str, Any]:
-        return call(lambda: sc.report(report).to_dict())
+        return call(lambda: sc.report(report))
 
     @server.tool(
         title="Audit chain",

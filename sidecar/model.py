@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,40 @@ CheckMode = Literal["sequence", "prefix"]
 Op = Literal[">", ">=", "<", "<=", "==", "!="]
 OPS: tuple[str, ...] = (">", ">=", "<", "<=", "==", "!=")
 Scalar = str | int | float | bool | None
+
+
+MAX_DEPTH = 32
+"""Nesting allowed in free-form JSON (logs, error bodies, arguments, outputs)."""
+
+
+def check_text(value: str, where: str) -> str:
+    """Refuse text that cannot be stored as UTF-8 (a lone surrogate from ``\\ud800``)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(
+            f"{where} is not valid Unicode text (it holds a lone surrogate)"
+        ) from None
+    return value
+
+
+def check_json_value(value: object, where: str, depth: int = 0) -> None:
+    """Refuse free-form JSON that is nested deeper than :data:`MAX_DEPTH`, holds text
+    that cannot be stored, or a number that is not finite."""
+    if depth > MAX_DEPTH:
+        raise InvalidInput(f"{where} is nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, str):
+        check_text(value, where)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput(f"{where} holds a number that is not finite ({value!r})")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            name = ascii(str(key))[:40]
+            check_text(str(key), f"{where} key {name}")
+            check_json_value(item, f"{where}[{name}]", depth + 1)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            check_json_value(item, f"{where}[{i}]", depth + 1)
 
 
 def check_tool_id(value: object, where: str = "tool id") -> str:
@@ -112,6 +147,7 @@ class ChainReport:
     logs: tuple[Any, ...] = field(default=(), hash=False)
     session_id: str | None = None
     reported_at: datetime | None = None
+    report_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,16 @@ A report line::
      "constraint": {"rule": "...", "when": [{"step": "html_parser",
                     "field": "payload_bytes", "op": ">", "value": 5000000}],
                     "gapped": false},
-     "logs": [...], "session_id": "...", "reported_at": "2026-11-30T10:00:00Z"}
+     "logs": [...], "session_id": "...", "report_id": "...",
+     "reported_at": "2026-11-30T10:00:00Z"}
+
+A sighting is a distinct session: ``report_id`` when given, else ``session_id``, else
+the report's content (so an exact replay counts once).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +30,7 @@ from sidecar.model import (
     Condition,
     ConstraintSpec,
     Failure,
+    check_json_value,
     check_tool_id,
 )
 
@@ -36,7 +42,16 @@ NO_RULE = "A negative constraint rule is required to prevent prefix re-execution
 MAX_TOPOLOGY = 256
 MAX_TEXT = 16_384
 _REPORT_KEYS = frozenset(
-    {"topology", "outcome", "failure", "constraint", "logs", "session_id", "reported_at"}
+    {
+        "topology",
+        "outcome",
+        "failure",
+        "constraint",
+        "logs",
+        "session_id",
+        "report_id",
+        "reported_at",
+    }
 )
 
 
@@ -69,12 +84,12 @@ def parse_report(data: Any) -> ChainReport:
         topology = tuple(check_tool_id(t, f"topology[{i}]") for i, t in enumerate(raw_topology))
     except InvalidInput as exc:
         raise ReportRejected(str(exc)) from None
-    session = data.get("session_id")
-    if session is not None and not isinstance(session, str):
-        raise ReportRejected("session_id must be a string")
+    session = _optional_text(data.get("session_id"), "session_id")
+    report_id = _optional_text(data.get("report_id"), "report_id")
     logs = data.get("logs", [])
     if not isinstance(logs, list):
         raise ReportRejected("logs must be a list")
+    _json(logs, "logs")
     report = ChainReport(
         topology=topology,
         outcome=outcome,
@@ -83,6 +98,7 @@ def parse_report(data: Any) -> ChainReport:
         logs=tuple(logs),
         session_id=session,
         reported_at=_timestamp(data.get("reported_at")),
+        report_id=report_id,
     )
     if outcome == "abandoned":
         validate_abandoned(report)
@@ -98,7 +114,23 @@ def _text(value: Any, where: str) -> str:
         raise ReportRejected(f"{where} must be a string")
     if len(value) > MAX_TEXT:
         raise ReportRejected(f"{where} is longer than {MAX_TEXT} characters")
+    _json(value, where)
     return value
+
+
+def _optional_text(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ReportRejected(f"{where} must be a non-empty string")
+    return _text(value, where)
+
+
+def _json(value: Any, where: str) -> None:
+    try:
+        check_json_value(value, where)
+    except InvalidInput as exc:
+        raise ReportRejected(str(exc)) from None
 
 
 def _failure(raw: Any) -> Failure | None:
@@ -114,6 +146,7 @@ def _failure(raw: Any) -> Failure | None:
     error = raw.get("error") or {}
     if not isinstance(error, Mapping):
         raise ReportRejected("failure.error must be an object")
+    _json(error, "failure.error")
     return Failure(_text(raw.get("signature"), "failure.signature"), kind, dict(error))
 
 
@@ -145,6 +178,10 @@ def parse_condition(raw: Any, i: int, topology: tuple[str, ...]) -> Condition:
     value = raw.get("value")
     if value is not None and not isinstance(value, str | int | float | bool):
         raise ReportRejected(f"{where}.value must be a string, number, boolean or null")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ReportRejected(f"{where}.value must be a finite number, got {value!r}")
+    if isinstance(value, str):
+        _json(value, f"{where}.value")
     if op in (">", ">=", "<", "<=") and not _is_number(value):
         raise ReportRejected(f"{where}: {op} needs a numeric value, got {value!r}")
     step = raw.get("step")

@@ -22,27 +22,74 @@ import base64
 import http.client
 import json
 import os
+import sqlite3
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
+from sidecar.limits import MANDATE_STATUSES as STATUSES
+from sidecar.model import CredentialRef
 from sidecar.redact import MASK, redact_text
 from sidecar.state import StateStore
 
-Status = Literal["pending", "submitted", "revoked", "failed", "unsupported", "cancelled"]
-STATUSES: tuple[str, ...] = (
-    "pending",
-    "submitted",
-    "revoked",
-    "failed",
-    "unsupported",
-    "cancelled",
-)
 MAX_ATTEMPTS = 5
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS mandates (
+    idempotency_key TEXT PRIMARY KEY, tool_ids TEXT NOT NULL, move_id TEXT NOT NULL,
+    chain_ids TEXT NOT NULL, ref TEXT NOT NULL, scopes TEXT NOT NULL, provider TEXT,
+    revocation_endpoint TEXT, status TEXT NOT NULL, attempts INTEGER NOT NULL,
+    last_error TEXT, next_attempt_at REAL, reason TEXT NOT NULL,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL
+);
+"""
+
+
+def insert_mandate(
+    db: sqlite3.Connection,
+    *,
+    key: str,
+    tool_ids: Sequence[str],
+    move_id: str,
+    chain_ids: Sequence[str],
+    credential: CredentialRef,
+    reason: str,
+    now: float,
+) -> int:
+    """Write one pending mandate inside the caller's transaction, once per ``key``
+    (idempotent); returns 1 when it is new."""
+    return db.execute(
+        "INSERT OR IGNORE INTO mandates VALUES "
+        "(?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, NULL, NULL, ?, ?, ?)",
+        (
+            key,
+            json.dumps(list(tool_ids)),
+            move_id,
+            json.dumps(list(chain_ids)),
+            credential.ref,
+            json.dumps(list(credential.scopes)),
+            credential.provider,
+            credential.revocation_endpoint,
+            reason,
+            now,
+            now,
+        ),
+    ).rowcount
+
+
+def cancel_mandates(db: sqlite3.Connection, refs: Sequence[str], why: str) -> None:
+    """Cancel the open mandates of credentials that are in use again (inside the
+    caller's transaction)."""
+    now = time.time()
+    db.executemany(
+        "UPDATE mandates SET status='cancelled', last_error=?, next_attempt_at=NULL, "
+        "updated_at=? WHERE ref=? AND status IN ('pending', 'submitted')",
+        [(why, now, ref) for ref in refs],
+    )
 
 
 @dataclass(frozen=True)
@@ -177,7 +224,7 @@ class Ledger:
         self._state = state
         self._db = state.db
 
-    def list(self, status: str | None = None) -> list[Mandate]:
+    def mandates(self, status: str | None = None) -> list[Mandate]:
         sql = "SELECT * FROM mandates"
         args: tuple[Any, ...] = ()
         if status is not None:

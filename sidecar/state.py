@@ -1,13 +1,23 @@
 """The sidecar's own small state: what is neither a hot tool nor a cold record.
 
-SQLite under the home (WAL, so readers never block the writer):
+SQLite under the home (WAL, so readers never block the writer).  Each module owns its
+tables and hands its DDL to :meth:`StateStore.ensure` when a home is opened for
+writing (the move journal in :mod:`sidecar.journal`, the revocation ledger in
+:mod:`sidecar.revocation`); the tables defined here are:
 
 - ``tool_credentials``: credential references of active tools (kept out of Chroma);
 - ``completed_chains`` / ``completed_tools``: usage evidence from completed chains;
-- ``sightings``: how often an unknown-kind failure has been reported;
+- ``sighting_sessions``: the distinct sessions that met a failure (topology and
+  signature), so an unknown kind is archived once it is reproduced, a replayed report
+  counts once, and N sessions count N;
+- ``chain_sessions``: the distinct sessions behind each archived chain (eviction counts
+  them);
 - ``constraints``: the compiled-form view of archived chains.  The cold archive is the
   truth; this table is rebuilt from it for any chain it misses (see
-  :meth:`sidecar.app.Sidecar.reconcile`).
+  :meth:`sidecar.intake.Intake.reconcile`).
+
+A store opened with ``writable=False`` uses a read-only connection: it never creates
+the file, its tables or its WAL, and every write raises ``sqlite3.OperationalError``.
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ from pathlib import Path
 
 from sidecar.model import ArchivedConstraint, Condition, CredentialRef
 
-_DDL = """
+SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tool_credentials (
     tool_id TEXT NOT NULL, ref TEXT NOT NULL, scopes TEXT NOT NULL,
@@ -37,9 +47,14 @@ CREATE TABLE IF NOT EXISTS completed_chains (
 CREATE TABLE IF NOT EXISTS completed_tools (
     tool_id TEXT PRIMARY KEY, chains INTEGER NOT NULL
 );
-CREATE TABLE IF NOT EXISTS sightings (
-    sighting_key TEXT PRIMARY KEY, topology TEXT NOT NULL, signature TEXT NOT NULL,
-    times INTEGER NOT NULL, first_seen REAL NOT NULL, last_seen REAL NOT NULL
+CREATE TABLE IF NOT EXISTS sighting_sessions (
+    sighting_key TEXT NOT NULL, session_key TEXT NOT NULL, topology TEXT NOT NULL,
+    signature TEXT NOT NULL, seen_at REAL NOT NULL,
+    PRIMARY KEY (sighting_key, session_key)
+);
+CREATE TABLE IF NOT EXISTS chain_sessions (
+    chain_id TEXT NOT NULL, session_key TEXT NOT NULL, seen_at REAL NOT NULL,
+    PRIMARY KEY (chain_id, session_key)
 );
 CREATE TABLE IF NOT EXISTS constraints (
     chain_id TEXT PRIMARY KEY, ord INTEGER NOT NULL UNIQUE, sequence TEXT NOT NULL,
@@ -50,31 +65,6 @@ CREATE TABLE IF NOT EXISTS constraints (
 CREATE TABLE IF NOT EXISTS constraint_events (
     chain_id TEXT NOT NULL, action TEXT NOT NULL, reason TEXT NOT NULL, at REAL NOT NULL
 );
-CREATE TABLE IF NOT EXISTS moves (
-    move_id TEXT PRIMARY KEY, tool_id TEXT NOT NULL, status TEXT NOT NULL,
-    snapshot TEXT NOT NULL, chain_ids TEXT NOT NULL, created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS moves_status ON moves(status);
-CREATE TABLE IF NOT EXISTS evicted_tools (
-    tool_id TEXT PRIMARY KEY, move_id TEXT NOT NULL, pointer TEXT NOT NULL,
-    evicted_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS restores (
-    tool_id TEXT NOT NULL, move_id TEXT NOT NULL, reason TEXT NOT NULL,
-    lifted TEXT NOT NULL, restored_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS released_credentials (
-    ref TEXT NOT NULL, move_id TEXT NOT NULL, tool_id TEXT NOT NULL,
-    PRIMARY KEY (ref, move_id)
-);
-CREATE TABLE IF NOT EXISTS mandates (
-    idempotency_key TEXT PRIMARY KEY, tool_ids TEXT NOT NULL, move_id TEXT NOT NULL,
-    chain_ids TEXT NOT NULL, ref TEXT NOT NULL, scopes TEXT NOT NULL, provider TEXT,
-    revocation_endpoint TEXT, status TEXT NOT NULL, attempts INTEGER NOT NULL,
-    last_error TEXT, next_attempt_at REAL, reason TEXT NOT NULL,
-    created_at REAL NOT NULL, updated_at REAL NOT NULL
-);
 """
 
 
@@ -84,16 +74,52 @@ def topology_key(topology: Sequence[str], signature: str = "") -> str:
 
 
 class StateStore:
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    def __init__(self, path: Path, writable: bool = True) -> None:
+        self.path = path
+        self.writable = writable
         self._lock = threading.RLock()
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # WAL + NORMAL: a process crash loses nothing; only a power loss may drop the
-        # last commits, which the journal's idempotent replays tolerate.
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        if writable:
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL: a process crash loses nothing; only a power loss may drop the
+            # last commits, which the journal's idempotent replays tolerate.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self.ensure(SCHEMA)
+            self._migrate()
+        else:
+            self._db = sqlite3.connect(
+                f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+            )
         self._db.execute("PRAGMA busy_timeout=10000")
-        self._db.executescript(_DDL)
+
+    def ensure(self, ddl: str) -> None:
+        """Create a module's tables if they are missing (writable stores only)."""
+        if self.writable:
+            with self._lock:
+                self._db.executescript(ddl)
+
+    def _migrate(self) -> None:
+        """Homes written before sightings counted sessions kept a bare count per failure:
+        each counted report becomes one anonymous session, so nothing is lost."""
+        with self._lock:
+            old = self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='sightings'"
+            ).fetchone()
+            if old is None:
+                return
+            with self._tx() as db:
+                rows = db.execute(
+                    "SELECT sighting_key, topology, signature, times, last_seen FROM sightings"
+                ).fetchall()
+                db.executemany(
+                    "INSERT OR IGNORE INTO sighting_sessions VALUES (?, ?, ?, ?, ?)",
+                    [
+                        (key, f"legacy:{i}", topology, signature, seen)
+                        for key, topology, signature, times, seen in rows
+                        for i in range(int(times))
+                    ],
+                )
+                db.execute("DROP TABLE sightings")
 
     def close(self) -> None:
         self._db.close()
@@ -141,32 +167,67 @@ class StateStore:
             out[tool_id] = [CredentialRef(r, tuple(json.loads(s)), p, e) for r, s, p, e in rows]
         return out
 
-    # ---- usage evidence -----------------------------------------------------------
-    def record_completed(self, topology: Sequence[str]) -> int:
-        """Count one completed run of ``topology``; returns how many runs it now has."""
-        key = topology_key(topology)
-        now = time.time()
+    # ---- usage evidence and sightings ----------------------------------------------
+    def record_intake(
+        self,
+        completed: Sequence[Sequence[str]] = (),
+        sighted: Sequence[tuple[Sequence[str], str, str]] = (),
+        chain_sessions: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        """One transaction: count completed runs (``topology``), record sightings
+        (``topology, signature, session_key``) and the sessions behind archived chains
+        (``chain_id, session_key``).  A sighting or chain session already recorded for
+        that session is not counted again."""
         with self._tx() as db:
-            row = db.execute(
-                "SELECT times FROM completed_chains WHERE chain_key=?", (key,)
-            ).fetchone()
-            if row is None:
-                db.execute(
-                    "INSERT INTO completed_chains VALUES (?, ?, 1, ?, ?)",
-                    (key, json.dumps(list(topology)), now, now),
-                )
-                for tool in set(topology):
-                    db.execute(
-                        "INSERT INTO completed_tools VALUES (?, 1) "
-                        "ON CONFLICT(tool_id) DO UPDATE SET chains = chains + 1",
-                        (tool,),
-                    )
-                return 1
+            self._record(db, completed, sighted, chain_sessions, time.time())
+
+    def _record(
+        self,
+        db: sqlite3.Connection,
+        completed: Sequence[Sequence[str]],
+        sighted: Sequence[tuple[Sequence[str], str, str]],
+        chain_sessions: Sequence[tuple[str, str]],
+        now: float,
+    ) -> None:
+        for topology in completed:
+            self._complete(db, topology, now)
+        db.executemany(
+            "INSERT OR IGNORE INTO sighting_sessions VALUES (?, ?, ?, ?, ?)",
+            [
+                (topology_key(t, sig), session, json.dumps(list(t)), sig, now)
+                for t, sig, session in sighted
+            ],
+        )
+        db.executemany(
+            "INSERT OR IGNORE INTO chain_sessions VALUES (?, ?, ?)",
+            [(cid, session, now) for cid, session in chain_sessions],
+        )
+
+    @staticmethod
+    def _complete(db: sqlite3.Connection, topology: Sequence[str], now: float) -> None:
+        key = topology_key(topology)
+        row = db.execute("SELECT times FROM completed_chains WHERE chain_key=?", (key,)).fetchone()
+        if row is not None:
             db.execute(
                 "UPDATE completed_chains SET times = times + 1, last_seen=? WHERE chain_key=?",
                 (now, key),
             )
-            return int(row[0]) + 1
+            return
+        db.execute(
+            "INSERT INTO completed_chains VALUES (?, ?, 1, ?, ?)",
+            (key, json.dumps(list(topology)), now, now),
+        )
+        db.executemany(
+            "INSERT INTO completed_tools VALUES (?, 1) "
+            "ON CONFLICT(tool_id) DO UPDATE SET chains = chains + 1",
+            [(tool,) for tool in set(topology)],
+        )
+
+    def completed_runs(self, topology: Sequence[str]) -> int:
+        row = self._db.execute(
+            "SELECT times FROM completed_chains WHERE chain_key=?", (topology_key(topology),)
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     def completed_chain_count(self, tool_id: str) -> int:
         """Distinct completed chains that used ``tool_id``."""
@@ -175,59 +236,70 @@ class StateStore:
         ).fetchone()
         return int(row[0]) if row else 0
 
-    # ---- sightings of unknown-kind failures -----------------------------------------
-    def sight(self, topology: Sequence[str], signature: str) -> int:
-        key = topology_key(topology, signature)
-        now = time.time()
-        with self._tx() as db:
-            db.execute(
-                "INSERT INTO sightings VALUES (?, ?, ?, 1, ?, ?) ON CONFLICT(sighting_key) "
-                "DO UPDATE SET times = times + 1, last_seen = excluded.last_seen",
-                (key, json.dumps(list(topology)), signature, now, now),
-            )
-            return int(
-                db.execute("SELECT times FROM sightings WHERE sighting_key=?", (key,)).fetchone()[0]
-            )
+    def sighting_sessions(self, topology: Sequence[str], signature: str) -> set[str]:
+        """The distinct sessions that met this failure."""
+        rows = self._db.execute(
+            "SELECT session_key FROM sighting_sessions WHERE sighting_key=?",
+            (topology_key(topology, signature),),
+        ).fetchall()
+        return {r[0] for r in rows}
 
     def sightings(self, topology: Sequence[str], signature: str) -> int:
-        row = self._db.execute(
-            "SELECT times FROM sightings WHERE sighting_key=?", (topology_key(topology, signature),)
-        ).fetchone()
-        return int(row[0]) if row else 0
+        return len(self.sighting_sessions(topology, signature))
+
+    def chain_session_times(self) -> dict[str, list[float]]:
+        """For each archived chain, when each distinct session behind it was seen."""
+        out: dict[str, list[float]] = {}
+        for cid, at in self._db.execute("SELECT chain_id, seen_at FROM chain_sessions"):
+            out.setdefault(cid, []).append(float(at))
+        return out
 
     # ---- constraints --------------------------------------------------------------
     def add_constraints(
         self,
         items: Sequence[tuple[str, Sequence[str], str, str, Sequence[Condition], bool, str, float]],
+        completed: Sequence[Sequence[str]] = (),
+        sighted: Sequence[tuple[Sequence[str], str, str]] = (),
+        chain_sessions: Sequence[tuple[str, str]] = (),
     ) -> int:
         """Insert ``(chain_id, sequence, rule, signature, when, gapped, pointer,
-        archived_at)`` items not present yet, in arrival order; returns how many."""
-        added = 0
+        archived_at)`` items not present yet, in arrival order, together with an intake
+        batch's counters (see :meth:`record_intake`), in one transaction; returns how
+        many constraints were new."""
+        now = time.time()
         with self._tx() as db:
-            (next_ord,) = db.execute(
-                "SELECT COALESCE(MAX(ord), -1) + 1 FROM constraints"
-            ).fetchone()
-            for chain_id, sequence, rule, signature, when, gapped, pointer, archived_at in items:
-                if db.execute("SELECT 1 FROM constraints WHERE chain_id=?", (chain_id,)).fetchone():
-                    continue
-                db.execute(
-                    "INSERT INTO constraints VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'active', ?)",
-                    (
-                        chain_id,
-                        next_ord,
-                        json.dumps(list(sequence)),
-                        rule,
-                        signature,
-                        json.dumps([c.to_dict() for c in when]),
-                        int(gapped),
-                        pointer,
-                        archived_at,
-                    ),
-                )
-                next_ord += 1
-                added += 1
-            if added:
-                self._bump_revision(db)
+            added = self._insert_constraints(db, items)
+            self._record(db, completed, sighted, chain_sessions, now)
+        return added
+
+    def _insert_constraints(
+        self,
+        db: sqlite3.Connection,
+        items: Sequence[tuple[str, Sequence[str], str, str, Sequence[Condition], bool, str, float]],
+    ) -> int:
+        added = 0
+        (next_ord,) = db.execute("SELECT COALESCE(MAX(ord), -1) + 1 FROM constraints").fetchone()
+        for chain_id, sequence, rule, signature, when, gapped, pointer, archived_at in items:
+            if db.execute("SELECT 1 FROM constraints WHERE chain_id=?", (chain_id,)).fetchone():
+                continue
+            db.execute(
+                "INSERT INTO constraints VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'active', ?)",
+                (
+                    chain_id,
+                    next_ord,
+                    json.dumps(list(sequence)),
+                    rule,
+                    signature,
+                    json.dumps([c.to_dict() for c in when]),
+                    int(gapped),
+                    pointer,
+                    archived_at,
+                ),
+            )
+            next_ord += 1
+            added += 1
+        if added:
+            self._bump_revision(db)
         return added
 
     def constraint_ids(self) -> set[str]:
@@ -309,14 +381,29 @@ class StateStore:
 
     def bump_tools_revision(self) -> None:
         with self._tx() as db:
-            db.execute(
-                "INSERT INTO meta VALUES ('tools_rev', '1') ON CONFLICT(key) "
-                "DO UPDATE SET value = CAST(value AS INTEGER) + 1"
-            )
+            bump(db, "tools_rev")
 
     @staticmethod
     def _bump_revision(db: sqlite3.Connection) -> None:
-        db.execute(
-            "INSERT INTO meta VALUES ('constraints_rev', '1') ON CONFLICT(key) "
-            "DO UPDATE SET value = CAST(value AS INTEGER) + 1"
-        )
+        bump(db, "constraints_rev")
+
+    def meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return str(row[0]) if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO meta VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                (key, value),
+            )
+
+
+def bump(db: sqlite3.Connection, key: str) -> None:
+    """Move a revision counter (``tools_rev``, ``constraints_rev``) inside a transaction."""
+    db.execute(
+        "INSERT INTO meta VALUES (?, '1') ON CONFLICT(key) "
+        "DO UPDATE SET value = CAST(value AS INTEGER) + 1",
+        (key,),
+    )

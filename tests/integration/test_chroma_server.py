@@ -30,7 +30,7 @@ def test_sidecar_on_a_chroma_server(tmp_path: Path, chroma_server: tuple[str, in
         assert {t.tool_id for t in two.list_tools()} == {"a", "b", "c"}
         chain = two.report(abandoned(["a", "b", "c"], "HTTP 400"))
         assert not one.check(["a", "b", "c"]).safe  # the other process's archive
-        with one.evictor().lock, pytest.raises(LockBusy):
+        with one._home.evict_lock(), pytest.raises(LockBusy):
             two.evict()  # the eviction lock spans processes sharing the home
         report = two.evict()
         assert {d.tool_id for d in report.evicted} == {"a", "b"}

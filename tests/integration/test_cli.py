@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from sidecar import Sidecar
 from sidecar.demo import catalog_text
 
 SCRIPT = str(Path(sys.executable).with_name("sidecar"))
@@ -78,14 +79,19 @@ def test_help_answers_without_loading_heavy_libraries(tmp_path: Path) -> None:
     probe = (
         "import sys, contextlib, io\n"
         "from sidecar.cli import main\n"
+        "from sidecar import Sidecar\n"
+        f"missing = main(['--home', {str(tmp_path / 'typo')!r}, 'check', 'a,b'])\n"
+        f"Sidecar.open(home={str(tmp_path)!r}).close()\n"
         f"code = main(['--home', {str(tmp_path)!r}, 'check', 'a,b', '--json'])\n"
         "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
         "    main(['--help'])\n"
         "heavy = [m for m in ('torch', 'sentence_transformers', 'chromadb') if m in sys.modules]\n"
-        "print(code, heavy)\n"
+        "print(missing, code, heavy)\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.strip().splitlines()[-1] == "0 []"
+    assert out.stdout.strip().splitlines()[-1] == "5 0 []"
+    assert "no sidecar home at" in out.stderr
+    assert not (tmp_path / "typo").exists()  # a read never creates a home
     assert run(tmp_path, "--help").returncode == 0
 
 
@@ -185,12 +191,20 @@ def test_report_reads_a_file(loaded: Path, tmp_path: Path) -> None:
 def test_errors_become_messages_and_exit_codes(
     tmp_path: Path, args: tuple[str, ...], code: int, message: str
 ) -> None:
+    Sidecar.open(home=tmp_path / "home").close()
     proc = run(tmp_path / "home", *args)
     assert proc.returncode == code
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
     as_json_err = run(tmp_path / "home", *args, "--json")
     assert json.loads(as_json_err.stderr)["error"]["message"]
+
+
+def test_a_read_of_a_missing_home_fails_and_creates_nothing(tmp_path: Path) -> None:
+    for args in (("tools", "list"), ("check", "a,b"), ("archive", "status")):
+        proc = run(tmp_path / "typo", *args)
+        assert proc.returncode == 5 and "no sidecar home at" in proc.stderr, proc.stderr
+    assert not (tmp_path / "typo").exists()
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
@@ -201,12 +215,11 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
 def test_home_resolution(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "SIDECAR_HOME"}
     env["SIDECAR_EMBEDDER"] = "hashing"
-    subprocess.run([SCRIPT, "check", "a,b"], cwd=tmp_path, env=env, check=True, capture_output=True)
+    write = {"env": env, "check": True, "capture_output": True, "input": b""}
+    subprocess.run([SCRIPT, "report", "-"], cwd=tmp_path, **write)  # type: ignore[call-overload]
     assert (tmp_path / ".sidecar" / "state.sqlite").exists()
     other = tmp_path / "explicit"
-    subprocess.run(
-        [SCRIPT, "--home", str(other), "check", "a,b"], env=env, check=True, capture_output=True
-    )
+    subprocess.run([SCRIPT, "--home", str(other), "report", "-"], **write)  # type: ignore[call-overload]
     assert (other / "state.sqlite").exists()
 
 
@@ -258,7 +271,7 @@ def test_evict_min_chains_flag(tmp_path: Path) -> None:
     default = as_json(run(home, "evict", "--dry-run", "--json"))
     assert default["evicted"] == []
     assert {d["reason"] for d in default["kept_with_constraint"]} == {
-        "drives 1 abandoned chain(s); eviction needs 2"
+        "1 dead-end session(s) through it; eviction needs 2"
     }
     loose = as_json(run(home, "evict", "--min-chains", "1", "--json"))
     assert {d["tool_id"] for d in loose["evicted"]} == {"web_search", "html_parser"}

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from indexes import HashingEmbedder
-from sidecar import Sidecar, Tool
+from sidecar import Busy, Sidecar, Tool
 from sidecar.demo import demo_tools
 from tests.sidecar.helpers import abandoned
 
@@ -156,13 +156,20 @@ def test_cli_over_http(server: Server, tmp_path: Path) -> None:
     assert missing.returncode == 5 and "nothing archived" in missing.stderr
 
 
-def test_local_writes_refuse_while_the_server_owns_the_home(server: Server, tmp_path: Path) -> None:
+def test_commands_on_a_served_home_go_through_its_server(server: Server, tmp_path: Path) -> None:
+    """Without --url, a command on a home a server owns is sent to that server (the home's
+    server.json names it): the CLI never opens the embedded store behind its back, and
+    the library refuses to open the home for writing."""
     reports = tmp_path / "r.jsonl"
     reports.write_text(json.dumps(abandoned(["a", "b"], "HTTP 400")) + "\n")
-    proc = cli(server, "report", str(reports), url=False)
-    assert proc.returncode == 6
-    assert "a sidecar server owns" in proc.stderr and "--url" in proc.stderr
-    assert cli(server, "check", "a,b", url=False).returncode == 0  # reads are fine
+    proc = cli(server, "report", str(reports), "--json", url=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "archived"
+    served = httpx.post(f"{server.url}/v1/check", json={"plan": ["a", "b"]}, headers=server.headers)
+    assert served.json()["safe"] is False  # the server itself archived it
+    assert cli(server, "check", "a,b", url=False).returncode == 3
+    with pytest.raises(Busy, match=r"a sidecar server owns .* --url http://127\.0\.0\.1"):
+        Sidecar.open(embedder=HashingEmbedder(), home=server.home)
 
 
 def test_load_during_a_batch_eviction(tmp_path: Path) -> None:
@@ -208,7 +215,7 @@ def test_load_during_a_batch_eviction(tmp_path: Path) -> None:
     assert client_errors == []
     assert len(evicted["evicted"]) == 200
     with Sidecar.open(embedder=HashingEmbedder(), home=home, evict_min_chains=1) as sc:
-        committed = {t: ev.evicted_at for t, ev in sc.journal.evicted().items()}
+        committed = {t: ev.evicted_at for t, ev in sc._journal.evicted().items()}
     assert len(committed) == 200
     violations = [
         (tool, started - committed[tool])

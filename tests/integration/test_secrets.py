@@ -750,7 +750,7 @@ def test_no_secret_in_the_decoded_parquet_files(world: World) -> None:
 def test_no_secret_in_any_sqlite_table_including_the_wal(world: World) -> None:
     views = list(sqlite_views(world.home))
     labels = {label for label, _ in views}
-    assert "state.sqlite [sqlite table sightings]" in labels
+    assert "state.sqlite [sqlite table sighting_sessions]" in labels
     assert any(label.startswith("chroma/chroma.sqlite3 ") for label in labels)
     leaks = find_leaks(world.garden.plants, views)
     assert not leaks, describe(leaks)
@@ -759,8 +759,8 @@ def test_no_secret_in_any_sqlite_table_including_the_wal(world: World) -> None:
     main_file = (world.home / "state.sqlite").read_bytes()
     assert world.wal_marker.encode() not in main_file
     assert world.wal_marker.encode() in (world.home / "state.sqlite-wal").read_bytes()
-    assert world.wal_marker in by_label["state.sqlite [sqlite table sightings]"]
-    sightings = by_label["state.sqlite [sqlite table sightings]"]
+    assert world.wal_marker in by_label["state.sqlite [sqlite table sighting_sessions]"]
+    sightings = by_label["state.sqlite [sqlite table sighting_sessions]"]
     assert all(m in sightings for m in world.garden.marker_for("unknown-kind failure.signature"))
     constraints = by_label["state.sqlite [sqlite table constraints]"]
     assert all(m in constraints for m in world.garden.marker_for("constraint.rule"))

@@ -13,8 +13,8 @@ from starlette.testclient import TestClient
 
 from indexes import HashingEmbedder
 from sidecar import InvalidInput, Sidecar
+from sidecar.api import create_app, serve, token_for
 from sidecar.demo import demo_tools
-from sidecar.service import create_app, serve, token_for
 from tests.sidecar.helpers import abandoned
 
 TOKEN = "test-token-0123456789"
@@ -177,7 +177,7 @@ def test_bodies_over_the_limit_get_413_before_being_read(client: TestClient) -> 
 
 
 def test_an_eviction_in_progress_is_a_409(client: TestClient, sc: Sidecar) -> None:
-    with sc.evictor().lock:
+    with sc._home.evict_lock():
         assert_envelope(client.post("/v1/evictions", json={}, headers=AUTH), 409, "busy")
 
 
@@ -232,7 +232,7 @@ def test_an_eviction_can_set_its_own_min_chains(client: TestClient, sc: Sidecar)
     strict = client.post("/v1/evictions", json={"dry_run": True, "min_chains": 2}, headers=AUTH)
     assert strict.status_code == 200 and strict.json()["evicted"] == []
     reasons = {d["reason"] for d in strict.json()["kept_with_constraint"]}
-    assert reasons == {"drives 1 abandoned chain(s); eviction needs 2"}
+    assert reasons == {"1 dead-end session(s) through it; eviction needs 2"}
     loose = client.post("/v1/evictions", json={"dry_run": True}, headers=AUTH).json()
     assert {d["tool_id"] for d in loose["evicted"]} == {"web_search", "html_parser"}
     for bad in (0, -3, "two", 1.5, True, "2"):

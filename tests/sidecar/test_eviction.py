@@ -137,8 +137,8 @@ def test_dry_run_changes_nothing(sc: Sidecar) -> None:
     assert report.dry_run and len(report.evicted) == 2 and report.mandates == 0
     assert report.reclaimed["tools"] == 2 and report.reclaimed["schema_bytes"] > 0
     assert hot(sc) == before
-    assert sc.cold.tools.count() == 0
-    assert sc.ledger.list() == []
+    assert sc._cold.tools.count() == 0
+    assert sc.mandates() == []
 
 
 def test_eviction_is_idempotent(sc: Sidecar) -> None:
@@ -147,15 +147,15 @@ def test_eviction_is_idempotent(sc: Sidecar) -> None:
     first = sc.evict()
     again = sc.evict()
     assert len(first.evicted) == 2 and again.evicted == ()
-    assert sc.cold.tools.count() == 2
-    assert len(list(sc.cold.tools.scan())) == 2
-    assert len(sc.ledger.list()) == 2  # env:SEARCH and env:PARSER; env:SHARED still used
+    assert sc._cold.tools.count() == 2
+    assert len(list(sc._cold.tools.scan())) == 2
+    assert len(sc.mandates()) == 2  # env:SEARCH and env:PARSER; env:SHARED still used
 
 
 def test_mandates_only_for_credentials_no_active_tool_uses(sc: Sidecar) -> None:
     sc.report(abandoned(FATAL, "HTTP 413"))
     sc.evict()
-    mandates = {m.ref: m for m in sc.ledger.list()}
+    mandates = {m.ref: m for m in sc.mandates()}
     assert set(mandates) == {"env:SEARCH", "env:PARSER"}
     assert mandates["env:PARSER"].tool_ids == ("html_parser",)
     assert mandates["env:PARSER"].status == "pending"
@@ -164,7 +164,7 @@ def test_mandates_only_for_credentials_no_active_tool_uses(sc: Sidecar) -> None:
     # the last user of the shared credential goes: now it gets its mandate
     sc.report(abandoned(["summarizer", "llm_extractor"], "HTTP 400"))
     sc.evict()
-    assert {m.ref for m in sc.ledger.list()} == {"env:SEARCH", "env:PARSER", "env:SHARED"}
+    assert {m.ref for m in sc.mandates()} == {"env:SEARCH", "env:PARSER", "env:SHARED"}
 
 
 def test_shared_credential_of_tools_evicted_together_gets_one_mandate(tmp_path: Path) -> None:
@@ -172,7 +172,7 @@ def test_shared_credential_of_tools_evicted_together_gets_one_mandate(tmp_path: 
         sc.add_tools([tool("a", "env:S"), tool("b", "env:S"), tool("c")])
         sc.report(abandoned(["a", "b", "c"], "HTTP 400"))
         sc.evict()
-        [mandate] = sc.ledger.list()
+        [mandate] = sc.mandates()
         assert mandate.ref == "env:S" and mandate.tool_ids == ("a", "b")
 
 
@@ -208,7 +208,7 @@ def test_restore_can_lift_the_constraints(sc: Sidecar) -> None:
     result = sc.restore("search_api", "fixed", lift_constraints=True)
     assert result.lifted == (chain.chain_id,)
     assert sc.check(FATAL).safe
-    rows = sc.state.constraint_rows(include_lifted=True)
+    rows = sc._state.constraint_rows(include_lifted=True)
     assert [(r["chain_id"], r["status"]) for r in rows] == [(chain.chain_id, "lifted")]
     sc.reinstate(chain.chain_id, "regressed")
     assert not sc.check(FATAL).safe
@@ -231,7 +231,7 @@ def test_a_second_eviction_fails_fast(sc: Sidecar) -> None:
 
 
 def test_tools_in_flight_are_never_served(sc: Sidecar) -> None:
-    Journal(sc.state).write_intents(
+    Journal(sc._state).write_intents(
         [Move("m1", "summarizer", "intent", {"document": "", "metadata": {}}, ())]
     )
     assert "summarizer" not in [h.tool_id for h in sc.search("summarizer tool", k=5).hits]
@@ -293,7 +293,7 @@ def test_by_default_one_abandoned_chain_keeps_the_tools_with_the_constraint(
     report = sc.evict()
     assert report.evicted == ()
     assert [(d.tool_id, d.reason, d.chains) for d in report.kept] == [
-        (t, "drives 1 abandoned chain(s); eviction needs 2", (first.chain_id,))
+        (t, "1 dead-end session(s) through it; eviction needs 2", (first.chain_id,))
         for t in ("html_parser", "search_api")
     ]
     assert {"search_api", "html_parser"} <= hot(sc)
@@ -356,7 +356,7 @@ def test_after_a_restore_only_new_chains_count(default_sc: Sidecar) -> None:
     assert "search_api" not in {d.tool_id for d in report.evicted}
     kept = {d.tool_id: d for d in report.kept}
     assert kept["search_api"].reason == (
-        "drives 1 abandoned chain(s) since its restore; eviction needs 2"
+        "1 dead-end session(s) through it since its restore; eviction needs 2"
     )
     assert len(kept["search_api"].chains) == 3  # every chain is still listed
     sc.report(abandoned(["search_api", "html_parser", "summarizer"], "HTTP 422"))

@@ -40,7 +40,7 @@ def test_transient_failures_are_not_archived(sc: Sidecar) -> None:
     assert result.status == "not_archived"
     assert result.reason is not None and "transient" in result.reason
     assert "HTTP 429" in result.reason
-    assert sc.cold.chains.count() == 0
+    assert sc._cold.chains.count() == 0
     assert sc.check(CHAIN).safe
 
 
@@ -58,19 +58,31 @@ def test_deterministic_failure_is_archived_with_a_pointer(sc: Sidecar) -> None:
 
 
 def test_unknown_kind_is_archived_once_reproduced(sc: Sidecar) -> None:
-    first = sc.report(abandoned(CHAIN, "timeout after 30s"))
+    first = sc.report(abandoned(CHAIN, "timeout after 30s", session_id="s1"))
     assert first.status == "not_archived"
-    assert first.reason is not None and "seen 1 of the 2 times" in first.reason
+    assert first.reason is not None and "seen in 1 of the 2 sessions" in first.reason
     assert sc.check(CHAIN).safe
-    second = sc.report(abandoned(CHAIN, "timeout after 30s"))
+    second = sc.report(abandoned(CHAIN, "timeout after 30s", session_id="s2"))
     assert second.status == "archived"
-    assert second.reason is not None and "reproduced 2 times" in second.reason
+    assert second.reason is not None and "reproduced in 2 sessions" in second.reason
     assert sc.audit(second.pointer or "")["occurrences"] == 2
+
+
+def test_a_replay_is_one_sighting_and_sessions_count_apart(sc: Sidecar) -> None:
+    report = abandoned(CHAIN, "timeout after 30s")
+    assert [sc.report(report).status for _ in range(3)] == ["not_archived"] * 3
+    assert sc.report({**report, "session_id": "s9"}).status == "archived"
+    by_id = abandoned(["a", "b"], "timeout after 30s", session_id="same")
+    assert sc.report({**by_id, "report_id": "r1"}).status == "not_archived"
+    assert sc.report({**by_id, "report_id": "r1"}).status == "not_archived"  # replayed
+    assert sc.report({**by_id, "report_id": "r2"}).status == "archived"
 
 
 def test_reproduce_threshold_is_configurable(tmp_path: Path) -> None:
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path, reproduce_threshold=3) as sc:
-        statuses = [sc.report(abandoned(["a", "b"], "weird")).status for _ in range(3)]
+        statuses = [
+            sc.report(abandoned(["a", "b"], "weird", session_id=f"s{i}")).status for i in range(3)
+        ]
     assert statuses == ["not_archived", "not_archived", "archived"]
 
 
@@ -79,19 +91,19 @@ def test_replayed_report_is_idempotent(sc: Sidecar) -> None:
     again = sc.report(abandoned(CHAIN, "HTTP 404"))
     assert again.status == "archived" and again.chain_id == first.chain_id
     assert again.reason == "already archived (replayed report)"
-    assert sc.cold.chains.count() == 1
-    assert len(sc.matcher()) == 1
-    assert len(list(sc.cold.chains.scan())) == 1
+    assert sc._cold.chains.count() == 1
+    assert len(sc._lookup.matcher()) == 1
+    assert len(list(sc._cold.chains.scan())) == 1
 
 
 def test_completed_chains_are_recorded_as_usage(sc: Sidecar) -> None:
     result = sc.report(completed(["search_api", "summarizer"]))
     assert result.status == "recorded"
     sc.report(completed(["search_api", "summarizer"]))
-    assert sc.state.completed_chain_count("search_api") == 1  # one distinct chain
+    assert sc._state.completed_chain_count("search_api") == 1  # one distinct chain
     sc.report(completed(["search_api", "translator"]))
-    assert sc.state.completed_chain_count("search_api") == 2
-    assert sc.state.completed_chain_count("html_parser") == 0
+    assert sc._state.completed_chain_count("search_api") == 2
+    assert sc._state.completed_chain_count("html_parser") == 0
 
 
 @pytest.mark.parametrize(
@@ -145,7 +157,7 @@ def test_the_archived_record_holds_the_evidence(sc: Sidecar) -> None:
     assert record["session_id"] == "s-1"
     assert record["reported_at"] == "2026-11-30T10:00:00Z"
     assert record["archived_at"].endswith("Z")
-    text = json.dumps(record)
+    text = json.dumps(record.to_dict())
     for secret in ("abcdefgh12345678", "supersecretvalue1", "hunter2"):
         assert secret not in text
     for path in sc.settings.home.rglob("*"):
@@ -166,8 +178,8 @@ def test_crash_between_cold_append_and_constraint_is_repaired(tmp_path: Path) ->
     with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
         result = sc.report(abandoned(["a", "b"], "HTTP 400"))
         # the cold append happened; lose the compiled constraint as a crash would
-        sc.state._db.execute("DELETE FROM constraints")
-        sc.state._db.execute("UPDATE meta SET value = value + 1 WHERE key='constraints_rev'")
+        sc._state._db.execute("DELETE FROM constraints")
+        sc._state._db.execute("UPDATE meta SET value = value + 1 WHERE key='constraints_rev'")
         assert sc.check(["a", "b"]).safe
     with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
         collisions = sc.check(["a", "b"]).collisions
@@ -179,8 +191,8 @@ def test_constraints_reach_other_processes_views(tmp_path: Path) -> None:
     reopening (the compiled matcher follows the state revision)."""
     home = tmp_path / "h"
     with (
-        Sidecar.open(embedder=HashingEmbedder(), home=home) as reader,
         Sidecar.open(embedder=HashingEmbedder(), home=home) as writer,
+        Sidecar.open(embedder=HashingEmbedder(), home=home, read_only=True) as reader,
     ):
         assert reader.check(["a", "b"]).safe
         writer.report(abandoned(["a", "b"], "HTTP 400"))
@@ -197,14 +209,14 @@ def test_audit_errors(sc: Sidecar) -> None:
 
 
 def test_a_second_sidecar_on_the_home_serves_the_first_ones_tool_updates(tmp_path: Path) -> None:
-    """Lookup keeps hit fields in-process; a write by another Sidecar on the same home
-    (the hot-index revision in the state) makes it read them again."""
+    """Lookup keeps hit fields in-process; a write by the owner of the home (the
+    hot-index revision in the state) makes a reader read them again."""
     from sidecar import Tool
 
     home = tmp_path / "h"
     with (
-        Sidecar.open(embedder=HashingEmbedder(), home=home) as reader,
         Sidecar.open(embedder=HashingEmbedder(), home=home) as writer,
+        Sidecar.open(embedder=HashingEmbedder(), home=home, read_only=True) as reader,
     ):
         writer.add_tools([Tool("fetch", "fetch a page", tool_type="http")])
         [hit] = reader.search("fetch a page", k=1).hits

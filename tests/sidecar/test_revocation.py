@@ -218,7 +218,7 @@ def evict(sc: Sidecar, *tools: Tool, keep: tuple[Tool, ...] = ()) -> tuple[Evict
 
 
 def only(sc: Sidecar) -> Mandate:
-    (mandate,) = sc.ledger.list()
+    (mandate,) = sc.mandates()
     return mandate
 
 
@@ -248,7 +248,7 @@ def stored(home: Path) -> list[tuple[Path, bytes]]:
 
 
 def assert_never_stored(sc: Sidecar, *secrets: str, visible: str = TOKEN_REF) -> None:
-    for m in sc.ledger.list():
+    for m in sc.mandates():
         text = json.dumps(m.to_dict())
         for secret in secrets:
             assert secret not in text, f"{secret!r} in the ledger: {text}"
@@ -273,7 +273,7 @@ def test_eviction_writes_one_pending_mandate_per_released_credential(
     )
     assert report.mandates == 2
     move = report.pointers["crm_export"].removeprefix("cold://tools/")
-    by_ref = {m.ref: m for m in sc.ledger.list()}
+    by_ref = {m.ref: m for m in sc.mandates()}
     assert set(by_ref) == {TOKEN_REF, "vault://kv/crm"}
     m = by_ref[TOKEN_REF]
     assert m.idempotency_key == mandate_key(move, TOKEN_REF)
@@ -286,7 +286,7 @@ def test_eviction_writes_one_pending_mandate_per_released_credential(
     assert (m.status, m.attempts, m.last_error, m.next_attempt_at) == ("pending", 0, None, None)
     assert "no longer used by any active tool" in m.reason
     assert by_ref["vault://kv/crm"].revocation_endpoint is None
-    assert sc.state.credentials(["crm_export"]) == {"crm_export": []}
+    assert sc._state.credentials(["crm_export"]) == {"crm_export": []}
     assert server.requests == []
 
 
@@ -298,15 +298,15 @@ def test_ref_still_used_by_an_active_tool_gets_no_mandate(sc: Sidecar) -> None:
         keep=(tool("crm_reader", shared),),
     )
     assert report.mandates == 1
-    assert [m.ref for m in sc.ledger.list()] == ["env:CRM_EXPORT_ONLY"]
-    assert sc.state.credentials(["crm_reader"])["crm_reader"] == [shared]
+    assert [m.ref for m in sc.mandates()] == ["env:CRM_EXPORT_ONLY"]
+    assert sc._state.credentials(["crm_reader"])["crm_reader"] == [shared]
     # once its last active holder is evicted too, the reference gets its mandate, which
     # names every evicted holder and the chains behind them
     later_chain = sc.report(abandoned(["crm_reader", SINK], "HTTP 400")).chain_id
     later = sc.evict()
     assert [d.tool_id for d in later.evicted] == ["crm_reader"]
     assert later.mandates == 1
-    (m,) = [m for m in sc.ledger.list() if m.ref == TOKEN_REF]
+    (m,) = [m for m in sc.mandates() if m.ref == TOKEN_REF]
     assert m.tool_ids == ("crm_export", "crm_reader")
     assert m.chain_ids == tuple(sorted([first_chain, later_chain]))
     assert m.move_id == later.pointers["crm_reader"].removeprefix("cold://tools/")
@@ -325,23 +325,23 @@ def test_ref_shared_by_two_evicted_tools_gets_one_mandate_naming_both(
             sidecar, tool("crm_export", cred()), tool("crm_import", cred(), cred("env:OWN"))
         )
         assert report.mandates == 2
-        (m,) = [m for m in sidecar.ledger.list() if m.ref == TOKEN_REF]
+        (m,) = [m for m in sidecar.mandates() if m.ref == TOKEN_REF]
         assert m.tool_ids == ("crm_export", "crm_import")
         assert m.chain_ids == (chain,)
         moves = {p.removeprefix("cold://tools/") for p in report.pointers.values()}
         assert m.move_id in moves and len(moves) == 2
         assert m.idempotency_key == mandate_key(m.move_id, TOKEN_REF)
-        assert sidecar.ledger.counts()["pending"] == 2
+        assert sidecar.mandate_counts()["pending"] == 2
 
 
 def test_rerunning_evict_creates_no_new_mandates(sc: Sidecar) -> None:
     evict(sc, tool("crm_export", cred(), cred("env:OTHER")), tool("crm_import", cred()))
-    before = [m.to_dict() for m in sc.ledger.list()]
+    before = [m.to_dict() for m in sc.mandates()]
     assert len(before) == 2
     again = sc.evict()
     assert again.evicted == () and again.mandates == 0
-    assert [m.to_dict() for m in sc.ledger.list()] == before
-    assert sc.ledger.counts()["pending"] == 2
+    assert [m.to_dict() for m in sc.mandates()] == before
+    assert sc.mandate_counts()["pending"] == 2
 
 
 def test_counts_sum_up(
@@ -358,7 +358,7 @@ def test_counts_sum_up(
         tool("mail_send", cred("env:MAIL_NO_ENDPOINT", None)),
         tool("mail_search", cred("env:TEST_TOKEN_UNSET", server.endpoint("/never"))),
     )
-    counts = sc.ledger.counts()
+    counts = sc.mandate_counts()
     assert tuple(counts) == STATUSES
     assert counts == {
         "pending": 4,
@@ -368,13 +368,13 @@ def test_counts_sum_up(
         "unsupported": 0,
         "cancelled": 0,
     }
-    tally = sc.ledger.run(revoker(), now=clock)
+    tally = sc._ledger.run(revoker(), now=clock)
     assert tally == {"revoked": 1, "submitted": 1, "unsupported": 1, "failed": 1}
-    counts = sc.ledger.counts()
+    counts = sc.mandate_counts()
     assert counts == {"pending": 0, "cancelled": 0, **tally}
-    assert sum(counts.values()) == len(sc.ledger.list()) == 4
+    assert sum(counts.values()) == len(sc.mandates()) == 4
     for status in STATUSES:
-        assert len(sc.ledger.list(status)) == counts[status]
+        assert len(sc.mandates(status)) == counts[status]
     assert sorted(r.path for r in server.requests) == ["/busy", "/ok"]
 
 
@@ -384,7 +384,7 @@ def test_post_carries_token_and_hint_as_a_form(
 ) -> None:
     server.script("/oauth2/revoke", Reply(200))
     one_mandate(sc, server.endpoint())
-    assert sc.ledger.run(revoker(), now=clock) == {"revoked": 1}
+    assert sc._ledger.run(revoker(), now=clock) == {"revoked": 1}
     (req,) = server.requests
     assert (req.method, req.path) == ("POST", "/oauth2/revoke")
     assert req.headers["content-type"] == "application/x-www-form-urlencoded"
@@ -406,7 +406,7 @@ def test_client_auth_adds_http_basic_authorization(
     server.script("/oauth2/revoke", Reply(200))
     one_mandate(sc, server.endpoint())
     rv = revoker(client_auth=("sidecar-client", "client-pw:42"), token_type_hint="refresh_token")
-    assert sc.ledger.run(rv, now=clock) == {"revoked": 1}
+    assert sc._ledger.run(rv, now=clock) == {"revoked": 1}
     (req,) = server.requests
     expected = base64.b64encode(b"sidecar-client:client-pw:42").decode()
     assert req.headers["authorization"] == f"Basic {expected}"
@@ -419,20 +419,20 @@ def test_503_with_retry_after_defers_the_next_attempt(
 ) -> None:
     server.script("/oauth2/revoke", Reply(503, {"Retry-After": "120"}), Reply(200))
     one_mandate(sc, server.endpoint())
-    assert sc.ledger.run(revoker(), now=clock) == {"submitted": 1}
+    assert sc._ledger.run(revoker(), now=clock) == {"submitted": 1}
     m = only(sc)
     assert (m.status, m.attempts) == ("submitted", 1)
     assert m.next_attempt_at == pytest.approx(T0 + 120)
     assert m.last_error is not None and "HTTP 503" in m.last_error
-    assert sc.ledger.due(T0 + 119) == []
+    assert sc._ledger.due(T0 + 119) == []
 
     clock.advance(119)
-    assert sc.ledger.run(revoker(), now=clock) == {}
+    assert sc._ledger.run(revoker(), now=clock) == {}
     assert len(server.requests) == 1
     assert only(sc).to_dict() == m.to_dict()
 
     clock.advance(1)
-    assert sc.ledger.run(revoker(), now=clock) == {"revoked": 1}
+    assert sc._ledger.run(revoker(), now=clock) == {"revoked": 1}
     assert len(server.requests) == 2
     m = only(sc)
     assert (m.status, m.attempts, m.next_attempt_at) == ("revoked", 2, None)
@@ -452,7 +452,7 @@ def test_server_errors_are_retried(
 ) -> None:
     server.script("/oauth2/revoke", reply)
     one_mandate(sc, server.endpoint())
-    assert sc.ledger.run(revoker(), now=clock) == {"submitted": 1}
+    assert sc._ledger.run(revoker(), now=clock) == {"submitted": 1}
     m = only(sc)
     delay = float(reply.headers.get("Retry-After", 60))
     assert (m.status, m.attempts) == ("submitted", 1)
@@ -466,19 +466,19 @@ def test_repeated_503_gives_up_after_max_attempts(
     server.script("/oauth2/revoke", *[Reply(503, {"Retry-After": "30"})] * MAX_ATTEMPTS)
     one_mandate(sc, server.endpoint())
     for attempt in range(1, MAX_ATTEMPTS):
-        assert sc.ledger.run(revoker(), now=clock) == {"submitted": 1}
+        assert sc._ledger.run(revoker(), now=clock) == {"submitted": 1}
         m = only(sc)
         assert (m.status, m.attempts) == ("submitted", attempt)
         assert m.next_attempt_at == pytest.approx(clock.t + 30)
         clock.advance(30)
-    assert sc.ledger.run(revoker(), now=clock) == {"failed": 1}
+    assert sc._ledger.run(revoker(), now=clock) == {"failed": 1}
     m = only(sc)
     assert (m.status, m.attempts, m.next_attempt_at) == ("failed", MAX_ATTEMPTS, None)
     assert m.last_error is not None
     assert m.last_error.startswith("gave up") and "HTTP 503" in m.last_error
     assert len(server.requests) == MAX_ATTEMPTS
     clock.advance(3600)
-    assert sc.ledger.run(revoker(), now=clock) == {}
+    assert sc._ledger.run(revoker(), now=clock) == {}
     assert len(server.requests) == MAX_ATTEMPTS
 
 
@@ -488,12 +488,12 @@ def test_unsupported_token_type_is_final(
     body = b'{"error":"unsupported_token_type"}'
     server.script("/oauth2/revoke", Reply(400, {"Content-Type": "application/json"}, body))
     one_mandate(sc, server.endpoint())
-    assert sc.ledger.run(revoker(), now=clock) == {"unsupported": 1}
+    assert sc._ledger.run(revoker(), now=clock) == {"unsupported": 1}
     m = only(sc)
     assert (m.status, m.attempts, m.next_attempt_at) == ("unsupported", 1, None)
     assert m.last_error is not None and "unsupported_token_type" in m.last_error
     clock.advance(3600)
-    assert sc.ledger.run(revoker(), now=clock) == {}
+    assert sc._ledger.run(revoker(), now=clock) == {}
     assert len(server.requests) == 1
 
 
@@ -511,13 +511,13 @@ def test_other_client_errors_fail(
 ) -> None:
     server.script("/oauth2/revoke", Reply(status, body=body))
     one_mandate(sc, server.endpoint())
-    assert sc.ledger.run(revoker(), now=clock) == {"failed": 1}
+    assert sc._ledger.run(revoker(), now=clock) == {"failed": 1}
     m = only(sc)
     assert (m.status, m.attempts, m.next_attempt_at) == ("failed", 1, None)
     assert m.last_error is not None and f"HTTP {status}" in m.last_error
     assert body.decode() in m.last_error
     clock.advance(3600)
-    assert sc.ledger.run(revoker(), now=clock) == {}
+    assert sc._ledger.run(revoker(), now=clock) == {}
     assert len(server.requests) == 1
 
 
@@ -532,10 +532,10 @@ def test_credential_without_endpoint_is_unsupported_and_not_sent(
         tool("crm_import", cred("env:OTHER_TOKEN", server.endpoint("/live"))),
     )
     # the server is live (the other mandate reaches it); this one sends nothing
-    assert sc.ledger.run(revoker(), now=clock) == {"unsupported": 1, "revoked": 1}
+    assert sc._ledger.run(revoker(), now=clock) == {"unsupported": 1, "revoked": 1}
     (req,) = server.requests
     assert req.form["token"] == ["other-token-value"]
-    (m,) = [m for m in sc.ledger.list() if m.ref == TOKEN_REF]
+    (m,) = [m for m in sc.mandates() if m.ref == TOKEN_REF]
     assert (m.status, m.attempts) == ("unsupported", 1)
     assert m.last_error is not None and "revocation_endpoint" in m.last_error
 
@@ -552,7 +552,7 @@ def test_unresolvable_ref_fails_without_a_request(
     monkeypatch.setenv("TEST_TOKEN_EMPTY", "")
     assert env_resolver(ref) is None
     one_mandate(sc, server.endpoint(), ref=ref)
-    assert sc.ledger.run(revoker(), now=clock) == {"failed": 1}
+    assert sc._ledger.run(revoker(), now=clock) == {"failed": 1}
     m = only(sc)
     assert (m.status, m.attempts) == ("failed", 1)
     assert m.last_error == f"cannot resolve {ref!r} to a token"
@@ -561,15 +561,15 @@ def test_unresolvable_ref_fails_without_a_request(
 
 def test_unreachable_endpoint_stays_submitted(sc: Sidecar, clock: Clock, closed_port: int) -> None:
     one_mandate(sc, f"http://127.0.0.1:{closed_port}/oauth2/revoke")
-    assert sc.ledger.run(revoker(), now=clock) == {"submitted": 1}
+    assert sc._ledger.run(revoker(), now=clock) == {"submitted": 1}
     m = only(sc)
     assert (m.status, m.attempts) == ("submitted", 1)
     assert m.next_attempt_at == pytest.approx(T0 + 60)
     assert m.last_error is not None and m.last_error.startswith("endpoint unreachable")
     clock.advance(59)
-    assert sc.ledger.run(revoker(), now=clock) == {}
+    assert sc._ledger.run(revoker(), now=clock) == {}
     clock.advance(1)
-    assert sc.ledger.run(revoker(), now=clock) == {"submitted": 1}
+    assert sc._ledger.run(revoker(), now=clock) == {"submitted": 1}
     assert (only(sc).status, only(sc).attempts) == ("submitted", 2)
 
 
@@ -579,8 +579,8 @@ def test_record_only_is_the_default_and_sends_nothing(
     one_mandate(sc, server.endpoint())
     assert sc.settings.revoker == "record-only"
     assert isinstance(make_revoker(sc.settings.revoker), RecordOnlyRevoker)
-    assert sc.run_revocations() == {"pending": 1}
-    assert sc.run_revocations() == {"pending": 1}
+    assert sc.run_revocations().results == {"pending": 1}
+    assert sc.run_revocations().results == {"pending": 1}
     m = only(sc)
     assert (m.status, m.attempts, m.last_error, m.next_attempt_at) == ("pending", 0, None, None)
     assert server.requests == []
@@ -603,7 +603,7 @@ def test_configured_rfc7009_revoker_runs_from_the_sidecar(
         embedder=HashingEmbedder(), home=home, revoker="rfc7009", evict_min_chains=1
     ) as sidecar:
         one_mandate(sidecar, server.endpoint())
-        assert sidecar.run_revocations() == {"revoked": 1}
+        assert sidecar.run_revocations().results == {"revoked": 1}
         assert only(sidecar).status == "revoked"
     assert [r.form["token"] for r in server.requests] == [[TOKEN]]
 
@@ -613,12 +613,12 @@ def test_second_run_after_revoked_sends_nothing(
 ) -> None:
     server.script("/oauth2/revoke", Reply(200), Reply(200))
     one_mandate(sc, server.endpoint())
-    assert sc.ledger.run(revoker(), now=clock) == {"revoked": 1}
+    assert sc._ledger.run(revoker(), now=clock) == {"revoked": 1}
     done = only(sc).to_dict()
     for _ in range(2):
         clock.advance(3600)
-        assert sc.ledger.run(revoker(), now=clock) == {}
-        assert sc.ledger.due(clock.t) == []
+        assert sc._ledger.run(revoker(), now=clock) == {}
+        assert sc._ledger.due(clock.t) == []
     assert len(server.requests) == 1
     assert only(sc).to_dict() == done
 
@@ -648,14 +648,14 @@ def test_token_values_are_never_stored(
     )
     client_secret = "client-secret-5f3a9e"
     rv = revoker(client_auth=("sidecar", client_secret))
-    assert sc.ledger.run(rv, now=clock) == {
+    assert sc._ledger.run(rv, now=clock) == {
         "revoked": 1,
         "unsupported": 1,
         "failed": 1,
         "submitted": 1,
     }
     clock.advance(120)
-    assert sc.ledger.run(rv, now=clock) == {"revoked": 1}
+    assert sc._ledger.run(rv, now=clock) == {"revoked": 1}
     # every token did go out, each to its own endpoint
     sent = sorted((r.path, r.form["token"][0]) for r in server.requests)
     assert sent == sorted(
@@ -681,7 +681,7 @@ def test_token_echoed_by_the_endpoint_is_not_stored(
     ).encode()
     server.script("/oauth2/revoke", Reply(400, {"Content-Type": "application/json"}, body))
     one_mandate(sc, server.endpoint())
-    assert sc.ledger.run(revoker(), now=clock) == {"failed": 1}
+    assert sc._ledger.run(revoker(), now=clock) == {"failed": 1}
     m = only(sc)
     assert m.last_error is not None and "HTTP 400" in m.last_error
     assert TOKEN not in m.last_error, m.last_error
@@ -697,7 +697,7 @@ def test_redirect_is_not_taken_for_a_revocation(
     server.script("/oauth2/revoke", Reply(302, {"Location": other_server.endpoint("/login")}))
     other_server.script("/login", Reply(200, body=b"<html>sign in</html>"))
     one_mandate(sc, server.endpoint())
-    sc.ledger.run(revoker(), now=clock)
+    sc._ledger.run(revoker(), now=clock)
     m = only(sc)
     assert m.status != "revoked", (m.status, m.last_error, other_server.requests)
     assert len(server.requests) == 1
@@ -709,7 +709,7 @@ def test_client_credentials_do_not_follow_a_redirect_to_another_origin(
     server.script("/oauth2/revoke", Reply(302, {"Location": other_server.endpoint("/collect")}))
     other_server.script("/collect", Reply(200))
     one_mandate(sc, server.endpoint())
-    sc.ledger.run(revoker(client_auth=("sidecar-client", "client-pw")), now=clock)
+    sc._ledger.run(revoker(client_auth=("sidecar-client", "client-pw")), now=clock)
     (first,) = server.requests
     assert first.headers["authorization"].startswith("Basic ")
     leaked = [r for r in other_server.requests if "authorization" in r.headers]
@@ -729,8 +729,8 @@ def test_a_malformed_response_does_not_abort_the_run(
         tool("crm_export", cred(TOKEN_REF, server.endpoint("/garbage"))),
         tool("crm_import", cred("env:OTHER_TOKEN", server.endpoint("/ok"))),
     )
-    tally = sc.ledger.run(revoker(), now=clock)
-    by_ref = {m.ref: m for m in sc.ledger.list()}
+    tally = sc._ledger.run(revoker(), now=clock)
+    by_ref = {m.ref: m for m in sc.mandates()}
     assert by_ref["env:OTHER_TOKEN"].status == "revoked"
     assert by_ref[TOKEN_REF].status in ("submitted", "failed")
     assert sum(tally.values()) == 2
@@ -744,10 +744,10 @@ def test_restored_tool_keeps_its_credential(
     server.script("/oauth2/revoke", Reply(200))
     one_mandate(sc, server.endpoint())
     sc.restore("crm_export", reason="upstream fixed the 400")
-    assert sc.state.credentials(["crm_export"])["crm_export"] == [
+    assert sc._state.credentials(["crm_export"])["crm_export"] == [
         cred(TOKEN_REF, server.endpoint())
     ]
-    sc.ledger.run(revoker(), now=clock)
+    sc._ledger.run(revoker(), now=clock)
     assert server.requests == [], "revoked the credential of a restored, active tool"
     assert only(sc).status == "cancelled"
     assert only(sc).last_error == "cancelled: crm_export restored"

@@ -17,7 +17,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from indexes import HashingEmbedder
 from sidecar import InvalidInput, Sidecar, Tool
-from sidecar.eviction import Evictor
 from sidecar.settings import CRASH_POINTS
 from tests.sidecar.helpers import abandoned, completed
 
@@ -107,8 +106,9 @@ class EvictionMachine(RuleBasedStateMachine):
             if at == point:
                 raise Crash(at)
 
+        self.sc._evictor._crash_hook = crash
         try:
-            Evictor(self.sc, crash_hook=crash).run()
+            self.sc.evict()
         except Crash:
             pass
         else:
@@ -138,10 +138,10 @@ class EvictionMachine(RuleBasedStateMachine):
     @invariant()
     def stores_match_the_model(self) -> None:
         hot = {r.id for r in self.sc.index.scan()}
-        cold = set(self.sc.journal.evicted())
+        cold = set(self.sc._journal.evicted())
         assert hot == {t for t, w in self.where.items() if w == "hot"}
         assert cold == {t for t, w in self.where.items() if w == "cold"}
-        assert self.sc.journal.unfinished() == []
+        assert self.sc._journal.unfinished() == []
 
 
 TestEvictionMachine = EvictionMachine.TestCase

@@ -1,0 +1,101 @@
+"""The HTTP service: a FastAPI app over one :class:`~sidecar.app.Sidecar`, with the MCP
+server mounted at ``/mcp``, behind :class:`~sidecar.api.gate.Gate`.
+
+Every error leaves as ``{"error": {"code", "message"}}``: the library's errors with the
+status their class declares (:mod:`sidecar.errors`), request-schema failures as 422,
+anything else as a 500 that names no internals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sidecar.api.gate import ASGIApp, Gate, envelope
+from sidecar.api.routes import ROUTERS
+from sidecar.app import Sidecar
+from sidecar.errors import SidecarError
+from sidecar.limits import MAX_BODY_BYTES
+from sidecar.metrics import Metrics
+from sidecar.redact import redact_text
+
+log = logging.getLogger("sidecar.service")
+
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "127.0.0.1:*", "localhost:*", "[::1]:*"]
+LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+
+
+def create_app(
+    sc: Sidecar, token: str, max_body_bytes: int = MAX_BODY_BYTES, with_mcp: bool = True
+) -> ASGIApp:
+    metrics = Metrics()
+    mcp_app: ASGIApp | None = None
+    mcp_server = None
+    if with_mcp:
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        from sidecar.mcp_server import build_mcp
+
+        mcp_server = build_mcp(sc)
+        mcp_app = mcp_server.streamable_http_app(
+            streamable_http_path="/mcp",
+            transport_security=TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=LOOPBACK_HOSTS,
+                allowed_origins=LOOPBACK_ORIGINS,
+            ),
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if mcp_server is None:
+            yield
+            return
+        async with mcp_server.session_manager.run():
+            yield
+
+    from sidecar import __version__
+
+    api = FastAPI(
+        title="tool-chain sidecar",
+        version=__version__,
+        description="Failure memory for agent tool retrieval. Every route but /livez and "
+        "the documentation needs `Authorization: Bearer <token>`.",
+        lifespan=lifespan,
+    )
+    api.state.sidecar = sc
+    api.state.metrics = metrics
+    for router in ROUTERS:
+        api.include_router(router)
+    _error_handlers(api)
+    return Gate(api, mcp_app, token, max_body_bytes, metrics)
+
+
+def _error_handlers(api: FastAPI) -> None:
+    @api.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        message = f"{where}: {first.get('msg', 'invalid request')}" if where else "invalid request"
+        return envelope(422, "invalid_request", redact_text(message)[:500])
+
+    @api.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return envelope(exc.status_code, code, str(exc.detail))
+
+    @api.exception_handler(SidecarError)
+    async def _known(_request: Request, exc: SidecarError) -> JSONResponse:
+        return envelope(exc.status, exc.code, redact_text(str(exc)))
+
+    @api.exception_handler(Exception)
+    async def _unknown(_request: Request, exc: Exception) -> JSONResponse:
+        log.error(json.dumps({"event": "error", "type": type(exc).__name__}))
+        return envelope(500, "internal", "internal error; see the sidecar's log")

@@ -1,0 +1,68 @@
+"""Request bodies of the HTTP API.  Their limits come from :mod:`sidecar.limits`, the
+same ones the library enforces, so a body the schema accepts is one the library can
+judge (and answer 400 with the reason), and one it refuses is refused with 422."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sidecar.limits import (
+    MAX_CONTEXT,
+    MAX_K,
+    MAX_MIN_CHAINS,
+    MAX_PLAN,
+    MAX_QUERY,
+    MAX_REASON,
+    MAX_REPORTS_PER_REQUEST,
+    MAX_TOOLS_PER_REQUEST,
+    CheckMode,
+)
+
+Scalar = str | int | float | bool | None
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolsIn(Body):
+    tools: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_TOOLS_PER_REQUEST)
+
+
+class SearchIn(Body):
+    query: str = Field(min_length=1, max_length=MAX_QUERY)
+    k: int = Field(5, ge=1, le=MAX_K)
+    after: list[str] = Field(default_factory=list, max_length=MAX_PLAN)
+    context: dict[str, Scalar] = Field(default_factory=dict, max_length=MAX_CONTEXT)
+
+
+class ReportsIn(Body):
+    reports: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_REPORTS_PER_REQUEST)
+
+
+class CheckIn(Body):
+    plan: list[str] = Field(max_length=MAX_PLAN)
+    mode: CheckMode = "sequence"
+    context: dict[str, Scalar] = Field(default_factory=dict, max_length=MAX_CONTEXT)
+
+
+class EvictIn(Body):
+    dry_run: bool = False
+    min_chains: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_MIN_CHAINS,
+        strict=True,
+        description="overrides SIDECAR_EVICT_MIN_CHAINS",
+    )
+
+
+class RestoreIn(Body):
+    reason: str = Field(min_length=1, max_length=MAX_REASON)
+    lift_constraints: bool = False
+
+
+class ReasonIn(Body):
+    reason: str = Field(min_length=1, max_length=MAX_REASON)

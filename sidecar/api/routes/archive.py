@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query
+
+from sidecar.api.deps import Lib
+from sidecar.api.models import ReasonIn, ReportsIn
+from sidecar.limits import MAX_POINTER
+from sidecar.wire import dump, dump_dict
+
+router = APIRouter(tags=["archive"])
+
+
+@router.post("/v1/reports")
+def reports(body: ReportsIn, sc: Lib) -> dict[str, Any]:
+    return {"results": dump(sc.report_many(body.reports))}
+
+
+@router.get("/v1/audit")
+def audit(sc: Lib, pointer: str = Query(min_length=1, max_length=MAX_POINTER)) -> dict[str, Any]:
+    return dump_dict(sc.audit(pointer))
+
+
+@router.get("/v1/archive/digest")
+def digest(sc: Lib) -> dict[str, Any]:
+    return dump_dict(sc.digest())
+
+
+@router.get("/v1/archive/status")
+def archive_status(sc: Lib) -> dict[str, Any]:
+    return dump_dict(sc.status())
+
+
+@router.get("/v1/constraints")
+def constraints(sc: Lib, include_lifted: bool = False) -> dict[str, Any]:
+    return {"constraints": dump(sc.constraints(include_lifted))}
+
+
+@router.post("/v1/constraints/{chain_id}/lift")
+def lift(chain_id: str, body: ReasonIn, sc: Lib) -> dict[str, Any]:
+    return dump_dict(sc.lift(chain_id, body.reason))
+
+
+@router.post("/v1/constraints/{chain_id}/reinstate")
+def reinstate(chain_id: str, body: ReasonIn, sc: Lib) -> dict[str, Any]:
+    return dump_dict(sc.reinstate(chain_id, body.reason))

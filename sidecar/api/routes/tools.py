@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from sidecar.api.deps import Lib
+from sidecar.api.models import ToolsIn
+from sidecar.catalog import load_tools
+from sidecar.wire import dump, dump_dict
+
+router = APIRouter(tags=["tools"])
+
+
+@router.post("/v1/tools")
+def add_tools(body: ToolsIn, sc: Lib) -> dict[str, Any]:
+    return dump_dict(sc.add_tools(load_tools([body.tools], "request")))
+
+
+@router.get("/v1/tools")
+def list_tools(sc: Lib) -> dict[str, Any]:
+    return {"tools": dump(sc.list_tools())}

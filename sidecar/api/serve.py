@@ -1,0 +1,145 @@
+"""Running the HTTP service: the token, the listening socket, the server's lifetime."""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import logging
+import os
+import secrets
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from sidecar.api.app import create_app
+from sidecar.app import Sidecar
+from sidecar.errors import AddressInUse, InvalidInput
+from sidecar.home import TOKEN_FILE
+from sidecar.limits import MAX_BODY_BYTES
+
+log = logging.getLogger("sidecar.service")
+MAINTAIN_EVERY_S = 10.0
+"""How often a degraded server retries the moves it could not finish."""
+
+
+def token_for(home: Path, create: bool = True) -> str | None:
+    """``$SIDECAR_TOKEN``, else the home's 0600 ``token`` file (made on first start)."""
+    env = os.environ.get("SIDECAR_TOKEN")
+    if env:
+        return env
+    path = home / TOKEN_FILE
+    if path.exists():
+        return path.read_text().strip() or None
+    if not create:
+        return None
+    home.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound now: a taken port fails at once, and port 0 gets a
+    free port from the OS (read it back with ``getsockname``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AddressInUse(f"cannot serve on {host}:{port}: the address is in use") from None
+        raise AddressInUse(f"cannot serve on {host}:{port}: {exc.strerror}") from None
+    sock.listen(2048)
+    return sock
+
+
+def serve(
+    sc: Sidecar,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    announce: Callable[[str, str], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> None:
+    """Serve until interrupted.  ``sc`` must own its home (opened for writing): the
+    server is then the one process that writes to it, and local CLI commands find it
+    through the home's ``server.json``."""
+    import uvicorn
+
+    home = sc.settings.home
+    if is_loopback(host):
+        token = token_for(home)
+    else:
+        token = token_for(home, create=False)
+        if not token:
+            raise InvalidInput(
+                f"refusing to bind {host} (not loopback) without a token: set SIDECAR_TOKEN "
+                f"or create {home / TOKEN_FILE}"
+            )
+    assert token is not None
+    sock = bind(host, port)
+    bound = sock.getsockname()[1]
+    url = f"http://{host}:{bound}" if ":" not in host else f"http://[{host}]:{bound}"
+    _configure_logging()
+    try:
+        if progress is not None:
+            progress("opening the hot index and loading the embedding model")
+        sc.warm_up()
+        app = create_app(sc, token, max_body_bytes)
+        config = uvicorn.Config(
+            app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5
+        )
+        server = uvicorn.Server(config)
+        stop = threading.Event()
+        keeper = threading.Thread(target=_maintain, args=(sc, stop), daemon=True)
+        keeper.start()
+        sc.announce_server(url)
+        if announce is not None:
+            announce(url, str(home / TOKEN_FILE))
+        try:
+            server.run(sockets=[sock])
+        finally:
+            stop.set()
+            sc.withdraw_server()
+    finally:
+        sock.close()
+
+
+def _maintain(sc: Sidecar, stop: threading.Event) -> None:
+    """Retry interrupted moves while the server is degraded, so that it recovers by
+    itself once the store is writable again."""
+    while not stop.wait(MAINTAIN_EVERY_S):
+        if sc.degraded:
+            try:
+                sc.maintain()
+            except Exception as exc:  # a failing retry must not stop the next one
+                log.warning("recovery retry failed: %s", type(exc).__name__)
+
+
+def _configure_logging() -> None:
+    """JSON lines on stderr; the request log never holds a token (paths are redacted,
+    headers are not logged)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    for name in ("sidecar.service", "sidecar"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    for noisy in ("mcp", "uvicorn.error"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,50 @@
+"""The ``sidecar`` command: a thin shell over :class:`sidecar.Sidecar`.
+
+Each command opens the library (or the running server that owns the home, or the one
+at ``--url``), calls one method and formats the answer; errors become messages and exit
+codes in :func:`main` alone, from the codes the error classes declare
+(:mod:`sidecar.errors`).  Nothing heavy is imported before a command needs it, so
+``sidecar --help`` answers at once.
+
+Exit codes: 0 ok; 1 internal failure; 2 invalid input or usage; 3 ``check`` found the
+plan unsafe; 4 ``report`` rejected at least one line; 5 not found (also: an empty
+archive has no digest, a home that does not exist); 6 busy: another eviction holds the
+lock, or another process writes to the home; 7 a store is unavailable (a read-only or
+full disk, Chroma down, interrupted moves that cannot finish); 8 ``serve``: the address
+is in use; 9 the sidecar at ``--url`` cannot be reached or refused the token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from sidecar.errors import SidecarError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from sidecar.cli.parser import build_parser
+
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    for name, default in (("json", False), ("home", None), ("url", None), ("chroma_url", None)):
+        setattr(args, name, getattr(args, name, default))
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:
+        # the reader went away (`sidecar ... | head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except SidecarError as exc:  # the one place errors become exit codes
+        if args.json:
+            error = {"error": {"code": exc.code, "message": str(exc)}}
+            print(json.dumps(error), file=sys.stderr)
+        else:
+            print(f"sidecar: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

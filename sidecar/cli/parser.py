@@ -1,0 +1,224 @@
+"""The ``sidecar`` command line: one sub-parser per command, bound to its function in
+:mod:`sidecar.cli.commands`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from sidecar import __version__
+from sidecar.cli import commands as cmd
+from sidecar.limits import CHECK_MODES, MANDATE_STATUSES, MAX_BODY_BYTES, MAX_K
+
+
+# ---- argument types -------------------------------------------------------------------
+def csv(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def context_pair(value: str) -> tuple[str, Any]:
+    """``key=value``; the value is read as JSON when it parses (a number, a boolean),
+    else as a string.  A number that is not finite is refused."""
+    key, sep, raw = value.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected key=value, got {value!r}")
+    try:
+        parsed = json.loads(raw)
+        if isinstance(parsed, dict | list):
+            parsed = raw
+    except json.JSONDecodeError:
+        parsed = raw
+    if isinstance(parsed, float) and not math.isfinite(parsed):
+        raise argparse.ArgumentTypeError(f"{key.strip()}: {raw!r} is not a finite number")
+    return key.strip(), parsed
+
+
+def positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def k_int(raw: str) -> int:
+    value = positive_int(raw)
+    if value > MAX_K:
+        raise argparse.ArgumentTypeError(f"at most {MAX_K}, got {value}")
+    return value
+
+
+def port_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {raw!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535, got {value}")
+    return value
+
+
+# ---- the parser -----------------------------------------------------------------------
+def common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--home",
+        default=argparse.SUPPRESS,
+        help="sidecar home (default: $SIDECAR_HOME, else ./.sidecar)",
+    )
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
+    common.add_argument(
+        "--chroma-url",
+        default=argparse.SUPPRESS,
+        help="use the Chroma server at this http://host:port instead of the embedded store "
+        "(default: $SIDECAR_CHROMA_URL)",
+    )
+    common.add_argument(
+        "--url",
+        default=argparse.SUPPRESS,
+        help="talk to a running sidecar (default: $SIDECAR_URL, else the server that owns "
+        "the home; token from $SIDECAR_TOKEN or the home's token file)",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = common_options()
+    parser = argparse.ArgumentParser(
+        prog="sidecar",
+        description="Failure memory for agent tool retrieval: an active tool index, an "
+        "archive of abandoned tool chains, and constraint-aware lookup.",
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, help: str, parent: Any = sub, **kw: Any) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = parent.add_parser(name, help=help, parents=[common], **kw)
+        return p
+
+    tools = command("tools", "manage the active tool index")
+    tools_sub = tools.add_subparsers(dest="tools_command", metavar="ACTION", required=True)
+    add = command(
+        "add",
+        "add or update tools from files (MCP tools/list, OpenAI function tools, or sidecar "
+        "JSON lines)",
+        tools_sub,
+    )
+    add.add_argument("files", nargs="+", metavar="FILE")
+    add.set_defaults(func=cmd.tools_add)
+    command("list", "list the active tools", tools_sub).set_defaults(func=cmd.tools_list)
+
+    search = command("search", "semantic tool lookup")
+    search.add_argument("query")
+    search.add_argument("-k", type=k_int, default=5, help="number of tools (default 5)")
+    search.add_argument(
+        "--after", type=csv, default=[], metavar="A,B", help="tools already executed, in order"
+    )
+    search.add_argument(
+        "--context",
+        type=context_pair,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="runtime context for conditions, e.g. payload_bytes=7200000 (repeatable)",
+    )
+    search.set_defaults(func=cmd.search)
+
+    report = command("report", "report chains (JSON lines) from FILE or - for stdin")
+    report.add_argument("file", metavar="FILE|-")
+    report.set_defaults(func=cmd.report)
+
+    check = command("check", "check a plan against the archive")
+    check.add_argument("plan", type=csv, metavar="A,B,C")
+    check.add_argument("--mode", choices=CHECK_MODES, default="sequence")
+    check.add_argument(
+        "--context", type=context_pair, action="append", default=[], metavar="KEY=VALUE"
+    )
+    check.set_defaults(func=cmd.check)
+
+    audit = command(
+        "audit",
+        "show an archived record: cold://chains/<chain_id> or cold://tools/<tool_id>",
+    )
+    audit.add_argument("pointer", metavar="POINTER")
+    audit.set_defaults(func=cmd.audit)
+
+    arch = command("archive", "the abandoned chain archive")
+    arch_sub = arch.add_subparsers(dest="archive_command", metavar="ACTION", required=True)
+    command("digest", "the archive digest", arch_sub).set_defaults(func=cmd.archive_digest)
+    command("status", "counts, quarantined files, health", arch_sub).set_defaults(
+        func=cmd.archive_status
+    )
+
+    evict = command("evict", "evict dead-end prefix tools to cold storage")
+    evict.add_argument("--dry-run", action="store_true", help="decide and report; change nothing")
+    evict.add_argument(
+        "--recover", action="store_true", help="only finish moves a crash interrupted"
+    )
+    evict.add_argument(
+        "--min-chains",
+        type=positive_int,
+        metavar="N",
+        help="dead-end sessions a tool must drive to be evicted, for this run "
+        "(default: SIDECAR_EVICT_MIN_CHAINS, 2)",
+    )
+    evict.add_argument("--verbose", action="store_true", help="name every evicted and kept tool")
+    evict.set_defaults(func=cmd.evict)
+
+    restore = command("restore", "bring an evicted tool back from cold storage")
+    restore.add_argument("tool_id", metavar="TOOL_ID")
+    restore.add_argument("--reason", required=True, help="what was fixed (kept for audit)")
+    restore.add_argument(
+        "--lift-constraints",
+        action="store_true",
+        help="also stop enforcing the chains that drove its eviction",
+    )
+    restore.set_defaults(func=cmd.restore)
+
+    rev = command("revocations", "credential revocation mandates")
+    rev.add_argument("--status", choices=MANDATE_STATUSES)
+    rev.set_defaults(func=cmd.revocations)
+    rev_sub = rev.add_subparsers(dest="revocations_command", metavar="ACTION")
+    command("run", "apply the configured revoker to due mandates", rev_sub).set_defaults(
+        func=cmd.revocations_run
+    )
+
+    cons = command("constraints", "archived negative constraints")
+    cons_sub = cons.add_subparsers(dest="constraints_command", metavar="ACTION", required=True)
+    cons_list = command("list", "list constraints", cons_sub)
+    cons_list.add_argument("--all", action="store_true", help="include lifted ones")
+    cons_list.set_defaults(func=cmd.constraints_list)
+    lift = command("lift", "stop enforcing a chain's constraint", cons_sub)
+    lift.add_argument("chain_id", metavar="CHAIN_ID")
+    lift.add_argument("--reason", required=True)
+    lift.add_argument("--reinstate", action="store_true", help="enforce it again instead")
+    lift.set_defaults(func=cmd.constraints_lift)
+
+    serve = command("serve", "serve the HTTP API and MCP (streamable HTTP)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument(
+        "--port", type=port_int, default=8765, help="port (default 8765; 0: any free port)"
+    )
+    serve.add_argument(
+        "--max-body",
+        type=positive_int,
+        default=MAX_BODY_BYTES,
+        help="largest request body in bytes",
+    )
+    serve.add_argument(
+        "--demo-if-empty", action="store_true", help="load the demo catalog into an empty home"
+    )
+    serve.set_defaults(func=cmd.serve)
+
+    command("mcp", "serve MCP over stdio").set_defaults(func=cmd.mcp)
+    command("demo", "walk through the sediment fallacy and its prevention").set_defaults(
+        func=cmd.demo
+    )
+    return parser

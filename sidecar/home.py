@@ -1,0 +1,149 @@
+"""A sidecar home: the folder holding one sidecar's stores, and who may write to it.
+
+    $SIDECAR_HOME/
+      chroma/         the hot index (embedded Chroma), unless a Chroma server holds it
+      cold/           the Parquet archive (see :mod:`cold_store`)
+      state.sqlite    everything else (see :mod:`sidecar.state`)
+      owner.lock      held by the one process that writes (see below)
+      evict.lock      held while tools move between the hot and the cold store
+      server.json     the URL of the server that owns the home, while it runs
+      token           the HTTP API's bearer token (0600)
+
+**Ownership.**  A home opened for writing is *owned*: its process holds ``owner.lock``
+(exclusively for the embedded Chroma, which tolerates one writer process; shared when
+the hot index is on a Chroma server, so that several processes may write there) for as
+long as it is open.  Only the owner writes, reconciles or finishes interrupted moves.
+A home opened for reading takes no lock and never writes anything: not a folder, not a
+table, not a WAL file; a read of a home that does not exist fails instead of creating
+an empty one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from cold_store import ColdStore, ColdStoreError
+from sidecar import journal, registry, revocation, state
+from sidecar.errors import Busy, NotFound, StateUnavailable
+from sidecar.lock import WriterLock, holder
+from sidecar.settings import Settings
+from sidecar.state import StateStore
+
+OWNER_LOCK = "owner.lock"
+EVICT_LOCK = "evict.lock"
+SERVER_FILE = "server.json"
+TOKEN_FILE = "token"
+
+SCHEMAS = (state.SCHEMA, registry.SCHEMA, journal.SCHEMA, revocation.SCHEMA)
+"""Every module's tables, created when a home is opened for writing."""
+
+
+class Home:
+    def __init__(self, settings: Settings, writable: bool = True) -> None:
+        self.settings = settings
+        self.path = settings.home
+        self.writable = writable
+        self._owner: WriterLock | None = None
+        if writable:
+            self._claim()
+        elif not settings.state_path.exists():
+            raise NotFound(
+                f"no sidecar home at {self.path}: nothing was added or reported there "
+                "(check --home or SIDECAR_HOME; writes and `sidecar serve` create a home)"
+            )
+        try:
+            self.state = StateStore(settings.state_path, writable)
+            for ddl in SCHEMAS:
+                self.state.ensure(ddl)
+        except sqlite3.Error as exc:
+            self.release()
+            raise StateUnavailable(
+                f"cannot open the state database {settings.state_path}: {exc}"
+            ) from exc
+        try:
+            self.cold = ColdStore(settings.cold_path, writable=writable)
+        except (ColdStoreError, OSError, sqlite3.Error) as exc:
+            self.state.close()
+            self.release()
+            raise StateUnavailable(
+                f"cannot open the cold store {settings.cold_path}: {exc}"
+            ) from exc
+
+    def _claim(self) -> None:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateUnavailable(
+                f"cannot create the sidecar home {self.path}: {exc.strerror}"
+            ) from exc
+        shared = self.settings.chroma_url is not None
+        lock = WriterLock(self.path / OWNER_LOCK, "writer of this home", shared=shared)
+        try:
+            lock.acquire()
+        except Busy as exc:
+            url = server_url(self.path)
+            if url:
+                raise Busy(
+                    f"a sidecar server owns {self.path} ({url}); send this through it "
+                    f"with --url {url}",
+                    exc.holder,
+                ) from None
+            raise
+        except OSError as exc:
+            raise StateUnavailable(f"cannot lock the sidecar home {self.path}: {exc}") from exc
+        self._owner = lock
+
+    @property
+    def owned(self) -> bool:
+        return self._owner is not None and self._owner.held
+
+    def evict_lock(self) -> WriterLock:
+        """The lock that one eviction, restore or recovery at a time holds."""
+        return WriterLock(self.path / EVICT_LOCK, "eviction")
+
+    @contextlib.contextmanager
+    def hot_write(self) -> Iterator[None]:
+        """Around every write to the hot index: the revision moves before and after, so
+        that a process killed mid-write still makes every other reader re-read."""
+        self.state.bump_tools_revision()
+        try:
+            yield
+        finally:
+            self.state.bump_tools_revision()
+
+    def announce_server(self, url: str) -> None:
+        """Record the URL of the server that owns this home, for CLI commands to find."""
+        tmp = self.path / f".{SERVER_FILE}.{os.getpid()}"
+        tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}))
+        os.replace(tmp, self.path / SERVER_FILE)
+
+    def withdraw_server(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.path / SERVER_FILE).unlink()
+
+    def release(self) -> None:
+        if self._owner is not None:
+            self._owner.release()
+            self._owner = None
+
+    def close(self) -> None:
+        self.state.close()
+        self.cold.close()
+        self.release()
+
+
+def server_url(path: Path) -> str | None:
+    """The URL of the running server that owns the home at ``path``, if any (a file
+    left by a server that died is ignored: its lock went with it)."""
+    try:
+        info = json.loads((path / SERVER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not isinstance(info.get("url"), str):
+        return None
+    return info["url"] if holder(path / OWNER_LOCK, "writer") else None

@@ -1,0 +1,179 @@
+"""Constraint-aware lookup and plan checks.
+
+A lookup ranks active tools by similarity to the query and never returns one that the
+state says is cold (evicted, or with its move begun) or one that would complete a
+fatal sequence after the executed prefix under the given context; the fatal
+continuations that the filter displaced come back as ``withheld`` with their rule and
+pointer, and hits that lead toward a fatal sequence carry warnings.
+
+The compiled constraints (:class:`~sidecar.constraints.ConstraintMatcher`) are rebuilt
+only when the constraints revision moves; the set of cold tools and the hits' fields
+are re-read only when the hot-index revision moves.  Both revisions come from one read
+of the state, so a lookup follows writes made by any process on the home.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from indexes import ActiveIndex
+from sidecar.constraints import ConstraintMatcher
+from sidecar.errors import InvalidInput
+from sidecar.journal import Journal
+from sidecar.limits import CHECK_MODES, MAX_CONTEXT, MAX_K, MAX_PLAN, MAX_QUERY, CheckMode
+from sidecar.model import CheckResult, LookupHit, LookupResult, Withheld, check_tool_id
+from sidecar.registry import Fields
+from sidecar.settings import Settings
+from sidecar.state import StateStore
+
+
+class Lookup:
+    def __init__(
+        self,
+        state: StateStore,
+        journal: Journal,
+        fields: Fields,
+        settings: Settings,
+    ) -> None:
+        self._state = state
+        self._journal = journal
+        self._fields = fields
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._matcher: ConstraintMatcher | None = None
+        self._matcher_rev = -1
+        self._cold: frozenset[str] = frozenset()
+        self._cold_rev = -1
+
+    def matcher(self, rev: int | None = None) -> ConstraintMatcher:
+        """The compiled constraints at constraints revision ``rev`` (read now if not
+        given)."""
+        rev = self._state.revision() if rev is None else rev
+        with self._lock:
+            if self._matcher is None or rev != self._matcher_rev:
+                self._matcher = ConstraintMatcher(
+                    self._state.active_constraints(),
+                    missing_field=self._settings.missing_field,
+                    warning_sample=self._settings.max_warnings_per_tool,
+                )
+                self._matcher_rev = rev
+            return self._matcher
+
+    def cold_tools(self, tools_rev: int) -> frozenset[str]:
+        """Tools the state says are not hot: evicted, or with their move begun."""
+        with self._lock:
+            if tools_rev != self._cold_rev:
+                self._cold = frozenset(self._journal.evicted()) | self._journal.in_flight_tools()
+                self._cold_rev = tools_rev
+            return self._cold
+
+    def search(
+        self,
+        index: ActiveIndex,
+        vector: np.ndarray,
+        k: int,
+        executed: tuple[str, ...],
+        context: dict[str, Any],
+    ) -> LookupResult:
+        constraints_rev, tools_rev = self._state.revisions()
+        matcher = self.matcher(constraints_rev)
+        blocked, conditional = matcher.next_steps(executed, context)
+        exclude: Collection[str] = blocked.keys() | self.cold_tools(tools_rev)
+        fields = self._fields.at(tools_rev)
+        ranked, displaced = index.search_ranked(
+            vector, k, _Excluded(exclude, fields), ids_only=True
+        )
+        withheld = [
+            Withheld(h.id, c.rule, c.pointer, c.chain_id, why)
+            for h in displaced
+            if h.id in blocked
+            for c, why in blocked[h.id]
+        ]
+        limit = self._settings.max_warnings_per_tool
+        hits = [
+            LookupHit(
+                tool_id=h.id,
+                score=h.score,
+                description=str(fields[h.id].get("description") or ""),
+                warnings=tuple(
+                    (conditional.get(h.id, []) + matcher.warnings(executed, h.id, limit))[:limit]
+                ),
+                tool_type=str(fields[h.id].get("tool_type") or "unspecified"),
+            )
+            for h in ranked
+        ]
+        return LookupResult(tuple(hits), tuple(withheld))
+
+    def check(self, plan: tuple[str, ...], mode: CheckMode, context: dict[str, Any]) -> CheckResult:
+        return self.matcher().check(plan, context, mode)
+
+
+class _Excluded(Collection[str]):
+    """The excluded ids, plus any id the records do not know (a record the hot index
+    kept after its tool left: never served)."""
+
+    def __init__(self, ids: Collection[str], known: Mapping[str, object]) -> None:
+        self._ids = ids
+        self._known = known
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._ids or item not in self._known
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __iter__(self) -> Any:
+        return iter(self._ids)
+
+
+# ---- argument checks, shared by every surface -------------------------------------------
+def query_text(query: object) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInput("query must be a non-empty string")
+    if len(query) > MAX_QUERY:
+        raise InvalidInput(f"query is longer than {MAX_QUERY} characters")
+    return query
+
+
+def k_value(k: object) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise InvalidInput(f"k must be an integer from 1 to {MAX_K}")
+    return k
+
+
+def check_mode(mode: object) -> CheckMode:
+    if mode not in CHECK_MODES:
+        raise InvalidInput(f"mode must be 'sequence' or 'prefix', got {mode!r}")
+    return mode  # type: ignore[return-value]
+
+
+def tool_list(tools: object, where: str) -> tuple[str, ...]:
+    if isinstance(tools, str) or not isinstance(tools, Sequence):
+        raise InvalidInput(f"{where} must be a list of tool ids")
+    if len(tools) > MAX_PLAN:
+        raise InvalidInput(f"{where} has {len(tools)} tools; at most {MAX_PLAN}")
+    return tuple(check_tool_id(t, f"{where}[{i}]") for i, t in enumerate(tools))
+
+
+def context_values(context: object) -> dict[str, Any]:
+    """A lookup or check context: field -> scalar.  A number that is not finite (NaN,
+    infinity) is refused: no condition could be evaluated against it."""
+    if context is None:
+        return {}
+    if not isinstance(context, Mapping):
+        raise InvalidInput("context must be an object of field -> value")
+    if len(context) > MAX_CONTEXT:
+        raise InvalidInput(f"context has {len(context)} fields; at most {MAX_CONTEXT}")
+    for key, value in context.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidInput("context keys must be non-empty strings")
+        if value is not None and not isinstance(value, str | int | float | bool):
+            raise InvalidInput(f"context[{key!r}] must be a string, number, boolean or null")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidInput(f"context[{key!r}] must be a finite number, got {value!r}")
+    return dict(context)
