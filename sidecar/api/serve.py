@@ -5,7 +5,9 @@ from __future__ import annotations
 import errno
 import ipaddress
 import logging
+import logging.handlers
 import os
+import queue
 import secrets
 import socket
 import sys
@@ -95,7 +97,7 @@ def serve(
     sock = bind(host, port)
     bound = sock.getsockname()[1]
     url = f"http://{host}:{bound}" if ":" not in host else f"http://[{host}]:{bound}"
-    _configure_logging()
+    listener = _configure_logging()
     try:
         if progress is not None:
             progress("opening the hot index and loading the embedding model")
@@ -118,6 +120,7 @@ def serve(
             sc.withdraw_server()
     finally:
         sock.close()
+        listener.stop()
 
 
 def _maintain(sc: Sidecar, stop: threading.Event) -> None:
@@ -131,11 +134,33 @@ def _maintain(sc: Sidecar, stop: threading.Event) -> None:
                 log.warning("recovery retry failed: %s", type(exc).__name__)
 
 
-def _configure_logging() -> None:
-    """JSON lines on stderr; the request log never holds a token (paths are redacted,
-    headers are not logged)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+class _DroppingQueueHandler(logging.handlers.QueueHandler):
+    """Hands records to the writer thread without ever waiting: when the log sink is
+    slower than the requests (a pipe nobody reads fills in 64 KiB), lines are dropped
+    and counted instead of stalling the event loop that serves every request."""
+
+    def __init__(self, q: queue.Queue[logging.LogRecord]) -> None:
+        super().__init__(q)
+        self.dropped = 0
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        try:
+            self.queue.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
+
+
+LOG_QUEUE = 10_000
+"""Log records waiting for the writer thread, at most."""
+
+
+def _configure_logging() -> logging.handlers.QueueListener:
+    """JSON lines on stderr, written by a thread of their own; the request log never
+    holds a token (paths are redacted, headers are not logged)."""
+    sink = logging.StreamHandler(sys.stderr)
+    sink.setFormatter(logging.Formatter("%(message)s"))
+    records: queue.Queue[logging.LogRecord] = queue.Queue(LOG_QUEUE)
+    handler = _DroppingQueueHandler(records)
     for name in ("sidecar.service", "sidecar"):
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]
@@ -143,3 +168,6 @@ def _configure_logging() -> None:
         logger.propagate = False
     for noisy in ("mcp", "uvicorn.error"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    listener = logging.handlers.QueueListener(records, sink)
+    listener.start()
+    return listener
