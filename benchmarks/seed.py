@@ -1,6 +1,6 @@
 """The seed's archive and its linear prefix check, restated as the benchmarks' baseline.
 
-``../shared/seed/`` gives ``ToolChainArchiver.build_archive`` and
+The seed (``docs/design.md``) gives ``ToolChainArchiver.build_archive`` and
 ``check_prefix_collision``; this module keeps their data classes, their loop (a tuple of
 tool ids rebuilt for every archived chain on every check, first match in archive order)
 and their message, so that the compiled checks are timed against what the seed does and

@@ -20,6 +20,7 @@ is never indexed twice: the first published copy wins, later copies are skipped 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -270,7 +271,7 @@ class ParquetTable:
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
             rel = f"{self.partition_by}={value}/part-{stamp}-{uuid.uuid4().hex}.parquet"
             try:
-                publish(self.dir / rel, lambda handle, t=table: self._write(t, handle))
+                publish(self.dir / rel, functools.partial(self._write, table))
             except (pa.ArrowException, OSError) as exc:
                 raise CommitFailed(f"publishing to {self.name!r} failed: {exc}") from exc
             try:
@@ -354,7 +355,7 @@ class ParquetTable:
             raise RecordQuarantined(self.name, key, self.quarantine_dir / rel, reason or "")
         try:
             table = pq.ParquetFile(self.dir / rel).read_row_group(group)
-            record = table.slice(row, 1).to_pylist()[0]
+            record: dict[str, Any] = table.slice(row, 1).to_pylist()[0]
         except (pa.ArrowException, OSError, IndexError) as exc:
             reason = f"unreadable: {exc}"
             path = self._quarantine(rel, reason)

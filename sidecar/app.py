@@ -618,7 +618,7 @@ def _min_chains(value: Any) -> int | None:
         isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MIN_CHAINS
     ):
         raise InvalidInput(f"min_chains must be an integer >= 1, got {value!r}")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 __all__ = ["Sidecar", "boundary", "make_embedder"]

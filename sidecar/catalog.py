@@ -111,8 +111,14 @@ def parse_tool(item: Any) -> Tool:
         raise ToolFormatError(f"{where}: input schema must be a JSON object")
     if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
         raise ToolFormatError(f"{where}: input schema is over {MAX_SCHEMA_BYTES} bytes")
+    if isinstance(tool_type, str):
+        # the seed's types are enum names (SEARCH, PARSER): accepted in any case
+        tool_type = tool_type.strip().lower()
     if not isinstance(tool_type, str) or not TOOL_TYPE_PATTERN.fullmatch(tool_type):
-        raise ToolFormatError(f"{where}: tool_type must match [a-z][a-z0-9_]*")
+        raise ToolFormatError(
+            f"{where}: tool_type must be a word of letters, digits and '_' starting with a "
+            f"letter (any case), got {tool_type!r}"
+        )
     return Tool(
         tool_id=tool_id,
         description=description.strip(),

@@ -83,8 +83,10 @@ def classify(
     signature: str, kind: str | None = None, error: Mapping[str, Any] | None = None
 ) -> Classification:
     error = error or {}
-    if kind in ("deterministic", "transient"):
-        return Classification(kind, 1, f"the report says the failure is {kind}")
+    if kind == "deterministic":
+        return Classification("deterministic", 1, "the report says the failure is deterministic")
+    if kind == "transient":
+        return Classification("transient", 1, "the report says the failure is transient")
     retryable = error.get("retryable")
     if isinstance(retryable, bool):
         if retryable:

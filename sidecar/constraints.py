@@ -9,7 +9,7 @@ of archived chains:
   off the state the prefix leads to;
 - gapped sequences (a rule that opts in): a trie walked as a set of states, each tool
   of the plan advancing every state that has an edge for it;
-- the seed's prefix check: a trie of abandoned prefixes whose nodes keep the earliest
+- the seed's prefix check (the seed: the design note ``docs/design.md`` names): a trie of abandoned prefixes whose nodes keep the earliest
   archived chain ending there, so the seed's first-match-in-archive-order verdict comes
   from one walk down the candidate.
 
@@ -325,7 +325,10 @@ class ConstraintMatcher:
         except TypeError:  # unhashable context values: no caching
             key = None
         if key is not None and key in self._next_cache:
-            return self._next_cache[key]
+            cached: tuple[dict[str, list[tuple[ArchivedConstraint, str]]], dict[str, list[str]]] = (
+                self._next_cache[key]
+            )
+            return cached
         answer = self._next_steps(after, context)
         if key is not None:
             if len(self._next_cache) >= 4096:

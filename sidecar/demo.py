@@ -25,7 +25,7 @@ STEPS = (
 )
 BIG_PAGE = {"payload_bytes": 7_200_000}
 SMALL_PAGE = {"payload_bytes": 180_000}
-ABANDONED = {
+ABANDONED: dict[str, Any] = {
     "topology": ["web_search", "html_parser", "llm_extractor"],
     "outcome": "abandoned",
     "failure": {
@@ -95,11 +95,9 @@ def run_demo(home: Path | None = None, as_json: bool = False) -> int:
             say("")
             say("2. The first agent reports its abandoned chain to the sidecar:")
             # the report names what the first agent actually executed
+            rule = ABANDONED["constraint"]
             report = {**ABANDONED, "topology": first}
-            report["constraint"] = {
-                **ABANDONED["constraint"],
-                "when": [{**ABANDONED["constraint"]["when"][0], "step": first[1]}],
-            }
+            report["constraint"] = {**rule, "when": [{**rule["when"][0], "step": first[1]}]}
             archived = sc.report(report)
             say(f"    {archived.status}: {archived.pointer} ({archived.reason})")
             recorded = sc.report(COMPLETED)

@@ -13,7 +13,7 @@ prefix tool of every active constraint (an abandoned chain):
 
 Why two sessions by default: "appears only in abandoned chains" judged from a single
 dead end is judged from whatever history happens to exist, and on real trajectories it
-evicts tools that other tasks need (BENCHMARKS.md: one chain cost 3.7-4.5% of viable
+evicts tools that other tasks need (``BENCHMARKS.md``: one chain cost 3.7-4.5% of viable
 recall; the constraints alone already stop every re-assembly).  The same reasoning
 makes an unknown failure kind wait for a second session before it is archived.
 

@@ -8,6 +8,7 @@ must name a credential and never carry one.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -85,7 +86,7 @@ def redact_text(text: str) -> str:
         if group == 0:
             text = pattern.sub(MASK, text)
         else:
-            text = pattern.sub(lambda m, g=group: _mask_group(m, g), text)
+            text = pattern.sub(functools.partial(_mask_group, group=group), text)
     return text
 
 

@@ -1,13 +1,43 @@
-"""Shared fixtures.  The real model is loaded once per session and shared."""
+"""Shared fixtures.  The real model is loaded once per session and shared.
+
+Markers are applied here from what a test uses: ``integration`` for everything under
+``tests/integration`` and ``tests/faults`` and for every test of a Chroma server (real
+servers, subprocesses, crashes), ``model``
+for every test that loads the real embedding model.  ``make test-fast`` runs the rest.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from indexes import HashingEmbedder, MiniLMEmbedder
+
+SLOW_DIRS = ("integration", "faults")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        fixtures = getattr(item, "fixturenames", ())
+        callspec = getattr(item, "callspec", None)
+        on_server = callspec is not None and callspec.params.get("index") == "server"
+        if any(d in parts for d in SLOW_DIRS) or "chroma_server" in fixtures or on_server:
+            item.add_marker(pytest.mark.integration)
+        if "minilm" in fixtures:
+            item.add_marker(pytest.mark.model)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No developer setting reaches the suite: a ``SIDECAR_CHROMA_URL`` or
+    ``SIDECAR_HOME`` in the shell must never point a test at someone's real store."""
+    for name in list(os.environ):
+        if name.startswith("SIDECAR_"):
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture(scope="session")

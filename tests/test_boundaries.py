@@ -1,6 +1,6 @@
 """Package boundaries: sidecar -> {indexes, cold_store}; those two never import sidecar
 or each other; chromadb / sentence_transformers only in indexes, pyarrow only in
-cold_store."""
+cold_store; the library never imports its benchmarks or tests."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = {
     "indexes": {"sidecar", "cold_store", "pyarrow"},
     "cold_store": {"sidecar", "indexes", "chromadb", "sentence_transformers", "torch"},
-    "sidecar": {"chromadb", "sentence_transformers", "torch", "pyarrow"},
+    "sidecar": {"chromadb", "sentence_transformers", "torch", "pyarrow", "benchmarks", "tests"},
 }
 
 

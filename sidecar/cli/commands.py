@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -180,7 +181,7 @@ def report(args: argparse.Namespace) -> int:
             else:
                 out = next(answers).to_dict()
             rejected += out["status"] == "rejected"
-            emit(args, out, lambda o=out, n=lineno: _human_intake(n, o))
+            emit(args, out, functools.partial(_human_intake, lineno, out))
         sys.stdout.flush()
 
     with backend(args, write=True) as b:

@@ -175,3 +175,8 @@ def test_the_demo_catalog_is_valid_and_large_enough() -> None:
     assert len(tools) >= 50
     assert len({t.tool_id for t in tools}) == len(tools)
     assert all(t.description for t in tools)
+
+
+@pytest.mark.parametrize(("given", "stored"), [("SEARCH", "search"), ("Parser", "parser")])
+def test_seed_style_tool_types_are_accepted_in_any_case(given: str, stored: str) -> None:
+    assert parse_tool({"tool_id": "t", "tool_type": given}).tool_type == stored
