@@ -9,9 +9,10 @@ of archived chains:
   off the state the prefix leads to;
 - gapped sequences (a rule that opts in): a trie walked as a set of states, each tool
   of the plan advancing every state that has an edge for it;
-- the seed's prefix check (the seed: the design note ``docs/design.md`` names): a trie of abandoned prefixes whose nodes keep the earliest
-  archived chain ending there, so the seed's first-match-in-archive-order verdict comes
-  from one walk down the candidate.
+- the seed's prefix check (the seed: the design note ``docs/design.md`` names): a trie
+  of abandoned prefixes whose nodes keep the earliest archived chain ending there, so
+  the seed's first-match-in-archive-order verdict comes from one walk down the
+  candidate.
 
 A constraint's condition (``when``) narrows it: it blocks only when every condition
 holds for the given context.  A condition whose field the context lacks holds (fails
