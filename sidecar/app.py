@@ -78,6 +78,7 @@ from sidecar.model import (
     IntakeResult,
     LookupResult,
     Tool,
+    check_chain_id,
     check_text,
     check_tool_id,
 )
@@ -493,6 +494,7 @@ class Sidecar:
     def lift(self, chain_id: str, reason: str) -> ConstraintChange:
         """Stop enforcing an archived chain's constraint (the record stays for audit)."""
         self._writable()
+        check_chain_id(chain_id)
         why = _reason(reason, "lifting a constraint needs a reason")
         if not self._state.set_constraint_status(chain_id, "lifted", why):
             raise NotFound(f"no archived chain {chain_id!r}")
@@ -501,6 +503,7 @@ class Sidecar:
     @boundary
     def reinstate(self, chain_id: str, reason: str) -> ConstraintChange:
         self._writable()
+        check_chain_id(chain_id)
         why = _reason(reason, "reinstating a constraint needs a reason")
         if not self._state.set_constraint_status(chain_id, "active", why):
             raise NotFound(f"no archived chain {chain_id!r}")

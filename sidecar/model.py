@@ -57,6 +57,16 @@ def check_json_value(value: object, where: str, depth: int = 0) -> None:
             check_json_value(item, f"{where}[{i}]", depth + 1)
 
 
+CHAIN_ID_PATTERN = re.compile(r"[0-9a-f]{32}")
+
+
+def check_chain_id(value: object) -> str:
+    if not isinstance(value, str) or not CHAIN_ID_PATTERN.fullmatch(value):
+        shown = value[:80] if isinstance(value, str) else type(value).__name__
+        raise InvalidInput(f"{shown!r} is not a chain id (32 lowercase hex digits)")
+    return value
+
+
 def check_tool_id(value: object, where: str = "tool id") -> str:
     if not isinstance(value, str):
         raise InvalidInput(f"{where} must be a string, got {type(value).__name__}")
@@ -249,8 +259,9 @@ class LookupHit:
     def to_dict(self) -> dict[str, Any]:
         return {
             "tool_id": self.tool_id,
-            "score": round(self.score, 6),
+            "score": self.score,
             "description": self.description,
+            "tool_type": self.tool_type,
             "warnings": list(self.warnings),
         }
 

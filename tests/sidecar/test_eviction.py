@@ -220,7 +220,7 @@ def test_restore_errors(sc: Sidecar) -> None:
     with pytest.raises(InvalidInput):
         sc.restore("search_api", "  ")
     with pytest.raises(NotFound):
-        sc.lift("nope", "x")
+        sc.lift("0" * 32, "x")
 
 
 def test_a_second_eviction_fails_fast(sc: Sidecar) -> None:
