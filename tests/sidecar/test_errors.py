@@ -79,9 +79,9 @@ def test_the_four_surfaces_agree(
     assert main(["archive", "status", "--json"]) == cls.exit_code
     assert f'"code": "{cls.code}"' in capsys.readouterr().err
     # MCP: a tool error that starts with the code
-    from sidecar.mcp_server import build_mcp
-
     from mcp.server.mcpserver.exceptions import ToolError
+
+    from sidecar.mcp_server import build_mcp
 
     server = build_mcp(sc)
     with pytest.raises(ToolError) as raised:
