@@ -12,9 +12,10 @@ The JSON form (learned and hand-written conditions alike)::
 
 ``op`` is ``==``, ``not_in`` (the value is a list), ``>`` or ``<``; a list-valued feature
 satisfies the predicate when one of its values does; a missing feature never does.
-``support`` counts distinct failing sessions the predicate explains, ``contradictions``
-succeeding calls it matches (for ``not_in`` and thresholds, counted leave-one-session-
-out: a success whose value only its own session showed), ``confidence`` is
+``support`` counts distinct failing sessions the predicate explains (sessions acting on
+one object count once), ``contradictions`` succeeding calls it matches (for ``not_in``
+and thresholds, which no success used to build them matches, counted prequentially:
+each success against the successes before it), ``confidence`` is
 ``support / (support + contradictions + 1)``.  ``warn_only`` marks a condition that may
 warn but never block (a remembered argument value the failure was not shown to be about).
 Only ``tool``, ``signature`` and ``predicate`` are required when a condition is written by

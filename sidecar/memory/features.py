@@ -83,8 +83,21 @@ def call_features(
 ) -> dict[str, FeatureValue]:
     """The features of calling ``tool`` with ``arguments`` after the steps ``before``
     (a :class:`Trace` of them is reused as is; a plain sequence is indexed first)."""
+    return features_and_anchors(before, tool, arguments, task_input)[0]
+
+
+def features_and_anchors(
+    before: Sequence[Step] | Trace,
+    tool: str,
+    arguments: Mapping[str, Any],
+    task_input: str | None = None,
+) -> tuple[dict[str, FeatureValue], dict[str, list[str]]]:
+    """:func:`call_features`, and for each list-valued feature read per element of a list
+    argument, the element each value comes from (the learner counts evidence per
+    distinct object, not per session)."""
     trace = before if isinstance(before, Trace) else Trace(before, task_input)
     out: dict[str, FeatureValue] = {"value:*": canonical(dict(arguments))}
+    anchors: dict[str, list[str]] = {}
     names = sorted(arguments)
     views: dict[str, ObjectView] = {}
     element_views: dict[str, list[ObjectView]] = {}
@@ -106,21 +119,23 @@ def call_features(
         out[f"grounded:{name}"] = all(trace.seen(k, task_input) for k in keys)
         shapes = [shape(k) for k in keys]
         out[f"shape:{name}"] = shapes if is_list else shapes[0]
+        if is_list:
+            anchors[f"shape:{name}"] = keys
         bound = [trace.binding(k, name) for k in keys]
         out[f"bound:{name}"] = all(obj is not None for obj in bound)
-        found = [trace.view(obj) for obj in bound if obj is not None]
+        found = [(k, trace.view(obj)) for k, obj in zip(keys, bound, strict=True) if obj]
         if not found:
             continue
         if is_list:
-            element_views[name] = found
-            _object_fields_of_elements(out, name, found, set(keys))
+            element_views[name] = [view for _, view in found]
+            _object_fields_of_elements(out, anchors, name, found)
         else:
-            views[name] = found[0]
-            _object_fields(out, name, found[0], keys[0])
+            views[name] = found[0][1]
+            _object_fields(out, name, found[0][1], keys[0])
     _relations(out, keys_of, views)
     _list_pairs(out, arguments, names)
     _comparisons(out, arguments, names, views, element_views)
-    return out
+    return out, anchors
 
 
 def _object_fields(out: dict[str, FeatureValue], name: str, view: ObjectView, key: str) -> None:
@@ -132,15 +147,21 @@ def _object_fields(out: dict[str, FeatureValue], name: str, view: ObjectView, ke
 
 
 def _object_fields_of_elements(
-    out: dict[str, FeatureValue], name: str, views: list[ObjectView], keys: set[str]
+    out: dict[str, FeatureValue],
+    anchors: dict[str, list[str]],
+    name: str,
+    found: list[tuple[str, ObjectView]],
 ) -> None:
-    fields: dict[str, list[Scalar]] = {}
-    for view in views:
+    fields: dict[str, tuple[list[Scalar], list[str]]] = {}
+    for key, view in found:
         for field, value in view.scalars.items():
-            if key_of(value) not in keys:
-                fields.setdefault(field, []).append(value)
-    for field, values in fields.items():
+            if key_of(value) != key:
+                values, keys = fields.setdefault(field, ([], []))
+                values.append(value)
+                keys.append(key)
+    for field, (values, keys) in fields.items():
         out[f"obj:{name}.{field}"] = values
+        anchors[f"obj:{name}.{field}"] = keys
 
 
 def _relations(

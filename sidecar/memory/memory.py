@@ -8,15 +8,16 @@ and then:
 - a *failing* call (a deterministic or unknown failure; transient ones teach nothing)
   is kept as a record (session, features, the argument values its error text names) in
   its group, (tool, normalized signature);
-- a *succeeding* call only updates per-tool value statistics: for each feature, each
-  value seen succeeding, how many calls, in which sessions (two at most: enough to know
-  whether a value was seen in a session other than a given one) and when last.
+- a *succeeding* call only updates per-tool statistics: for each feature, each value
+  seen succeeding (how many calls, when last), the smallest and largest numbers, and how
+  many successes came with a value never seen succeeding before them.
 
 Conditions are re-derived per group from those records and statistics when they are
 asked for after a change (cheap: one pass over the group's records).  Candidates are
 the predicates a failing call satisfies (see :func:`_candidates`); each gets its
-support (failing sessions), its contradictions (succeeding calls it matches, counted
-leave-one-session-out for novelty predicates) and a confidence.
+support (failing sessions, two sessions acting on one object counting once), its
+contradictions (succeeding calls it matches; for novelty and threshold predicates,
+counted prequentially: each success against those before it) and a confidence.
 
 Bounds (all in :class:`LearnParams`), which keep the state a function of derived
 features only, never of raw outputs:
@@ -27,8 +28,8 @@ features only, never of raw outputs:
   the table is full is not recorded, except a value that has failed before (so that
   "failed and not succeeded since" stays exact);
 - a feature's cardinality is counted up to ``max_categorical + 1`` distinct values;
-- a group emits at most ``max_candidates_per_group`` conditions, chosen by support
-  before any success is looked at.
+- a group derives conditions from at most ``max_observations_per_group`` (feature,
+  value) pairs of its failing calls, chosen by support before any success is looked at.
 
 Adding a successful session never turns an allow into a block: a success only raises
 contradiction counts, cardinalities and the sets of values seen succeeding, drops
@@ -53,7 +54,7 @@ from sidecar.memory.conditions import (
     token,
 )
 from sidecar.memory.evidence import Session
-from sidecar.memory.features import FAMILIES, FeatureValue, call_features, family_of
+from sidecar.memory.features import FAMILIES, FeatureValue, family_of, features_and_anchors
 from sidecar.memory.signature import failure_kind, normalize_signature
 from sidecar.memory.trace import Trace
 from sidecar.memory.values import is_id_like, key_of
@@ -72,7 +73,9 @@ class LearnParams:
     max_not_in: int = 50
     """A novelty predicate (value never seen to succeed) needs at most this many values
     seen succeeding; beyond that the feature is too varied for novelty to mean much."""
-    max_candidates_per_group: int = 400
+    max_observations_per_group: int = 2000
+    """Distinct (feature, value) pairs of a group's failing calls that conditions are
+    derived from, the best supported first."""
     min_confidence_kept: float = 0.3
 
 
@@ -83,6 +86,8 @@ class _Failure:
     features: dict[str, FeatureValue]
     named: list[str] = field(default_factory=list)
     """``feature\\x1ftoken`` of the remembered values the error text names."""
+    anchors: dict[str, list[str]] = field(default_factory=dict)
+    """For a feature read per element of a list argument: the element of each value."""
 
 
 @dataclass
@@ -96,10 +101,17 @@ class _Group:
 @dataclass
 class _ToolStats:
     successes: int = 0
-    values: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
-    """feature -> token -> [calls, sessions (at most 2), last tick]"""
+    values: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    """feature -> token -> [calls, last tick]"""
     failed: set[str] = field(default_factory=set)
     """``feature\\x1ftoken`` of remembered values that have failed."""
+    novel: dict[str, int] = field(default_factory=dict)
+    """feature -> succeeding calls whose value had not been seen succeeding before them
+    (while some value had): what "never seen to succeed" would have wrongly matched."""
+    extremes: dict[str, list[float]] = field(default_factory=dict)
+    """feature -> [smallest, largest] number seen succeeding."""
+    beyond: dict[str, list[int]] = field(default_factory=dict)
+    """feature -> [calls below the smallest seen before, calls above the largest]."""
 
 
 class FailureMemory:
@@ -121,15 +133,23 @@ class FailureMemory:
         self._sessions += 1
         for step in session.steps:
             self._tick += 1
-            features = call_features(trace, step.tool, step.arguments, session.task_input)
+            features, anchors = features_and_anchors(
+                trace, step.tool, step.arguments, session.task_input
+            )
             self._count_cardinality(features)
             if step.error is None:
-                self._success(step.tool, features, session.session_id)
+                self._success(step.tool, features)
             else:
                 kind = failure_kind(step.error)
                 if kind != "transient":
-                    named = _named(features, step.arguments, step.error)
-                    self._failure(step.tool, step.error, kind, features, named, session.session_id)
+                    record = _Failure(
+                        session.session_id,
+                        self._tick,
+                        features,
+                        _named(features, step.arguments, step.error),
+                        anchors,
+                    )
+                    self._failure(step.tool, step.error, kind, record)
             trace.add(step)
 
     def add_condition(self, condition: FailureCondition) -> None:
@@ -148,7 +168,7 @@ class FailureMemory:
             for item in value if isinstance(value, list) else [value]:
                 seen.add(token(item))
 
-    def _success(self, tool: str, features: Mapping[str, FeatureValue], session: str) -> None:
+    def _success(self, tool: str, features: Mapping[str, FeatureValue]) -> None:
         stats = self._tools.setdefault(tool, _ToolStats())
         stats.successes += 1
         for name, value in features.items():
@@ -156,35 +176,30 @@ class FailureMemory:
             cap = self.params.max_bad_values if bad_value else self.params.max_values_per_feature
             table = stats.values.setdefault(name, {})
             items = value if isinstance(value, list) else [value]
-            for key in {token(v) for v in items}:
+            keys = {token(v) for v in items}
+            if not bad_value:
+                if table and any(k not in table for k in keys):
+                    stats.novel[name] = stats.novel.get(name, 0) + 1
+                _extremes(stats, name, items)
+            for key in keys:
                 entry = table.get(key)
                 if entry is None:
                     if len(table) >= cap and f"{name}\x1f{key}" not in stats.failed:
                         continue
-                    entry = table[key] = [0, [], 0]
+                    entry = table[key] = [0, 0]
                 entry[0] += 1
-                if session not in entry[1] and len(entry[1]) < 2:
-                    entry[1].append(session)
-                entry[2] = self._tick
+                entry[1] = self._tick
         self._cache.pop(tool, None)
 
-    def _failure(
-        self,
-        tool: str,
-        error: str,
-        kind: Kind,
-        features: dict[str, FeatureValue],
-        named: list[str],
-        session: str,
-    ) -> None:
+    def _failure(self, tool: str, error: str, kind: Kind, record: _Failure) -> None:
         signature = normalize_signature(error)
         group = self._groups.get((tool, signature))
         if group is None:
             group = self._groups[(tool, signature)] = _Group(tool, signature, kind)
-        group.failures.append(_Failure(session, self._tick, features, named))
+        group.failures.append(record)
         del group.failures[: -self.params.max_failures_per_group]
         stats = self._tools.setdefault(tool, _ToolStats())
-        for name, value in features.items():
+        for name, value in record.features.items():
             if family_of(name) == "bad_value":
                 for item in value if isinstance(value, list) else [value]:
                     stats.failed.add(f"{name}\x1f{token(item)}")
@@ -209,41 +224,47 @@ class FailureMemory:
 
     def _learn(self, group: _Group) -> list[FailureCondition]:
         stats = self._tools.get(group.tool) or _ToolStats()
-        support: dict[tuple[str, str, str], set[str]] = {}
-        predicates: dict[tuple[str, str, str], Predicate] = {}
-        last_failed: dict[tuple[str, str, str], int] = {}
         named: set[str] = set()
+        # what the failing calls showed: (feature, value) -> the value, its sessions, its
+        # anchors, its last failure; kept to the best-supported ones *before* any success
+        # is looked at, so that the cap cannot let a success promote a condition
+        seen: dict[tuple[str, str], _Observed] = {}
         for record in group.failures:
             named.update(record.named)
             for name, value in record.features.items():
-                for predicate in self._candidates(name, value, stats):
-                    key = (predicate.feature, predicate.op, token(predicate.value))
-                    predicates[key] = predicate
-                    support.setdefault(key, set()).add(record.session)
-                    last_failed[key] = max(last_failed.get(key, 0), record.tick)
-        ranked = sorted(
-            predicates,
-            key=lambda k: (
-                -len(support[k]),
-                FAMILIES.index(family_of(k[0])),
-                k,
-            ),
-        )[: self.params.max_candidates_per_group]
+                items = value if isinstance(value, list) else [value]
+                for i, item in enumerate(items):
+                    obs = seen.get((name, token(item)))
+                    if obs is None:
+                        obs = seen[(name, token(item))] = _Observed(item)
+                    obs.add(record.session, _anchor(record, name, i), record.tick)
+        kept = sorted(
+            seen,
+            key=lambda k: (-seen[k].support(), FAMILIES.index(family_of(k[0])), k),
+        )[: self.params.max_observations_per_group]
+        evidence: dict[tuple[str, str, str], tuple[Predicate, _Observed]] = {}
+        for name, item_key in kept:
+            obs = seen[(name, item_key)]
+            for predicate in self._candidates(name, obs.value, stats):
+                key = (predicate.feature, predicate.op, token(predicate.value))
+                if key in evidence:
+                    evidence[key][1].merge(obs)
+                else:
+                    evidence[key] = (predicate, obs.copy())
         out: list[FailureCondition] = []
-        for key in ranked:
-            predicate = predicates[key]
+        for key, (predicate, obs) in evidence.items():
+            support = obs.support()
             family = family_of(predicate.feature)
             table = stats.values.get(predicate.feature, {})
             if family == "bad_value":
                 entry = table.get(key[2])
-                if entry is not None and entry[2] > last_failed[key]:
+                if entry is not None and entry[1] > obs.last_tick:
                     continue  # it has succeeded since it failed
                 warn_only = predicate.feature != "value:*" and f"{key[0]}\x1f{key[2]}" not in named
             else:
                 warn_only = False
-            contradictions = _contradictions(predicate, table)
-            sessions = support[key]
-            conf = confidence(len(sessions), contradictions)
+            contradictions = _contradictions(predicate, table, stats)
+            conf = confidence(support, contradictions)
             if conf < self.params.min_confidence_kept:
                 continue
             condition = FailureCondition(
@@ -252,58 +273,52 @@ class FailureMemory:
                 predicate=predicate,
                 kind=group.kind,
                 family=family,
-                support=len(sessions),
+                support=support,
                 contradictions=contradictions,
                 confidence=conf,
                 warn_only=warn_only,
-                sessions=tuple(sorted(sessions))[:MAX_EXAMPLE_SESSIONS],
+                sessions=tuple(sorted(obs.sessions))[:MAX_EXAMPLE_SESSIONS],
             )
             out.append(_explained(condition))
         return out
 
-    def _candidates(
-        self, name: str, value: FeatureValue, stats: _ToolStats
-    ) -> Iterable[Predicate]:
-        """The predicates a failing call's feature satisfies (see the module docstring
-        of :mod:`sidecar.memory.features` for the families)."""
+    def _candidates(self, name: str, item: Any, stats: _ToolStats) -> Iterable[Predicate]:
+        """The predicates one value of a failing call's feature satisfies (see
+        :mod:`sidecar.memory.features` for the families)."""
         family = family_of(name)
-        items = value if isinstance(value, list) else [value]
         if family == "bad_value":
-            for item in items:
-                yield Predicate(name, "==", item)
+            yield Predicate(name, "==", item)
             return
-        if isinstance(value, bool) or (not isinstance(value, list) and value is None):
-            if name.startswith(("grounded:", "bound:")) and value is not False:
+        if isinstance(item, bool) or item is None:
+            if name.startswith(("grounded:", "bound:")) and item is not False:
                 return  # a grounded, bound value explains nothing
-            yield Predicate(name, "==", value)
+            yield Predicate(name, "==", item)
             return
         table = stats.values.get(name, {})
         succeeded = [json.loads(k) for k in table]
         if family == "value_shape":
-            yield from self._novel(name, items, succeeded)
+            yield from self._novel(name, item, succeeded)
             return
         categorical = not name.startswith("obj:") or (
             len(self._cardinality.get(name, ())) <= self.params.max_categorical
         )
-        numbers = [v for v in succeeded if _is_number(v)]
-        for item in items:
-            if _is_number(item):
-                if numbers and item > max(numbers):
-                    yield Predicate(name, ">", max(numbers))
-                if numbers and item < min(numbers):
-                    yield Predicate(name, "<", min(numbers))
-                if isinstance(item, int) and categorical:
-                    yield Predicate(name, "==", item)
-            elif categorical:
-                yield Predicate(name, "==", item)
-        if categorical:
-            yield from self._novel(name, items, succeeded)
+        if _is_number(item):
+            low, high = stats.extremes.get(name, (None, None))
+            if high is not None and item > high:
+                yield Predicate(name, ">", high)
+            if low is not None and item < low:
+                yield Predicate(name, "<", low)
+            if not isinstance(item, int) or not categorical:
+                return  # a measured quantity: thresholds only
+        elif not categorical:
+            return
+        yield Predicate(name, "==", item)
+        yield from self._novel(name, item, succeeded)
 
-    def _novel(self, name: str, items: list[Any], succeeded: list[Any]) -> Iterable[Predicate]:
+    def _novel(self, name: str, item: Any, succeeded: list[Any]) -> Iterable[Predicate]:
         if not succeeded or len(succeeded) > self.params.max_not_in:
             return
-        keys = {token(v) for v in succeeded}
-        if any(token(item) not in keys for item in items):
+        if token(item) not in {token(v) for v in succeeded}:
             yield Predicate(name, "not_in", tuple(sorted(succeeded, key=token)))
 
     # ---- persistence ----------------------------------------------------------------
@@ -327,6 +342,9 @@ class FailureMemory:
                     "successes": s.successes,
                     "values": s.values,
                     "failed": sorted(s.failed),
+                    "novel": s.novel,
+                    "extremes": s.extremes,
+                    "beyond": s.beyond,
                 }
                 for tool, s in self._tools.items()
             },
@@ -346,7 +364,14 @@ class FailureMemory:
             group.failures = [_Failure(**f) for f in raw["failures"]]
             memory._groups[(group.tool, group.signature)] = group
         for tool, raw in data["tools"].items():
-            memory._tools[tool] = _ToolStats(raw["successes"], raw["values"], set(raw["failed"]))
+            memory._tools[tool] = _ToolStats(
+                raw["successes"],
+                raw["values"],
+                set(raw["failed"]),
+                raw["novel"],
+                raw["extremes"],
+                raw["beyond"],
+            )
         memory._cardinality = {k: set(v) for k, v in data["cardinality"].items()}
         memory._manual = [FailureCondition.from_dict(c) for c in data["manual"]]
         return memory
@@ -368,18 +393,65 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _contradictions(predicate: Predicate, table: Mapping[str, list[Any]]) -> int:
-    """Succeeding calls the predicate matches.  Novelty and threshold predicates are
-    built from the successes themselves, so they are counted leave-one-session-out: a
-    success counts when its value was seen succeeding in its own session only (for a
-    threshold: when it is that extreme value)."""
+def _contradictions(predicate: Predicate, table: Mapping[str, list[int]], stats: _ToolStats) -> int:
+    """Succeeding calls the predicate matches.  A novelty predicate ("never seen to
+    succeed") or a threshold ("beyond anything seen to succeed") is built from the
+    successes themselves and matches none of them by construction; it is counted
+    prequentially instead: each success against the successes before it, i.e. how often
+    the predicate, had it been in force, would have stopped a call that then succeeded.
+    These counts only ever grow."""
     if predicate.op == "==":
         entry = table.get(token(predicate.value))
         return int(entry[0]) if entry else 0
     if predicate.op == "not_in":
-        return sum(int(e[0]) for e in table.values() if len(e[1]) == 1)
-    entry = table.get(token(predicate.value))
-    return int(entry[0]) if entry and len(entry[1]) == 1 else 0
+        return stats.novel.get(predicate.feature, 0)
+    below, above = stats.beyond.get(predicate.feature, (0, 0))
+    return above if predicate.op == ">" else below
+
+
+def _extremes(stats: _ToolStats, name: str, items: list[Any]) -> None:
+    numbers = [float(v) for v in items if _is_number(v)]
+    if not numbers:
+        return
+    low, high = min(numbers), max(numbers)
+    bounds = stats.extremes.get(name)
+    if bounds is None:
+        stats.extremes[name] = [low, high]
+        return
+    counts = stats.beyond.setdefault(name, [0, 0])
+    if low < bounds[0]:
+        counts[0] += 1
+        bounds[0] = low
+    if high > bounds[1]:
+        counts[1] += 1
+        bounds[1] = high
+
+
+@dataclass
+class _Observed:
+    """One value of one feature across a group's failing calls."""
+
+    value: Any
+    sessions: set[str] = field(default_factory=set)
+    anchors: set[str] = field(default_factory=set)
+    last_tick: int = 0
+
+    def add(self, session: str, anchor: str, tick: int) -> None:
+        self.sessions.add(session)
+        self.anchors.add(anchor)
+        self.last_tick = max(self.last_tick, tick)
+
+    def merge(self, other: _Observed) -> None:
+        self.sessions |= other.sessions
+        self.anchors |= other.anchors
+        self.last_tick = max(self.last_tick, other.last_tick)
+
+    def copy(self) -> _Observed:
+        return _Observed(self.value, set(self.sessions), set(self.anchors), self.last_tick)
+
+    def support(self) -> int:
+        """Distinct failing sessions, counting sessions that show the same object once."""
+        return min(len(self.sessions), len(self.anchors))
 
 
 def _named(features: Mapping[str, FeatureValue], arguments: Mapping[str, Any], error: str) -> list[str]:
@@ -395,6 +467,25 @@ def _named(features: Mapping[str, FeatureValue], arguments: Mapping[str, Any], e
         if ids and len(hits) == len(ids) and f"value:{name}" in features:
             out.append(f"value:{name}\x1f{token(features[f'value:{name}'])}")
     return out
+
+
+def _anchor(record: _Failure, feature: str, index: int) -> str:
+    """What makes two failures independent evidence for a predicate on ``feature``: a
+    remembered value is evidence per session; a feature of one argument, per distinct
+    value (or list element) of that argument, so that two sessions acting on the same
+    object count once; a feature of several arguments, per distinct argument set."""
+    prefix, _, rest = feature.partition(":")
+    if prefix in ("value", "elem"):
+        return record.session
+    listed = record.anchors.get(feature)
+    if listed is not None and index < len(listed):
+        return listed[index]
+    if prefix in ("grounded", "shape", "bound", "obj", "len"):
+        argument = rest.split(".", 1)[0]
+        own = record.features.get(f"value:{argument}")
+        if own is not None:
+            return token(own)
+    return token(record.features.get("value:*"))
 
 
 def features_value(item: Any) -> Any:

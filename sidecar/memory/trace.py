@@ -36,8 +36,9 @@ class ObjectView:
     """The parts of a bound object the features read."""
 
     scalars: Mapping[str, Scalar]
-    """Top-level scalar fields, and the scalar fields of nested plain objects
-    (``address.city``)."""
+    """Top-level scalar fields (the state of the object; nested descriptors such as an
+    address or an option set are left out: they match by coincidence far more often
+    than they explain a failure)."""
     sizes: Mapping[str, int]
     """Lengths of list and map fields (``payment_history``)."""
     members: Mapping[str, frozenset[str]]
@@ -236,8 +237,4 @@ def _describe(obj: Mapping[str, Any]) -> ObjectView:
                     for sub, leaf in item.items():
                         if is_scalar(leaf):
                             member(f"{field}{{}}.{sub}", leaf)
-            else:
-                for sub, leaf in value.items():
-                    if is_scalar(leaf):
-                        scalars[f"{field}.{sub}"] = leaf
     return ObjectView(scalars, sizes, {k: frozenset(v) for k, v in members.items()})
