@@ -310,7 +310,9 @@ def _replay_run(
         before.append(step)
 
 
-def _trained(seed: int, fold: int, systems: Sequence[Any], n_train: int, n_held: int) -> dict[str, Any]:
+def _trained(
+    seed: int, fold: int, systems: Sequence[Any], n_train: int, n_held: int
+) -> dict[str, Any]:
     row: dict[str, Any] = {"seed": seed, "fold": fold, "train_runs": n_train, "held_runs": n_held}
     for system in systems:
         if isinstance(system, _Chains):
@@ -333,7 +335,9 @@ def _trained(seed: int, fold: int, systems: Sequence[Any], n_train: int, n_held:
 
 
 # ---- metrics -----------------------------------------------------------------------------
-def metrics(calls: Sequence[Call], decisions: Sequence[tuple[Decision, tuple[str, ...]]]) -> dict[str, Any]:
+def metrics(
+    calls: Sequence[Call], decisions: Sequence[tuple[Decision, tuple[str, ...]]]
+) -> dict[str, Any]:
     """The figures of one system over ``calls`` (with ``decisions`` aligned to them)."""
     repeats = [d for c, d in zip(calls, decisions, strict=True) if c.repeat]
     failures = [d for c, d in zip(calls, decisions, strict=True) if c.failed]
@@ -345,7 +349,10 @@ def metrics(calls: Sequence[Call], decisions: Sequence[tuple[Decision, tuple[str
     warned = sum(d[0] == "warn" for _, d in ok_calls)
     flagged = sum(d[0] != "allow" for c, d in ok_calls if not c.failed)
     contradicted = {
-        i for c, d in zip(calls, decisions, strict=True) if d[0] == "block" and not c.failed for i in d[1]
+        i
+        for c, d in zip(calls, decisions, strict=True)
+        if d[0] == "block" and not c.failed
+        for i in d[1]
     }
     n_blocked_ok = sum(1 for b in blocked if b.failed)
     return {
@@ -414,7 +421,9 @@ def family_figures(calls: Sequence[Call], thresholds: Thresholds) -> dict[str, A
 
 
 def without_family(calls: Sequence[Call], family: str, thresholds: Thresholds) -> dict[str, Any]:
-    decisions = [decide([c for c in call.check.holding if c.family != family], thresholds) for call in calls]
+    decisions = [
+        decide([c for c in call.check.holding if c.family != family], thresholds) for call in calls
+    ]
     return _headline(metrics(calls, decisions))
 
 
@@ -447,15 +456,31 @@ def assess_targets(m: Mapping[str, Any]) -> list[dict[str, Any]]:
     catch, precision = m["catch_rate"], m["block_precision"]
     wrong, warned = m["successful_runs_wrongly_blocked_share"], m["warned_share_in_successful_runs"]
     return [
-        target("call_memory: real repeats caught before the call", ">= 0.5", catch,
-               catch is not None and catch >= 0.5),
-        target("call_memory: block precision", ">= 0.8", precision,
-               precision is not None and precision >= 0.8),
-        target("call_memory: successful runs with a wrongly blocked call", "<= 0.01", wrong,
-               wrong is not None and wrong <= 0.01),
-        target("call_memory: warned calls in successful runs", "<= 0.05", warned,
-               warned is not None and warned <= 0.05),
-    ]  # fmt: skip
+        target(
+            "call_memory: real repeats caught before the call",
+            ">= 0.5",
+            catch,
+            catch is not None and catch >= 0.5,
+        ),
+        target(
+            "call_memory: block precision",
+            ">= 0.8",
+            precision,
+            precision is not None and precision >= 0.8,
+        ),
+        target(
+            "call_memory: successful runs with a wrongly blocked call",
+            "<= 0.01",
+            wrong,
+            wrong is not None and wrong <= 0.01,
+        ),
+        target(
+            "call_memory: warned calls in successful runs",
+            "<= 0.05",
+            warned,
+            warned is not None and warned <= 0.05,
+        ),
+    ]
 
 
 # ---- timing ------------------------------------------------------------------------------
@@ -476,7 +501,11 @@ def synthetic_timing(corpus: Corpus, repeat: int) -> dict[str, Any]:
     n = 0
     while len(padded) < 100:
         base = conditions[n % len(conditions)]
-        predicate = replace(base.predicate, value=f"synthetic-{n}") if base.predicate.op == "==" else base.predicate
+        predicate = (
+            replace(base.predicate, value=f"synthetic-{n}")
+            if base.predicate.op == "=="
+            else base.predicate
+        )
         padded.append(replace(base, predicate=predicate))
         n += 1
     padded = padded[:100]
@@ -513,8 +542,13 @@ def synthetic_timing(corpus: Corpus, repeat: int) -> dict[str, Any]:
 
 
 # ---- the run -----------------------------------------------------------------------------
-def run(quick: bool, seed: int = 7, dataset: Path = DEFAULT_DATASETS, folds: int = FOLDS,
-        seeds: int | None = None) -> dict[str, Any]:  # fmt: skip
+def run(
+    quick: bool,
+    seed: int = 7,
+    dataset: Path = DEFAULT_DATASETS,
+    folds: int = FOLDS,
+    seeds: int | None = None,
+) -> dict[str, Any]:
     started = time.perf_counter()
     corpus = load(dataset)
     n_seeds = seeds or (QUICK_SEEDS if quick else FULL_SEEDS)
@@ -530,13 +564,20 @@ def run(quick: bool, seed: int = 7, dataset: Path = DEFAULT_DATASETS, folds: int
         rows = []
         for s in seed_list:
             for f in range(folds):
-                part = [(c, d) for c, d in zip(calls, decisions, strict=True) if c.seed == s and c.fold == f]
+                part = [
+                    (c, d)
+                    for c, d in zip(calls, decisions, strict=True)
+                    if c.seed == s and c.fold == f
+                ]
                 m = metrics([c for c, _ in part], [d for _, d in part])
                 rows.append({"seed": s, "fold": f, **_headline(m), "repeats": m["repeats"]})
         per_fold[name] = rows
     mine = result.calls["call_memory"]
     sweep = [
-        {"thresholds": _thresholds_dict(t), **_headline(metrics(mine, [decide(c.check.holding, t) for c in mine]))}
+        {
+            "thresholds": _thresholds_dict(t),
+            **_headline(metrics(mine, [decide(c.check.holding, t) for c in mine])),
+        }
         for t in SWEEP
     ]
     timing_calls = {name: summary(ms) for name, ms in result.timings_ms.items()}
@@ -567,15 +608,15 @@ def run(quick: bool, seed: int = 7, dataset: Path = DEFAULT_DATASETS, folds: int
             ),
             "synthetic": synthetic,
         },
-        "targets": assess_targets(systems["call_memory"])
-        + [
+        "targets": [
+            *assess_targets(systems["call_memory"]),
             target(
                 "call_memory: check of 30 steps against 100 conditions (p50, incremental)",
                 "< 1 ms",
                 synthetic["timings"]["call_memory_incremental"]["p50_ms"],
                 synthetic["timings"]["call_memory_incremental"]["p50_ms"] < 1.0,
                 "wall time on this machine; the ratio to the sequence check is in timing",
-            )
+            ),
         ],
         "timings_s": {"total": round(time.perf_counter() - started, 1)},
     }
@@ -622,7 +663,9 @@ def markdown(result: dict[str, Any]) -> str:
         "warned_share_in_successful_runs",
         "constraints_contradicted_on_held_out",
     )
-    rows = [[name, *(m[k] if m[k] is not None else "-" for k in keys)] for name, m in systems.items()]
+    rows = [
+        [name, *(m[k] if m[k] is not None else "-" for k in keys)] for name, m in systems.items()
+    ]
     fam_keys = (
         "repeats_flagged",
         "repeats_blocked",
@@ -646,11 +689,20 @@ def markdown(result: dict[str, Any]) -> str:
         for t in result["threshold_sweep"]
     ]
     fold_rows = [
-        [r["seed"], r["fold"], r["repeats"], r["catch_rate"], r["block_precision"], r["blocks"],
-         r["successful_runs_wrongly_blocked_share"], r["warned_share_in_successful_runs"]]
+        [
+            r["seed"],
+            r["fold"],
+            r["repeats"],
+            r["catch_rate"],
+            r["block_precision"],
+            r["blocks"],
+            r["successful_runs_wrongly_blocked_share"],
+            r["warned_share_in_successful_runs"],
+        ]
         for r in result["per_fold"]["call_memory"]
-    ]  # fmt: skip
-    synthetic = result["timing"]["synthetic"]
+    ]
+    timing = result["timing"]
+    synthetic = timing["synthetic"]
     miss_rows = [[m["tool"], m["signature"], m["repeats"], m["caught"]] for m in result["misses"]]
     return "\n".join(
         [
@@ -662,10 +714,18 @@ def markdown(result: dict[str, Any]) -> str:
             "### call_memory per (seed, fold)",
             "",
             md_table(
-                ["seed", "fold", "repeats", "caught", "block precision", "blocks",
-                 "ok runs wrongly blocked", "warned share"],
+                [
+                    "seed",
+                    "fold",
+                    "repeats",
+                    "caught",
+                    "block precision",
+                    "blocks",
+                    "ok runs wrongly blocked",
+                    "warned share",
+                ],
                 fold_rows,
-            ),  # fmt: skip
+            ),
             "",
             "### Families (call_memory, default thresholds)",
             "",
@@ -678,17 +738,25 @@ def markdown(result: dict[str, Any]) -> str:
             "### Threshold sweep",
             "",
             md_table(
-                ["min support", "max contradictions", "min conf warn", "caught", "blocked",
-                 "block precision", "ok runs wrongly blocked", "warned share"],
+                [
+                    "min support",
+                    "max contradictions",
+                    "min conf warn",
+                    "caught",
+                    "blocked",
+                    "block precision",
+                    "ok runs wrongly blocked",
+                    "warned share",
+                ],
                 sweep,
-            ),  # fmt: skip
+            ),
             "",
             "### Real repeats by (tool, signature)",
             "",
             md_table(["tool", "signature", "repeats", "caught"], miss_rows),
             "",
-            f"Check time: replay p50 {result['timing']['replay_check_ms']['call_memory']['p50_ms']} "
-            f"ms ({result['timing']['replay_call_memory_vs_sequence_p50']}x the sequence "
+            f"Check time: replay p50 {timing['replay_check_ms']['call_memory']['p50_ms']} "
+            f"ms ({timing['replay_call_memory_vs_sequence_p50']}x the sequence "
             f"check); {synthetic['steps']} steps x {synthetic['conditions']} conditions: "
             f"{synthetic['timings']['call_memory_incremental']['p50_ms']} ms incremental, "
             f"{synthetic['timings']['call_memory_from_scratch']['p50_ms']} ms from scratch "
@@ -716,9 +784,13 @@ def main(argv: list[str] | None = None) -> None:
     dataset = args.dataset.resolve()
     lost = missing_files(dataset)
     if lost:
-        raise SystemExit(f"bench_failures: missing under {dataset}: {', '.join(lost)}; pass --dataset DIR")
+        raise SystemExit(
+            f"bench_failures: missing under {dataset}: {', '.join(lost)}; pass --dataset DIR"
+        )
     result = run(args.quick, args.seed, dataset, args.folds, args.seeds)
-    result["command"] = "python -m benchmarks.bench_failures " + " ".join(argv or __import__("sys").argv[1:])
+    result["command"] = "python -m benchmarks.bench_failures " + " ".join(
+        argv or __import__("sys").argv[1:]
+    )
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(markdown(result))

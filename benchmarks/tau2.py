@@ -84,7 +84,9 @@ def load(dataset: Path) -> Corpus:
                 error = output if call["error"] else None
                 if error is not None and not isinstance(error, str):
                     error = json.dumps(error)
-                steps.append(Step(call["name"], call["args"] or {}, None if error else output, error))
+                steps.append(
+                    Step(call["name"], call["args"] or {}, None if error else output, error)
+                )
                 before.append(_text_before(texts, call["msg_idx"]))
                 notes["error_calls"] += error is not None
             notes["agent_calls"] += len(steps)

@@ -25,7 +25,14 @@ from sidecar.memory.signature import (
     normalize_signature,
 )
 from sidecar.memory.trace import Trace
-from sidecar.memory.verdict import DEFAULT_THRESHOLDS, Reason, Thresholds, Verdict, assess, may_apply
+from sidecar.memory.verdict import (
+    DEFAULT_THRESHOLDS,
+    Reason,
+    Thresholds,
+    Verdict,
+    assess,
+    may_apply,
+)
 
 __all__ = [
     "BUSINESS_RULE_TEXT",

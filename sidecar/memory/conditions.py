@@ -236,14 +236,20 @@ def describe(predicate: Predicate) -> str:
         return f"{rest} includes {_short(value)}"
     if prefix == "grounded":
         where = "appears in an earlier output, argument or the task input"
-        return f"{rest} {where}" if value else f"{rest} appears in no earlier output, argument or the task input"
+        return (
+            f"{rest} {where}"
+            if value
+            else f"{rest} appears in no earlier output, argument or the task input"
+        )
     if prefix == "shape":
         if op == "not_in":
             return f"{rest} has a shape never seen to succeed (seen: {seen})"
         return f"{rest} has shape {_short(value)}"
     if prefix == "bound":
-        return f"{rest} refers to an object seen earlier" if value else (
-            f"{rest} refers to no object of an earlier output"
+        return (
+            f"{rest} refers to an object seen earlier"
+            if value
+            else (f"{rest} refers to no object of an earlier output")
         )
     if prefix == "obj":
         arg, _, fld = rest.partition(".")

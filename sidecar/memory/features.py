@@ -72,7 +72,11 @@ _FAMILY_OF_PREFIX: dict[str, Family] = {
 
 
 def family_of(feature: str) -> Family:
-    return _FAMILY_OF_PREFIX[feature.split(":", 1)[0]]
+    prefix = feature.split(":", 1)[0]
+    try:
+        return _FAMILY_OF_PREFIX[prefix]
+    except KeyError:
+        raise ValueError(f"unknown feature {feature!r}") from None
 
 
 def call_features(
@@ -117,7 +121,7 @@ def features_and_anchors(
             continue
         keys_of[name] = keys
         out[f"grounded:{name}"] = all(trace.seen(k, task_input) for k in keys)
-        shapes = [shape(k) for k in keys]
+        shapes: list[Scalar] = [shape(k) for k in keys]
         out[f"shape:{name}"] = shapes if is_list else shapes[0]
         if is_list:
             anchors[f"shape:{name}"] = keys
@@ -177,7 +181,9 @@ def _relations(
                 out[f"rel:{name}@{other}.{path}"] = verdict
 
 
-def _list_pairs(out: dict[str, FeatureValue], arguments: Mapping[str, Any], names: list[str]) -> None:
+def _list_pairs(
+    out: dict[str, FeatureValue], arguments: Mapping[str, Any], names: list[str]
+) -> None:
     lists = [n for n in names if isinstance(arguments[n], list | tuple)]
     for a, b in combinations(lists, 2):
         left = [canonical(v) for v in arguments[a]]

@@ -128,7 +128,7 @@ def may_apply(
     before: Sequence[Step] | Trace,
     tool: str,
     task_input: str | None = None,
-    thresholds: DEFAULT_THRESHOLDS.__class__ = DEFAULT_THRESHOLDS,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> list[Reason]:
     """For a lookup, before the arguments are known: the conditions of ``tool`` that
     could hold for a plausible call in this session, because the session already holds
@@ -146,7 +146,9 @@ def may_apply(
         evidence = _session_evidence(condition, trace, task_input)
         if evidence:
             out.append(
-                Reason(condition.condition_id, condition.family, level, condition.explanation, evidence)
+                Reason(
+                    condition.condition_id, condition.family, level, condition.explanation, evidence
+                )
             )
     return out
 
@@ -201,4 +203,12 @@ def _id_keys(value: Any, whole: bool) -> list[str]:
     return [key] if key and is_id_like(value) else []
 
 
-__all__ = ["DEFAULT_THRESHOLDS", "Reason", "Thresholds", "Verdict", "assess", "describe", "may_apply"]
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "Reason",
+    "Thresholds",
+    "Verdict",
+    "assess",
+    "describe",
+    "may_apply",
+]
