@@ -9,30 +9,19 @@ replayed call by call and the system is asked before every call, with the steps 
 it and what the agent had been told so far.  A *real repeat failure* is a held-out
 failing call whose (tool, normalized signature) occurred in training.
 
-Systems, behind one interface (``learn(session)``, ``check(before, call, told)``):
-
-- ``plain_index``: always allows (what a plain tool index does);
-- ``seed_prefix``: the seed's prefix check (``ConstraintMatcher`` in ``prefix`` mode):
-  blocks a plan (the tools run so far plus the next one) when an abandoned chain's
-  prefix (every tool before its failing call) is a prefix of it;
-- ``sequence_memory``: today's sequence-only memory (``ConstraintMatcher.next_steps``):
-  blocks a call that completes a learned fatal sequence (the tools of a run up to and
-  including a failing call), contiguously, after the tools run so far;
-- ``call_memory``: :class:`sidecar.memory.FailureMemory` and
-  :func:`sidecar.memory.assess` with the default thresholds.
-
-Every system learns from the same failures: those the memory's classification does not
-call transient (``sidecar.memory.failure_kind``); a chain of one tool cannot be
-archived (the library rejects it), so the sequence systems skip those.
+Systems (:mod:`benchmarks.failure_systems`): ``plain_index`` (always allows),
+``seed_prefix`` (the seed's prefix check), ``sequence_memory`` (today's fatal
+sequences) and ``call_memory`` (:mod:`sidecar.memory` with its default thresholds).
 
 Reported per system, pooled over seeds and folds and per (seed, fold): repeats caught
 before the call (warn or block; block only), block precision (blocked calls that really
 failed), successful runs (reward 1) with a wrongly blocked call / with any blocked call,
-warned calls in successful runs as a share of their calls, and contradicted
-constraints; for ``call_memory`` also each family's catches and costs, each family
-left out in turn, and the decision thresholds swept.  Timing: the per-call check of
-``call_memory`` against ``sequence_memory``'s, measured in the same replay, and a
-synthetic check of a 30-step session against 100 conditions of the tool.
+warned calls in successful runs as a share of their calls, and constraints contradicted
+on held-out calls.  For ``call_memory`` also: each family's catches and costs, each
+family left out in turn, the decision thresholds swept, what the learned conditions
+look like per family, the lookup hints (``may_apply``), and the repeats it misses.
+Timing: ``call_memory``'s check against ``sequence_memory``'s in the same replay, and a
+30-step session checked against 100 conditions of one tool.
 """
 
 from __future__ import annotations
@@ -40,12 +29,13 @@ from __future__ import annotations
 import argparse
 import gc
 import random
+import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from benchmarks.common import (
     DEFAULT_DATASETS,
@@ -55,174 +45,30 @@ from benchmarks.common import (
     md_table,
     md_targets,
     progress,
+    pyplot,
     ratio,
+    save_figure,
     summary,
     target,
 )
-from benchmarks.tau2 import Corpus, Run, load, missing_files
-from sidecar.memory import (
-    FAMILIES,
-    FailureCondition,
-    FailureMemory,
-    Session,
-    Step,
-    Thresholds,
-    Trace,
-    assess,
-    failure_kind,
-    normalize_signature,
+from benchmarks.failure_systems import (
+    CallMemory,
+    Check,
+    SequenceMemory,
+    decide,
+    learned_failures,
+    make_systems,
 )
+from benchmarks.tau2 import Corpus, Run, load, missing_files
+from sidecar.memory import FAMILIES, FailureMemory, Step, Thresholds, Trace, assess
+from sidecar.memory import normalize_signature as signature_of
 
 FOLDS = 5
 QUICK_SEEDS = 1
 FULL_SEEDS = 5
-Decision = str  # "allow" | "warn" | "block"
+Decision = tuple[str, tuple[str, ...]]
 
 
-@dataclass(frozen=True)
-class Check:
-    decision: Decision
-    constraints: tuple[str, ...] = ()
-    """The constraints (chains or conditions) behind a warn or block."""
-    holding: tuple[FailureCondition, ...] = ()
-    """``call_memory`` only: every learned condition that held, whatever its level."""
-
-
-class System(Protocol):
-    name: str
-
-    def learn(self, session: Session) -> None: ...
-
-    def check(self, before: Sequence[Step], call: Step, told: str | None) -> Check: ...
-
-
-def learned_failures(session: Session) -> Iterable[tuple[int, Step]]:
-    for i, step in enumerate(session.steps):
-        if step.error is not None and failure_kind(step.error) != "transient":
-            yield i, step
-
-
-# ---- the systems -------------------------------------------------------------------------
-class PlainIndex:
-    name = "plain_index"
-
-    def learn(self, session: Session) -> None:
-        pass
-
-    def check(self, before: Sequence[Step], call: Step, told: str | None) -> Check:
-        return Check("allow")
-
-
-class _Chains:
-    """Abandoned chains as the library's compiled constraints."""
-
-    def __init__(self) -> None:
-        self._constraints: list[Any] = []
-        self._matcher: Any = None
-
-    def learn(self, session: Session) -> None:
-        from sidecar.model import ArchivedConstraint
-
-        tools = [s.tool for s in session.steps]
-        for i, step in learned_failures(session):
-            chain = tuple(tools[: i + 1])
-            if len(chain) < 2:
-                continue
-            n = len(self._constraints)
-            signature = normalize_signature(step.error or "")
-            self._constraints.append(
-                ArchivedConstraint(
-                    chain_id=f"{session.session_id}#{i}",
-                    sequence=chain,
-                    rule=f"after {' > '.join(chain[:-1])}, {chain[-1]} failed",
-                    signature=signature,
-                    when=(),
-                    gapped=False,
-                    pointer=f"cold://chains/{n}",
-                    order=n,
-                )
-            )
-        self._matcher = None
-
-    def matcher(self) -> Any:
-        from sidecar.constraints import ConstraintMatcher
-
-        if self._matcher is None:
-            self._matcher = ConstraintMatcher(self._constraints)
-        return self._matcher
-
-    def __len__(self) -> int:
-        return len(self._constraints)
-
-
-class SeedPrefix(_Chains):
-    name = "seed_prefix"
-
-    def check(self, before: Sequence[Step], call: Step, told: str | None) -> Check:
-        plan = [s.tool for s in before] + [call.tool]
-        result = self.matcher().check(plan, mode="prefix")
-        if result.safe:
-            return Check("allow")
-        return Check("block", tuple(c.chain_id for c in result.collisions))
-
-
-class SequenceMemory(_Chains):
-    name = "sequence_memory"
-
-    def check(self, before: Sequence[Step], call: Step, told: str | None) -> Check:
-        blocked, _ = self.matcher().next_steps([s.tool for s in before])
-        hits = blocked.get(call.tool)
-        if not hits:
-            return Check("allow")
-        return Check("block", tuple(c.chain_id for c, _ in hits))
-
-
-class CallMemory:
-    """The call-level memory; keeps one :class:`Trace` per replayed run, extended as the
-    run goes on (as a runtime integration would)."""
-
-    name = "call_memory"
-    collect = Thresholds(min_confidence_warn=0.0)
-    """Levels for collecting every condition that holds (decisions are re-derived)."""
-
-    def __init__(self, thresholds: Thresholds | None = None) -> None:
-        self.memory = FailureMemory()
-        self.thresholds = thresholds or Thresholds()
-        self._trace = Trace()
-        self._of: int | None = None
-
-    def learn(self, session: Session) -> None:
-        self.memory.add_session(session)
-
-    def trace_for(self, before: Sequence[Step]) -> Trace:
-        if self._of != id(before) or len(self._trace) > len(before):
-            self._trace, self._of = Trace(), id(before)
-        for step in before[len(self._trace) :]:
-            self._trace.add(step)
-        return self._trace
-
-    def check(self, before: Sequence[Step], call: Step, told: str | None) -> Check:
-        trace = self.trace_for(before)
-        conditions = self.memory.conditions(call.tool)
-        verdict = assess(conditions, trace, call.tool, call.arguments, told, self.collect)
-        by_id = {c.condition_id: c for c in conditions}
-        holding = tuple(by_id[r.condition_id] for r in verdict.reasons)
-        decision, ids = decide(holding, self.thresholds)
-        return Check(decision, ids, holding)
-
-
-def decide(
-    holding: Sequence[FailureCondition], thresholds: Thresholds
-) -> tuple[Decision, tuple[str, ...]]:
-    levels = [(c, thresholds.level(c)) for c in holding]
-    blocks = tuple(c.condition_id for c, lvl in levels if lvl == "block")
-    if blocks:
-        return "block", blocks
-    warns = tuple(c.condition_id for c, lvl in levels if lvl == "warn")
-    return ("warn", warns) if warns else ("allow", ())
-
-
-# ---- the replay --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Call:
     seed: int
@@ -230,12 +76,14 @@ class Call:
     run: int
     """Index of the run in the corpus."""
     step: int
-    tool: str
     failed: bool
     repeat: bool
     """A failure whose (tool, normalized signature) occurred in training."""
     run_succeeded: bool
     check: Check
+    hinted: str | None = None
+    """``call_memory``: the level of the strongest "may apply" hint a lookup of the tool
+    would have carried here (``None``: no hint)."""
 
 
 @dataclass
@@ -243,7 +91,6 @@ class Replay:
     calls: dict[str, list[Call]] = field(default_factory=lambda: defaultdict(list))
     timings_ms: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     trained: list[dict[str, Any]] = field(default_factory=list)
-    """Per (seed, fold): what each system learned."""
 
 
 def folds_of(runs: Sequence[Run], k: int, seed: int) -> list[list[int]]:
@@ -257,16 +104,11 @@ def folds_of(runs: Sequence[Run], k: int, seed: int) -> list[list[int]]:
     return out
 
 
-def make_systems() -> list[Any]:
-    return [PlainIndex(), SeedPrefix(), SequenceMemory(), CallMemory()]
-
-
 def replay(corpus: Corpus, seeds: Sequence[int], k: int) -> Replay:
     out = Replay()
     runs = corpus.runs
     for seed in seeds:
-        folds = folds_of(runs, k, seed)
-        for fold, held in enumerate(folds):
+        for fold, held in enumerate(folds_of(runs, k, seed)):
             held_set = set(held)
             training = [i for i in range(len(runs)) if i not in held_set]
             random.Random(f"order:{seed}:{fold}").shuffle(training)
@@ -276,25 +118,19 @@ def replay(corpus: Corpus, seeds: Sequence[int], k: int) -> Replay:
                 session = runs[i].session()
                 for system in systems:
                     system.learn(session)
-                for _, step in learned_failures(session):
-                    seen.add((step.tool, normalize_signature(step.error or "")))
+                seen |= {
+                    (s.tool, signature_of(s.error or "")) for _, s in learned_failures(session)
+                }
             out.trained.append(_trained(seed, fold, systems, len(training), len(held)))
             progress(f"failures: seed {seed} fold {fold}: {len(training)} runs learned")
             for i in held:
-                run = runs[i]
                 for system in systems:
-                    _replay_run(out, system, seed, fold, i, run, seen)
+                    _replay_run(out, system, (seed, fold, i), runs[i], seen)
     return out
 
 
 def _replay_run(
-    out: Replay,
-    system: Any,
-    seed: int,
-    fold: int,
-    index: int,
-    run: Run,
-    seen: set[tuple[str, str]],
+    out: Replay, system: Any, where: tuple[int, int, int], run: Run, seen: set[tuple[str, str]]
 ) -> None:
     before: list[Step] = []
     for j, step in enumerate(run.steps):
@@ -302,11 +138,14 @@ def _replay_run(
         start = time.perf_counter()
         check = system.check(before, call, run.told_before[j])
         out.timings_ms[system.name].append((time.perf_counter() - start) * 1000.0)
-        failed = step.error is not None
-        repeat = failed and (step.tool, normalize_signature(step.error or "")) in seen
-        out.calls[system.name].append(
-            Call(seed, fold, index, j, step.tool, failed, repeat, run.succeeded, check)
+        hinted = (
+            system.hint(before, step.tool, run.told_before[j])
+            if isinstance(system, CallMemory)
+            else None
         )
+        failed = step.error is not None
+        repeat = failed and (step.tool, signature_of(step.error or "")) in seen
+        out.calls[system.name].append(Call(*where, j, failed, repeat, run.succeeded, check, hinted))
         before.append(step)
 
 
@@ -315,46 +154,39 @@ def _trained(
 ) -> dict[str, Any]:
     row: dict[str, Any] = {"seed": seed, "fold": fold, "train_runs": n_train, "held_runs": n_held}
     for system in systems:
-        if isinstance(system, _Chains):
-            row[system.name] = {"constraints": len(system)}
-        elif isinstance(system, CallMemory):
+        if isinstance(system, CallMemory):
             conditions = system.memory.conditions()
-            levels = Counter(system.thresholds.level(c) or "none" for c in conditions)
+            level = system.thresholds.level
             row[system.name] = {
                 "conditions": len(conditions),
-                "block_level": levels["block"],
-                "warn_level": levels["warn"],
+                "block_level": sum(level(c) == "block" for c in conditions),
+                "warn_level": sum(level(c) == "warn" for c in conditions),
                 "contradicted": sum(c.contradictions > 0 for c in conditions),
-                "contradicted_at_warn_level": sum(
-                    c.contradictions > 0 and system.thresholds.level(c) == "warn"
-                    for c in conditions
-                ),
+                "by_family": {
+                    f: dict(Counter(level(c) or "none" for c in conditions if c.family == f))
+                    for f in FAMILIES
+                },
                 "memory": system.memory.summary(),
             }
+        elif hasattr(system, "__len__"):
+            row[system.name] = {"constraints": len(system)}
     return row
 
 
 # ---- metrics -----------------------------------------------------------------------------
-def metrics(
-    calls: Sequence[Call], decisions: Sequence[tuple[Decision, tuple[str, ...]]]
-) -> dict[str, Any]:
-    """The figures of one system over ``calls`` (with ``decisions`` aligned to them)."""
-    repeats = [d for c, d in zip(calls, decisions, strict=True) if c.repeat]
-    failures = [d for c, d in zip(calls, decisions, strict=True) if c.failed]
-    blocked = [c for c, d in zip(calls, decisions, strict=True) if d[0] == "block"]
-    ok_calls = [(c, d) for c, d in zip(calls, decisions, strict=True) if c.run_succeeded]
+def metrics(calls: Sequence[Call], decisions: Sequence[Decision]) -> dict[str, Any]:
+    """The figures of one system over ``calls`` (``decisions`` aligned with them)."""
+    pairs = list(zip(calls, decisions, strict=True))
+    repeats = [d for c, d in pairs if c.repeat]
+    failures = [d for c, d in pairs if c.failed]
+    blocked = [c for c, d in pairs if d[0] == "block"]
+    ok_calls = [(c, d) for c, d in pairs if c.run_succeeded]
     ok_runs = {(c.seed, c.run) for c, _ in ok_calls}
     wrong_runs = {(c.seed, c.run) for c, d in ok_calls if d[0] == "block" and not c.failed}
     any_block_runs = {(c.seed, c.run) for c, d in ok_calls if d[0] == "block"}
     warned = sum(d[0] == "warn" for _, d in ok_calls)
-    flagged = sum(d[0] != "allow" for c, d in ok_calls if not c.failed)
-    contradicted = {
-        i
-        for c, d in zip(calls, decisions, strict=True)
-        if d[0] == "block" and not c.failed
-        for i in d[1]
-    }
-    n_blocked_ok = sum(1 for b in blocked if b.failed)
+    contradicted = {i for c, d in pairs if d[0] == "block" and not c.failed for i in d[1]}
+    really_failed = sum(c.failed for c in blocked)
     return {
         "calls": len(calls),
         "failures": len(failures),
@@ -365,8 +197,8 @@ def metrics(
         "catch_rate": _share(sum(d[0] != "allow" for d in repeats), len(repeats)),
         "block_catch_rate": _share(sum(d[0] == "block" for d in repeats), len(repeats)),
         "blocks": len(blocked),
-        "blocks_failed": n_blocked_ok,
-        "block_precision": _share(n_blocked_ok, len(blocked)),
+        "blocks_failed": really_failed,
+        "block_precision": _share(really_failed, len(blocked)),
         "successful_runs": len(ok_runs),
         "successful_runs_wrongly_blocked": len(wrong_runs),
         "successful_runs_wrongly_blocked_share": _share(len(wrong_runs), len(ok_runs)),
@@ -375,7 +207,6 @@ def metrics(
         "calls_in_successful_runs": len(ok_calls),
         "warned_calls_in_successful_runs": warned,
         "warned_share_in_successful_runs": _share(warned, len(ok_calls)),
-        "flagged_ok_calls_in_successful_runs_share": _share(flagged, len(ok_calls)),
         "constraints_contradicted_on_held_out": len(contradicted),
     }
 
@@ -384,18 +215,32 @@ def _share(part: int, whole: int) -> float | None:
     return round(part / whole, 4) if whole else None
 
 
-def family_figures(calls: Sequence[Call], thresholds: Thresholds) -> dict[str, Any]:
-    """Per family: the repeats its conditions flag (warn/block), the failing calls it
-    blocks, and its blocks and warns on calls that did not fail."""
-    out: dict[str, Any] = {}
+HEADLINE = (
+    "repeats",
+    "catch_rate",
+    "block_catch_rate",
+    "block_precision",
+    "blocks",
+    "successful_runs_wrongly_blocked_share",
+    "warned_share_in_successful_runs",
+)
+
+
+def headline(m: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: m[k] for k in HEADLINE}
+
+
+def family_figures(calls: Sequence[Call], thresholds: Thresholds) -> dict[str, dict[str, int]]:
+    """Per family: the repeats its conditions flag and block, the failing calls it blocks,
+    and its blocks and warnings on calls that did not fail."""
+    out: dict[str, dict[str, int]] = {}
     for family in FAMILIES:
-        row = Counter[str]()
+        row: Counter[str] = Counter()
         for call in calls:
             levels = {thresholds.level(c) for c in call.check.holding if c.family == family}
-            levels.discard(None)
-            if not levels:
+            top = "block" if "block" in levels else "warn" if "warn" in levels else None
+            if top is None:
                 continue
-            top = "block" if "block" in levels else "warn"
             if call.repeat:
                 row["repeats_flagged"] += 1
                 row["repeats_blocked"] += top == "block"
@@ -403,129 +248,121 @@ def family_figures(calls: Sequence[Call], thresholds: Thresholds) -> dict[str, A
                 row["failures_blocked"] += top == "block"
             else:
                 row[f"{top}s_on_ok_calls"] += 1
-                if call.run_succeeded:
-                    row[f"{top}s_on_ok_calls_in_successful_runs"] += 1
-        out[family] = {
-            key: row[key]
-            for key in (
-                "repeats_flagged",
-                "repeats_blocked",
-                "failures_blocked",
-                "blocks_on_ok_calls",
-                "warns_on_ok_calls",
-                "blocks_on_ok_calls_in_successful_runs",
-                "warns_on_ok_calls_in_successful_runs",
-            )
-        }
+                row[f"{top}s_on_ok_calls_in_successful_runs"] += call.run_succeeded
+        out[family] = {k: row[k] for k in FAMILY_KEYS}
     return out
+
+
+FAMILY_KEYS = (
+    "repeats_flagged",
+    "repeats_blocked",
+    "failures_blocked",
+    "blocks_on_ok_calls",
+    "warns_on_ok_calls",
+    "blocks_on_ok_calls_in_successful_runs",
+    "warns_on_ok_calls_in_successful_runs",
+)
 
 
 def without_family(calls: Sequence[Call], family: str, thresholds: Thresholds) -> dict[str, Any]:
     decisions = [
         decide([c for c in call.check.holding if c.family != family], thresholds) for call in calls
     ]
-    return _headline(metrics(calls, decisions))
+    return headline(metrics(calls, decisions))
 
 
 SWEEP: tuple[Thresholds, ...] = tuple(
-    Thresholds(
-        min_support_block=s,
-        max_contradictions_block=c,
-        min_confidence_block=0.0,
-        min_confidence_warn=w,
-    )
-    for s in (1, 2, 3)
-    for c in (0, 1)
-    for w in (0.34, 0.5, 0.67, 1.01)
+    Thresholds(s, c, 0.0, w) for s in (1, 2, 3) for c in (0, 1) for w in (0.34, 0.5, 0.67, 1.01)
 )
+"""(min support to block, max contradictions to block, -, min confidence to warn)."""
 
 
-def _headline(m: Mapping[str, Any]) -> dict[str, Any]:
-    keys = (
-        "catch_rate",
-        "block_catch_rate",
-        "block_precision",
-        "blocks",
-        "successful_runs_wrongly_blocked_share",
-        "warned_share_in_successful_runs",
-    )
-    return {k: m[k] for k in keys}
+def hint_figures(calls: Sequence[Call]) -> dict[str, Any]:
+    """The lookup hints: for the tool about to be called, before its arguments exist,
+    whether a condition may apply (any level; block level only)."""
+    repeats = [c for c in calls if c.repeat]
+    ok = [c for c in calls if c.run_succeeded and not c.failed]
+    out: dict[str, Any] = {}
+    for name, levels in (("any", ("warn", "block")), ("block_level", ("block",))):
+        hinted_repeats = sum(c.hinted in levels for c in repeats)
+        out[name] = {
+            "repeats_hinted": hinted_repeats,
+            "repeats_hinted_share": _share(hinted_repeats, len(repeats)),
+            "ok_calls_in_successful_runs_hinted_share": _share(
+                sum(c.hinted in levels for c in ok), len(ok)
+            ),
+        }
+    return out
+
+
+def misses(corpus: Corpus, calls: Sequence[Call]) -> list[dict[str, Any]]:
+    """Real repeats by (tool, signature): how many, how many flagged, how many blocked."""
+    rows: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    for call in calls:
+        if call.repeat:
+            step = corpus.runs[call.run].steps[call.step]
+            row = rows[(step.tool, signature_of(step.error or ""))]
+            row["repeats"] += 1
+            row["caught"] += call.check.decision != "allow"
+            row["blocked"] += call.check.decision == "block"
+    return [
+        {"tool": tool, "signature": sig, **{k: row[k] for k in ("repeats", "caught", "blocked")}}
+        for (tool, sig), row in sorted(rows.items(), key=lambda kv: -kv[1]["repeats"])
+    ]
 
 
 def assess_targets(m: Mapping[str, Any]) -> list[dict[str, Any]]:
     catch, precision = m["catch_rate"], m["block_precision"]
     wrong, warned = m["successful_runs_wrongly_blocked_share"], m["warned_share_in_successful_runs"]
     return [
-        target(
-            "call_memory: real repeats caught before the call",
-            ">= 0.5",
-            catch,
-            catch is not None and catch >= 0.5,
-        ),
-        target(
-            "call_memory: block precision",
-            ">= 0.8",
-            precision,
-            precision is not None and precision >= 0.8,
-        ),
-        target(
-            "call_memory: successful runs with a wrongly blocked call",
-            "<= 0.01",
-            wrong,
-            wrong is not None and wrong <= 0.01,
-        ),
-        target(
-            "call_memory: warned calls in successful runs",
-            "<= 0.05",
-            warned,
-            warned is not None and warned <= 0.05,
-        ),
-    ]
+        target("call_memory: real repeats caught before the call (warn or block)", ">= 0.5",
+               catch, catch is not None and catch >= 0.5),
+        target("call_memory: block precision", ">= 0.8", precision,
+               precision is not None and precision >= 0.8),
+        target("call_memory: successful runs with a wrongly blocked call", "<= 0.01", wrong,
+               wrong is not None and wrong <= 0.01),
+        target("call_memory: warned calls in successful runs", "<= 0.05", warned,
+               warned is not None and warned <= 0.05),
+    ]  # fmt: skip
 
 
 # ---- timing ------------------------------------------------------------------------------
 def synthetic_timing(corpus: Corpus, repeat: int) -> dict[str, Any]:
-    """A 30-step session and 100 conditions of the tool checked: the session is the
-    longest retail run's first 30 steps (padded by repeating it), the conditions those
-    learned from every run for the most-conditioned tool, padded with copies that test
-    other values.  Baseline in the same run: the sequence memory's check."""
+    """A 30-step session checked against 100 conditions of one tool: the session is the
+    longest retail run's first 30 steps (repeated if shorter); the conditions are those
+    learned from every run for the tool with the most, padded with copies that test
+    other values.  Baseline in the same run: the sequence memory's (uncached) check of
+    the same plan."""
     memory = FailureMemory()
     chains = SequenceMemory()
     for run in corpus.runs:
         memory.add_session(run.session())
         chains.learn(run.session())
-    counts = Counter(c.tool for c in memory.conditions())
-    tool = counts.most_common(1)[0][0]
-    conditions = list(memory.conditions(tool))
-    padded = list(conditions)
+    tool = Counter(c.tool for c in memory.conditions()).most_common(1)[0][0]
+    learned = memory.conditions(tool)
+    conditions = list(learned)
     n = 0
-    while len(padded) < 100:
-        base = conditions[n % len(conditions)]
-        predicate = (
-            replace(base.predicate, value=f"synthetic-{n}")
-            if base.predicate.op == "=="
-            else base.predicate
-        )
-        padded.append(replace(base, predicate=predicate))
+    while len(conditions) < 100:
+        base = learned[n % len(learned)]
+        if base.predicate.op == "==":
+            base = replace(base, predicate=replace(base.predicate, value=f"synthetic-{n}"))
+        conditions.append(base)
         n += 1
-    padded = padded[:100]
+    conditions = conditions[:100]
     longest = max((r for r in corpus.runs if r.domain == "retail"), key=lambda r: len(r.steps))
-    steps = list(longest.steps)
-    while len(steps) < 30:
-        steps += list(longest.steps)
-    steps = steps[:30]
-    example = next((s for r in corpus.runs for s in r.steps if s.tool == tool), None)
-    arguments = dict(example.arguments) if example else {}
-    trace = Trace(steps)
+    steps = (list(longest.steps) * 30)[:30]
+    example = next(s for r in corpus.runs for s in r.steps if s.tool == tool)
+    arguments = dict(example.arguments)
     told = longest.told_before[-1] if longest.told_before else None
+    trace = Trace(steps)
     matcher = chains.matcher()
-    tools = [s.tool for s in steps]
+    plan = [s.tool for s in steps] + [tool]
     gc.collect()
     samples = interleaved(
         {
-            "call_memory_incremental": lambda: assess(padded, trace, tool, arguments, told),
-            "call_memory_from_scratch": lambda: assess(padded, steps, tool, arguments, told),
-            "sequence_memory": lambda: matcher._next_steps(tools, {}),
+            "call_memory_incremental": lambda: assess(conditions, trace, tool, arguments, told),
+            "call_memory_from_scratch": lambda: assess(conditions, steps, tool, arguments, told),
+            "sequence_memory": lambda: matcher.check(plan),
         },
         repeat=repeat,
     )
@@ -534,7 +371,7 @@ def synthetic_timing(corpus: Corpus, repeat: int) -> dict[str, Any]:
     return {
         "tool": tool,
         "steps": len(steps),
-        "conditions": len(padded),
+        "conditions": len(conditions),
         "timings": stats,
         "incremental_vs_sequence_p50": ratio(stats["call_memory_incremental"]["p50_ms"], base),
         "from_scratch_vs_sequence_p50": ratio(stats["call_memory_from_scratch"]["p50_ms"], base),
@@ -551,8 +388,7 @@ def run(
 ) -> dict[str, Any]:
     started = time.perf_counter()
     corpus = load(dataset)
-    n_seeds = seeds or (QUICK_SEEDS if quick else FULL_SEEDS)
-    seed_list = [seed + i for i in range(n_seeds)]
+    seed_list = [seed + i for i in range(seeds or (QUICK_SEEDS if quick else FULL_SEEDS))]
     progress(f"failures: {len(corpus.runs)} runs, {folds} folds, seeds {seed_list}")
     result = replay(corpus, seed_list, folds)
     defaults = Thresholds()
@@ -561,27 +397,24 @@ def run(
     for name, calls in result.calls.items():
         decisions = [(c.check.decision, c.check.constraints) for c in calls]
         systems[name] = metrics(calls, decisions)
-        rows = []
+        per_fold[name] = []
         for s in seed_list:
             for f in range(folds):
                 part = [
                     (c, d)
                     for c, d in zip(calls, decisions, strict=True)
-                    if c.seed == s and c.fold == f
+                    if (c.seed, c.fold) == (s, f)
                 ]
                 m = metrics([c for c, _ in part], [d for _, d in part])
-                rows.append({"seed": s, "fold": f, **_headline(m), "repeats": m["repeats"]})
-        per_fold[name] = rows
+                per_fold[name].append({"seed": s, "fold": f, **headline(m)})
     mine = result.calls["call_memory"]
-    sweep = [
-        {
-            "thresholds": _thresholds_dict(t),
-            **_headline(metrics(mine, [decide(c.check.holding, t) for c in mine])),
-        }
-        for t in SWEEP
-    ]
-    timing_calls = {name: summary(ms) for name, ms in result.timings_ms.items()}
+    sweep = []
+    for t in SWEEP:
+        decisions = [decide(c.check.holding, t) for c in mine]
+        sweep.append({"thresholds": _thresholds(t), **headline(metrics(mine, decisions))})
+    replay_timing = {name: summary(ms) for name, ms in result.timings_ms.items()}
     synthetic = synthetic_timing(corpus, repeat=50 if quick else 300)
+    incremental = synthetic["timings"]["call_memory_incremental"]["p50_ms"]
     return {
         "benchmark": "failures",
         "question": "repeat failures caught before the call on real agent runs, and the cost "
@@ -591,7 +424,7 @@ def run(
             "dataset": str(dataset),
             "folds": folds,
             "seeds": seed_list,
-            "thresholds": _thresholds_dict(defaults),
+            "thresholds": _thresholds(defaults),
         },
         "corpus": corpus.notes,
         "systems": systems,
@@ -599,12 +432,13 @@ def run(
         "families": family_figures(mine, defaults),
         "without_family": {f: without_family(mine, f, defaults) for f in FAMILIES},
         "threshold_sweep": sweep,
-        "trained": result.trained,
+        "lookup_hints": hint_figures(mine),
+        "learned": result.trained,
         "misses": misses(corpus, mine),
         "timing": {
-            "replay_check_ms": timing_calls,
+            "replay_check_ms": replay_timing,
             "replay_call_memory_vs_sequence_p50": ratio(
-                timing_calls["call_memory"]["p50_ms"], timing_calls["sequence_memory"]["p50_ms"]
+                replay_timing["call_memory"]["p50_ms"], replay_timing["sequence_memory"]["p50_ms"]
             ),
             "synthetic": synthetic,
         },
@@ -613,16 +447,16 @@ def run(
             target(
                 "call_memory: check of 30 steps against 100 conditions (p50, incremental)",
                 "< 1 ms",
-                synthetic["timings"]["call_memory_incremental"]["p50_ms"],
-                synthetic["timings"]["call_memory_incremental"]["p50_ms"] < 1.0,
-                "wall time on this machine; the ratio to the sequence check is in timing",
+                incremental,
+                incremental < 1.0,
+                "wall time here; the ratio to the sequence check is under timing",
             ),
         ],
         "timings_s": {"total": round(time.perf_counter() - started, 1)},
     }
 
 
-def _thresholds_dict(t: Thresholds) -> dict[str, Any]:
+def _thresholds(t: Thresholds) -> dict[str, Any]:
     return {
         "min_support_block": t.min_support_block,
         "max_contradictions_block": t.max_contradictions_block,
@@ -631,133 +465,105 @@ def _thresholds_dict(t: Thresholds) -> dict[str, Any]:
     }
 
 
-def misses(corpus: Corpus, calls: Sequence[Call]) -> list[dict[str, Any]]:
-    """Real repeats not caught, by (tool, signature), with how often."""
-    counter: Counter[tuple[str, str]] = Counter()
-    caught: Counter[tuple[str, str]] = Counter()
-    for call in calls:
-        if not call.repeat:
-            continue
-        step = corpus.runs[call.run].steps[call.step]
-        key = (step.tool, normalize_signature(step.error or ""))
-        counter[key] += 1
-        caught[key] += call.check.decision != "allow"
-    return [
-        {"tool": t, "signature": s, "repeats": n, "caught": caught[(t, s)]}
-        for (t, s), n in counter.most_common()
-    ]
-
-
 # ---- output ------------------------------------------------------------------------------
+SYSTEM_KEYS = (
+    "repeats",
+    "repeats_caught",
+    "repeats_blocked",
+    "blocks",
+    "block_precision",
+    "successful_runs",
+    "successful_runs_wrongly_blocked",
+    "successful_runs_any_block",
+    "warned_share_in_successful_runs",
+    "constraints_contradicted_on_held_out",
+)
+
+
+def _cell(value: Any) -> Any:
+    return "-" if value is None else value
+
+
 def markdown(result: dict[str, Any]) -> str:
-    systems = result["systems"]
-    keys = (
-        "repeats",
-        "repeats_caught",
-        "repeats_blocked",
-        "blocks",
-        "block_precision",
-        "successful_runs",
-        "successful_runs_wrongly_blocked",
-        "successful_runs_any_block",
-        "warned_share_in_successful_runs",
-        "constraints_contradicted_on_held_out",
-    )
-    rows = [
-        [name, *(m[k] if m[k] is not None else "-" for k in keys)] for name, m in systems.items()
+    systems = [[n, *(_cell(m[k]) for k in SYSTEM_KEYS)] for n, m in result["systems"].items()]
+    folds = [
+        [r["seed"], r["fold"], *(_cell(r[k]) for k in HEADLINE)]
+        for r in result["per_fold"]["call_memory"]
     ]
-    fam_keys = (
-        "repeats_flagged",
-        "repeats_blocked",
-        "failures_blocked",
-        "blocks_on_ok_calls",
-        "warns_on_ok_calls",
-    )
-    fam_rows = [[f, *(v[k] for k in fam_keys)] for f, v in result["families"].items()]
-    without = [[f, *v.values()] for f, v in result["without_family"].items()]
+    families = [[f, *(v[k] for k in FAMILY_KEYS)] for f, v in result["families"].items()]
+    without = [[f, *(_cell(x) for x in v.values())] for f, v in result["without_family"].items()]
     sweep = [
         [
             t["thresholds"]["min_support_block"],
             t["thresholds"]["max_contradictions_block"],
             t["thresholds"]["min_confidence_warn"],
-            t["catch_rate"],
-            t["block_catch_rate"],
-            t["block_precision"],
-            t["successful_runs_wrongly_blocked_share"],
-            t["warned_share_in_successful_runs"],
+            *(_cell(t[k]) for k in HEADLINE[1:]),
         ]
         for t in result["threshold_sweep"]
     ]
-    fold_rows = [
-        [
-            r["seed"],
-            r["fold"],
-            r["repeats"],
-            r["catch_rate"],
-            r["block_precision"],
-            r["blocks"],
-            r["successful_runs_wrongly_blocked_share"],
-            r["warned_share_in_successful_runs"],
-        ]
-        for r in result["per_fold"]["call_memory"]
+    learned: dict[str, Counter[str]] = defaultdict(Counter)
+    for row in result["learned"]:
+        for family, levels in row["call_memory"]["by_family"].items():
+            learned[family].update(levels)
+    n_folds = len(result["learned"])
+    learned_rows = [
+        [f, *(round(learned[f][k] / n_folds, 1) for k in ("block", "warn", "none"))]
+        for f in FAMILIES
     ]
     timing = result["timing"]
     synthetic = timing["synthetic"]
-    miss_rows = [[m["tool"], m["signature"], m["repeats"], m["caught"]] for m in result["misses"]]
+    hints = result["lookup_hints"]
+    miss_rows = [
+        [m["tool"], m["signature"], m["repeats"], m["caught"], m["blocked"]]
+        for m in result["misses"]
+    ]
     return "\n".join(
         [
-            f"## Failure memory on τ² runs ({result['params']['folds']} folds by task, seeds "
-            f"{result['params']['seeds']})",
+            f"## Failure memory on τ² runs ({result['params']['folds']} folds by task, "
+            f"seeds {result['params']['seeds']})",
             "",
-            md_table(["system", *keys], rows),
+            "Pooled over seeds and folds:",
+            "",
+            md_table(["system", *SYSTEM_KEYS], systems),
             "",
             "### call_memory per (seed, fold)",
             "",
-            md_table(
-                [
-                    "seed",
-                    "fold",
-                    "repeats",
-                    "caught",
-                    "block precision",
-                    "blocks",
-                    "ok runs wrongly blocked",
-                    "warned share",
-                ],
-                fold_rows,
-            ),
+            md_table(["seed", "fold", *HEADLINE], folds),
             "",
-            "### Families (call_memory, default thresholds)",
+            "### Families (default thresholds)",
             "",
-            md_table(["family", *fam_keys], fam_rows),
+            md_table(["family", *FAMILY_KEYS], families),
             "",
             "Each family left out:",
             "",
-            md_table(["left out", *next(iter(result["without_family"].values())).keys()], without),
+            md_table(["left out", *HEADLINE], without),
+            "",
+            "Learned conditions per fold, by family and level (mean):",
+            "",
+            md_table(["family", "block", "warn", "kept, neither"], learned_rows),
             "",
             "### Threshold sweep",
             "",
-            md_table(
-                [
-                    "min support",
-                    "max contradictions",
-                    "min conf warn",
-                    "caught",
-                    "blocked",
-                    "block precision",
-                    "ok runs wrongly blocked",
-                    "warned share",
-                ],
-                sweep,
-            ),
+            md_table(["min support", "max contradictions", "min conf warn", *HEADLINE[1:]], sweep),
             "",
             "### Real repeats by (tool, signature)",
             "",
-            md_table(["tool", "signature", "repeats", "caught"], miss_rows),
+            md_table(["tool", "signature", "repeats", "caught", "blocked"], miss_rows),
             "",
-            f"Check time: replay p50 {timing['replay_check_ms']['call_memory']['p50_ms']} "
-            f"ms ({timing['replay_call_memory_vs_sequence_p50']}x the sequence "
-            f"check); {synthetic['steps']} steps x {synthetic['conditions']} conditions: "
+            "Lookup hints (`may_apply` for the tool about to be called, before its arguments):",
+            "",
+            md_table(
+                ["hint level", "repeats hinted", "share of repeats", "share of ok calls, ok runs"],
+                [
+                    [level, h["repeats_hinted"], _cell(h["repeats_hinted_share"]),
+                     _cell(h["ok_calls_in_successful_runs_hinted_share"])]
+                    for level, h in hints.items()
+                ],
+            ),
+            "",
+            f"Check time: replay p50 {timing['replay_check_ms']['call_memory']['p50_ms']} ms "
+            f"({timing['replay_call_memory_vs_sequence_p50']}x the sequence check); "
+            f"{synthetic['steps']} steps x {synthetic['conditions']} conditions: "
             f"{synthetic['timings']['call_memory_incremental']['p50_ms']} ms incremental, "
             f"{synthetic['timings']['call_memory_from_scratch']['p50_ms']} ms from scratch "
             f"({synthetic['incremental_vs_sequence_p50']}x / "
@@ -766,7 +572,28 @@ def markdown(result: dict[str, Any]) -> str:
             md_targets(result["targets"]),
             "",
         ]
+    )  # fmt: skip
+
+
+def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
+    plt = pyplot()
+    names = list(result["systems"])
+    m = result["systems"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.2
+    series = (
+        ("repeats caught", "catch_rate"),
+        ("block precision", "block_precision"),
+        ("ok runs wrongly blocked", "successful_runs_wrongly_blocked_share"),
     )
+    for i, (label, key) in enumerate(series):
+        xs = [j + (i - 1) * width for j in range(len(names))]
+        ax.bar(xs, [m[n][key] or 0.0 for n in names], width, label=label)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Failure memories on held-out τ² runs")
+    ax.legend()
+    return [save_figure(plt, fig, out_dir / "failures.png")]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -778,19 +605,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--folds", type=int, default=FOLDS)
     parser.add_argument("--seeds", type=int, help=f"default {QUICK_SEEDS} quick, {FULL_SEEDS} full")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--out", type=Path, help="write the JSON here")
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
     parser.add_argument("--markdown", type=Path, help="write the Markdown here")
     args = parser.parse_args(argv)
     dataset = args.dataset.resolve()
     lost = missing_files(dataset)
     if lost:
         raise SystemExit(
-            f"bench_failures: missing under {dataset}: {', '.join(lost)}; pass --dataset DIR"
+            f"bench_failures: {', '.join(lost)} missing under {dataset}; use --dataset"
         )
     result = run(args.quick, args.seed, dataset, args.folds, args.seeds)
-    result["command"] = "python -m benchmarks.bench_failures " + " ".join(
-        argv or __import__("sys").argv[1:]
-    )
+    words = sys.argv[1:] if argv is None else argv
+    result["command"] = " ".join(["python -m benchmarks.bench_failures", *words])
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(markdown(result))
