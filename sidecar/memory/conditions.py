@@ -27,12 +27,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 from sidecar.classify import Kind
 from sidecar.memory.features import FAMILIES, Family, FeatureValue, family_of
-from sidecar.memory.signature import failure_kind
+from sidecar.memory.signature import failure_kind, normalize_signature
 
 Op = Literal["==", "not_in", ">", "<"]
 OPS: tuple[Op, ...] = ("==", "not_in", ">", "<")
@@ -103,6 +103,9 @@ def confidence(support: int, contradictions: int) -> float:
 
 @dataclass(frozen=True)
 class FailureCondition:
+    """A predicate under which ``tool`` fails with ``signature``, with its evidence (see
+    the module docstring for the JSON form and the meaning of each count)."""
+
     tool: str
     signature: str
     """The normalized failure signature the condition predicts."""
@@ -165,6 +168,8 @@ class FailureCondition:
         source = data.get("source", "manual")
         if source not in ("learned", "manual"):
             raise ValueError("source must be 'learned' or 'manual'")
+        if source == "manual":  # written as met; compared as normalized
+            signature = normalize_signature(signature)
         kind = data.get("kind") or failure_kind(signature)
         if kind not in ("deterministic", "transient", "unknown"):
             raise ValueError("kind must be 'deterministic', 'transient' or 'unknown'")
@@ -197,7 +202,7 @@ class FailureCondition:
         explanation = data.get("explanation")
         if not isinstance(explanation, str) or not explanation:
             explanation = explain(condition)
-        return _with(condition, explanation=explanation)
+        return replace(condition, explanation=explanation)
 
 
 _MISSING = object()
@@ -207,12 +212,6 @@ def _count(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{name} must be a non-negative integer")
     return value
-
-
-def _with(condition: FailureCondition, **changes: Any) -> FailureCondition:
-    from dataclasses import replace
-
-    return replace(condition, **changes)
 
 
 # ---- explanations ----------------------------------------------------------------------

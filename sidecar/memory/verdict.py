@@ -16,10 +16,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sidecar.memory.conditions import FailureCondition, describe
+from sidecar.memory.conditions import FailureCondition
 from sidecar.memory.evidence import Step
 from sidecar.memory.features import call_features
 from sidecar.memory.trace import Trace
+from sidecar.memory.values import is_id_like, key_of
 
 Decision = Literal["allow", "warn", "block"]
 Level = Literal["warn", "block"]
@@ -175,14 +176,12 @@ def _session_evidence(condition: FailureCondition, trace: Trace, task_input: str
 
 
 def _key(value: Any) -> str:
-    from sidecar.memory.values import key_of
-
     return key_of(value) or repr(value)
 
 
 def _id_keys(value: Any, whole: bool) -> list[str]:
-    from sidecar.memory.values import is_id_like, key_of
-
+    """The id-like values a remembered value needs the session to hold (every one of
+    them, for a whole argument set)."""
     if whole and isinstance(value, str):
         try:
             parsed = json.loads(value)
@@ -201,14 +200,3 @@ def _id_keys(value: Any, whole: bool) -> list[str]:
         return [k for k in (key_of(v) for v in items) if k]
     key = key_of(value)
     return [key] if key and is_id_like(value) else []
-
-
-__all__ = [
-    "DEFAULT_THRESHOLDS",
-    "Reason",
-    "Thresholds",
-    "Verdict",
-    "assess",
-    "describe",
-    "may_apply",
-]
