@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sidecar.memory.evidence import Step, decoded
-from sidecar.memory.values import Scalar, is_id_like, is_scalar, key_of
+from sidecar.memory.values import ID_TOKEN, Scalar, is_id_like, is_scalar, key_of
 
 MAX_TEXT_BLOBS = 64
 
@@ -70,7 +70,11 @@ class Trace:
         # value -> {slot: (rank, seq, key, obj)}; slot is "1", "2" or a field name
         self._bind: dict[str, dict[str, tuple[int, int, str, dict[str, Any]]]] = {}
         self._views: dict[int, ObjectView] = {}
-        self._fields: dict[tuple[str, str], int] = {}
+        self._identified: list[dict[str, Any]] = []
+        """Objects some value is the identity of (rank 1 or 2), in order; their fields
+        are indexed for lookups only when first asked for."""
+        self._fields: set[tuple[str, str]] = set()
+        self._fields_done = 0
         self.failed: dict[str, list[int]] = {}
         """Tool -> positions of its failed steps."""
         for step in steps:
@@ -115,51 +119,52 @@ class Trace:
                     self._seen.add(key)
 
     def _walk(self, root: dict[str, Any] | list[Any], seq: int) -> None:
+        # the hot loop of indexing: exact type tests (the data is decoded JSON) rather
+        # than helper calls per value
+        seen = self._seen
         stack: list[Any] = [root]
         while stack:
             node = stack.pop()
-            if isinstance(node, list):
+            if type(node) is not dict:
                 for item in node:
-                    if isinstance(item, dict | list):
+                    kind = type(item)
+                    if kind is dict or kind is list or kind is tuple:
                         stack.append(item)
-                    else:
-                        key = key_of(item)
-                        if key is not None:
-                            self._seen.add(key)
-                continue
-            if not isinstance(node, dict):
+                    elif kind is str:
+                        seen.add(item)
+                    elif kind is int:
+                        seen.add(str(item))
                 continue
             first = True
             for field, value in node.items():
-                if isinstance(value, dict):
-                    if is_id_like(field):
-                        self._seen.add(field)
+                kind = type(value)
+                if kind is dict:
+                    if ID_TOKEN.fullmatch(field):
+                        seen.add(field)
                         self._offer(field, "1", 1, seq, field, value)
                     stack.append(value)
-                elif isinstance(value, list):
+                elif kind is list or kind is tuple:
                     stack.append(value)
-                else:
-                    key = key_of(value)
-                    if key is not None:
-                        self._seen.add(key)
-                        if is_id_like(value):
-                            if first:
-                                self._offer(key, "2", 2, seq, field, node)
-                            else:
-                                rank = 3 if _id_named(field) else 4
-                                self._offer(key, field, rank, seq, field, node)
+                elif kind is str or kind is int:
+                    key = value if kind is str else str(value)
+                    seen.add(key)
+                    if ID_TOKEN.fullmatch(value) if kind is str else abs(value) >= 100:
+                        if first:
+                            self._offer(key, "2", 2, seq, field, node)
+                        else:
+                            rank = 3 if _id_named(field) else 4
+                            self._offer(key, field, rank, seq, field, node)
                 first = False
 
     def _offer(
         self, key: str, slot: str, rank: int, seq: int, field: str, obj: dict[str, Any]
     ) -> None:
-        slots = self._bind.setdefault(key, {})
+        slots = self._bind.get(key)
+        if slots is None:
+            slots = self._bind[key] = {}
         slots[slot] = (rank, seq, field, obj)  # later outputs replace earlier ones
         if rank <= 2:
-            for name, value in obj.items():
-                if is_scalar(value):
-                    pair = (name, key_of(value) or repr(value))
-                    self._fields[pair] = self._fields.get(pair, 0) + 1
+            self._identified.append(obj)
 
     # ---- queries --------------------------------------------------------------------
     def seen(self, key: str, task_input: str | None = None) -> bool:
@@ -192,10 +197,18 @@ class Trace:
     def has_field(self, field: str, value: Scalar) -> bool:
         """Whether an object of the session (one some value is the identity of) holds
         ``field == value``."""
-        return (field, key_of(value) or repr(value)) in self._fields
+        return (field, key_of(value) or repr(value)) in self._indexed_fields()
 
     def field_values(self, field: str) -> set[str]:
-        return {v for (f, v) in self._fields if f == field}
+        return {v for (f, v) in self._indexed_fields() if f == field}
+
+    def _indexed_fields(self) -> set[tuple[str, str]]:
+        for obj in self._identified[self._fields_done :]:
+            for name, value in obj.items():
+                if is_scalar(value):
+                    self._fields.add((name, key_of(value) or repr(value)))
+        self._fields_done = len(self._identified)
+        return self._fields
 
     def view(self, obj: dict[str, Any]) -> ObjectView:
         found = self._views.get(id(obj))

@@ -12,8 +12,8 @@ MAX_VALUE_TEXT = 120
 
 Scalar = str | int | float | bool | None
 
-_WHITESPACE = re.compile(r"\s")
-_ID_MARK = re.compile(r"[\d_@#]")
+ID_TOKEN = re.compile(r"(?=\S*[\d_@#])\S{3,100}")
+"""An id-like token (see :func:`is_id_like`)."""
 
 
 def canonical(value: Any) -> str:
@@ -56,9 +56,7 @@ def is_id_like(value: Any) -> bool:
         return False
     if isinstance(value, int):
         return abs(value) >= 100
-    if not isinstance(value, str) or not 3 <= len(value) <= 100:
-        return False
-    return not _WHITESPACE.search(value) and bool(_ID_MARK.search(value))
+    return isinstance(value, str) and ID_TOKEN.fullmatch(value) is not None
 
 
 def shape(value: str) -> str:
