@@ -60,7 +60,7 @@ from benchmarks.failure_systems import (
     make_systems,
 )
 from benchmarks.tau2 import Corpus, Run, load, missing_files
-from sidecar.memory import FAMILIES, FailureMemory, Step, Thresholds, Trace, assess
+from sidecar.memory import FAMILIES, FailureMemory, LearnParams, Step, Thresholds, Trace, assess
 from sidecar.memory import normalize_signature as signature_of
 
 FOLDS = 5
@@ -106,7 +106,21 @@ def folds_of(runs: Sequence[Run], k: int, seed: int) -> list[list[int]]:
     return out
 
 
-def replay(corpus: Corpus, seeds: Sequence[int], k: int) -> Replay:
+LEARN_SWEEP: dict[str, LearnParams] = {
+    **{f"call_memory[max_categorical={n}]": LearnParams(max_categorical=n) for n in (4, 48, 10**6)},
+    "call_memory[count_objects_once=False]": LearnParams(count_objects_once=False),
+    "call_memory[max_categorical=1000000, count_objects_once=False]": LearnParams(
+        max_categorical=10**6, count_objects_once=False
+    ),
+}
+"""Variants of the learner replayed beside the default one: how many distinct values a
+bound-object field may show and still count as a state (12 by default), and whether
+sessions acting on one object count once (the default) or each."""
+
+
+def replay(
+    corpus: Corpus, seeds: Sequence[int], k: int, variants: Mapping[str, LearnParams] | None = None
+) -> Replay:
     out = Replay()
     runs = corpus.runs
     for seed in seeds:
@@ -114,7 +128,7 @@ def replay(corpus: Corpus, seeds: Sequence[int], k: int) -> Replay:
             held_set = set(held)
             training = [i for i in range(len(runs)) if i not in held_set]
             random.Random(f"order:{seed}:{fold}").shuffle(training)
-            systems = make_systems()
+            systems = make_systems(dict(variants or {}))
             seen: set[tuple[str, str]] = set()
             for i in training:
                 session = runs[i].session()
@@ -145,7 +159,7 @@ def _replay_run(
         out.timings_ms[system.name].append((time.perf_counter() - start) * 1000.0)
         hinted = (
             system.hint(before, step.tool, run.told_before[j])
-            if isinstance(system, CallMemory)
+            if isinstance(system, CallMemory) and system.name == "call_memory"
             else None
         )
         failed = step.error is not None
@@ -159,7 +173,7 @@ def _trained(
 ) -> dict[str, Any]:
     row: dict[str, Any] = {"seed": seed, "fold": fold, "train_runs": n_train, "held_runs": n_held}
     for system in systems:
-        if isinstance(system, CallMemory):
+        if isinstance(system, CallMemory) and system.name == "call_memory":
             start = time.perf_counter()
             conditions = system.memory.conditions()  # derived now, from every group
             derive_ms = (time.perf_counter() - start) * 1000.0
@@ -398,11 +412,16 @@ def run(
     corpus = load(dataset)
     seed_list = [seed + i for i in range(seeds or (QUICK_SEEDS if quick else FULL_SEEDS))]
     progress(f"failures: {len(corpus.runs)} runs, {folds} folds, seeds {seed_list}")
-    result = replay(corpus, seed_list, folds)
+    result = replay(corpus, seed_list, folds, LEARN_SWEEP)
     defaults = Thresholds()
     systems: dict[str, Any] = {}
     per_fold: dict[str, list[dict[str, Any]]] = {}
+    learn_sweep: dict[str, Any] = {}
     for name, calls in result.calls.items():
+        if name in LEARN_SWEEP:
+            decisions = [(c.check.decision, c.check.constraints) for c in calls]
+            learn_sweep[name] = headline(metrics(calls, decisions))
+            continue
         decisions = [(c.check.decision, c.check.constraints) for c in calls]
         systems[name] = metrics(calls, decisions)
         per_fold[name] = []
@@ -440,6 +459,10 @@ def run(
         "families": family_figures(mine, defaults),
         "without_family": {f: without_family(mine, f, defaults) for f in FAMILIES},
         "threshold_sweep": sweep,
+        "learn_sweep": {
+            "call_memory (defaults)": headline(systems["call_memory"]),
+            **learn_sweep,
+        },
         "lookup_hints": hint_figures(mine),
         "learned": result.trained,
         "misses": misses(corpus, mine),
@@ -557,6 +580,14 @@ def markdown(result: dict[str, Any]) -> str:
             "### Threshold sweep",
             "",
             md_table(["min support", "max contradictions", "min conf warn", *HEADLINE[1:]], sweep),
+            "",
+            "Learner variants (distinct values a bound-object field may show and still be a "
+            "state; sessions acting on one object counted once or each):",
+            "",
+            md_table(
+                ["variant", *HEADLINE],
+                [[n, *(_cell(v[k]) for k in HEADLINE)] for n, v in result["learn_sweep"].items()],
+            ),
             "",
             "### Real repeats by (tool, signature)",
             "",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sidecar.memory import (
     FailureCondition,
     FailureMemory,
+    LearnParams,
     Session,
     Step,
     Thresholds,
@@ -147,8 +148,14 @@ class CallMemory:
     """Levels under which every condition that holds is reported (decisions are then
     re-derived for any thresholds)."""
 
-    def __init__(self, thresholds: Thresholds | None = None) -> None:
-        self.memory = FailureMemory()
+    def __init__(
+        self,
+        thresholds: Thresholds | None = None,
+        params: LearnParams | None = None,
+        name: str = "call_memory",
+    ) -> None:
+        self.name = name
+        self.memory = FailureMemory(params)
         self.thresholds = thresholds or Thresholds()
         self._trace = Trace()
         self._of: int | None = None
@@ -192,5 +199,8 @@ def decide(
     return ("warn", warns) if warns else ("allow", ())
 
 
-def make_systems() -> list[Any]:
-    return [PlainIndex(), SeedPrefix(), SequenceMemory(), CallMemory()]
+def make_systems(variants: dict[str, LearnParams] | None = None) -> list[Any]:
+    """The four systems, and a ``call_memory`` per named variant of its learning
+    parameters."""
+    extra = [CallMemory(params=p, name=n) for n, p in (variants or {}).items()]
+    return [PlainIndex(), SeedPrefix(), SequenceMemory(), CallMemory(), *extra]

@@ -91,10 +91,13 @@ class Evidence:
         return min(len(self.sessions), len({e[1] for e in self.events}))
 
 
-def observe(records: Iterable[FailureRecord], limit: int) -> list[tuple[str, Evidence]]:
+def observe(
+    records: Iterable[FailureRecord], limit: int, per_object: bool = True
+) -> list[tuple[str, Evidence]]:
     """Each (feature, value) the failing calls showed, with its evidence: the ``limit``
     best supported, chosen before any success is looked at (so that no success can
-    promote a condition past the cut)."""
+    promote a condition past the cut).  Without ``per_object`` every session is its own
+    anchor."""
     seen: dict[tuple[str, str], Evidence] = {}
     for record in records:
         for name, value in record.features.items():
@@ -103,7 +106,8 @@ def observe(records: Iterable[FailureRecord], limit: int) -> list[tuple[str, Evi
                 found = seen.get((name, token(item)))
                 if found is None:
                     found = seen[(name, token(item))] = Evidence(item)
-                found.events.append((record.session, anchor(record, name, i), record.tick))
+                mark = anchor(record, name, i) if per_object else record.session
+                found.events.append((record.session, mark, record.tick))
     ranked = sorted(seen, key=lambda k: (-seen[k].support(), FAMILIES.index(family_of(k[0])), k))
     return [(k[0], seen[k]) for k in ranked[:limit]]
 

@@ -78,6 +78,9 @@ class LearnParams:
     seen succeeding; beyond that the feature is too varied for novelty to mean much."""
     max_observations_per_group: int = 2000
     min_confidence_kept: float = 0.3
+    count_objects_once: bool = True
+    """Sessions that show the same object (the same order, the same line) are one piece
+    of evidence for a condition about it; ``False`` counts every session."""
 
 
 @dataclass
@@ -181,7 +184,7 @@ class FailureMemory:
         named = {n for record in group.failures for n in record.named}
         evidence: dict[tuple[str, str, str], tuple[Predicate, Evidence]] = {}
         limit = self.params.max_observations_per_group
-        for name, seen in observe(group.failures, limit):
+        for name, seen in observe(group.failures, limit, self.params.count_objects_once):
             for predicate in candidates(name, seen.value, stats, self._cardinality, self._rules):
                 part: Evidence | None = seen
                 if predicate.op != "==":
