@@ -3,7 +3,7 @@ from hand-written sessions that holds (warn or block) for one call and not for a
 
 from __future__ import annotations
 
-from sidecar.memory import FailureMemory, Session, assess, call_features
+from sidecar.memory import FailureMemory, LearnParams, Session, assess, call_features
 from sidecar.memory.verdict import Verdict
 from tests.sidecar.memory.world import (
     COUNT_MISMATCH,
@@ -225,6 +225,13 @@ def test_sessions_acting_on_the_same_object_are_one_piece_of_evidence() -> None:
         c for c in memory.conditions("refund_order") if c.predicate.feature == "obj:order_id.status"
     ]
     assert status and all(c.support == 1 for c in status)
+    each = FailureMemory(LearnParams(count_objects_once=False))
+    for s in refund_world(failing_orders=("#A1001", "#A1001")):
+        each.add_session(s)
+    counted = [
+        c for c in each.conditions("refund_order") if c.predicate.feature == "obj:order_id.status"
+    ]
+    assert counted and all(c.support == 2 for c in counted)
 
 
 def test_bound_field_features_follow_list_elements_and_the_latest_state() -> None:
