@@ -8,7 +8,7 @@ The evidence of a predicate is the set of failing calls it holds for, each seen 
 (session, anchor, tick).  The *anchor* says what makes two failures independent
 evidence (:func:`anchor`), and the support is the number of distinct sessions,
 counting sessions that show the same anchor once: two sessions refunding the same
-pending order are one piece of evidence that pending orders cannot be refunded.
+unpaid invoice are one piece of evidence that unpaid invoices cannot be refunded.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ class FailureRecord:
 def named_values(
     features: Mapping[str, FeatureValue], arguments: Mapping[str, Any], error: str
 ) -> list[str]:
-    """The remembered-value features whose value the error text names ("New item
-    1434748144 not found"): the failure is about that value, not merely with it."""
+    """The remembered-value features whose value the error text names ("Item 55501 is
+    out of stock"): the failure is about that value, not merely with it."""
     out: list[str] = []
     for name, raw in arguments.items():
         items = raw if isinstance(raw, list | tuple) else [raw]

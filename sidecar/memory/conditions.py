@@ -2,13 +2,13 @@
 
 The JSON form (learned and hand-written conditions alike)::
 
-    {"tool": "refund", "signature": "Error: Non-delivered order cannot be refunded",
+    {"tool": "refund_invoice", "signature": "Error: Unpaid invoice cannot be refunded",
      "kind": "deterministic", "family": "bound_field",
-     "predicate": {"feature": "obj:order_id.status", "op": "==", "value": "pending"},
+     "predicate": {"feature": "obj:invoice_id.state", "op": "==", "value": "unpaid"},
      "support": 3, "contradictions": 0, "confidence": 0.75, "warn_only": false,
      "source": "learned", "sessions": ["s1", "s4", "s9"],
-     "explanation": "refund fails with '...' when the object order_id refers to has
-                     status 'pending' (3 sessions, 0 successes)"}
+     "explanation": "refund_invoice fails with '...' when the object invoice_id refers
+                     to has state 'unpaid' (3 sessions, 0 successes)"}
 
 ``op`` is ``==``, ``not_in`` (the value is a list), ``>`` or ``<``; a list-valued feature
 satisfies the predicate when one of its values does; a missing feature never does.
@@ -86,7 +86,7 @@ class Predicate:
     def from_dict(cls, data: Mapping[str, Any]) -> Predicate:
         feature, op = data.get("feature"), data.get("op")
         if not isinstance(feature, str) or ":" not in feature:
-            raise ValueError("a predicate needs a feature name such as 'obj:order_id.status'")
+            raise ValueError("a predicate needs a feature name such as 'obj:invoice_id.state'")
         value = data.get("value")
         if op == "not_in" and isinstance(value, list):
             value = tuple(value)

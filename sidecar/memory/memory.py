@@ -79,7 +79,7 @@ class LearnParams:
     max_observations_per_group: int = 2000
     min_confidence_kept: float = 0.3
     count_objects_once: bool = True
-    """Sessions that show the same object (the same order, the same line) are one piece
+    """Sessions that show the same object (the same invoice, the same account) are one piece
     of evidence for a condition about it; ``False`` counts every session."""
 
 

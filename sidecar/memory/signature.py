@@ -1,8 +1,8 @@
 """Failure signatures: one normalized text per kind of failure, and whether it recurs.
 
 ``normalize_signature`` masks what differs between two occurrences of the same failure
-(ids, numbers, dates, quoted values, emails, URLs), so that "New item 1434748144 not
-found" met in one task and "New item 3778566150 not found" met in another are one
+(ids, numbers, dates, quoted values, emails, URLs), so that "Item 55501 is out of
+stock" met in one task and "Item 81234 is out of stock" met in another are one
 signature.  HTTP status codes are kept: "HTTP 404" and "HTTP 429" are different
 failures.
 
@@ -60,7 +60,7 @@ BUSINESS_RULE_TEXT = re.compile(
     r"\balready\b|\bexceed(?:s|ed)?\b|\b(?:should|must)(?: not)? (?:be|match|have|equal)\b|"
     r"\bnot (?:allowed|permitted|eligible|available|supported)\b|\bout of stock\b|"
     r"\bdoes(?: not|n't) match\b|\bmismatch\b|\b(?:is|are) required\b|\bmissing\b|"
-    r"\bno longer\b|\bonly \w+(?: \w+)? (?:can|may)\b|\bnon-\w+ \w+ cannot\b"
+    r"\bno longer\b|\bonly \w+(?: \w+)? (?:can|may)\b"
 )
 _TRANSIENT_MARKER = re.compile(
     r"(?i)rate[\s_-]?limit|too many requests|throttl|\b(?:429|502|503|504)\b|"

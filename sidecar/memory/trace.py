@@ -9,14 +9,14 @@ Two indexes are kept, both fed by each step as it is added:
 - *bindings*: for an id-like value, the objects (dicts) of earlier outputs that hold it,
   ranked by how surely the value is the object's identity rather than a reference:
 
-  1. a map keyed by the value (``{"variants": {"2635605237": {...}}}``: the inner dict),
-  2. the object's first field (``{"order_id": "#W1", ...}``), or a field named like the
-     argument the value is passed in (``item_ids`` -> ``item_id``),
+  1. a map keyed by the value (``{"skus": {"55501": {...}}}``: the inner dict),
+  2. the object's first field (``{"invoice_id": "#INV1", ...}``), or a field named like
+     the argument the value is passed in (``sku_ids`` -> ``sku_id``),
   3. a field named ``id`` or ending in ``id``,
-  4. any other field (a reference: ``{"payment_method_id": ...}`` in a payment record).
+  4. any other field (a reference: ``{"account_id": ...}`` in a transfer record).
 
   The best rank wins, and within a rank the latest output, so a call is tied to the
-  latest state of the object it acts on (an order's status after an earlier write).
+  latest state of the object it acts on (an invoice's state after an earlier write).
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ class ObjectView:
     address or an option set are left out: they match by coincidence far more often
     than they explain a failure)."""
     sizes: Mapping[str, int]
-    """Lengths of list and map fields (``payment_history``)."""
+    """Lengths of list and map fields (``line_items``)."""
     members: Mapping[str, frozenset[str]]
-    """Id-like values found in collection fields, by path: ``items[].item_id``,
-    ``payment_methods{}`` (the keys of a map), ``tags[]``."""
+    """Id-like values found in collection fields, by path: ``line_items[].sku_id``,
+    ``accounts{}`` (the keys of a map), ``tags[]``."""
 
 
 def singular(name: str) -> str:

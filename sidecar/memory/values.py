@@ -50,7 +50,7 @@ def key_of(value: Any) -> str | None:
 
 def is_id_like(value: Any) -> bool:
     """A token that names something: no whitespace, 3-100 characters, and a digit, ``_``,
-    ``@`` or ``#`` (``P1006``, ``#W1``, ``paypal_3024827``, ``a@b.com``; not ``T-Shirt``);
+    ``@`` or ``#`` (``A1044``, ``#INV1``, ``acct_2044871``, ``a@b.com``; not ``Tea-Cup``);
     integers of 3 digits or more."""
     if isinstance(value, bool):
         return False
@@ -62,7 +62,7 @@ def is_id_like(value: Any) -> bool:
 def shape(value: str) -> str:
     """The character-class shape of a token: a run of capitals is ``A``, of small
     letters ``a``, of digits ``9`` with its length (``9{7}``), anything else as is:
-    ``#W9502127`` -> ``#A9{7}``, ``#9502127`` -> ``#9{7}``, ``#EBD12345`` -> ``#A9{5}``."""
+    ``#R2044871`` -> ``#A9{7}``, ``#2044871`` -> ``#9{7}``, ``#QZX12345`` -> ``#A9{5}``."""
     out: list[str] = []
     i, n = 0, len(value)
     while i < n:
