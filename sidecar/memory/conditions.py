@@ -224,46 +224,35 @@ def describe(predicate: Predicate) -> str:
     """The predicate in words."""
     prefix, _, rest = predicate.feature.partition(":")
     op, value = predicate.op, predicate.value
-    seen = ", ".join(_short(v, 24) for v in list(value)[:4]) if op == "not_in" else ""
-    if op == "not_in" and len(value) > 4:
-        seen += ", ..."
-    if prefix == "value" and rest == "*":
-        return f"its arguments are {_short(value, 100)}"
+    seen = ""
+    if op == "not_in":
+        seen = ", ".join(_short(v, 24) for v in list(value)[:4])
+        seen += ", ..." if len(value) > 4 else ""
     if prefix == "value":
-        return f"{rest} is {_short(value)}"
+        return (
+            f"its arguments are {_short(value, 100)}"
+            if rest == "*"
+            else f"{rest} is {_short(value)}"
+        )
     if prefix == "elem":
         return f"{rest} includes {_short(value)}"
     if prefix == "grounded":
-        where = "appears in an earlier output, argument or the task input"
-        return (
-            f"{rest} {where}"
-            if value
-            else f"{rest} appears in no earlier output, argument or the task input"
-        )
-    if prefix == "shape":
-        if op == "not_in":
-            return f"{rest} has a shape never seen to succeed (seen: {seen})"
-        return f"{rest} has shape {_short(value)}"
+        where = "earlier output, argument or the task input"
+        return f"{rest} appears in {'an' if value else 'no'} {where}"
     if prefix == "bound":
-        return (
-            f"{rest} refers to an object seen earlier"
-            if value
-            else (f"{rest} refers to no object of an earlier output")
-        )
+        return f"{rest} refers to {'an' if value else 'no'} object of an earlier output"
+    if prefix == "shape":
+        return _quality(f"{rest} has", "a shape", op, value, seen)
     if prefix == "obj":
         arg, _, fld = rest.partition(".")
-        subject = f"the object {arg} refers to has {fld}"
-        return _compare(subject, op, value, seen)
-    if prefix == "rel":
-        left, _, right = rest.partition("@")
-        arg, _, path = right.partition(".")
-        how = {"none": "none", "some": "only some", "all": "all"}.get(str(value), str(value))
-        return f"{how} of {left} among the {path} of the object {arg} refers to"
+        return _quality(f"the object {arg} refers to has", fld, op, value, seen)
     if prefix == "len" and "." in rest:
         arg, _, fld = rest.partition(".")
-        return _compare(f"the object {arg} refers to has a {fld} of size", op, value, seen)
+        return _quality(f"the object {arg} refers to has", f"a {fld} size", op, value, seen)
     if prefix == "len":
-        return _compare(f"{rest} has a length", op, value, seen)
+        return _quality(f"{rest} has", "a length", op, value, seen)
+    if prefix == "rel":
+        return _relation(rest, op, value)
     if prefix in ("same_len", "overlap", "same_at"):
         a, _, b = rest.partition("|")
         words = {
@@ -280,12 +269,39 @@ def describe(predicate: Predicate) -> str:
     return f"{predicate.feature} {op} {_short(value)}"
 
 
-def _compare(subject: str, op: str, value: Any, seen: str) -> str:
-    if op == "==":
-        return f"{subject} {_short(value)}"
+def _quality(subject: str, what: str, op: str, value: Any, seen: str) -> str:
+    """``subject what == v`` and its kin: "the object x refers to has status 'pending'",
+    "... has a status never seen to succeed (seen: 'delivered')", "... > 3"."""
     if op == "not_in":
-        return f"{subject} a value never seen to succeed (seen: {seen})"
-    return f"{subject} {op} {value!r}"
+        article = "" if what.startswith("a ") else "a "
+        return f"{subject} {article}{what} never seen to succeed (seen: {seen})"
+    if op == "==":
+        return f"{subject} {what.removeprefix('a ')} {_short(value)}"
+    more = "above" if op == ">" else "below"
+    return f"{subject} {what.removeprefix('a ')} {more} {value!r}, beyond any seen to succeed"
+
+
+_SHARE = {
+    "all": "every value of {left} is",
+    "some": "only some values of {left} are",
+    "none": "no value of {left} is",
+}
+
+
+def _relation(rest: str, op: str, value: Any) -> str:
+    left, _, right = rest.partition("@")
+    arg, _, path = right.partition(".")
+    where = f"among the {path} of the object {arg} refers to"
+    if op == "not_in":
+        succeeded = {str(v) for v in value}
+        others = sorted(set(_SHARE) - succeeded)
+        if len(others) == 1:
+            return f"{_SHARE[others[0]].format(left=left)} {where}"
+        if succeeded == {"all"}:
+            return f"not every value of {left} is {where}"
+        return f"{left} is {where} in a way never seen to succeed"
+    share = _SHARE.get(str(value))
+    return f"{share.format(left=left)} {where}" if share else f"{left} {where}: {value!r}"
 
 
 def explain(condition: FailureCondition) -> str:

@@ -15,6 +15,7 @@ from sidecar.memory import (
     Thresholds,
     assess,
 )
+from sidecar.memory.conditions import describe
 from tests.sidecar.memory.world import (
     get_order,
     learned,
@@ -198,3 +199,30 @@ def test_bounds_hold() -> None:
     # a value that failed is always recorded when it succeeds, full table or not
     memory.add_session(session("back", step("find", {"key": "k_5"}, "v")))
     assert not [c for c in memory.conditions("find") if c.predicate.value == '{"key":"k_5"}']
+
+
+@pytest.mark.parametrize(
+    ("feature", "op", "value", "words"),
+    [
+        ("obj:order_id.status", "not_in", ("delivered",),
+         "the object order_id refers to has a status never seen to succeed (seen: 'delivered')"),
+        ("len:order_id.payment_history", "==", 2,
+         "the object order_id refers to has payment_history size 2"),
+        ("len:new_item_ids", "<", 1, "new_item_ids has length below 1, beyond any seen to succeed"),
+        ("shape:order_id", "not_in", ("#A9{7}",),
+         "order_id has a shape never seen to succeed (seen: '#A9{7}')"),
+        ("rel:pay@order_id.payments[].id", "==", "none",
+         "no value of pay is among the payments[].id of the object order_id refers to"),
+        ("rel:pay@order_id.payments[].id", "not_in", ("all",),
+         "not every value of pay is among the payments[].id of the object order_id refers to"),
+        ("same_len:a|b", "==", False, "a and b differ in length"),
+        ("same_at:a|b", "==", True, "a and b hold the same value at some position"),
+        ("grounded:id", "==", False, "id appears in no earlier output, argument or the task input"),
+        ("cmp:sum(a.price)>b.balance", "==", True,
+         "sum(a.price) exceeds the balance of the object b refers to"),
+        ("value:*", "==", '{"k":"v"}', """its arguments are '{"k":"v"}'"""),
+        ("elem:ids", "==", "7", "ids includes '7'"),
+    ],
+)  # fmt: skip
+def test_predicates_in_words(feature: str, op: str, value: object, words: str) -> None:
+    assert describe(Predicate(feature, op, value)) == words  # type: ignore[arg-type]
