@@ -59,6 +59,7 @@ class Predicate:
         if self.op == "not_in":
             if not isinstance(self.value, list | tuple):
                 raise ValueError("not_in needs a list of values")
+            object.__setattr__(self, "value", tuple(self.value))  # hashable, like the rest
             object.__setattr__(self, "_keys", frozenset(token(v) for v in self.value))
         elif self.op in (">", "<") and not _is_number(self.value):
             raise ValueError(f"{self.op} needs a number, got {self.value!r}")
