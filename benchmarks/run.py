@@ -1,5 +1,5 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
-[--json]`` with NAME one of pollution, lookup, check, evict, store, startup, all.
+[--json]`` with NAME one of pollution, failures, lookup, check, evict, store, startup, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -42,8 +42,10 @@ MODULES = {
     "evict": "benchmarks.bench_evict",
     "store": "benchmarks.bench_store",
     "startup": "benchmarks.bench_startup",
+    "failures": "benchmarks.bench_failures",
 }
-ALL_ORDER = ("startup", "check", "store", "lookup", "evict", "pollution")
+ALL_ORDER = ("startup", "check", "failures", "store", "lookup", "evict", "pollution")
+DATASET_BENCHMARKS = ("pollution", "failures")
 """Fast ones first: a broken environment shows up in seconds, not after the model."""
 
 
@@ -77,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument(
         "--seeds",
         type=int,
-        help="pollution: protocol seeds from --seed on (default 1 quick, 5 full)",
+        help="pollution, failures: protocol seeds from --seed on (default 1 quick, 5 full)",
     )
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
@@ -91,10 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
         "evict": "batch eviction time as the archive grows",
         "store": "cold archive append throughput and pointer resolution",
         "startup": "sidecar --help start-up time and lookup-process memory",
+        "failures": "repeat failures caught before the call on real τ² agent runs",
         "all": "every benchmark, fastest first",
     }
     for name, text in helps.items():
-        parents = [common, data] if name in ("pollution", "all") else [common]
+        parents = [common, data] if name in (*DATASET_BENCHMARKS, "all") else [common]
         sub.add_parser(name, parents=parents, help=text, description=text)
     return parser
 
@@ -104,6 +107,8 @@ def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[st
     options: dict[str, Any] = {"seed": args.seed}
     if name == "pollution":
         options |= {"dataset": args.dataset.resolve(), "k": args.k, "seeds": args.seeds}
+    if name == "failures":
+        options |= {"dataset": args.dataset.resolve(), "seeds": args.seeds}
     progress(f"{name} ({'quick' if args.quick else 'full'}) starting")
     library = revision()
     load_before = os.getloadavg()
@@ -164,11 +169,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     names = ALL_ORDER if args.name == "all" else (args.name,)
-    if "pollution" in names:
+    if any(n in DATASET_BENCHMARKS for n in names):
         # before anything runs: `all` would otherwise fail minutes in
         from benchmarks.datasets import missing_files
+        from benchmarks.tau2 import missing_files as missing_tau2
 
-        lost = missing_files(args.dataset.resolve())
+        lost = [
+            *(missing_files(args.dataset.resolve()) if "pollution" in names else []),
+            *(missing_tau2(args.dataset.resolve()) if "failures" in names else []),
+        ]
         if lost:
             print(
                 f"benchmarks: the datasets are not under {args.dataset.resolve()} (missing: "

@@ -1,0 +1,206 @@
+"""The failure memories ``bench_failures`` compares, behind one small interface:
+``learn(session)`` after a run, ``check(before, call, told)`` before each call.
+
+A new system (say, the same memory reached through the public library) is one more
+class with these two methods and a ``name``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sidecar.memory import (
+    FailureCondition,
+    FailureMemory,
+    LearnParams,
+    Session,
+    Step,
+    Thresholds,
+    Trace,
+    assess,
+    failure_kind,
+    may_apply,
+    normalize_signature,
+)
+
+if TYPE_CHECKING:
+    from sidecar.constraints import ConstraintMatcher
+    from sidecar.model import ArchivedConstraint
+
+
+@dataclass(frozen=True)
+class Check:
+    decision: str
+    """``allow``, ``warn`` or ``block``."""
+    constraints: tuple[str, ...] = ()
+    """The constraints (chains or conditions) behind a warn or a block."""
+    holding: tuple[FailureCondition, ...] = ()
+    """``call_memory`` only: every learned condition that held, whatever its level."""
+
+
+class System(Protocol):
+    name: str
+
+    def learn(self, session: Session) -> None: ...
+
+    def check(self, before: Sequence[Step], call: Step, told: str | None) -> Check: ...
+
+
+def learned_failures(session: Session) -> Iterable[tuple[int, Step]]:
+    """The failing steps every system learns from: those not classified transient."""
+    for i, step in enumerate(session.steps):
+        if step.error is not None and failure_kind(step.error) != "transient":
+            yield i, step
+
+
+class PlainIndex:
+    """A tool index with no failure memory: always allows."""
+
+    name = "plain_index"
+
+    def learn(self, session: Session) -> None:
+        pass
+
+    def check(self, before: Sequence[Step], call: Step, told: str | None) -> Check:
+        return Check("allow")
+
+
+class _Chains:
+    """Abandoned chains (a run's tools up to and including a failing call) as the
+    library's compiled constraints.  A chain of one tool cannot be archived (the
+    library rejects it) and is skipped."""
+
+    def __init__(self) -> None:
+        self._constraints: list[ArchivedConstraint] = []
+        self._matcher: ConstraintMatcher | None = None
+
+    def learn(self, session: Session) -> None:
+        from sidecar.model import ArchivedConstraint
+
+        tools = [s.tool for s in session.steps]
+        for i, step in learned_failures(session):
+            chain = tuple(tools[: i + 1])
+            if len(chain) < 2:
+                continue
+            n = len(self._constraints)
+            self._constraints.append(
+                ArchivedConstraint(
+                    chain_id=f"{session.session_id}#{i}",
+                    sequence=chain,
+                    rule=f"after {' > '.join(chain[:-1])}, {chain[-1]} failed",
+                    signature=normalize_signature(step.error or ""),
+                    when=(),
+                    gapped=False,
+                    pointer=f"cold://chains/{n}",
+                    order=n,
+                )
+            )
+        self._matcher = None
+
+    def matcher(self) -> ConstraintMatcher:
+        from sidecar.constraints import ConstraintMatcher
+
+        if self._matcher is None:
+            self._matcher = ConstraintMatcher(self._constraints)
+        return self._matcher
+
+    def __len__(self) -> int:
+        return len(self._constraints)
+
+
+class SeedPrefix(_Chains):
+    """The seed's prefix check: blocks a plan (the tools so far plus the next) when an
+    abandoned chain's prefix is a prefix of it."""
+
+    name = "seed_prefix"
+
+    def check(self, before: Sequence[Step], call: Step, told: str | None) -> Check:
+        plan = [s.tool for s in before] + [call.tool]
+        result = self.matcher().check(plan, mode="prefix")
+        if result.safe:
+            return Check("allow")
+        return Check("block", tuple(c.chain_id for c in result.collisions))
+
+
+class SequenceMemory(_Chains):
+    """Today's sequence-only memory: blocks a call that completes a learned fatal
+    sequence (contiguous) after the tools run so far."""
+
+    name = "sequence_memory"
+
+    def check(self, before: Sequence[Step], call: Step, told: str | None) -> Check:
+        blocked, _ = self.matcher().next_steps([s.tool for s in before])
+        hits = blocked.get(call.tool)
+        if not hits:
+            return Check("allow")
+        return Check("block", tuple(c.chain_id for c, _ in hits))
+
+
+class CallMemory:
+    """:class:`sidecar.memory.FailureMemory` with :func:`sidecar.memory.assess`.  Keeps
+    one :class:`Trace` per replayed run, extended as the run goes on (as a runtime would
+    keep one per session)."""
+
+    name = "call_memory"
+    collect = Thresholds(min_confidence_warn=0.0)
+    """Levels under which every condition that holds is reported (decisions are then
+    re-derived for any thresholds)."""
+
+    def __init__(
+        self,
+        thresholds: Thresholds | None = None,
+        params: LearnParams | None = None,
+        name: str = "call_memory",
+    ) -> None:
+        self.name = name
+        self.memory = FailureMemory(params)
+        self.thresholds = thresholds or Thresholds()
+        self._trace = Trace()
+        self._of: int | None = None
+
+    def learn(self, session: Session) -> None:
+        self.memory.add_session(session)
+
+    def trace_for(self, before: Sequence[Step]) -> Trace:
+        if self._of != id(before) or len(self._trace) > len(before):
+            self._trace, self._of = Trace(), id(before)
+        for step in before[len(self._trace) :]:
+            self._trace.add(step)
+        return self._trace
+
+    def check(self, before: Sequence[Step], call: Step, told: str | None) -> Check:
+        trace = self.trace_for(before)
+        conditions = self.memory.conditions(call.tool)
+        verdict = assess(conditions, trace, call.tool, call.arguments, told, self.collect)
+        by_id = {c.condition_id: c for c in conditions}
+        holding = tuple(by_id[r.condition_id] for r in verdict.reasons)
+        decision, ids = decide(holding, self.thresholds)
+        return Check(decision, ids, holding)
+
+    def hint(self, before: Sequence[Step], tool: str, told: str | None) -> str | None:
+        """The level of the strongest "may apply" hint a lookup of ``tool`` would carry
+        at this point, or ``None``."""
+        conditions = self.memory.conditions(tool)
+        levels = {r.level for r in may_apply(conditions, self.trace_for(before), tool, told)}
+        return "block" if "block" in levels else "warn" if levels else None
+
+
+def decide(
+    holding: Sequence[FailureCondition], thresholds: Thresholds
+) -> tuple[str, tuple[str, ...]]:
+    """The decision (and the conditions behind it) from the conditions that hold."""
+    levels = [(c, thresholds.level(c)) for c in holding]
+    blocks = tuple(c.condition_id for c, lvl in levels if lvl == "block")
+    if blocks:
+        return "block", blocks
+    warns = tuple(c.condition_id for c, lvl in levels if lvl == "warn")
+    return ("warn", warns) if warns else ("allow", ())
+
+
+def make_systems(variants: dict[str, LearnParams] | None = None) -> list[Any]:
+    """The four systems, and a ``call_memory`` per named variant of its learning
+    parameters."""
+    extra = [CallMemory(params=p, name=n) for n, p in (variants or {}).items()]
+    return [PlainIndex(), SeedPrefix(), SequenceMemory(), CallMemory(), *extra]

@@ -1,0 +1,133 @@
+"""Real τ²-bench agent runs (retail, telecom) as failure-memory sessions, read from
+``tau2-trajectories/`` in a dataset folder; nothing is downloaded.
+
+- ``trajectories_flat.jsonl``: one run per line, its ordered calls with arguments,
+  outputs and error flags, its task, agent and reward;
+- ``trajectories/*.json``: the original result files, read only for what the agent was
+  told before each call: the user turns before it (default mode) or the task's ticket
+  (solo mode, where there is no user).
+
+Choices, each counted in :attr:`Corpus.notes`:
+
+- only the agent's calls are session steps (``requestor == "assistant"``); in default
+  telecom runs the simulated user operates the phone through its own tools, whose
+  results reach the agent only through the user's words;
+- an erroring call's output is its error text and it has no output;
+- a run's outcome is ``completed`` when its reward is 1, else ``abandoned``;
+- a task is ``(domain, task_id)``: the retail tasks of the gpt-4.1 and fine-tuned
+  files are also in the ToolOrchestra file, so most retail tasks have three runs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sidecar.memory import Session, Step
+
+TAU2_DIR = Path("tau2-trajectories")
+FLAT = TAU2_DIR / "trajectories_flat.jsonl"
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    domain: str
+    task: str
+    """``domain/task_id``: the unit a split keeps on one side."""
+    agent: str
+    reward: float
+    steps: tuple[Step, ...]
+    told_before: tuple[str, ...]
+    """What the agent had been told before each step (user turns, or the ticket)."""
+
+    @property
+    def succeeded(self) -> bool:
+        return self.reward >= 1.0
+
+    def session(self) -> Session:
+        return Session(
+            session_id=self.run_id,
+            steps=self.steps,
+            outcome="completed" if self.succeeded else "abandoned",
+            task_input=self.told_before[-1] if self.told_before else None,
+        )
+
+
+@dataclass
+class Corpus:
+    runs: list[Run]
+    notes: dict[str, int] = field(default_factory=dict)
+
+
+def missing_files(dataset: Path) -> list[str]:
+    return [] if (dataset / FLAT).is_file() else [str(FLAT)]
+
+
+def load(dataset: Path) -> Corpus:
+    notes = {"runs": 0, "agent_calls": 0, "user_calls_dropped": 0, "error_calls": 0}
+    told = _told_texts(dataset / TAU2_DIR / "trajectories")
+    runs: list[Run] = []
+    with (dataset / FLAT).open() as lines:
+        for n, line in enumerate(lines):
+            raw = json.loads(line)
+            steps: list[Step] = []
+            before: list[str] = []
+            texts = told.get(raw["sim_id"], ([], ""))
+            for call in raw["calls"]:
+                if call["requestor"] != "assistant":
+                    notes["user_calls_dropped"] += 1
+                    continue
+                output = call["output"]
+                error = output if call["error"] else None
+                if error is not None and not isinstance(error, str):
+                    error = json.dumps(error)
+                steps.append(
+                    Step(call["name"], call["args"] or {}, None if error else output, error)
+                )
+                before.append(_text_before(texts, call["msg_idx"]))
+                notes["error_calls"] += error is not None
+            notes["agent_calls"] += len(steps)
+            runs.append(
+                Run(
+                    run_id=f"{n}:{raw['sim_id']}",
+                    domain=raw["domain"],
+                    task=f"{raw['domain']}/{raw['task_id']}",
+                    agent=raw["agent_model"],
+                    reward=float(raw["reward"] or 0.0),
+                    steps=tuple(steps),
+                    told_before=tuple(before),
+                )
+            )
+    notes["runs"] = len(runs)
+    return Corpus(runs, notes)
+
+
+def _told_texts(folder: Path) -> dict[str, tuple[list[tuple[int, str]], str]]:
+    """sim id -> (user turns as (message index, text), the task ticket)."""
+    out: dict[str, tuple[list[tuple[int, str]], str]] = {}
+    if not folder.is_dir():
+        return out
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text())
+        tickets = {str(t.get("id")): str(t.get("ticket") or "") for t in data.get("tasks", [])}
+        solo = "solo" in path.name
+        for sim in data.get("simulations", []):
+            turns = [
+                (i, str(m.get("content")))
+                for i, m in enumerate(sim.get("messages", []))
+                if m.get("role") == "user" and m.get("content")
+            ]
+            ticket = tickets.get(str(sim.get("task_id")), "") if solo else ""
+            out[str(sim.get("id"))] = (turns, ticket)
+    return out
+
+
+def _text_before(texts: tuple[list[tuple[int, str]], str], msg_idx: Any) -> str:
+    turns, ticket = texts
+    limit = msg_idx if isinstance(msg_idx, int) else 0
+    parts = [ticket] if ticket else []
+    parts += [text for i, text in turns if i < limit]
+    return "\n".join(parts)

@@ -1,0 +1,57 @@
+"""Call-level failure memory: which calls of a tool fail, learned from the tool,
+arguments and state of real calls rather than from the sequence of tool names.
+
+Pure Python (standard library only) and storage-free: every type converts to and from
+plain JSON dicts.
+
+- :mod:`~sidecar.memory.evidence`: ``Step`` and ``Session``;
+- :mod:`~sidecar.memory.signature`: ``normalize_signature``, ``is_business_rule_failure``,
+  ``failure_kind``;
+- :mod:`~sidecar.memory.trace`: ``Trace``, the incremental index of a session's steps;
+- :mod:`~sidecar.memory.features`: ``call_features`` and the feature families;
+- :mod:`~sidecar.memory.conditions`: ``FailureCondition`` and ``Predicate`` (JSON form);
+- :mod:`~sidecar.memory.memory`: ``FailureMemory``, the incremental learner;
+- :mod:`~sidecar.memory.verdict`: ``assess``, ``may_apply``, ``Thresholds``, ``Verdict``.
+"""
+
+from sidecar.memory.conditions import FailureCondition, Predicate
+from sidecar.memory.evidence import Session, Step
+from sidecar.memory.features import FAMILIES, call_features
+from sidecar.memory.memory import FailureMemory, LearnParams
+from sidecar.memory.signature import (
+    BUSINESS_RULE_TEXT,
+    failure_kind,
+    is_business_rule_failure,
+    normalize_signature,
+)
+from sidecar.memory.trace import Trace
+from sidecar.memory.verdict import (
+    DEFAULT_THRESHOLDS,
+    Reason,
+    Thresholds,
+    Verdict,
+    assess,
+    may_apply,
+)
+
+__all__ = [
+    "BUSINESS_RULE_TEXT",
+    "DEFAULT_THRESHOLDS",
+    "FAMILIES",
+    "FailureCondition",
+    "FailureMemory",
+    "LearnParams",
+    "Predicate",
+    "Reason",
+    "Session",
+    "Step",
+    "Thresholds",
+    "Trace",
+    "Verdict",
+    "assess",
+    "call_features",
+    "failure_kind",
+    "is_business_rule_failure",
+    "may_apply",
+    "normalize_signature",
+]

@@ -1,0 +1,202 @@
+"""Verdicts before a call, and the "may apply" hints of a lookup.
+
+A condition *blocks* only when its failure is deterministic, it is not ``warn_only``,
+and it is uncontested and supported: at least ``min_support_block`` failing sessions,
+at most ``max_contradictions_block`` succeeding calls, confidence at least
+``min_confidence_block``.  A hand-written condition blocks on its author's word (kind
+deterministic, not ``warn_only``).  Any other condition whose confidence reaches
+``min_confidence_warn`` *warns*.  The defaults are the ones ``benchmarks.bench_failures``
+measures on real agent runs (see its output for the trade-off).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sidecar.memory.conditions import FailureCondition
+from sidecar.memory.evidence import Step
+from sidecar.memory.features import call_features
+from sidecar.memory.trace import Trace
+from sidecar.memory.values import is_id_like, key_of
+
+Decision = Literal["allow", "warn", "block"]
+Level = Literal["warn", "block"]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    min_support_block: int = 2
+    max_contradictions_block: int = 0
+    min_confidence_block: float = 0.6
+    min_confidence_warn: float = 0.5
+
+    def level(self, condition: FailureCondition) -> Level | None:
+        if condition.kind == "transient":
+            return None
+        if condition.kind == "deterministic" and not condition.warn_only:
+            if condition.source == "manual":
+                return "block"
+            if (
+                condition.support >= self.min_support_block
+                and condition.contradictions <= self.max_contradictions_block
+                and condition.confidence >= self.min_confidence_block
+            ):
+                return "block"
+        if condition.source == "manual" or condition.confidence >= self.min_confidence_warn:
+            return "warn"
+        return None
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+@dataclass(frozen=True)
+class Reason:
+    condition_id: str
+    family: str
+    level: Level
+    explanation: str
+    observed: str = ""
+    """What the call (or the session) showed that made the condition hold."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "condition_id": self.condition_id,
+            "family": self.family,
+            "level": self.level,
+            "explanation": self.explanation,
+            "observed": self.observed,
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    reasons: tuple[Reason, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"decision": self.decision, "reasons": [r.to_dict() for r in self.reasons]}
+
+
+ALLOW = Verdict("allow")
+
+
+def assess(
+    conditions: Iterable[FailureCondition],
+    before: Sequence[Step] | Trace,
+    tool: str,
+    arguments: Mapping[str, Any],
+    task_input: str | None = None,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+) -> Verdict:
+    """Whether to let ``tool(arguments)`` run after the steps ``before``: block reasons
+    first, then warnings.  Pass a :class:`Trace` kept up to date across a session to
+    avoid re-indexing the earlier steps before every call."""
+    relevant = [(c, lvl) for c in conditions if c.tool == tool and (lvl := thresholds.level(c))]
+    if not relevant:
+        return ALLOW
+    features = call_features(before, tool, arguments, task_input)
+    reasons: list[Reason] = []
+    for condition, level in relevant:
+        if condition.holds(features):
+            observed = _observed(features.get(condition.predicate.feature))
+            reasons.append(
+                Reason(
+                    condition.condition_id,
+                    condition.family,
+                    level,
+                    condition.explanation,
+                    f"{condition.predicate.feature} = {observed}",
+                )
+            )
+    if not reasons:
+        return ALLOW
+    reasons.sort(key=lambda r: (r.level != "block", r.family))
+    decision: Decision = "block" if reasons[0].level == "block" else "warn"
+    return Verdict(decision, tuple(reasons))
+
+
+def _observed(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def may_apply(
+    conditions: Iterable[FailureCondition],
+    before: Sequence[Step] | Trace,
+    tool: str,
+    task_input: str | None = None,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+) -> list[Reason]:
+    """For a lookup, before the arguments are known: the conditions of ``tool`` that
+    could hold for a plausible call in this session, because the session already holds
+    what they need (a remembered bad value; an object with the failing field value).
+    Conditions about the arguments alone (shape, grounding, sizes, relations) cannot be
+    judged without them and are not reported."""
+    trace = before if isinstance(before, Trace) else Trace(before, task_input)
+    out: list[Reason] = []
+    for condition in conditions:
+        if condition.tool != tool:
+            continue
+        level = thresholds.level(condition)
+        if level is None:
+            continue
+        evidence = _session_evidence(condition, trace, task_input)
+        if evidence:
+            out.append(
+                Reason(
+                    condition.condition_id, condition.family, level, condition.explanation, evidence
+                )
+            )
+    return out
+
+
+def _session_evidence(condition: FailureCondition, trace: Trace, task_input: str | None) -> str:
+    predicate = condition.predicate
+    prefix, _, rest = predicate.feature.partition(":")
+    if prefix in ("value", "elem") and predicate.op == "==":
+        keys = _id_keys(predicate.value, whole=rest == "*")
+        if keys and all(trace.seen(k, task_input) for k in keys):
+            return f"the session holds {', '.join(keys[:3])}"
+        return ""
+    if prefix == "obj":
+        _, _, fld = rest.partition(".")
+        if predicate.op == "==" and trace.has_field(fld, predicate.value):
+            return f"an object of the session has {fld} = {predicate.value!r}"
+        if predicate.op == "not_in":
+            allowed = {_key(v) for v in predicate.value}
+            other = sorted(trace.field_values(fld) - allowed)
+            if other:
+                return f"an object of the session has {fld} = {other[0]!r}, never seen to succeed"
+        return ""
+    return ""
+
+
+def _key(value: Any) -> str:
+    return key_of(value) or repr(value)
+
+
+def _id_keys(value: Any, whole: bool) -> list[str]:
+    """The id-like values a remembered value needs the session to hold (every one of
+    them, for a whole argument set)."""
+    if whole and isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return []
+        items: list[Any] = []
+        stack = [parsed]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                stack.extend(item.values())
+            elif isinstance(item, list):
+                stack.extend(item)
+            elif is_id_like(item):
+                items.append(item)
+        return [k for k in (key_of(v) for v in items) if k]
+    key = key_of(value)
+    return [key] if key and is_id_like(value) else []
