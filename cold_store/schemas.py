@@ -32,8 +32,16 @@ CHAINS = pa.schema(
         pa.field("logs_json", pa.string(), nullable=False),
         pa.field("occurrences", pa.int64(), nullable=False),
         pa.field("record_version", pa.int32(), nullable=False),
+        # version 2: a failing call reported with its session's steps
+        pa.field("source", pa.string()),
+        pa.field("normalized_signature", pa.string()),
+        pa.field("steps_json", pa.string()),
+        pa.field("task_input", pa.string()),
+        pa.field("conditions_json", pa.string()),
     ]
 )
+"""Abandoned chains.  The schema only grows by nullable columns; rows of older files
+read them as null."""
 
 TOOLS = pa.schema(
     [

@@ -355,7 +355,7 @@ class ParquetTable:
             raise RecordQuarantined(self.name, key, self.quarantine_dir / rel, reason or "")
         try:
             table = pq.ParquetFile(self.dir / rel).read_row_group(group)
-            record: dict[str, Any] = table.slice(row, 1).to_pylist()[0]
+            record: dict[str, Any] = self._complete(table.slice(row, 1).to_pylist()[0])
         except (pa.ArrowException, OSError, IndexError) as exc:
             reason = f"unreadable: {exc}"
             path = self._quarantine(rel, reason)
@@ -365,6 +365,23 @@ class ParquetTable:
             path = self._quarantine(rel, reason)
             raise RecordQuarantined(self.name, key, path, reason)
         return record
+
+    def _read(self, path: Path, columns: list[str] | None) -> list[dict[str, Any]]:
+        """A file's rows; a column the table gained after the file was written is
+        simply absent from it (and filled in by :meth:`_complete`)."""
+        if columns is not None:
+            present = set(pq.read_schema(path).names)
+            columns = [c for c in columns if c in present]
+        rows: list[dict[str, Any]] = pq.read_table(path, columns=columns).to_pylist()
+        return rows
+
+    def _complete(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A row read from an older file, with the nullable columns added since as
+        ``None`` (the schema only ever grows by nullable columns)."""
+        for f in self.schema:
+            if f.name not in row and f.nullable:
+                row[f.name] = None
+        return row
 
     def scan(self, columns: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
         """Every row in publication order, each key once; unreadable files are quarantined
@@ -376,11 +393,13 @@ class ParquetTable:
         files = self._db.execute("SELECT name FROM files WHERE status='ok' ORDER BY seq").fetchall()
         for (rel,) in files:
             try:
-                rows = pq.read_table(self.dir / rel, columns=wanted).to_pylist()
+                rows = [self._complete(r) for r in self._read(self.dir / rel, wanted)]
             except (pa.ArrowException, OSError) as exc:
                 self._quarantine(rel, f"unreadable on scan: {exc}")
                 continue
             for row in rows:
+                if wanted is not None:
+                    row = {c: row.get(c) for c in wanted}
                 key = row[self.key]
                 if key not in seen:
                     seen.add(key)

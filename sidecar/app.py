@@ -33,6 +33,7 @@ import functools
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlparse
@@ -47,6 +48,7 @@ from cold_store import (
 )
 from indexes import ActiveIndex, Embedder, ToolIndexError
 from sidecar import archive
+from sidecar.callmemory import CallMemory
 from sidecar.errors import (
     Busy,
     ColdStoreUnavailable,
@@ -61,8 +63,9 @@ from sidecar.errors import (
 from sidecar.eviction import EvictionReport, Evictor, Policy, RestoreResult, ToolDecision
 from sidecar.eviction import approximate_tokens as _approximate_tokens
 from sidecar.home import Home
-from sidecar.intake import Intake
+from sidecar.intake import Intake, StepPolicy
 from sidecar.journal import Journal
+from sidecar.lifecycle import ENFORCED, Lifecycle
 from sidecar.limits import MANDATE_STATUSES, MAX_MIN_CHAINS, MAX_REASON, CheckMode
 from sidecar.lookup import (
     Lookup,
@@ -72,18 +75,23 @@ from sidecar.lookup import (
     query_text,
     tool_list,
 )
+from sidecar.memory import Step, Thresholds
 from sidecar.model import (
+    CallCheck,
     ChainReport,
     CheckResult,
     IntakeResult,
     LookupResult,
+    StepReport,
     Tool,
-    check_chain_id,
+    check_constraint_id,
+    check_json_value,
     check_text,
     check_tool_id,
 )
 from sidecar.redact import redact_text
 from sidecar.registry import AddToolsResult, Fields, ToolRecords, add_tools, tool_from_record
+from sidecar.reports import steps_of, task_text
 from sidecar.results import (
     ArchiveStatus,
     AuditRecord,
@@ -94,6 +102,8 @@ from sidecar.results import (
     QuarantinedView,
     Recovered,
     RevocationRun,
+    condition_view,
+    sequence_view,
 )
 from sidecar.revocation import Ledger, Mandate, Revoker, make_revoker
 from sidecar.settings import Settings
@@ -159,18 +169,28 @@ class Sidecar:
         self._journal = Journal(self._state)
         self._ledger = Ledger(self._state)
         self._fields = Fields(self._records)
-        self._lookup = Lookup(self._state, self._journal, self._fields, settings)
+        lifecycle = Lifecycle(settings.retire_after, settings.constraint_max_age_days)
+        self._lifecycle = lifecycle
+        self._calls = CallMemory(self._state, lifecycle, Thresholds())
+        self._lookup = Lookup(
+            self._state, self._journal, self._fields, settings, self._calls, lifecycle
+        )
         self._intake = Intake(
             self._state,
             self._cold,
             self._records,
             settings.reproduce_threshold,
+            self._calls,
+            self._lookup.fatal_after,
+            settings.retire_after,
+            StepPolicy(settings.max_step_bytes, settings.keep_outputs),
             after_archive=self._evict_after_report if settings.evict_on_report else None,
         )
         self._evictor = Evictor(
             index=lambda: self.index,
             records=self._records,
             state=self._state,
+            lifecycle=lifecycle,
             journal=self._journal,
             cold_tools=self._cold.tools,
             lock=self._home.evict_lock,
@@ -358,14 +378,23 @@ class Sidecar:
         k: int = 5,
         after: Sequence[str] = (),
         context: Mapping[str, Any] | None = None,
+        steps: Sequence[Step | Mapping[str, Any]] | None = None,
+        task_input: str | None = None,
     ) -> LookupResult:
         """Top-k active tools for ``query``, never one that would complete a fatal
-        sequence after the executed prefix ``after`` under ``context``."""
+        sequence after the executed prefix ``after`` under ``context``.
+
+        ``steps`` (the session so far: tool, arguments, output, error) stand for
+        ``after`` when it is not given, and add warnings to the hits whose learned
+        failure conditions the session already holds what they need for."""
         text = query_text(query)
-        executed, ctx = tool_list(after, "after"), context_values(context)
-        k = k_value(k)
+        done = steps_of(steps)
+        executed = tool_list(after, "after") if after or not done else tuple(s.tool for s in done)
+        ctx, k = context_values(context), k_value(k)
         index = self.index
-        return self._lookup.search(index, index.embed_query(text), k, executed, ctx)
+        return self._lookup.search(
+            index, index.embed_query(text), k, executed, ctx, done, task_text(task_input)
+        )
 
     @boundary
     def search_vector(
@@ -394,20 +423,42 @@ class Sidecar:
             tool_list(plan, "plan"), check_mode(mode), context_values(context)
         )
 
+    @boundary
+    def check_call(
+        self,
+        steps: Sequence[Step | Mapping[str, Any]],
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        task_input: str | None = None,
+        context: Mapping[str, Any] | None = None,
+    ) -> CallCheck:
+        """Before a call: ``allow``, ``warn`` or ``block`` ``tool(arguments)`` after the
+        session's ``steps``, with every reason (the learned condition or the fatal
+        sequence that holds, its evidence and its pointer)."""
+        done = steps_of(steps)
+        name = check_tool_id(tool, "next.tool")
+        args = dict(arguments or {})
+        if not isinstance(arguments or {}, Mapping):
+            raise InvalidInput("next.arguments must be an object")
+        check_json_value(args, "next.arguments")
+        return self._lookup.check_call(
+            done, name, args, task_text(task_input), context_values(context)
+        )
+
     def matcher_size(self) -> int:
         """Active constraints compiled into the matcher."""
         return len(self._lookup.matcher())
 
     # ---- intake -------------------------------------------------------------------
     @boundary
-    def report(self, report: ChainReport | Mapping[str, Any]) -> IntakeResult:
+    def report(self, report: ChainReport | StepReport | Mapping[str, Any]) -> IntakeResult:
         """Run one chain report through the decision boundary (never raises for a bad
         report: it comes back ``rejected`` with the reason)."""
         return self.report_many([report])[0]
 
     @boundary
     def report_many(
-        self, reports: Iterable[ChainReport | Mapping[str, Any]], chunk: int = 1000
+        self, reports: Iterable[ChainReport | StepReport | Mapping[str, Any]], chunk: int = 1000
     ) -> list[IntakeResult]:
         """:meth:`report` for many reports, archiving each chunk as one cold file; a
         chunk that fails changes nothing."""
@@ -477,37 +528,52 @@ class Sidecar:
     # ---- constraints ----------------------------------------------------------------
     @boundary
     def constraints(self, include_lifted: bool = False) -> list[ConstraintView]:
-        return [
-            ConstraintView(
-                chain_id=str(r["chain_id"]),
-                sequence=tuple(r["sequence"]),  # type: ignore[arg-type]
-                rule=str(r["rule"]),
-                expected_failure=str(r["expected_failure"]),
-                pointer=str(r["pointer"]),
-                status=str(r["status"]),
-                archived_at=float(r["archived_at"]),  # type: ignore[arg-type]
+        """The constraints: fatal sequences and learned call conditions, each with its
+        status, support, contradictions and when it was first and last confirmed.
+        Retired and lifted ones are listed only with ``include_lifted``."""
+        now = time.time()
+        sessions = self._state.chain_session_times()
+        out: list[ConstraintView] = []
+        for c in self._state.chains():
+            status = self._lifecycle.status(
+                c.lifted, c.contradictions, c.baseline, c.last_seen, now
             )
-            for r in self._state.constraint_rows(include_lifted=include_lifted)
-        ]
+            if status not in ENFORCED and not include_lifted:
+                continue
+            out.append(sequence_view(c, status, len(sessions.get(c.chain_id, ())) or 1))
+        for st in sorted(self._calls.states().values(), key=lambda x: x.valid_from):
+            if st.status not in ENFORCED and not include_lifted:
+                continue
+            out.append(condition_view(st))
+        return out
 
     @boundary
     def lift(self, chain_id: str, reason: str) -> ConstraintChange:
-        """Stop enforcing an archived chain's constraint (the record stays for audit)."""
-        self._writable()
-        check_chain_id(chain_id)
-        why = _reason(reason, "lifting a constraint needs a reason")
-        if not self._state.set_constraint_status(chain_id, "lifted", why):
-            raise NotFound(f"no archived chain {chain_id!r}")
-        return ConstraintChange(chain_id, "lifted")
+        """Stop enforcing a constraint: an archived chain's (32 hex digits) or a learned
+        call condition's (16); the record stays for audit."""
+        return self._set_status(chain_id, reason, lifted=True)
 
     @boundary
     def reinstate(self, chain_id: str, reason: str) -> ConstraintChange:
+        """Enforce a lifted or retired constraint again; only contradictions met from
+        now on count against it."""
+        return self._set_status(chain_id, reason, lifted=False)
+
+    def _set_status(self, constraint_id: str, reason: str, lifted: bool) -> ConstraintChange:
         self._writable()
-        check_chain_id(chain_id)
-        why = _reason(reason, "reinstating a constraint needs a reason")
-        if not self._state.set_constraint_status(chain_id, "active", why):
-            raise NotFound(f"no archived chain {chain_id!r}")
-        return ConstraintChange(chain_id, "active")
+        check_constraint_id(constraint_id)
+        verb = "lifting" if lifted else "reinstating"
+        why = _reason(reason, f"{verb} a constraint needs a reason")
+        status = "lifted" if lifted else "active"
+        if len(constraint_id) == 32:
+            found = self._state.set_constraint_status(constraint_id, status, why)
+        else:
+            found = self._calls.set_status(constraint_id, lifted)
+            if found:
+                self._state.log_constraint_event(constraint_id, status, why)
+        if not found:
+            raise NotFound(f"no constraint {constraint_id!r}")
+        return ConstraintChange(constraint_id, status)
 
     # ---- revocations ----------------------------------------------------------------
     @boundary

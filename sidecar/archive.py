@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sidecar.model import ChainReport, CredentialRef
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 
 
 def chain_id(report: ChainReport) -> str:
@@ -58,8 +59,10 @@ def cold_row(
     credentials: Mapping[str, Sequence[CredentialRef]],
     occurrences: int,
     now: datetime,
+    calls: CallEvidence | None = None,
 ) -> dict[str, Any]:
-    """The row stored in the cold ``chains`` table; ``report`` is already redacted."""
+    """The row stored in the cold ``chains`` table; ``report`` is already redacted.
+    ``calls``: the evidence of a failing call reported with its session's steps."""
     assert report.failure is not None and report.constraint is not None
     return {
         "chain_id": cid,
@@ -88,7 +91,24 @@ def cold_row(
         "logs_json": _dump(list(report.logs)),
         "occurrences": occurrences,
         "record_version": RECORD_VERSION,
+        "source": "steps" if calls else "chain",
+        "normalized_signature": calls.normalized_signature if calls else None,
+        "steps_json": _dump(calls.steps) if calls else None,
+        "task_input": calls.task_input if calls else None,
+        "conditions_json": _dump(list(calls.conditions)) if calls else None,
     }
+
+
+@dataclass(frozen=True)
+class CallEvidence:
+    """What the cold record of a failing call keeps beside its chain: the steps up to and
+    including the failing one (redacted, capped), the task input, the normalized
+    signature, and the conditions known for the failure when it was archived."""
+
+    normalized_signature: str
+    steps: list[dict[str, Any]]
+    task_input: str | None
+    conditions: tuple[dict[str, Any], ...] = ()
 
 
 def audit_view(row: Mapping[str, Any], pointer: str) -> dict[str, Any]:

@@ -17,7 +17,12 @@ The first rule that applies decides (the same table is in the README):
 7   schema / validation / parse / type        deterministic   ``ValidationError: field x``
     errors, "not found", "payload too large",
     "context length exceeded", "unsupported"
-8   anything else (a bare timeout, HTTP 500)  unknown         archived once reproduced
+8   a business rule refused the call: not     deterministic   ``Insufficient balance``
+    enough / insufficient, cannot be, does
+    not add up, already, exceeds, should be,
+    must be, not allowed / eligible,
+    mismatch, is required...
+9   anything else (a bare timeout, HTTP 500)  unknown         archived once reproduced
 ==  ========================================  ==============  ===========================
 
 The HTTP status is read from ``error.status`` / ``error.status_code`` /
@@ -56,6 +61,18 @@ _DETERMINISTIC_TEXT = re.compile(
     r"context[_ ]length|maximum context|unsupported|not supported|not implemented|"
     r"unprocessable|bad request|forbidden|unauthori[sz]ed|permission denied"
 )
+
+
+BUSINESS_RULE_TEXT = re.compile(
+    r"(?i)\bnot found\b|\bno such\b|\bdoes not exist\b|\bnot enough\b|\binsufficient\b|"
+    r"\bcan ?not be\b|\bcan't be\b|\bcould not be\b|\bdo(?:es)?(?: not|n't) add up\b|\binvalid\b|"
+    r"\balready\b|\bexceed(?:s|ed)?\b|\b(?:should|must)(?: not)? (?:be|match|have|equal)\b|"
+    r"\bnot (?:allowed|permitted|eligible|available|supported)\b|\bout of stock\b|"
+    r"\bdoes(?: not|n't) match\b|\bmismatch\b|\b(?:is|are) required\b|\bmissing\b|"
+    r"\bno longer\b|\bonly \w+(?: \w+)? (?:can|may)\b"
+)
+"""Validation and business-rule refusals: the same call in the same state is refused
+again (row 8; the transient rows come first, so a rate limit never reads as one)."""
 
 
 @dataclass(frozen=True)
@@ -106,10 +123,15 @@ def classify(
             return Classification(
                 "deterministic", 6, "a timeout caused by payload size recurs with that payload"
             )
-        return Classification("unknown", 8, "a timeout without a stated cause may be transient")
+        return Classification("unknown", 9, "a timeout without a stated cause may be transient")
     found = _DETERMINISTIC_TEXT.search(text)
     if found:
         return Classification("deterministic", 7, f"{found.group(0)!r} fails the same way on retry")
+    found = BUSINESS_RULE_TEXT.search(text)
+    if found:
+        return Classification(
+            "deterministic", 8, f"{found.group(0)!r}: a business rule refuses the same call again"
+        )
     if status is not None:
-        return Classification("unknown", 8, f"HTTP {status} may or may not recur")
-    return Classification("unknown", 8, "no rule of the classification table applies")
+        return Classification("unknown", 9, f"HTTP {status} may or may not recur")
+    return Classification("unknown", 9, "no rule of the classification table applies")

@@ -18,7 +18,8 @@ import httpx
 from sidecar.errors import Unauthorized, Unreachable, from_code
 from sidecar.eviction import EvictionReport, RestoreResult, ToolDecision
 from sidecar.limits import CheckMode
-from sidecar.model import CheckResult, IntakeResult, LookupResult, Tool
+from sidecar.memory import Step
+from sidecar.model import CallCheck, CheckResult, IntakeResult, LookupResult, Tool
 from sidecar.registry import AddToolsResult
 from sidecar.results import (
     ArchiveStatus,
@@ -34,6 +35,10 @@ from sidecar.revocation import Mandate
 from sidecar.wire import load
 
 T = TypeVar("T")
+
+
+def _step(step: Step | Mapping[str, Any]) -> dict[str, Any]:
+    return step.to_dict() if isinstance(step, Step) else dict(step)
 
 
 def segment(value: str) -> str:
@@ -106,9 +111,36 @@ class RemoteSidecar:
         k: int = 5,
         after: Sequence[str] = (),
         context: Mapping[str, Any] | None = None,
+        steps: Sequence[Step | Mapping[str, Any]] | None = None,
+        task_input: str | None = None,
     ) -> LookupResult:
-        body = {"query": query, "k": k, "after": list(after), "context": dict(context or {})}
+        body: dict[str, Any] = {
+            "query": query,
+            "k": k,
+            "after": list(after),
+            "context": dict(context or {}),
+        }
+        if steps is not None:
+            body["steps"] = [_step(s) for s in steps]
+        if task_input is not None:
+            body["task_input"] = task_input
         return self._post(LookupResult, "/v1/search", body)
+
+    def check_call(
+        self,
+        steps: Sequence[Step | Mapping[str, Any]],
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        task_input: str | None = None,
+        context: Mapping[str, Any] | None = None,
+    ) -> CallCheck:
+        body = {
+            "steps": [_step(s) for s in steps],
+            "next": {"tool": tool, "arguments": dict(arguments or {})},
+            "task_input": task_input,
+            "context": dict(context or {}),
+        }
+        return self._post(CallCheck, "/v1/check", body)
 
     def check(
         self,

@@ -267,10 +267,16 @@ class ConstraintMatcher:
             raise ValueError(f"mode must be 'sequence' or 'prefix', got {mode!r}")
         context = context or {}
         collisions: list[Collision] = []
+        warnings: list[str] = []
         for hit in self._matches(plan):
             c = hit.constraint
             applies, why = evaluate(c.when, context, self.missing_field)
-            if applies:
+            if applies and c.contested:
+                warnings.append(
+                    f"plan contains contested fatal sequence {'>'.join(c.sequence)} "
+                    f"({c.contradictions} completed run(s) contradict it; {c.pointer})"
+                )
+            elif applies:
                 collisions.append(
                     Collision(
                         chain_id=c.chain_id,
@@ -282,7 +288,12 @@ class ConstraintMatcher:
                         f"{' (gapped)' if c.gapped else ''}: {why}",
                     )
                 )
-        return CheckResult(safe=not collisions, collisions=tuple(collisions), mode="sequence")
+        return CheckResult(
+            safe=not collisions,
+            collisions=tuple(collisions),
+            mode="sequence",
+            warnings=tuple(warnings),
+        )
 
     def _check_prefix(self, plan: Sequence[str]) -> CheckResult:
         """The seed's ``check_prefix_collision``: the first chain, in archive order,
@@ -346,7 +357,12 @@ class ConstraintMatcher:
             for idx in idxs:
                 c = self.constraints[idx]
                 applies, why = evaluate(c.when, context, self.missing_field)
-                if applies:
+                if applies and c.contested:
+                    conditional.setdefault(tool, []).append(
+                        f"completes contested fatal sequence {'>'.join(c.sequence)} "
+                        f"({c.contradictions} completed run(s) contradict it; {c.pointer})"
+                    )
+                elif applies:
                     blocked.setdefault(tool, []).append((c, why))
                 else:
                     conditional.setdefault(tool, []).append(
@@ -355,6 +371,14 @@ class ConstraintMatcher:
                         f"({c.pointer}); now {why}"
                     )
         return blocked, conditional
+
+    def completions(self, after: Sequence[str]) -> dict[str, list[ArchivedConstraint]]:
+        """Every constraint each next tool would complete after ``after``, whatever its
+        condition or status."""
+        out: dict[str, list[ArchivedConstraint]] = {}
+        for tool, idxs in self._completions_after(after):
+            out.setdefault(tool, []).extend(self.constraints[i] for i in idxs)
+        return out
 
     def _completions_after(self, after: Sequence[str]) -> Iterable[tuple[str, list[int]]]:
         ac = self._contig

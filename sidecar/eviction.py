@@ -44,6 +44,7 @@ from cold_store import ColdStoreError, ParquetTable, make_pointer
 from indexes import ID_KEY, ActiveIndex, IndexRecord
 from sidecar.errors import NotFound
 from sidecar.journal import Journal, Move, move_id
+from sidecar.lifecycle import ENFORCED, Lifecycle
 from sidecar.lock import WriterLock, holder
 from sidecar.model import ArchivedConstraint, CredentialRef
 from sidecar.registry import ToolRecords
@@ -225,6 +226,7 @@ class Evictor:
         index: Callable[[], ActiveIndex],
         records: ToolRecords,
         state: StateStore,
+        lifecycle: Lifecycle,
         journal: Journal,
         cold_tools: ParquetTable,
         lock: Callable[[], WriterLock],
@@ -239,6 +241,7 @@ class Evictor:
         self._index = index
         self._records = records
         self._state = state
+        self._lifecycle = lifecycle
         self._journal = journal
         self._cold = cold_tools
         self._lock = lock
@@ -256,7 +259,15 @@ class Evictor:
         """The decision for every prefix tool that is active; ``min_chains`` overrides
         the policy for this call."""
         need = self._policy.min_chains if min_chains is None else min_chains
-        constraints = self._state.active_constraints()
+        now = time.time()
+        # the dead ends: fatal sequences in force, and failing calls reported with their
+        # steps; a retired or lifted one no longer drives anything
+        constraints = [
+            c
+            for c in self._state.chains(("sequence", "call"))
+            if self._lifecycle.status(c.lifted, c.contradictions, c.baseline, c.last_seen, now)
+            in ENFORCED
+        ]
         candidates = {t for c in constraints for t in c.prefix}
         records = self._records.get(candidates) if candidates else {}
         pinned = {i for i, r in records.items() if r.metadata.get("pinned")}

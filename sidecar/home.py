@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from cold_store import ColdStore, ColdStoreError
-from sidecar import journal, registry, revocation, state
+from sidecar import callmemory, journal, registry, revocation, state
 from sidecar.errors import Busy, NotFound, StateUnavailable
 from sidecar.lock import WriterLock, holder
 from sidecar.settings import Settings
@@ -39,7 +39,7 @@ EVICT_LOCK = "evict.lock"
 SERVER_FILE = "server.json"
 TOKEN_FILE = "token"
 
-SCHEMAS = (state.SCHEMA, registry.SCHEMA, journal.SCHEMA, revocation.SCHEMA)
+SCHEMAS = (state.SCHEMA, registry.SCHEMA, journal.SCHEMA, revocation.SCHEMA, callmemory.SCHEMA)
 """Every module's tables, created when a home is opened for writing."""
 
 

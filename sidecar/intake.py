@@ -9,52 +9,81 @@ again counts nothing twice.
 
 Sightings are distinct sessions (see :func:`session_key`): the same dead end met by N
 sessions counts N, an exact replay counts once.
+
+A session reported as its ``steps`` (:class:`~sidecar.model.StepReport`) teaches the
+call-level memory (:mod:`sidecar.callmemory`, once per session); each of its failing
+calls that is deterministic (or reproduced by enough sessions) is archived as a chain of
+kind ``call`` (its prefix and the failing call: evidence for eviction and audit, not a
+fatal sequence to match); its successful calls are usage evidence; and a successful
+call that completes a fatal sequence contradicts that constraint.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from cold_store import ColdStore, ColdStoreError, make_pointer
 from sidecar import archive
+from sidecar.archive import CallEvidence
+from sidecar.callmemory import CallMemory
 from sidecar.classify import classify
 from sidecar.errors import InvalidInput
-from sidecar.model import ChainReport, ConstraintSpec, Failure, IntakeResult
+from sidecar.memory import FailureCondition, Session, Step, normalize_signature
+from sidecar.model import (
+    ArchivedConstraint,
+    ChainReport,
+    ConstraintSpec,
+    Failure,
+    IntakeResult,
+    StepReport,
+)
 from sidecar.redact import redact, redact_text
 from sidecar.registry import ToolRecords, redacted_tool, tool_from_record
-from sidecar.reports import parse_condition, parse_report, validate_abandoned
+from sidecar.reports import parse_any, parse_condition, validate_abandoned
 from sidecar.state import StateStore
 
 SnapshotFn = Callable[[Sequence[str]], tuple[dict[str, Any], dict[str, str]]]
 
 
-def session_key(report: ChainReport) -> str:
+def session_key(report: ChainReport | StepReport) -> str:
     """Who met the failure: the report id, else the session id, else the report's
     content (two identical anonymous reports are one replay)."""
     if report.report_id:
         return f"report:{report.report_id}"
     if report.session_id:
         return f"session:{report.session_id}"
-    failure = report.failure
-    payload = json.dumps(
-        [
+    if isinstance(report, StepReport):
+        content: Any = [[s.to_dict() for s in report.steps], report.outcome, report.task_input]
+    else:
+        failure = report.failure
+        content = [
             list(report.topology),
             report.outcome,
             failure.signature if failure else None,
             failure.kind if failure else None,
             dict(failure.error) if failure else None,
             list(report.logs),
-            report.reported_at.isoformat() if report.reported_at else None,
-        ],
-        sort_keys=True,
-        default=str,
-    )
+        ]
+    stamp = report.reported_at.isoformat() if report.reported_at else None
+    payload = json.dumps([content, stamp], sort_keys=True, default=str)
     return "content:" + hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+@dataclass
+class _Archived:
+    position: int
+    report: ChainReport
+    """Redacted; for a failing call, the chain it ends."""
+    note: str
+    chain_id: str
+    sessions: int
+    calls: CallEvidence | None = None
 
 
 @dataclass
@@ -62,11 +91,23 @@ class _Plan:
     """What a batch will change once it is accepted whole."""
 
     results: list[IntakeResult | None]
-    completed: list[tuple[str, ...]]
-    sighted: list[tuple[tuple[str, ...], str, str]]
-    chain_sessions: list[tuple[str, str]]
-    archive: list[tuple[int, ChainReport, str, str, int]]
-    """(position, redacted report, classification note, chain id, sessions)."""
+    completed: list[tuple[str, ...]] = field(default_factory=list)
+    sighted: list[tuple[tuple[str, ...], str, str]] = field(default_factory=list)
+    chain_sessions: list[tuple[str, str]] = field(default_factory=list)
+    archive: list[_Archived] = field(default_factory=list)
+    sessions: list[Session] = field(default_factory=list)
+    manual: list[FailureCondition] = field(default_factory=list)
+    contradictions: Counter[str] = field(default_factory=Counter)
+    summaries: dict[int, list[str]] = field(default_factory=dict)
+    """Per report position, what its steps did (a step report's answer)."""
+
+
+@dataclass(frozen=True)
+class StepPolicy:
+    max_step_bytes: int = 65_536
+    """Largest stored output or arguments of one step, as JSON; larger ones are cut."""
+    keep_outputs: bool = True
+    """Keep steps' outputs in the cold record; off, only derived features are kept."""
 
 
 class Intake:
@@ -76,22 +117,32 @@ class Intake:
         cold: ColdStore,
         records: ToolRecords,
         reproduce_threshold: int,
+        calls: CallMemory,
+        fatal: Callable[[Sequence[str]], Mapping[str, Sequence[ArchivedConstraint]]],
+        retire_after: int,
+        steps: StepPolicy = StepPolicy(),
         after_archive: Callable[[], str] | None = None,
     ) -> None:
-        """``after_archive``: run after a batch archived chains (the eviction, when the
-        home evicts on report); returns a note for the answers."""
+        """``fatal(executed)``: the unconditional sequence constraints a next tool would
+        complete after ``executed`` (a success that does so contradicts them);
+        ``after_archive``: run after a batch archived chains (the eviction, when the
+        home evicts on report), returns a note for the answers."""
         self._state = state
         self._cold = cold
         self._records = records
         self._threshold = reproduce_threshold
+        self._calls = calls
+        self._fatal = fatal
+        self._retire_after = retire_after
+        self._steps = steps
         self._after_archive = after_archive
 
     # ---- the batch ---------------------------------------------------------------
     def report_many(
-        self, reports: Iterable[ChainReport | Mapping[str, Any]], chunk: int = 1000
+        self, reports: Iterable[ChainReport | StepReport | Mapping[str, Any]], chunk: int = 1000
     ) -> list[IntakeResult]:
         results: list[IntakeResult] = []
-        batch: list[ChainReport | Mapping[str, Any]] = []
+        batch: list[ChainReport | StepReport | Mapping[str, Any]] = []
         for item in reports:
             batch.append(item)
             if len(batch) == chunk:
@@ -101,8 +152,20 @@ class Intake:
             results += self._batch(batch)
         return results
 
-    def _batch(self, reports: Sequence[ChainReport | Mapping[str, Any]]) -> list[IntakeResult]:
+    def _batch(
+        self, reports: Sequence[ChainReport | StepReport | Mapping[str, Any]]
+    ) -> list[IntakeResult]:
         plan = self._plan(reports)
+        # learning first: it is idempotent per session, so a batch sent again after a
+        # failure further on teaches nothing twice
+        pointers = {
+            (a.report.topology[-1], a.calls.normalized_signature): make_pointer(
+                "chains", a.chain_id
+            )
+            for a in plan.archive
+            if a.calls is not None
+        }
+        self._calls.learn(plan.sessions, plan.manual, pointers)
         suffix = ""
         if plan.archive:
             rows = self._rows(plan.archive)
@@ -112,26 +175,36 @@ class Intake:
                 suffix = self._after_archive()
         else:
             self._state.record_intake(plan.completed, plan.sighted, plan.chain_sessions)
-        for i, _report, note, cid, _n in plan.archive:
-            deterministic = note.split(": ", 1)[1]
-            plan.results[i] = IntakeResult(
+        self._state.contradict(plan.contradictions, self._retire_after)
+        for a in plan.archive:
+            if a.calls is not None:
+                continue
+            deterministic = a.note.split(": ", 1)[1]
+            plan.results[a.position] = IntakeResult(
                 "archived",
-                cid,
-                make_pointer("chains", cid),
+                a.chain_id,
+                make_pointer("chains", a.chain_id),
                 f"deterministic: {deterministic}{suffix}",
             )
+        for i, notes in plan.summaries.items():
+            plan.results[i] = _session_answer(plan, i, notes, suffix)
         self.reconcile()  # a replay may find a chain whose constraint a crash lost
         return [r for r in plan.results if r is not None]
 
-    def _plan(self, reports: Sequence[ChainReport | Mapping[str, Any]]) -> _Plan:
-        plan = _Plan([None] * len(reports), [], [], [], [])
+    def _plan(self, reports: Sequence[ChainReport | StepReport | Mapping[str, Any]]) -> _Plan:
+        plan = _Plan([None] * len(reports))
         batch_sessions: dict[tuple[tuple[str, ...], str], set[str]] = {}
         archived_now: set[str] = set()
         for i, raw in enumerate(reports):
             try:
-                parsed = raw if isinstance(raw, ChainReport) else parse_report(raw)
+                parsed = raw if isinstance(raw, ChainReport | StepReport) else parse_any(raw)
+                if isinstance(parsed, StepReport):
+                    steps = self._redacted_steps(parsed)
+                    self._plan_steps(i, parsed, steps, plan, batch_sessions, archived_now)
+                    continue
                 if parsed.outcome == "completed":
                     plan.completed.append(parsed.topology)
+                    self._contradictions(parsed.topology, range(len(parsed.topology)), plan)
                     runs = self._state.completed_runs(parsed.topology) + plan.completed.count(
                         parsed.topology
                     )
@@ -144,8 +217,117 @@ class Intake:
             except InvalidInput as exc:
                 plan.results[i] = IntakeResult("rejected", reason=str(exc))
                 continue
-            self._plan_abandoned(i, redacted_report(parsed), plan, batch_sessions, archived_now)
+            report = redacted_report(parsed)
+            assert report.constraint is not None
+            plan.manual += report.constraint.conditions
+            self._plan_abandoned(i, report, plan, batch_sessions, archived_now)
         return plan
+
+    def _contradictions(self, tools: Sequence[str], succeeded: Iterable[int], plan: _Plan) -> None:
+        """A tool that completed after ``tools[:j]`` contradicts every unconditional
+        fatal sequence it completes there."""
+        for j in succeeded:
+            for c in self._fatal(tools[:j]).get(tools[j], ()):
+                plan.contradictions[c.chain_id] += 1
+
+    # ---- sessions reported as steps ---------------------------------------------------
+    def _redacted_steps(self, report: StepReport) -> tuple[Step, ...]:
+        """Secrets masked in every argument, output and error; oversize parts cut."""
+        cap = self._steps.max_step_bytes
+        return tuple(
+            Step(
+                s.tool,
+                _capped(redact(dict(s.arguments)), cap),
+                _capped(redact(s.output), cap),
+                redact_text(s.error) if s.error is not None else None,
+            )
+            for s in report.steps
+        )
+
+    def _plan_steps(
+        self,
+        i: int,
+        report: StepReport,
+        steps: tuple[Step, ...],
+        plan: _Plan,
+        batch_sessions: dict[tuple[tuple[str, ...], str], set[str]],
+        archived_now: set[str],
+    ) -> None:
+        task_input = redact_text(report.task_input) if report.task_input else None
+        redacted = replace(
+            report,
+            session_id=redact_text(report.session_id) if report.session_id else None,
+            report_id=redact_text(report.report_id) if report.report_id else None,
+        )
+        who = session_key(redacted)
+        plan.sessions.append(Session(who, steps, report.outcome, task_input))
+        plan.manual += report.conditions
+        tools = [s.tool for s in steps]
+        ok = [j for j, s in enumerate(steps) if s.error is None]
+        if ok:
+            used = tuple(dict.fromkeys(tools[j] for j in ok))
+            plan.completed.append(used)
+        self._contradictions(tools, ok, plan)
+        notes = [f"{len(ok)} successful call(s) recorded as usage"]
+        for j, step in enumerate(steps):
+            if step.error is not None:
+                notes.append(
+                    self._plan_failing_call(
+                        i, j, steps, who, task_input, plan, batch_sessions, archived_now
+                    )
+                )
+        plan.summaries[i] = notes
+
+    def _plan_failing_call(
+        self,
+        i: int,
+        j: int,
+        steps: tuple[Step, ...],
+        who: str,
+        task_input: str | None,
+        plan: _Plan,
+        batch_sessions: dict[tuple[tuple[str, ...], str], set[str]],
+        archived_now: set[str],
+    ) -> str:
+        step = steps[j]
+        assert step.error is not None
+        verdict = classify(step.error)
+        where = f"step {j} ({step.tool})"
+        if verdict.kind == "transient":
+            return f"{where}: transient, not archived ({verdict.reason})"
+        normalized = normalize_signature(step.error)
+        key = ((step.tool,), normalized)
+        if key not in batch_sessions:
+            batch_sessions[key] = self._state.sighting_sessions(*key)
+        batch_sessions[key].add(who)
+        seen = len(batch_sessions[key])
+        plan.sighted.append((key[0], normalized, who))
+        topology = tuple(s.tool for s in steps[: j + 1])
+        cid = call_chain_id(who, j, step.tool, step.error)
+        plan.chain_sessions.append((cid, who))
+        if cid in archived_now or self._cold.chains.contains(cid):
+            return f"{where}: already archived (replayed report) as {make_pointer('chains', cid)}"
+        if verdict.kind == "unknown" and seen < self._threshold:
+            return (
+                f"{where}: unknown failure kind ({verdict.reason}); seen in {seen} of the "
+                f"{self._threshold} sessions that make it reproduced"
+            )
+        chain = ChainReport(
+            topology=topology,
+            outcome="abandoned",
+            failure=Failure(step.error, verdict.kind if verdict.kind != "unknown" else None),
+            constraint=ConstraintSpec(f"{step.tool} fails with '{normalized}'"),
+            session_id=plan.sessions[-1].session_id,
+        )
+        stored = [
+            s.to_dict() if self._steps.keep_outputs else {**s.to_dict(), "output": None}
+            for s in steps[: j + 1]
+        ]
+        calls = CallEvidence(normalized, stored, task_input)
+        note = "deterministic" if verdict.kind == "deterministic" else f"reproduced in {seen}"
+        plan.archive.append(_Archived(i, chain, f"rule {verdict.rule}: {note}", cid, seen, calls))
+        archived_now.add(cid)
+        return f"{where}: archived {make_pointer('chains', cid)} ({verdict.reason})"
 
     def _plan_abandoned(
         self,
@@ -155,7 +337,7 @@ class Intake:
         batch_sessions: dict[tuple[tuple[str, ...], str], set[str]],
         archived_now: set[str],
     ) -> None:
-        assert report.failure is not None
+        assert report.failure is not None and report.constraint is not None
         verdict = classify(report.failure.signature, report.failure.kind, report.failure.error)
         if verdict.kind == "transient":
             plan.results[i] = IntakeResult(
@@ -189,31 +371,42 @@ class Intake:
             if verdict.kind == "deterministic"
             else f"reproduced in {seen} sessions ({verdict.reason})"
         )
-        plan.archive.append((i, report, f"rule {verdict.rule}: {note}", cid, seen))
+        plan.archive.append(_Archived(i, report, f"rule {verdict.rule}: {note}", cid, seen))
         archived_now.add(cid)
 
     # ---- archiving -----------------------------------------------------------------
-    def _rows(
-        self, accepted: Sequence[tuple[int, ChainReport, str, str, int]]
-    ) -> list[dict[str, Any]]:
-        tools = sorted({t for _, report, _, _, _ in accepted for t in report.topology})
+    def _rows(self, accepted: Sequence[_Archived]) -> list[dict[str, Any]]:
+        tools = sorted({t for a in accepted for t in a.report.topology})
         snapshots, types = self._snapshots(tools)
         credentials = self._state.credentials(tools)
         now = datetime.now(UTC)
         return [
             archive.cold_row(
-                cid=cid,
-                report=report,
+                cid=a.chain_id,
+                report=a.report,
                 kind="deterministic",
-                classification=note,
-                tool_types=[types.get(t, "unknown") for t in report.topology],
-                snapshots={t: snapshots.get(t) for t in report.topology},
-                credentials={t: credentials.get(t, []) for t in report.topology},
-                occurrences=seen,
+                classification=a.note,
+                tool_types=[types.get(t, "unknown") for t in a.report.topology],
+                snapshots={t: snapshots.get(t) for t in a.report.topology},
+                credentials={t: credentials.get(t, []) for t in a.report.topology},
+                occurrences=a.sessions,
                 now=now,
+                calls=self._with_conditions(a.calls, a.report.topology[-1]),
             )
-            for _, report, note, cid, seen in accepted
+            for a in accepted
         ]
+
+    def _with_conditions(self, calls: CallEvidence | None, tool: str) -> CallEvidence | None:
+        """The conditions known for this failure when it is archived (learning ran
+        first), beside its evidence."""
+        if calls is None:
+            return None
+        known = [
+            c.to_dict()
+            for c in self._calls.enforced(tool)
+            if c.signature == calls.normalized_signature
+        ]
+        return replace(calls, conditions=tuple(known))
 
     def _snapshots(self, tool_ids: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
         """Redacted records of the tools (``None`` for tools not registered) and their
@@ -278,6 +471,32 @@ class Intake:
         return repaired
 
 
+def call_chain_id(session: str, position: int, tool: str, error: str) -> str:
+    """The chain of one failing call of one session: the same report replayed names the
+    same chain, another session's identical failure another chain."""
+    payload = json.dumps([session, position, tool, error], separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def _capped(value: Any, cap: int) -> Any:
+    """``value`` when its JSON is at most ``cap`` bytes, else a marker with its head."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    if len(text.encode()) <= cap:
+        return value
+    return {"_truncated": True, "bytes": len(text.encode()), "head": text[: min(cap, 1024)]}
+
+
+def _session_answer(plan: _Plan, i: int, notes: list[str], suffix: str) -> IntakeResult:
+    archived = [a for a in plan.archive if a.position == i and a.calls is not None]
+    reason = "; ".join(notes) + suffix
+    if not archived:
+        return IntakeResult("recorded", reason=f"session recorded: {reason}")
+    last = archived[-1]
+    return IntakeResult(
+        "archived", last.chain_id, make_pointer("chains", last.chain_id), f"session: {reason}"
+    )
+
+
 def redacted_report(report: ChainReport) -> ChainReport:
     assert report.failure is not None and report.constraint is not None
     failure = Failure(
@@ -287,7 +506,9 @@ def redacted_report(report: ChainReport) -> ChainReport:
         replace(c, value=redact_text(c.value)) if isinstance(c.value, str) else c
         for c in report.constraint.when
     )
-    constraint = ConstraintSpec(redact(report.constraint.rule), when, report.constraint.gapped)
+    constraint = ConstraintSpec(
+        redact(report.constraint.rule), when, report.constraint.gapped, report.constraint.conditions
+    )
     return replace(
         report,
         failure=failure,

@@ -21,6 +21,10 @@ MAX_REASON = 2_048
 MAX_TOOLS_PER_REQUEST = 10_000
 MAX_REPORTS_PER_REQUEST = 1_000
 MAX_POINTER = 512
+MAX_STEPS = 1_000
+"""Steps of one reported session, or of a session given to a check or a lookup."""
+MAX_TEXT = 16_384
+"""Characters of a signature, a rule or a task input."""
 MAX_MIN_CHAINS = 1_000_000
 MAX_BODY_BYTES = 1_048_576
 """Largest HTTP request body, by default."""

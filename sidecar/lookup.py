@@ -16,17 +16,31 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from indexes import ActiveIndex
+from sidecar.callmemory import CallMemory
 from sidecar.constraints import ConstraintMatcher
 from sidecar.errors import InvalidInput
 from sidecar.journal import Journal
+from sidecar.lifecycle import ENFORCED, Lifecycle
 from sidecar.limits import CHECK_MODES, MAX_CONTEXT, MAX_K, MAX_PLAN, MAX_QUERY, CheckMode
-from sidecar.model import CheckResult, LookupHit, LookupResult, Withheld, check_tool_id
+from sidecar.memory import Step, Trace
+from sidecar.model import (
+    ArchivedConstraint,
+    CallCheck,
+    CheckReason,
+    CheckResult,
+    LookupHit,
+    LookupResult,
+    Withheld,
+    check_tool_id,
+)
 from sidecar.registry import Fields
 from sidecar.settings import Settings
 from sidecar.state import StateStore
@@ -39,11 +53,15 @@ class Lookup:
         journal: Journal,
         fields: Fields,
         settings: Settings,
+        calls: CallMemory,
+        lifecycle: Lifecycle,
     ) -> None:
         self._state = state
         self._journal = journal
         self._fields = fields
         self._settings = settings
+        self._calls = calls
+        self._lifecycle = lifecycle
         self._lock = threading.Lock()
         self._matcher: ConstraintMatcher | None = None
         self._matcher_rev = -1
@@ -57,12 +75,31 @@ class Lookup:
         with self._lock:
             if self._matcher is None or rev != self._matcher_rev:
                 self._matcher = ConstraintMatcher(
-                    self._state.active_constraints(),
+                    self.enforced(),
                     missing_field=self._settings.missing_field,
                     warning_sample=self._settings.max_warnings_per_tool,
                 )
                 self._matcher_rev = rev
             return self._matcher
+
+    def enforced(self) -> list[ArchivedConstraint]:
+        """The sequence constraints in force: active ones, and contested ones (which
+        warn only); retired and lifted ones are left out."""
+        now = time.time()
+        out = []
+        for c in self._state.active_constraints():
+            status = self._lifecycle.status(
+                c.lifted, c.contradictions, c.baseline, c.last_seen, now
+            )
+            if status in ENFORCED:
+                out.append(replace(c, contested=status == "contested"))
+        return out
+
+    def fatal_after(self, executed: Sequence[str]) -> dict[str, list[ArchivedConstraint]]:
+        """The unconditional sequence constraints in force that each next tool would
+        complete after ``executed`` (a success there contradicts them)."""
+        found = self.matcher().completions(tuple(executed))
+        return {t: [c for c in cs if not c.when] for t, cs in found.items()}
 
     def cold_tools(self, tools_rev: int) -> frozenset[str]:
         """Tools the state says are not hot: evicted, or with their move begun."""
@@ -79,6 +116,8 @@ class Lookup:
         k: int,
         executed: tuple[str, ...],
         context: dict[str, Any],
+        steps: Sequence[Step] | None = None,
+        task_input: str | None = None,
     ) -> LookupResult:
         constraints_rev, tools_rev = self._state.revisions()
         matcher = self.matcher(constraints_rev)
@@ -95,13 +134,18 @@ class Lookup:
             for c, why in blocked[h.id]
         ]
         limit = self._settings.max_warnings_per_tool
+        trace = Trace(steps, task_input) if steps else None
         hits = [
             LookupHit(
                 tool_id=h.id,
                 score=h.score,
                 description=str(fields[h.id].get("description") or ""),
                 warnings=tuple(
-                    (conditional.get(h.id, []) + matcher.warnings(executed, h.id, limit))[:limit]
+                    (
+                        self._call_hints(trace, h.id, task_input)
+                        + conditional.get(h.id, [])
+                        + matcher.warnings(executed, h.id, limit)
+                    )[:limit]
                 ),
                 tool_type=str(fields[h.id].get("tool_type") or "unspecified"),
             )
@@ -109,8 +153,64 @@ class Lookup:
         ]
         return LookupResult(tuple(hits), tuple(withheld))
 
+    def _call_hints(self, trace: Trace | None, tool: str, task_input: str | None) -> list[str]:
+        if trace is None:
+            return []
+        return [
+            f"may fail: {r.explanation}; {r.observed}"
+            for r in self._calls.may_apply(trace, tool, task_input)
+        ]
+
     def check(self, plan: tuple[str, ...], mode: CheckMode, context: dict[str, Any]) -> CheckResult:
         return self.matcher().check(plan, context, mode)
+
+    def check_call(
+        self,
+        steps: Sequence[Step],
+        tool: str,
+        arguments: Mapping[str, Any],
+        task_input: str | None,
+        context: dict[str, Any],
+    ) -> CallCheck:
+        """Before ``tool(arguments)`` after ``steps``: the learned conditions of the call
+        (:mod:`sidecar.callmemory`) and the fatal sequences it would complete."""
+        reasons: list[CheckReason] = []
+        states = self._calls.states()
+        verdict = self._calls.assess(steps, tool, arguments, task_input)
+        for r in verdict.reasons:
+            st = states.get(r.condition_id)
+            reasons.append(
+                CheckReason(
+                    r.level,
+                    r.condition_id,
+                    "call",
+                    r.explanation,
+                    r.observed,
+                    st.pointer if st else None,
+                    st.status if st else "active",
+                )
+            )
+        blocked, conditional = self.matcher().next_steps(tuple(s.tool for s in steps), context)
+        for c, why in blocked.get(tool, []):
+            reasons.append(
+                CheckReason(
+                    "block",
+                    c.chain_id,
+                    "sequence",
+                    f"{c.rule} (completes fatal sequence {'>'.join(c.sequence)})",
+                    why,
+                    c.pointer,
+                )
+            )
+        reasons += [
+            CheckReason("warn", "", "sequence", text, "", None, "contested")
+            for text in conditional.get(tool, [])
+            if "contested" in text
+        ]
+        reasons.sort(key=lambda r: r.level != "block")
+        if not reasons:
+            return CallCheck("allow")
+        return CallCheck("block" if reasons[0].level == "block" else "warn", tuple(reasons))
 
 
 class _Excluded(Collection[str]):

@@ -25,10 +25,11 @@ Scalar = str | int | float | bool | None
 
 INSTRUCTIONS = (
     "Failure memory for tool selection. Call search_tools with what you have already "
-    "executed (`after`) and runtime facts (`context`, e.g. payload_bytes): it never "
-    "returns a tool that would complete a known-fatal chain, and says what it withheld. "
-    "Call check_plan before running a multi-step plan. When you abandon a chain, call "
-    "report_chain so no successor repeats it."
+    "executed (`steps` or `after`) and runtime facts (`context`): it never returns a "
+    "tool that would complete a known-fatal chain, and says what it withheld. Call "
+    "check_plan with `steps` and `next` before a call: a block means the same call "
+    "failed before in the same state. Report each session with report_chain so no "
+    "successor repeats its failures."
 )
 
 
@@ -46,7 +47,8 @@ def build_mcp(sc: Sidecar) -> MCPServer:
     @server.tool(
         title="Search tools",
         description="Semantic tool lookup that withholds continuations known to fail "
-        "after the executed prefix `after` under `context`.",
+        "after the executed prefix `after` under `context`; pass the session's `steps` "
+        "for warnings about calls known to fail in this state.",
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
     )
     def search_tools(
@@ -54,25 +56,47 @@ def build_mcp(sc: Sidecar) -> MCPServer:
         k: int = 5,
         after: list[str] | None = None,
         context: dict[str, Scalar] | None = None,
+        steps: list[dict[str, Any]] | None = None,
+        task_input: str | None = None,
     ) -> dict[str, Any]:
-        return call(lambda: sc.search(query, k=k, after=after or [], context=context))
+        return call(
+            lambda: sc.search(query, k, after or [], context, steps=steps, task_input=task_input)
+        )
 
     @server.tool(
         title="Check plan",
-        description="Check a planned tool sequence against archived fatal sequences.",
+        description="Before you act: check a planned tool sequence (`plan`) against archived "
+        "fatal sequences, or one call (`steps` so far, `next`: {tool, arguments}) against "
+        "learned failures: allow, warn (with reasons) or block (do not make the call).",
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
     )
     def check_plan(
-        plan: list[str],
+        plan: list[str] | None = None,
         mode: CheckMode = "sequence",
         context: dict[str, Scalar] | None = None,
+        steps: list[dict[str, Any]] | None = None,
+        next: dict[str, Any] | None = None,
+        task_input: str | None = None,
     ) -> dict[str, Any]:
+        if next is not None:
+            return call(
+                lambda: sc.check_call(
+                    steps or [],
+                    str(next.get("tool", "")),
+                    next.get("arguments") or {},
+                    task_input,
+                    context,
+                )
+            )
+        if plan is None:
+            raise ToolError("invalid_input: give a plan, or steps and next (the call to check)")
         return call(lambda: sc.check(plan, mode=mode, context=context))
 
     @server.tool(
         title="Report chain",
-        description="Report a completed or abandoned multi-step chain (same JSON shape as "
-        "`sidecar report`): deterministic failures are archived as negative constraints.",
+        description="Report a session: its `steps` (tool, arguments, output, error) and "
+        "`outcome`, or a chain's `topology` (same JSON shape as `sidecar report`); "
+        "deterministic failures are archived and learned from.",
         annotations=ToolAnnotations(
             read_only_hint=False,
             destructive_hint=False,

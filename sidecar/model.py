@@ -10,6 +10,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from sidecar.errors import InvalidInput
+from sidecar.memory import FailureCondition, Step
+from sidecar.memory.evidence import SessionOutcome
 
 # MCP tool-name rules: 1-128 characters from A-Z a-z 0-9 _ - .
 TOOL_ID_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
@@ -57,13 +59,17 @@ def check_json_value(value: object, where: str, depth: int = 0) -> None:
             check_json_value(item, f"{where}[{i}]", depth + 1)
 
 
-CHAIN_ID_PATTERN = re.compile(r"[0-9a-f]{32}")
+CONSTRAINT_ID_PATTERN = re.compile(r"[0-9a-f]{32}|[0-9a-f]{16}")
 
 
-def check_chain_id(value: object) -> str:
-    if not isinstance(value, str) or not CHAIN_ID_PATTERN.fullmatch(value):
+def check_constraint_id(value: object) -> str:
+    """An archived chain's id (32 hex digits) or a learned call condition's (16)."""
+    if not isinstance(value, str) or not CONSTRAINT_ID_PATTERN.fullmatch(value):
         shown = value[:80] if isinstance(value, str) else type(value).__name__
-        raise InvalidInput(f"{shown!r} is not a chain id (32 lowercase hex digits)")
+        raise InvalidInput(
+            f"{shown!r} is not a constraint id (a chain id of 32 lowercase hex digits, or a "
+            "call condition id of 16)"
+        )
     return value
 
 
@@ -139,6 +145,22 @@ class ConstraintSpec:
     rule: str
     when: tuple[Condition, ...] = ()
     gapped: bool = False
+    conditions: tuple[FailureCondition, ...] = field(default=(), hash=False)
+    """Call-level conditions written by hand (the JSON form of
+    :class:`~sidecar.memory.FailureCondition`)."""
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """A session reported as its ordered steps (tool, arguments, output or error)."""
+
+    steps: tuple[Step, ...]
+    outcome: SessionOutcome
+    task_input: str | None = None
+    session_id: str | None = None
+    report_id: str | None = None
+    reported_at: datetime | None = None
+    conditions: tuple[FailureCondition, ...] = field(default=(), hash=False)
 
 
 @dataclass(frozen=True)
@@ -190,6 +212,16 @@ class ArchivedConstraint:
     order: int
     """Archive order (0 = first archived), which the seed's prefix check depends on."""
     archived_at: float = 0.0
+    kind: str = "sequence"
+    """``sequence``: a fatal sequence the matcher enforces; ``call``: a failing call
+    reported with its steps (evidence for eviction; learned conditions enforce it)."""
+    lifted: bool = False
+    contradictions: int = 0
+    baseline: int = 0
+    last_seen: float = 0.0
+    invalid_at: float | None = None
+    contested: bool = False
+    """Set by the matcher's builder: a contested constraint warns, never blocks."""
 
     @property
     def prefix(self) -> tuple[str, ...]:
@@ -225,9 +257,51 @@ class CheckResult:
     safe: bool
     collisions: tuple[Collision, ...]
     mode: CheckMode = "sequence"
+    warnings: tuple[str, ...] = ()
+    """Contested fatal sequences the plan contains: they warn, they do not block."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"safe": self.safe, "collisions": [c.to_dict() for c in self.collisions]}
+        out: dict[str, Any] = {
+            "safe": self.safe,
+            "collisions": [c.to_dict() for c in self.collisions],
+        }
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return out
+
+
+@dataclass(frozen=True)
+class CheckReason:
+    """Why a call is blocked or warned: one constraint that holds for it."""
+
+    level: Literal["warn", "block"]
+    constraint_id: str
+    kind: Literal["call", "sequence"]
+    explanation: str
+    evidence: str
+    """What the call or the session showed that made it hold."""
+    pointer: str | None = None
+    status: str = "active"
+
+
+@dataclass(frozen=True)
+class CallCheck:
+    """The verdict before a call: ``allow``, ``warn`` (forward it, with the reasons) or
+    ``block`` (do not send it), block reasons first."""
+
+    decision: Literal["allow", "warn", "block"]
+    reasons: tuple[CheckReason, ...] = ()
+
+    @property
+    def safe(self) -> bool:
+        return self.decision != "block"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "decision": self.decision,
+            "safe": self.safe,
+            "reasons": [{f: getattr(r, f) for f in r.__dataclass_fields__} for r in self.reasons],
+        }
 
 
 @dataclass(frozen=True)

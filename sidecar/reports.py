@@ -19,17 +19,20 @@ the report's content (so an exact replay counts once).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from sidecar.errors import InvalidInput, ReportRejected
+from sidecar.limits import MAX_PLAN, MAX_STEPS, MAX_TEXT
+from sidecar.memory import FailureCondition, Step
 from sidecar.model import (
     OPS,
     ChainReport,
     Condition,
     ConstraintSpec,
     Failure,
+    StepReport,
     check_json_value,
     check_tool_id,
 )
@@ -39,8 +42,7 @@ TOO_SHORT = "An abandoned chain must contain at least two tools."
 NO_SIGNATURE = "A terminal falsification signature is mandatory to prove abandonment."
 NO_RULE = "A negative constraint rule is required to prevent prefix re-execution."
 
-MAX_TOPOLOGY = 256
-MAX_TEXT = 16_384
+MAX_TOPOLOGY = MAX_PLAN
 _REPORT_KEYS = frozenset(
     {
         "topology",
@@ -162,7 +164,122 @@ def _constraint(raw: Any, topology: tuple[str, ...]) -> ConstraintSpec | None:
     if not isinstance(when_raw, list):
         raise ReportRejected("constraint.when must be a list")
     when = tuple(parse_condition(c, i, topology) for i, c in enumerate(when_raw))
-    return ConstraintSpec(_text(raw.get("rule"), "constraint.rule"), when, gapped)
+    unknown = set(raw) - {"rule", "when", "gapped", "conditions"}
+    if unknown:
+        raise ReportRejected(f"unknown constraint field(s): {', '.join(sorted(unknown))}")
+    conditions = call_conditions(raw.get("conditions"))
+    return ConstraintSpec(_text(raw.get("rule"), "constraint.rule"), when, gapped, conditions)
+
+
+def call_conditions(raw: Any) -> tuple[FailureCondition, ...]:
+    """Hand-written call-level conditions (``constraint.conditions``)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ReportRejected("constraint.conditions must be a list")
+    out = []
+    for i, item in enumerate(raw):
+        where = f"constraint.conditions[{i}]"
+        if not isinstance(item, Mapping):
+            raise ReportRejected(f"{where} must be an object")
+        _json(item, where)
+        try:
+            condition = FailureCondition.from_dict({**item, "source": "manual"})
+        except (ValueError, TypeError) as exc:
+            raise ReportRejected(f"{where}: {exc}") from None
+        check_tool_id(condition.tool, f"{where}.tool")
+        out.append(condition)
+    return tuple(out)
+
+
+# ---- sessions reported as steps ----------------------------------------------------------
+_STEP_REPORT_KEYS = frozenset(
+    {"steps", "outcome", "task_input", "session_id", "report_id", "reported_at", "constraint"}
+)
+_STEP_KEYS = frozenset({"tool", "arguments", "output", "error"})
+
+
+def parse_any(data: Any) -> ChainReport | StepReport:
+    """A chain report (``topology``) or a session reported as its ``steps``."""
+    if isinstance(data, Mapping) and "steps" in data:
+        return parse_step_report(data)
+    return parse_report(data)
+
+
+def parse_step_report(data: Mapping[str, Any]) -> StepReport:
+    unknown = set(data) - _STEP_REPORT_KEYS
+    if unknown:
+        raise ReportRejected(f"unknown report field(s): {', '.join(sorted(unknown))}")
+    outcome = data.get("outcome", "unknown")
+    if outcome not in ("completed", "abandoned", "unknown"):
+        raise ReportRejected(
+            f"outcome must be 'completed', 'abandoned' or 'unknown', got {outcome!r}"
+        )
+    raw = data.get("steps")
+    if not isinstance(raw, list) or not raw:
+        raise ReportRejected("steps must be a non-empty list of {tool, arguments, output, error}")
+    if len(raw) > MAX_STEPS:
+        raise ReportRejected(f"steps has {len(raw)} steps; at most {MAX_STEPS}")
+    task_input = data.get("task_input")
+    if task_input is not None:
+        task_input = _text(task_input, "task_input")
+    constraint = data.get("constraint")
+    conditions: tuple[FailureCondition, ...] = ()
+    if constraint is not None:
+        if not isinstance(constraint, Mapping) or set(constraint) - {"conditions"}:
+            raise ReportRejected("a step report's constraint holds only 'conditions'")
+        conditions = call_conditions(constraint.get("conditions"))
+    return StepReport(
+        steps=tuple(_step(s, i) for i, s in enumerate(raw)),
+        outcome=outcome,
+        task_input=task_input,
+        session_id=_optional_text(data.get("session_id"), "session_id"),
+        report_id=_optional_text(data.get("report_id"), "report_id"),
+        reported_at=_timestamp(data.get("reported_at")),
+        conditions=conditions,
+    )
+
+
+def steps_of(raw: Any) -> tuple[Step, ...]:
+    """A session's steps so far, given as :class:`Step` values or their JSON objects."""
+    if raw is None:
+        return ()
+    if isinstance(raw, str) or not isinstance(raw, Sequence):
+        raise InvalidInput("steps must be a list of {tool, arguments, output, error}")
+    if len(raw) > MAX_STEPS:
+        raise InvalidInput(f"steps has {len(raw)} steps; at most {MAX_STEPS}")
+    return tuple(s if isinstance(s, Step) else _step(s, i) for i, s in enumerate(raw))
+
+
+def task_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return _text(value, "task_input")
+
+
+def _step(raw: Any, i: int) -> Step:
+    where = f"steps[{i}]"
+    if not isinstance(raw, Mapping):
+        raise ReportRejected(f"{where} must be an object")
+    unknown = set(raw) - _STEP_KEYS
+    if unknown:
+        raise ReportRejected(f"unknown field(s) in {where}: {', '.join(sorted(unknown))}")
+    try:
+        tool = check_tool_id(raw.get("tool"), f"{where}.tool")
+    except InvalidInput as exc:
+        raise ReportRejected(str(exc)) from None
+    arguments = raw.get("arguments") or {}
+    if not isinstance(arguments, Mapping):
+        raise ReportRejected(f"{where}.arguments must be an object")
+    _json(arguments, f"{where}.arguments")
+    output = raw.get("output")
+    _json(output, f"{where}.output")
+    error = raw.get("error")
+    if error is not None and not isinstance(error, str):
+        raise ReportRejected(f"{where}.error must be a string or null")
+    if error is not None:
+        error = _text(error, f"{where}.error") or "error"
+    return Step(tool, dict(arguments), output, error)
 
 
 def parse_condition(raw: Any, i: int, topology: tuple[str, ...]) -> Condition:

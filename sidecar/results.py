@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sidecar.callmemory import ConditionState
+    from sidecar.model import ArchivedConstraint
 
 
 @dataclass(frozen=True)
@@ -42,13 +46,65 @@ class Digest:
 
 @dataclass(frozen=True)
 class ConstraintView:
+    """A constraint as ``constraints list`` shows it: a fatal sequence (``kind``
+    ``sequence``, its ``chain_id`` the archived chain's) or a learned call condition
+    (``kind`` ``call``, its ``chain_id`` the condition's id, ``sequence`` its tool)."""
+
     chain_id: str
     sequence: tuple[str, ...]
     rule: str
     expected_failure: str
-    pointer: str
+    pointer: str | None
     status: str
     archived_at: float
+    kind: str = "sequence"
+    valid_from: float = 0.0
+    last_seen: float = 0.0
+    invalid_at: float | None = None
+    support: int = 1
+    contradictions: int = 0
+    confidence: float | None = None
+    condition: Mapping[str, Any] | None = None
+    """A call condition's JSON form (predicate, family, evidence)."""
+
+
+def sequence_view(c: ArchivedConstraint, status: str, sessions: int) -> ConstraintView:
+    return ConstraintView(
+        chain_id=c.chain_id,
+        sequence=c.sequence,
+        rule=c.rule,
+        expected_failure=c.signature,
+        pointer=c.pointer,
+        status=status,
+        archived_at=c.archived_at,
+        kind="sequence",
+        valid_from=c.archived_at,
+        last_seen=c.last_seen,
+        invalid_at=c.invalid_at if status == "retired" else None,
+        support=sessions,
+        contradictions=c.contradictions,
+    )
+
+
+def condition_view(st: ConditionState) -> ConstraintView:
+    c = st.condition
+    return ConstraintView(
+        chain_id=c.condition_id,
+        sequence=(c.tool,),
+        rule=c.explanation,
+        expected_failure=c.signature,
+        pointer=st.pointer,
+        status=st.status,
+        archived_at=st.valid_from,
+        kind="call",
+        valid_from=st.valid_from,
+        last_seen=st.last_seen,
+        invalid_at=st.invalid_at if st.status == "retired" else None,
+        support=c.support,
+        contradictions=c.contradictions,
+        confidence=c.confidence,
+        condition=c.to_dict(),
+    )
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,10 @@ class Settings:
     evict_on_report: bool = False
     evict_batch_size: int = 500
     evict_min_chains: int = DEFAULT_EVICT_MIN_CHAINS
+    retire_after: int = 3
+    constraint_max_age_days: float = 0.0
+    max_step_bytes: int = 65_536
+    keep_outputs: bool = True
     crash_at: str | None = None
 
     @property
@@ -76,17 +80,28 @@ SETTINGS: dict[str, str] = {
     "revoker": "'record-only' (mandates stay pending for operators) or 'rfc7009' (HTTP)",
     "evict_on_report": "run the eviction after each archived report (true/false)",
     "evict_batch_size": "tools moved per journaled batch during an eviction",
-    "evict_min_chains": "distinct abandoned chains a tool must drive before it is evicted",
+    "evict_min_chains": "dead-end sessions through a tool before it is evicted",
+    "retire_after": "successes matching a constraint that retire it (one contests it)",
+    "constraint_max_age_days": "retire constraints no failure confirmed for this long (0: off)",
+    "max_step_bytes": "largest stored arguments or output of one reported step, as JSON",
+    "keep_outputs": "keep reported steps' outputs in the cold record (true/false)",
     "crash_at": "testing only: SIGKILL the process at this named eviction crash point",
 }
 
 
 def _parse(name: str, raw: str) -> Any:
+    if name == "constraint_max_age_days":
+        try:
+            return float(raw)
+        except ValueError:
+            raise ConfigError(f"SIDECAR_{name.upper()} must be a number, got {raw!r}") from None
     if name in {
         "reproduce_threshold",
         "max_warnings_per_tool",
         "evict_batch_size",
         "evict_min_chains",
+        "retire_after",
+        "max_step_bytes",
     }:
         try:
             return int(raw)
@@ -94,12 +109,12 @@ def _parse(name: str, raw: str) -> Any:
             raise ConfigError(f"SIDECAR_{name.upper()} must be an integer, got {raw!r}") from None
     if name == "home":
         return Path(raw)
-    if name == "evict_on_report":
+    if name in ("evict_on_report", "keep_outputs"):
         if raw.lower() in ("1", "true", "yes", "on"):
             return True
         if raw.lower() in ("0", "false", "no", "off"):
             return False
-        raise ConfigError(f"SIDECAR_EVICT_ON_REPORT must be true or false, got {raw!r}")
+        raise ConfigError(f"SIDECAR_{name.upper()} must be true or false, got {raw!r}")
     return raw
 
 
@@ -118,6 +133,13 @@ def validate(s: Settings) -> Settings:
         or s.evict_min_chains < 1
     ):
         raise ConfigError(f"evict_min_chains must be >= 1, got {s.evict_min_chains!r}")
+    for name in ("retire_after", "max_step_bytes"):
+        value = getattr(s, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    age = s.constraint_max_age_days
+    if isinstance(age, bool) or not isinstance(age, int | float) or not 0 <= age < 1e6:
+        raise ConfigError(f"constraint_max_age_days must be a number >= 0, got {age!r}")
     if not isinstance(s.max_warnings_per_tool, int) or s.max_warnings_per_tool < 0:
         raise ConfigError("max_warnings_per_tool must be >= 0")
     if s.chroma_url is not None and not s.chroma_url.startswith(("http://", "https://")):

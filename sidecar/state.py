@@ -14,7 +14,12 @@ writing (the move journal in :mod:`sidecar.journal`, the revocation ledger in
   them);
 - ``constraints``: the compiled-form view of archived chains.  The cold archive is the
   truth; this table is rebuilt from it for any chain it misses (see
-  :meth:`sidecar.intake.Intake.reconcile`).
+  :meth:`sidecar.intake.Intake.reconcile`);
+- ``constraint_evidence``: each chain's kind (``sequence``: a fatal sequence the
+  matcher enforces; ``call``: a failing call reported with its steps, which drives
+  eviction while the learned conditions of :mod:`sidecar.callmemory` enforce it), the
+  completed runs that contradicted it, and when it was last confirmed (see
+  :mod:`sidecar.lifecycle`).
 
 A store opened with ``writable=False`` uses a read-only connection: it never creates
 the file, its tables or its WAL, and every write raises ``sqlite3.OperationalError``.
@@ -27,7 +32,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
@@ -61,6 +66,11 @@ CREATE TABLE IF NOT EXISTS constraints (
     rule TEXT NOT NULL, signature TEXT NOT NULL, when_json TEXT NOT NULL,
     gapped INTEGER NOT NULL, pointer TEXT NOT NULL,
     status TEXT NOT NULL DEFAULT 'active', archived_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS constraint_evidence (
+    chain_id TEXT PRIMARY KEY, kind TEXT NOT NULL DEFAULT 'sequence',
+    contradictions INTEGER NOT NULL DEFAULT 0, baseline INTEGER NOT NULL DEFAULT 0,
+    last_seen REAL, invalid_at REAL
 );
 CREATE TABLE IF NOT EXISTS constraint_events (
     chain_id TEXT NOT NULL, action TEXT NOT NULL, reason TEXT NOT NULL, at REAL NOT NULL
@@ -202,6 +212,11 @@ class StateStore:
             "INSERT OR IGNORE INTO chain_sessions VALUES (?, ?, ?)",
             [(cid, session, now) for cid, session in chain_sessions],
         )
+        # a new session meeting an archived chain confirms it
+        db.executemany(
+            "UPDATE constraint_evidence SET last_seen=? WHERE chain_id=?",
+            [(now, cid) for cid, _session in chain_sessions],
+        )
 
     @staticmethod
     def _complete(db: sqlite3.Connection, topology: Sequence[str], now: float) -> None:
@@ -261,6 +276,7 @@ class StateStore:
         completed: Sequence[Sequence[str]] = (),
         sighted: Sequence[tuple[Sequence[str], str, str]] = (),
         chain_sessions: Sequence[tuple[str, str]] = (),
+        kinds: Mapping[str, str] | None = None,
     ) -> int:
         """Insert ``(chain_id, sequence, rule, signature, when, gapped, pointer,
         archived_at)`` items not present yet, in arrival order, together with an intake
@@ -268,7 +284,7 @@ class StateStore:
         many constraints were new."""
         now = time.time()
         with self._tx() as db:
-            added = self._insert_constraints(db, items)
+            added = self._insert_constraints(db, items, kinds or {})
             self._record(db, completed, sighted, chain_sessions, now)
         return added
 
@@ -276,6 +292,7 @@ class StateStore:
         self,
         db: sqlite3.Connection,
         items: Sequence[tuple[str, Sequence[str], str, str, Sequence[Condition], bool, str, float]],
+        kinds: Mapping[str, str],
     ) -> int:
         added = 0
         (next_ord,) = db.execute("SELECT COALESCE(MAX(ord), -1) + 1 FROM constraints").fetchone()
@@ -296,6 +313,11 @@ class StateStore:
                     archived_at,
                 ),
             )
+            db.execute(
+                "INSERT OR IGNORE INTO constraint_evidence(chain_id, kind, last_seen) "
+                "VALUES (?, ?, ?)",
+                (chain_id, kinds.get(chain_id, "sequence"), archived_at),
+            )
             next_ord += 1
             added += 1
         if added:
@@ -308,10 +330,18 @@ class StateStore:
     def constraint_count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM constraints").fetchone()[0])
 
-    def active_constraints(self) -> list[ArchivedConstraint]:
+    def chains(self, kinds: Sequence[str] = ("sequence",)) -> list[ArchivedConstraint]:
+        """Every archived chain of the given kinds, lifted ones included, in archive
+        order, with its evidence (contradictions, last confirmation)."""
+        marks = ",".join("?" * len(kinds))
         rows = self._db.execute(
-            "SELECT chain_id, ord, sequence, rule, signature, when_json, gapped, pointer, "
-            "archived_at FROM constraints WHERE status='active' ORDER BY ord"
+            "SELECT c.chain_id, c.ord, c.sequence, c.rule, c.signature, c.when_json, c.gapped, "
+            "c.pointer, c.archived_at, c.status, COALESCE(e.kind, 'sequence'), "
+            "COALESCE(e.contradictions, 0), COALESCE(e.baseline, 0), "
+            "COALESCE(e.last_seen, c.archived_at), e.invalid_at "
+            "FROM constraints c LEFT JOIN constraint_evidence e ON e.chain_id = c.chain_id "
+            f"WHERE COALESCE(e.kind, 'sequence') IN ({marks}) ORDER BY c.ord",
+            tuple(kinds),
         ).fetchall()
         return [
             ArchivedConstraint(
@@ -327,36 +357,73 @@ class StateStore:
                 pointer=pointer,
                 order=ord_,
                 archived_at=at,
+                kind=kind,
+                lifted=status == "lifted",
+                contradictions=int(contra),
+                baseline=int(base),
+                last_seen=float(seen),
+                invalid_at=invalid,
             )
-            for cid, ord_, seq, rule, sig, when, gapped, pointer, at in rows
+            for (
+                cid,
+                ord_,
+                seq,
+                rule,
+                sig,
+                when,
+                gapped,
+                pointer,
+                at,
+                status,
+                kind,
+                contra,
+                base,
+                seen,
+                invalid,
+            ) in rows
         ]
 
-    def constraint_rows(self, include_lifted: bool = False) -> list[dict[str, object]]:
-        where = "" if include_lifted else "WHERE status='active'"
-        rows = self._db.execute(
-            f"SELECT chain_id, sequence, rule, signature, pointer, status, archived_at "
-            f"FROM constraints {where} ORDER BY ord"
-        ).fetchall()
-        return [
-            {
-                "chain_id": cid,
-                "sequence": json.loads(seq),
-                "rule": rule,
-                "expected_failure": sig,
-                "pointer": pointer,
-                "status": status,
-                "archived_at": at,
-            }
-            for cid, seq, rule, sig, pointer, status, at in rows
-        ]
+    def active_constraints(self) -> list[ArchivedConstraint]:
+        """The sequence constraints an operator has not lifted (whatever their evidence:
+        the caller applies :mod:`sidecar.lifecycle`)."""
+        return [c for c in self.chains() if not c.lifted]
+
+    def contradict(self, counts: Mapping[str, int], retire_after: int) -> None:
+        """Count completed runs that matched these chains; a chain that reaches
+        ``retire_after`` (since any reinstatement) is marked invalid from now."""
+        if not counts:
+            return
+        now = time.time()
+        with self._tx() as db:
+            for cid, n in counts.items():
+                db.execute(
+                    "INSERT INTO constraint_evidence(chain_id, contradictions, last_seen) "
+                    "VALUES (?, ?, (SELECT archived_at FROM constraints WHERE chain_id=?)) "
+                    "ON CONFLICT(chain_id) DO UPDATE SET "
+                    "contradictions = contradictions + excluded.contradictions",
+                    (cid, n, cid),
+                )
+                db.execute(
+                    "UPDATE constraint_evidence SET invalid_at=? WHERE chain_id=? AND "
+                    "invalid_at IS NULL AND contradictions - baseline >= ?",
+                    (now, cid, retire_after),
+                )
+            self._bump_revision(db)
 
     def set_constraint_status(self, chain_id: str, status: str, reason: str) -> bool:
         """Lift (``lifted``) or reinstate (``active``) a constraint; returns whether it
-        existed.  Every change is kept in ``constraint_events``."""
+        existed.  A reinstated constraint counts only contradictions met from now on.
+        Every change is kept in ``constraint_events``."""
         with self._tx() as db:
             found = db.execute(
                 "UPDATE constraints SET status=? WHERE chain_id=?", (status, chain_id)
             ).rowcount
+            if found and status == "active":
+                db.execute(
+                    "UPDATE constraint_evidence SET baseline = contradictions, invalid_at = NULL, "
+                    "last_seen = ? WHERE chain_id=?",
+                    (time.time(), chain_id),
+                )
             if found:
                 db.execute(
                     "INSERT INTO constraint_events VALUES (?, ?, ?, ?)",
@@ -364,6 +431,13 @@ class StateStore:
                 )
                 self._bump_revision(db)
             return bool(found)
+
+    def log_constraint_event(self, constraint_id: str, action: str, reason: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO constraint_events VALUES (?, ?, ?, ?)",
+                (constraint_id, action, reason, time.time()),
+            )
 
     def revision(self) -> int:
         """Changes whenever the active constraints change."""

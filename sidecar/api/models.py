@@ -16,6 +16,8 @@ from sidecar.limits import (
     MAX_QUERY,
     MAX_REASON,
     MAX_REPORTS_PER_REQUEST,
+    MAX_STEPS,
+    MAX_TEXT,
     MAX_TOOLS_PER_REQUEST,
     CheckMode,
 )
@@ -31,11 +33,33 @@ class ToolsIn(Body):
     tools: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_TOOLS_PER_REQUEST)
 
 
+class StepIn(Body):
+    """One call of the session so far."""
+
+    tool: str = Field(min_length=1, max_length=128)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    output: Any = None
+    error: str | None = None
+
+
+class NextIn(Body):
+    """The call about to be made."""
+
+    tool: str = Field(min_length=1, max_length=128)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
 class SearchIn(Body):
     query: str = Field(min_length=1, max_length=MAX_QUERY)
     k: int = Field(5, ge=1, le=MAX_K)
     after: list[str] = Field(default_factory=list, max_length=MAX_PLAN)
     context: dict[str, Scalar] = Field(default_factory=dict, max_length=MAX_CONTEXT)
+    steps: list[StepIn] | None = Field(
+        default=None,
+        max_length=MAX_STEPS,
+        description="the session so far; stands for `after` and adds call-level warnings",
+    )
+    task_input: str | None = Field(default=None, max_length=MAX_TEXT)
 
 
 class ReportsIn(Body):
@@ -43,9 +67,15 @@ class ReportsIn(Body):
 
 
 class CheckIn(Body):
-    plan: list[str] = Field(max_length=MAX_PLAN)
+    """A plan (``plan``: tool ids), or a call before it is made (``steps`` so far and
+    ``next``)."""
+
+    plan: list[str] | None = Field(default=None, max_length=MAX_PLAN)
     mode: CheckMode = "sequence"
     context: dict[str, Scalar] = Field(default_factory=dict, max_length=MAX_CONTEXT)
+    steps: list[StepIn] | None = Field(default=None, max_length=MAX_STEPS)
+    next: NextIn | None = None
+    task_input: str | None = Field(default=None, max_length=MAX_TEXT)
 
 
 class EvictIn(Body):

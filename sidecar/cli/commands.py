@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from sidecar.cli.output import bar, emit, short, status
-from sidecar.errors import EXIT_BLOCKED, EXIT_OK, EXIT_REJECTED, UsageError
+from sidecar.errors import EXIT_BLOCKED, EXIT_OK, EXIT_REJECTED, EXIT_WARNED, UsageError
 
 if TYPE_CHECKING:
     from sidecar.app import Sidecar
@@ -96,9 +96,38 @@ def tools_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def read_steps(source: str | None) -> tuple[list[Any] | None, str | None]:
+    """A session's steps from a JSON file (a list of steps, or a report holding
+    ``steps`` and maybe ``task_input``), or ``-`` for stdin."""
+    if source is None:
+        return None, None
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {source}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{source}: not JSON ({exc.msg})") from None
+    if isinstance(data, dict) and "steps" in data:
+        task = data.get("task_input")
+        return data["steps"], task if isinstance(task, str) else None
+    if isinstance(data, list):
+        return data, None
+    raise UsageError(f"{source}: expected a list of steps or an object with `steps`")
+
+
 def search(args: argparse.Namespace) -> int:
+    steps, task = read_steps(args.steps)
     with backend(args) as b:
-        out = b.search(args.query, args.k, args.after, dict(args.context))
+        out = b.search(
+            args.query,
+            args.k,
+            args.after,
+            dict(args.context),
+            steps=steps,
+            task_input=args.task_input or task,
+        )
 
     def human() -> str:
         lines = []
@@ -116,6 +145,10 @@ def search(args: argparse.Namespace) -> int:
 
 
 def check(args: argparse.Namespace) -> int:
+    if args.next is not None:
+        return check_call(args)
+    if args.plan is None:
+        raise UsageError("give a plan (A,B,C), or --steps FILE --next TOOL for one call")
     with backend(args) as b:
         out = b.check(args.plan, args.mode, dict(args.context))
 
@@ -136,6 +169,27 @@ def check(args: argparse.Namespace) -> int:
 
     emit(args, out, human)
     return EXIT_OK if out.safe else EXIT_BLOCKED
+
+
+def check_call(args: argparse.Namespace) -> int:
+    steps, task = read_steps(args.steps)
+    with backend(args) as b:
+        out = b.check_call(
+            steps or [], args.next, args.args, args.task_input or task, dict(args.context)
+        )
+
+    def human() -> str:
+        lines = [f"{out.decision.upper()}: {args.next}({json.dumps(args.args)})"]
+        for r in out.reasons:
+            lines.append(f"  {r.level}: {r.explanation}")
+            if r.evidence:
+                lines.append(f"    because: {r.evidence}")
+            if r.pointer:
+                lines.append(f"    audit: {r.pointer}")
+        return "\n".join(lines)
+
+    emit(args, out, human)
+    return {"allow": EXIT_OK, "warn": EXIT_WARNED, "block": EXIT_BLOCKED}[out.decision]
 
 
 # ---- intake ---------------------------------------------------------------------------

@@ -35,6 +35,16 @@ def context_pair(value: str) -> tuple[str, Any]:
     return key.strip(), parsed
 
 
+def json_object(raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc.msg}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return value
+
+
 def positive_int(raw: str) -> int:
     try:
         value = int(raw)
@@ -129,18 +139,33 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="runtime context for conditions, e.g. payload_bytes=7200000 (repeatable)",
     )
+    search.add_argument(
+        "--steps",
+        metavar="FILE",
+        help="the session so far (JSON: a list of {tool, arguments, output, error}, or a "
+        "report with `steps`; - for stdin): stands for --after and adds warnings",
+    )
+    search.add_argument("--task-input", metavar="TEXT", help="what the agent was asked")
     search.set_defaults(func=cmd.search)
 
     report = command("report", "report chains (JSON lines) from FILE or - for stdin")
     report.add_argument("file", metavar="FILE|-")
     report.set_defaults(func=cmd.report)
 
-    check = command("check", "check a plan against the archive")
-    check.add_argument("plan", type=csv, metavar="A,B,C")
+    check = command(
+        "check",
+        "check a plan (A,B,C) against the archive, or a call before it is made (--steps "
+        "FILE --next TOOL [--args JSON]: exit 0 allow, 4 warn, 3 block)",
+    )
+    check.add_argument("plan", type=csv, metavar="A,B,C", nargs="?")
     check.add_argument("--mode", choices=CHECK_MODES, default="sequence")
     check.add_argument(
         "--context", type=context_pair, action="append", default=[], metavar="KEY=VALUE"
     )
+    check.add_argument("--steps", metavar="FILE", help="the session so far (as for search)")
+    check.add_argument("--next", metavar="TOOL", help="the call about to be made")
+    check.add_argument("--args", type=json_object, default={}, metavar="JSON", help="its arguments")
+    check.add_argument("--task-input", metavar="TEXT", help="what the agent was asked")
     check.set_defaults(func=cmd.check)
 
     audit = command(

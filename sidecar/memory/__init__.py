@@ -14,12 +14,12 @@ plain JSON dicts.
 - :mod:`~sidecar.memory.verdict`: ``assess``, ``may_apply``, ``Thresholds``, ``Verdict``.
 """
 
+from sidecar.classify import BUSINESS_RULE_TEXT
 from sidecar.memory.conditions import FailureCondition, Predicate
 from sidecar.memory.evidence import Session, Step
 from sidecar.memory.features import FAMILIES, call_features
 from sidecar.memory.memory import FailureMemory, LearnParams
 from sidecar.memory.signature import (
-    BUSINESS_RULE_TEXT,
     failure_kind,
     is_business_rule_failure,
     normalize_signature,

@@ -10,16 +10,15 @@ failures.
 tool ("not found", "insufficient", "cannot be", "must be", "already", "exceeds"...):
 the same call in the same state is refused again, so they are deterministic.  A text
 with a transient marker (rate limit, 429/503, connection reset, a timeout) is never
-one.  ``failure_kind`` is the classification table of :mod:`sidecar.classify` with this
-row added after its own rows: a failure the table leaves *unknown* becomes
-*deterministic* when it reads as a business rule.
+one.  ``failure_kind`` is the classification table of :mod:`sidecar.classify`, whose row
+8 is this test.
 """
 
 from __future__ import annotations
 
 import re
 
-from sidecar.classify import Kind, classify
+from sidecar.classify import BUSINESS_RULE_TEXT, Kind, classify
 
 MAX_SIGNATURE = 300
 
@@ -54,14 +53,6 @@ def _mask_token(match: re.Match[str]) -> str:
     return ("<num>" if _NUMBER.fullmatch(body) else "<id>") + tail
 
 
-BUSINESS_RULE_TEXT = re.compile(
-    r"(?i)\bnot found\b|\bno such\b|\bdoes not exist\b|\bnot enough\b|\binsufficient\b|"
-    r"\bcan ?not be\b|\bcan't be\b|\bcould not be\b|\bdoes(?: not|n't) add up\b|\binvalid\b|"
-    r"\balready\b|\bexceed(?:s|ed)?\b|\b(?:should|must)(?: not)? (?:be|match|have|equal)\b|"
-    r"\bnot (?:allowed|permitted|eligible|available|supported)\b|\bout of stock\b|"
-    r"\bdoes(?: not|n't) match\b|\bmismatch\b|\b(?:is|are) required\b|\bmissing\b|"
-    r"\bno longer\b|\bonly \w+(?: \w+)? (?:can|may)\b"
-)
 _TRANSIENT_MARKER = re.compile(
     r"(?i)rate[\s_-]?limit|too many requests|throttl|\b(?:429|502|503|504)\b|"
     r"connection (?:reset|refused|aborted)|econn\w+|broken pipe|time[\s_-]?d?[\s_-]?out|"
@@ -92,8 +83,6 @@ def is_business_rule_failure(text: str) -> bool:
 
 
 def failure_kind(text: str) -> Kind:
-    """The classification table's verdict, with business-rule refusals deterministic."""
-    kind = classify(text).kind
-    if kind == "unknown" and is_business_rule_failure(text):
-        return "deterministic"
-    return kind
+    """The classification table's verdict (whose row 8 makes business-rule refusals
+    deterministic)."""
+    return classify(text).kind

@@ -47,7 +47,12 @@ def chain_row(chain_id: str, archive_date: str = DAY, **overrides: Any) -> dict[
         "credentials_json": "{}",
         "logs_json": '["step 1","step 2"]',
         "occurrences": 3 + n,
-        "record_version": 1,
+        "record_version": 2,
+        "source": "steps" if n % 2 else "chain",
+        "normalized_signature": f"TimeoutError:<id>-{n % 3}",
+        "steps_json": '[{"tool":"search","arguments":{"q":"x"},"output":"ok","error":null}]',
+        "task_input": f"task {n}",
+        "conditions_json": "[]",
     }
     row.update(overrides)
     assert set(row) == set(CHAINS.names)

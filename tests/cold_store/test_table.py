@@ -384,3 +384,16 @@ def test_keys_that_no_pointer_could_name_are_refused(store: ColdStore, key: str)
 def test_a_string_for_a_list_column_is_refused(store: ColdStore) -> None:
     with pytest.raises(SchemaError, match="topology must be a list"):
         store.chains.append([chain_row("c1", topology="abc")])
+
+
+def test_a_file_written_before_a_nullable_column_was_added_reads_it_as_null(
+    tmp_path: Path,
+) -> None:
+    old = pa.schema([f for f in SMALL if f.name != "v"])
+    ParquetTable(tmp_path, "t", old, key="k", partition_by="p").append([{"k": "a", "p": "x"}])
+    grown = ParquetTable(tmp_path, "t", SMALL, key="k", partition_by="p")
+    grown.append([{"k": "b", "p": "x", "v": 2}])
+    assert grown.get("a") == {"k": "a", "p": "x", "v": None}
+    assert list(grown.scan()) == [{"k": "a", "p": "x", "v": None}, {"k": "b", "p": "x", "v": 2}]
+    assert list(grown.scan(["v"])) == [{"v": None, "k": "a"}, {"v": 2, "k": "b"}]
+    assert grown.quarantined() == []

@@ -46,9 +46,9 @@ from sidecar.classify import classify
         ("KeyError: 'items'", None, {}, "deterministic", 7),
         ("maximum context length exceeded", None, {}, "deterministic", 7),
         # 8: unknown
-        ("timeout after 30s", None, {}, "unknown", 8),
-        ("HTTP 500 Internal Server Error", None, {}, "unknown", 8),
-        ("something odd happened", None, {}, "unknown", 8),
+        ("timeout after 30s", None, {}, "unknown", 9),
+        ("HTTP 500 Internal Server Error", None, {}, "unknown", 9),
+        ("something odd happened", None, {}, "unknown", 9),
     ],
 )
 def test_classification_table(

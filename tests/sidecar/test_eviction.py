@@ -208,8 +208,9 @@ def test_restore_can_lift_the_constraints(sc: Sidecar) -> None:
     result = sc.restore("search_api", "fixed", lift_constraints=True)
     assert result.lifted == (chain.chain_id,)
     assert sc.check(FATAL).safe
-    rows = sc._state.constraint_rows(include_lifted=True)
-    assert [(r["chain_id"], r["status"]) for r in rows] == [(chain.chain_id, "lifted")]
+    rows = sc.constraints(include_lifted=True)
+    assert [(r.chain_id, r.status) for r in rows] == [(chain.chain_id, "lifted")]
+    assert sc.constraints() == []
     sc.reinstate(chain.chain_id, "regressed")
     assert not sc.check(FATAL).safe
 
