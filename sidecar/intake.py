@@ -264,11 +264,12 @@ class Intake:
         plan.manual += report.conditions
         tools = [s.tool for s in steps]
         ok = [j for j, s in enumerate(steps) if s.error is None]
-        if ok:
-            used = tuple(dict.fromkeys(tools[j] for j in ok))
-            plan.completed.append(used)
+        if ok and report.outcome == "completed":
+            # a completed session uses its tools: eviction keeps them (in a session that
+            # ended otherwise, a call that succeeded may still have led to the dead end)
+            plan.completed.append(tuple(dict.fromkeys(tools[j] for j in ok)))
         self._contradictions(tools, ok, plan)
-        notes = [f"{len(ok)} successful call(s) recorded as usage"]
+        notes = [f"{len(ok)} successful call(s) learned from"]
         for j, step in enumerate(steps):
             if step.error is not None:
                 notes.append(
@@ -446,10 +447,13 @@ class Intake:
                     row["archived_at"].timestamp(),
                 )
             )
+        kinds = {r["chain_id"]: "call" for r in rows if r.get("source") == "steps"}
         if plan is None:
-            self._state.add_constraints(items)
+            self._state.add_constraints(items, kinds=kinds)
         else:
-            self._state.add_constraints(items, plan.completed, plan.sighted, plan.chain_sessions)
+            self._state.add_constraints(
+                items, plan.completed, plan.sighted, plan.chain_sessions, kinds
+            )
 
     def reconcile(self) -> list[str]:
         """Compile every archived chain the constraint table misses (a crash between the

@@ -268,7 +268,9 @@ def _step(raw: Any, i: int) -> Step:
         tool = check_tool_id(raw.get("tool"), f"{where}.tool")
     except InvalidInput as exc:
         raise ReportRejected(str(exc)) from None
-    arguments = raw.get("arguments") or {}
+    arguments = raw.get("arguments")
+    if arguments is None:
+        arguments = {}
     if not isinstance(arguments, Mapping):
         raise ReportRejected(f"{where}.arguments must be an object")
     _json(arguments, f"{where}.arguments")
