@@ -95,6 +95,8 @@ class Replay:
     learn_ms: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     """Per system, the time to take in each training session."""
     trained: list[dict[str, Any]] = field(default_factory=list)
+    evicted: dict[tuple[int, int], set[str]] = field(default_factory=dict)
+    """``sidecar``: the tools its eviction removed after each (seed, fold)'s training."""
 
 
 def folds_of(runs: Sequence[Run], k: int, seed: int) -> list[list[int]]:
@@ -130,7 +132,7 @@ def replay(
             held_set = set(held)
             training = [i for i in range(len(runs)) if i not in held_set]
             random.Random(f"order:{seed}:{fold}").shuffle(training)
-            systems = make_systems(dict(variants or {}))
+            systems = make_systems(dict(variants or {}), corpus.tools)
             seen: set[tuple[str, str]] = set()
             for i in training:
                 session = runs[i].session()
@@ -142,12 +144,49 @@ def replay(
                 seen |= {
                     (s.tool, signature_of(s.error or "")) for _, s in learned_failures(session)
                 }
+            for system in systems:
+                if hasattr(system, "after_training"):
+                    start = time.perf_counter()
+                    system.after_training()
+                    out.learn_ms[system.name].append((time.perf_counter() - start) * 1000.0)
+                    out.evicted[(seed, fold)] = set(system.evicted)
             out.trained.append(_trained(seed, fold, systems, len(training), len(held)))
             progress(f"failures: seed {seed} fold {fold}: {len(training)} runs learned")
             for i in held:
                 for system in systems:
                     _replay_run(out, system, (seed, fold, i), runs[i], seen)
+            for system in systems:
+                if hasattr(system, "close"):
+                    system.close()
     return out
+
+
+def made_impossible(
+    corpus: Corpus, replayed: Replay, seeds: Sequence[int], k: int
+) -> dict[str, Any]:
+    """Held-out successful runs that call a tool the sidecar's eviction removed after
+    training on the other folds: tasks the eviction would have made impossible."""
+    runs = corpus.runs
+    impossible: list[dict[str, Any]] = []
+    successful = 0
+    for seed in seeds:
+        for fold, held in enumerate(folds_of(runs, k, seed)):
+            gone = replayed.evicted.get((seed, fold), set())
+            for i in held:
+                if not runs[i].succeeded:
+                    continue
+                successful += 1
+                used = {s.tool for s in runs[i].steps} & gone
+                if used:
+                    impossible.append({"seed": seed, "fold": fold, "run": runs[i].run_id,
+                                       "evicted_tools_used": sorted(used)})  # fmt: skip
+    evicted = [len(v) for v in replayed.evicted.values()]
+    return {
+        "successful_runs": successful,
+        "made_impossible": len(impossible),
+        "examples": impossible[:10],
+        "tools_evicted_per_fold": {"min": min(evicted, default=0), "max": max(evicted, default=0)},
+    }
 
 
 def _replay_run(
@@ -340,19 +379,27 @@ def misses(corpus: Corpus, calls: Sequence[Call]) -> list[dict[str, Any]]:
     ]
 
 
-def assess_targets(m: Mapping[str, Any]) -> list[dict[str, Any]]:
+def assess_targets(
+    m: Mapping[str, Any], name: str = "call_memory", impossible: int | None = None
+) -> list[dict[str, Any]]:
     catch, precision = m["catch_rate"], m["block_precision"]
     wrong, warned = m["successful_runs_wrongly_blocked_share"], m["warned_share_in_successful_runs"]
-    return [
-        target("call_memory: real repeats caught before the call (warn or block)", ">= 0.5",
+    out = [
+        target(f"{name}: real repeats caught before the call (warn or block)", ">= 0.5",
                catch, catch is not None and catch >= 0.5),
-        target("call_memory: block precision", ">= 0.8", precision,
+        target(f"{name}: block precision", ">= 0.8", precision,
                precision is not None and precision >= 0.8),
-        target("call_memory: successful runs with a wrongly blocked call", "<= 0.01", wrong,
+        target(f"{name}: successful runs with a wrongly blocked call", "<= 0.01", wrong,
                wrong is not None and wrong <= 0.01),
-        target("call_memory: warned calls in successful runs", "<= 0.05", warned,
+        target(f"{name}: warned calls in successful runs", "<= 0.05", warned,
                warned is not None and warned <= 0.05),
     ]  # fmt: skip
+    if impossible is not None:
+        out.append(
+            target(f"{name}: successful runs made impossible by eviction", "= 0", impossible,
+                   impossible == 0)
+        )  # fmt: skip
+    return out
 
 
 # ---- timing ------------------------------------------------------------------------------
@@ -446,6 +493,7 @@ def run(
     for t in SWEEP:
         decisions = [decide(c.check.holding, t) for c in mine]
         sweep.append({"thresholds": _thresholds(t), **headline(metrics(mine, decisions))})
+    impossible = made_impossible(corpus, result, seed_list, folds)
     replay_timing = {name: summary(ms) for name, ms in result.timings_ms.items()}
     synthetic = synthetic_timing(corpus, repeat=50 if quick else 300)
     incremental = synthetic["timings"]["call_memory_incremental"]["p50_ms"]
@@ -471,6 +519,7 @@ def run(
             **learn_sweep,
         },
         "lookup_hints": hint_figures(mine),
+        "eviction": impossible,
         "learned": result.trained,
         "misses": misses(corpus, mine),
         "timing": {
@@ -486,6 +535,7 @@ def run(
             "synthetic": synthetic,
         },
         "targets": [
+            *assess_targets(systems["sidecar"], "sidecar", impossible["made_impossible"]),
             *assess_targets(systems["call_memory"]),
             target(
                 "call_memory: check of 30 steps against 100 conditions (p50, incremental)",

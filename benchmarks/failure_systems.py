@@ -199,8 +199,68 @@ def decide(
     return ("warn", warns) if warns else ("allow", ())
 
 
-def make_systems(variants: dict[str, LearnParams] | None = None) -> list[Any]:
-    """The four systems, and a ``call_memory`` per named variant of its learning
-    parameters."""
+def make_systems(
+    variants: dict[str, LearnParams] | None = None, tools: Sequence[Any] = ()
+) -> list[Any]:
+    """The four systems, the call memory through the public library (on a home holding
+    ``tools``), and a ``call_memory`` per named variant of its learning parameters."""
     extra = [CallMemory(params=p, name=n) for n, p in (variants or {}).items()]
-    return [PlainIndex(), SeedPrefix(), SequenceMemory(), CallMemory(), *extra]
+    return [
+        PlainIndex(),
+        SeedPrefix(),
+        SequenceMemory(),
+        CallMemory(),
+        SidecarLibrary(tools),
+        *extra,
+    ]
+
+
+class SidecarLibrary:
+    """The call memory reached the way a user reaches it: a :class:`sidecar.Sidecar` on a
+    fresh home, sessions reported as steps (``report_many``), every call checked with
+    ``check_call``; after training, the eviction runs with its default policy, so that
+    the replay can count successful runs that an evicted tool would make impossible.
+    The hashing embedder stands in for the model: no lookup is ranked here."""
+
+    name = "sidecar"
+
+    def __init__(self, tools: Sequence[Any] = ()) -> None:
+        import tempfile
+
+        from indexes import HashingEmbedder
+        from sidecar import Sidecar
+
+        self._dir = tempfile.TemporaryDirectory(prefix="bench-failures-")
+        self.sc = Sidecar.open(embedder=HashingEmbedder(), home=f"{self._dir.name}/home")
+        if tools:
+            self.sc.add_tools(list(tools))
+        self._pending: list[dict[str, Any]] = []
+        self.evicted: set[str] = set()
+
+    def learn(self, session: Session) -> None:
+        self._pending.append(
+            {
+                "steps": [s.to_dict() for s in session.steps],
+                "outcome": session.outcome,
+                "task_input": session.task_input,
+                "session_id": session.session_id,
+            }
+        )
+
+    def after_training(self) -> None:
+        """Report the training sessions (in their order, as one batch), then evict."""
+        results = self.sc.report_many(self._pending)
+        rejected = [r.reason for r in results if r.status == "rejected"]
+        if rejected:
+            raise RuntimeError(f"the library rejected training sessions: {rejected[:3]}")
+        self._pending = []
+        self.evicted = {d.tool_id for d in self.sc.evict().evicted}
+
+    def check(self, before: Sequence[Step], call: Step, told: str | None) -> Check:
+        verdict = self.sc.check_call(before, call.tool, call.arguments, told)
+        ids = tuple(r.constraint_id for r in verdict.reasons if r.level == verdict.decision)
+        return Check(verdict.decision, ids)
+
+    def close(self) -> None:
+        self.sc.close()
+        self._dir.cleanup()

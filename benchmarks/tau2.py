@@ -60,6 +60,8 @@ class Run:
 class Corpus:
     runs: list[Run]
     notes: dict[str, int] = field(default_factory=dict)
+    tools: list[Any] = field(default_factory=list)
+    """The agent's tools (:class:`sidecar.Tool`), from ``tools/tool_definitions.json``."""
 
 
 def missing_files(dataset: Path) -> list[str]:
@@ -102,7 +104,21 @@ def load(dataset: Path) -> Corpus:
                 )
             )
     notes["runs"] = len(runs)
-    return Corpus(runs, notes)
+    return Corpus(runs, notes, _tools(dataset / TAU2_DIR / "tools" / "tool_definitions.json"))
+
+
+def _tools(path: Path) -> list[Any]:
+    """The agent-side tool definitions (OpenAI function tools), when the file is there."""
+    from sidecar.catalog import load_tools
+
+    if not path.is_file():
+        return []
+    defs = [
+        {"type": "function", "function": d["function"]}
+        for d in json.loads(path.read_text())
+        if d.get("requestor") == "assistant"
+    ]
+    return load_tools([defs], str(path))
 
 
 def _told_texts(folder: Path) -> dict[str, tuple[list[tuple[int, str]], str]]:
