@@ -53,7 +53,31 @@ _VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str], int], ...] = (
     ("stripe key", re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"), 0),
     ("slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"), 0),
     ("google api key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"), 0),
-    ("gitlab token", re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}"), 0),
+    (
+        "gitlab token",
+        re.compile(
+            r"\b(?:glpat|gldt|glft|glsoat|glrt|glcbt|glimt|glptt|gloas)-[A-Za-z0-9_\-]{20,}"
+        ),
+        0,
+    ),
+    ("npm token", re.compile(r"\bnpm_[A-Za-z0-9]{36}"), 0),
+    ("pypi token", re.compile(r"\bpypi-[A-Za-z0-9_\-]{50,}"), 0),
+    ("sendgrid key", re.compile(r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}"), 0),
+    ("twilio key", re.compile(r"\b(?:AC|SK)[a-z0-9]{32}\b"), 0),
+    ("square token", re.compile(r"\bsq0(?:csp|atp)-[0-9A-Za-z\-_]{22,43}"), 0),
+    ("mailchimp key", re.compile(r"\b[0-9a-f]{32}-us[0-9]{1,2}\b"), 0),
+    ("telegram bot token", re.compile(r"\b\d{8,10}:[0-9A-Za-z_\-]{35}\b"), 0),
+    (
+        "slack webhook",
+        re.compile(r"https://hooks\.slack\.com/services/T[\w]+/B[\w]+/[\w]+", re.I),
+        0,
+    ),
+    (
+        "azure storage key",
+        re.compile(r"(?i)\b(?:account|shared[_ ]?access)[_ ]?key\s*=\s*([A-Za-z0-9+/=]{20,})"),
+        1,
+    ),
+    ("sas signature", re.compile(r"(?i)[?&]sig=([A-Za-z0-9%+/=]{16,})"), 1),
     (
         "jwt",
         re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
@@ -62,13 +86,25 @@ _VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str], int], ...] = (
     ("bearer token", re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/\-]{8,}=*)"), 1),
     ("token", re.compile(r"(?i)\btoken\s+((?=\S*\d)[A-Za-z0-9._~+/\-]{16,}=*)"), 1),
     ("basic auth", re.compile(r"(?i)\bbasic\s+([A-Za-z0-9+/]{8,}=*)"), 1),
-    ("url userinfo", re.compile(r"(?<=://)([^/\s:@]+:[^/\s@]+)@"), 1),
-    ("cookie header", re.compile(r"(?im)\b(?:set-)?cookie\s*[:=]\s*([^\r\n]+)"), 1),
+    # through the last "@" before the host: a password may itself hold "@"
+    ("url userinfo", re.compile(r"(?<=://)([^/\s:@]+:[^/\s]*)@(?=[^/\s@:]+)"), 1),
+    # the name=value pairs of the header, not the rest of its line
+    (
+        "cookie header",
+        re.compile(
+            r"(?im)\b(?:set-)?cookie\s*[:=]\s*"
+            r"([^\s;=,]+=[^;\r\n]*?(?:;[ \t]*[^\s;=,]+=[^;\r\n]*?)*)(?=;|[\r\n]|$)"
+        ),
+        1,
+    ),
     (
         "key=value secret",
         re.compile(
-            r"(?i)\b(?:[a-z_\-]*(?:api[_\-]?key|token|secret|password|passwd|pwd|cookie|"
-            r"authorization|access[_\-]?key))\b[\"']?\s*[=:]\s*[\"']?"
+            # not a path ("/etc/passwd: ..."), and a value is not a URI ("passwd: see
+            # cold://chains/..." names no secret)
+            r"(?i)(?<![/\\.])\b(?:[a-z_\-]*(?:api[_\-]?key|token|secret|password|passwd|pwd|"
+            r"cookie|authorization|access[_\-]?key))\b[\"']?\s*[=:]\s*[\"']?"
+            r"(?![a-z][a-z0-9+.\-]*://|\[REDACTED\])"
             r"((?:(?:bearer|basic|token)\s+)?[^\s\"'&,;}]{3,})"
         ),
         1,
@@ -106,13 +142,26 @@ def redact(value: Any) -> Any:
         for key, item in value.items():
             skey = str(key)
             if is_sensitive_key(skey) and item not in (None, "", [], {}):
-                out[skey] = MASK if not isinstance(item, Mapping | list) else redact_all(item)
+                masked: Any = MASK if not isinstance(item, Mapping | list) else redact_all(item)
             else:
-                out[skey] = redact(item)
+                masked = redact(item)
+            # a key may be a secret too: masked whole when it looks like one
+            safe_key = MASK if looks_like_secret(skey) else redact_text(skey)
+            out[_unique(out, safe_key)] = masked
         return out
     if isinstance(value, list | tuple):
         return [redact(v) for v in value]
     return value
+
+
+def _unique(taken: Mapping[str, Any], key: str) -> str:
+    """Two keys masked alike stay two keys."""
+    if key not in taken:
+        return key
+    n = 2
+    while f"{key}#{n}" in taken:
+        n += 1
+    return f"{key}#{n}"
 
 
 def redact_all(value: Any) -> Any:

@@ -26,6 +26,7 @@ from typing import Any
 from sidecar.errors import InvalidInput, ReportRejected
 from sidecar.limits import MAX_PLAN, MAX_STEPS, MAX_TEXT
 from sidecar.memory import FailureCondition, Step
+from sidecar.redact import redact
 from sidecar.model import (
     OPS,
     ChainReport,
@@ -183,13 +184,19 @@ def call_conditions(raw: Any) -> tuple[FailureCondition, ...]:
         if not isinstance(item, Mapping):
             raise ReportRejected(f"{where} must be an object")
         _json(item, where)
+        # free text of a hand-written condition (signature, explanation, values) is
+        # stored and shown: redacted like every other field
+        safe = {k: (redact(v) if k in _CONDITION_TEXT else v) for k, v in item.items()}
         try:
-            condition = FailureCondition.from_dict({**item, "source": "manual"})
+            condition = FailureCondition.from_dict({**safe, "source": "manual"})
         except (ValueError, TypeError) as exc:
             raise ReportRejected(f"{where}: {exc}") from None
         check_tool_id(condition.tool, f"{where}.tool")
         out.append(condition)
     return tuple(out)
+
+
+_CONDITION_TEXT = frozenset({"signature", "explanation", "predicate", "sessions"})
 
 
 # ---- sessions reported as steps ----------------------------------------------------------

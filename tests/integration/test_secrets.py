@@ -211,6 +211,29 @@ def _cookie(r: Rand) -> Made:
     )
 
 
+def _azure(r: Rand) -> Made:
+    v = r(86, B64) + "=="
+    conn = f"DefaultEndpointsProtocol=https;AccountName=acct{r(4, ALNUM)};AccountKey={v}"
+    return (
+        conn,
+        f"storage client: {conn};EndpointSuffix=core.windows.net",
+        ("X-Ms-Conn", conn),
+        {"account key": v},
+    )
+
+
+def _npm(r: Rand) -> Made:
+    v = "npm_" + r(36, ALNUM)
+    line = f"//registry.npmjs.org/:_authToken={v}"
+    return v, f"npmrc: {line}", ("X-Npm-Auth", line), {"token": v}
+
+
+def _url_password_with_at(r: Rand) -> Made:
+    head, tail = r(20, ALNUM), r(20, ALNUM)
+    url = f"postgres://svc:{head}@{tail}@db.example.com:5432/app"
+    return url, f"connect {url} refused", ("X-Dsn", url), {"head": head, "tail": tail}
+
+
 FORMATS: dict[str, Callable[[Rand], Made]] = {
     "AWS access key id (AKIA...)": _aws_key_id,
     "AWS secret access key": _aws_secret,
@@ -229,6 +252,9 @@ FORMATS: dict[str, Callable[[Rand], Made]] = {
     "URL userinfo (https://user:pass@host)": _url_userinfo,
     "PEM private key": _pem,
     "Cookie header": _cookie,
+    "Azure storage AccountKey=": _azure,
+    "npm token (npm_)": _npm,
+    "URL password holding @": _url_password_with_at,
 }
 
 
@@ -280,6 +306,19 @@ class Garden:
             out.append({"note": marker, "headers": {"Accept": "application/json", name: value}})
         return out
 
+    def reasons(self, path: str, limit: int = 2_000) -> list[str]:
+        """Every format in texts of at most ``limit`` characters (an operator's reason
+        is bounded), as few texts as fit."""
+        out: list[str] = []
+        for fmt in FORMATS:
+            secret, marker = self.plant(fmt, path)
+            piece = f"{marker} {secret.text}"
+            if out and len(out[-1]) + 2 + len(piece) <= limit:
+                out[-1] += "; " + piece
+            else:
+                out.append(piece)
+        return out
+
     def refs(self, path: str) -> list[str]:
         """Every format as a bare value (masked whole: no context survives by design)."""
         return [self.plant(fmt, path, kept=False)[0].ref for fmt in FORMATS]
@@ -329,6 +368,53 @@ def report_with_secrets(
         logs=logs,
         session_id=f"{prefix}session",
     )
+
+
+def steps_with_secrets(g: Garden) -> dict[str, Any]:
+    """A session reported as steps: secrets in argument values and keys, outputs, the
+    failing call's error, the task input, and a hand-written condition."""
+    arguments = {"query": "; ".join(g.texts("steps[].arguments text"))}
+    for i, secret_key in enumerate(g.refs("steps[].arguments keys")):
+        arguments[secret_key] = f"value {i}"
+    output = {
+        "items": g.texts("steps[].output text"),
+        "headers": g.headers("steps[].output headers"),
+    }
+    return {
+        "steps": [
+            {"tool": "vault_fetch", "arguments": arguments, "output": output},
+            {
+                "tool": "llm_extractor",
+                "arguments": {"page": "p1"},
+                "error": "Error: payload too large; " + "; ".join(g.texts("steps[].error")),
+            },
+        ],
+        "outcome": "abandoned",
+        "task_input": "summarise the page; " + "; ".join(g.texts("task_input")),
+        "session_id": "steps-session",
+        "constraint": {
+            "conditions": [
+                {
+                    "tool": "llm_extractor",
+                    # normalized when stored (ids and numbers masked): no marker survives
+                    "signature": "Error: payload too large; "
+                    + "; ".join(g.texts("constraint.conditions[].signature", kept=False)),
+                    "predicate": {"feature": "value:page", "op": "==", "value": "p1"},
+                    "explanation": "; ".join(g.texts("constraint.conditions[].explanation")),
+                }
+            ]
+        },
+    }
+
+
+def secret_keyed_error(g: Garden) -> dict[str, Any]:
+    """A report whose failure.error uses secrets as JSON keys."""
+    report = abandoned(["html_parser", "text_summarizer"], "HTTP 400 bad request")
+    report["failure"]["error"] = {
+        key: {"note": f"{n}"} for n, key in enumerate(g.refs("failure.error keys"))
+    }
+    report["session_id"] = "keyed-session"
+    return report
 
 
 def completed_with_secrets(g: Garden, prefix: str, topology: list[str]) -> dict[str, Any]:
@@ -482,11 +568,29 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             results["completed"] = sc.report(lib_completed).to_dict()
             results["unknown"] = sc.report(lib_unknown).to_dict()
             results["abandoned"] = sc.report(lib_abandoned).to_dict()
+            results["steps"] = sc.report(steps_with_secrets(g)).to_dict()
+            results["keyed"] = sc.report(secret_keyed_error(g)).to_dict()
             eviction = sc.evict()
             evicted = dict(eviction.pointers)
             hot["after_evict"] = [t.to_dict() for t in sc.list_tools()]
             audits["chain"] = sc.audit(results["abandoned"]["pointer"])
+            audits["steps chain"] = sc.audit(results["steps"]["pointer"])
+            audits["keyed chain"] = sc.audit(results["keyed"]["pointer"])
             audits.update({tool: sc.audit(ptr) for tool, ptr in evicted.items()})
+            # an operator's reasons are free text too (bounded: one action per text)
+            for reason in g.reasons("restore reason"):
+                restored = sc.restore("page_scraper", reason)
+                sc.evict(min_chains=1)
+                sc.report({**lib_abandoned, "session_id": f"again {reason[:6]}"})
+                sc.evict()
+            audits["restored tool"] = sc.audit(restored.pointer)
+            chain_id = results["abandoned"]["chain_id"]
+            for lift, back in zip(
+                g.reasons("lift reason"), g.reasons("reinstate reason"), strict=False
+            ):
+                sc.lift(chain_id, lift)
+                sc.reinstate(chain_id, back)
+            hot["constraints"] = [v.__dict__ for v in sc.constraints(include_lifted=True)]
 
         env = {**_clean_env(), "SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": "hashing",
                "SIDECAR_EVICT_MIN_CHAINS": "1"}  # fmt: skip
