@@ -26,7 +26,6 @@ from typing import Any
 from sidecar.errors import InvalidInput, ReportRejected
 from sidecar.limits import MAX_PLAN, MAX_STEPS, MAX_TEXT
 from sidecar.memory import FailureCondition, Step
-from sidecar.redact import redact
 from sidecar.model import (
     OPS,
     ChainReport,
@@ -37,6 +36,7 @@ from sidecar.model import (
     check_json_value,
     check_tool_id,
 )
+from sidecar.redact import redact
 
 # The seed's three messages, verbatim.
 TOO_SHORT = "An abandoned chain must contain at least two tools."

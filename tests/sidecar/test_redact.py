@@ -101,7 +101,8 @@ DETECTED = {
     "StripeDetector": "sk_live_" + "0aB1cD2eF3gH4iJ5kL6mN7oP",
     "SlackDetector": "xoxb-123456789012-abcdefghijklmnop",
     "TwilioKeyDetector": "sid AC" + "0a1b2c3d4e" * 3 + "ff",
-    "JwtTokenDetector": "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlLXNpZ25hdHVyZQ",
+    "JwtTokenDetector": "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+    + "c2lnbmF0dXJlLXNpZ25hdHVyZQ",
     "BasicAuthDetector": "https://svc:s3cretPassw0rd99@host.example.com/x",
     "TelegramBotTokenDetector": "bot 123456789:" + "AbCdEfGhIj" * 3 + "KlMnO",
 }
