@@ -589,7 +589,9 @@ class Sidecar:
     @boundary
     def run_revocations(self, revoker: Revoker | None = None) -> RevocationRun:
         self._writable()
-        used = revoker or make_revoker(self.settings.revoker)
+        used = revoker or make_revoker(
+            self.settings.revoker, self.settings.revocation_allow_link_local
+        )
         return RevocationRun(used.name, self._ledger.run(used))
 
     # ---- audit and status -------------------------------------------------------------

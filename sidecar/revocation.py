@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import base64
 import http.client
+import ipaddress
 import json
 import os
+import socket
 import sqlite3
 import time
 import urllib.error
@@ -165,17 +167,31 @@ class Rfc7009Revoker:
         client_auth: tuple[str, str] | None = None,
         token_type_hint: str = "access_token",
         timeout: float = 10.0,
+        allow_link_local: bool = False,
+        lookup: Callable[[str], list[str]] | None = None,
     ) -> None:
+        """``allow_link_local``: send to link-local and cloud-metadata addresses too (off:
+        a tool definition must not turn the revoker into a request to the metadata
+        service); ``lookup``: host -> addresses (DNS by default)."""
         self._resolve = resolve
         self._client_auth = client_auth
         self._hint = token_type_hint
         self._timeout = timeout
+        self._allow_link_local = allow_link_local
+        self._lookup = lookup or _addresses
         self._opener = urllib.request.build_opener(_NoRedirects())
 
     def revoke(self, mandate: Mandate) -> Outcome:
         endpoint = mandate.revocation_endpoint
         if not endpoint:
             return Outcome("unsupported", "the credential declares no revocation_endpoint")
+        if not self._allow_link_local:
+            refused = forbidden_target(endpoint, self._lookup)
+            if refused:
+                return Outcome(
+                    "failed",
+                    f"refused: {refused} (set SIDECAR_REVOCATION_ALLOW_LINK_LOCAL=true to allow)",
+                )
         token = self._resolve(mandate.ref)
         if not token:
             return Outcome("failed", f"cannot resolve {mandate.ref!r} to a token")
@@ -312,9 +328,39 @@ def _mandate(row: tuple[Any, ...]) -> Mandate:
     )  # fmt: skip
 
 
-def make_revoker(name: str) -> Revoker:
+METADATA_HOSTS = frozenset(
+    {"metadata", "metadata.google.internal", "metadata.goog", "instance-data", "metadata.azure.com"}
+)
+
+
+def _addresses(host: str) -> list[str]:
+    try:
+        return sorted({info[4][0] for info in socket.getaddrinfo(host, None)})
+    except OSError:
+        return []
+
+
+def forbidden_target(url: str, lookup: Callable[[str], list[str]] = _addresses) -> str | None:
+    """Why ``url`` must not be sent a revocation (a link-local or cloud-metadata
+    address, by name or by what the name resolves to), else ``None``."""
+    host = (urllib.parse.urlsplit(url).hostname or "").lower().rstrip(".")
+    if host in METADATA_HOSTS:
+        return f"{host} is a cloud metadata service"
+    for address in [host, *lookup(host)]:
+        try:
+            ip = ipaddress.ip_address(address.split("%")[0])
+        except ValueError:
+            continue
+        if ip.is_link_local or (
+            ip.version == 6 and ip.ipv4_mapped and ip.ipv4_mapped.is_link_local
+        ):
+            return f"{host} is a link-local address ({ip})"
+    return None
+
+
+def make_revoker(name: str, allow_link_local: bool = False) -> Revoker:
     if name == "record-only":
         return RecordOnlyRevoker()
     if name == "rfc7009":
-        return Rfc7009Revoker()
+        return Rfc7009Revoker(allow_link_local=allow_link_local)
     raise ValueError(f"unknown revoker {name!r}")

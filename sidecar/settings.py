@@ -32,6 +32,7 @@ class Settings:
     collection: str = "tools"
     max_warnings_per_tool: int = 3
     revoker: str = "record-only"
+    revocation_allow_link_local: bool = False
     evict_on_report: bool = False
     evict_batch_size: int = 500
     evict_min_chains: int = DEFAULT_EVICT_MIN_CHAINS
@@ -78,6 +79,7 @@ SETTINGS: dict[str, str] = {
     "collection": "name of the Chroma collection holding active tools",
     "max_warnings_per_tool": "fatal sequences named in one lookup hit's warnings, at most",
     "revoker": "'record-only' (mandates stay pending for operators) or 'rfc7009' (HTTP)",
+    "revocation_allow_link_local": "let the revoker call link-local / metadata addresses",
     "evict_on_report": "run the eviction after each archived report (true/false)",
     "evict_batch_size": "tools moved per journaled batch during an eviction",
     "evict_min_chains": "dead-end sessions through a tool before it is evicted",
@@ -109,7 +111,7 @@ def _parse(name: str, raw: str) -> Any:
             raise ConfigError(f"SIDECAR_{name.upper()} must be an integer, got {raw!r}") from None
     if name == "home":
         return Path(raw)
-    if name in ("evict_on_report", "keep_outputs"):
+    if name in ("evict_on_report", "keep_outputs", "revocation_allow_link_local"):
         if raw.lower() in ("1", "true", "yes", "on"):
             return True
         if raw.lower() in ("0", "false", "no", "off"):
