@@ -19,7 +19,9 @@ the process over stdio.  Requests of the stateless 2026-07-28 era have no connec
 group them by; they are grouped by ``_meta["sidecar/session"]`` when the client sends
 one, else by their W3C trace id (``_meta.traceparent``), else each call stands alone.
 
-The backend is called from a worker thread, one call at a time.
+The backend is called from a worker thread, one call at a time; ``inline_checks=True``
+runs the two calls on the call path (``hidden_tools``, ``check_call``) on the event loop,
+for a backend whose checks never block.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ class Gateway:
         path: str = "/mcp",
         name: str = "sidecar-gateway",
         connect_timeout_s: float = 30.0,
+        inline_checks: bool = False,
     ) -> None:
         if expose not in ("all", "search"):
             raise GatewayError(f"expose must be 'all' or 'search', not {expose!r}")
@@ -116,6 +119,7 @@ class Gateway:
             u.name: UpstreamLink(u, self._tools_changed, connect_timeout_s) for u in upstreams
         }
         self._limiter = anyio.CapacityLimiter(1)
+        self._inline_checks = inline_checks
         self._dirty: set[str] = set()
         self._last_sync = float("-inf")
         self._sync_lock = anyio.Lock()
@@ -226,7 +230,7 @@ class Gateway:
     async def list_tools(self) -> list[Tool]:
         """What a client is shown now."""
         await self.sync()
-        hidden = await self._offload(self.backend.hidden_tools)
+        hidden = await self._checked(self.backend.hidden_tools)
         own = _own_tools()
         if self.expose == "search":
             listed = [own[SEARCH_TOOLS], own[CALL_TOOL], own[REPORT_OUTCOME]]
@@ -305,7 +309,7 @@ class Gateway:
         if route is None:
             return _error(f"tool not available: {name}")
         steps = self.book.steps(session)
-        hidden, verdict = await self._offload(self._guard, steps, name, arguments)
+        hidden, verdict = await self._checked(self._guard, steps, name, arguments)
         if hidden:
             self.stats.refused_hidden += 1
             return _error(f"tool not available: {name}")
@@ -467,6 +471,11 @@ class Gateway:
     async def _offload(self, fn: Any, *args: Any) -> Any:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
+    async def _checked(self, fn: Any, *args: Any) -> Any:
+        if self._inline_checks:
+            return fn(*args)  # checks that never block: no thread hop on the call path
+        return await self._offload(fn, *args)
+
     def snapshot(self) -> dict[str, Any]:
         """Counters for logs and tests."""
         from dataclasses import asdict
@@ -494,9 +503,14 @@ def build_gateway(
     refresh_s: float = 30.0,
     path: str = "/mcp",
     connect_timeout_s: float = 30.0,
+    inline_checks: bool = False,
 ) -> Gateway:
     """A gateway over ``upstreams`` (:class:`Upstream` or ``NAME=URL`` /
-    ``NAME=COMMAND ARGS...`` strings) asking ``backend``."""
+    ``NAME=COMMAND ARGS...`` strings) asking ``backend``.
+
+    The backend is called from a worker thread, one call at a time; with
+    ``inline_checks``, ``hidden_tools`` and ``check_call`` run on the event loop instead
+    (for a backend whose checks never block: it saves a thread hop per call)."""
     parsed = [u if isinstance(u, Upstream) else Upstream.parse(u) for u in upstreams]
     limits = SessionLimits(max_sessions, max_steps, idle_timeout_s, report_clean)
     return Gateway(
@@ -510,6 +524,7 @@ def build_gateway(
         refresh_s=refresh_s,
         path=path,
         connect_timeout_s=connect_timeout_s,
+        inline_checks=inline_checks,
     )
 
 

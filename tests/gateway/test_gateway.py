@@ -305,3 +305,44 @@ def test_http_needs_the_token_and_a_loopback_host() -> None:
     assert codes["none"] == 401 and codes["wrong"] == 401
     assert codes["evil_host"] in (400, 403, 421)
     assert codes["evil_origin"] in (400, 403)
+
+
+def test_stateless_era_calls_are_grouped_by_the_session_the_client_names() -> None:
+    """A 2026-07-28 client has no MCP session: calls that name one in
+    ``_meta["sidecar/session"]`` are one session, ended by the idle timeout."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    backend = MemoryBackend()
+    gateway = build_gateway(
+        backend, [shop_stdio()], token=TOKEN, idle_timeout_s=0.3, inline_checks=True
+    )
+    named = {"sidecar/session": "run-42"}
+
+    async def main() -> str:
+        async with serving(gateway) as url:
+            http = create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"})
+            async with http, Client(streamable_http_client(url, http_client=http)) as client:
+                await client.call_tool("get_order", {"order_id": "#W2"}, meta=named)
+                await client.call_tool("exchange", {"order_id": "#W2", "item": "x"}, meta=named)
+                await client.call_tool("get_order", {"order_id": "#W3"})  # on its own
+                version = client.protocol_version
+            await eventually(lambda: len(backend.reports) == 1)
+            return version
+
+    version = anyio.run(main)
+    assert version == "2026-07-28"
+    [report] = backend.reports
+    assert [s.tool for s in report.steps] == ["get_order", "exchange"]
+    assert report.outcome == "abandoned"
+
+
+def test_a_non_loopback_bind_needs_a_token() -> None:
+    import pytest
+
+    from sidecar.gateway import GatewayError
+
+    gateway = build_gateway(MemoryBackend(), [shop_stdio()])
+    with pytest.raises(GatewayError, match="not loopback"):
+        gateway.serve_http(host="0.0.0.0")
