@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.gateway.backend import Hit, Outcome, Reason, Step, SyncResult, Verdict
+from sidecar.gateway.backend import Decision, Hit, Outcome, Reason, Step, SyncResult, Verdict
 
 Fact = tuple[str, str, str]
 _WORD = re.compile(r"[a-z0-9]+")
@@ -150,7 +150,7 @@ class MemoryBackend:
                 reasons.append((blocks, self._reason(failure, condition, seen, contested)))
         if not reasons:
             return Verdict.allow()
-        decision = "block" if any(b for b, _ in reasons) else "warn"
+        decision: Decision = "block" if any(b for b, _ in reasons) else "warn"
         ordered = [r for b, r in reasons if b] + [r for b, r in reasons if not b]
         return Verdict(decision, tuple(ordered))
 

@@ -41,7 +41,7 @@ from sidecar.gateway.errors import GatewayError, UpstreamUnavailable
 from sidecar.gateway.evidence import DEFAULT_MAX_CHARS, step_from_error, step_from_result
 from sidecar.gateway.security import BearerGate, is_loopback, loopback_only
 from sidecar.gateway.sessions import SessionBook, SessionLimits, SessionReport
-from sidecar.gateway.upstream import Upstream, UpstreamLink
+from sidecar.gateway.upstream import Upstream, UpstreamLink, is_link_failure
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -157,21 +157,29 @@ class Gateway:
     @property
     def asgi_app(self) -> ASGIApp:
         """Streamable HTTP at :attr:`path`, loopback ``Host``/``Origin`` only, behind the
-        bearer token when one was given; its lifespan runs :meth:`running`."""
+        bearer token when one was given.  Served on its own, its lifespan runs
+        :meth:`lifespan`; mounted inside another app, run :meth:`lifespan` from that
+        app's lifespan."""
         if self._asgi is None:
             app = self._server.streamable_http_app(
                 streamable_http_path=self.path, transport_security=loopback_only()
             )
-            inner = app.router.lifespan_context
-
-            @contextlib.asynccontextmanager
-            async def lifespan(a: Any) -> AsyncIterator[None]:
-                async with self.running(), inner(a):
-                    yield
-
-            app.router.lifespan_context = lifespan
+            app.router.lifespan_context = self._app_lifespan
             self._asgi = BearerGate(app, self.token) if self.token else app
         return self._asgi
+
+    @contextlib.asynccontextmanager
+    async def _app_lifespan(self, _app: Any) -> AsyncIterator[None]:
+        async with self.lifespan():
+            yield  # no state for the app: a value here would become its request state
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[Gateway]:
+        """What serving :attr:`asgi_app` needs running: :meth:`running` and the MCP
+        transport's session manager."""
+        self.asgi_app  # noqa: B018 (the session manager is made with the app)
+        async with self.running(), self._server.session_manager.run():
+            yield self
 
     async def run_stdio_async(self) -> None:
         from mcp.server.stdio import stdio_server
@@ -321,13 +329,13 @@ class Gateway:
         link = self.links[route.upstream]
         try:
             result = await link.call_tool(route.name, arguments, meta)
-        except MCPError as exc:
-            self.stats.upstream_errors += 1
-            self._record(session, step_from_error(name, arguments, exc.error.message))
-            raise
         except Exception as exc:
             self.stats.upstream_errors += 1
-            message = f"upstream {route.upstream} failed: {type(exc).__name__}: {exc}"
+            if isinstance(exc, MCPError) and not is_link_failure(exc):
+                # the upstream answered with a protocol error: the caller gets it as is
+                self._record(session, step_from_error(name, arguments, exc.error.message))
+                raise
+            message = f"upstream {route.upstream} failed: {_exception_text(exc)}"
             self._record(session, step_from_error(name, arguments, message, self.max_chars))
             return _error(message[:500])
         self.stats.forwarded += 1
@@ -603,7 +611,7 @@ def _reason_dict(reason: Reason) -> dict[str, Any]:
 
 
 def _forwarded_meta(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any] | None:
-    meta = ctx.meta or {}
+    meta: dict[str, Any] = dict(ctx.meta or {})
     kept = {k: meta[k] for k in _FORWARDED_META if isinstance(meta.get(k), str)}
     return kept or None
 
@@ -615,6 +623,12 @@ def _trace_id(traceparent: Any) -> str | None:
     if len(parts) >= 4 and len(parts[1]) == 32 and parts[1] != "0" * 32:
         return parts[1].lower()
     return None
+
+
+def _exception_text(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _exception_text(exc.exceptions[0])
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _json(value: Any) -> str:

@@ -79,7 +79,7 @@ class Upstream:
 
 
 # exceptions that mean the connection itself is gone (not a tool's own failure)
-def _is_link_failure(exc: BaseException) -> bool:
+def is_link_failure(exc: BaseException) -> bool:
     import httpx
     from mcp.shared.exceptions import MCPError
     from mcp_types import CONNECTION_CLOSED
@@ -169,7 +169,7 @@ class UpstreamLink:
             )
         return Client(
             target,
-            mode=self.upstream.mode,  # type: ignore[arg-type]
+            mode=self.upstream.mode,
             message_handler=self._on_message,
             read_timeout_seconds=self.call_timeout_s,
         )
@@ -216,9 +216,10 @@ class UpstreamLink:
         from mcp import types
 
         client = await self._connected()
-        request = types.CallToolRequest(
-            params=types.CallToolRequestParams(name=name, arguments=arguments, _meta=meta)
-        )
+        params = types.CallToolRequestParams(name=name, arguments=arguments)
+        if meta:
+            params = params.model_copy(update={"meta": meta})
+        request = types.CallToolRequest(params=params)
         try:
             # the session's own call_tool re-validates structured output against the
             # tool's output schema (~0.3 ms a call here); a relay leaves that to the
@@ -229,7 +230,7 @@ class UpstreamLink:
             raise
 
     def _fail(self, exc: BaseException) -> None:
-        if _is_link_failure(exc):
+        if is_link_failure(exc):
             self._broken.set()
 
 

@@ -58,15 +58,17 @@ def shop_http() -> Iterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def serving(gateway: Gateway) -> AsyncIterator[str]:
-    """The gateway's ASGI app under uvicorn on a socket bound to 127.0.0.1:0; yields the
-    MCP URL.  Leaving stops the server and runs the app's shutdown."""
+async def serving(target: Gateway | Any, path: str = "/mcp") -> AsyncIterator[str]:
+    """The gateway's ASGI app (or any app holding it at ``path``) under uvicorn on a
+    socket bound to 127.0.0.1:0; yields the MCP URL.  Leaving stops the server and runs
+    the app's shutdown."""
     import uvicorn
 
+    app = target.asgi_app if isinstance(target, Gateway) else target
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(gateway.asgi_app, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     with sock:
         async with anyio.create_task_group() as tg:
@@ -76,7 +78,7 @@ async def serving(gateway: Gateway) -> AsyncIterator[str]:
                     assert not server.should_exit, "the gateway failed to start"
                     await anyio.sleep(0.02)
             try:
-                yield f"http://127.0.0.1:{port}{gateway.path}"
+                yield f"http://127.0.0.1:{port}{path}"
             finally:
                 server.should_exit = True
 

@@ -7,12 +7,14 @@ states, run by the gateway tests as a real subprocess (stdio, or streamable HTTP
 - ``exchange(order_id, item)``: fails "Non-delivered order cannot be exchanged" unless
   the order is delivered.
 - ``slow(x)``: sleeps ~5 ms and echoes ``x`` (for timing).
+- ``crash()``: ends the process mid-call (the gateway must reconnect).
 - ``upgrade()``: moves to catalog v2 (``exchange`` gains a required ``reason``, a new
   ``return_item`` appears, ``slow`` disappears) and announces ``tools/list_changed``.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -63,6 +65,11 @@ def return_item(order_id: str) -> dict[str, Any]:
     if order["status"] != "delivered":
         raise ToolError("Non-delivered order cannot be returned")
     return {"order_id": order_id, "status": "return requested"}
+
+
+@server.tool(description="Stop the shop process at once, mid-call.")
+def crash() -> str:
+    os._exit(3)
 
 
 @server.tool(description="Switch the shop to its second catalog.")

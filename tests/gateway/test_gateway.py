@@ -201,7 +201,7 @@ def test_an_upstream_schema_change_is_synced_and_announced() -> None:
     out = anyio.run(main)
     (_, first), (source, second) = backend.syncs
     assert source == "shop"
-    assert set(first.added) == {"get_order", "exchange", "slow", "upgrade"}
+    assert set(first.added) == {"get_order", "exchange", "slow", "crash", "upgrade"}
     assert second.added == ("return_item",)
     assert second.updated == ("exchange",)
     assert second.gone == ("slow",)
@@ -346,3 +346,57 @@ def test_a_non_loopback_bind_needs_a_token() -> None:
     gateway = build_gateway(MemoryBackend(), [shop_stdio()])
     with pytest.raises(GatewayError, match="not loopback"):
         gateway.serve_http(host="0.0.0.0")
+
+
+def test_a_crashed_upstream_is_restarted_and_the_failure_recorded() -> None:
+    backend = MemoryBackend()
+    gateway = build_gateway(backend, [shop_stdio()], token=TOKEN)
+
+    async def main() -> dict[str, Any]:
+        async with serving(gateway) as url, mcp_session(url) as s:
+            crashed = await s.call_tool("crash", {})
+            with anyio.fail_after(30):
+                while True:  # the link comes back on its own, with a new process
+                    again = await s.call_tool("get_order", {"order_id": "#W3"})
+                    if not again.is_error:
+                        break
+                    await anyio.sleep(0.1)
+            return {"crashed": crashed, "again": again, "steps": gateway.book.steps(_only(gateway))}
+
+    out = anyio.run(main)
+    assert out["crashed"].is_error
+    assert text_of(out["crashed"]).startswith("upstream shop failed:")
+    assert out["again"].structured_content["status"] == "delivered"
+    assert gateway.links["shop"].connects == 2
+    assert out["steps"][0].tool == "crash" and out["steps"][0].error
+    assert out["steps"][-1].tool == "get_order" and out["steps"][-1].error is None
+
+
+def _only(gateway: Any) -> str:
+    [key] = list(gateway.book._sessions)
+    return str(key)
+
+
+def test_mounted_inside_another_app_with_the_parent_running_its_lifespan() -> None:
+    import contextlib
+    from collections.abc import AsyncIterator
+
+    from fastapi import FastAPI
+
+    backend = MemoryBackend()
+    gateway = build_gateway(backend, [shop_stdio()], token=TOKEN)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        async with gateway.lifespan():
+            yield
+
+    app = FastAPI(lifespan=lifespan)
+    app.mount("/gateway", gateway.asgi_app)  # type: ignore[arg-type]
+
+    async def main() -> Any:
+        async with serving(app, "/gateway/mcp") as url, mcp_session(url) as s:
+            return await s.call_tool("get_order", {"order_id": "#W4"})
+
+    result = anyio.run(main)
+    assert result.structured_content == {"order_id": "#W4", "status": "delivered"}

@@ -38,7 +38,14 @@ def test_stdio_session_is_reported_when_the_client_closes_it(tmp_path: Path) -> 
             return {"names": names, "looked": looked, "failed": failed}
 
     out = anyio.run(main)
-    assert out["names"] == ["get_order", "exchange", "slow", "upgrade", "report_outcome"]
+    assert out["names"] == [
+        "get_order",
+        "exchange",
+        "slow",
+        "crash",
+        "upgrade",
+        "report_outcome",
+    ]
     assert out["looked"].structured_content == {"order_id": "#W2", "status": "pending"}
     assert out["failed"].is_error
     [report] = [json.loads(line) for line in reports.read_text().splitlines()]
