@@ -36,12 +36,18 @@ def facts_before(steps: Sequence[Step], arguments: Mapping[str, Any]) -> frozens
     """What held before a call: earlier outputs' top-level scalars, the call's arguments."""
     out: set[Fact] = set()
     for step in steps:
-        if isinstance(step.output, Mapping):
-            out.update(
-                (step.tool, str(k), _scalar(v)) for k, v in step.output.items() if _is_scalar(v)
-            )
-    out.update(("arg", str(k), _scalar(v)) for k, v in arguments.items() if _is_scalar(v))
-    return frozenset(out)
+        out.update(_output_facts(step))
+    return frozenset(out | _argument_facts(arguments))
+
+
+def _output_facts(step: Step) -> set[Fact]:
+    if not isinstance(step.output, Mapping):
+        return set()
+    return {(step.tool, str(k), _scalar(v)) for k, v in step.output.items() if _is_scalar(v)}
+
+
+def _argument_facts(arguments: Mapping[str, Any]) -> set[Fact]:
+    return {("arg", str(k), _scalar(v)) for k, v in arguments.items() if _is_scalar(v)}
 
 
 def _is_scalar(value: Any) -> bool:
@@ -84,6 +90,7 @@ class MemoryBackend:
         self.syncs: list[tuple[str, SyncResult]] = []
         self.checks = 0
         self._failures: dict[tuple[str, str], _Failure] = {}
+        self._by_tool: dict[str, list[_Failure]] = {}
         self._successes: dict[str, list[frozenset[Fact]]] = {}
         self._lock = threading.Lock()
 
@@ -134,13 +141,14 @@ class MemoryBackend:
             ]
 
     def check_call(self, steps: list[Step], tool: str, arguments: dict[str, Any]) -> Verdict:
-        current = facts_before(steps, arguments)
         with self._lock:
             self.checks += 1
+            failures = self._by_tool.get(tool)
+            if not failures:
+                return Verdict.allow()  # nothing known against this tool: no facts needed
+            current = facts_before(steps, arguments)
             reasons: list[tuple[bool, Reason]] = []
-            for (name, _error), failure in self._failures.items():
-                if name != tool:
-                    continue
+            for failure in failures:
                 condition = failure.condition()
                 if not condition or not condition <= current:
                     continue
@@ -159,14 +167,18 @@ class MemoryBackend:
     ) -> None:
         with self._lock:
             self.reports.append(Report(session_id, tuple(steps), outcome, task_input))
-            for i, step in enumerate(steps):
-                facts = facts_before(steps[:i], step.arguments)
+            before: set[Fact] = set()
+            for step in steps:
+                facts = frozenset(before | _argument_facts(step.arguments))
+                before |= _output_facts(step)
                 if step.error is None:
                     self._successes.setdefault(step.tool, []).append(facts)
                     continue
-                failure = self._failures.setdefault(
-                    (step.tool, step.error), _Failure(step.tool, step.error)
-                )
+                key = (step.tool, step.error)
+                failure = self._failures.get(key)
+                if failure is None:
+                    failure = self._failures[key] = _Failure(step.tool, step.error)
+                    self._by_tool.setdefault(step.tool, []).append(failure)
                 failure.sightings.setdefault(session_id, facts)
 
     # ---- operator side -------------------------------------------------------------

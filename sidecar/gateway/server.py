@@ -27,6 +27,7 @@ for a backend whose checks never block.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -58,6 +59,7 @@ OWN_TOOLS = frozenset({SEARCH_TOOLS, CALL_TOOL, REPORT_OUTCOME})
 SESSION_META_KEY = "sidecar/session"
 WARNINGS_META_KEY = "sidecar/warnings"
 _CONNECTION_KEY = "sidecar.gateway.session"
+_ALONE = "call:"
 _FORWARDED_META = ("traceparent", "tracestate", "baggage")
 
 INSTRUCTIONS = (
@@ -99,6 +101,7 @@ class Gateway:
         name: str = "sidecar-gateway",
         connect_timeout_s: float = 30.0,
         inline_checks: bool = False,
+        json_response: bool = True,
     ) -> None:
         if expose not in ("all", "search"):
             raise GatewayError(f"expose must be 'all' or 'search', not {expose!r}")
@@ -120,6 +123,7 @@ class Gateway:
         }
         self._limiter = anyio.CapacityLimiter(1)
         self._inline_checks = inline_checks
+        self._json_response = json_response
         self._dirty: set[str] = set()
         self._last_sync = float("-inf")
         self._sync_lock = anyio.Lock()
@@ -157,12 +161,17 @@ class Gateway:
     @property
     def asgi_app(self) -> ASGIApp:
         """Streamable HTTP at :attr:`path`, loopback ``Host``/``Origin`` only, behind the
-        bearer token when one was given.  Served on its own, its lifespan runs
-        :meth:`lifespan`; mounted inside another app, run :meth:`lifespan` from that
-        app's lifespan."""
+        bearer token when one was given.  A call is answered with a plain JSON body, not
+        an event stream, unless ``json_response=False``: the gateway relays no
+        notification in the middle of a call, and the stream costs time on every call
+        (server-initiated messages still go on the session's own stream).  Served on its
+        own, its lifespan runs :meth:`lifespan`; mounted inside another app, run
+        :meth:`lifespan` from that app's lifespan."""
         if self._asgi is None:
             app = self._server.streamable_http_app(
-                streamable_http_path=self.path, transport_security=loopback_only()
+                streamable_http_path=self.path,
+                transport_security=loopback_only(),
+                json_response=self._json_response,
             )
             app.router.lifespan_context = self._app_lifespan
             self._asgi = BearerGate(app, self.token) if self.token else app
@@ -369,6 +378,11 @@ class Gateway:
     def _record(self, session: str, step: Step) -> None:
         for report in self.book.record(session, step):
             self._schedule(report)
+        if session.startswith(_ALONE):
+            # a stateless call that names no session is a session of its own: done now
+            alone = self.book.close(session, "closed")
+            if alone is not None:
+                self._schedule(alone)
 
     # ---- the gateway's own tools ---------------------------------------------------
     async def _search(self, session: str, arguments: dict[str, Any]) -> CallToolResult:
@@ -413,8 +427,10 @@ class Gateway:
         if task is not None and not isinstance(task, str):
             return _error("`task` must be a string")
         report = self.book.declare(session, outcome, task[:2_000] if task else None)
-        await self._report(report)
-        payload = {"reported": True, "outcome": outcome, "steps": len(report.steps)}
+        if report is not None:
+            await self._report(report)
+        steps = 0 if report is None else len(report.steps)
+        payload = {"reported": report is not None, "outcome": outcome, "steps": steps}
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=_json(payload))],
             structured_content=payload,
@@ -439,7 +455,7 @@ class Gateway:
                 self._live[key] = connection
             return str(key)
         trace = _trace_id(meta.get("traceparent"))
-        return f"trace:{trace}" if trace else f"call:{uuid.uuid4().hex}"
+        return f"trace:{trace}" if trace else f"{_ALONE}{uuid.uuid4().hex}"
 
     async def _connection_closed(self, key: str) -> None:
         self._live.pop(key, None)
@@ -512,6 +528,7 @@ def build_gateway(
     path: str = "/mcp",
     connect_timeout_s: float = 30.0,
     inline_checks: bool = False,
+    json_response: bool = True,
 ) -> Gateway:
     """A gateway over ``upstreams`` (:class:`Upstream` or ``NAME=URL`` /
     ``NAME=COMMAND ARGS...`` strings) asking ``backend``.
@@ -533,10 +550,12 @@ def build_gateway(
         path=path,
         connect_timeout_s=connect_timeout_s,
         inline_checks=inline_checks,
+        json_response=json_response,
     )
 
 
 # ---- helpers -----------------------------------------------------------------------
+@functools.cache
 def _own_tools() -> dict[str, Tool]:
     from mcp.types import Tool, ToolAnnotations
 

@@ -125,10 +125,12 @@ class SessionBook:
         self._touch(key, session)
         return evicted
 
-    def declare(self, key: str, outcome: Outcome, task_input: str | None) -> SessionReport:
-        """The agent's own verdict: reported now, whatever its steps; the session starts
-        afresh."""
-        session = self._sessions.pop(key, None) or self._new()
+    def declare(self, key: str, outcome: Outcome, task_input: str | None) -> SessionReport | None:
+        """The agent's own verdict: reported now, whatever its steps (``None`` when it has
+        none); the session starts afresh."""
+        session = self._sessions.pop(key, None)
+        if session is None or not session.steps:
+            return None
         return self._finish(session, "declared", outcome, task_input)
 
     def close(self, key: str, why: EndReason = "closed") -> SessionReport | None:

@@ -98,7 +98,8 @@ def test_clean_sessions_are_not_reported_but_declared_ones_are() -> None:
                     "report_outcome", {"outcome": "completed", "task": "check order #W4"}
                 )
                 bad = await s.call_tool("report_outcome", {"outcome": "fine"})
-            return {"declared": declared, "bad": bad}
+                empty = await s.call_tool("report_outcome", {"outcome": "completed"})
+            return {"declared": declared, "bad": bad, "empty": empty}
 
     out = anyio.run(main)
     assert out["declared"].structured_content == {
@@ -107,6 +108,7 @@ def test_clean_sessions_are_not_reported_but_declared_ones_are() -> None:
         "steps": 1,
     }
     assert out["bad"].is_error
+    assert out["empty"].structured_content["reported"] is False  # nothing since the last
     [report] = backend.reports
     assert report.outcome == "completed" and report.task_input == "check order #W4"
     assert [s.tool for s in report.steps] == ["get_order"]

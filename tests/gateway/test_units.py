@@ -85,6 +85,7 @@ def test_a_declared_outcome_is_reported_and_the_session_starts_afresh() -> None:
     book = SessionBook(SessionLimits(report_clean=False))
     book.record("a", OK)
     report = book.declare("a", "completed", "look up an order")
+    assert report is not None
     assert (report.outcome, report.task_input, report.steps) == (
         "completed",
         "look up an order",
@@ -92,6 +93,7 @@ def test_a_declared_outcome_is_reported_and_the_session_starts_afresh() -> None:
     )
     assert book.steps("a") == [] and "a" not in book
     assert book.close("a") is None
+    assert book.declare("a", "abandoned", None) is None  # nothing to report
 
 
 def test_report_clean_reports_sessions_without_failures() -> None:
