@@ -7,6 +7,7 @@ states, run by the gateway tests as a real subprocess (stdio, or streamable HTTP
 - ``exchange(order_id, item)``: fails "Non-delivered order cannot be exchanged" unless
   the order is delivered.
 - ``slow(x)``: sleeps ~5 ms and echoes ``x`` (for timing).
+- ``trace_context()``: the ``traceparent`` the call carried in ``_meta``.
 - ``crash()``: ends the process mid-call (the gateway must reconnect).
 - ``upgrade()``: moves to catalog v2 (``exchange`` gains a required ``reason``, a new
   ``return_item`` appears, ``slow`` disappears) and announces ``tools/list_changed``.
@@ -65,6 +66,12 @@ def return_item(order_id: str) -> dict[str, Any]:
     if order["status"] != "delivered":
         raise ToolError("Non-delivered order cannot be returned")
     return {"order_id": order_id, "status": "return requested"}
+
+
+@server.tool(description="The trace context this call came with.")
+def trace_context(ctx: Context) -> dict[str, Any]:
+    meta = dict(ctx.request_context.meta or {})
+    return {"traceparent": meta.get("traceparent")}
 
 
 @server.tool(description="Stop the shop process at once, mid-call.")

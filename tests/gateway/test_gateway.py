@@ -203,7 +203,14 @@ def test_an_upstream_schema_change_is_synced_and_announced() -> None:
     out = anyio.run(main)
     (_, first), (source, second) = backend.syncs
     assert source == "shop"
-    assert set(first.added) == {"get_order", "exchange", "slow", "crash", "upgrade"}
+    assert set(first.added) == {
+        "get_order",
+        "exchange",
+        "slow",
+        "trace_context",
+        "crash",
+        "upgrade",
+    }
     assert second.added == ("return_item",)
     assert second.updated == ("exchange",)
     assert second.gone == ("slow",)
@@ -402,3 +409,17 @@ def test_mounted_inside_another_app_with_the_parent_running_its_lifespan() -> No
 
     result = anyio.run(main)
     assert result.structured_content == {"order_id": "#W4", "status": "delivered"}
+
+
+def test_the_callers_trace_context_reaches_the_upstream() -> None:
+    """So that an upstream's own spans join the agent's trace (and the OTLP intake can
+    put them in the agent's session)."""
+    gateway = build_gateway(MemoryBackend(), [shop_stdio()], token=TOKEN)
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+    async def main() -> Any:
+        async with serving(gateway) as url, mcp_session(url) as s:
+            return await s.call_tool("trace_context", {}, meta={"traceparent": traceparent})
+
+    result = anyio.run(main)
+    assert result.structured_content == {"traceparent": traceparent}

@@ -42,6 +42,7 @@ def test_stdio_session_is_reported_when_the_client_closes_it(tmp_path: Path) -> 
         "get_order",
         "exchange",
         "slow",
+        "trace_context",
         "crash",
         "upgrade",
         "report_outcome",
