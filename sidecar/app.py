@@ -90,7 +90,16 @@ from sidecar.model import (
     check_tool_id,
 )
 from sidecar.redact import redact_text
-from sidecar.registry import AddToolsResult, Fields, ToolRecords, add_tools, tool_from_record
+from sidecar.registry import (
+    AddToolsResult,
+    Fields,
+    SyncResult,
+    ToolRecords,
+    add_tools,
+    index_record,
+    redacted_tool,
+    tool_from_record,
+)
 from sidecar.reports import steps_of, task_text
 from sidecar.results import (
     ArchiveStatus,
@@ -338,6 +347,47 @@ class Sidecar:
                 refuse=self._refuse_cold,
                 progress=progress,
             )
+
+    @boundary
+    def sync_tools(self, source: str, tools: Sequence[Tool]) -> SyncResult:
+        """Make the hot index hold exactly ``source``'s current tools (an upstream MCP
+        server's ``tools/list``): new ones added, changed ones re-embedded, ones it no
+        longer lists gone from the hot index.  An evicted tool it still lists stays out
+        (it comes back only by ``restore``)."""
+        self._writable()
+        if not isinstance(source, str) or not source.strip():
+            raise InvalidInput("a catalog source needs a name")
+        wanted = {t.tool_id: t for t in tools}
+        cold = self._lookup.cold_tools(self._state.revisions()[1])
+        kept_out = sorted(i for i in wanted if i in cold)
+        known = self._records.get(i for i in wanted if i not in cold)
+        changed = []
+        for tool_id, tool in wanted.items():
+            if tool_id in cold:
+                continue
+            record = index_record(redacted_tool(tool))
+            old = known.get(tool_id)
+            if old is None or (old.document, dict(old.metadata)) != (
+                record.document,
+                dict(record.metadata),
+            ):
+                changed.append(tool)
+        if changed:
+            self.add_tools(changed)
+        before = self._records.of_source(source)
+        gone = sorted(before - set(wanted) - set(cold))
+        if gone:
+            with self._home.hot_write():
+                self.index.delete(gone)
+                self._records.remove(gone)
+        self._records.set_source(source, [i for i in wanted if i not in cold], gone)
+        added = tuple(t.tool_id for t in changed if t.tool_id not in known)
+        updated = tuple(t.tool_id for t in changed if t.tool_id in known)
+        return SyncResult(added, updated, tuple(gone), tuple(kept_out))
+
+    def hidden_tools(self) -> set[str]:
+        """Tools never to be listed or called: evicted, or with their move begun."""
+        return set(self._lookup.cold_tools(self._state.revisions()[1]))
 
     def _refuse_cold(self, ids: Sequence[str]) -> None:
         evicted = self._journal.evicted()

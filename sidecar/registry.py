@@ -28,6 +28,9 @@ CREATE TABLE IF NOT EXISTS hot_tools (
     tool_id TEXT PRIMARY KEY, document TEXT NOT NULL, metadata TEXT NOT NULL,
     updated_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS tool_sources (
+    tool_id TEXT PRIMARY KEY, source TEXT NOT NULL, gone_at REAL
+);
 """
 
 ADD_BATCH = 256
@@ -84,6 +87,18 @@ def redacted_tool(tool: Tool) -> Tool:
 
 
 @dataclass(frozen=True)
+class SyncResult:
+    """What a catalog sync changed: tools new to the hot index, tools whose definition
+    changed (re-embedded), tools the source no longer has (gone from the hot index), and
+    tools it still lists but that stay out (evicted)."""
+
+    added: tuple[str, ...] = ()
+    updated: tuple[str, ...] = ()
+    gone: tuple[str, ...] = ()
+    kept_out: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class AddToolsResult:
     added: tuple[str, ...]
     updated: tuple[str, ...]
@@ -137,6 +152,26 @@ class ToolRecords:
 
     def count(self) -> int:
         return int(self._state.db.execute("SELECT COUNT(*) FROM hot_tools").fetchone()[0])
+
+    def of_source(self, source: str) -> set[str]:
+        """The tools a catalog source brought that it has not dropped."""
+        rows = self._state.db.execute(
+            "SELECT tool_id FROM tool_sources WHERE source=? AND gone_at IS NULL", (source,)
+        )
+        return {r[0] for r in rows}
+
+    def set_source(self, source: str, present: Sequence[str], gone: Sequence[str]) -> None:
+        now = time.time()
+        with self._state.tx() as db:
+            db.executemany(
+                "INSERT INTO tool_sources VALUES (?, ?, NULL) ON CONFLICT(tool_id) DO UPDATE "
+                "SET source=excluded.source, gone_at=NULL",
+                [(t, source) for t in present],
+            )
+            db.executemany(
+                "UPDATE tool_sources SET gone_at=? WHERE tool_id=? AND source=?",
+                [(now, t, source) for t in gone],
+            )
 
 
 class Fields:

@@ -28,6 +28,8 @@ from sidecar.redact import redact_text
 
 log = logging.getLogger("sidecar.service")
 
+OTLP_BODY_BYTES = 16 * 1_048_576
+"""An exporter's batch may be larger than an API request, and is not retried on 413."""
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "127.0.0.1:*", "localhost:*", "[::1]:*"]
 LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
 
@@ -53,13 +55,26 @@ def create_app(
             ),
         )
 
+    from sidecar.gateway.library import LibraryBackend
+    from sidecar.otlp import TraceAssembler, otlp_router, sweep
+
+    traces = TraceAssembler(LibraryBackend(sc))
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if mcp_server is None:
-            yield
-            return
-        async with mcp_server.session_manager.run():
-            yield
+        import anyio
+
+        async with contextlib.AsyncExitStack() as stack:
+            if mcp_server is not None:
+                await stack.enter_async_context(mcp_server.session_manager.run())
+            tasks = await stack.enter_async_context(anyio.create_task_group())
+            tasks.start_soon(sweep, traces)
+            try:
+                yield
+            finally:
+                tasks.cancel_scope.cancel()
+                # sessions still open are evidence too
+                await anyio.to_thread.run_sync(traces.deliver, traces.flush())
 
     from sidecar import __version__
 
@@ -74,8 +89,9 @@ def create_app(
     api.state.metrics = metrics
     for router in ROUTERS:
         api.include_router(router)
+    api.include_router(otlp_router(traces, max_body_bytes=OTLP_BODY_BYTES))
     _error_handlers(api)
-    return Gate(api, mcp_app, token, max_body_bytes, metrics)
+    return Gate(api, mcp_app, token, max_body_bytes, metrics, {"/v1/traces": OTLP_BODY_BYTES})
 
 
 def _error_handlers(api: FastAPI) -> None:

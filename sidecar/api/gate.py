@@ -13,7 +13,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 from fastapi.responses import JSONResponse
@@ -49,11 +49,14 @@ class Gate:
         token: str,
         limit: int,
         metrics: Metrics,
+        limits: Mapping[str, int] | None = None,
     ) -> None:
+        """``limits``: body limits of their own for some paths (the OTLP intake)."""
         self.api = api
         self.mcp = mcp
         self.token = token.encode()
         self.limit = limit
+        self.limits = dict(limits or {})
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -106,14 +109,15 @@ class Gate:
                     scope, receive, send
                 )
                 return
+        limit = self.limits.get(path, self.limit)
         length = headers.get("content-length")
         if length is not None:
             try:
-                too_big = int(length) > self.limit
+                too_big = int(length) > limit
             except ValueError:
                 too_big = True
             if too_big:
-                await self._too_large(scope, receive, send)
+                await self._too_large(scope, receive, send, limit)
                 return
         target = (
             self.mcp
@@ -123,9 +127,9 @@ class Gate:
         if scope.get("method") in ("POST", "PUT", "PATCH"):
             # read at most `limit` bytes (chunked bodies have no Content-Length), then
             # replay them to the app
-            body, complete = await _read_capped(receive, self.limit)
+            body, complete = await _read_capped(receive, limit)
             if not complete:
-                await self._too_large(scope, receive, send)
+                await self._too_large(scope, receive, send, limit)
                 return
             receive = _replay(body, receive)
         await target(scope, receive, send)
@@ -144,8 +148,8 @@ class Gate:
             return "the bearer token is wrong (it does not match this sidecar's token)"
         return None
 
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await envelope(413, "body_too_large", f"request body over {self.limit} bytes")(
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        await envelope(413, "body_too_large", f"request body over {limit} bytes")(
             scope, receive, send
         )
 

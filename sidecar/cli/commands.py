@@ -454,6 +454,39 @@ def serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def gateway(args: argparse.Namespace) -> int:
+    """An MCP gateway in front of upstream MCP servers, with this home's memory."""
+    from sidecar.api.serve import bind, token_for
+    from sidecar.gateway import build_gateway
+    from sidecar.gateway.library import LibraryBackend
+
+    with open_local(args) as sc:
+        home = home_of(args)
+        gw = build_gateway(
+            LibraryBackend(sc),
+            args.upstream,
+            expose=args.expose,
+            pins=args.pin,
+            idle_timeout_s=args.idle_timeout,
+            report_clean=True,
+            token=None if args.stdio else token_for(home),
+        )
+        if args.stdio:
+            gw.run_stdio()
+            return EXIT_OK
+        import uvicorn
+
+        sock = bind(args.host, args.port)
+        url = f"http://{args.host}:{sock.getsockname()[1]}{gw.path}"
+        status(f"sidecar gateway serving {url} (token: {home / 'token'} or $SIDECAR_TOKEN)")
+        config = uvicorn.Config(gw.asgi_app, log_level="warning", access_log=False)
+        try:
+            uvicorn.Server(config).run(sockets=[sock])
+        finally:
+            sock.close()
+    return EXIT_OK
+
+
 def mcp(args: argparse.Namespace) -> int:
     from sidecar.mcp_server import build_mcp
 

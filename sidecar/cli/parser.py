@@ -243,6 +243,38 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd.serve)
 
     command("mcp", "serve MCP over stdio").set_defaults(func=cmd.mcp)
+
+    gw = command(
+        "gateway",
+        "an MCP server in front of upstream MCP servers: curated tools/list, every "
+        "tools/call checked against the failure memory, sessions reported with no code",
+    )
+    gw.add_argument(
+        "upstream",
+        nargs="+",
+        metavar="NAME=URL|NAME=COMMAND",
+        help="an upstream: NAME=http://host:port/mcp (streamable HTTP) or NAME='COMMAND "
+        "ARGS...' (stdio); tool names are prefixed NAME_ only when two upstreams clash",
+    )
+    gw.add_argument(
+        "--expose",
+        choices=["all", "search"],
+        default="all",
+        help="all: the upstreams' tools (evicted ones hidden); search: search_tools and "
+        "call_tool only (plus --pin tools)",
+    )
+    gw.add_argument("--pin", action="append", default=[], metavar="NAME", help="always listed")
+    gw.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="report a session after this many idle seconds (default 300)",
+    )
+    gw.add_argument("--stdio", action="store_true", help="serve MCP over stdio instead of HTTP")
+    gw.add_argument("--host", default="127.0.0.1")
+    gw.add_argument("--port", type=port_int, default=8766, help="port (default 8766; 0: any)")
+    gw.set_defaults(func=cmd.gateway)
     command("demo", "walk through the sediment fallacy and its prevention").set_defaults(
         func=cmd.demo
     )

@@ -1,0 +1,64 @@
+"""The gateway's backend over the library: what :class:`~sidecar.gateway.backend.
+GatewayBackend` asks, answered by a :class:`~sidecar.app.Sidecar` (and nothing else of
+it: the gateway is a shell like the HTTP API)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sidecar.app import Sidecar
+from sidecar.catalog import load_tools
+from sidecar.errors import SidecarError
+from sidecar.gateway.backend import Hit, Outcome, Reason, Step, SyncResult, Verdict
+from sidecar.memory import Step as MemoryStep
+
+
+def _steps(steps: list[Step]) -> list[MemoryStep]:
+    return [MemoryStep(s.tool, dict(s.arguments), s.output, s.error) for s in steps]
+
+
+class LibraryBackend:
+    def __init__(self, sc: Sidecar) -> None:
+        self.sc = sc
+
+    def sync_tools(self, source: str, tools: list[dict[str, Any]]) -> SyncResult:
+        result = self.sc.sync_tools(source, load_tools([tools], f"upstream {source}"))
+        return SyncResult(result.added, result.updated, result.gone)
+
+    def hidden_tools(self) -> set[str]:
+        return self.sc.hidden_tools()
+
+    def search(self, query: str, k: int, steps: list[Step]) -> list[Hit]:
+        result = self.sc.search(query, k, steps=_steps(steps))
+        return [Hit(h.tool_id, h.score, h.description, h.warnings) for h in result.hits]
+
+    def check_call(self, steps: list[Step], tool: str, arguments: dict[str, Any]) -> Verdict:
+        verdict = self.sc.check_call(_steps(steps), tool, arguments)
+        return Verdict(
+            verdict.decision,
+            tuple(
+                Reason(
+                    rule=f"{r.kind} constraint {r.constraint_id} ({r.status})",
+                    explanation=r.explanation,
+                    evidence=r.evidence,
+                    pointer=r.pointer,
+                )
+                for r in verdict.reasons
+            ),
+        )
+
+    def report_session(
+        self, session_id: str, steps: list[Step], outcome: Outcome, task_input: str | None
+    ) -> None:
+        report = {
+            "steps": [
+                {"tool": s.tool, "arguments": s.arguments, "output": s.output, "error": s.error}
+                for s in steps
+            ],
+            "outcome": outcome,
+            "session_id": session_id,
+            "task_input": task_input,
+        }
+        (result,) = self.sc.report_many([report])
+        if result.status == "rejected":
+            raise SidecarError(f"session {session_id} was not taken: {result.reason}")

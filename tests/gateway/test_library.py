@@ -1,0 +1,112 @@
+"""The gateway on the real library: a real MCP client, the gateway over streamable HTTP,
+the shop server as a real subprocess, and a :class:`~sidecar.Sidecar` home learning from
+what the gateway saw (no code on the agent's side)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from indexes import HashingEmbedder
+from sidecar import Sidecar
+from sidecar.gateway import build_gateway
+from sidecar.gateway.library import LibraryBackend
+from tests.gateway.conftest import TOKEN, eventually, mcp_session, serving, shop_stdio, text_of
+
+
+async def _exchange(url: str, order: str) -> Any:
+    async with mcp_session(url) as s:
+        await s.call_tool("get_order", {"order_id": order})
+        return await s.call_tool("exchange", {"order_id": order, "item": "blue shirt"})
+
+
+def test_the_second_attempt_at_a_known_failing_call_is_stopped(tmp_path: Path) -> None:
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        gateway = build_gateway(LibraryBackend(sc), [shop_stdio()], token=TOKEN)
+
+        def reported() -> int:
+            return sum(v.kind == "call" for v in sc.constraints())
+
+        async def main() -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            async with serving(gateway) as url:
+                # two agents meet the failure on two pending orders: evidence, no code
+                out["first"] = await _exchange(url, "#W1")
+                await eventually(lambda: reported() > 0)
+                out["second"] = await _exchange(url, "#W2")
+                await eventually(lambda: _check(sc) == "block")
+                forwarded = gateway.stats.forwarded
+                out["third"] = await _exchange(url, "#W1")  # the same call, the same state
+                out["forwarded"] = gateway.stats.forwarded - forwarded
+                out["delivered"] = await _exchange(url, "#W3")  # not concerned
+                async with mcp_session(url) as s:
+                    out["listed"] = {t.name for t in (await s.list_tools()).tools}
+            return out
+
+        out = anyio.run(main)
+        assert out["first"].is_error and "Non-delivered" in text_of(out["first"])
+        blocked = out["third"]
+        assert blocked.is_error
+        text = text_of(blocked)
+        assert "exchange fails with" in text and "status" in text and "cold://chains/" in text
+        assert out["forwarded"] == 1  # get_order went through; the exchange did not
+        assert not out["delivered"].is_error
+        assert {"get_order", "exchange"} <= out["listed"]
+        # the catalog was synced into the hot index
+        assert {"get_order", "exchange"} <= {t.tool_id for t in sc.list_tools()}
+
+
+def _check(sc: Sidecar) -> str:
+    steps = [
+        {
+            "tool": "get_order",
+            "arguments": {"order_id": "#W9"},
+            "output": {"order_id": "#W9", "status": "pending"},
+        }
+    ]
+    return sc.check_call(steps, "exchange", {"order_id": "#W9", "item": "x"}).decision
+
+
+def test_an_evicted_tool_vanishes_from_tools_list(tmp_path: Path) -> None:
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home", evict_min_chains=1) as sc:
+        gateway = build_gateway(LibraryBackend(sc), [shop_stdio()], token=TOKEN)
+
+        async def main() -> tuple[set[str], set[str], Any]:
+            async with serving(gateway) as url:
+                async with mcp_session(url) as s:
+                    before = {t.name for t in (await s.list_tools()).tools}
+                sc.report(
+                    {
+                        "topology": ["slow", "exchange"],
+                        "outcome": "abandoned",
+                        "failure": {"signature": "HTTP 400 bad input"},
+                        "constraint": {"rule": "IF slow THEN exchange fails"},
+                    }
+                )
+                assert [d.tool_id for d in sc.evict().evicted] == ["slow"]
+                async with mcp_session(url) as s:
+                    after = {t.name for t in (await s.list_tools()).tools}
+                    refused = await s.call_tool("slow", {"x": 1})
+            return before, after, refused
+
+        before, after, refused = anyio.run(main)
+        assert "slow" in before and "slow" not in after
+        assert refused.is_error and text_of(refused) == "tool not available: slow"
+
+
+def test_a_schema_change_upstream_is_picked_up_by_the_hot_index(tmp_path: Path) -> None:
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        gateway = build_gateway(LibraryBackend(sc), [shop_stdio()], token=TOKEN, refresh_s=3600)
+
+        async def main() -> None:
+            async with serving(gateway) as url, mcp_session(url) as s:
+                await s.list_tools()
+                await s.call_tool("upgrade", {})
+                await eventually(lambda: "return_item" in {t.tool_id for t in sc.list_tools()})
+
+        anyio.run(main)
+        tools = {t.tool_id: t for t in sc.list_tools()}
+        assert "slow" not in tools  # gone upstream: gone from the hot index
+        assert "reason" in tools["exchange"].input_schema["required"]
