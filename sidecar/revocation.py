@@ -335,7 +335,7 @@ METADATA_HOSTS = frozenset(
 
 def _addresses(host: str) -> list[str]:
     try:
-        return sorted({info[4][0] for info in socket.getaddrinfo(host, None)})
+        return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None)})
     except OSError:
         return []
 
