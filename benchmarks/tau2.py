@@ -147,3 +147,66 @@ def _text_before(texts: tuple[list[tuple[int, str]], str], msg_idx: Any) -> str:
     parts = [ticket] if ticket else []
     parts += [text for i, text in turns if i < limit]
     return "\n".join(parts)
+
+
+# ---- the runs as sidecar input ------------------------------------------------------------
+def report_line(run: Run) -> dict[str, Any]:
+    """A run as the session report the sidecar takes (``sidecar report``)."""
+    session = run.session()
+    return {
+        "steps": [s.to_dict() for s in session.steps],
+        "outcome": session.outcome,
+        "task_input": session.task_input,
+        "session_id": run.run_id,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.tau2 reports [--except-task T]`` prints every run as a report
+    line; ``python -m benchmarks.tau2 steps --task T [--agent A] --until TOOL`` prints the
+    steps of the first matching run before its first call of TOOL, and that call."""
+    import argparse
+    import sys
+
+    from benchmarks.common import DEFAULT_DATASETS
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.tau2")
+    parser.add_argument("what", choices=["reports", "steps"])
+    parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASETS)
+    parser.add_argument("--except-task", default=None, metavar="DOMAIN/ID")
+    parser.add_argument("--task", default=None, metavar="DOMAIN/ID")
+    parser.add_argument("--agent", default="", help="a part of the agent's model name")
+    parser.add_argument("--until", default=None, metavar="TOOL")
+    args = parser.parse_args(argv)
+    runs = load(args.dataset).runs
+    if args.what == "reports":
+        for run in runs:
+            if run.task != args.except_task:
+                print(json.dumps(report_line(run)))
+        return 0
+    for run in runs:
+        if run.task != args.task or args.agent not in run.agent:
+            continue
+        tools = [s.tool for s in run.steps]
+        if args.until not in tools:
+            continue
+        j = tools.index(args.until)
+        call = run.steps[j]
+        print(
+            json.dumps(
+                {
+                    "steps": [s.to_dict() for s in run.steps[:j]],
+                    "task_input": run.told_before[j],
+                    "next": {"tool": call.tool, "arguments": dict(call.arguments)},
+                    "what_happened": call.error or "succeeded",
+                },
+                indent=1,
+            )
+        )
+        return 0
+    print("no such run", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -17,9 +17,13 @@
     │   ├── StateUnavailable        the state database (read-only home, full disk)
     │   └── Degraded                writes refused until interrupted moves recover
     ├── AddressInUse                ``serve``: the port is taken (exit 8)
-    └── RemoteError                 talking to a running sidecar failed (502, 9)
-        ├── Unreachable             no answer at ``--url``
-        └── Unauthorized            the token was missing or wrong (401)
+    ├── RemoteError                 talking to a running sidecar failed (502, 9)
+    │   ├── Unreachable             no answer at ``--url``
+    │   └── Unauthorized            the token was missing or wrong (401)
+    └── GatewayError                the MCP gateway failed (502, 9)
+        ├── UpstreamSpecError       an upstream given as neither NAME=URL nor NAME=COMMAND
+        │                           (also an ``InvalidInput``: 400, exit 2)
+        └── UpstreamUnavailable     an upstream MCP server could not be reached
 
 Each class declares its ``code`` (stable, machine-readable), ``status`` (HTTP) and
 ``exit_code`` (CLI).  The HTTP error envelope, the CLI's exit codes, the MCP tool
@@ -162,6 +166,27 @@ class Unreachable(RemoteError):
 class Unauthorized(RemoteError):
     code = "unauthorized"
     status = 401
+
+
+class GatewayError(SidecarError):
+    code = "gateway"
+    status = 502
+    exit_code = EXIT_REMOTE
+
+
+class UpstreamSpecError(GatewayError, InvalidInput):
+    code = "upstream_spec"
+    status = 400
+    exit_code = EXIT_INVALID
+
+
+class UpstreamUnavailable(GatewayError):
+    code = "upstream_unavailable"
+    name = ""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(f"upstream {name} unavailable: {detail}")
+        self.name = name
 
 
 def _subclasses(cls: type[SidecarError]) -> list[type[SidecarError]]:

@@ -1,4 +1,4 @@
-"""Errors raised by the gateway.
+"""Errors raised by the gateway: part of the library's one tree (:mod:`sidecar.errors`).
 
 SidecarError
 └── GatewayError               root of what :mod:`sidecar.gateway` raises
@@ -6,22 +6,6 @@ SidecarError
     └── UpstreamUnavailable    an upstream could not be reached (at start, or since)
 """
 
-from __future__ import annotations
+from sidecar.errors import GatewayError, UpstreamSpecError, UpstreamUnavailable
 
-from sidecar.errors import SidecarError
-
-
-class GatewayError(SidecarError):
-    code = "gateway"
-
-
-class UpstreamSpecError(GatewayError, ValueError):
-    code = "upstream_spec"
-
-
-class UpstreamUnavailable(GatewayError):
-    code = "upstream_unavailable"
-
-    def __init__(self, name: str, detail: str) -> None:
-        super().__init__(f"upstream {name} unavailable: {detail}")
-        self.name = name
+__all__ = ["GatewayError", "UpstreamSpecError", "UpstreamUnavailable"]

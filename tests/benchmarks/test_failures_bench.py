@@ -47,8 +47,16 @@ def test_replay_catches_a_remembered_failure_only_with_the_call_memory() -> None
     result = replay(corpus(), seeds=[3], k=8)
     figures = {name: metrics(calls, [(c.check.decision, c.check.constraints) for c in calls])
                for name, calls in result.calls.items()}  # fmt: skip
-    assert set(figures) == {"plain_index", "seed_prefix", "sequence_memory", "call_memory"}
+    assert set(figures) == {
+        "plain_index",
+        "seed_prefix",
+        "sequence_memory",
+        "call_memory",
+        "sidecar",
+    }
     mine, plain = figures["call_memory"], figures["plain_index"]
+    # the same memory through the public library answers the same
+    assert figures["sidecar"] == mine
     assert mine["repeats"] == plain["repeats"] == 2
     assert plain["repeats_caught"] == 0
     # one failing session learned: a warning, not yet a block

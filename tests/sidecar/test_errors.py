@@ -25,9 +25,10 @@ TOKEN = "errors-token-0123456789"
 
 
 def instance(cls: type[SidecarError]) -> SidecarError:
-    if cls is E.SecretValueError:
-        return cls("tool 't' credentials[0].ref")
-    return cls("something went wrong")
+    """An instance with a plain message (as a client rebuilds one from its code)."""
+    err = from_code(cls.code, "something went wrong", cls.status)
+    assert type(err) is cls
+    return err
 
 
 def test_every_class_declares_a_code_a_status_and_an_exit_code() -> None:
@@ -42,6 +43,7 @@ def test_every_class_declares_a_code_a_status_and_an_exit_code() -> None:
         assert issubclass(getattr(E, name), E.StorageError)
     assert E.Busy.exit_code == 6 and E.UsageError.exit_code == 2
     assert E.Unreachable.exit_code == E.Unauthorized.exit_code == 9
+    assert issubclass(E.UpstreamSpecError, E.InvalidInput) and E.UpstreamSpecError.exit_code == 2
 
 
 @pytest.fixture
