@@ -35,6 +35,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlparse
 
@@ -339,7 +340,7 @@ class Sidecar:
         self._writable()
         index = self.index
         with self._home.hot_write():
-            return add_tools(
+            result = add_tools(
                 tools,
                 records=self._records,
                 index=index,
@@ -347,6 +348,28 @@ class Sidecar:
                 refuse=self._refuse_cold,
                 progress=progress,
             )
+        variants = self._variants_of_evicted([t.tool_id for t in tools])
+        if not variants:
+            return result
+        for new, old in variants:
+            self._state.log_constraint_event(
+                self._journal.evicted()[old].move_id, "variant_added", new
+            )
+        notes = tuple(
+            f"{new} looks like the evicted tool {old} (same name up to case and separators): "
+            f"added; if it is the same tool, `sidecar restore {old}` keeps its history"
+            for new, old in variants
+        )
+        return replace(result, warnings=result.warnings + notes)
+
+    def _variants_of_evicted(self, ids: Sequence[str]) -> list[tuple[str, str]]:
+        """(new id, evicted id) pairs whose names differ only by case and separators."""
+        evicted = {_name_key(t): t for t in self._journal.evicted()}
+        return [
+            (i, evicted[_name_key(i)])
+            for i in dict.fromkeys(ids)
+            if _name_key(i) in evicted and evicted[_name_key(i)] != i
+        ]
 
     @boundary
     def sync_tools(self, source: str, tools: Sequence[Tool]) -> SyncResult:
@@ -662,6 +685,7 @@ class Sidecar:
         view = archive.audit_view(row, pointer)
         if table == "tools":
             view["restores"] = self._journal.restores(view["tool_id"])
+            view["variants_added"] = self._state.events(key, "variant_added")
         return AuditRecord(view)
 
     @boundary
@@ -713,6 +737,10 @@ class Sidecar:
         else:
             checks["journal"] = "ok"
         return Health(all(v == "ok" for v in checks.values()), checks)
+
+
+def _name_key(tool_id: str) -> str:
+    return "".join(ch for ch in tool_id.lower() if ch.isalnum())
 
 
 def _writable_dir(path: Any) -> str:

@@ -35,6 +35,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 from sidecar.model import ArchivedConstraint, Condition, CredentialRef
 
@@ -431,6 +432,13 @@ class StateStore:
                 )
                 self._bump_revision(db)
             return bool(found)
+
+    def events(self, constraint_id: str, action: str) -> list[dict[str, Any]]:
+        rows = self._db.execute(
+            "SELECT reason, at FROM constraint_events WHERE chain_id=? AND action=? ORDER BY at",
+            (constraint_id, action),
+        ).fetchall()
+        return [{"detail": r, "at": at} for r, at in rows]
 
     def log_constraint_event(self, constraint_id: str, action: str, reason: str) -> None:
         with self._tx() as db:

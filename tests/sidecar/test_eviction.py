@@ -362,3 +362,18 @@ def test_after_a_restore_only_new_chains_count(default_sc: Sidecar) -> None:
     assert len(kept["search_api"].chains) == 3  # every chain is still listed
     sc.report(abandoned(["search_api", "html_parser", "summarizer"], "HTTP 422"))
     assert "search_api" in {d.tool_id for d in sc.evict().evicted}
+
+
+def test_a_name_variant_of_an_evicted_tool_is_added_with_a_warning_and_recorded(
+    sc: Sidecar,
+) -> None:
+    sc.report(abandoned(FATAL, "HTTP 413"))
+    assert "search_api" in {d.tool_id for d in sc.evict().evicted}
+    result = sc.add_tools([tool("Search-API")])
+    assert result.added == ("Search-API",)
+    (warning,) = result.warnings
+    assert "looks like the evicted tool search_api" in warning
+    record = sc.audit("cold://tools/search_api")
+    assert [v["detail"] for v in record["variants_added"]] == ["Search-API"]
+    with pytest.raises(InvalidInput, match="cannot be re-added"):
+        sc.add_tools([tool("search_api")])  # the exact name still needs a restore
