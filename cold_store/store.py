@@ -65,6 +65,11 @@ class ColdStore:
             raise PointerError(pointer, f"unknown table {table!r}")
         return self._tables[table].get(key)
 
+    def verify(self, deep: bool = False) -> list[QuarantinedFile]:
+        """Files of every table that are not what was published (see
+        :meth:`ParquetTable.verify`)."""
+        return [q for t in self._tables.values() for q in t.verify(deep)]
+
     def quarantined(self) -> list[QuarantinedFile]:
         return [q for t in self._tables.values() for q in t.quarantined()]
 

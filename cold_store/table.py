@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -58,6 +59,9 @@ CREATE TABLE IF NOT EXISTS files (
     reason TEXT,
     indexed_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS fingerprints (
+    name TEXT PRIMARY KEY, size INTEGER NOT NULL, sha256 TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS keys (
     key TEXT PRIMARY KEY,
     file TEXT NOT NULL,
@@ -65,6 +69,16 @@ CREATE TABLE IF NOT EXISTS keys (
     row INTEGER NOT NULL
 );
 """
+
+
+def _fingerprint(path: Path) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+            size += len(block)
+    return size, digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -178,22 +192,32 @@ class ParquetTable:
         return added
 
     def _index_file(self, rel: str, keys: Sequence[str], groups: Sequence[int]) -> None:
-        """Index ``keys`` (in file order) of a file whose row groups hold ``groups`` rows.
-        A key already indexed keeps its first copy, unless that copy was quarantined."""
+        """Index ``keys`` (in file order) of a file whose row groups hold ``groups`` rows,
+        with the file's size and checksum as published.  A key already indexed keeps its
+        first copy, unless that copy was quarantined."""
         positions = [(g, r) for g, size in enumerate(groups) for r in range(size)]
         if len(positions) != len(keys):
             raise SchemaError(f"{rel}: {len(keys)} keys but {len(positions)} rows in row groups")
+        size, digest = _fingerprint(self.dir / rel)
         with self._lock:
-            self._index_locked(rel, keys, positions)
+            self._index_locked(rel, keys, positions, size, digest)
 
     def _index_locked(
-        self, rel: str, keys: Sequence[str], positions: list[tuple[int, int]]
+        self,
+        rel: str,
+        keys: Sequence[str],
+        positions: list[tuple[int, int]],
+        size: int,
+        digest: str,
     ) -> None:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             self._db.execute(
                 "INSERT OR IGNORE INTO files(name, rows, indexed_at) VALUES (?, ?, ?)",
                 (rel, len(keys), time.time()),
+            )
+            self._db.execute(
+                "INSERT OR REPLACE INTO fingerprints VALUES (?, ?, ?)", (rel, size, digest)
             )
             self._db.executemany(
                 "INSERT INTO keys(key, file, row_group, row) VALUES (?, ?, ?, ?) "
@@ -228,6 +252,30 @@ class ParquetTable:
             "ON CONFLICT(name) DO UPDATE SET status='quarantined', reason=excluded.reason",
             (rel, reason, time.time()),
         )
+
+    def verify(self, deep: bool = False) -> list[QuarantinedFile]:
+        """Readable-looking files that are not what was published: missing, of another
+        size, or (``deep``: every byte read) of another checksum.  Reported, not moved;
+        a read of one quarantines it."""
+        rows = self._db.execute(
+            "SELECT f.name, p.size, p.sha256 FROM files f LEFT JOIN fingerprints p "
+            "ON p.name = f.name WHERE f.status='ok' ORDER BY f.seq"
+        ).fetchall()
+        damaged: list[QuarantinedFile] = []
+        for name, size, digest in rows:
+            path = self.dir / name
+            try:
+                actual = path.stat().st_size
+            except OSError:
+                damaged.append(QuarantinedFile(name, path, "missing"))
+                continue
+            if size is not None and actual != size:
+                damaged.append(
+                    QuarantinedFile(name, path, f"{actual} bytes where {size} were published")
+                )
+            elif deep and digest is not None and _fingerprint(path)[1] != digest:
+                damaged.append(QuarantinedFile(name, path, "checksum differs from the published"))
+        return damaged
 
     def quarantined(self) -> list[QuarantinedFile]:
         rows = self._db.execute(

@@ -702,7 +702,9 @@ class Sidecar:
         return max(0, self._state.constraint_count() - self._cold.chains.count())
 
     @boundary
-    def status(self) -> ArchiveStatus:
+    def status(self, verify: bool = False) -> ArchiveStatus:
+        """Counts and health of the archive; ``verify`` checksums every cold file (the
+        sizes are always checked)."""
         return ArchiveStatus(
             chains=self._cold.chains.count(),
             active_constraints=self.matcher_size(),
@@ -714,6 +716,9 @@ class Sidecar:
             active_tools=self._records.count(),
             unfinished_moves=len(self._journal.unfinished()),
             degraded=self.degraded,
+            damaged=tuple(
+                QuarantinedView(q.name, str(q.path), q.reason) for q in self._cold.verify(verify)
+            ),
         )
 
     def health(self) -> Health:
@@ -729,6 +734,9 @@ class Sidecar:
         except (ToolIndexError, SidecarError) as exc:
             checks["hot_index"] = f"unavailable: {redact_text(str(exc))}"
         checks["cold_store"] = _writable_dir(self._cold.root)
+        damaged = self._cold.verify()
+        if checks["cold_store"] == "ok" and damaged:
+            checks["cold_store"] = f"{len(damaged)} file(s) not as published: {damaged[0].reason}"
         checks["state"] = _writable_dir(self.settings.home)
         if self.degraded:
             checks["journal"] = self.degraded

@@ -168,8 +168,8 @@ class RemoteSidecar:
     def digest(self) -> Digest:
         return self._get(Digest, "/v1/archive/digest")
 
-    def status(self) -> ArchiveStatus:
-        return self._get(ArchiveStatus, "/v1/archive/status")
+    def status(self, verify: bool = False) -> ArchiveStatus:
+        return self._get(ArchiveStatus, "/v1/archive/status", verify=verify)
 
     def health(self) -> Health:
         response = self._http.get("/readyz")

@@ -31,6 +31,9 @@ class ArchiveStatus:
     active_tools: int = 0
     unfinished_moves: int = 0
     degraded: str | None = None
+    damaged: tuple[QuarantinedView, ...] = ()
+    """Cold files that are not what was published (missing, resized, or with another
+    checksum when verified deeply): found before a read trips on them."""
     """Why writes are refused, when they are (interrupted moves that cannot finish)."""
 
 

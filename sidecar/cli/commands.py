@@ -284,7 +284,7 @@ def archive_digest(args: argparse.Namespace) -> int:
 
 def archive_status(args: argparse.Namespace) -> int:
     with backend(args) as b:
-        st = b.status()
+        st = b.status(args.verify)
 
     def human() -> str:
         lines = [
@@ -301,6 +301,7 @@ def archive_status(args: argparse.Namespace) -> int:
             lines.append(f"unfinished moves:   {st.unfinished_moves}")
         if st.degraded:
             lines.append(f"degraded:           {st.degraded}")
+        lines += [f"damaged file:       {d.path}: {d.reason}" for d in st.damaged]
         return "\n".join(lines)
 
     emit(args, st, human)

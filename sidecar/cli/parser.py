@@ -178,9 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     arch = command("archive", "the abandoned chain archive")
     arch_sub = arch.add_subparsers(dest="archive_command", metavar="ACTION", required=True)
     command("digest", "the archive digest", arch_sub).set_defaults(func=cmd.archive_digest)
-    command("status", "counts, quarantined files, health", arch_sub).set_defaults(
-        func=cmd.archive_status
-    )
+    st = command("status", "counts, quarantined and damaged files, health", arch_sub)
+    st.add_argument("--verify", action="store_true", help="checksum every cold file")
+    st.set_defaults(func=cmd.archive_status)
 
     evict = command("evict", "evict dead-end prefix tools to cold storage")
     evict.add_argument("--dry-run", action="store_true", help="decide and report; change nothing")

@@ -224,3 +224,21 @@ def test_a_second_sidecar_on_the_home_serves_the_first_ones_tool_updates(tmp_pat
         writer.add_tools([Tool("fetch", "fetch a page", tool_type="browser")])
         [hit] = reader.search("fetch a page", k=1).hits
         assert hit.tool_type == "browser"
+
+
+def test_status_finds_damaged_cold_files_before_a_read_does(sc: Sidecar) -> None:
+    sc.report(abandoned(CHAIN, "HTTP 404"))
+    sc.report(abandoned(["a", "b"], "HTTP 400"))
+    files = sorted((sc.settings.cold_path / "chains").rglob("*.parquet"))
+    assert len(files) == 2 and sc.status(verify=True).damaged == ()
+    data = bytearray(files[0].read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, other bytes
+    files[0].write_bytes(bytes(data))
+    assert sc.status().damaged == ()  # sizes alone cannot see it
+    (found,) = sc.status(verify=True).damaged
+    assert found.file.endswith(files[0].name) and "checksum" in found.reason
+    files[1].write_bytes(files[1].read_bytes()[:100])  # torn
+    reasons = sorted(d.reason for d in sc.status().damaged)
+    assert len(reasons) == 1 and "were published" in reasons[0]
+    health = sc.health()
+    assert not health.ready and "not as published" in health.checks["cold_store"]

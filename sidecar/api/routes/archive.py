@@ -28,8 +28,8 @@ def digest(sc: Lib) -> dict[str, Any]:
 
 
 @router.get("/v1/archive/status")
-def archive_status(sc: Lib) -> dict[str, Any]:
-    return dump_dict(sc.status())
+def archive_status(sc: Lib, verify: bool = False) -> dict[str, Any]:
+    return dump_dict(sc.status(verify))
 
 
 @router.get("/v1/constraints")
