@@ -621,6 +621,15 @@ class Sidecar:
         return out
 
     @boundary
+    def constraint(self, constraint_id: str) -> ConstraintView:
+        """One constraint, whatever its status (a chain id or a call condition id)."""
+        check_constraint_id(constraint_id)
+        found = [v for v in self.constraints(include_lifted=True) if v.chain_id == constraint_id]
+        if not found:
+            raise NotFound(f"no constraint {constraint_id!r}")
+        return found[0]
+
+    @boundary
     def lift(self, chain_id: str, reason: str) -> ConstraintChange:
         """Stop enforcing a constraint: an archived chain's (32 hex digits) or a learned
         call condition's (16); the record stays for audit."""

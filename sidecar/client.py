@@ -180,6 +180,9 @@ class RemoteSidecar:
             list[ConstraintView], "/v1/constraints", "constraints", include_lifted=include_lifted
         )
 
+    def constraint(self, constraint_id: str) -> ConstraintView:
+        return self._get(ConstraintView, f"/v1/constraints/{segment(constraint_id)}")
+
     def lift(self, chain_id: str, reason: str) -> ConstraintChange:
         path = f"/v1/constraints/{segment(chain_id)}/lift"
         return self._post(ConstraintChange, path, {"reason": reason})

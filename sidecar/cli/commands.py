@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from sidecar.cli.output import bar, emit, short, status
 from sidecar.errors import EXIT_BLOCKED, EXIT_OK, EXIT_REJECTED, EXIT_WARNED, UsageError
+from sidecar.wire import dump
 
 if TYPE_CHECKING:
     from sidecar.app import Sidecar
@@ -320,6 +321,13 @@ def constraints_list(args: argparse.Namespace) -> int:
         )
 
     emit(args, {"constraints": rows}, human)
+    return EXIT_OK
+
+
+def constraints_show(args: argparse.Namespace) -> int:
+    with backend(args) as b:
+        view = b.constraint(args.constraint_id)
+    emit(args, view, lambda: json.dumps(dump(view), indent=2, ensure_ascii=False))
     return EXIT_OK
 
 

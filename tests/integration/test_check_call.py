@@ -170,3 +170,15 @@ def test_mcp(tmp_path: Path) -> None:
             },
         )
         assert reported["status"] == "recorded"
+
+
+def test_one_constraint_on_every_surface(home: Path, client: TestClient) -> None:
+    views = client.get("/v1/constraints", headers=AUTH).json()["constraints"]
+    wanted = next(v for v in views if v["kind"] == "call")
+    one = client.get(f"/v1/constraints/{wanted['chain_id']}", headers=AUTH).json()
+    assert one == wanted and one["condition"]["predicate"]["feature"]
+    assert client.get(f"/v1/constraints/{'0' * 16}", headers=AUTH).status_code == 404
+    assert client.get("/v1/constraints/nope", headers=AUTH).status_code == 400
+    shown = cli(home, "constraints", "show", wanted["chain_id"], "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout) == wanted
+    assert cli(home, "constraints", "show", "0" * 32).returncode == 5

@@ -37,6 +37,11 @@ def constraints(sc: Lib, include_lifted: bool = False) -> dict[str, Any]:
     return {"constraints": dump(sc.constraints(include_lifted))}
 
 
+@router.get("/v1/constraints/{constraint_id}")
+def constraint(constraint_id: str, sc: Lib) -> dict[str, Any]:
+    return dump_dict(sc.constraint(constraint_id))
+
+
 @router.post("/v1/constraints/{chain_id}/lift")
 def lift(chain_id: str, body: ReasonIn, sc: Lib) -> dict[str, Any]:
     return dump_dict(sc.lift(chain_id, body.reason))
