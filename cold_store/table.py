@@ -29,7 +29,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -371,6 +371,20 @@ class ParquetTable:
             ).fetchone()
             is not None
         )
+
+    def contains_many(self, keys: Iterable[str]) -> set[str]:
+        """The subset of ``keys`` stored in readable files (one read per 500 keys)."""
+        wanted = list(dict.fromkeys(keys))
+        found: set[str] = set()
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            rows = self._db.execute(
+                "SELECT k.key FROM keys k JOIN files f ON f.name = k.file "
+                f"WHERE f.status='ok' AND k.key IN ({','.join('?' * len(chunk))})",
+                chunk,
+            )
+            found.update(r[0] for r in rows)
+        return found
 
     def count(self) -> int:
         return int(

@@ -191,7 +191,6 @@ class Sidecar:
             self._records,
             settings.reproduce_threshold,
             self._calls,
-            self._lookup.fatal_after,
             settings.retire_after,
             StepPolicy(settings.max_step_bytes, settings.keep_outputs),
             after_archive=self._evict_after_report if settings.evict_on_report else None,

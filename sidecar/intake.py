@@ -36,7 +36,6 @@ from sidecar.classify import classify
 from sidecar.errors import InvalidInput
 from sidecar.memory import FailureCondition, Session, Step, normalize_signature
 from sidecar.model import (
-    ArchivedConstraint,
     ChainReport,
     ConstraintSpec,
     Failure,
@@ -44,7 +43,7 @@ from sidecar.model import (
     StepReport,
 )
 from sidecar.redact import redact, redact_text
-from sidecar.registry import ToolRecords, redacted_tool, tool_from_record
+from sidecar.registry import ToolRecords, tool_from_record
 from sidecar.reports import parse_any, parse_condition, validate_abandoned
 from sidecar.state import StateStore
 
@@ -118,24 +117,22 @@ class Intake:
         records: ToolRecords,
         reproduce_threshold: int,
         calls: CallMemory,
-        fatal: Callable[[Sequence[str]], Mapping[str, Sequence[ArchivedConstraint]]],
         retire_after: int,
         steps: StepPolicy = StepPolicy(),
         after_archive: Callable[[], str] | None = None,
     ) -> None:
-        """``fatal(executed)``: the unconditional sequence constraints a next tool would
-        complete after ``executed`` (a success that does so contradicts them);
-        ``after_archive``: run after a batch archived chains (the eviction, when the
+        """``after_archive``: run after a batch archived chains (the eviction, when the
         home evicts on report), returns a note for the answers."""
         self._state = state
         self._cold = cold
         self._records = records
         self._threshold = reproduce_threshold
         self._calls = calls
-        self._fatal = fatal
+        self._fatal = _FatalSequences()
         self._retire_after = retire_after
         self._steps = steps
         self._after_archive = after_archive
+        self._stored: set[str] = set()
 
     # ---- the batch ---------------------------------------------------------------
     def report_many(
@@ -189,46 +186,52 @@ class Intake:
         for i, notes in plan.summaries.items():
             plan.results[i] = _session_answer(plan, i, notes, suffix)
         self.reconcile()  # a replay may find a chain whose constraint a crash lost
+        self._fatal.written(self._state.revision())
         return [r for r in plan.results if r is not None]
 
     def _plan(self, reports: Sequence[ChainReport | StepReport | Mapping[str, Any]]) -> _Plan:
         plan = _Plan([None] * len(reports))
-        batch_sessions: dict[tuple[tuple[str, ...], str], set[str]] = {}
         archived_now: set[str] = set()
-        for i, raw in enumerate(reports):
-            try:
-                parsed = raw if isinstance(raw, ChainReport | StepReport) else parse_any(raw)
-                if isinstance(parsed, StepReport):
-                    steps = self._redacted_steps(parsed)
-                    self._plan_steps(i, parsed, steps, plan, batch_sessions, archived_now)
+        parsed = [_parsed(raw) for raw in reports]
+        # what the batch's abandoned chains need from the stores, in two reads
+        chains = [p for p in parsed if isinstance(p, _Chain)]
+        batch_sessions = self._state.sighting_sessions_of(
+            (c.report.topology, c.signature) for c in chains
+        )
+        self._stored = self._cold.chains.contains_many(c.chain_id for c in chains)
+        for i, item in enumerate(parsed):
+            if isinstance(item, InvalidInput):
+                plan.results[i] = IntakeResult("rejected", reason=str(item))
+            elif isinstance(item, StepReport):
+                try:
+                    steps = self._redacted_steps(item)
+                except InvalidInput as exc:
+                    plan.results[i] = IntakeResult("rejected", reason=str(exc))
                     continue
-                if parsed.outcome == "completed":
-                    plan.completed.append(parsed.topology)
-                    self._contradictions(parsed.topology, range(len(parsed.topology)), plan)
-                    runs = self._state.completed_runs(parsed.topology) + plan.completed.count(
-                        parsed.topology
-                    )
-                    plan.results[i] = IntakeResult(
-                        "recorded",
-                        reason=f"completed chain recorded as usage evidence ({runs} run(s))",
-                    )
-                    continue
-                validate_abandoned(parsed)
-            except InvalidInput as exc:
-                plan.results[i] = IntakeResult("rejected", reason=str(exc))
-                continue
-            report = redacted_report(parsed)
-            assert report.constraint is not None
-            plan.manual += report.constraint.conditions
-            self._plan_abandoned(i, report, plan, batch_sessions, archived_now)
+                self._plan_steps(i, item, steps, plan, batch_sessions, archived_now)
+            elif isinstance(item, _Chain):
+                assert item.report.constraint is not None
+                plan.manual += item.report.constraint.conditions
+                self._plan_abandoned(i, item, plan, batch_sessions, archived_now)
+            else:
+                plan.completed.append(item.topology)
+                self._contradictions(item.topology, range(len(item.topology)), plan)
+                runs = self._state.completed_runs(item.topology) + plan.completed.count(
+                    item.topology
+                )
+                plan.results[i] = IntakeResult(
+                    "recorded",
+                    reason=f"completed chain recorded as usage evidence ({runs} run(s))",
+                )
         return plan
 
     def _contradictions(self, tools: Sequence[str], succeeded: Iterable[int], plan: _Plan) -> None:
         """A tool that completed after ``tools[:j]`` contradicts every unconditional
         fatal sequence it completes there."""
+        self._fatal.refresh(self._state)
         for j in succeeded:
-            for c in self._fatal(tools[:j]).get(tools[j], ()):
-                plan.contradictions[c.chain_id] += 1
+            for cid in self._fatal.completed_at(tools, j):
+                plan.contradictions[cid] += 1
 
     # ---- sessions reported as steps ---------------------------------------------------
     def _redacted_steps(self, report: StepReport) -> tuple[Step, ...]:
@@ -333,11 +336,12 @@ class Intake:
     def _plan_abandoned(
         self,
         i: int,
-        report: ChainReport,
+        chain: _Chain,
         plan: _Plan,
         batch_sessions: dict[tuple[tuple[str, ...], str], set[str]],
         archived_now: set[str],
     ) -> None:
+        report = chain.report
         assert report.failure is not None and report.constraint is not None
         verdict = classify(report.failure.signature, report.failure.kind, report.failure.error)
         if verdict.kind == "transient":
@@ -353,9 +357,9 @@ class Intake:
         batch_sessions[key].add(who)
         seen = len(batch_sessions[key])
         plan.sighted.append((report.topology, report.failure.signature, who))
-        cid = archive.chain_id(report)
+        cid = chain.chain_id
         plan.chain_sessions.append((cid, who))
-        if cid in archived_now or self._cold.chains.contains(cid):
+        if cid in archived_now or cid in self._stored:
             plan.results[i] = IntakeResult(
                 "archived", cid, make_pointer("chains", cid), "already archived (replayed report)"
             )
@@ -420,7 +424,7 @@ class Intake:
             if rec is None:
                 snaps[tool_id] = None
                 continue
-            tool = redacted_tool(tool_from_record(rec))
+            tool = tool_from_record(rec)  # records are stored redacted
             snap = tool.to_dict()
             snap.pop("credentials")
             snaps[tool_id] = snap
@@ -454,6 +458,11 @@ class Intake:
             self._state.add_constraints(
                 items, plan.completed, plan.sighted, plan.chain_sessions, kinds
             )
+        self._fatal.extend(
+            (item[1], item[0])
+            for item in items
+            if kinds.get(item[0], "sequence") == "sequence" and not item[4] and not item[5]
+        )
 
     def reconcile(self) -> list[str]:
         """Compile every archived chain the constraint table misses (a crash between the
@@ -473,6 +482,80 @@ class Intake:
             self.compile([row])
             repaired.append(cid)
         return repaired
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """An abandoned chain report, parsed, checked and redacted."""
+
+    report: ChainReport
+    chain_id: str
+
+    @property
+    def signature(self) -> str:
+        assert self.report.failure is not None
+        return self.report.failure.signature
+
+
+def _parsed(
+    raw: ChainReport | StepReport | Mapping[str, Any],
+) -> _Chain | ChainReport | StepReport | InvalidInput:
+    """A report checked and, for an abandoned chain, redacted: a ``_Chain``; a step
+    report or a completed chain as parsed; or why it is rejected.  No store is read."""
+    try:
+        report = raw if isinstance(raw, ChainReport | StepReport) else parse_any(raw)
+        if isinstance(report, StepReport) or report.outcome == "completed":
+            return report
+        validate_abandoned(report)
+    except InvalidInput as exc:
+        return exc
+    redacted = redacted_report(report)
+    return _Chain(redacted, archive.chain_id(redacted))
+
+
+class _FatalSequences:
+    """The unconditional, contiguous fatal sequences by terminal tool: what a completed
+    call is checked against for contradictions.  Read from the state once, then kept up
+    to date with this process's own archiving (a chain another process archives is
+    seen when the constraints revision next moves under a batch)."""
+
+    def __init__(self) -> None:
+        self._by_terminal: dict[str, list[tuple[tuple[str, ...], str]]] = {}
+        self._rev = -1
+
+    def refresh(self, state: StateStore) -> None:
+        rev = state.revision()
+        if rev == self._rev:
+            return
+        self._by_terminal = {}
+        self._add((c.sequence, c.chain_id) for c in state.active_constraints() if not c.when)
+        self._rev = rev
+
+    def extend(self, items: Iterable[tuple[Sequence[str], str]]) -> None:
+        """This process archived these."""
+        self._add(items)
+
+    def written(self, revision: int) -> None:
+        """The constraints revision after this process's own batch: nothing to re-read
+        (had it been read before)."""
+        if self._rev >= 0:
+            self._rev = revision
+
+    def _add(self, items: Iterable[tuple[Sequence[str], str]]) -> int:
+        n = 0
+        for sequence, cid in items:
+            seq = tuple(sequence)
+            self._by_terminal.setdefault(seq[-1], []).append((seq, cid))
+            n += 1
+        return n
+
+    def completed_at(self, tools: Sequence[str], j: int) -> list[str]:
+        """The sequences ``tools[: j + 1]`` ends with."""
+        return [
+            cid
+            for seq, cid in self._by_terminal.get(tools[j], ())
+            if len(seq) <= j + 1 and tuple(tools[j + 1 - len(seq) : j + 1]) == seq
+        ]
 
 
 def call_chain_id(session: str, position: int, tool: str, error: str) -> str:

@@ -133,12 +133,16 @@ class ToolRecords:
 
     def get(self, ids: Iterable[str]) -> dict[str, IndexRecord]:
         out: dict[str, IndexRecord] = {}
-        for tool_id in dict.fromkeys(ids):
-            row = self._state.db.execute(
-                "SELECT document, metadata FROM hot_tools WHERE tool_id=?", (tool_id,)
-            ).fetchone()
-            if row is not None:
-                out[tool_id] = IndexRecord(tool_id, row[0], json.loads(row[1]))
+        wanted = list(dict.fromkeys(ids))
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            rows = self._state.db.execute(
+                "SELECT tool_id, document, metadata FROM hot_tools "
+                f"WHERE tool_id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+            for tool_id, document, metadata in rows:
+                out[tool_id] = IndexRecord(tool_id, document, json.loads(metadata))
         return out
 
     def all(self) -> list[IndexRecord]:

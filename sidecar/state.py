@@ -168,14 +168,17 @@ class StateStore:
             )
 
     def credentials(self, tool_ids: Iterable[str]) -> dict[str, list[CredentialRef]]:
-        out: dict[str, list[CredentialRef]] = {}
-        for tool_id in dict.fromkeys(tool_ids):
+        wanted = list(dict.fromkeys(tool_ids))
+        out: dict[str, list[CredentialRef]] = {t: [] for t in wanted}
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
             rows = self._db.execute(
-                "SELECT ref, scopes, provider, revocation_endpoint FROM tool_credentials "
-                "WHERE tool_id=? ORDER BY ref",
-                (tool_id,),
+                "SELECT tool_id, ref, scopes, provider, revocation_endpoint FROM tool_credentials "
+                f"WHERE tool_id IN ({','.join('?' * len(chunk))}) ORDER BY tool_id, ref",
+                chunk,
             ).fetchall()
-            out[tool_id] = [CredentialRef(r, tuple(json.loads(s)), p, e) for r, s, p, e in rows]
+            for tool_id, r, s, p, e in rows:
+                out[tool_id].append(CredentialRef(r, tuple(json.loads(s)), p, e))
         return out
 
     # ---- usage evidence and sightings ----------------------------------------------
@@ -252,6 +255,24 @@ class StateStore:
         ).fetchone()
         return int(row[0]) if row else 0
 
+    def sighting_sessions_of(
+        self, keys: Iterable[tuple[Sequence[str], str]]
+    ) -> dict[tuple[tuple[str, ...], str], set[str]]:
+        """:meth:`sighting_sessions` for many failures in one read."""
+        by_key = {topology_key(t, s): (tuple(t), s) for t, s in keys}
+        out: dict[tuple[tuple[str, ...], str], set[str]] = {k: set() for k in by_key.values()}
+        wanted = list(by_key)
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            rows = self._db.execute(
+                "SELECT sighting_key, session_key FROM sighting_sessions "
+                f"WHERE sighting_key IN ({','.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+            for key, session in rows:
+                out[by_key[key]].add(session)
+        return out
+
     def sighting_sessions(self, topology: Sequence[str], signature: str) -> set[str]:
         """The distinct sessions that met this failure."""
         rows = self._db.execute(
@@ -298,10 +319,8 @@ class StateStore:
         added = 0
         (next_ord,) = db.execute("SELECT COALESCE(MAX(ord), -1) + 1 FROM constraints").fetchone()
         for chain_id, sequence, rule, signature, when, gapped, pointer, archived_at in items:
-            if db.execute("SELECT 1 FROM constraints WHERE chain_id=?", (chain_id,)).fetchone():
-                continue
-            db.execute(
-                "INSERT INTO constraints VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'active', ?)",
+            inserted = db.execute(
+                "INSERT OR IGNORE INTO constraints VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'active', ?)",
                 (
                     chain_id,
                     next_ord,
@@ -313,7 +332,9 @@ class StateStore:
                     pointer,
                     archived_at,
                 ),
-            )
+            ).rowcount
+            if not inserted:
+                continue  # already compiled
             db.execute(
                 "INSERT OR IGNORE INTO constraint_evidence(chain_id, kind, last_seen) "
                 "VALUES (?, ?, ?)",
