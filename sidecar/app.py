@@ -35,7 +35,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlparse
 
@@ -96,10 +95,6 @@ from sidecar.registry import (
     Fields,
     SyncResult,
     ToolRecords,
-    add_tools,
-    index_record,
-    redacted_tool,
-    tool_from_record,
 )
 from sidecar.reports import steps_of, task_text
 from sidecar.results import (
@@ -117,12 +112,12 @@ from sidecar.results import (
 )
 from sidecar.revocation import Ledger, Mandate, Revoker, make_revoker
 from sidecar.settings import Settings
+from sidecar.tools import Tools
 
 log = logging.getLogger("sidecar")
 P = ParamSpec("P")
 R = TypeVar("R")
 
-REGISTRY_MIGRATED = "registry_migrated"
 
 
 def boundary(fn: Callable[P, R]) -> Callable[P, R]:
@@ -195,6 +190,14 @@ class Sidecar:
             StepPolicy(settings.max_step_bytes, settings.keep_outputs),
             after_archive=self._evict_after_report if settings.evict_on_report else None,
         )
+        self._tools = Tools(
+            self._records,
+            self._state,
+            self._journal,
+            lambda: self.index,
+            self._home.hot_write,
+            self._cold_tools,
+        )
         self._evictor = Evictor(
             index=lambda: self.index,
             records=self._records,
@@ -244,7 +247,7 @@ class Sidecar:
             if self._index is None:
                 self._index = self._open_index()
                 if not self.read_only:
-                    self._sync_records(self._index)
+                    self._tools.sync_records(self._index)
             return self._index
 
     def _open_index(self) -> ActiveIndex:
@@ -259,21 +262,6 @@ class Sidecar:
                 ssl=url.scheme == "https",
             )
         return ActiveIndex.persistent(s.chroma_path, self.embedder, s.collection)
-
-    def _sync_records(self, index: ActiveIndex) -> None:
-        """Keep the records and the index in step: a home from before the records were
-        kept gets them from the index, once; a record the index lost (a deleted
-        ``chroma/`` folder) is embedded again from the record."""
-        if self._state.meta(REGISTRY_MIGRATED) is None:
-            self._records.put(list(index.scan()))
-            self._state.set_meta(REGISTRY_MIGRATED, "1")
-            self._state.bump_tools_revision()
-            return
-        missing = self._records.ids() - index.existing(self._records.ids())
-        if missing:
-            log.warning("hot index lacks %d active tool(s); rebuilding them", len(missing))
-            with self._home.hot_write():
-                index.upsert(list(self._records.get(sorted(missing)).values()))
 
     def _token_counter(self) -> tuple[str, Callable[[str], int]]:
         counter = getattr(self.embedder, "tokenizer_count", None)
@@ -337,38 +325,7 @@ class Sidecar:
     ) -> AddToolsResult:
         """Upsert tools into the hot index (credentials go to the state store)."""
         self._writable()
-        index = self.index
-        with self._home.hot_write():
-            result = add_tools(
-                tools,
-                records=self._records,
-                index=index,
-                state=self._state,
-                refuse=self._refuse_cold,
-                progress=progress,
-            )
-        variants = self._variants_of_evicted([t.tool_id for t in tools])
-        if not variants:
-            return result
-        for new, old in variants:
-            self._state.log_constraint_event(
-                self._journal.evicted()[old].move_id, "variant_added", new
-            )
-        notes = tuple(
-            f"{new} looks like the evicted tool {old} (same name up to case and separators): "
-            f"added; if it is the same tool, `sidecar restore {old}` keeps its history"
-            for new, old in variants
-        )
-        return replace(result, warnings=result.warnings + notes)
-
-    def _variants_of_evicted(self, ids: Sequence[str]) -> list[tuple[str, str]]:
-        """(new id, evicted id) pairs whose names differ only by case and separators."""
-        evicted = {_name_key(t): t for t in self._journal.evicted()}
-        return [
-            (i, evicted[_name_key(i)])
-            for i in dict.fromkeys(ids)
-            if _name_key(i) in evicted and evicted[_name_key(i)] != i
-        ]
+        return self._tools.add(tools, progress)
 
     @boundary
     def sync_tools(self, source: str, tools: Sequence[Tool]) -> SyncResult:
@@ -377,70 +334,22 @@ class Sidecar:
         longer lists gone from the hot index.  An evicted tool it still lists stays out
         (it comes back only by ``restore``)."""
         self._writable()
-        if not isinstance(source, str) or not source.strip():
-            raise InvalidInput("a catalog source needs a name")
-        wanted = {t.tool_id: t for t in tools}
-        cold = self._lookup.cold_tools(self._state.revisions()[1])
-        kept_out = sorted(i for i in wanted if i in cold)
-        known = self._records.get(i for i in wanted if i not in cold)
-        changed = []
-        for tool_id, tool in wanted.items():
-            if tool_id in cold:
-                continue
-            record = index_record(redacted_tool(tool))
-            old = known.get(tool_id)
-            if old is None or (old.document, dict(old.metadata)) != (
-                record.document,
-                dict(record.metadata),
-            ):
-                changed.append(tool)
-        if changed:
-            self.add_tools(changed)
-        before = self._records.of_source(source)
-        gone = sorted(before - set(wanted) - set(cold))
-        if gone:
-            with self._home.hot_write():
-                self.index.delete(gone)
-                self._records.remove(gone)
-        self._records.set_source(source, [i for i in wanted if i not in cold], gone)
-        added = tuple(t.tool_id for t in changed if t.tool_id not in known)
-        updated = tuple(t.tool_id for t in changed if t.tool_id in known)
-        return SyncResult(added, updated, tuple(gone), tuple(kept_out))
+        return self._tools.sync(source, tools)
 
     def hidden_tools(self) -> set[str]:
         """Tools never to be listed or called: evicted, or with their move begun."""
-        return set(self._lookup.cold_tools(self._state.revisions()[1]))
+        return set(self._cold_tools())
 
-    def _refuse_cold(self, ids: Sequence[str]) -> None:
-        evicted = self._journal.evicted()
-        moving = self._journal.in_flight_tools()
-        refused = sorted(i for i in ids if i in evicted or i in moving)
-        if refused:
-            where = ", ".join(
-                f"{t} ({evicted[t].pointer if t in evicted else 'eviction in progress'})"
-                for t in refused
-            )
-            raise InvalidInput(
-                f"evicted tool(s) cannot be re-added: {where}; bring one back with "
-                "`sidecar restore TOOL_ID --reason ...`"
-            )
+    def _cold_tools(self) -> frozenset[str]:
+        return self._lookup.cold_tools(self._state.revisions()[1])
 
     @boundary
     def list_tools(self) -> list[Tool]:
-        records = self._active_records()
-        creds = self._state.credentials(r.id for r in records)
-        return [tool_from_record(r, creds.get(r.id, ())) for r in records]
-
-    def _active_records(self) -> list[Any]:
-        if self._state.meta(REGISTRY_MIGRATED) is None:
-            return sorted(self.index.scan(), key=lambda r: r.id)  # an old home, read-only
-        return self._records.all()
+        return self._tools.list()
 
     @boundary
     def get_tools(self, tool_ids: Iterable[str]) -> dict[str, Tool]:
-        records = self._records.get(tool_ids)
-        creds = self._state.credentials(records)
-        return {i: tool_from_record(r, creds.get(i, ())) for i, r in records.items()}
+        return self._tools.get(tool_ids)
 
     # ---- lookup -------------------------------------------------------------------
     @boundary
@@ -753,10 +662,6 @@ class Sidecar:
         else:
             checks["journal"] = "ok"
         return Health(all(v == "ok" for v in checks.values()), checks)
-
-
-def _name_key(tool_id: str) -> str:
-    return "".join(ch for ch in tool_id.lower() if ch.isalnum())
 
 
 def _writable_dir(path: Any) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from sidecar import __version__
@@ -98,6 +99,10 @@ def common_options() -> argparse.ArgumentParser:
     return common
 
 
+Command = Callable[..., argparse.ArgumentParser]
+"""``command(name, help, parent=sub)``: a sub-parser with the common options."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = common_options()
     parser = argparse.ArgumentParser(
@@ -113,6 +118,16 @@ def build_parser() -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = parent.add_parser(name, help=help, parents=[common], **kw)
         return p
 
+    tool_commands(command)
+    lookup_commands(command)
+    archive_commands(command)
+    eviction_commands(command)
+    serving_commands(command)
+    return parser
+
+
+def tool_commands(command: Command) -> None:
+    """The commands of the tool index."""
     tools = command("tools", "manage the active tool index")
     tools_sub = tools.add_subparsers(dest="tools_command", metavar="ACTION", required=True)
     add = command(
@@ -125,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     add.set_defaults(func=cmd.tools_add)
     command("list", "list the active tools", tools_sub).set_defaults(func=cmd.tools_list)
 
+
+def lookup_commands(command: Command) -> None:
+    """The commands of lookups, checks and reports."""
     search = command("search", "semantic tool lookup")
     search.add_argument("query")
     search.add_argument("-k", type=k_int, default=5, help="number of tools (default 5)")
@@ -168,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--task-input", metavar="TEXT", help="what the agent was asked")
     check.set_defaults(func=cmd.check)
 
+
+def archive_commands(command: Command) -> None:
+    """The commands of the archive and its constraints."""
     audit = command(
         "audit",
         "show an archived record: cold://chains/<chain_id> or cold://tools/<tool_id>",
@@ -182,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--verify", action="store_true", help="checksum every cold file")
     st.set_defaults(func=cmd.archive_status)
 
+
+def eviction_commands(command: Command) -> None:
+    """The commands of eviction, restores and revocations."""
     evict = command("evict", "evict dead-end prefix tools to cold storage")
     evict.add_argument("--dry-run", action="store_true", help="decide and report; change nothing")
     evict.add_argument(
@@ -229,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     lift.add_argument("--reinstate", action="store_true", help="enforce it again instead")
     lift.set_defaults(func=cmd.constraints_lift)
 
+
+def serving_commands(command: Command) -> None:
+    """The commands of serving and the walk-through."""
     serve = command("serve", "serve the HTTP API and MCP (streamable HTTP)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument(
@@ -281,4 +308,3 @@ def build_parser() -> argparse.ArgumentParser:
     command("demo", "walk through the sediment fallacy and its prevention").set_defaults(
         func=cmd.demo
     )
-    return parser

@@ -14,8 +14,10 @@ backoff; callers wait for it to be up again.
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -158,15 +160,19 @@ class UpstreamLink:
 
     def _client(self) -> Client:
         from mcp import Client, StdioServerParameters
+        from mcp.client.stdio import stdio_client
 
         target: Any
         if self.upstream.url:
             target = self.upstream.url
         else:
             head, *tail = self.upstream.command
-            target = StdioServerParameters(
+            params = StdioServerParameters(
                 command=head, args=list(tail), env=dict(self.upstream.env) or None
             )
+            # the SDK's default error log is the sys.stderr of when it was imported,
+            # which may since have been replaced by an object with no file descriptor
+            target = stdio_client(params, errlog=_errlog())
         return Client(
             target,
             mode=self.upstream.mode,
@@ -242,3 +248,15 @@ def _describe(exc: BaseException) -> str:
         return _describe(inner)
     text = str(exc) or type(exc).__name__
     return redact_text(text)[:300]
+
+
+def _errlog() -> Any:
+    """Where an upstream's stderr goes: this process's, if it has a real descriptor."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (OSError, ValueError, AttributeError):
+            continue
+    return open(os.devnull, "w")
