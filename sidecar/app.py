@@ -345,7 +345,7 @@ class Sidecar:
 
     @boundary
     def list_tools(self) -> list[Tool]:
-        return self._tools.list()
+        return self._tools.active()
 
     @boundary
     def get_tools(self, tool_ids: Iterable[str]) -> dict[str, Tool]:

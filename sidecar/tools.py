@@ -119,7 +119,7 @@ class Tools:
                 index.upsert(list(self._records.get(sorted(missing)).values()))
 
     # ---- reads ------------------------------------------------------------------------
-    def list(self) -> list[Tool]:
+    def active(self) -> list[Tool]:
         if self._state.meta(REGISTRY_MIGRATED) is None:
             records = sorted(self._index().scan(), key=lambda r: r.id)  # an old home, read
         else:
