@@ -1,4 +1,4 @@
-"""What must hold after any fault, once it is removed: one helper for every scenario.
+"""What must hold after any fault, once it is removed: one check for every scenario.
 
 A fault may degrade service; it never costs correctness:
 
