@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,15 @@ class ColdStore:
     tools (``cold://tools/<record_id>``).
     """
 
-    def __init__(self, root: str | Path, writable: bool = True) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        writable: bool = True,
+        no_writer: Callable[[], bool] | None = None,
+    ) -> None:
         """``writable=False`` opens every table read-only: nothing under ``root`` is
-        created, indexed or moved."""
+        created, indexed or moved; ``no_writer`` says whether no process writes the
+        store now (see :class:`ParquetTable`)."""
         self.root = Path(root)
         self.writable = writable
         self.chains = ParquetTable(
@@ -45,6 +52,7 @@ class ColdStore:
             key="chain_id",
             partition_by="archive_date",
             writable=writable,
+            no_writer=no_writer,
         )
         self.tools = ParquetTable(
             self.root,
@@ -53,6 +61,7 @@ class ColdStore:
             key="record_id",
             partition_by="archive_date",
             writable=writable,
+            no_writer=no_writer,
         )
         self._tables = {"chains": self.chains, "tools": self.tools}
 
@@ -69,6 +78,11 @@ class ColdStore:
         """Files of every table that are not what was published (see
         :meth:`ParquetTable.verify`)."""
         return [q for t in self._tables.values() for q in t.verify(deep)]
+
+    def check_footers(self) -> list[str]:
+        """Check every data file's footer (see :meth:`ParquetTable.check_footers`); returns the
+        files found unreadable, as ``<table>/<file>``."""
+        return [f"{name}/{rel}" for name, t in self._tables.items() for rel in t.check_footers()]
 
     def quarantined(self) -> list[QuarantinedFile]:
         return [q for t in self._tables.values() for q in t.quarantined()]

@@ -29,7 +29,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -81,6 +81,29 @@ def _fingerprint(path: Path) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
+def _read_only(path: Path, no_writer: Callable[[], bool] | None) -> sqlite3.Connection:
+    """A read-only connection to an index.  A WAL database needs its ``-shm`` file,
+    which a reader creates or maps; where that fails (a read-only mount, a full disk, a
+    ``-shm`` a failed writer left torn) and ``no_writer()`` says no process writes the
+    store, the file is read as immutable."""
+    db = sqlite3.connect(
+        f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+    )
+    try:
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.OperationalError:
+        if no_writer is None or not no_writer():
+            raise
+        db.close()
+        db = sqlite3.connect(
+            f"file:{path}?mode=ro&immutable=1",
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+    return db
+
+
 @dataclass(frozen=True)
 class AppendResult:
     written: tuple[str, ...]
@@ -110,7 +133,10 @@ class ParquetTable:
         partition_by: str,
         row_group_size: int = 1024,
         writable: bool = True,
+        no_writer: Callable[[], bool] | None = None,
     ) -> None:
+        """``no_writer`` (read-only tables): whether no process writes the store now,
+        which lets a reader open the index where its ``-shm`` file cannot be used."""
         if key not in schema.names or partition_by not in schema.names:
             raise SchemaError(f"key {key!r} and partition {partition_by!r} must be columns")
         self.name = name
@@ -122,7 +148,11 @@ class ParquetTable:
         self.dir = self.root / name
         self.quarantine_dir = self.root / "quarantine" / name
         self.writable = writable
+        self._no_writer = no_writer
         self._db = self._connect(self.root / f"{name}.index.sqlite")
+        self._unreadable: dict[str, str] = {}
+        """Files a read-only table found unreadable (it cannot quarantine them): left in
+        place, reported by :meth:`quarantined`, skipped by every read."""
         # one connection may serve several threads: index writes take turns
         self._lock = threading.RLock()
         if writable:
@@ -135,9 +165,7 @@ class ParquetTable:
             db.executescript(_INDEX_DDL)
             return db
         if not self.writable:
-            db = sqlite3.connect(
-                f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
-            )
+            db = _read_only(path, self._no_writer)
             db.execute("PRAGMA busy_timeout=10000")
             return db
         make_dirs(self.dir)
@@ -236,6 +264,7 @@ class ParquetTable:
         and returns where it is)."""
         source = self.dir / rel
         if not self.writable:
+            self._unreadable[rel] = reason
             return source
         target = self.quarantine_dir / rel
         make_dirs(target.parent)
@@ -281,7 +310,36 @@ class ParquetTable:
         rows = self._db.execute(
             "SELECT name, reason FROM files WHERE status='quarantined' ORDER BY seq"
         ).fetchall()
-        return [QuarantinedFile(n, self.quarantine_dir / n, r or "") for n, r in rows]
+        moved = [QuarantinedFile(n, self.quarantine_dir / n, r or "") for n, r in rows]
+        left = [
+            QuarantinedFile(n, self.dir / n, f"{r} (left in place: the store is open read-only)")
+            for n, r in self._unreadable.items()
+        ]
+        return moved + left
+
+    def check_footers(self) -> list[str]:
+        """Read every data file's footer and check its row count against the index: a
+        torn or overwritten file is found now, not when one of its records is next read.
+        Unreadable files are quarantined (left in place and skipped, read-only); returns
+        their names."""
+        with self._lock:
+            files = self._db.execute(
+                "SELECT name, rows FROM files WHERE status='ok' ORDER BY seq"
+            ).fetchall()
+        bad: list[str] = []
+        for rel, rows in files:
+            if rel in self._unreadable:
+                continue
+            try:
+                found = pq.read_metadata(self.dir / rel).num_rows
+            except (pa.ArrowException, OSError) as exc:
+                self._quarantine(rel, f"unreadable on verify: {exc}")
+                bad.append(rel)
+                continue
+            if found != rows:
+                self._quarantine(rel, f"holds {found} rows, indexed with {rows}")
+                bad.append(rel)
+        return bad
 
     # ---- writes -------------------------------------------------------------------
     def append(self, rows: Sequence[Mapping[str, Any]]) -> AppendResult:
@@ -363,14 +421,12 @@ class ParquetTable:
     def contains(self, key: str) -> bool:
         """Whether ``key`` is stored in a readable file (a quarantined copy does not
         count, so the record can be archived again)."""
-        return (
-            self._db.execute(
-                "SELECT 1 FROM keys k JOIN files f ON f.name = k.file "
-                "WHERE k.key=? AND f.status='ok'",
-                (key,),
-            ).fetchone()
-            is not None
-        )
+        hit = self._db.execute(
+            "SELECT k.file FROM keys k JOIN files f ON f.name = k.file "
+            "WHERE k.key=? AND f.status='ok'",
+            (key,),
+        ).fetchone()
+        return hit is not None and hit[0] not in self._unreadable
 
     def contains_many(self, keys: Iterable[str]) -> set[str]:
         """The subset of ``keys`` stored in readable files (one read per 500 keys)."""
@@ -387,20 +443,29 @@ class ParquetTable:
         return found
 
     def count(self) -> int:
-        return int(
-            self._db.execute(
-                "SELECT COUNT(*) FROM keys k JOIN files f ON f.name = k.file WHERE f.status='ok'"
-            ).fetchone()[0]
-        )
+        """Keys stored in readable files."""
+        if not self._unreadable:
+            return int(
+                self._db.execute(
+                    "SELECT COUNT(*) FROM keys k JOIN files f ON f.name = k.file "
+                    "WHERE f.status='ok'"
+                ).fetchone()[0]
+            )
+        per_file = self._db.execute(
+            "SELECT k.file, COUNT(*) FROM keys k JOIN files f ON f.name = k.file "
+            "WHERE f.status='ok' GROUP BY k.file"
+        ).fetchall()
+        return sum(int(n) for rel, n in per_file if rel not in self._unreadable)
 
     def all_keys(self) -> list[str]:
         """Every indexed key, in publication order."""
         return [
-            r[0]
-            for r in self._db.execute(
-                "SELECT k.key FROM keys k JOIN files f ON f.name = k.file "
+            key
+            for key, rel in self._db.execute(
+                "SELECT k.key, k.file FROM keys k JOIN files f ON f.name = k.file "
                 "WHERE f.status='ok' ORDER BY f.seq, k.row_group, k.row"
             )
+            if rel not in self._unreadable
         ]
 
     def get(self, key: str) -> dict[str, Any]:
@@ -415,6 +480,8 @@ class ParquetTable:
         rel, group, row, status, reason = hit
         if status == "quarantined":
             raise RecordQuarantined(self.name, key, self.quarantine_dir / rel, reason or "")
+        if rel in self._unreadable:
+            raise RecordQuarantined(self.name, key, self.dir / rel, self._unreadable[rel])
         try:
             table = pq.ParquetFile(self.dir / rel).read_row_group(group)
             record: dict[str, Any] = self._complete(table.slice(row, 1).to_pylist()[0])
@@ -454,6 +521,8 @@ class ParquetTable:
         seen: set[str] = set()
         files = self._db.execute("SELECT name FROM files WHERE status='ok' ORDER BY seq").fetchall()
         for (rel,) in files:
+            if rel in self._unreadable:
+                continue
             try:
                 rows = [self._complete(r) for r in self._read(self.dir / rel, wanted)]
             except (pa.ArrowException, OSError) as exc:

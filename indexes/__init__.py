@@ -11,6 +11,7 @@ from indexes.errors import (
     EmbedderError,
     EmbedderMismatchError,
     IndexBackendError,
+    IndexMissing,
     ToolIndexError,
 )
 
@@ -24,6 +25,7 @@ __all__ = [
     "HashingEmbedder",
     "IndexBackendError",
     "IndexHit",
+    "IndexMissing",
     "IndexRecord",
     "MiniLMEmbedder",
     "ToolIndexError",

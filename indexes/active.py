@@ -24,6 +24,7 @@ from indexes.errors import (
     DeleteNotVerifiedError,
     EmbedderMismatchError,
     IndexBackendError,
+    IndexMissing,
     ToolIndexError,
 )
 
@@ -36,6 +37,8 @@ ID_KEY = "tool_id"
 """Metadata key that repeats the record id, so that ``where`` filters can use it
 (Chroma ignores ``where`` on ``#id`` in the embedded client)."""
 
+CHROMA_FILE = "chroma.sqlite3"
+"""The file an embedded Chroma store keeps its records in, under its folder."""
 SIZE_HINT_TTL = 5.0
 """Seconds a cached collection size is trusted when another process may write to the
 same Chroma server; it only sizes the first fetch of a lookup, never its result."""
@@ -101,6 +104,7 @@ class ActiveIndex:
         if stored is not None and stored != embedder.name:
             raise EmbedderMismatchError(collection, str(stored), embedder.name)
         self._size: tuple[int, float] | None = None
+        self._path: Path | None = None
         self._local_fields = local_fields
         self._fields: tuple[str, ...] = ()
         self._known: dict[str, dict[str, MetadataValue]] = {}
@@ -111,9 +115,13 @@ class ActiveIndex:
     # ---- construction -------------------------------------------------------------
     @classmethod
     def persistent(
-        cls, path: str | Path, embedder: Embedder, collection: str = "tools"
+        cls, path: str | Path, embedder: Embedder, collection: str = "tools", create: bool = True
     ) -> ActiveIndex:
-        """An index stored under ``path`` by an embedded Chroma (one writer process)."""
+        """An index stored under ``path`` by an embedded Chroma (one writer process).
+        With ``create=False`` a store that is not there (a deleted or emptied folder) is
+        :class:`IndexMissing` instead of a new, empty one."""
+        if not create and not (Path(path) / CHROMA_FILE).is_file():
+            raise IndexMissing(str(path))
         with _chroma_errors("open"):
             import chromadb
             from chromadb.config import Settings
@@ -122,7 +130,9 @@ class ActiveIndex:
             client = chromadb.PersistentClient(
                 path=str(path), settings=Settings(anonymized_telemetry=False)
             )
-        return cls(client, embedder, collection, local_fields=True)
+        index = cls(client, embedder, collection, local_fields=True)
+        index._path = Path(path)
+        return index
 
     @classmethod
     def http(
@@ -146,6 +156,11 @@ class ActiveIndex:
     @property
     def max_batch_size(self) -> int:
         return self._max_batch
+
+    def files_lost(self) -> bool:
+        """Whether an embedded store's files were deleted under this process (it may
+        still answer from the files it holds open, but can no longer write)."""
+        return self._path is not None and not (self._path / CHROMA_FILE).is_file()
 
     def count(self) -> int:
         with _chroma_errors("count"):

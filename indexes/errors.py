@@ -4,6 +4,7 @@ ToolIndexError                 root of everything this package raises
 ├── IndexBackendError          Chroma failed or could not be reached (wraps the cause)
 ├── EmbedderError              the embedding model could not be loaded or run
 ├── EmbedderMismatchError      the collection was built with another embedder
+├── IndexMissing               no store where one was to be opened, not created
 └── DeleteNotVerifiedError     ids still present after a delete
 """
 
@@ -34,6 +35,12 @@ class EmbedderMismatchError(ToolIndexError):
         self.collection = collection
         self.stored = stored
         self.given = given
+
+
+class IndexMissing(ToolIndexError):
+    def __init__(self, path: str) -> None:
+        super().__init__(f"no tool index at {path}")
+        self.path = path
 
 
 class DeleteNotVerifiedError(ToolIndexError):

@@ -46,7 +46,7 @@ from cold_store import (
     make_pointer,
     parse_pointer,
 )
-from indexes import ActiveIndex, Embedder, ToolIndexError
+from indexes import ActiveIndex, Embedder, IndexMissing, ToolIndexError
 from sidecar import archive
 from sidecar.callmemory import CallMemory
 from sidecar.errors import (
@@ -112,12 +112,11 @@ from sidecar.results import (
 )
 from sidecar.revocation import Ledger, Mandate, Revoker, make_revoker
 from sidecar.settings import Settings
-from sidecar.tools import Tools
+from sidecar.tools import REGISTRY_MIGRATED, Tools
 
 log = logging.getLogger("sidecar")
 P = ParamSpec("P")
 R = TypeVar("R")
-
 
 
 def boundary(fn: Callable[P, R]) -> Callable[P, R]:
@@ -245,9 +244,12 @@ class Sidecar:
         records filled in from it once)."""
         with self._index_lock:
             if self._index is None:
-                self._index = self._open_index()
-                if not self.read_only:
-                    self._tools.sync_records(self._index)
+                index = self._open_index()
+                if self.read_only:
+                    self._check_complete(index)
+                else:
+                    self._tools.sync_records(index)
+                self._index = index
             return self._index
 
     def _open_index(self) -> ActiveIndex:
@@ -261,7 +263,34 @@ class Sidecar:
                 s.collection,
                 ssl=url.scheme == "https",
             )
-        return ActiveIndex.persistent(s.chroma_path, self.embedder, s.collection)
+        try:
+            # a reader never creates a store: an empty one would be served as if no tool
+            # were active
+            return ActiveIndex.persistent(
+                s.chroma_path, self.embedder, s.collection, create=not self.read_only
+            )
+        except IndexMissing as exc:
+            raise IndexUnavailable(f"the hot index {s.chroma_path} is missing: {_REBUILD}") from exc
+        except ToolIndexError as exc:
+            if not self.read_only:
+                raise
+            raise IndexUnavailable(
+                f"the hot index {s.chroma_path} cannot be opened here ({exc}): the embedded "
+                "Chroma store writes as it opens, so lookups need a writable disk with space "
+                "(or a server on the home, --url); checks, audits and listings still work"
+            ) from exc
+
+    def _check_complete(self, index: ActiveIndex) -> None:
+        """A reader cannot rebuild the hot index: one that lost active tools (a deleted
+        or emptied ``chroma/`` folder) is refused rather than served incomplete."""
+        if self._state.meta(REGISTRY_MIGRATED) is None:
+            return  # an old home: the index is its only record of the tools
+        ids = self._records.ids()
+        missing = len(ids - index.existing(ids)) if ids else 0
+        if missing:
+            raise IndexUnavailable(
+                f"the hot index lacks {missing} of the {len(ids)} active tool(s): {_REBUILD}"
+            )
 
     def _token_counter(self) -> tuple[str, Callable[[str], int]]:
         counter = getattr(self.embedder, "tokenizer_count", None)
@@ -288,6 +317,18 @@ class Sidecar:
             return 0
         self.degraded = None
         return done
+
+    def _stranded(self, exc: BaseException) -> int:
+        """After a move failed mid-way: how many moves it left unfinished.  With any
+        left, the sidecar is degraded (the server retries them until they finish)."""
+        try:
+            left = len(self._journal.unfinished())
+        except sqlite3.Error:
+            return 0
+        if left:
+            self.degraded = f"interrupted moves cannot finish: {redact_text(str(exc))}"
+            log.warning("%s", self.degraded)
+        return left
 
     def _writable(self) -> None:
         if self.read_only:
@@ -472,17 +513,32 @@ class Sidecar:
         need = _min_chains(min_chains)
         if dry_run:
             self._writable()
-        else:
-            self._moves_ready()
-        return self._evictor.run(dry_run=dry_run, progress=progress, min_chains=need)
+            return self._evictor.run(dry_run=True, progress=progress, min_chains=need)
+        self._moves_ready()
+        try:
+            return self._evictor.run(dry_run=False, progress=progress, min_chains=need)
+        except Busy:
+            raise
+        except (SidecarError, ColdStoreError, ToolIndexError, sqlite3.Error, OSError) as exc:
+            left = self._stranded(exc)
+            if not left:
+                raise
+            raise Degraded(
+                f"the eviction stopped with {left} move(s) unfinished "
+                f"({redact_text(str(exc))}); "
+                "lookups and checks keep working and never serve those tools, and the moves "
+                "finish once the store is writable again"
+            ) from exc
 
     def eviction_running(self) -> bool:
         return self._evictor.running()
 
     @boundary
     def recover(self) -> Recovered:
-        """Finish moves a crash interrupted."""
+        """Finish moves a crash interrupted, and rebuild the active tools the hot index
+        lost (from the state's records)."""
         self._writable()
+        _ = self.index  # opening it rebuilds active tools the hot index lost
         done = self.recovered_on_open + self._evictor.recover()
         self.recovered_on_open = 0
         self.degraded = None
@@ -590,19 +646,38 @@ class Sidecar:
         """The full cold record behind a chain or tool pointer, JSON columns decoded.
         ``cold://tools/<tool_id>`` names an evicted tool's latest record."""
         table, key = parse_pointer(pointer)
-        if table == "tools" and not self._cold.tools.contains(key):
-            evicted = self._journal.evicted().get(key)
-            if evicted is not None:
-                key = evicted.move_id
-                pointer = make_pointer("tools", key)
+        if table == "tools":
+            return self._audit_tool(key, pointer)
         try:
             row = self._cold.resolve(pointer)
         except RecordNotFound as exc:
             raise NotFound(f"nothing archived at {pointer}") from exc
-        view = archive.audit_view(row, pointer)
-        if table == "tools":
-            view["restores"] = self._journal.restores(view["tool_id"])
-            view["variants_added"] = self._state.events(key, "variant_added")
+        return AuditRecord(archive.audit_view(row, pointer))
+
+    def _audit_tool(self, key: str, pointer: str) -> AuditRecord:
+        """An evicted tool's record, by its move's id or by the tool's id (evicted now, or
+        since restored), with its restores and the name variants added since.  When its
+        cold file was lost (quarantined), or its move has not reached the cold store yet,
+        the journal's intent stands in: it captured the whole hot record before anything
+        moved."""
+        move: str | None = key
+        if not self._cold.tools.contains(key) and self._journal.snapshot(key) is None:
+            evicted = self._journal.evicted().get(key)
+            move = evicted.move_id if evicted is not None else self._journal.latest_move(key)
+        if move is None:
+            raise NotFound(f"nothing archived at {pointer}")
+        shown = make_pointer("tools", move)
+        try:
+            view = archive.audit_view(self._cold.tools.get(move), shown)
+        except (RecordNotFound, RecordQuarantined) as exc:
+            intent = self._journal.snapshot(move)
+            if intent is None:
+                if isinstance(exc, RecordNotFound):
+                    raise NotFound(f"nothing archived at {pointer}") from exc
+                raise
+            view = archive.intent_view(intent, move, shown, str(exc))
+        view["restores"] = self._journal.restores(view["tool_id"])
+        view["variants_added"] = self._state.events(move, "variant_added")
         return AuditRecord(view)
 
     @boundary
@@ -620,8 +695,11 @@ class Sidecar:
 
     @boundary
     def status(self, verify: bool = False) -> ArchiveStatus:
-        """Counts and health of the archive; ``verify`` checksums every cold file (the
-        sizes are always checked)."""
+        """Counts, quarantined and damaged files, and health.  Every cold file's footer
+        is read first, so that a torn file is counted as unreadable now rather than when
+        one of its records is next read; every file's size is checked against what was
+        published, and with ``verify`` its checksum too."""
+        self._cold.check_footers()
         return ArchiveStatus(
             chains=self._cold.chains.count(),
             active_constraints=self.matcher_size(),
@@ -643,18 +721,27 @@ class Sidecar:
         interrupted move is stuck."""
         checks: dict[str, str] = {}
         try:
-            count = self.index.count()
+            index = self.index
+            count = index.count()
             expected = self._records.count()
-            checks["hot_index"] = (
-                "ok" if count >= expected else f"{expected - count} active tool(s) missing"
-            )
+            if index.files_lost():
+                checks["hot_index"] = (
+                    "its files were deleted under this process: restart it to rebuild the "
+                    "index from the state's records"
+                )
+            else:
+                checks["hot_index"] = (
+                    "ok" if count >= expected else f"{expected - count} active tool(s) missing"
+                )
         except (ToolIndexError, SidecarError) as exc:
             checks["hot_index"] = f"unavailable: {redact_text(str(exc))}"
-        checks["cold_store"] = _writable_dir(self._cold.root)
+        checks["cold_store"] = _writable_dirs(
+            self._cold.root, self._cold.chains.dir, self._cold.tools.dir
+        )
         damaged = self._cold.verify()
         if checks["cold_store"] == "ok" and damaged:
             checks["cold_store"] = f"{len(damaged)} file(s) not as published: {damaged[0].reason}"
-        checks["state"] = _writable_dir(self.settings.home)
+        checks["state"] = _writable_dirs(self.settings.home)
         if self.degraded:
             checks["journal"] = self.degraded
         elif self._journal.unfinished() and not self._evictor.running():
@@ -664,14 +751,24 @@ class Sidecar:
         return Health(all(v == "ok" for v in checks.values()), checks)
 
 
-def _writable_dir(path: Any) -> str:
+_REBUILD = (
+    "the owner of the home rebuilds it from the state's records when it next opens the "
+    "index (start the server, or run `sidecar evict --recover`)"
+)
+
+
+def _writable_dirs(*paths: Any) -> str:
+    """``ok`` when a byte can be written to a new file in each folder (a cold table's
+    own folder too: a store can fail below its root), else which one cannot and why."""
     import tempfile
 
-    try:
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".ready-"):
-            pass
-    except OSError as exc:
-        return f"not writable: {exc.strerror}"
+    for path in paths:
+        try:
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".ready-") as probe:
+                probe.write(b"x")
+                probe.flush()  # a full disk refuses the byte, not the empty file
+        except OSError as exc:
+            return f"not writable: {exc.strerror} ({path})"
     return "ok"
 
 

@@ -122,3 +122,20 @@ def audit_view(row: Mapping[str, Any], pointer: str) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def intent_view(intent: Mapping[str, Any], move_id: str, pointer: str, why: str) -> dict[str, Any]:
+    """An evicted tool's record as its move's journal intent captured it, for when the
+    cold record cannot be read; ``source`` says so."""
+    snap = intent["snapshot"]
+    return {
+        "pointer": pointer,
+        "record_id": move_id,
+        "tool_id": intent["tool_id"],
+        "document": snap["document"],
+        "metadata": snap["metadata"],
+        "credentials": snap["credentials"],
+        "decision": snap.get("decision"),
+        "chain_ids": list(intent["chain_ids"]),
+        "source": f"journal intent (move {intent['status']}; cold record: {why})",
+    }

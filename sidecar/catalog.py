@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.errors import InvalidInput, SecretValueError, ToolFormatError
-from sidecar.model import TOOL_TYPE_PATTERN, CredentialRef, Tool, check_tool_id
+from sidecar.model import (
+    TOOL_TYPE_PATTERN,
+    CredentialRef,
+    Tool,
+    check_json_value,
+    check_tool_id,
+)
 from sidecar.redact import looks_like_secret
 
 MAX_DESCRIPTION = 8_192
@@ -109,6 +115,12 @@ def parse_tool(item: Any) -> Tool:
         schema = {}
     if not isinstance(schema, Mapping):
         raise ToolFormatError(f"{where}: input schema must be a JSON object")
+    try:
+        # text that cannot be stored, or nesting no schema needs, never reaches a store
+        check_json_value(description, f"{where}: description")
+        check_json_value(schema, f"{where}: input schema")
+    except InvalidInput as exc:
+        raise ToolFormatError(str(exc)) from None
     if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
         raise ToolFormatError(f"{where}: input schema is over {MAX_SCHEMA_BYTES} bytes")
     if isinstance(tool_type, str):
@@ -155,6 +167,17 @@ def _credentials(raw: Any, tool_id: str) -> tuple[CredentialRef, ...]:
                 raise ToolFormatError(f"{where}.{name} must be a string")
         if endpoint is not None and not endpoint.startswith(("http://", "https://")):
             raise ToolFormatError(f"{where}.revocation_endpoint must be an http(s) URL")
+        fields = {
+            "ref": ref,
+            "scopes": scopes,
+            "provider": provider,
+            "revocation_endpoint": endpoint,
+        }
+        try:
+            for name, value in fields.items():
+                check_json_value(value, f"{where}.{name}")
+        except InvalidInput as exc:
+            raise ToolFormatError(str(exc)) from None
         check_credential(CredentialRef(ref, tuple(scopes), provider, endpoint), where)
         out.append(CredentialRef(ref.strip(), tuple(scopes), provider, endpoint))
     return tuple(out)

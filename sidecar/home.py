@@ -56,22 +56,26 @@ class Home:
                 f"no sidecar home at {self.path}: nothing was added or reported there "
                 "(check --home or SIDECAR_HOME; writes and `sidecar serve` create a home)"
             )
+
+        def no_writer() -> bool:
+            return holder(self.path / OWNER_LOCK, "writer") is None
+
         try:
-            self.state = StateStore(settings.state_path, writable)
+            self.state = StateStore(settings.state_path, writable, no_writer)
             for ddl in SCHEMAS:
                 self.state.ensure(ddl)
         except sqlite3.Error as exc:
             self.release()
             raise StateUnavailable(
-                f"cannot open the state database {settings.state_path}: {exc}"
+                f"cannot open the state database {settings.state_path}: {exc}{disk_note(self.path)}"
             ) from exc
         try:
-            self.cold = ColdStore(settings.cold_path, writable=writable)
+            self.cold = ColdStore(settings.cold_path, writable=writable, no_writer=no_writer)
         except (ColdStoreError, OSError, sqlite3.Error) as exc:
             self.state.close()
             self.release()
             raise StateUnavailable(
-                f"cannot open the cold store {settings.cold_path}: {exc}"
+                f"cannot open the cold store {settings.cold_path}: {exc}{disk_note(self.path)}"
             ) from exc
 
     def _claim(self) -> None:
@@ -95,7 +99,9 @@ class Home:
                 ) from None
             raise
         except OSError as exc:
-            raise StateUnavailable(f"cannot lock the sidecar home {self.path}: {exc}") from exc
+            raise StateUnavailable(
+                f"cannot lock the sidecar home {self.path}: {exc}{disk_note(self.path)}"
+            ) from exc
         self._owner = lock
 
     @property
@@ -135,6 +141,20 @@ class Home:
         self.state.close()
         self.cold.close()
         self.release()
+
+
+def disk_note(path: Path) -> str:
+    """Why the file system under ``path`` refuses writes, when it is plainly full or
+    read-only (SQLite reports either as a bare I/O error)."""
+    try:
+        fs = os.statvfs(path)
+    except OSError:
+        return ""
+    if fs.f_flag & os.ST_RDONLY:
+        return " (the file system is read-only)"
+    if fs.f_bavail == 0:
+        return " (no space left on the device)"
+    return ""
 
 
 def server_url(path: Path) -> str | None:

@@ -1,14 +1,17 @@
 """Report intake: every chain report through the decision boundary, in batches.
 
 A batch is all-or-nothing for what it changes: every report is parsed, redacted and
-classified before anything is written; then the archived chains are published to the
-cold store as one file, and only after that are the state's counters (completed runs,
-sightings, the sessions behind each chain) and the compiled constraints updated, in one
-transaction.  A batch that fails before its publish leaves no trace, so sending it
-again counts nothing twice.
+classified before anything is written; then the batch's counters (completed runs and
+the constraints they contradict, sightings, the sessions behind each chain) are staged
+in the state, the archived chains are published to the cold store as one file, and only
+after that are the counters and the compiled constraints applied, in one transaction.
+A batch that fails before its publish leaves no trace; one interrupted after it (a
+crash) is completed from its staged counters by the next :meth:`Intake.reconcile`.
 
-Sightings are distinct sessions (see :func:`session_key`): the same dead end met by N
-sessions counts N, an exact replay counts once.
+Everything a batch counts is keyed by session (see :func:`session_key`), so sending a
+batch again, whole or after a failure part-way, counts nothing twice: the same dead end
+met by N sessions counts N, an exact replay counts once, and a completed run replayed
+neither counts again nor contradicts a constraint again.
 
 A session reported as its ``steps`` (:class:`~sidecar.model.StepReport`) teaches the
 call-level memory (:mod:`sidecar.callmemory`, once per session); each of its failing
@@ -22,13 +25,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter
+import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from cold_store import ColdStore, ColdStoreError, make_pointer
+from cold_store import ColdStore, ColdStoreError, CommitFailed, SchemaError, make_pointer
 from sidecar import archive
 from sidecar.archive import CallEvidence
 from sidecar.callmemory import CallMemory
@@ -45,9 +49,12 @@ from sidecar.model import (
 from sidecar.redact import redact, redact_text
 from sidecar.registry import ToolRecords, tool_from_record
 from sidecar.reports import parse_any, parse_condition, validate_abandoned
-from sidecar.state import StateStore
+from sidecar.state import Counters, StateStore, Usage, topology_key
 
 SnapshotFn = Callable[[Sequence[str]], tuple[dict[str, Any], dict[str, str]]]
+STALE_STAGED_S = 600.0
+"""A staged batch whose chains are still not published after this long never will be
+(its process died, or its publish failed): its counters are dropped."""
 
 
 def session_key(report: ChainReport | StepReport) -> str:
@@ -90,13 +97,12 @@ class _Plan:
     """What a batch will change once it is accepted whole."""
 
     results: list[IntakeResult | None]
-    completed: list[tuple[str, ...]] = field(default_factory=list)
-    sighted: list[tuple[tuple[str, ...], str, str]] = field(default_factory=list)
-    chain_sessions: list[tuple[str, str]] = field(default_factory=list)
+    counters: Counters = field(default_factory=Counters)
     archive: list[_Archived] = field(default_factory=list)
     sessions: list[Session] = field(default_factory=list)
     manual: list[FailureCondition] = field(default_factory=list)
-    contradictions: Counter[str] = field(default_factory=Counter)
+    fresh_usage: set[str] = field(default_factory=set)
+    """Usage keys this batch counts for the first time."""
     summaries: dict[int, list[str]] = field(default_factory=dict)
     """Per report position, what its steps did (a step report's answer)."""
 
@@ -129,10 +135,10 @@ class Intake:
         self._threshold = reproduce_threshold
         self._calls = calls
         self._fatal = _FatalSequences()
+        self._stored: set[str] = set()
         self._retire_after = retire_after
         self._steps = steps
         self._after_archive = after_archive
-        self._stored: set[str] = set()
 
     # ---- the batch ---------------------------------------------------------------
     def report_many(
@@ -166,13 +172,18 @@ class Intake:
         suffix = ""
         if plan.archive:
             rows = self._rows(plan.archive)
-            self._cold.chains.append(rows)
-            self.compile(rows, plan)
+            staged = uuid.uuid4().hex
+            self._state.stage_intake(staged, [r["chain_id"] for r in rows], plan.counters)
+            try:
+                self._cold.chains.append(rows)
+            except (CommitFailed, SchemaError):
+                self._state.drop_staged(staged)  # nothing was published
+                raise
+            self.compile(rows, staged)
             if self._after_archive is not None:
                 suffix = self._after_archive()
         else:
-            self._state.record_intake(plan.completed, plan.sighted, plan.chain_sessions)
-        self._state.contradict(plan.contradictions, self._retire_after)
+            self._state.record_intake(plan.counters, self._retire_after)
         for a in plan.archive:
             if a.calls is not None:
                 continue
@@ -199,39 +210,53 @@ class Intake:
             (c.report.topology, c.signature) for c in chains
         )
         self._stored = self._cold.chains.contains_many(c.chain_id for c in chains)
+        self._fatal.refresh(self._state)
         for i, item in enumerate(parsed):
             if isinstance(item, InvalidInput):
                 plan.results[i] = IntakeResult("rejected", reason=str(item))
             elif isinstance(item, StepReport):
-                try:
-                    steps = self._redacted_steps(item)
-                except InvalidInput as exc:
-                    plan.results[i] = IntakeResult("rejected", reason=str(exc))
-                    continue
+                steps = self._redacted_steps(item)
                 self._plan_steps(i, item, steps, plan, batch_sessions, archived_now)
             elif isinstance(item, _Chain):
                 assert item.report.constraint is not None
                 plan.manual += item.report.constraint.conditions
                 self._plan_abandoned(i, item, plan, batch_sessions, archived_now)
             else:
-                plan.completed.append(item.topology)
-                self._contradictions(item.topology, range(len(item.topology)), plan)
-                runs = self._state.completed_runs(item.topology) + plan.completed.count(
-                    item.topology
-                )
-                plan.results[i] = IntakeResult(
-                    "recorded",
-                    reason=f"completed chain recorded as usage evidence ({runs} run(s))",
-                )
+                plan.results[i] = self._plan_completed(item, plan)
         return plan
 
-    def _contradictions(self, tools: Sequence[str], succeeded: Iterable[int], plan: _Plan) -> None:
+    def _plan_completed(self, report: ChainReport, plan: _Plan) -> IntakeResult:
+        topology = report.topology
+        key = usage_key("chain", session_key(redacted_ids(report)), topology)
+        fresh = self._count_usage(
+            plan, Usage(key, topology, self._contradictions(topology, range(len(topology))))
+        )
+        runs = self._state.completed_runs(topology) + sum(
+            1 for u in plan.counters.usage if u.topology == topology and u.key in plan.fresh_usage
+        )
+        if not fresh:
+            return IntakeResult(
+                "recorded", reason=f"completed chain already recorded (a replay; {runs} run(s))"
+            )
+        return IntakeResult(
+            "recorded", reason=f"completed chain recorded as usage evidence ({runs} run(s))"
+        )
+
+    def _count_usage(self, plan: _Plan, usage: Usage) -> bool:
+        """Add a session's success to the batch; returns whether it is counted for the
+        first time (the state counts it once, whatever this answer)."""
+        fresh = not any(u.key == usage.key for u in plan.counters.usage) and not (
+            self._state.usage_seen(usage.key)
+        )
+        plan.counters.usage.append(usage)
+        if fresh:
+            plan.fresh_usage.add(usage.key)
+        return fresh
+
+    def _contradictions(self, tools: Sequence[str], succeeded: Iterable[int]) -> tuple[str, ...]:
         """A tool that completed after ``tools[:j]`` contradicts every unconditional
-        fatal sequence it completes there."""
-        self._fatal.refresh(self._state)
-        for j in succeeded:
-            for cid in self._fatal.completed_at(tools, j):
-                plan.contradictions[cid] += 1
+        fatal sequence it completes there (one chain id per contradiction)."""
+        return tuple(cid for j in succeeded for cid in self._fatal.completed_at(tools, j))
 
     # ---- sessions reported as steps ---------------------------------------------------
     def _redacted_steps(self, report: StepReport) -> tuple[Step, ...]:
@@ -267,11 +292,16 @@ class Intake:
         plan.manual += report.conditions
         tools = [s.tool for s in steps]
         ok = [j for j, s in enumerate(steps) if s.error is None]
-        if ok and report.outcome == "completed":
-            # a completed session uses its tools: eviction keeps them (in a session that
-            # ended otherwise, a call that succeeded may still have led to the dead end)
-            plan.completed.append(tuple(dict.fromkeys(tools[j] for j in ok)))
-        self._contradictions(tools, ok, plan)
+        # a completed session uses its tools: eviction keeps them (in a session that
+        # ended otherwise, a call that succeeded may still have led to the dead end)
+        used = (
+            tuple(dict.fromkeys(tools[j] for j in ok))
+            if ok and report.outcome == "completed"
+            else None
+        )
+        self._count_usage(
+            plan, Usage(usage_key("steps", who), used, self._contradictions(tools, ok))
+        )
         notes = [f"{len(ok)} successful call(s) learned from"]
         for j, step in enumerate(steps):
             if step.error is not None:
@@ -305,10 +335,10 @@ class Intake:
             batch_sessions[key] = self._state.sighting_sessions(*key)
         batch_sessions[key].add(who)
         seen = len(batch_sessions[key])
-        plan.sighted.append((key[0], normalized, who))
+        plan.counters.sighted.append((key[0], normalized, who))
         topology = tuple(s.tool for s in steps[: j + 1])
         cid = call_chain_id(who, j, step.tool, step.error)
-        plan.chain_sessions.append((cid, who))
+        plan.counters.chain_sessions.append((cid, who))
         if cid in archived_now or self._cold.chains.contains(cid):
             return f"{where}: already archived (replayed report) as {make_pointer('chains', cid)}"
         if verdict.kind == "unknown" and seen < self._threshold:
@@ -356,9 +386,9 @@ class Intake:
             batch_sessions[key] = self._state.sighting_sessions(*key)
         batch_sessions[key].add(who)
         seen = len(batch_sessions[key])
-        plan.sighted.append((report.topology, report.failure.signature, who))
+        plan.counters.sighted.append((report.topology, report.failure.signature, who))
         cid = chain.chain_id
-        plan.chain_sessions.append((cid, who))
+        plan.counters.chain_sessions.append((cid, who))
         if cid in archived_now or cid in self._stored:
             plan.results[i] = IntakeResult(
                 "archived", cid, make_pointer("chains", cid), "already archived (replayed report)"
@@ -431,9 +461,9 @@ class Intake:
             types[tool_id] = tool.tool_type
         return snaps, types
 
-    def compile(self, rows: Sequence[Mapping[str, Any]], plan: _Plan | None = None) -> None:
-        """Add archived rows to the constraint table, with the batch's counters, in one
-        transaction."""
+    def compile(self, rows: Sequence[Mapping[str, Any]], staged: str | None = None) -> None:
+        """Add archived rows to the constraint table, with the counters of the
+        ``staged`` batch (unless they were applied already), in one transaction."""
         items = []
         for row in rows:
             condition = json.loads(row["condition_json"])
@@ -452,12 +482,7 @@ class Intake:
                 )
             )
         kinds = {r["chain_id"]: "call" for r in rows if r.get("source") == "steps"}
-        if plan is None:
-            self._state.add_constraints(items, kinds=kinds)
-        else:
-            self._state.add_constraints(
-                items, plan.completed, plan.sighted, plan.chain_sessions, kinds
-            )
+        self._state.add_constraints(items, kinds, staged, self._retire_after)
         self._fatal.extend(
             (item[1], item[0])
             for item in items
@@ -465,13 +490,16 @@ class Intake:
         )
 
     def reconcile(self) -> list[str]:
-        """Compile every archived chain the constraint table misses (a crash between the
-        cold append and the constraint insert); returns their ids."""
-        chains = self._cold.chains
-        if not self._state.writable or chains.count() == self._state.constraint_count():
+        """Complete every batch a crash interrupted after its publish (its staged
+        counters), and compile every archived chain the constraint table misses (a crash
+        between the cold append and the constraint insert); returns their ids."""
+        if not self._state.writable:
             return []
+        repaired = self._complete_staged()
+        chains = self._cold.chains
+        if chains.count() == self._state.constraint_count():
+            return repaired
         known = self._state.constraint_ids()
-        repaired: list[str] = []
         for cid in chains.all_keys():
             if cid in known:
                 continue
@@ -482,6 +510,43 @@ class Intake:
             self.compile([row])
             repaired.append(cid)
         return repaired
+
+    def _complete_staged(self) -> list[str]:
+        """Apply the counters of staged batches whose chains are published (applying
+        twice counts nothing twice: every counter is keyed by session); forget those
+        that never will be."""
+        chains = self._cold.chains
+        repaired: list[str] = []
+        for batch, chain_ids, _counters, staged_at in self._state.staged_intakes():
+            if all(chains.contains(c) for c in chain_ids):
+                rows = []
+                for cid in chain_ids:
+                    try:
+                        rows.append(chains.get(cid))
+                    except ColdStoreError:
+                        continue  # quarantined since: reported by status
+                known = self._state.constraint_ids()
+                repaired += [r["chain_id"] for r in rows if r["chain_id"] not in known]
+                self.compile(rows, batch)
+            elif time.time() - staged_at > STALE_STAGED_S:
+                self._state.drop_staged(batch)
+        return repaired
+
+
+def usage_key(kind: str, session: str, topology: Sequence[str] = ()) -> str:
+    """Who succeeded at what: a replayed report names the same usage."""
+    payload = json.dumps([kind, session, topology_key(topology)], separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def redacted_ids(report: ChainReport) -> ChainReport:
+    """The report with its ids redacted, as they are stored (so that its session key is
+    the one an abandoned report of the same session gets)."""
+    return replace(
+        report,
+        session_id=redact_text(report.session_id) if report.session_id else report.session_id,
+        report_id=redact_text(report.report_id) if report.report_id else report.report_id,
+    )
 
 
 @dataclass(frozen=True)
@@ -515,9 +580,9 @@ def _parsed(
 
 class _FatalSequences:
     """The unconditional, contiguous fatal sequences by terminal tool: what a completed
-    call is checked against for contradictions.  Read from the state once, then kept up
-    to date with this process's own archiving (a chain another process archives is
-    seen when the constraints revision next moves under a batch)."""
+    call is checked against for contradictions.  Read from the state when the
+    constraints revision moved, then kept up to date with this process's own archiving
+    (a chain another process archived is seen when the revision next moves)."""
 
     def __init__(self) -> None:
         self._by_terminal: dict[str, list[tuple[tuple[str, ...], str]]] = {}
@@ -528,26 +593,19 @@ class _FatalSequences:
         if rev == self._rev:
             return
         self._by_terminal = {}
-        self._add((c.sequence, c.chain_id) for c in state.active_constraints() if not c.when)
+        self.extend((c.sequence, c.chain_id) for c in state.active_constraints() if not c.when)
         self._rev = rev
 
     def extend(self, items: Iterable[tuple[Sequence[str], str]]) -> None:
-        """This process archived these."""
-        self._add(items)
+        for sequence, cid in items:
+            seq = tuple(sequence)
+            self._by_terminal.setdefault(seq[-1], []).append((seq, cid))
 
     def written(self, revision: int) -> None:
         """The constraints revision after this process's own batch: nothing to re-read
         (had it been read before)."""
         if self._rev >= 0:
             self._rev = revision
-
-    def _add(self, items: Iterable[tuple[Sequence[str], str]]) -> int:
-        n = 0
-        for sequence, cid in items:
-            seq = tuple(sequence)
-            self._by_terminal.setdefault(seq[-1], []).append((seq, cid))
-            n += 1
-        return n
 
     def completed_at(self, tools: Sequence[str], j: int) -> list[str]:
         """The sequences ``tools[: j + 1]`` ends with."""

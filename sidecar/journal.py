@@ -139,11 +139,26 @@ class Journal:
     def snapshot(self, move: str) -> dict[str, Any] | None:
         """A move's intent: the tool's hot record as it was captured, and its chains."""
         row = self._db.execute(
-            "SELECT snapshot, chain_ids FROM moves WHERE move_id=?", (move,)
+            "SELECT snapshot, chain_ids, tool_id, status FROM moves WHERE move_id=?", (move,)
         ).fetchone()
         if row is None:
             return None
-        return {"snapshot": json.loads(row[0]), "chain_ids": json.loads(row[1])}
+        return {
+            "snapshot": json.loads(row[0]),
+            "chain_ids": json.loads(row[1]),
+            "tool_id": row[2],
+            "status": row[3],
+        }
+
+    def latest_move(self, tool_id: str) -> str | None:
+        """The move that last took ``tool_id`` out of the hot index (evicted now, or
+        since restored)."""
+        row = self._db.execute(
+            "SELECT move_id FROM moves WHERE tool_id=? ORDER BY created_at DESC, rowid DESC "
+            "LIMIT 1",
+            (tool_id,),
+        ).fetchone()
+        return str(row[0]) if row else None
 
     def status(self, move: str) -> str | None:
         row = self._db.execute("SELECT status FROM moves WHERE move_id=?", (move,)).fetchone()

@@ -95,12 +95,6 @@ class Lookup:
                 out.append(replace(c, contested=status == "contested"))
         return out
 
-    def fatal_after(self, executed: Sequence[str]) -> dict[str, list[ArchivedConstraint]]:
-        """The unconditional sequence constraints in force that each next tool would
-        complete after ``executed`` (a success there contradicts them)."""
-        found = self.matcher().completions(tuple(executed))
-        return {t: [c for c in cs if not c.when] for t, cs in found.items()}
-
     def cold_tools(self, tools_rev: int) -> frozenset[str]:
         """Tools the state says are not hot: evicted, or with their move begun."""
         with self._lock:

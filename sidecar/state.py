@@ -7,6 +7,8 @@ writing (the move journal in :mod:`sidecar.journal`, the revocation ledger in
 
 - ``tool_credentials``: credential references of active tools (kept out of Chroma);
 - ``completed_chains`` / ``completed_tools``: usage evidence from completed chains;
+- ``usage_sessions``: whose success was counted (a session and what it completed), so a
+  replayed report counts its completed run, and the constraints it contradicts, once;
 - ``sighting_sessions``: the distinct sessions that met a failure (topology and
   signature), so an unknown kind is archived once it is reproduced, a replayed report
   counts once, and N sessions count N;
@@ -19,7 +21,10 @@ writing (the move journal in :mod:`sidecar.journal`, the revocation ledger in
   matcher enforces; ``call``: a failing call reported with its steps, which drives
   eviction while the learned conditions of :mod:`sidecar.callmemory` enforce it), the
   completed runs that contradicted it, and when it was last confirmed (see
-  :mod:`sidecar.lifecycle`).
+  :mod:`sidecar.lifecycle`);
+- ``intake_staged``: the counters of an intake batch whose chains are being published
+  to the cold store; whoever first sees the publication done applies them, once (see
+  :meth:`sidecar.intake.Intake.reconcile`).
 
 A store opened with ``writable=False`` uses a read-only connection: it never creates
 the file, its tables or its WAL, and every write raises ``sqlite3.OperationalError``.
@@ -32,8 +37,9 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +82,75 @@ CREATE TABLE IF NOT EXISTS constraint_evidence (
 CREATE TABLE IF NOT EXISTS constraint_events (
     chain_id TEXT NOT NULL, action TEXT NOT NULL, reason TEXT NOT NULL, at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS usage_sessions (usage_key TEXT PRIMARY KEY, seen_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS intake_staged (
+    batch_id TEXT PRIMARY KEY, chain_ids TEXT NOT NULL, counters TEXT NOT NULL,
+    staged_at REAL NOT NULL
+);
 """
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one session's success counts for, once: a completed run of ``topology``
+    (if any) and the constraints it contradicts (a chain id per contradiction)."""
+
+    key: str
+    """The session and what it completed: a replayed report has the same key."""
+    topology: tuple[str, ...] | None
+    contradicts: tuple[str, ...] = ()
+
+
+@dataclass
+class Counters:
+    """What an intake batch counts, applied in one transaction."""
+
+    usage: list[Usage] = field(default_factory=list)
+    sighted: list[tuple[tuple[str, ...], str, str]] = field(default_factory=list)
+    """``(topology, signature, session_key)``: a session met a failure."""
+    chain_sessions: list[tuple[str, str]] = field(default_factory=list)
+    """``(chain_id, session_key)``: a session behind an archived chain."""
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "usage": [[u.key, u.topology, list(u.contradicts)] for u in self.usage],
+                "sighted": [[list(t), sig, who] for t, sig, who in self.sighted],
+                "chain_sessions": [list(c) for c in self.chain_sessions],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Counters:
+        data = json.loads(text)
+        return cls(
+            [Usage(k, tuple(t) if t is not None else None, tuple(c)) for k, t, c in data["usage"]],
+            [(tuple(t), sig, who) for t, sig, who in data["sighted"]],
+            [(cid, who) for cid, who in data["chain_sessions"]],
+        )
+
+
+def read_only(path: Path, no_writer: Callable[[], bool] | None = None) -> sqlite3.Connection:
+    """A read-only connection.  A WAL database needs its ``-shm`` file, which a reader
+    creates or maps; where that fails (a read-only mount, a full disk, a ``-shm`` a
+    failed writer left torn) and ``no_writer()`` says no process writes the database,
+    the file is read as immutable."""
+    db = sqlite3.connect(
+        f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+    )
+    try:
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.OperationalError:
+        if no_writer is None or not no_writer():
+            raise
+        db.close()
+        db = sqlite3.connect(
+            f"file:{path}?mode=ro&immutable=1",
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+    return db
 
 
 def topology_key(topology: Sequence[str], signature: str = "") -> str:
@@ -85,7 +159,11 @@ def topology_key(topology: Sequence[str], signature: str = "") -> str:
 
 
 class StateStore:
-    def __init__(self, path: Path, writable: bool = True) -> None:
+    def __init__(
+        self, path: Path, writable: bool = True, no_writer: Callable[[], bool] | None = None
+    ) -> None:
+        """``no_writer`` (read-only stores): whether no process writes the database now,
+        which lets a reader open it where its ``-shm`` file cannot be used."""
         self.path = path
         self.writable = writable
         self._lock = threading.RLock()
@@ -98,9 +176,7 @@ class StateStore:
             self.ensure(SCHEMA)
             self._migrate()
         else:
-            self._db = sqlite3.connect(
-                f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
-            )
+            self._db = read_only(path, no_writer)
         self._db.execute("PRAGMA busy_timeout=10000")
 
     def ensure(self, ddl: str) -> None:
@@ -182,45 +258,70 @@ class StateStore:
         return out
 
     # ---- usage evidence and sightings ----------------------------------------------
-    def record_intake(
-        self,
-        completed: Sequence[Sequence[str]] = (),
-        sighted: Sequence[tuple[Sequence[str], str, str]] = (),
-        chain_sessions: Sequence[tuple[str, str]] = (),
-    ) -> None:
-        """One transaction: count completed runs (``topology``), record sightings
-        (``topology, signature, session_key``) and the sessions behind archived chains
-        (``chain_id, session_key``).  A sighting or chain session already recorded for
-        that session is not counted again."""
+    def record_intake(self, counters: Counters, retire_after: int) -> None:
+        """One transaction: count completed runs and the contradictions they bring,
+        record sightings and the sessions behind archived chains.  Whatever a session
+        already counted (a replayed report) is not counted again."""
         with self._tx() as db:
-            self._record(db, completed, sighted, chain_sessions, time.time())
+            self._record(db, counters, retire_after, time.time())
+
+    def usage_seen(self, key: str) -> bool:
+        """Whether a session's success (see :class:`Usage`) was counted already."""
+        row = self._db.execute("SELECT 1 FROM usage_sessions WHERE usage_key=?", (key,))
+        return row.fetchone() is not None
 
     def _record(
-        self,
-        db: sqlite3.Connection,
-        completed: Sequence[Sequence[str]],
-        sighted: Sequence[tuple[Sequence[str], str, str]],
-        chain_sessions: Sequence[tuple[str, str]],
-        now: float,
+        self, db: sqlite3.Connection, counters: Counters, retire_after: int, now: float
     ) -> None:
-        for topology in completed:
-            self._complete(db, topology, now)
+        contradicted: dict[str, int] = {}
+        for usage in counters.usage:
+            fresh = db.execute(
+                "INSERT OR IGNORE INTO usage_sessions VALUES (?, ?)", (usage.key, now)
+            ).rowcount
+            if not fresh:
+                continue  # a replay: counted when first received
+            if usage.topology:
+                self._complete(db, usage.topology, now)
+            for cid in usage.contradicts:
+                contradicted[cid] = contradicted.get(cid, 0) + 1
+        self._contradict(db, contradicted, retire_after, now)
         db.executemany(
             "INSERT OR IGNORE INTO sighting_sessions VALUES (?, ?, ?, ?, ?)",
             [
                 (topology_key(t, sig), session, json.dumps(list(t)), sig, now)
-                for t, sig, session in sighted
+                for t, sig, session in counters.sighted
             ],
         )
         db.executemany(
             "INSERT OR IGNORE INTO chain_sessions VALUES (?, ?, ?)",
-            [(cid, session, now) for cid, session in chain_sessions],
+            [(cid, session, now) for cid, session in counters.chain_sessions],
         )
         # a new session meeting an archived chain confirms it
         db.executemany(
             "UPDATE constraint_evidence SET last_seen=? WHERE chain_id=?",
-            [(now, cid) for cid, _session in chain_sessions],
+            [(now, cid) for cid, _session in counters.chain_sessions],
         )
+
+    # ---- intake batches staged around their cold publication -------------------------
+    def stage_intake(self, batch_id: str, chain_ids: Sequence[str], counters: Counters) -> None:
+        """Before a batch's chains are published: its counters, for whoever first sees
+        the publication done (this batch, or a reconcile after a crash) to apply."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO intake_staged VALUES (?, ?, ?, ?)",
+                (batch_id, json.dumps(list(chain_ids)), counters.to_json(), time.time()),
+            )
+
+    def staged_intakes(self) -> list[tuple[str, list[str], Counters, float]]:
+        rows = self._db.execute(
+            "SELECT batch_id, chain_ids, counters, staged_at FROM intake_staged ORDER BY staged_at"
+        ).fetchall()
+        return [(b, json.loads(c), Counters.from_json(n), float(at)) for b, c, n, at in rows]
+
+    def drop_staged(self, batch_id: str) -> None:
+        """Forget a staged batch whose chains were never published (nothing counted)."""
+        with self._tx() as db:
+            db.execute("DELETE FROM intake_staged WHERE batch_id=?", (batch_id,))
 
     @staticmethod
     def _complete(db: sqlite3.Connection, topology: Sequence[str], now: float) -> None:
@@ -295,19 +396,25 @@ class StateStore:
     def add_constraints(
         self,
         items: Sequence[tuple[str, Sequence[str], str, str, Sequence[Condition], bool, str, float]],
-        completed: Sequence[Sequence[str]] = (),
-        sighted: Sequence[tuple[Sequence[str], str, str]] = (),
-        chain_sessions: Sequence[tuple[str, str]] = (),
         kinds: Mapping[str, str] | None = None,
+        staged: str | None = None,
+        retire_after: int = 3,
     ) -> int:
         """Insert ``(chain_id, sequence, rule, signature, when, gapped, pointer,
-        archived_at)`` items not present yet, in arrival order, together with an intake
-        batch's counters (see :meth:`record_intake`), in one transaction; returns how
-        many constraints were new."""
+        archived_at)`` items not present yet, in arrival order, in one transaction with
+        the counters of the ``staged`` intake batch (see :meth:`stage_intake`), unless
+        they were applied already; returns how many constraints were new."""
         now = time.time()
         with self._tx() as db:
             added = self._insert_constraints(db, items, kinds or {})
-            self._record(db, completed, sighted, chain_sessions, now)
+            if staged is not None:
+                # the write lock is held: whoever deletes the row applies its counters
+                row = db.execute(
+                    "SELECT counters FROM intake_staged WHERE batch_id=?", (staged,)
+                ).fetchone()
+                if row is not None:
+                    db.execute("DELETE FROM intake_staged WHERE batch_id=?", (staged,))
+                    self._record(db, Counters.from_json(row[0]), retire_after, now)
         return added
 
     def _insert_constraints(
@@ -410,27 +517,27 @@ class StateStore:
         the caller applies :mod:`sidecar.lifecycle`)."""
         return [c for c in self.chains() if not c.lifted]
 
-    def contradict(self, counts: Mapping[str, int], retire_after: int) -> None:
+    def _contradict(
+        self, db: sqlite3.Connection, counts: Mapping[str, int], retire_after: int, now: float
+    ) -> None:
         """Count completed runs that matched these chains; a chain that reaches
         ``retire_after`` (since any reinstatement) is marked invalid from now."""
         if not counts:
             return
-        now = time.time()
-        with self._tx() as db:
-            for cid, n in counts.items():
-                db.execute(
-                    "INSERT INTO constraint_evidence(chain_id, contradictions, last_seen) "
-                    "VALUES (?, ?, (SELECT archived_at FROM constraints WHERE chain_id=?)) "
-                    "ON CONFLICT(chain_id) DO UPDATE SET "
-                    "contradictions = contradictions + excluded.contradictions",
-                    (cid, n, cid),
-                )
-                db.execute(
-                    "UPDATE constraint_evidence SET invalid_at=? WHERE chain_id=? AND "
-                    "invalid_at IS NULL AND contradictions - baseline >= ?",
-                    (now, cid, retire_after),
-                )
-            self._bump_revision(db)
+        for cid, n in counts.items():
+            db.execute(
+                "INSERT INTO constraint_evidence(chain_id, contradictions, last_seen) "
+                "VALUES (?, ?, (SELECT archived_at FROM constraints WHERE chain_id=?)) "
+                "ON CONFLICT(chain_id) DO UPDATE SET "
+                "contradictions = contradictions + excluded.contradictions",
+                (cid, n, cid),
+            )
+            db.execute(
+                "UPDATE constraint_evidence SET invalid_at=? WHERE chain_id=? AND "
+                "invalid_at IS NULL AND contradictions - baseline >= ?",
+                (now, cid, retire_after),
+            )
+        self._bump_revision(db)
 
     def set_constraint_status(self, chain_id: str, status: str, reason: str) -> bool:
         """Lift (``lifted``) or reinstate (``active``) a constraint; returns whether it

@@ -120,10 +120,14 @@ class Tools:
 
     # ---- reads ------------------------------------------------------------------------
     def active(self) -> list[Tool]:
+        """The active tools; not one whose move to the cold store has begun (lookups do
+        not serve it either)."""
         if self._state.meta(REGISTRY_MIGRATED) is None:
             records = sorted(self._index().scan(), key=lambda r: r.id)  # an old home, read
         else:
             records = self._records.all()
+        moving = self._journal.in_flight_tools()
+        records = [r for r in records if r.id not in moving]
         creds = self._state.credentials(r.id for r in records)
         return [tool_from_record(r, creds.get(r.id, ())) for r in records]
 
