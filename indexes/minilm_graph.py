@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 OPSET = 17
 """The first opset with ``LayerNormalization``; onnxruntime has run it for years."""
 CONTRIB = "com.microsoft"
-BLOCK = 32
+BLOCK = 16
 """Inputs per quantization block of the int8 variant."""
 INT8_ZERO = 128
 """``MatMulNBits``' implied zero point for 8-bit codes: codes are ``round(w / scale) + 128``."""

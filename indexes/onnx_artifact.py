@@ -3,19 +3,19 @@ verified at every load, rebuilt when stale or damaged.
 
 Layout in the cache folder, per variant (``fp32`` or ``int8``)::
 
-    all-MiniLM-L6-v2.int8.onnx     the graph (:mod:`indexes.minilm_graph`), quantized or not
-    all-MiniLM-L6-v2.int8.json     the manifest: recipe, the sources' sizes, mtimes and
-                                   sha256, the artifact's size and sha256
+    all-MiniLM-L6-v2.int8.onnx     the graph (:mod:`indexes.minilm_graph`) of that variant
+    all-MiniLM-L6-v2.int8.json     the manifest: recipe, the sources' stat (size, mtime,
+                                   ctime, inode) and sha256, the artifact's size and sha256
     all-MiniLM-L6-v2.int8.lock     held while building, so that processes starting
                                    together build once
 
 Both files are published atomically (a temporary name, fsync, rename, then the folder
 fsynced), the artifact before its manifest.  A load trusts the artifact only when the
 manifest names this recipe and variant, the sources still hash to what the manifest
-records (re-hashed only when their size or mtime moved: hashing the 90 MB of weights
-costs more than loading the model), and the artifact's bytes hash to the recorded
-sha256.  Anything else (no manifest, other weights, another recipe, a torn or edited
-artifact) rebuilds it.  Building needs ``onnx`` and ``safetensors``; loading needs neither.
+records (re-hashed only when their stat moved: hashing the 90 MB of weights costs more
+than loading the model), and the artifact's bytes hash to the recorded sha256.
+Anything else (no manifest, other weights, another recipe, a torn or edited artifact)
+rebuilds it.  Building needs ``onnx`` and ``safetensors``; loading needs neither.
 """
 
 from __future__ import annotations
@@ -89,8 +89,15 @@ def _sha256_file(path: Path) -> str:
 
 
 def _stat(path: Path) -> dict[str, int]:
+    # the inode change time cannot be set back by hand: a file written again, copied
+    # or replaced never keeps all four, even at the same size and mtime
     st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "ctime_ns": st.st_ctime_ns,
+        "inode": st.st_ino,
+    }
 
 
 def _sources(model_dir: Path, recorded: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
