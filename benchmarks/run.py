@@ -1,5 +1,5 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
-[--json]`` with NAME one of pollution, lookup, check, evict, store, startup, all.
+[--json]`` with NAME one of pollution, lookup, embed, check, evict, store, startup, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -42,8 +42,9 @@ MODULES = {
     "evict": "benchmarks.bench_evict",
     "store": "benchmarks.bench_store",
     "startup": "benchmarks.bench_startup",
+    "embed": "benchmarks.bench_embed",
 }
-ALL_ORDER = ("startup", "check", "store", "lookup", "evict", "pollution")
+ALL_ORDER = ("startup", "check", "store", "lookup", "evict", "embed", "pollution")
 """Fast ones first: a broken environment shows up in seconds, not after the model."""
 
 
@@ -91,10 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
         "evict": "batch eviction time as the archive grows",
         "store": "cold archive append throughput and pointer resolution",
         "startup": "sidecar --help start-up time and lookup-process memory",
+        "embed": "ONNX query embedding, query cache and exact tier vs torch and raw Chroma",
         "all": "every benchmark, fastest first",
     }
     for name, text in helps.items():
-        parents = [common, data] if name in ("pollution", "all") else [common]
+        parents = [common, data] if name in ("pollution", "embed", "all") else [common]
         sub.add_parser(name, parents=parents, help=text, description=text)
     return parser
 
@@ -104,6 +106,8 @@ def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[st
     options: dict[str, Any] = {"seed": args.seed}
     if name == "pollution":
         options |= {"dataset": args.dataset.resolve(), "k": args.k, "seeds": args.seeds}
+    elif name == "embed":
+        options |= {"dataset": args.dataset.resolve()}
     progress(f"{name} ({'quick' if args.quick else 'full'}) starting")
     library = revision()
     load_before = os.getloadavg()
@@ -164,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     names = ALL_ORDER if args.name == "all" else (args.name,)
-    if "pollution" in names:
+    if "pollution" in names or "embed" in names:
         # before anything runs: `all` would otherwise fail minutes in
         from benchmarks.datasets import missing_files
 

@@ -11,15 +11,25 @@ Concurrency: a :class:`Snapshot` is immutable.  Readers take the current one wit
 lock; a write builds a new snapshot (copy on write) and swaps it in under the tier's
 lock.  Every write also bumps a generation, so a snapshot loaded from Chroma while a
 write ran is thrown away rather than installed (it may hold a record the write deleted).
+
+Because a snapshot never changes, it also remembers its last :data:`MEMO_SIZE` rankings:
+a repeated lookup (same query vector, k and exclusions) costs a dictionary read instead
+of a pass over the matrix, and a write, which makes a new snapshot, starts afresh.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+MEMO_SIZE = 1024
+"""Rankings a snapshot remembers (each a few dozen ids and scores)."""
+
+Ranked = tuple[list[tuple[str, float]], list[tuple[str, float]]]
 
 
 def unit_rows(vectors: np.ndarray) -> np.ndarray:
@@ -40,6 +50,7 @@ class Snapshot:
     ids: tuple[str, ...]
     matrix: np.ndarray
     position: Mapping[str, int]
+    _memo: _Memo = field(default_factory=lambda: _Memo(MEMO_SIZE), compare=False, repr=False)
 
     @classmethod
     def build(cls, ids: Sequence[str], vectors: np.ndarray) -> Snapshot:
@@ -76,19 +87,22 @@ class Snapshot:
         ids = self.ids
         return [(ids[i], min(1.0, max(-1.0, float(scores[i])))) for i in order]
 
-    def ranked(
-        self, vector: np.ndarray, k: int, exclude: Collection[str]
-    ) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    def ranked(self, vector: np.ndarray, k: int, exclude: Collection[str]) -> Ranked:
         """The ``k`` best ids not in ``exclude``, and the excluded ones that ranked above
         the last of them (what the exclusion displaced), each best first with scores.
         One pass: ``k`` plus every exclusion is sure to be enough."""
-        hits: list[tuple[str, float]] = []
-        displaced: list[tuple[str, float]] = []
-        for rid, score in self.top(vector, k + len(exclude)):
-            if len(hits) == k:
-                break
-            (displaced if rid in exclude else hits).append((rid, score))
-        return hits, displaced
+        key = (np.asarray(vector, dtype=np.float32).tobytes(), k, frozenset(exclude))
+        found = self._memo.get(key)
+        if found is None:
+            hits: list[tuple[str, float]] = []
+            displaced: list[tuple[str, float]] = []
+            for rid, score in self.top(vector, k + len(exclude)):
+                if len(hits) == k:
+                    break
+                (displaced if rid in exclude else hits).append((rid, score))
+            found = (hits, displaced)
+            self._memo.put(key, found)
+        return list(found[0]), list(found[1])
 
     def upserted(self, ids: Sequence[str], vectors: np.ndarray) -> Snapshot:
         """A new snapshot with ``ids`` added or their vectors replaced."""
@@ -116,6 +130,29 @@ class Snapshot:
         keep[drop] = False
         kept_ids = [rid for rid, k in zip(self.ids, keep, strict=True) if k]
         return Snapshot._of(kept_ids, self.matrix[keep])
+
+
+class _Memo:
+    """A small thread-safe LRU map."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._items: OrderedDict[object, Ranked] = OrderedDict()
+
+    def get(self, key: object) -> Ranked | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def put(self, key: object, value: Ranked) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
 
 
 def _empty(like: np.ndarray) -> np.ndarray:

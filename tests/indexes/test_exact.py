@@ -356,3 +356,18 @@ def test_a_tier_loaded_in_pages_ranks_like_brute_force(
         assert got == [ids[i] for i in brute_force(vectors, q, 10)]
     assert recorder.sizes("get")[:5] == [1000] * 5  # the pages of the load
     assert recorder.sizes("query") == []
+
+
+def test_a_snapshot_remembers_rankings_and_a_write_forgets_them() -> None:
+    snap = Snapshot.build(GEO_IDS, plane_vectors(ANGLES))
+    first = snap.ranked(axis(), 3, {"g1"})
+    first[0].clear()  # a caller's copy: the remembered ranking is not touched
+    hits, displaced = snap.ranked(axis(), 3, {"g1"})
+    assert [rid for rid, _ in hits] == ["g0", "g2", "g3"]
+    assert [rid for rid, _ in displaced] == ["g1"]
+    assert [score for _, score in hits] == pytest.approx([1.0, 0.9397, 0.8660], abs=1e-4)
+    moved = snap.upserted(["g9"], plane_vectors([1.0]))
+    assert [rid for rid, _ in moved.ranked(axis(), 2, {"g1"})[0]] == ["g0", "g9"]
+    assert [rid for rid, _ in snap.ranked(axis(), 2, {"g1"})[0]] == ["g0", "g2"]
+    # other k or exclusions are other rankings
+    assert [rid for rid, _ in snap.ranked(axis(), 2, ())[0]] == ["g0", "g1"]
