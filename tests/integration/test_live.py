@@ -46,11 +46,15 @@ class Server:
         }
         self.env.pop("SIDECAR_TOKEN", None)
         started = time.perf_counter()
+        # a file, not a pipe: nobody reads a pipe while the server runs, and once its
+        # 64 KiB fill up with request log lines, the server blocks on its next log line
+        self.stderr_path = home.parent / f"server-{self.port}.stderr"
+        self._stderr = self.stderr_path.open("wb")
         self.proc = subprocess.Popen(
             [SCRIPT, "serve", "--port", str(self.port)],
             env=self.env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=self._stderr,
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -59,15 +63,16 @@ class Server:
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
-            assert self.proc.poll() is None, self.proc.stderr.read() if self.proc.stderr else ""
+            assert self.proc.poll() is None, self.stderr_path.read_text()
         self.ready_s = time.perf_counter() - started
         self.token = (home / "token").read_text().strip()
         self.headers = {"Authorization": f"Bearer {self.token}"}
 
     def stop(self) -> str:
         self.proc.terminate()
-        _, err = self.proc.communicate(timeout=30)
-        return err.decode()
+        self.proc.wait(timeout=30)
+        self._stderr.close()
+        return self.stderr_path.read_text()
 
 
 @pytest.fixture(scope="module")
