@@ -21,7 +21,7 @@ Five parts, each a ratio against a baseline measured in the same run:
   (documents as the sidecar embeds them) with their own task queries (``--dataset``;
   quick runs a seeded sample of 500 queries per set);
 - ``crossover``: the exact tier against Chroma, both through ``search_fields``, at 1k,
-  10k, 50k (and 100k in full runs) tools with synthetic clustered unit vectors
+  10k, 20k, 50k (and 30k, 100k in full runs) tools with synthetic clustered unit vectors
   (seeded), a query of its own for each timed call; recall@10 of both against brute
   force, the tier's load time and size;
 - ``startup``: a fresh ``python -c`` process from start to its first query vector,
@@ -79,8 +79,8 @@ LOOKUP_SETS = (
     "torch",
     "agreement",
 )
-QUICK_SIZES = (1_000, 10_000, 50_000)
-FULL_SIZES = (1_000, 10_000, 50_000, 100_000)
+QUICK_SIZES = (1_000, 10_000, 20_000, 50_000)
+FULL_SIZES = (1_000, 10_000, 20_000, 30_000, 50_000, 100_000)
 SHORT_QUERIES = (
     "what's the weather in Lisbon",
     "convert 100 euros to yen",
