@@ -46,10 +46,11 @@ SIZE_HINT_TTL = 5.0
 """Seconds a cached collection size is trusted when another process may write to the
 same Chroma server; it only sizes the first fetch of a lookup, never its result."""
 
-EXACT_LIMIT = 50_000
-"""The collection size up to which the exact tier ranks by default (embedded store):
-below it, a brute-force product over all vectors costs less than a Chroma query
-(``benchmarks/bench_embed.py``, crossover)."""
+EXACT_LIMIT = 15_000
+"""The collection size up to which the exact tier ranks by default (embedded store).
+On the reference machine a brute-force pass over all vectors cost 0.58x Chroma's query
+at 10k tools and 1.1x at 20k, once the matrix (1.5 KiB a tool) no longer fits the CPU
+cache (``benchmarks/bench_embed.py``, crossover)."""
 
 
 @dataclass(frozen=True)

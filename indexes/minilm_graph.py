@@ -107,7 +107,7 @@ def _linear(g: _Graph, x: str, weight: np.ndarray, bias: np.ndarray, hint: str) 
     if g.variant == "fp32":
         w = g.const(f"{hint}.weight", np.ascontiguousarray(weight.T))
         return g.op("Add", [g.op("MatMul", [x, w], f"{hint}.matmul"), b], f"{hint}.out")
-    codes, scales = quantize_blocks(weight)
+    codes, scales = quantize_blocks(weight, BLOCK)
     product = g.op(
         "MatMulNBits",
         [x, g.const(f"{hint}.codes", codes), g.const(f"{hint}.scales", scales)],
