@@ -490,7 +490,11 @@ class ActiveIndex:
             return found
         if self._size_hint() > tier.limit:
             return None
-        with self._exact_loading:  # one load at a time; the others wait for it
+        # one load at a time, and no lookup waits for it: while one thread loads, the
+        # others ask Chroma (a load costs hundreds of ms at 10k tools)
+        if not self._exact_loading.acquire(blocking=False):
+            return None
+        try:
             found = tier.current()
             if found is not None:
                 return found
@@ -499,6 +503,8 @@ class ActiveIndex:
             if loaded is None or not tier.install(loaded, generation):
                 return None  # too large, or a write ran meanwhile: Chroma ranks this one
             return loaded
+        finally:
+            self._exact_loading.release()
 
     def _load_vectors(self, limit: int) -> Snapshot | None:
         ids: list[str] = []

@@ -371,3 +371,36 @@ def test_a_snapshot_remembers_rankings_and_a_write_forgets_them() -> None:
     assert [rid for rid, _ in snap.ranked(axis(), 2, {"g1"})[0]] == ["g0", "g2"]
     # other k or exclusions are other rankings
     assert [rid for rid, _ in snap.ranked(axis(), 2, ())[0]] == ["g0", "g1"]
+
+
+class _SlowLoad(CallRecorder):
+    """Holds the tier's load (the ``get`` of every embedding) until released."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.loading = threading.Event()
+        self.release = threading.Event()
+
+    def get(self, **kwargs: Any) -> Any:
+        if "embeddings" in (kwargs.get("include") or []):
+            self.loading.set()
+            assert self.release.wait(timeout=30)
+        return super().get(**kwargs)
+
+
+def test_no_lookup_waits_for_another_ones_load(geo_index: ActiveIndex) -> None:
+    slow = _SlowLoad(geo_index._collection)
+    geo_index._collection = slow
+    first: list[list[str]] = []
+    loader = threading.Thread(
+        target=lambda: first.append([h.id for h in geo_index.search(axis(), 2)])
+    )
+    loader.start()
+    assert slow.loading.wait(timeout=30)
+    # the load is in flight: this lookup is ranked by Chroma meanwhile
+    assert [h.id for h in geo_index.search(axis(), 2)] == ["g0", "g1"]
+    assert slow.sizes("query") == [2]
+    slow.release.set()
+    loader.join(timeout=30)
+    assert first == [["g0", "g1"]]
+    assert geo_index._exact is not None and geo_index._exact.current() is not None
