@@ -35,8 +35,8 @@ Variant = Literal["fp32", "int8"]
 VARIANTS: tuple[Variant, ...] = ("fp32", "int8")
 
 RECIPE = 1
-"""Bump when the graph or the quantization settings change: every cached artifact then
-rebuilds on its next load."""
+"""Bump when the graph changes: every cached artifact then rebuilds on its next load
+(the int8 block size and the opset are recorded beside it, see :func:`recipe`)."""
 STEM = "all-MiniLM-L6-v2"
 SOURCES = ("model.safetensors", "config.json", "1_Pooling/config.json")
 """What the graph is built from (the tokenizer is read from the model folder at run
@@ -70,6 +70,13 @@ def load_artifact(cache_dir: Path, model_dir: Path, variant: Variant) -> Artifac
         if found is not None:
             return found
         return _build(cache_dir, model_dir, variant)
+
+
+def recipe() -> dict[str, int]:
+    """What the artifact was built by, as the manifest records it."""
+    from indexes.minilm_graph import BLOCK, OPSET
+
+    return {"version": RECIPE, "int8_block": BLOCK, "opset": OPSET}
 
 
 def artifact_path(cache_dir: Path, variant: Variant) -> Path:
@@ -124,7 +131,7 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
 
 def _verified(cache_dir: Path, model_dir: Path, variant: Variant) -> Artifact | None:
     manifest = _read_manifest(_manifest_path(cache_dir, variant))
-    if manifest is None or manifest.get("recipe") != RECIPE or manifest.get("variant") != variant:
+    if manifest is None or manifest.get("recipe") != recipe() or manifest.get("variant") != variant:
         return None
     recorded = manifest.get("sources")
     now = _sources(model_dir, recorded if isinstance(recorded, Mapping) else None)
@@ -150,7 +157,7 @@ def _verified(cache_dir: Path, model_dir: Path, variant: Variant) -> Artifact | 
 
 def _manifest_bytes(variant: Variant, sources: Mapping[str, Any], content: bytes) -> bytes:
     manifest = {
-        "recipe": RECIPE,
+        "recipe": recipe(),
         "variant": variant,
         "sources": sources,
         "artifact": {"size": len(content), "sha256": hashlib.sha256(content).hexdigest()},

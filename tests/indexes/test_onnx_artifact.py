@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from indexes.onnx_artifact import (
-    RECIPE,
     SOURCES,
     STEM,
     Artifact,
     artifact_path,
     load_artifact,
+    recipe,
 )
 from indexes.onnx_embedder import _model_dir
 
@@ -51,7 +51,8 @@ def test_a_built_cache_loads_without_building(cache: Path) -> None:
 
 def test_the_manifest_records_the_sources_and_the_recipe(cache: Path) -> None:
     data = manifest(cache)
-    assert data["recipe"] == RECIPE and data["variant"] == "fp32"
+    assert data["recipe"] == recipe() and data["variant"] == "fp32"
+    assert data["recipe"]["int8_block"] == 16
     for name in SOURCES:
         source = _model_dir() / name
         assert data["sources"][name]["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
@@ -101,7 +102,7 @@ def test_a_stale_or_missing_manifest_rebuilds(cache: Path, damage: str) -> None:
     elif damage == "not json":
         path.write_text("{")
     elif damage == "other recipe":
-        path.write_text(json.dumps({**data, "recipe": RECIPE + 1}))
+        path.write_text(json.dumps({**data, "recipe": {**recipe(), "int8_block": 32}}))
     elif damage == "other source":
         # the weights the artifact was built from are not the installed ones
         data["sources"]["model.safetensors"] |= {"sha256": "0" * 64, "mtime_ns": 0}
