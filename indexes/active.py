@@ -48,9 +48,9 @@ same Chroma server; it only sizes the first fetch of a lookup, never its result.
 
 EXACT_LIMIT = 15_000
 """The collection size up to which the exact tier ranks by default (embedded store).
-On the reference machine a brute-force pass over all vectors cost 0.58x Chroma's query
-at 10k tools and 1.1x at 20k, once the matrix (1.5 KiB a tool) no longer fits the CPU
-cache (``benchmarks/bench_embed.py``, crossover)."""
+On the reference machine a brute-force pass over all vectors cost 0.55-0.58x Chroma's
+query at 10k tools, 0.91-1.11x at 20k and 1.22x at 30k, once the matrix (1.5 KiB a
+tool) no longer fits the CPU cache (``benchmarks/bench_embed.py``, crossover)."""
 
 
 @dataclass(frozen=True)
