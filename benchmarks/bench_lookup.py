@@ -211,7 +211,9 @@ def constrained_part(n_tools: int, repeat: int, seed: int) -> dict[str, Any]:
                 it = itertools.cycle(queries)
 
                 def lookup() -> Any:
-                    sc.index.forget_fields()
+                    # the fields only: the exact tier's vectors stay (reloading them
+                    # is not what this diagnostic measures)
+                    sc.index.forget_fields(keep_vectors=True)
                     return sc.search_vector(next(it), K, PREFIXES[count])
 
                 return lookup

@@ -54,6 +54,7 @@ from benchmarks.common import (
     machine,
     md_table,
     md_targets,
+    model_embedder,
     open_sidecar,
     progress,
     pyplot,
@@ -89,6 +90,7 @@ class CachedEmbedder:
     def __init__(self, inner: Embedder) -> None:
         self._inner = inner
         self._cache: dict[str, np.ndarray] = {}
+        self._queries: dict[str, np.ndarray] = {}
         self.embed_seconds = 0.0
 
     @property
@@ -111,6 +113,16 @@ class CachedEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([self._cache[t] for t in texts])
+
+    def query(self, text: str) -> np.ndarray:
+        """A query's vector as the sidecar computes it (the fast path's query graph)."""
+        from indexes import query_vector
+
+        if text not in self._queries:
+            start = time.perf_counter()
+            self._queries[text] = query_vector(self._inner, text)
+            self.embed_seconds += time.perf_counter() - start
+        return self._queries[text]
 
     def tokenizer_count(self, text: str) -> int:
         counter: Callable[[str], int] | None = getattr(self._inner, "tokenizer_count", None)
@@ -272,7 +284,7 @@ class Lookups:
 
     def _vector(self, query: str) -> np.ndarray:
         if query not in self._vectors:
-            self._vectors[query] = self._embedder.embed([query])[0]
+            self._vectors[query] = self._embedder.query(query)
         return self._vectors[query]
 
     def plain(self, task: Task, after: Sequence[str]) -> Page:
@@ -506,7 +518,7 @@ def rebuild_disagreement(
         try:
             other.add_tools(corpus.tools)
             differ = sum(
-                tuple(h.id for h in other.index.search(embedder.embed([q])[0], k)) != page.ids
+                tuple(h.id for h in other.index.search(embedder.query(q), k)) != page.ids
                 for q, page in pages.items()
             )
         finally:
@@ -525,7 +537,8 @@ def evaluate(
     started = time.perf_counter()
     queries = sorted({t.query for t in corpus.tasks})
     progress(f"{corpus.name} seed {seed}: embedding {len(queries)} task texts")
-    embedder.embed(queries)
+    for q in queries:
+        embedder.query(q)
     systems: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix=f"bench-pollution-{corpus.name}-") as tmp:
         sc = open_sidecar(Path(tmp), embedder)
@@ -688,14 +701,14 @@ def run(
     k: int = 5,
     seed: int = 7,
     seeds: int | None = None,
+    embedder_name: str = "onnx",
 ) -> dict[str, Any]:
     """``seeds`` protocol seeds from ``seed`` on (default: 1 quick, 5 full); the headline
-    tables are those of ``seed``."""
-    from indexes import MiniLMEmbedder
-
+    tables are those of ``seed``.  ``embedder_name``: ``onnx``, the sidecar's default
+    (fp32 documents, int8 queries), or ``torch``, the reference."""
     started = time.perf_counter()
     seed_list = [seed + i for i in range(seeds or (1 if quick else FULL_SEEDS))]
-    embedder = CachedEmbedder(MiniLMEmbedder())
+    embedder = CachedEmbedder(model_embedder(embedder_name))
     tb = toolbench(dataset)
     per_seed: dict[str, dict[int, dict[str, Any]]] = {"toolbench": {}, "seal_tools": {}}
     for s in seed_list:
@@ -720,7 +733,7 @@ def run(
             "seed": seed,
             "seeds": seed_list,
             "dataset": str(dataset),
-            "embedder": "all-MiniLM-L6-v2",
+            "embedder": f"all-MiniLM-L6-v2 ({embedder_name})",
             "seal_tools": (
                 {"abandoned_share": 0.3, **QUICK_SEAL} if quick else {"abandoned_share": 0.3}
             ),
@@ -878,9 +891,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--seeds", type=int, help="protocol seeds (default 1 quick, 5 full)")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--embedder", choices=("onnx", "torch"), default="onnx")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    emit(run(args.quick, args.dataset, args.k, args.seed, args.seeds), args.out)
+    emit(run(args.quick, args.dataset, args.k, args.seed, args.seeds, args.embedder), args.out)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
-[--json]`` with NAME one of pollution, failures, lookup, check, evict, store, startup, all.
+[--json]`` with NAME one of pollution, failures, lookup, embed, check, evict, store,
+startup, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -43,9 +44,10 @@ MODULES = {
     "store": "benchmarks.bench_store",
     "startup": "benchmarks.bench_startup",
     "failures": "benchmarks.bench_failures",
+    "embed": "benchmarks.bench_embed",
 }
-ALL_ORDER = ("startup", "check", "failures", "store", "lookup", "evict", "pollution")
-DATASET_BENCHMARKS = ("pollution", "failures")
+ALL_ORDER = ("startup", "check", "failures", "store", "lookup", "evict", "embed", "pollution")
+DATASET_BENCHMARKS = ("pollution", "failures", "embed")
 """Fast ones first: a broken environment shows up in seconds, not after the model."""
 
 
@@ -81,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="pollution, failures: protocol seeds from --seed on (default 1 quick, 5 full)",
     )
+    data.add_argument(
+        "--embedder",
+        choices=("onnx", "torch"),
+        default="onnx",
+        help="pollution: the sidecar's default model path (onnx) or the reference (torch)",
+    )
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
         description="Run the sidecar's benchmarks (see BENCHMARKS.md).",
@@ -94,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "store": "cold archive append throughput and pointer resolution",
         "startup": "sidecar --help start-up time and lookup-process memory",
         "failures": "repeat failures caught before the call on real τ² agent runs",
+        "embed": "ONNX query embedding, query cache and exact tier vs torch and raw Chroma",
         "all": "every benchmark, fastest first",
     }
     for name, text in helps.items():
@@ -106,9 +115,16 @@ def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[st
     module = importlib.import_module(MODULES[name])
     options: dict[str, Any] = {"seed": args.seed}
     if name == "pollution":
-        options |= {"dataset": args.dataset.resolve(), "k": args.k, "seeds": args.seeds}
-    if name == "failures":
+        options |= {
+            "dataset": args.dataset.resolve(),
+            "k": args.k,
+            "seeds": args.seeds,
+            "embedder_name": args.embedder,
+        }
+    elif name == "failures":
         options |= {"dataset": args.dataset.resolve(), "seeds": args.seeds}
+    elif name == "embed":
+        options |= {"dataset": args.dataset.resolve()}
     progress(f"{name} ({'quick' if args.quick else 'full'}) starting")
     library = revision()
     load_before = os.getloadavg()
@@ -175,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks.tau2 import missing_files as missing_tau2
 
         lost = [
-            *(missing_files(args.dataset.resolve()) if "pollution" in names else []),
+            *(missing_files(args.dataset.resolve()) if {"pollution", "embed"} & set(names) else []),
             *(missing_tau2(args.dataset.resolve()) if "failures" in names else []),
         ]
         if lost:

@@ -1,11 +1,13 @@
-"""The active tool index (hot store): Chroma plus a sentence-transformers embedder.
+"""The active tool index (hot store): Chroma plus the all-MiniLM-L6-v2 embedder, under
+sentence-transformers (the reference) or onnxruntime (the fast path).
 
 This package never imports :mod:`sidecar` or :mod:`cold_store`, and it is the only one
-that imports ``chromadb`` and ``sentence_transformers``.
+that imports ``chromadb`` and the model runtimes (torch, sentence-transformers,
+transformers, tokenizers, onnxruntime, onnx, safetensors).
 """
 
-from indexes.active import ID_KEY, ActiveIndex, IndexHit, IndexRecord
-from indexes.embedder import Embedder, HashingEmbedder, MiniLMEmbedder
+from indexes.active import EXACT_LIMIT, ID_KEY, ActiveIndex, IndexHit, IndexRecord
+from indexes.embedder import Embedder, HashingEmbedder, MiniLMEmbedder, query_vector
 from indexes.errors import (
     DeleteNotVerifiedError,
     EmbedderError,
@@ -14,10 +16,14 @@ from indexes.errors import (
     IndexMissing,
     ToolIndexError,
 )
+from indexes.onnx_embedder import OnnxMiniLMEmbedder
+from indexes.query_cache import CachedEmbedder, query_key
 
 __all__ = [
+    "EXACT_LIMIT",
     "ID_KEY",
     "ActiveIndex",
+    "CachedEmbedder",
     "DeleteNotVerifiedError",
     "Embedder",
     "EmbedderError",
@@ -28,5 +34,8 @@ __all__ = [
     "IndexMissing",
     "IndexRecord",
     "MiniLMEmbedder",
+    "OnnxMiniLMEmbedder",
     "ToolIndexError",
+    "query_key",
+    "query_vector",
 ]

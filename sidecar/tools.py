@@ -106,13 +106,16 @@ class Tools:
     def sync_records(self, index: ActiveIndex) -> None:
         """Keep the records and the index in step: a home from before the records were
         kept gets them from the index, once; a record the index lost (a deleted
-        ``chroma/`` folder) is embedded again from the record."""
+        ``chroma/`` folder) or whose vector it lost is embedded again from the record."""
         if self._state.meta(REGISTRY_MIGRATED) is None:
             self._records.put(list(index.scan()))
             self._state.set_meta(REGISTRY_MIGRATED, "1")
             self._state.bump_tools_revision()
             return
-        missing = self._records.ids() - index.existing(self._records.ids())
+        ids = self._records.ids()
+        missing = ids - index.existing(ids)
+        # listed but without a vector (a write cut short by a full disk): never ranked
+        missing |= index.unreadable(ids - missing)
         if missing:
             log.warning("hot index lacks %d active tool(s); rebuilding them", len(missing))
             with self._hot_write():

@@ -31,13 +31,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.model)
 
 
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ONNX model cache for the session's sidecars (built by the first that needs
+    it), so that the suite writes nothing under the user's own cache."""
+    return tmp_path_factory.mktemp("model-cache")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_environment(monkeypatch: pytest.MonkeyPatch, model_cache: Path) -> None:
     """No developer setting reaches the suite: a ``SIDECAR_CHROMA_URL`` or
     ``SIDECAR_HOME`` in the shell must never point a test at someone's real store."""
     for name in list(os.environ):
         if name.startswith("SIDECAR_"):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("SIDECAR_MODEL_CACHE", str(model_cache))
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """Package boundaries: sidecar -> {indexes, cold_store}; those two never import sidecar
-or each other; chromadb / sentence_transformers only in indexes, pyarrow only in
-cold_store; the library never imports its benchmarks or tests."""
+or each other; chromadb and the model runtimes (torch, sentence-transformers,
+transformers, tokenizers, onnxruntime, onnx, safetensors) only in indexes, pyarrow only
+in cold_store; the library never imports its benchmarks or tests."""
 
 from __future__ import annotations
 
@@ -10,10 +11,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+MODEL_RUNTIME = {
+    "sentence_transformers",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "onnxruntime",
+    "onnx",
+    "safetensors",
+}
 FORBIDDEN = {
     "indexes": {"sidecar", "cold_store", "pyarrow"},
-    "cold_store": {"sidecar", "indexes", "chromadb", "sentence_transformers", "torch"},
-    "sidecar": {"chromadb", "sentence_transformers", "torch", "pyarrow", "benchmarks", "tests"},
+    "cold_store": {"sidecar", "indexes", "chromadb", *MODEL_RUNTIME},
+    "sidecar": {"chromadb", "pyarrow", "benchmarks", "tests", *MODEL_RUNTIME},
 }
 
 

@@ -122,3 +122,37 @@ def test_missing_datasets_stop_the_run_before_it_starts(
     for name in ("tool.jsonl", *SEAL_SPLITS):
         (tmp_path / SEAL_DIR / name).write_text("")
     assert missing_files(tmp_path) == []
+
+
+def test_embed_benchmark_helpers() -> None:
+    import numpy as np
+
+    from benchmarks.bench_embed import _agreement, _top, clustered_vectors, crossover_size
+
+    vectors = clustered_vectors(500, seed=3)
+    np.testing.assert_array_equal(vectors, clustered_vectors(500, seed=3))
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    queries = clustered_vectors(20, seed=4)
+    top = _top(vectors, queries, 5)
+    assert all(len(row) == 5 for row in top)
+    assert top[0] == set(np.argsort(-(vectors @ queries[0]))[:5].tolist())
+    assert _agreement(top, top) == 1.0
+    shifted = [{i + 1000 for i in row} for row in top]
+    assert _agreement(shifted, top) == 0.0
+    speed = {"1000": {"exact_vs_chroma_p50": 0.2}, "10000": {"exact_vs_chroma_p50": 0.6}}
+    assert crossover_size(speed) == 10000
+    speed["50000"] = {"exact_vs_chroma_p50": 1.4}
+    assert crossover_size(speed) == 10000
+    assert crossover_size({"1000": {"exact_vs_chroma_p50": 1.1}}) is None
+
+
+def test_embed_is_a_registered_benchmark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks.run import ALL_ORDER, MODULES, build_parser, main
+
+    assert "embed" in MODULES and "embed" in ALL_ORDER
+    args = build_parser().parse_args(["embed", "--full", "--dataset", str(tmp_path)])
+    assert (args.name, args.quick, args.dataset) == ("embed", False, tmp_path)
+    assert main(["embed", "--dataset", str(tmp_path)]) == 2  # needs the datasets
+    assert "pass --dataset DIR" in capsys.readouterr().err

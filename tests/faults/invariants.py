@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.errors import ColdStoreUnavailable
+from sidecar.registry import embedding_text
 from tests.faults.harness import Server, state_rows
 
 LOOKUPS = 12
@@ -132,8 +133,11 @@ def check_home(home: Path, tools: Collection[str], archived: Collection[str] = (
         released = {ref for refs in creds.values() for ref in refs} - in_use
         assert released <= set(open_refs), released - set(open_refs)
 
-        # 6. no evicted tool served
+        # 6. no evicted tool served, every active one found (its vector kept)
         assert_not_served(sc, set(evicted))
+        for tool in records.values():
+            [top] = sc.search(embedding_text(tool), k=1).hits
+            assert top.tool_id == tool.tool_id or top.score >= 0.9999, (tool.tool_id, top)
         return HomeState(frozenset(records), evicted, mandates, keys)
 
 

@@ -13,6 +13,8 @@ import pytest
 from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.errors import ColdStoreUnavailable, StateUnavailable
+from sidecar.model import Tool
+from sidecar.registry import embedding_text
 from tests.faults.faults import small_disk
 from tests.faults.harness import Server, build_world, cli, state_rows
 from tests.faults.invariants import check_home, check_server
@@ -98,6 +100,11 @@ def full_tmpfs(home: Path) -> None:
         [result] = accepted.json()["results"]
         assert result["status"] == "archived", result
         assert server.post("/v1/tools", {"tools": [NEW_TOOL]}).status_code == 200
+        # the refused write left Chroma listing t_new without its vector: the second
+        # write must be read back and repaired, or t_new is never ranked again
+        own_text = embedding_text(Tool(**NEW_TOOL))
+        hits = server.post("/v1/search", {"query": own_text, "k": 3}).json()["hits"]
+        assert hits[0]["tool_id"] == "t_new", hits
         check_server(server)
         server.stop()
     check_home(home, [*world["tools"], "t_new"], [*chains, result["chain_id"]])

@@ -1,4 +1,5 @@
-"""Fixtures for the active-index tests: a real embedded Chroma per test."""
+"""Fixtures for the active-index tests: a real embedded Chroma per test, and the ONNX
+embedder whose files are built once per session."""
 
 from __future__ import annotations
 
@@ -7,8 +8,25 @@ from pathlib import Path
 
 import pytest
 
-from indexes import ActiveIndex, HashingEmbedder
+from indexes import ActiveIndex, HashingEmbedder, OnnxMiniLMEmbedder
 from tests.indexes.helpers import CallRecorder
+
+
+@pytest.fixture(scope="session")
+def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache folder holding both ONNX variants, built once for the session (the
+    tests that rebuild work on copies of it)."""
+    cache = tmp_path_factory.mktemp("onnx-cache")
+    OnnxMiniLMEmbedder(cache).warm()
+    return cache
+
+
+@pytest.fixture(scope="session")
+def onnx_minilm(onnx_cache: Path) -> OnnxMiniLMEmbedder:
+    """The default fast embedder: fp32 documents, int8 queries, loaded."""
+    embedder = OnnxMiniLMEmbedder(onnx_cache)
+    embedder.warm()
+    return embedder
 
 
 @pytest.fixture(params=["embedded", "server"])

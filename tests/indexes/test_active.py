@@ -456,6 +456,7 @@ def test_search_exclude_sizes_one_query_from_the_excluded_share(index: ActiveInd
     ids = [f"p{i}" for i in range(100)]
     angles = [i * 1.8 for i in range(100)]
     index.upsert([IndexRecord(i, i) for i in ids], embeddings=plane_vectors(angles))
+    index.exact_limit = 0  # Chroma ranks (the exact tier needs no sizing)
     recorder = CallRecorder(index._collection)
     index._collection = recorder
 
@@ -475,6 +476,7 @@ def test_search_exclude_sizes_one_query_from_the_excluded_share(index: ActiveInd
 
 
 def test_search_without_exclusions_asks_for_k(geo: ActiveIndex) -> None:
+    geo.exact_limit = 0
     recorder = CallRecorder(geo._collection)
     geo._collection = recorder
     geo.search(axis(), 3)
@@ -680,6 +682,7 @@ def test_search_fields_matches_search_ranked(geo: ActiveIndex) -> None:
 
 
 def test_search_fields_reads_fields_once_when_embedded(geo: ActiveIndex) -> None:
+    geo.exact_limit = 0  # Chroma ranks: tests/indexes/test_exact.py has the exact tier
     recorder = CallRecorder(geo._collection)
     geo._collection = recorder
     geo.search_fields(axis(), 3, (), ["angle"])
@@ -702,6 +705,7 @@ def test_search_fields_follows_our_own_writes(geo: ActiveIndex) -> None:
 
 
 def test_forget_fields_reads_them_again(geo: ActiveIndex) -> None:
+    geo.exact_limit = 0
     geo.search_fields(axis(), 2, (), ["angle"])
     recorder = CallRecorder(geo._collection)
     geo._collection = recorder

@@ -62,20 +62,16 @@ class Server:
         }
         self.env.pop("SIDECAR_TOKEN", None)
         started = time.perf_counter()
+        # a file, not a pipe: nobody reads a pipe while the server runs, and once its
+        # 64 KiB fill up with request log lines, the server blocks on its next log line
+        self.stderr_path = home.parent / f"server-{home.name}-{time.monotonic_ns()}.stderr"
+        self._stderr = self.stderr_path.open("wb")
         self.proc = subprocess.Popen(
             [SCRIPT, "serve", "--port", "0"],
             env=self.env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=self._stderr,
         )
-        # the request log goes to stderr: read it as it comes, as any supervisor does
-        self.log: list[bytes] = []
-        assert self.proc.stderr is not None
-        self.reader = threading.Thread(
-            target=lambda pipe=self.proc.stderr: self.log.extend(iter(pipe.readline, b"")),
-            daemon=True,
-        )
-        self.reader.start()
         self.url = wait_for_url(home, self.proc)
         self.port = int(self.url.rsplit(":", 1)[1])
         self.ready_s = time.perf_counter() - started
@@ -85,10 +81,8 @@ class Server:
     def stop(self) -> str:
         self.proc.terminate()
         self.proc.wait(timeout=30)
-        self.reader.join(timeout=10)  # it ends at the pipe's end of file
-        assert self.proc.stderr is not None
-        self.proc.stderr.close()
-        return b"".join(self.log).decode()
+        self._stderr.close()
+        return self.stderr_path.read_text()
 
 
 @pytest.fixture(scope="module")
