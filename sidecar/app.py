@@ -66,7 +66,7 @@ from sidecar.home import Home
 from sidecar.intake import Intake, StepPolicy
 from sidecar.journal import Journal
 from sidecar.lifecycle import ENFORCED, Lifecycle
-from sidecar.limits import MANDATE_STATUSES, MAX_MIN_CHAINS, MAX_REASON, CheckMode
+from sidecar.limits import INTAKE_CHUNK, MANDATE_STATUSES, MAX_MIN_CHAINS, MAX_REASON, CheckMode
 from sidecar.lookup import (
     Lookup,
     check_mode,
@@ -501,7 +501,9 @@ class Sidecar:
 
     @boundary
     def report_many(
-        self, reports: Iterable[ChainReport | StepReport | Mapping[str, Any]], chunk: int = 1000
+        self,
+        reports: Iterable[ChainReport | StepReport | Mapping[str, Any]],
+        chunk: int = INTAKE_CHUNK,
     ) -> list[IntakeResult]:
         """:meth:`report` for many reports, archiving each chunk as one cold file; a
         chunk that fails changes nothing."""

@@ -17,7 +17,7 @@ import httpx
 
 from sidecar.errors import Unauthorized, Unreachable, from_code
 from sidecar.eviction import EvictionReport, RestoreResult, ToolDecision
-from sidecar.limits import CheckMode
+from sidecar.limits import INTAKE_CHUNK, MAX_REPORTS_PER_REQUEST, CheckMode
 from sidecar.memory import Step
 from sidecar.model import CallCheck, CheckResult, IntakeResult, LookupResult, Tool
 from sidecar.registry import AddToolsResult
@@ -151,9 +151,12 @@ class RemoteSidecar:
         body = {"plan": list(plan), "mode": mode, "context": dict(context or {})}
         return self._post(CheckResult, "/v1/check", body)
 
-    def report_many(self, reports: Iterable[Any], chunk: int = 1000) -> list[IntakeResult]:
+    def report_many(self, reports: Iterable[Any], chunk: int = INTAKE_CHUNK) -> list[IntakeResult]:
+        """One request per ``chunk`` reports, at most a request's limit: each request
+        is all-or-nothing on the server."""
         items = list(reports)
         out: list[IntakeResult] = []
+        chunk = min(chunk, MAX_REPORTS_PER_REQUEST)
         for start in range(0, len(items), chunk):
             body = {"reports": items[start : start + chunk]}
             out += self._post(list[IntakeResult], "/v1/reports", body, "results")

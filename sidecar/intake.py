@@ -38,10 +38,12 @@ from sidecar.archive import CallEvidence
 from sidecar.callmemory import CallMemory
 from sidecar.classify import classify
 from sidecar.errors import InvalidInput
+from sidecar.limits import INTAKE_CHUNK
 from sidecar.memory import FailureCondition, Session, Step, normalize_signature
 from sidecar.model import (
     ChainReport,
     ConstraintSpec,
+    CredentialRef,
     Failure,
     IntakeResult,
     StepReport,
@@ -51,7 +53,6 @@ from sidecar.registry import ToolRecords, tool_from_record
 from sidecar.reports import parse_any, parse_condition, validate_abandoned
 from sidecar.state import Counters, StateStore, Usage, topology_key
 
-SnapshotFn = Callable[[Sequence[str]], tuple[dict[str, Any], dict[str, str]]]
 STALE_STAGED_S = 600.0
 """A staged batch whose chains are still not published after this long never will be
 (its process died, or its publish failed): its counters are dropped."""
@@ -136,13 +137,17 @@ class Intake:
         self._calls = calls
         self._fatal = _FatalSequences()
         self._stored: set[str] = set()
+        self._snaps: dict[str, tuple[Any, str | None, list[CredentialRef]]] = {}
+        self._snaps_rev = -1
         self._retire_after = retire_after
         self._steps = steps
         self._after_archive = after_archive
 
     # ---- the batch ---------------------------------------------------------------
     def report_many(
-        self, reports: Iterable[ChainReport | StepReport | Mapping[str, Any]], chunk: int = 1000
+        self,
+        reports: Iterable[ChainReport | StepReport | Mapping[str, Any]],
+        chunk: int = INTAKE_CHUNK,
     ) -> list[IntakeResult]:
         results: list[IntakeResult] = []
         batch: list[ChainReport | StepReport | Mapping[str, Any]] = []
@@ -412,8 +417,7 @@ class Intake:
     # ---- archiving -----------------------------------------------------------------
     def _rows(self, accepted: Sequence[_Archived]) -> list[dict[str, Any]]:
         tools = sorted({t for a in accepted for t in a.report.topology})
-        snapshots, types = self._snapshots(tools)
-        credentials = self._state.credentials(tools)
+        snapshots, types, credentials = self._snapshots(tools)
         now = datetime.now(UTC)
         return [
             archive.cold_row(
@@ -443,23 +447,38 @@ class Intake:
         ]
         return replace(calls, conditions=tuple(known))
 
-    def _snapshots(self, tool_ids: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
-        """Redacted records of the tools (``None`` for tools not registered) and their
-        types, from the state's records (the hot index is not needed)."""
-        records = self._records.get(tool_ids)
-        snaps: dict[str, Any] = {}
-        types: dict[str, str] = {}
-        for tool_id in tool_ids:
+    def _snapshots(
+        self, tool_ids: Sequence[str]
+    ) -> tuple[dict[str, Any], dict[str, str], dict[str, list[CredentialRef]]]:
+        """Redacted records of the tools (``None`` for tools not registered), their
+        types and credentials, from the state (the hot index is not needed).  Kept from
+        batch to batch until the hot-index revision moves (a tool added, changed or
+        moved)."""
+        rev = self._state.revisions()[1]
+        if rev != self._snaps_rev:
+            self._snaps, self._snaps_rev = {}, rev
+        wanted = [t for t in dict.fromkeys(tool_ids) if t not in self._snaps]
+        records = self._records.get(wanted)
+        held = self._state.credentials(wanted)
+        for tool_id in wanted:
             rec = records.get(tool_id)
             if rec is None:
-                snaps[tool_id] = None
+                self._snaps[tool_id] = (None, None, held.get(tool_id, []))
                 continue
             tool = tool_from_record(rec)  # records are stored redacted
             snap = tool.to_dict()
             snap.pop("credentials")
+            self._snaps[tool_id] = (snap, tool.tool_type, held.get(tool_id, []))
+        snaps: dict[str, Any] = {}
+        types: dict[str, str] = {}
+        creds: dict[str, list[CredentialRef]] = {}
+        for tool_id in tool_ids:
+            snap, tool_type, refs = self._snaps[tool_id]
             snaps[tool_id] = snap
-            types[tool_id] = tool.tool_type
-        return snaps, types
+            creds[tool_id] = refs
+            if tool_type is not None:
+                types[tool_id] = tool_type
+        return snaps, types, creds
 
     def compile(self, rows: Sequence[Mapping[str, Any]], staged: str | None = None) -> None:
         """Add archived rows to the constraint table, with the counters of the

@@ -20,6 +20,10 @@ MAX_REASON = 2_048
 """Characters of an operator's reason (restore, lift, reinstate)."""
 MAX_TOOLS_PER_REQUEST = 10_000
 MAX_REPORTS_PER_REQUEST = 1_000
+INTAKE_CHUNK = 5_000
+"""Reports per all-or-nothing intake batch (one cold file, one state transaction).  A
+batch rewrites the index pages its random chain ids land on, about all of them once the
+archive is large, so larger batches write fewer pages per chain."""
 MAX_POINTER = 512
 MAX_STEPS = 1_000
 """Steps of one reported session, or of a session given to a check or a lookup."""

@@ -180,6 +180,7 @@ class StateStore:
             # WAL + NORMAL: a process crash loses nothing; only a power loss may drop the
             # last commits, which the journal's idempotent replays tolerate.
             self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA cache_size=-65536")
             self.ensure(SCHEMA)
             self._migrate()
         else:
@@ -430,14 +431,29 @@ class StateStore:
         items: Sequence[tuple[str, Sequence[str], str, str, Sequence[Condition], bool, str, float]],
         kinds: Mapping[str, str],
     ) -> int:
-        added = 0
+        ids = list(dict.fromkeys(item[0] for item in items))
+        present: set[str] = set()
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            present.update(
+                r[0]
+                for r in db.execute(
+                    "SELECT chain_id FROM constraints "
+                    f"WHERE chain_id IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                )
+            )
         (next_ord,) = db.execute("SELECT COALESCE(MAX(ord), -1) + 1 FROM constraints").fetchone()
+        rows: list[tuple[Any, ...]] = []
+        evidence: list[tuple[str, str, float]] = []
         for chain_id, sequence, rule, signature, when, gapped, pointer, archived_at in items:
-            inserted = db.execute(
-                "INSERT OR IGNORE INTO constraints VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'active', ?)",
+            if chain_id in present:
+                continue  # already compiled
+            present.add(chain_id)
+            rows.append(
                 (
                     chain_id,
-                    next_ord,
+                    next_ord + len(rows),
                     json.dumps(list(sequence)),
                     rule,
                     signature,
@@ -445,17 +461,15 @@ class StateStore:
                     int(gapped),
                     pointer,
                     archived_at,
-                ),
-            ).rowcount
-            if not inserted:
-                continue  # already compiled
-            db.execute(
-                "INSERT OR IGNORE INTO constraint_evidence(chain_id, kind, last_seen) "
-                "VALUES (?, ?, ?)",
-                (chain_id, kinds.get(chain_id, "sequence"), archived_at),
+                )
             )
-            next_ord += 1
-            added += 1
+            evidence.append((chain_id, kinds.get(chain_id, "sequence"), archived_at))
+        db.executemany("INSERT INTO constraints VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'active', ?)", rows)
+        db.executemany(
+            "INSERT OR IGNORE INTO constraint_evidence(chain_id, kind, last_seen) VALUES (?, ?, ?)",
+            evidence,
+        )
+        added = len(rows)
         if added:
             self._bump_revision(db)
         return added

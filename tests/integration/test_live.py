@@ -291,9 +291,13 @@ def test_mcp_over_stdio(tmp_path: Path) -> None:
         env={**os.environ, "SIDECAR_EMBEDDER": "hashing", "SIDECAR_EVICT_MIN_CHAINS": "1"},
     )
 
+    # the server's stderr goes to a real file: whatever sys.stderr is in this test run
+    # (a capture without a file descriptor) must not decide whether the server starts
+    errlog = (tmp_path / "mcp.stderr").open("w")
+
     async def calls() -> tuple[set[str], dict[str, Any]]:
         async with (
-            stdio_client(params) as (read, write),
+            stdio_client(params, errlog=errlog) as (read, write),
             ClientSession(read, write) as session,
         ):
             await session.initialize()
@@ -301,6 +305,9 @@ def test_mcp_over_stdio(tmp_path: Path) -> None:
             checked = await session.call_tool("check_plan", {"plan": ["a", "b"]})
             return names, checked.structured_content
 
-    names, checked = asyncio.run(calls())
+    try:
+        names, checked = asyncio.run(calls())
+    finally:
+        errlog.close()
     assert names == {"search_tools", "check_plan", "report_chain", "audit_chain"}
     assert checked == {"safe": True, "collisions": []}
