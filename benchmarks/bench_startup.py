@@ -8,8 +8,8 @@ vectors stored under the model's name, so that the real model can open it; the v
 of the vectors do not change the memory), then fresh processes report their resident
 set (``VmRSS``, and the peak ``VmHWM``) from ``/proc/self/status``: a bare interpreter,
 one that imported the CLI, one that opened the home and answered a lookup with the
-stand-in embedder (index only), and one that answered it with all-MiniLM-L6-v2 (what a
-deployment holds).
+stand-in embedder (index only), and one that answered it with all-MiniLM-L6-v2 on the
+default onnxruntime path (what a deployment holds).
 """
 
 from __future__ import annotations
@@ -74,9 +74,9 @@ def child(mode: str, home: str) -> None:
         if mode == "index_lookup":
             embedder = _stand_in()
         else:
-            from indexes import MiniLMEmbedder
+            from benchmarks.common import model_embedder
 
-            embedder = MiniLMEmbedder()
+            embedder = model_embedder("onnx")  # the sidecar's default model path
         with open_sidecar(Path(home), embedder) as sc:
             hits = len(sc.search(QUERY, k=5).hits)
             print(json.dumps({**_status(), "hits": hits, "tools": sc.index.count()}))
