@@ -7,10 +7,14 @@ from typing import Any
 
 import anyio
 import httpx
+import pytest
 
 from sidecar.gateway import build_gateway
 from sidecar.gateway.memory import MemoryBackend
 from tests.gateway.conftest import TOKEN, eventually, mcp_session, serving, shop_stdio, text_of
+
+# real servers and subprocesses: the slow suite, not `make test-fast`
+pytestmark = pytest.mark.integration
 
 
 async def _failing_exchange(url: str, order: str) -> tuple[Any, Any]:

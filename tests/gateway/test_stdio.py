@@ -10,6 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
+
+# real servers and subprocesses: the slow suite, not `make test-fast`
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,6 +16,9 @@ import pytest
 from sidecar.otlp import AssemblerLimits
 from tests.otlp.conftest import Collector, eventually, run_collector
 
+# real servers and subprocesses: the slow suite, not `make test-fast`
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -19,6 +19,9 @@ from sidecar.api import create_app
 from tests.otlp.conftest import eventually, local_tracer
 from tests.otlp.test_intake import _agent_run
 
+# real servers and subprocesses: the slow suite, not `make test-fast`
+pytestmark = pytest.mark.integration
+
 TOKEN = "otlp-token-0123456789"
 
 
