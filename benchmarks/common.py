@@ -130,11 +130,11 @@ def open_sidecar(home: Path, embedder: Embedder) -> Sidecar:
     return Sidecar(Settings.load(env={}, home=home), embedder)
 
 
-def model_embedder(name: str = "onnx") -> Embedder:
+def model_embedder(name: str = "onnx", cache: Path | None = None) -> Embedder:
     """The real model as the sidecar runs it: ``onnx``, its default (onnxruntime, fp32
-    documents, int8 queries, the ONNX build cached where ``SIDECAR_MODEL_CACHE`` or the
-    user's cache says), or ``torch``, the reference.  No query cache: a benchmark times
-    or counts every query."""
+    documents, int8 queries, the ONNX build cached in ``cache``, else where
+    ``SIDECAR_MODEL_CACHE`` or the user's cache says), or ``torch``, the reference.  No
+    query cache: a benchmark times or counts every query."""
     from indexes import MiniLMEmbedder, OnnxMiniLMEmbedder
     from sidecar.settings import Settings
 
@@ -142,7 +142,7 @@ def model_embedder(name: str = "onnx") -> Embedder:
         return MiniLMEmbedder()
     if name != "onnx":
         raise ValueError(f"embedder must be 'onnx' or 'torch', got {name!r}")
-    return OnnxMiniLMEmbedder(Settings.load().model_cache_path)
+    return OnnxMiniLMEmbedder(cache if cache is not None else Settings.load().model_cache_path)
 
 
 def target(name: str, goal: str, measured: Any, met: bool | None, note: str = "") -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
-[--json]`` with NAME one of pollution, failures, lookup, embed, check, evict, store,
-startup, all.
+[--json]`` with NAME one of pollution, failures, lookup, embed, serve, check, evict,
+store, startup, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -45,9 +45,20 @@ MODULES = {
     "startup": "benchmarks.bench_startup",
     "failures": "benchmarks.bench_failures",
     "embed": "benchmarks.bench_embed",
+    "serve": "benchmarks.bench_serve",
 }
-ALL_ORDER = ("startup", "check", "failures", "store", "lookup", "evict", "embed", "pollution")
-DATASET_BENCHMARKS = ("pollution", "failures", "embed")
+ALL_ORDER = (
+    "startup",
+    "check",
+    "failures",
+    "store",
+    "lookup",
+    "evict",
+    "embed",
+    "serve",
+    "pollution",
+)
+DATASET_BENCHMARKS = ("pollution", "failures", "embed", "serve")
 """Fast ones first: a broken environment shows up in seconds, not after the model."""
 
 
@@ -103,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         "startup": "sidecar --help start-up time and lookup-process memory",
         "failures": "repeat failures caught before the call on real τ² agent runs",
         "embed": "ONNX query embedding, query cache and exact tier vs torch and raw Chroma",
+        "serve": "server ready, tools add and HTTP vs library lookup: ONNX default vs torch",
         "all": "every benchmark, fastest first",
     }
     for name, text in helps.items():
@@ -123,7 +135,7 @@ def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[st
         }
     elif name == "failures":
         options |= {"dataset": args.dataset.resolve(), "seeds": args.seeds}
-    elif name == "embed":
+    elif name in ("embed", "serve"):
         options |= {"dataset": args.dataset.resolve()}
     progress(f"{name} ({'quick' if args.quick else 'full'}) starting")
     library = revision()
@@ -191,7 +203,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks.tau2 import missing_files as missing_tau2
 
         lost = [
-            *(missing_files(args.dataset.resolve()) if {"pollution", "embed"} & set(names) else []),
+            *(
+                missing_files(args.dataset.resolve())
+                if {"pollution", "embed", "serve"} & set(names)
+                else []
+            ),
             *(missing_tau2(args.dataset.resolve()) if "failures" in names else []),
         ]
         if lost:

@@ -156,3 +156,79 @@ def test_embed_is_a_registered_benchmark(
     assert (args.name, args.quick, args.dataset) == ("embed", False, tmp_path)
     assert main(["embed", "--dataset", str(tmp_path)]) == 2  # needs the datasets
     assert "pass --dataset DIR" in capsys.readouterr().err
+
+
+def test_serve_benchmark_helpers(tmp_path: Path) -> None:
+    import json
+
+    from benchmarks.bench_serve import (
+        chunks,
+        distinct_queries,
+        http_budget,
+        read_server_url,
+        rotated,
+    )
+    from indexes.query_cache import query_key
+
+    # each variant goes first equally often, and every round runs each once
+    rounds = [rotated(("a", "b", "c"), i) for i in range(6)]
+    assert [r[0] for r in rounds] == ["a", "b", "c", "a", "b", "c"]
+    assert all(sorted(r) == ["a", "b", "c"] for r in rounds)
+    # chunks cover the items once, in order, with sizes within one of each other
+    for n, count in ((10, 3), (1_500, 5), (7, 10), (1, 1)):
+        parts = chunks(list(range(n)), count)
+        assert [x for p in parts for x in p] == list(range(n))
+        assert all(parts) and max(map(len, parts)) - min(map(len, parts)) <= 1
+    # new query texts never share a cache key with each other or with what is taken
+    taken = ("Search Weather", "stock  price")
+    texts = distinct_queries(500, random.Random(3), taken)
+    keys = [query_key(q) for q in texts]
+    assert len(set(keys)) == 500 and not set(keys) & {query_key(q) for q in taken}
+    assert texts == distinct_queries(500, random.Random(3), taken)
+    assert http_budget(4.0, 0.5) == 5.0
+    # server.json counts only when the process it names is the one started
+    assert read_server_url(tmp_path, 123) is None
+    (tmp_path / "server.json").write_text(json.dumps({"url": "http://x:1", "pid": 123}))
+    assert read_server_url(tmp_path, 123) == "http://x:1"
+    assert read_server_url(tmp_path, 456) is None
+    (tmp_path / "server.json").write_text("{torn")
+    assert read_server_url(tmp_path, 123) is None
+
+
+def test_serve_is_a_registered_benchmark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks.run import ALL_ORDER, MODULES, build_parser, main
+
+    assert "serve" in MODULES and ALL_ORDER.index("serve") == ALL_ORDER.index("embed") + 1
+    args = build_parser().parse_args(["serve", "--full", "--dataset", str(tmp_path)])
+    assert (args.name, args.quick, args.dataset) == ("serve", False, tmp_path)
+    assert main(["serve", "--dataset", str(tmp_path)]) == 2  # needs the datasets
+    assert "pass --dataset DIR" in capsys.readouterr().err
+
+
+def test_serve_reads_the_servers_request_log() -> None:
+    import json
+
+    from benchmarks.bench_serve import server_times
+
+    def line(path: str, ms: float) -> str:
+        return json.dumps({"event": "request", "method": "GET", "path": path, "ms": ms})
+
+    log = "\n".join(
+        [
+            "opening the sidecar home /tmp/h",
+            line("/readyz", 9.0),  # before the calls: ignored
+            line("/v1/search", 4.0),
+            line("/livez", 0.3),
+            line("/v1/search", 1.0),
+            "not json",
+        ]
+    )
+    assert server_times(log, ["new", "livez", "repeated"]) == {
+        "new": [4.0],
+        "repeated": [1.0],
+        "livez": [0.3],
+    }
+    assert server_times(log, ["livez", "new", "repeated"]) is None  # out of line
+    assert server_times(log, ["new"] * 5) is None  # a line is missing
