@@ -18,8 +18,10 @@ index never silently mixes the two.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +52,8 @@ class OnnxMiniLMEmbedder:
     ``documents`` / ``queries``: the graph variant (``"fp32"`` or ``"int8"``) that
     :meth:`embed` and :meth:`embed_query` run.  ``threads``: onnxruntime's intra-op
     threads per call (1 suits a server that embeds from several threads at once).
+    ``workers``: batches of one :meth:`embed` call run at once (default: the cores, at
+    most 4), which is how a large batch uses every core.
     Each variant is loaded on its first use, so a process that only answers lookups
     never reads the document graph.  Safe to call from several threads.
     """
@@ -62,12 +66,15 @@ class OnnxMiniLMEmbedder:
         threads: int = 1,
         batch_size: int = 32,
         model_dir: str | Path | None = None,
+        workers: int | None = None,
     ) -> None:
         for role, variant in (("documents", documents), ("queries", queries)):
             if variant not in VARIANTS:
                 raise ValueError(f"{role} must be one of {VARIANTS}, got {variant!r}")
-        if threads < 1 or batch_size < 1:
-            raise ValueError("threads and batch_size must be at least 1")
+        workers = workers if workers is not None else min(4, os.cpu_count() or 1)
+        if threads < 1 or batch_size < 1 or workers < 1:
+            raise ValueError("threads, batch_size and workers must be at least 1")
+        self._workers = workers
         self._cache_dir = Path(cache_dir)
         self._documents: Variant = documents
         self._queries: Variant = queries
@@ -189,11 +196,25 @@ class OnnxMiniLMEmbedder:
         # does not depend on its batch (the int8 graph quantizes each activation row
         # on its own)
         order = sorted(range(len(texts)), key=lengths.__getitem__)
-        for start in range(0, len(order), self._batch_size):
-            rows = order[start : start + self._batch_size]
+        batches = [
+            order[start : start + self._batch_size]
+            for start in range(0, len(order), self._batch_size)
+        ]
+
+        def run(rows: list[int]) -> None:
             out[rows] = self._call(
                 session, [encodings[r].ids for r in rows], [lengths[r] for r in rows]
             )
+
+        if len(batches) == 1 or self._workers == 1:
+            for rows in batches:
+                run(rows)
+            return out
+        # one intra-op thread per run, several runs at once (a session runs
+        # concurrently and releases the GIL): every core works on a large batch, and
+        # no run's vectors depend on another's
+        with ThreadPoolExecutor(self._workers, thread_name_prefix="embed") as pool:
+            list(pool.map(run, batches))  # re-raises a batch's failure
         return out
 
     @staticmethod

@@ -66,6 +66,8 @@ def test_bad_arguments_raise(tmp_path: Path) -> None:
         OnnxMiniLMEmbedder(tmp_path, documents="fp16")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         OnnxMiniLMEmbedder(tmp_path, threads=0)
+    with pytest.raises(ValueError):
+        OnnxMiniLMEmbedder(tmp_path, workers=0)
 
 
 def test_fp32_documents_are_the_reference_vectors(
@@ -116,6 +118,14 @@ def test_vectors_do_not_depend_on_the_batch(onnx_minilm: OnnxMiniLMEmbedder) -> 
         alone = np.vstack([embedder.embed([t]) for t in TEXTS])
         np.testing.assert_allclose(batch, alone, atol=1e-5)
         np.testing.assert_allclose(embedder.embed(TEXTS[::-1])[::-1], batch, atol=1e-5)
+
+
+def test_batches_run_at_once_give_the_same_vectors(onnx_minilm: OnnxMiniLMEmbedder) -> None:
+    texts = [f"{t} ({i})" for i, t in enumerate(TEXTS * 6)]
+    one = OnnxMiniLMEmbedder(onnx_minilm._cache_dir, batch_size=2, workers=1).embed(texts)
+    many = OnnxMiniLMEmbedder(onnx_minilm._cache_dir, batch_size=2, workers=3).embed(texts)
+    np.testing.assert_array_equal(one, many)
+    assert np.isfinite(many).all() and len(many) == len(texts)
 
 
 def test_empty_input(onnx_minilm: OnnxMiniLMEmbedder) -> None:

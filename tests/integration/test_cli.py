@@ -259,6 +259,28 @@ def test_help_imports_neither_pyarrow_nor_numpy() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize(("preset", "expected"), [(None, 1), ("2", 2)])
+def test_a_sidecar_process_runs_numpy_on_one_blas_thread(preset: str | None, expected: int) -> None:
+    """Lookups rank with one matrix product: on one thread it never waits for a busy
+    core.  An operator's OPENBLAS_NUM_THREADS wins."""
+    probe = (
+        "import contextlib, io\n"
+        "from sidecar.cli import main\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['--help'])\n"
+        "import numpy\n"
+        "from threadpoolctl import threadpool_info\n"
+        "print([i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.strip() == f"[{expected}]"
+
+
 def test_evict_min_chains_flag(tmp_path: Path) -> None:
     home = tmp_path / "home"
     catalog = tmp_path / "tools.jsonl"
