@@ -112,13 +112,30 @@ _VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str], int], ...] = (
 )
 
 
+def _least_width(pattern: re.Pattern[str]) -> int:
+    """The fewest characters a match of ``pattern`` spans (lookarounds count 0), so that a
+    shorter text can skip it: most values an agent passes are a few characters long."""
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+
+        return int(_parser.parse(pattern.pattern, pattern.flags).getwidth()[0])
+    except Exception:  # another Python's parser: no shortcut, never a missed secret
+        return 0
+
+
+_PATTERNS = tuple((p, group, _least_width(p)) for _name, p, group in _VALUE_PATTERNS)
+
+
+@functools.lru_cache(maxsize=4096)
 def is_sensitive_key(name: str) -> bool:
     norm = name.lower().replace("-", "_")
     return any(part in norm for part in _SENSITIVE_KEY_PARTS)
 
 
 def redact_text(text: str) -> str:
-    for _name, pattern, group in _VALUE_PATTERNS:
+    for pattern, group, least in _PATTERNS:
+        if len(text) < least:
+            continue
         if group == 0:
             text = pattern.sub(MASK, text)
         else:
@@ -145,13 +162,28 @@ def redact(value: Any) -> Any:
                 masked: Any = MASK if not isinstance(item, Mapping | list) else redact_all(item)
             else:
                 masked = redact(item)
-            # a key may be a secret too: masked whole when it looks like one
-            safe_key = MASK if looks_like_secret(skey) else redact_text(skey)
-            out[_unique(out, safe_key)] = masked
+            out[_unique(out, _safe_key(skey))] = masked
         return out
     if isinstance(value, list | tuple):
         return [redact(v) for v in value]
     return value
+
+
+def _safe_key(key: str) -> str:
+    # a key may be a secret too: masked whole when it looks like one
+    if len(key) > _CACHED_KEY_CHARS:
+        return MASK if looks_like_secret(key) else redact_text(key)
+    return _safe_short_key(key)
+
+
+_CACHED_KEY_CHARS = 64
+
+
+@functools.lru_cache(maxsize=4096)
+def _safe_short_key(key: str) -> str:
+    # keys repeat (every span of a trace has the same few): 26 patterns per key and per
+    # occurrence were most of the cost of taking in a trace
+    return MASK if looks_like_secret(key) else redact_text(key)
 
 
 def _unique(taken: Mapping[str, Any], key: str) -> str:

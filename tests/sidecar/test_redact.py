@@ -147,3 +147,52 @@ def test_a_secret_used_as_a_key_is_masked() -> None:
     out = redact({"error": {token: "bad", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY": 1}})
     assert token not in str(out) and "wJalrXUtnFEMI" not in str(out)
     assert sorted(out["error"]) == [MASK, f"{MASK}#2"]
+
+
+def _every_pattern(text: str) -> str:
+    from sidecar.redact import _VALUE_PATTERNS, _mask_group
+
+    for _name, pattern, group in _VALUE_PATTERNS:
+        text = pattern.sub(lambda m, g=group: _mask_group(m, g) if g else MASK, text)
+    return text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "pwd=abc",
+        "a:@b",
+        "x://u:p@host",
+        "token abcdefghijklmnop1",
+        "AKIAABCDEFGHIJKLMNOP",
+        "bearer abcdefgh",
+        "hat",
+        "",
+        "cookie:a=b",
+    ],
+)
+def test_skipping_patterns_longer_than_the_text_changes_nothing(text: str) -> None:
+    # the shortcut skips a pattern whose shortest match is longer than the text; a text
+    # exactly as long as a pattern's shortest match must still be masked
+    assert redact_text(text) == _every_pattern(text)
+
+
+def test_skipping_patterns_agrees_with_every_pattern_on_random_text() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    alphabet = st.sampled_from(list("aAkKsS0189:=@/._- \"'tokenpwdbearerAKIA"))
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.text(alphabet, max_size=40))
+    def agree(text: str) -> None:
+        assert redact_text(text) == _every_pattern(text)
+
+    agree()
+
+
+def test_a_key_that_looks_like_a_secret_is_masked_every_time() -> None:
+    # keys are cached: the second sighting must be masked like the first
+    key = "ghp_" + "a1B2c3D4e5" * 4
+    for _ in range(2):
+        assert list(redact({key: 1})) == [MASK]
