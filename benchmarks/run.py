@@ -1,6 +1,6 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
-[--json]`` with NAME one of pollution, failures, lookup, embed, serve, check, evict,
-store, startup, all.
+[--json]`` with NAME one of pollution, failures, lookup, embed, serve, gateway, check,
+evict, store, startup, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -46,6 +46,7 @@ MODULES = {
     "failures": "benchmarks.bench_failures",
     "embed": "benchmarks.bench_embed",
     "serve": "benchmarks.bench_serve",
+    "gateway": "benchmarks.bench_gateway",
 }
 ALL_ORDER = (
     "startup",
@@ -56,9 +57,10 @@ ALL_ORDER = (
     "evict",
     "embed",
     "serve",
+    "gateway",
     "pollution",
 )
-DATASET_BENCHMARKS = ("pollution", "failures", "embed", "serve")
+DATASET_BENCHMARKS = ("pollution", "failures", "embed", "serve", "gateway")
 """Fast ones first: a broken environment shows up in seconds, not after the model."""
 
 
@@ -115,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         "failures": "repeat failures caught before the call on real τ² agent runs",
         "embed": "ONNX query embedding, query cache and exact tier vs torch and raw Chroma",
         "serve": "server ready, tools add and HTTP vs library lookup: ONNX default vs torch",
+        "gateway": "MCP gateway overhead, schema tokens saved by --expose search, OTLP intake",
         "all": "every benchmark, fastest first",
     }
     for name, text in helps.items():
@@ -135,7 +138,7 @@ def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[st
         }
     elif name == "failures":
         options |= {"dataset": args.dataset.resolve(), "seeds": args.seeds}
-    elif name in ("embed", "serve"):
+    elif name in ("embed", "serve", "gateway"):
         options |= {"dataset": args.dataset.resolve()}
     progress(f"{name} ({'quick' if args.quick else 'full'}) starting")
     library = revision()
@@ -205,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lost = [
             *(
                 missing_files(args.dataset.resolve())
-                if {"pollution", "embed", "serve"} & set(names)
+                if {"pollution", "embed", "serve", "gateway"} & set(names)
                 else []
             ),
             *(missing_tau2(args.dataset.resolve()) if "failures" in names else []),

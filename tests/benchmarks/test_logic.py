@@ -232,3 +232,43 @@ def test_serve_reads_the_servers_request_log() -> None:
     }
     assert server_times(log, ["livez", "new", "repeated"]) is None  # out of line
     assert server_times(log, ["new"] * 5) is None  # a line is missing
+
+
+def test_gateway_is_a_registered_benchmark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks.bench_gateway import markdown
+    from benchmarks.run import ALL_ORDER, MODULES, build_parser, main
+
+    assert "gateway" in MODULES and "gateway" in ALL_ORDER
+    args = build_parser().parse_args(["gateway", "--full", "--dataset", str(tmp_path)])
+    assert (args.name, args.quick, args.dataset) == ("gateway", False, tmp_path)
+    assert main(["gateway", "--dataset", str(tmp_path)]) == 2  # the catalogs are needed
+    assert "pass --dataset DIR" in capsys.readouterr().err
+
+    def latency(p50: float) -> dict[str, float]:
+        return {"n": 3, "p50_ms": p50, "p99_ms": p50 * 2, "mean_ms": p50}
+
+    overhead = {
+        t: {"latency": {"direct": latency(6.0), "gateway": latency(7.5)}} for t in ("http", "stdio")
+    }
+    otlp = {
+        k: {
+            "spans_per_s": 1000,
+            "share": {"decode": 0.5, "assemble": 0.3, "report": 0.2},
+            "baseline_parse": "json.loads",
+            "baseline_parse_spans_per_s": 9000,
+        }
+        for k in ("protobuf", "json")
+    }
+    page = markdown(
+        {
+            "targets": [
+                {"target": "gateway (http)", "goal": "<= 1.3x", "measured": 1.25, "met": True}
+            ],
+            "overhead": overhead,
+            "otlp": {"spans": 100, **otlp},
+        }
+    )
+    assert "| gateway | 7.5 | 15 | 7.5 | 1.25 |" in page
+    assert "| gateway (http) | <= 1.3x | 1.25 | met |" in page
