@@ -284,7 +284,7 @@ def _lookup_agreement(exact: ActiveIndex, chroma: ActiveIndex, vectors: Sequence
 def quality_part(cache: Path, dataset: Path, quick: bool, seed: int) -> dict[str, Any]:
     from benchmarks.datasets import seal_tools, toolbench
     from indexes import MiniLMEmbedder, OnnxMiniLMEmbedder
-    from sidecar.app import embedding_text
+    from sidecar.registry import embedding_text
 
     torch = MiniLMEmbedder()
     fp32 = OnnxMiniLMEmbedder(cache, queries="fp32")

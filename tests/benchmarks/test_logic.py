@@ -272,3 +272,27 @@ def test_gateway_is_a_registered_benchmark(
     )
     assert "| gateway | 7.5 | 15 | 7.5 | 1.25 |" in page
     assert "| gateway (http) | <= 1.3x | 1.25 | met |" in page
+
+
+def test_every_library_name_a_benchmark_imports_exists() -> None:
+    # benchmarks import the library inside functions (to keep `benchmarks.run` light),
+    # so a renamed or moved name would only fail minutes into a run
+    import ast
+    import importlib
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks"
+    missing = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.module or node.level:
+                continue
+            if node.module.split(".")[0] not in ("sidecar", "indexes", "cold_store"):
+                continue
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                if not hasattr(module, alias.name):
+                    try:
+                        importlib.import_module(f"{node.module}.{alias.name}")
+                    except ImportError:
+                        missing.append(f"{path.name}:{node.lineno} {node.module}.{alias.name}")
+    assert not missing
