@@ -350,15 +350,18 @@ class ParquetTable:
         """
         if not self.writable:
             raise CommitFailed(f"cold table {self.name!r} was opened read-only")
-        fresh: dict[str, Mapping[str, Any]] = {}
-        skipped: list[str] = []
         for row in rows:
             key = row.get(self.key)
             if not isinstance(key, str) or not _SAFE_NAME.fullmatch(key):
                 raise SchemaError(
                     f"every row needs a {self.key!r} made of letters, digits and . _ : -"
                 )
-            if key in fresh or self.contains(key):
+        stored = self.contains_many(row[self.key] for row in rows)
+        fresh: dict[str, Mapping[str, Any]] = {}
+        skipped: list[str] = []
+        for row in rows:
+            key = row[self.key]
+            if key in fresh or key in stored:
                 skipped.append(key)
             else:
                 fresh[key] = row
@@ -391,22 +394,20 @@ class ParquetTable:
         return AppendResult(tuple(fresh), tuple(skipped), tuple(files))
 
     def _to_table(self, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+        # the schema's questions asked once, not per row and field
+        required = [f.name for f in self.schema if not f.nullable]
+        lists = [f.name for f in self.schema if pa.types.is_list(f.type)]
         for row in rows:
-            for f in self.schema:
-                value = row.get(f.name)
-                if value is None and not f.nullable:
+            for name in required:
+                if row.get(name) is None:
                     raise SchemaError(
-                        f"rows do not fit table {self.name!r}: {f.name} is required "
+                        f"rows do not fit table {self.name!r}: {name} is required "
                         f"(row {row[self.key]!r})"
                     )
-                if (
-                    pa.types.is_list(f.type)
-                    and value is not None
-                    and not isinstance(value, list | tuple)
-                ):
-                    raise SchemaError(
-                        f"rows do not fit table {self.name!r}: {f.name} must be a list"
-                    )
+            for name in lists:
+                value = row.get(name)
+                if value is not None and not isinstance(value, list | tuple):
+                    raise SchemaError(f"rows do not fit table {self.name!r}: {name} must be a list")
         try:
             table = pa.Table.from_pylist(list(rows), schema=self.schema)
         except (pa.ArrowException, TypeError, ValueError) as exc:
@@ -435,11 +436,11 @@ class ParquetTable:
         for start in range(0, len(wanted), 500):
             chunk = wanted[start : start + 500]
             rows = self._db.execute(
-                "SELECT k.key FROM keys k JOIN files f ON f.name = k.file "
+                "SELECT k.key, k.file FROM keys k JOIN files f ON f.name = k.file "
                 f"WHERE f.status='ok' AND k.key IN ({','.join('?' * len(chunk))})",
                 chunk,
             )
-            found.update(r[0] for r in rows)
+            found.update(key for key, file in rows if file not in self._unreadable)
         return found
 
     def count(self) -> int:
