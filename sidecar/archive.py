@@ -14,20 +14,24 @@ from sidecar.model import ChainReport, CredentialRef
 RECORD_VERSION = 2
 
 
+# built once: json.dumps with options builds a new encoder per call, and intake encodes
+# a few values per chain
+_COMPACT_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_COMPACT_SORTED_STR = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+
+
 def chain_id(report: ChainReport) -> str:
     """Deterministic id of an abandoned chain's constraint: a replayed report maps to
     the same chain and is never archived twice."""
     assert report.failure is not None and report.constraint is not None
-    payload = json.dumps(
+    payload = _COMPACT_SORTED.encode(
         [
             list(report.topology),
             report.failure.signature,
             report.constraint.rule,
             [c.to_dict() for c in report.constraint.when],
             report.constraint.gapped,
-        ],
-        sort_keys=True,
-        separators=(",", ":"),
+        ]
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
@@ -45,7 +49,7 @@ def archive_digest(entries: Iterable[str]) -> str:
 
 
 def _dump(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return _COMPACT_SORTED_STR.encode(value)
 
 
 def cold_row(

@@ -158,8 +158,11 @@ def read_only(path: Path, no_writer: Callable[[], bool] | None = None) -> sqlite
     return db
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
 def topology_key(topology: Sequence[str], signature: str = "") -> str:
-    payload = json.dumps([list(topology), signature], separators=(",", ":"))
+    payload = _COMPACT.encode([list(topology), signature])
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
