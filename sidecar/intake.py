@@ -27,6 +27,7 @@ import hashlib
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -104,6 +105,10 @@ class _Plan:
     manual: list[FailureCondition] = field(default_factory=list)
     fresh_usage: set[str] = field(default_factory=set)
     """Usage keys this batch counts for the first time."""
+    usage_keys: set[str] = field(default_factory=set)
+    """Every usage key of ``counters.usage``."""
+    fresh_runs: Counter[tuple[str, ...]] = field(default_factory=Counter)
+    """Per topology, how many of ``fresh_usage`` ran it."""
     summaries: dict[int, list[str]] = field(default_factory=dict)
     """Per report position, what its steps did (a step report's answer)."""
 
@@ -236,9 +241,7 @@ class Intake:
         fresh = self._count_usage(
             plan, Usage(key, topology, self._contradictions(topology, range(len(topology))))
         )
-        runs = self._state.completed_runs(topology) + sum(
-            1 for u in plan.counters.usage if u.topology == topology and u.key in plan.fresh_usage
-        )
+        runs = self._state.completed_runs(topology) + plan.fresh_runs[tuple(topology)]
         if not fresh:
             return IntakeResult(
                 "recorded", reason=f"completed chain already recorded (a replay; {runs} run(s))"
@@ -250,12 +253,14 @@ class Intake:
     def _count_usage(self, plan: _Plan, usage: Usage) -> bool:
         """Add a session's success to the batch; returns whether it is counted for the
         first time (the state counts it once, whatever this answer)."""
-        fresh = not any(u.key == usage.key for u in plan.counters.usage) and not (
-            self._state.usage_seen(usage.key)
-        )
+        # sets, not a scan of the batch's usage: a batch holds thousands of completions
+        fresh = usage.key not in plan.usage_keys and not self._state.usage_seen(usage.key)
         plan.counters.usage.append(usage)
+        plan.usage_keys.add(usage.key)
         if fresh:
             plan.fresh_usage.add(usage.key)
+            if usage.topology is not None:
+                plan.fresh_runs[usage.topology] += 1
         return fresh
 
     def _contradictions(self, tools: Sequence[str], succeeded: Iterable[int]) -> tuple[str, ...]:

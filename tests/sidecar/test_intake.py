@@ -106,6 +106,24 @@ def test_completed_chains_are_recorded_as_usage(sc: Sidecar) -> None:
     assert sc._state.completed_chain_count("html_parser") == 0
 
 
+def test_a_batch_counts_each_completed_run_once(sc: Sidecar) -> None:
+    def run(session: str) -> dict[str, object]:
+        return {**completed(["search_api", "summarizer"]), "session_id": session}
+
+    results = sc.report_many([run("s1"), run("s2"), run("s1"), run("s3")])
+    assert [r.reason for r in results] == [
+        "completed chain recorded as usage evidence (1 run(s))",
+        "completed chain recorded as usage evidence (2 run(s))",
+        "completed chain already recorded (a replay; 2 run(s))",
+        "completed chain recorded as usage evidence (3 run(s))",
+    ]
+    again = sc.report_many([run("s2"), run("s4")])
+    assert [r.reason for r in again] == [
+        "completed chain already recorded (a replay; 3 run(s))",
+        "completed chain recorded as usage evidence (4 run(s))",
+    ]
+
+
 @pytest.mark.parametrize(
     ("report", "reason"),
     [
