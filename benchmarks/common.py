@@ -95,7 +95,22 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "system": platform.system(),
         "machine": platform.machine(),
+        **cpu_model(),
     }
+
+
+def cpu_model() -> dict[str, Any]:
+    """The CPU's name and the vector extensions that decide onnxruntime's int8 kernels
+    (two machines with the same CPU name may differ in them)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    flags = set(next((v for k, v in fields.items() if k.strip() == "flags"), "").split())
+    name = next((v.strip() for k, v in fields.items() if k.strip() == "model name"), "")
+    wanted = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni")
+    return {"cpu": name, "cpu_flags": [f for f in wanted if f in flags]}
 
 
 def revision() -> str | None:
