@@ -25,9 +25,10 @@ demo: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest
 
-# under a minute: no subprocess servers, crashes, faults or real-model tests
+# under a minute: no subprocess servers, crashes, faults, real-model tests or long
+# property-based runs
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not integration and not model" -q
+	$(BIN)/python -m pytest -m "not integration and not model and not slow" -q
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .

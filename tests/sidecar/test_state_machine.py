@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -144,5 +145,5 @@ class EvictionMachine(RuleBasedStateMachine):
         assert self.sc._journal.unfinished() == []
 
 
-TestEvictionMachine = EvictionMachine.TestCase
+TestEvictionMachine = pytest.mark.slow(EvictionMachine.TestCase)
 TestEvictionMachine.settings = settings(max_examples=50, stateful_step_count=25, deadline=None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -101,6 +102,7 @@ def holding(memory: FailureMemory, probe: Probe, t: Thresholds) -> dict[str, int
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.slow
 @given(
     evidence=st.lists(sessions(), min_size=1, max_size=8),
     success=sessions(succeed=True),
