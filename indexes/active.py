@@ -164,6 +164,18 @@ class ActiveIndex:
         index._path = Path(path)
         return index
 
+    def close(self) -> None:
+        """Release this index's Chroma client.  Chroma keeps one system per folder for
+        as long as any client of it is open in the process; one left open keeps its
+        database connections, and should the folder be deleted and rebuilt by another
+        process, every later client of this process on that folder would read and write
+        the deleted files.  Idempotent."""
+        close = getattr(self._client, "close", None)
+        self._client = None  # type: ignore[assignment]
+        if callable(close):
+            with contextlib.suppress(Exception):  # closing must not mask the caller's error
+                close()
+
     @classmethod
     def http(
         cls,

@@ -241,6 +241,10 @@ class Sidecar:
         self.close()
 
     def close(self) -> None:
+        with self._index_lock:
+            index, self._index = self._index, None
+        if index is not None:
+            index.close()
         self._home.close()
 
     # ---- components ---------------------------------------------------------------

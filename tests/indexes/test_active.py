@@ -771,3 +771,35 @@ def test_a_record_deleted_between_query_and_get_is_ranked_again(
     hits, _ = geo.search_fields(axis(), 2, (), ["angle"])
     assert [h.id for h in hits] == ["g1", "g2"]
     assert [h.metadata for h in hits] == [{"angle": 10.0}, {"angle": 20.0}]
+
+
+def test_a_folder_rebuilt_by_another_process_is_read_anew_after_close(tmp_path: Path) -> None:
+    """Chroma keeps one system per folder while any client of it is open: an index left
+    open here would go on reading (and failing to write) the deleted files after another
+    process replaced the folder."""
+    import shutil
+
+    path = tmp_path / "chroma"
+    first = ActiveIndex.persistent(path, HashingEmbedder())
+    first.upsert(TOOLS)
+    first.close()
+    first.close()  # idempotent
+    shutil.rmtree(path)
+    code = (
+        "import sys\n"
+        "from indexes import ActiveIndex, HashingEmbedder\n"
+        "from tests.indexes.test_active import TOOLS\n"
+        "idx = ActiveIndex.persistent(sys.argv[1], HashingEmbedder())\n"
+        "idx.upsert(TOOLS[:2])\n"
+        "idx.close()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    again = ActiveIndex.persistent(path, HashingEmbedder())
+    assert again.count() == 2
+    again.upsert(TOOLS[2:3])  # a write reaches the new files
+    assert again.count() == 3
+    again.close()
