@@ -165,13 +165,18 @@ class ActiveIndex:
         return index
 
     def close(self) -> None:
-        """Release this index's Chroma client.  Chroma keeps one system per folder for
-        as long as any client of it is open in the process; one left open keeps its
-        database connections, and should the folder be deleted and rebuilt by another
-        process, every later client of this process on that folder would read and write
-        the deleted files.  Idempotent."""
+        """Release this index's embedded Chroma client.  Chroma keeps one system per
+        folder for as long as any client of it is open in the process; one left open
+        keeps its database connections, and should the folder be deleted and rebuilt by
+        another process, every later client of this process on that folder would read
+        and write the deleted files.  A client of a Chroma server is left as it is:
+        stopping its system drops its connection pool without closing the sockets.
+        Idempotent."""
+        if self._path is None:
+            return
         close = getattr(self._client, "close", None)
         self._client = None  # type: ignore[assignment]
+        self._path = None
         if callable(close):
             with contextlib.suppress(Exception):  # closing must not mask the caller's error
                 close()
