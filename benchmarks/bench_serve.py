@@ -915,18 +915,9 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import argparse
+    from benchmarks.common import dataset_main
 
-    from benchmarks.common import emit
-
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--full", action="store_true", help="the full sizes (quick by default)")
-    parser.add_argument("--quick", action="store_true", help="the quick sizes (the default)")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASETS)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
-    emit(run(not args.full, args.seed, args.dataset.resolve()), args.out)
+    dataset_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,23 @@ def quick_main(
     emit(run(args.quick, args.seed) if seeded else run(args.quick), args.out)
 
 
+def dataset_main(
+    run: Callable[..., dict[str, Any]], doc: str | None, argv: list[str] | None
+) -> None:
+    """``python -m benchmarks.bench_NAME [--full] [--seed S] [--dataset DIR] [--out FILE]``
+    for a benchmark whose ``run`` takes ``(quick, seed, dataset)``; quick by default."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--full", action="store_true", help="the full sizes (quick by default)")
+    parser.add_argument("--quick", action="store_true", help="the quick sizes (the default)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASETS)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    emit(run(not args.full, args.seed, args.dataset.resolve()), args.out)
+
+
 def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
     """Wall times in milliseconds of ``repeat`` calls."""
     out: list[float] = []
