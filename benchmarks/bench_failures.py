@@ -112,9 +112,9 @@ def folds_of(runs: Sequence[Run], k: int, seed: int) -> list[list[int]]:
 
 LEARN_SWEEP: dict[str, LearnParams] = {
     **{f"call_memory[max_categorical={n}]": LearnParams(max_categorical=n) for n in (4, 48, 10**6)},
-    "call_memory[count_objects_once=False]": LearnParams(count_objects_once=False),
-    "call_memory[max_categorical=1000000, count_objects_once=False]": LearnParams(
-        max_categorical=10**6, count_objects_once=False
+    "call_memory[independence=session]": LearnParams(independence="session"),
+    "call_memory[max_categorical=1000000, independence=session]": LearnParams(
+        max_categorical=10**6, independence="session"
     ),
 }
 """Variants of the learner replayed beside the default one: how many distinct values a

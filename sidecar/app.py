@@ -89,6 +89,7 @@ from sidecar.model import (
     check_text,
     check_tool_id,
 )
+from sidecar.principals import LOCAL, Principals, ReportRate, Role, check_source
 from sidecar.redact import redact_text
 from sidecar.registry import (
     AddToolsResult,
@@ -103,6 +104,7 @@ from sidecar.results import (
     ConstraintChange,
     ConstraintView,
     Digest,
+    Forgotten,
     Health,
     QuarantinedView,
     Recovered,
@@ -187,7 +189,10 @@ class Sidecar:
         self._fields = Fields(self._records)
         lifecycle = Lifecycle(settings.retire_after, settings.constraint_max_age_days)
         self._lifecycle = lifecycle
-        self._calls = CallMemory(self._state, lifecycle, Thresholds())
+        self._principals = Principals.load(settings.tokens_path, None)
+        self._trusted = settings.trusted | self._principals.trusted()
+        self._rate = ReportRate(settings.report_rate)
+        self._calls = CallMemory(self._state, lifecycle, Thresholds(trusted=self._trusted))
         self._lookup = Lookup(
             self._state, self._journal, self._fields, settings, self._calls, lifecycle
         )
@@ -498,21 +503,57 @@ class Sidecar:
 
     # ---- intake -------------------------------------------------------------------
     @boundary
-    def report(self, report: ChainReport | StepReport | Mapping[str, Any]) -> IntakeResult:
+    def report(
+        self,
+        report: ChainReport | StepReport | Mapping[str, Any],
+        source: str = LOCAL,
+        role: Role = "operator",
+    ) -> IntakeResult:
         """Run one chain report through the decision boundary (never raises for a bad
-        report: it comes back ``rejected`` with the reason)."""
-        return self.report_many([report])[0]
+        report: it comes back ``rejected`` with the reason).  ``source``: who reports
+        (evidence counts per source; a shell passes its caller's name); hand-written
+        conditions need the ``operator`` role."""
+        return self.report_many([report], source=source, role=role)[0]
 
     @boundary
     def report_many(
         self,
         reports: Iterable[ChainReport | StepReport | Mapping[str, Any]],
         chunk: int = INTAKE_CHUNK,
+        source: str = LOCAL,
+        role: Role = "operator",
     ) -> list[IntakeResult]:
         """:meth:`report` for many reports, archiving each chunk as one cold file; a
-        chunk that fails changes nothing."""
+        chunk that fails changes nothing.  An untrusted source may send at most
+        ``report_rate`` reports a minute (:class:`~sidecar.errors.RateLimited`)."""
         self._writable()
-        return self._intake.report_many(reports, chunk)
+        check_source(source)
+        items = list(reports)
+        if source not in self._trusted:
+            self._rate.take(source, len(items))
+        return self._intake.report_many(items, chunk, source, role == "operator")
+
+    @boundary
+    def forget(self, source: str, since: float | None = None) -> Forgotten:
+        """Remove what ``source`` reported (since ``since``, a Unix time, when given)
+        and derive again what rested on it: the conditions it taught, the sessions it
+        counted toward sightings, dead ends and contradictions."""
+        self._writable()
+        check_source(source)
+        if since is not None and (isinstance(since, bool) or not isinstance(since, int | float)):
+            raise InvalidInput("since must be a Unix time in seconds")
+        memory = self._calls.forget(source, since)
+        sequences = self._intake.forget(source, since)
+        return Forgotten(
+            source=source,
+            sessions=memory.sessions + sequences.sessions,
+            conditions=memory.conditions,
+            constraints=sequences.constraints,
+            tools=memory.tools,
+        )
+
+    def trusted_sources(self) -> frozenset[str]:
+        return self._trusted
 
     def _evict_after_report(self) -> str:
         try:

@@ -1,18 +1,28 @@
 """The call-level failure memory of a home: the learner of :mod:`sidecar.memory`, kept in
 the state database, with the lifecycle of every condition it learns.
 
-The learner's state (derived features of failing calls, statistics of succeeding ones;
-never raw outputs) is one snapshot row, rewritten in the transaction of the intake batch
-that taught it something, with a revision: a process that did not write it reloads it
-when the revision moves.  Its conditions are re-derived from that state; the
-``conditions`` table keeps what derivation forgets: when each was first and last
-confirmed, the operator's lifts and reinstatements, and the last form of a condition
-that left (it retired: its evidence no longer holds), so that it can be read and
-reinstated.  Status follows :mod:`sidecar.lifecycle`.
+**The evidence log is the truth.**  Every session the memory learns from is kept in
+``memory_evidence`` as what the learner derives from it (features of its calls, never
+raw outputs), with its source and when it arrived; so are hand-written conditions.  The
+learner's state is a fold of that log: a snapshot row, rewritten in the transaction that
+appends to the log, with a revision that tells another process to reload it.  Because
+the fold does not depend on order, forgetting a source (:meth:`CallMemory.forget`) is a
+delete and a fold of what remains, and gives exactly the memory that source's evidence
+never reached.
+
+Conditions are re-derived from the learner; the ``conditions`` table keeps what
+derivation forgets: when each was first and last confirmed, the operator's lifts and
+reinstatements, and the last form of a condition that left (its evidence no longer
+holds), so that it can be read and reinstated.  A lift covers the condition's
+*family*: the same tool and predicate with the signature written any other way
+(:func:`same_family`), so that a changed character in a report does not make a new
+rule.  Status follows :mod:`sidecar.lifecycle`, counting only the contradictions that
+:meth:`~sidecar.memory.Thresholds.contradictions` lets count.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import threading
@@ -34,6 +44,8 @@ from sidecar.memory import (
     assess,
     may_apply,
 )
+from sidecar.memory.conditions import token
+from sidecar.memory.signature import same_family, signature_words
 from sidecar.state import StateStore
 
 SCHEMA = """
@@ -49,7 +61,25 @@ CREATE TABLE IF NOT EXISTS conditions (
 );
 CREATE INDEX IF NOT EXISTS conditions_tool ON conditions(tool);
 CREATE TABLE IF NOT EXISTS learned_sessions (session_key TEXT PRIMARY KEY, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS memory_evidence (
+    evidence_key TEXT PRIMARY KEY, source TEXT NOT NULL, kind TEXT NOT NULL,
+    received_at REAL NOT NULL, payload TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS memory_evidence_source ON memory_evidence(source, received_at);
+CREATE TABLE IF NOT EXISTS lifted_families (
+    condition_id TEXT PRIMARY KEY, predicate_key TEXT NOT NULL, words TEXT NOT NULL,
+    at REAL NOT NULL
+);
 """
+
+
+def predicate_key(condition: FailureCondition) -> str:
+    """The tool and predicate of a condition (values only for ``==``, as in its id)."""
+    p = condition.predicate
+    ident = [condition.tool, p.feature, p.op]
+    if p.op == "==":
+        ident.append(token(p.value))
+    return hashlib.sha256("\x1f".join(ident).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -64,6 +94,18 @@ class ConditionState:
     pointer: str | None
 
 
+@dataclass(frozen=True)
+class ForgetCounts:
+    """What forgetting a source removed."""
+
+    source: str
+    sessions: int
+    conditions: int
+    """Hand-written conditions removed."""
+    tools: tuple[str, ...]
+    """Tools whose conditions were derived again."""
+
+
 class CallMemory:
     def __init__(self, state: StateStore, lifecycle: Lifecycle, thresholds: Thresholds) -> None:
         self._state = state
@@ -74,6 +116,10 @@ class CallMemory:
         self._revision = -1
         self._states: dict[str, ConditionState] = {}
         self._states_rev = -1
+
+    @property
+    def thresholds(self) -> Thresholds:
+        return self._thresholds
 
     # ---- loading ----------------------------------------------------------------------
     def _revision_now(self) -> int:
@@ -91,11 +137,36 @@ class CallMemory:
                 row = self._state.db.execute(
                     "SELECT snapshot FROM call_memory WHERE id=1"
                 ).fetchone()
-                self._memory = (
-                    FailureMemory.from_dict(json.loads(row[0])) if row else FailureMemory()
-                )
+                self._memory = self._load(json.loads(row[0])) if row else FailureMemory()
                 self._revision = rev
             return self._memory
+
+    def _load(self, snapshot: Mapping[str, Any]) -> FailureMemory:
+        try:
+            return FailureMemory.from_dict(snapshot)
+        except ValueError:
+            # a snapshot of an earlier format: the log is the truth, fold it again (a
+            # home from before the log keeps its hand-written conditions)
+            memory = self._rebuild()
+            for raw in snapshot.get("manual", ()):
+                memory.add_condition(FailureCondition.from_dict(raw))
+            return memory
+
+    def _rebuild(self, db: Any = None) -> FailureMemory:
+        memory = FailureMemory()
+        conn = db if db is not None else self._state.db
+        try:
+            rows = conn.execute(
+                "SELECT kind, payload FROM memory_evidence ORDER BY evidence_key"
+            ).fetchall()
+        except sqlite3.OperationalError:
+            rows = []  # a home written before the log existed, opened read-only
+        for kind, payload in rows:
+            if kind == "session":
+                memory.fold(json.loads(payload))
+            else:
+                memory.add_condition(FailureCondition.from_dict(json.loads(payload)))
+        return memory
 
     # ---- learning ---------------------------------------------------------------------
     def learn(
@@ -103,10 +174,11 @@ class CallMemory:
         sessions: Sequence[Session],
         manual: Sequence[FailureCondition] = (),
         pointers: Mapping[tuple[str, str], str] | None = None,
+        source: str = "local",
     ) -> None:
-        """Teach the memory these sessions (and hand-written conditions), then record
-        what its conditions now are, in one transaction.  ``pointers``: for a (tool,
-        normalized signature), the cold record of its latest failing call."""
+        """Teach the memory these sessions (and hand-written conditions, from ``source``),
+        then record what its conditions now are, in one transaction.  ``pointers``: for
+        a (tool, normalized signature), the cold record of its latest failing call."""
         if not sessions and not manual:
             return
         with self._lock, self._state.tx() as db:
@@ -114,28 +186,83 @@ class CallMemory:
             now = time.time()
             # a session is learned once: a replayed report, or a batch sent again after
             # a failure further on, teaches nothing twice
-            fresh = [
-                s
-                for s in dict((s.session_id, s) for s in sessions).values()
+            fresh: list[dict[str, Any]] = []
+            for s in dict((s.session_id, s) for s in sessions).values():
+                old = db.execute(
+                    "SELECT 1 FROM learned_sessions WHERE session_key=?", (s.session_id,)
+                ).fetchone()
+                if old is not None:
+                    continue  # learned before the log existed
+                derived = memory.derive(s)
                 if db.execute(
-                    "INSERT OR IGNORE INTO learned_sessions VALUES (?, ?)", (s.session_id, now)
-                ).rowcount
-            ]
-            if not fresh and not manual:
-                return
-            touched = {s.tool for session in fresh for s in session.steps}
-            touched |= {c.tool for c in manual}
-            for session in fresh:
-                memory.add_session(session)
+                    "INSERT OR IGNORE INTO memory_evidence VALUES (?, ?, 'session', ?, ?)",
+                    (s.session_id, s.source, now, _json(derived)),
+                ).rowcount:
+                    fresh.append(derived)
+            written: list[FailureCondition] = []
             for condition in manual:
+                condition = replace(condition, sources=condition.sources or (source,))
+                key = f"condition:{condition.condition_id}:{condition.sources[0]}"
+                if db.execute(
+                    "INSERT OR IGNORE INTO memory_evidence VALUES (?, ?, 'condition', ?, ?)",
+                    (key, condition.sources[0], now, _json(condition.to_dict())),
+                ).rowcount:
+                    written.append(condition)
+            if not fresh and not written:
+                return
+            touched = {f["tool"] for d in fresh for f in d["failures"]}
+            touched |= {t for d in fresh for t in d["successes"]}
+            touched |= {c.tool for c in written}
+            for derived in fresh:
+                memory.fold(derived)
+            for condition in written:
                 memory.add_condition(condition)
-            self._revision += 1
-            db.execute(
-                "INSERT INTO call_memory VALUES (1, ?, ?) ON CONFLICT(id) DO UPDATE "
-                "SET snapshot=excluded.snapshot, revision=excluded.revision",
-                (json.dumps(memory.to_dict(), separators=(",", ":")), self._revision),
-            )
+            self._write(db, memory)
             self._sync(db, memory, touched, pointers or {}, now)
+
+    def _write(self, db: Any, memory: FailureMemory) -> None:
+        self._revision = max(self._revision, self._revision_in(db)) + 1
+        db.execute(
+            "INSERT INTO call_memory VALUES (1, ?, ?) ON CONFLICT(id) DO UPDATE "
+            "SET snapshot=excluded.snapshot, revision=excluded.revision",
+            (_json(memory.to_dict()), self._revision),
+        )
+        self._memory = memory
+
+    @staticmethod
+    def _revision_in(db: Any) -> int:
+        row = db.execute("SELECT revision FROM call_memory WHERE id=1").fetchone()
+        return int(row[0]) if row else 0
+
+    def forget(self, source: str, since: float | None = None) -> ForgetCounts:
+        """Remove everything ``source`` taught the memory (since ``since``, when given)
+        and derive again what rested on it."""
+        with self._lock, self._state.tx() as db:
+            before = self._fresh()
+            where = "source=?"
+            args: list[Any] = [source]
+            if since is not None:
+                where += " AND received_at >= ?"
+                args.append(since)
+            counts = dict(
+                db.execute(
+                    f"SELECT kind, COUNT(*) FROM memory_evidence WHERE {where} GROUP BY kind",
+                    args,
+                ).fetchall()
+            )
+            if not counts:
+                return ForgetCounts(source, 0, 0, ())
+            db.execute(f"DELETE FROM memory_evidence WHERE {where}", args)
+            memory = self._rebuild(db)
+            tools = set(before.tools()) | set(memory.tools())
+            self._write(db, memory)
+            self._sync(db, memory, tools, {}, time.time())
+            return ForgetCounts(
+                source,
+                int(counts.get("session", 0)),
+                int(counts.get("condition", 0)),
+                tuple(sorted(tools)),
+            )
 
     def _sync(
         self,
@@ -145,6 +272,9 @@ class CallMemory:
         pointers: Mapping[tuple[str, str], str],
         now: float,
     ) -> None:
+        lifted: dict[str, list[frozenset[str]]] = {}
+        for key, words in db.execute("SELECT predicate_key, words FROM lifted_families"):
+            lifted.setdefault(key, []).append(frozenset(json.loads(words)))
         for tool in sorted(tools):
             current = {c.condition_id: c for c in memory.conditions(tool)}
             known = {
@@ -154,15 +284,19 @@ class CallMemory:
                 )
             }
             for cid, c in current.items():
-                record = json.dumps(c.to_dict(), separators=(",", ":"))
+                record = _json(c.to_dict())
                 pointer = pointers.get((c.tool, c.signature))
+                against = self._thresholds.contradictions(c)
                 if cid not in known:
+                    words = signature_words(c.signature)
+                    family = lifted.get(predicate_key(c), [])
+                    is_lifted = int(any(same_family(words, w) for w in family))
                     db.execute(
                         "INSERT INTO conditions(condition_id, tool, signature, record, pointer, "
-                        "valid_from, last_seen, support, contradictions) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (cid, tool, c.signature, record, pointer, now, now, c.support,
-                         c.contradictions),
+                        "valid_from, last_seen, support, contradictions, lifted) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (cid, tool, c.signature, record, pointer, now, now, c.support, against,
+                         is_lifted),
                     )  # fmt: skip
                     continue
                 confirmed = c.support > known[cid][0]
@@ -171,13 +305,13 @@ class CallMemory:
                     "pointer=COALESCE(?, pointer), last_seen=CASE WHEN ? THEN ? ELSE last_seen "
                     "END, invalid_at=CASE WHEN present=0 THEN NULL ELSE invalid_at END "
                     "WHERE condition_id=?",
-                    (record, c.support, c.contradictions, pointer if confirmed else None,
+                    (record, c.support, against, pointer if confirmed else None,
                      confirmed, now, cid),
                 )  # fmt: skip
                 self._mark_retired(db, cid, now)
             gone = [cid for cid, (_s, present) in known.items() if present and cid not in current]
-            # derivation dropped it (its value succeeded since, or its confidence fell):
-            # it retires, and its last form stays readable
+            # derivation dropped it (its value succeeded since, its confidence fell, or the
+            # evidence it rested on was forgotten): it retires, its last form readable
             db.executemany(
                 "UPDATE conditions SET present=0, invalid_at=? WHERE condition_id=?",
                 [(now, cid) for cid in gone],
@@ -230,43 +364,72 @@ class CallMemory:
             out.append(c if status == "active" else replace(c, warn_only=True))
         return out
 
+    def enforced_count(self) -> int:
+        """Learned and hand-written conditions a check applies now (active or contested)."""
+        return sum(st.status in ENFORCED for st in self.states().values())
+
     def set_status(self, condition_id: str, lifted: bool) -> bool:
-        """Lift, or reinstate (counting only contradictions from now on); returns whether
-        the condition exists."""
+        """Lift (the condition's whole family: see :func:`family_id`), or reinstate
+        (counting only contradictions from now on); returns whether the condition
+        exists."""
         with self._lock, self._state.tx() as db:
+            row = db.execute(
+                "SELECT record FROM conditions WHERE condition_id=?", (condition_id,)
+            ).fetchone()
+            if row is None:
+                return False
+            condition = FailureCondition.from_dict(json.loads(row[0]))
+            key, words = predicate_key(condition), signature_words(condition.signature)
+            members = [
+                cid
+                for cid, record in db.execute(
+                    "SELECT condition_id, record FROM conditions WHERE tool=?", (condition.tool,)
+                ).fetchall()
+                if _in_family(FailureCondition.from_dict(json.loads(record)), key, words)
+            ]
+            marks = ",".join("?" * len(members))
             if lifted:
-                found = db.execute(
-                    "UPDATE conditions SET lifted=1 WHERE condition_id=?", (condition_id,)
-                ).rowcount
+                db.execute(
+                    "INSERT INTO lifted_families VALUES (?, ?, ?, ?) ON CONFLICT(condition_id) "
+                    "DO NOTHING",
+                    (condition_id, key, _json(sorted(words)), time.time()),
+                )
+                db.execute(
+                    f"UPDATE conditions SET lifted=1 WHERE condition_id IN ({marks})", members
+                )
             else:
-                found = db.execute(
+                # the family is enforced again, whichever of its members was lifted
+                for cid, k, w in db.execute(
+                    "SELECT condition_id, predicate_key, words FROM lifted_families"
+                ).fetchall():
+                    if k == key and same_family(words, frozenset(json.loads(w))):
+                        db.execute("DELETE FROM lifted_families WHERE condition_id=?", (cid,))
+                db.execute(
                     "UPDATE conditions SET lifted=0, baseline=contradictions, invalid_at=NULL, "
-                    "present=1, last_seen=? WHERE condition_id=?",
-                    (time.time(), condition_id),
-                ).rowcount
-                if found:
-                    self._reinstate_form(db, condition_id)
-            self._revision += 1
+                    f"last_seen=? WHERE condition_id IN ({marks})",
+                    (time.time(), *members),
+                )
+                db.execute("UPDATE conditions SET present=1 WHERE condition_id=?", (condition_id,))
+                self._reinstate_form(db, condition_id, condition)
+            self._revision = max(self._revision, self._revision_in(db)) + 1
             db.execute("UPDATE call_memory SET revision=? WHERE id=1", (self._revision,))
             self._states_rev = -1
-            return bool(found)
+            return True
 
-    def _reinstate_form(self, db: Any, condition_id: str) -> None:
+    def _reinstate_form(self, db: Any, condition_id: str, last: FailureCondition) -> None:
         """A condition derivation no longer produces comes back as the operator's own
-        (hand-written) condition, in its last learned form."""
+        (hand-written) condition, in its last learned form, kept in the log."""
         memory = self._memory
-        current = {c.condition_id for c in memory.conditions()}
-        if condition_id in current:
+        if condition_id in {c.condition_id for c in memory.conditions()}:
             return
-        row = db.execute(
-            "SELECT record FROM conditions WHERE condition_id=?", (condition_id,)
-        ).fetchone()
-        last = FailureCondition.from_dict(json.loads(row[0]))
-        memory.add_condition(replace(last, source="manual"))
+        kept = replace(last, source="manual", sources=("operator",))
         db.execute(
-            "UPDATE call_memory SET snapshot=? WHERE id=1",
-            (json.dumps(memory.to_dict(), separators=(",", ":")),),
+            "INSERT INTO memory_evidence VALUES (?, 'operator', 'condition', ?, ?) "
+            "ON CONFLICT(evidence_key) DO NOTHING",
+            (f"reinstated:{condition_id}", time.time(), _json(kept.to_dict())),
         )
+        memory.add_condition(kept)
+        db.execute("UPDATE call_memory SET snapshot=? WHERE id=1", (_json(memory.to_dict()),))
 
     # ---- checks -----------------------------------------------------------------------
     def assess(
@@ -285,3 +448,13 @@ class CallMemory:
 
     def tools(self) -> set[str]:
         return set(self._fresh().tools())
+
+
+def _in_family(condition: FailureCondition, key: str, words: frozenset[str]) -> bool:
+    return predicate_key(condition) == key and same_family(
+        signature_words(condition.signature), words
+    )
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))

@@ -69,7 +69,10 @@ BUSINESS_RULE_TEXT = re.compile(
     r"\balready\b|\bexceed(?:s|ed)?\b|\b(?:should|must)(?: not)? (?:be|match|have|equal)\b|"
     r"\bnot (?:allowed|permitted|eligible|available|supported)\b|\bout of stock\b|"
     r"\bdoes(?: not|n't) match\b|\bmismatch\b|\b(?:is|are) required\b|\bmissing\b|"
-    r"\bno longer\b|\bonly \w+(?: \w+)? (?:can|may)\b"
+    r"\bno longer\b|\bonly \w+(?: \w+)? (?:can|may)\b|"
+    r"\bnot (?:authenticated|authori[sz]ed|logged in|open)\b|\bunauthori[sz]ed\b|"
+    r"\b(?:permission|access) denied\b|\bforbidden\b|\b(?:log|sign) in first\b|"
+    r"\b(?:is|are) (?:closed|locked|suspended|disabled)\b"
 )
 """Validation and business-rule refusals: the same call in the same state is refused
 again (row 8; the transient rows come first, so a rate limit never reads as one)."""

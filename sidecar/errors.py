@@ -16,6 +16,9 @@
     │   ├── ColdStoreUnavailable    the cold archive (unwritable, unreadable record)
     │   ├── StateUnavailable        the state database (read-only home, full disk)
     │   └── Degraded                writes refused until interrupted moves recover
+    ├── Forbidden                   the caller's role may not do this (403, 12)
+    ├── RateLimited                 a source sent more reports than its rate allows
+    │                               (429, 13)
     ├── AddressInUse                ``serve``: the port is taken (exit 8)
     ├── RemoteError                 talking to a running sidecar failed (502, 9)
     │   ├── Unreachable             no answer at ``--url``
@@ -52,6 +55,8 @@ EXIT_BUSY = 6
 EXIT_UNAVAILABLE = 7
 EXIT_ADDRESS_IN_USE = 8
 EXIT_REMOTE = 9
+EXIT_FORBIDDEN = 12
+EXIT_RATE_LIMITED = 13
 
 
 class SidecarError(Exception):
@@ -146,6 +151,24 @@ class StateUnavailable(StorageError):
 
 class Degraded(StorageError):
     code = "degraded"
+
+
+class Forbidden(SidecarError):
+    code = "forbidden"
+    status = 403
+    exit_code = EXIT_FORBIDDEN
+
+
+class RateLimited(SidecarError):
+    code = "rate_limited"
+    status = 429
+    exit_code = EXIT_RATE_LIMITED
+    retry_after: float = 1.0
+    """Seconds until the source may report again."""
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class AddressInUse(SidecarError):

@@ -36,7 +36,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -52,6 +52,7 @@ from sidecar.settings import CRASH_POINTS, DEFAULT_EVICT_MIN_CHAINS
 from sidecar.state import StateStore
 
 RECORD_VERSION = 1
+LATE_USE = "used since the decision (a successful call committed before its move)"
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,13 @@ def decide(
             )
         elif uses:
             decisions.append(
-                ToolDecision(tool, "keep", f"reused by {uses} completed chain(s)", chains, uses)
+                ToolDecision(
+                    tool,
+                    "keep",
+                    f"used: {uses} completed chain(s) or session(s) with a successful call",
+                    chains,
+                    uses,
+                )
             )
         elif since is not None and since >= latest and counted == 0:
             decisions.append(
@@ -271,7 +278,7 @@ class Evictor:
         candidates = {t for c in constraints for t in c.prefix}
         records = self._records.get(candidates) if candidates else {}
         pinned = {i for i, r in records.items() if r.metadata.get("pinned")}
-        completed = {t: self._state.completed_chain_count(t) for t in records}
+        completed = self._state.tool_uses(records)
         return decide(
             constraints,
             set(records),
@@ -300,23 +307,37 @@ class Evictor:
             pointers: dict[str, str] = {}
             mandates = 0
             done = 0
+            late: list[ToolDecision] = []
             for start in range(0, len(evict), self._policy.batch_size):
                 batch = evict[start : start + self._policy.batch_size]
                 moves = self._intents(batch)
                 rows = [self._cold_row(m, count) for m in moves]
+                if not dry_run:
+                    written = self._journal.write_intents(moves, self._still_unused)
+                    if len(written) < len(moves):
+                        # usage committed since the decision: those tools stay
+                        moved = {m.move_id for m in written}
+                        rows = [r for r, m in zip(rows, moves, strict=True) if m.move_id in moved]
+                        stay = {m.tool_id for m in moves if m.move_id not in moved}
+                        late += [replace(d, action="keep", reason=LATE_USE)
+                                 for d in batch if d.tool_id in stay]  # fmt: skip
+                        moves = written
+                    self._crash("after_intent")
+                    if moves:
+                        mandates += self._complete(moves, rows)
+                    pointers.update({m.tool_id: make_pointer("tools", m.move_id) for m in moves})
                 for row in rows:
                     reclaimed["tools"] += 1
                     reclaimed["schema_bytes"] += row["schema_bytes"]
                     reclaimed["schema_tokens"] += row["schema_tokens"]
-                if not dry_run:
-                    self._journal.write_intents(moves)
-                    self._crash("after_intent")
-                    mandates += self._complete(moves, rows)
-                    pointers.update({m.tool_id: make_pointer("tools", m.move_id) for m in moves})
                 done += len(batch)
                 if progress is not None:
                     progress(done, len(evict))
         reclaimed["tokenizer"] = tokenizer
+        if late:
+            stayed = {d.tool_id for d in late}
+            evict = [d for d in evict if d.tool_id not in stayed]
+            kept = (*kept, *late)
         return EvictionReport(
             dry_run,
             tuple(evict),
@@ -327,6 +348,10 @@ class Evictor:
             time.perf_counter() - started,
             pointers,
         )
+
+    def _still_unused(self, db: Any, tool_ids: list[str]) -> set[str]:
+        uses = self._state.tool_uses(tool_ids, db)
+        return {t for t in tool_ids if not uses.get(t)}
 
     def recover(self) -> int:
         """Finish every journaled move a crash interrupted; returns how many."""

@@ -59,9 +59,30 @@ STALE_STAGED_S = 600.0
 (its process died, or its publish failed): its counters are dropped."""
 
 
-def session_key(report: ChainReport | StepReport) -> str:
+LOCAL = "local"
+"""The source of evidence a process reports through the library itself."""
+
+
+def session_key(report: ChainReport | StepReport, source: str = LOCAL) -> str:
     """Who met the failure: the report id, else the session id, else the report's
-    content (two identical anonymous reports are one replay)."""
+    content (two identical anonymous reports are one replay), within the source that
+    reported it (``src:alice/session:s1``; the local source's keys carry no prefix): no
+    source can replay, pre-empt or forget another's sessions."""
+    key = _bare_key(report)
+    return key if source == LOCAL else f"{SOURCE_PREFIX}{source}/{key}"
+
+
+SOURCE_PREFIX = "src:"
+
+
+def source_of(key: str) -> str:
+    """The source a session key belongs to (see :func:`session_key`)."""
+    if key.startswith(SOURCE_PREFIX):
+        return key[len(SOURCE_PREFIX) :].split("/", 1)[0]
+    return LOCAL
+
+
+def _bare_key(report: ChainReport | StepReport) -> str:
     if report.report_id:
         return f"report:{report.report_id}"
     if report.session_id:
@@ -111,6 +132,13 @@ class _Plan:
     """Per topology, how many of ``fresh_usage`` ran it."""
     summaries: dict[int, list[str]] = field(default_factory=dict)
     """Per report position, what its steps did (a step report's answer)."""
+    source: str = "local"
+
+
+@dataclass(frozen=True)
+class SourceForgotten:
+    sessions: int
+    constraints: int
 
 
 @dataclass(frozen=True)
@@ -153,22 +181,29 @@ class Intake:
         self,
         reports: Iterable[ChainReport | StepReport | Mapping[str, Any]],
         chunk: int = INTAKE_CHUNK,
+        source: str = LOCAL,
+        operator: bool = True,
     ) -> list[IntakeResult]:
+        """``source``: who reports (a token's name, ``gateway``, ``otlp``); hand-written
+        conditions are taken only from an ``operator``."""
         results: list[IntakeResult] = []
         batch: list[ChainReport | StepReport | Mapping[str, Any]] = []
         for item in reports:
             batch.append(item)
             if len(batch) == chunk:
-                results += self._batch(batch)
+                results += self._batch(batch, source, operator)
                 batch = []
         if batch:
-            results += self._batch(batch)
+            results += self._batch(batch, source, operator)
         return results
 
     def _batch(
-        self, reports: Sequence[ChainReport | StepReport | Mapping[str, Any]]
+        self,
+        reports: Sequence[ChainReport | StepReport | Mapping[str, Any]],
+        source: str,
+        operator: bool,
     ) -> list[IntakeResult]:
-        plan = self._plan(reports)
+        plan = self._plan(reports, source, operator)
         # learning first: it is idempotent per session, so a batch sent again after a
         # failure further on teaches nothing twice
         pointers = {
@@ -178,7 +213,7 @@ class Intake:
             for a in plan.archive
             if a.calls is not None
         }
-        self._calls.learn(plan.sessions, plan.manual, pointers)
+        self._calls.learn(plan.sessions, plan.manual, pointers, source)
         suffix = ""
         if plan.archive:
             rows = self._rows(plan.archive)
@@ -210,8 +245,13 @@ class Intake:
         self._fatal.written(self._state.revision())
         return [r for r in plan.results if r is not None]
 
-    def _plan(self, reports: Sequence[ChainReport | StepReport | Mapping[str, Any]]) -> _Plan:
-        plan = _Plan([None] * len(reports))
+    def _plan(
+        self,
+        reports: Sequence[ChainReport | StepReport | Mapping[str, Any]],
+        source: str,
+        operator: bool,
+    ) -> _Plan:
+        plan = _Plan([None] * len(reports), source=source)
         archived_now: set[str] = set()
         parsed = [_parsed(raw) for raw in reports]
         # what the batch's abandoned chains need from the stores, in two reads
@@ -222,7 +262,10 @@ class Intake:
         self._stored = self._cold.chains.contains_many(c.chain_id for c in chains)
         self._fatal.refresh(self._state)
         for i, item in enumerate(parsed):
-            if isinstance(item, InvalidInput):
+            refusal = _conditions_refused(item, operator)
+            if refusal is not None:
+                plan.results[i] = IntakeResult("rejected", reason=refusal)
+            elif isinstance(item, InvalidInput):
                 plan.results[i] = IntakeResult("rejected", reason=str(item))
             elif isinstance(item, StepReport):
                 steps = self._redacted_steps(item)
@@ -237,9 +280,11 @@ class Intake:
 
     def _plan_completed(self, report: ChainReport, plan: _Plan) -> IntakeResult:
         topology = report.topology
-        key = usage_key("chain", session_key(redacted_ids(report)), topology)
+        who = session_key(redacted_ids(report), plan.source)
+        key = usage_key("chain", who, topology)
         fresh = self._count_usage(
-            plan, Usage(key, topology, self._contradictions(topology, range(len(topology))))
+            plan,
+            Usage(key, topology, self._contradictions(topology, range(len(topology))), who),
         )
         runs = self._state.completed_runs(topology) + plan.fresh_runs[tuple(topology)]
         if not fresh:
@@ -297,20 +342,22 @@ class Intake:
             session_id=redact_text(report.session_id) if report.session_id else None,
             report_id=redact_text(report.report_id) if report.report_id else None,
         )
-        who = session_key(redacted)
-        plan.sessions.append(Session(who, steps, report.outcome, task_input))
+        who = session_key(redacted, plan.source)
+        plan.sessions.append(Session(who, steps, report.outcome, task_input, plan.source))
         plan.manual += report.conditions
         tools = [s.tool for s in steps]
         ok = [j for j, s in enumerate(steps) if s.error is None]
-        # a completed session uses its tools: eviction keeps them (in a session that
-        # ended otherwise, a call that succeeded may still have led to the dead end)
+        # a completed session is a completed chain of its tools; and a call that returned
+        # without error is usage evidence whatever the session's outcome (a tool that
+        # succeeds is never evicted for the dead ends of the sessions it served)
         used = (
             tuple(dict.fromkeys(tools[j] for j in ok))
             if ok and report.outcome == "completed"
             else None
         )
+        plan.counters.succeeded += [(t, who) for t in dict.fromkeys(tools[j] for j in ok)]
         self._count_usage(
-            plan, Usage(usage_key("steps", who), used, self._contradictions(tools, ok))
+            plan, Usage(usage_key("steps", who), used, self._contradictions(tools, ok), who)
         )
         notes = [f"{len(ok)} successful call(s) learned from"]
         for j, step in enumerate(steps):
@@ -390,7 +437,7 @@ class Intake:
                 reason=f"transient failure, not archived; the tools stay active ({verdict.reason})",
             )
             return
-        who = session_key(report)
+        who = session_key(report, plan.source)
         key = (report.topology, report.failure.signature)
         if key not in batch_sessions:
             batch_sessions[key] = self._state.sighting_sessions(*key)
@@ -418,6 +465,21 @@ class Intake:
         )
         plan.archive.append(_Archived(i, report, f"rule {verdict.rule}: {note}", cid, seen))
         archived_now.add(cid)
+
+    # ---- forgetting ----------------------------------------------------------------
+    def forget(self, source: str, since: float | None) -> SourceForgotten:
+        """Stop counting ``source``'s sessions (sightings, dead ends, completed runs and
+        the contradictions they brought); an archived chain that no other session
+        supports is lifted (it stays in the archive, for audit)."""
+        prefix = None if source == LOCAL else f"{SOURCE_PREFIX}{source}/"
+        sessions, unsupported = self._state.forget_sessions(prefix, since)
+        lifted = 0
+        for cid in unsupported:
+            lifted += self._state.set_constraint_status(
+                cid, "lifted", f"forgotten: every session behind it came from {source}", False
+            )
+        self._fatal = _FatalSequences()
+        return SourceForgotten(sessions, lifted)
 
     # ---- archiving -----------------------------------------------------------------
     def _rows(self, accepted: Sequence[_Archived]) -> list[dict[str, Any]]:
@@ -555,6 +617,30 @@ class Intake:
             elif time.time() - staged_at > STALE_STAGED_S:
                 self._state.drop_staged(batch)
         return repaired
+
+
+def _conditions_refused(item: Any, operator: bool) -> str | None:
+    """Why a report's hand-written conditions are refused, or ``None``: they need the
+    operator role, and never ride in a report of a success (a success can only contest
+    a rule, never make one)."""
+    if isinstance(item, StepReport):
+        conditions, completed = item.conditions, item.outcome == "completed"
+    elif isinstance(item, _Chain):
+        assert item.report.constraint is not None
+        conditions, completed = item.report.constraint.conditions, False
+    elif isinstance(item, ChainReport):
+        constraint = item.constraint
+        conditions = constraint.conditions if constraint is not None else ()
+        completed = item.outcome == "completed"
+    else:
+        return None
+    if not conditions:
+        return None
+    if completed:
+        return "a report of a completed session cannot carry hand-written conditions"
+    if not operator:
+        return "hand-written conditions need the operator role"
+    return None
 
 
 def usage_key(kind: str, session: str, topology: Sequence[str] = ()) -> str:

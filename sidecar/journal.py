@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,9 +98,19 @@ class Journal:
         self._db = state.db
 
     # ---- moves --------------------------------------------------------------------
-    def write_intents(self, moves: Sequence[Move]) -> None:
+    def write_intents(
+        self,
+        moves: Sequence[Move],
+        still: Callable[[Any, list[str]], set[str]] | None = None,
+    ) -> list[Move]:
+        """Record the moves' intents, in one transaction; ``still(db, tool_ids)``, read
+        in that transaction, names the tools that may still move (usage that arrived
+        since the decision keeps the others).  Returns the moves written."""
         now = time.time()
         with self._state.tx() as db:
+            if still is not None:
+                keep = still(db, [m.tool_id for m in moves])
+                moves = [m for m in moves if m.tool_id in keep]
             # from here on lookups withhold the tools: they read the set by this revision
             self._state.bump_tools_in(db)
             db.executemany(
@@ -117,6 +127,7 @@ class Journal:
                     for m in moves
                 ],
             )
+        return list(moves)
 
     def advance(self, move_ids: Sequence[str], status: str) -> None:
         """Move forward to ``status`` (never backward)."""

@@ -69,9 +69,33 @@ class ConstraintView:
     confidence: float | None = None
     condition: Mapping[str, Any] | None = None
     """A call condition's JSON form (predicate, family, evidence)."""
+    sessions: int = 0
+    """The sessions behind it (``support`` counts them as independent situations for a
+    call condition; for a fatal sequence every session is its own)."""
+    sources: tuple[str, ...] = ()
+    chance: float | None = None
+    """How likely chance alone explains a learned condition."""
+    confirmations: int | None = None
 
 
-def sequence_view(c: ArchivedConstraint, status: str, sessions: int) -> ConstraintView:
+@dataclass(frozen=True)
+class Forgotten:
+    """What forgetting a source removed, and what was derived again."""
+
+    source: str
+    sessions: int
+    """Sessions (and chain reports) no longer counted."""
+    conditions: int
+    """Hand-written conditions removed."""
+    constraints: int
+    """Archived chains no longer enforced (they stay in the archive, for audit)."""
+    tools: tuple[str, ...]
+    """Tools whose learned conditions were derived again."""
+
+
+def sequence_view(
+    c: ArchivedConstraint, status: str, sessions: int, sources: tuple[str, ...] = ()
+) -> ConstraintView:
     return ConstraintView(
         chain_id=c.chain_id,
         sequence=c.sequence,
@@ -86,6 +110,8 @@ def sequence_view(c: ArchivedConstraint, status: str, sessions: int) -> Constrai
         invalid_at=c.invalid_at if status == "retired" else None,
         support=sessions,
         contradictions=c.contradictions,
+        sessions=sessions,
+        sources=sources,
     )
 
 
@@ -107,6 +133,10 @@ def condition_view(st: ConditionState) -> ConstraintView:
         contradictions=c.contradictions,
         confidence=c.confidence,
         condition=c.to_dict(),
+        sessions=c.session_count or c.support,
+        sources=c.sources,
+        chance=c.chance if c.source == "learned" else None,
+        confirmations=c.confirmations if c.source == "learned" else None,
     )
 
 

@@ -7,6 +7,7 @@ line in :data:`SETTINGS`; invalid values fail loudly with the variable's name.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -47,6 +48,9 @@ class Settings:
     constraint_max_age_days: float = 0.0
     max_step_bytes: int = 65_536
     keep_outputs: bool = True
+    tokens_file: Path | None = None
+    trusted_sources: str = "operator,gateway"
+    report_rate: int = 600
     crash_at: str | None = None
 
     @property
@@ -69,6 +73,17 @@ class Settings:
     @property
     def state_path(self) -> Path:
         return self.home / "state.sqlite"
+
+    @property
+    def tokens_path(self) -> Path:
+        """The named tokens: ``tokens_file``, else the home's ``tokens.json``."""
+        return self.tokens_file if self.tokens_file is not None else self.home / "tokens.json"
+
+    @property
+    def trusted(self) -> frozenset[str]:
+        """Sources whose evidence alone may make a learned block (``local``, the process
+        itself, always is)."""
+        return frozenset({"local", *(n.strip() for n in self.trusted_sources.split(",") if n)})
 
     def with_(self, **changes: Any) -> Settings:
         return validate(replace(self, **changes))
@@ -108,6 +123,9 @@ SETTINGS: dict[str, str] = {
     "constraint_max_age_days": "retire constraints no failure confirmed for this long (0: off)",
     "max_step_bytes": "largest stored arguments or output of one reported step, as JSON",
     "keep_outputs": "keep reported steps' outputs in the cold record (true/false)",
+    "tokens_file": "JSON file of named tokens with roles (default: the home's tokens.json)",
+    "trusted_sources": "comma-separated sources whose evidence alone may make a learned block",
+    "report_rate": "reports a minute each untrusted source may send (0: no limit)",
     "crash_at": "testing only: SIGKILL the process at this named eviction crash point",
 }
 
@@ -127,12 +145,13 @@ def _parse(name: str, raw: str) -> Any:
         "max_step_bytes",
         "query_cache",
         "exact_limit",
+        "report_rate",
     }:
         try:
             return int(raw)
         except ValueError:
             raise ConfigError(f"SIDECAR_{name.upper()} must be an integer, got {raw!r}") from None
-    if name in ("home", "model_cache"):
+    if name in ("home", "model_cache", "tokens_file"):
         return Path(raw)
     if name in ("evict_on_report", "keep_outputs", "revocation_allow_link_local"):
         if raw.lower() in ("1", "true", "yes", "on"):
@@ -146,7 +165,7 @@ def _parse(name: str, raw: str) -> Any:
 def validate(s: Settings) -> Settings:
     if s.embedder not in EMBEDDERS:
         raise ConfigError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {s.embedder!r}")
-    for name in ("query_cache", "exact_limit"):
+    for name in ("query_cache", "exact_limit", "report_rate"):
         value = getattr(s, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
@@ -179,5 +198,9 @@ def validate(s: Settings) -> Settings:
         raise ConfigError(f"crash_at must be one of {', '.join(CRASH_POINTS)}")
     if not s.collection or len(s.collection) < 3:
         raise ConfigError("collection must be at least 3 characters")
+    for name in (n.strip() for n in s.trusted_sources.split(",")):
+        if name and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}", name):
+            raise ConfigError(f"trusted_sources: {name!r} is not a source name")
     model_cache = None if s.model_cache is None else Path(s.model_cache)
-    return replace(s, home=Path(s.home), model_cache=model_cache)
+    tokens = None if s.tokens_file is None else Path(s.tokens_file)
+    return replace(s, home=Path(s.home), model_cache=model_cache, tokens_file=tokens)

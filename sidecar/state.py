@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sidecar.memory.signature import same_family, signature_words
 from sidecar.model import ArchivedConstraint, Condition, CredentialRef
 
 SCHEMA = """
@@ -89,6 +90,17 @@ CREATE TABLE IF NOT EXISTS intake_staged (
     staged_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS tools_writes (rev INTEGER PRIMARY KEY, writer TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tool_successes (
+    tool_id TEXT NOT NULL, session_key TEXT NOT NULL, seen_at REAL NOT NULL,
+    PRIMARY KEY (tool_id, session_key)
+);
+CREATE TABLE IF NOT EXISTS usage_evidence (
+    usage_key TEXT PRIMARY KEY, session_key TEXT NOT NULL, topology TEXT,
+    contradicts TEXT NOT NULL, seen_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS lifted_chain_families (
+    chain_id TEXT PRIMARY KEY, sequence TEXT NOT NULL, words TEXT NOT NULL, at REAL NOT NULL
+);
 """
 TOOLS_WRITES_KEPT = 4096
 """Hot-index revisions remembered with their writer; a process that fell further behind
@@ -104,6 +116,8 @@ class Usage:
     """The session and what it completed: a replayed report has the same key."""
     topology: tuple[str, ...] | None
     contradicts: tuple[str, ...] = ()
+    session: str = ""
+    """The session key (whose source can be forgotten)."""
 
 
 @dataclass
@@ -115,13 +129,17 @@ class Counters:
     """``(topology, signature, session_key)``: a session met a failure."""
     chain_sessions: list[tuple[str, str]] = field(default_factory=list)
     """``(chain_id, session_key)``: a session behind an archived chain."""
+    succeeded: list[tuple[str, str]] = field(default_factory=list)
+    """``(tool_id, session_key)``: a call of the tool returned without error, whatever
+    the session's outcome (usage evidence for eviction)."""
 
     def to_json(self) -> str:
         return json.dumps(
             {
-                "usage": [[u.key, u.topology, list(u.contradicts)] for u in self.usage],
+                "usage": [[u.key, u.topology, list(u.contradicts), u.session] for u in self.usage],
                 "sighted": [[list(t), sig, who] for t, sig, who in self.sighted],
                 "chain_sessions": [list(c) for c in self.chain_sessions],
+                "succeeded": [list(c) for c in self.succeeded],
             }
         )
 
@@ -129,9 +147,13 @@ class Counters:
     def from_json(cls, text: str) -> Counters:
         data = json.loads(text)
         return cls(
-            [Usage(k, tuple(t) if t is not None else None, tuple(c)) for k, t, c in data["usage"]],
+            [
+                Usage(u[0], tuple(u[1]) if u[1] is not None else None, tuple(u[2]), *u[3:])
+                for u in data["usage"]
+            ],
             [(tuple(t), sig, who) for t, sig, who in data["sighted"]],
             [(cid, who) for cid, who in data["chain_sessions"]],
+            [(tool, who) for tool, who in data.get("succeeded", [])],
         )
 
 
@@ -291,6 +313,12 @@ class StateStore:
             ).rowcount
             if not fresh:
                 continue  # a replay: counted when first received
+            db.execute(
+                "INSERT OR IGNORE INTO usage_evidence VALUES (?, ?, ?, ?, ?)",
+                (usage.key, usage.session,
+                 json.dumps(list(usage.topology)) if usage.topology else None,
+                 json.dumps(list(usage.contradicts)), now),
+            )  # fmt: skip
             if usage.topology:
                 self._complete(db, usage.topology, now)
             for cid in usage.contradicts:
@@ -306,6 +334,10 @@ class StateStore:
         db.executemany(
             "INSERT OR IGNORE INTO chain_sessions VALUES (?, ?, ?)",
             [(cid, session, now) for cid, session in counters.chain_sessions],
+        )
+        db.executemany(
+            "INSERT OR IGNORE INTO tool_successes VALUES (?, ?, ?)",
+            [(tool, session, now) for tool, session in counters.succeeded],
         )
         # a new session meeting an archived chain confirms it
         db.executemany(
@@ -359,6 +391,30 @@ class StateStore:
             "SELECT times FROM completed_chains WHERE chain_key=?", (topology_key(topology),)
         ).fetchone()
         return int(row[0]) if row else 0
+
+    def tool_uses(
+        self, tool_ids: Iterable[str], db: sqlite3.Connection | None = None
+    ) -> dict[str, int]:
+        """Per tool, its usage evidence: the distinct completed chains that used it and
+        the distinct sessions in which one of its calls returned without error (read in
+        ``db``'s transaction when given)."""
+        conn = db if db is not None else self._db
+        wanted = list(dict.fromkeys(tool_ids))
+        out = dict.fromkeys(wanted, 0)
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for tool, n in conn.execute(
+                f"SELECT tool_id, chains FROM completed_tools WHERE tool_id IN ({marks})", chunk
+            ):
+                out[tool] += int(n)
+            for tool, n in conn.execute(
+                f"SELECT tool_id, COUNT(*) FROM tool_successes WHERE tool_id IN ({marks}) "
+                "GROUP BY tool_id",
+                chunk,
+            ):
+                out[tool] += int(n)
+        return out
 
     def completed_chain_count(self, tool_id: str) -> int:
         """Distinct completed chains that used ``tool_id``."""
@@ -453,21 +509,24 @@ class StateStore:
             if chain_id in present:
                 continue  # already compiled
             present.add(chain_id)
+            seq_json = json.dumps(list(sequence))
+            lifted = self._family_lifted(db, seq_json, signature)
             rows.append(
                 (
                     chain_id,
                     next_ord + len(rows),
-                    json.dumps(list(sequence)),
+                    seq_json,
                     rule,
                     signature,
                     json.dumps([c.to_dict() for c in when]),
                     int(gapped),
                     pointer,
+                    "lifted" if lifted else "active",
                     archived_at,
                 )
             )
             evidence.append((chain_id, kinds.get(chain_id, "sequence"), archived_at))
-        db.executemany("INSERT INTO constraints VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'active', ?)", rows)
+        db.executemany("INSERT INTO constraints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         db.executemany(
             "INSERT OR IGNORE INTO constraint_evidence(chain_id, kind, last_seen) VALUES (?, ?, ?)",
             evidence,
@@ -563,7 +622,89 @@ class StateStore:
             )
         self._bump_revision(db)
 
-    def set_constraint_status(self, chain_id: str, status: str, reason: str) -> bool:
+    def forget_sessions(self, prefix: str | None, since: float | None) -> tuple[int, list[str]]:
+        """Forget every session whose key starts with ``prefix`` (``None``: the keys of
+        the local source, which carry no prefix), seen since ``since`` when given: its
+        sightings, the dead ends it counted, and the completed runs and contradictions
+        its successes brought.  Returns how many sessions, and the archived chains no
+        remaining session supports."""
+        args: list[Any] = []
+        if prefix is None:
+            where = "substr(session_key, 1, 4) != 'src:'"
+        else:
+            where, args = "substr(session_key, 1, ?) = ?", [len(prefix), prefix]
+        if since is not None:
+            where += " AND seen_at >= ?"
+            args.append(since)
+        now = time.time()
+        with self._tx() as db:
+            sessions: set[str] = set()
+            for table in (
+                "sighting_sessions",
+                "chain_sessions",
+                "usage_evidence",
+                "tool_successes",
+            ):
+                sessions |= {
+                    r[0] for r in db.execute(f"SELECT session_key FROM {table} WHERE {where}", args)
+                }
+            chains = {
+                r[0] for r in db.execute(f"SELECT chain_id FROM chain_sessions WHERE {where}", args)
+            }
+            db.execute(f"DELETE FROM sighting_sessions WHERE {where}", args)
+            db.execute(f"DELETE FROM chain_sessions WHERE {where}", args)
+            db.execute(f"DELETE FROM tool_successes WHERE {where}", args)
+            unsupported = sorted(
+                cid
+                for cid in chains
+                if db.execute(
+                    "SELECT 1 FROM chain_sessions WHERE chain_id=? LIMIT 1", (cid,)
+                ).fetchone()
+                is None
+            )
+            rows = db.execute(
+                f"SELECT usage_key, topology, contradicts FROM usage_evidence WHERE {where}", args
+            ).fetchall()
+            for key, topology, contradicts in rows:
+                if topology is not None:
+                    self._uncomplete(db, json.loads(topology), now)
+                for cid in json.loads(contradicts):
+                    db.execute(
+                        "UPDATE constraint_evidence SET contradictions = "
+                        "MAX(0, contradictions - 1) WHERE chain_id=?",
+                        (cid,),
+                    )
+                db.execute("DELETE FROM usage_sessions WHERE usage_key=?", (key,))
+                db.execute("DELETE FROM usage_evidence WHERE usage_key=?", (key,))
+            # a chain whose contradictions fell below the retiring count is valid again
+            db.execute(
+                "UPDATE constraint_evidence SET invalid_at = NULL WHERE invalid_at IS NOT NULL "
+                "AND contradictions - baseline < ?",
+                (self.retire_after,),
+            )
+            self._bump_revision(db)
+        return len(sessions), unsupported
+
+    retire_after = 3
+    """Contradictions that retire a chain (the home sets it from its settings)."""
+
+    @staticmethod
+    def _uncomplete(db: sqlite3.Connection, topology: Sequence[str], now: float) -> None:
+        key = topology_key(topology)
+        row = db.execute("SELECT times FROM completed_chains WHERE chain_key=?", (key,)).fetchone()
+        if row is None:
+            return
+        if int(row[0]) > 1:
+            db.execute("UPDATE completed_chains SET times = times - 1 WHERE chain_key=?", (key,))
+            return
+        db.execute("DELETE FROM completed_chains WHERE chain_key=?", (key,))
+        for tool in set(topology):
+            db.execute("UPDATE completed_tools SET chains = chains - 1 WHERE tool_id=?", (tool,))
+        db.execute("DELETE FROM completed_tools WHERE chains <= 0")
+
+    def set_constraint_status(
+        self, chain_id: str, status: str, reason: str, family: bool = True
+    ) -> bool:
         """Lift (``lifted``) or reinstate (``active``) a constraint; returns whether it
         existed.  A reinstated constraint counts only contradictions met from now on.
         Every change is kept in ``constraint_events``."""
@@ -571,6 +712,8 @@ class StateStore:
             found = db.execute(
                 "UPDATE constraints SET status=? WHERE chain_id=?", (status, chain_id)
             ).rowcount
+            if found and family:
+                self._lift_family(db, chain_id, status == "lifted", reason)
             if found and status == "active":
                 db.execute(
                     "UPDATE constraint_evidence SET baseline = contradictions, invalid_at = NULL, "
@@ -584,6 +727,52 @@ class StateStore:
                 )
                 self._bump_revision(db)
             return bool(found)
+
+    def _lift_family(self, db: sqlite3.Connection, chain_id: str, lift: bool, reason: str) -> None:
+        """A lift (or reinstatement) covers the chain's family: the same sequence with its
+        failure written any other way (:func:`~sidecar.memory.signature.same_family`),
+        archived before or after."""
+        sequence, signature = db.execute(
+            "SELECT sequence, signature FROM constraints WHERE chain_id=?", (chain_id,)
+        ).fetchone()
+        words = signature_words(signature)
+        if lift:
+            db.execute(
+                "INSERT INTO lifted_chain_families VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(chain_id) DO NOTHING",
+                (chain_id, sequence, json.dumps(sorted(words)), time.time()),
+            )
+        else:
+            for cid, w in db.execute(
+                "SELECT chain_id, words FROM lifted_chain_families WHERE sequence=?", (sequence,)
+            ).fetchall():
+                if same_family(words, frozenset(json.loads(w))):
+                    db.execute("DELETE FROM lifted_chain_families WHERE chain_id=?", (cid,))
+        status = "lifted" if lift else "active"
+        others = [
+            cid
+            for cid, sig in db.execute(
+                "SELECT chain_id, signature FROM constraints WHERE sequence=? AND chain_id != ? "
+                "AND status != ?",
+                (sequence, chain_id, status),
+            ).fetchall()
+            if same_family(words, signature_words(sig))
+        ]
+        for cid in others:
+            db.execute("UPDATE constraints SET status=? WHERE chain_id=?", (status, cid))
+            db.execute(
+                "INSERT INTO constraint_events VALUES (?, ?, ?, ?)",
+                (cid, status, f"with its family ({chain_id}): {reason}", time.time()),
+            )
+
+    def _family_lifted(self, db: sqlite3.Connection, sequence: str, signature: str) -> bool:
+        words = signature_words(signature)
+        return any(
+            same_family(words, frozenset(json.loads(w)))
+            for (w,) in db.execute(
+                "SELECT words FROM lifted_chain_families WHERE sequence=?", (sequence,)
+            )
+        )
 
     def events(self, constraint_id: str, action: str) -> list[dict[str, Any]]:
         rows = self._db.execute(

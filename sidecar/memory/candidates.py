@@ -1,18 +1,19 @@
-"""From a group's failing calls to candidate predicates, with their evidence.
+"""From a group's failing calls to candidate predicates, with the calls they hold for.
 
 A failing call is kept as a :class:`FailureRecord`: its features (derived, never the
-raw outputs), the remembered values its error text names, and for features read per
-element of a list argument, the element each value comes from.
+raw outputs), the features its error text points at, the objects it acts on and its
+task text (what makes two failing calls one situation), and its source.
 
-The evidence of a predicate is the set of failing calls it holds for, each seen as
-(session, anchor, tick).  The *anchor* says what makes two failures independent
-evidence (:func:`anchor`), and the support is the number of distinct sessions,
-counting sessions that show the same anchor once: two sessions refunding the same
-unpaid invoice are one piece of evidence that unpaid invoices cannot be refunded.
+The candidates of a group are generated from the values its failing calls showed
+(:func:`observe`, :func:`candidates`) and from what every success of the tool had
+that a failing call lacks (:func:`prerequisites`).  Each candidate is a test; the
+learner counts them all, because the more candidates are tried, the likelier one of
+them separates the failures from the successes by chance (:mod:`sidecar.memory.chance`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,23 +23,47 @@ from sidecar.memory.features import FAMILIES, FeatureValue, family_of
 from sidecar.memory.stats import ToolStats, is_number
 from sidecar.memory.values import canonical, is_id_like, key_of
 
+PREREQUISITE_SHARE = 0.8
+"""A tool is a prerequisite candidate when at least this share of the successes had it
+succeed before them."""
+MIN_PREREQUISITE_SESSIONS = 3
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?")
+ALIGN_TOLERANCE = 0.005
+
 
 @dataclass
 class FailureRecord:
     session: str
-    tick: int
+    position: int
+    """The step's index in its session (with the session, the call's identity)."""
     features: dict[str, FeatureValue]
     named: list[str] = field(default_factory=list)
-    """``feature\\x1ftoken`` of the remembered values the error text names."""
+    """Features the error text points at: ``feature\\x1ftoken`` of remembered values it
+    names, and ``qty:`` features whose amounts it states."""
     anchors: dict[str, list[str]] = field(default_factory=dict)
-    """For a feature read per element of a list argument: the element of each value."""
+    marks: list[str] = field(default_factory=list)
+    """The objects the call acts on (grounded id-like argument values)."""
+    text: list[int] | None = None
+    """MinHash of the task text (:func:`sidecar.memory.independence.minhash`)."""
+    source: str = "local"
+
+    @property
+    def identity(self) -> str:
+        return f"{self.session}\x1f{self.position}"
 
 
 def named_values(
-    features: Mapping[str, FeatureValue], arguments: Mapping[str, Any], error: str
+    features: Mapping[str, FeatureValue],
+    arguments: Mapping[str, Any],
+    error: str,
+    amounts: Mapping[str, float] | None = None,
 ) -> list[str]:
-    """The remembered-value features whose value the error text names ("Item 55501 is
-    out of stock"): the failure is about that value, not merely with it."""
+    """The features the error text points at:
+
+    - remembered-value features whose value it names ("Item 55501 is out of stock"):
+      the failure is about that value, not merely with it;
+    - ``qty:`` comparisons one of whose amounts the message states ("total is 250,
+      paid 200"): the relation the message itself describes."""
     out: list[str] = []
     for name, raw in arguments.items():
         items = raw if isinstance(raw, list | tuple) else [raw]
@@ -47,75 +72,49 @@ def named_values(
         out += [f"elem:{name}\x1f{token(canonical(v))}" for v in hits]
         if ids and len(hits) == len(ids) and f"value:{name}" in features:
             out.append(f"value:{name}\x1f{token(features[f'value:{name}'])}")
+    stated = [float(m.group(0).replace(",", "")) for m in _NUMBER.finditer(error)]
+    if amounts and stated:
+        aligned = {
+            label
+            for label, value in amounts.items()
+            if any(abs(value - n) <= max(ALIGN_TOLERANCE, ALIGN_TOLERANCE * abs(n)) for n in stated)
+        }
+        for name in features:
+            if name.startswith("qty:"):
+                left, _, right = name[4:].partition("?")
+                if left in aligned or right in aligned:
+                    out.append(name)
     return out
 
 
-def anchor(record: FailureRecord, feature: str, index: int) -> str:
-    """What makes two failures independent evidence for a predicate on ``feature``: a
-    remembered value is evidence per session; a feature of one argument, per distinct
-    value (or list element) of that argument; a feature of several, per argument set."""
-    prefix, _, rest = feature.partition(":")
-    if prefix in ("value", "elem"):
-        return record.session
-    listed = record.anchors.get(feature)
-    if listed is not None and index < len(listed):
-        return listed[index]
-    if prefix in ("grounded", "shape", "bound", "obj", "len"):
-        own = record.features.get(f"value:{rest.split('.', 1)[0]}")
-        if own is not None:
-            return token(own)
-    return token(record.features.get("value:*"))
-
-
-@dataclass
-class Evidence:
-    """The failing calls one value (or one predicate) was seen in."""
-
-    value: Any
-    events: list[tuple[str, str, int]] = field(default_factory=list)
-    """(session, anchor, tick) per failing call."""
-
-    def after(self, tick: int) -> Evidence | None:
-        events = [e for e in self.events if e[2] > tick]
-        return Evidence(self.value, events) if events else None
-
-    @property
-    def sessions(self) -> set[str]:
-        return {e[0] for e in self.events}
-
-    @property
-    def last_tick(self) -> int:
-        return max(e[2] for e in self.events)
-
-    def support(self) -> int:
-        return min(len(self.sessions), len({e[1] for e in self.events}))
-
-
-def observe(
-    records: Iterable[FailureRecord], limit: int, per_object: bool = True
-) -> list[tuple[str, Evidence]]:
-    """Each (feature, value) the failing calls showed, with its evidence: the ``limit``
-    best supported, chosen before any success is looked at (so that no success can
-    promote a condition past the cut).  Without ``per_object`` every session is its own
-    anchor."""
-    seen: dict[tuple[str, str], Evidence] = {}
-    for record in records:
+def observe(records: list[FailureRecord], limit: int) -> list[tuple[str, Any, list[int]]]:
+    """Each (feature, value) the failing calls showed, with the calls that showed it:
+    the ``limit`` shown by most calls, chosen before any success is looked at (so that
+    no success can promote a candidate past the cut)."""
+    seen: dict[tuple[str, str], tuple[Any, list[int]]] = {}
+    for i, record in enumerate(records):
         for name, value in record.features.items():
-            items = value if isinstance(value, list) else [value]
-            for i, item in enumerate(items):
-                found = seen.get((name, token(item)))
+            if name == "prior":
+                continue
+            for item in value if isinstance(value, list) else [value]:
+                key = (name, token(item))
+                found = seen.get(key)
                 if found is None:
-                    found = seen[(name, token(item))] = Evidence(item)
-                mark = anchor(record, name, i) if per_object else record.session
-                found.events.append((record.session, mark, record.tick))
-    ranked = sorted(seen, key=lambda k: (-seen[k].support(), FAMILIES.index(family_of(k[0])), k))
-    return [(k[0], seen[k]) for k in ranked[:limit]]
+                    seen[key] = (item, [i])
+                elif found[1][-1] != i:
+                    found[1].append(i)
+    ranked = sorted(seen, key=lambda k: (-len(seen[k][1]), FAMILIES.index(family_of(k[0])), k))
+    return [(k[0], seen[k][0], seen[k][1]) for k in ranked[:limit]]
 
 
 @dataclass(frozen=True)
 class Rules:
     max_categorical: int
     max_not_in: int
+
+
+CATEGORICAL_PREFIXES = ("obj:", "entry:")
+"""Features read from objects: categorical (a state) only while they show few values."""
 
 
 def candidates(
@@ -134,8 +133,8 @@ def candidates(
     - a number: ``>`` the largest / ``<`` the smallest seen succeeding; an integer of a
       categorical feature also ``==`` and ``not_in``;
     - a string of a categorical feature: ``== value`` and ``not_in`` the values seen
-      succeeding.  An object field is categorical while it has shown at most
-      ``max_categorical`` values; beyond that it is an identifier or a name.
+      succeeding.  A field of an object or entry is categorical while it has shown at
+      most ``max_categorical`` values; beyond that it is an identifier or a name.
     """
     family = family_of(name)
     if family == "bad_value":
@@ -148,7 +147,7 @@ def candidates(
     if family == "value_shape":
         yield from _novel(name, item, stats, rules)
         return
-    categorical = not name.startswith("obj:") or (
+    categorical = not name.startswith(CATEGORICAL_PREFIXES) or (
         len(cardinality.get(name, ())) <= rules.max_categorical
     )
     if is_number(item):
@@ -167,7 +166,28 @@ def candidates(
 
 def _novel(name: str, item: Any, stats: ToolStats, rules: Rules) -> Iterable[Predicate]:
     succeeded = stats.succeeded(name)
-    if not succeeded or len(succeeded) > rules.max_not_in:
+    if not succeeded or len(succeeded) > rules.max_not_in or not stats.complete(name):
         return
     if token(item) not in stats.values.get(name, {}):
         yield Predicate(name, "not_in", tuple(sorted(succeeded, key=token)))
+
+
+def prerequisites(records: list[FailureRecord], stats: ToolStats) -> list[tuple[str, list[int]]]:
+    """``prior:T`` candidates: a tool ``T`` that had succeeded before (nearly) every
+    success of this tool, with the failing calls in whose session it had not."""
+    if stats.sessions < MIN_PREREQUISITE_SESSIONS:
+        return []
+    out: list[tuple[str, list[int]]] = []
+    for tool, count in sorted(stats.prior.items()):
+        if count < PREREQUISITE_SHARE * stats.sessions:
+            continue
+        lacking = [
+            i for i, r in enumerate(records) if tool not in _as_list(r.features.get("prior"))
+        ]
+        if lacking:
+            out.append((f"prior:{tool}", lacking))
+    return out
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

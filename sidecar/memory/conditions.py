@@ -5,21 +5,33 @@ The JSON form (learned and hand-written conditions alike)::
     {"tool": "refund_invoice", "signature": "Error: Unpaid invoice cannot be refunded",
      "kind": "deterministic", "family": "bound_field",
      "predicate": {"feature": "obj:invoice_id.state", "op": "==", "value": "unpaid"},
-     "support": 3, "contradictions": 0, "confidence": 0.75, "warn_only": false,
+     "support": 3, "session_count": 5, "source_count": 2, "sources": ["alice", "bob"],
+     "contradictions": 0, "confidence": 0.75, "failing": 3, "units": 40,
+     "candidates": 38, "chance": 0.0012, "confirmations": 3, "warn_only": false,
      "source": "learned", "sessions": ["s1", "s4", "s9"],
      "explanation": "refund_invoice fails with '...' when the object invoice_id refers
-                     to has state 'unpaid' (3 sessions, 0 successes)"}
+                     to has state 'unpaid' (3 situations, 5 sessions, 2 sources, 0
+                     successes; confirmed by 3 of 3; 1 chance in ~800 among 38
+                     candidates)"}
 
 ``op`` is ``==``, ``not_in`` (the value is a list), ``>`` or ``<``; a list-valued feature
-satisfies the predicate when one of its values does; a missing feature never does.
-``support`` counts distinct failing sessions the predicate explains (sessions acting on
-one object count once), ``contradictions`` succeeding calls it matches (for ``not_in``
-and thresholds, which no success used to build them matches, counted prequentially:
-each success against the successes before it), ``confidence`` is
+satisfies the predicate when one of its values does; a missing feature never does
+(``prior:T`` is never missing: it is whether ``T`` succeeded earlier in the session).
+
+The counts (:mod:`sidecar.memory.independence`, :mod:`sidecar.memory.chance`):
+``support`` is the number of independent *situations* among the failing calls it
+explains (sessions sharing a task text or the objects they act on count once),
+``session_count`` the sessions, ``source_count`` and ``sources`` who reported them;
+``failing`` the situations of the failure in all, ``units`` the tool's success units;
+``contradictions`` the success sessions it matches (for ``not_in``: successes whose
+value no other success had); ``candidates`` how many features were tried for this
+failure, ``chance`` how likely the best of that many unrelated features would look as
+good, ``confirmations`` the supporting situations it still predicts when each is left
+out of its evidence (all of them, or none); ``confidence`` is
 ``support / (support + contradictions + 1)``.  ``warn_only`` marks a condition that may
-warn but never block (a remembered argument value the failure was not shown to be about).
-Only ``tool``, ``signature`` and ``predicate`` are required when a condition is written by
-hand; ``source`` is then ``manual``.
+warn but never block (a remembered argument value the failure was not shown to be
+about).  Only ``tool``, ``signature`` and ``predicate`` are required when a condition is
+written by hand; ``source`` is then ``manual``.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 from sidecar.classify import Kind
+from sidecar.memory.chance import one_in
 from sidecar.memory.features import FAMILIES, Family, FeatureValue, family_of
 from sidecar.memory.signature import failure_kind, normalize_signature
 
@@ -121,6 +134,17 @@ class FailureCondition:
     source: Source = "learned"
     sessions: tuple[str, ...] = ()
     """A few of the failing sessions it explains (for audit)."""
+    session_count: int = 0
+    source_count: int = 0
+    sources: tuple[str, ...] = ()
+    """A few of the sources that reported its failures."""
+    failing: int = 0
+    units: int = 0
+    candidates: int = 0
+    chance: float = 1.0
+    confirmations: int = 0
+    contradiction_sources: tuple[str, ...] = ()
+    """The sources of the successes that contradict it."""
 
     @property
     def condition_id(self) -> str:
@@ -133,7 +157,12 @@ class FailureCondition:
         return hashlib.sha256("\x1f".join(ident).encode()).hexdigest()[:16]
 
     def holds(self, features: Mapping[str, FeatureValue]) -> bool:
-        value = features.get(self.predicate.feature, _MISSING)
+        feature = self.predicate.feature
+        if feature.startswith("prior:"):
+            earlier = features.get("prior")
+            done = isinstance(earlier, list) and feature[6:] in earlier
+            return self.predicate.holds(done)
+        value = features.get(feature, _MISSING)
         if value is _MISSING:
             return False
         return self.predicate.holds(cast(FeatureValue, value))
@@ -152,6 +181,15 @@ class FailureCondition:
             "warn_only": self.warn_only,
             "source": self.source,
             "sessions": list(self.sessions),
+            "session_count": self.session_count,
+            "source_count": self.source_count,
+            "sources": list(self.sources),
+            "failing": self.failing,
+            "units": self.units,
+            "candidates": self.candidates,
+            "chance": self.chance,
+            "confirmations": self.confirmations,
+            "contradiction_sources": list(self.contradiction_sources),
             "explanation": self.explanation,
         }
 
@@ -184,9 +222,10 @@ class FailureCondition:
             conf = 1.0 if source == "manual" else confidence(support, contradictions)
         if not _is_number(conf) or not 0.0 <= float(conf) <= 1.0:
             raise ValueError("confidence must be a number in [0, 1]")
-        sessions = data.get("sessions") or []
-        if not isinstance(sessions, Sequence) or isinstance(sessions, str):
-            raise ValueError("sessions must be a list")
+        sessions = _names(data.get("sessions"), "sessions")
+        chance_ = data.get("chance", 1.0)
+        if not _is_number(chance_) or not 0.0 <= float(chance_) <= 1.0:
+            raise ValueError("chance must be a number in [0, 1]")
         condition = cls(
             tool=tool,
             signature=signature,
@@ -198,7 +237,18 @@ class FailureCondition:
             confidence=float(conf),
             warn_only=bool(data.get("warn_only", False)),
             source=source,
-            sessions=tuple(str(s) for s in sessions)[:MAX_EXAMPLE_SESSIONS],
+            sessions=sessions[:MAX_EXAMPLE_SESSIONS],
+            session_count=_count(data.get("session_count", len(sessions)), "session_count"),
+            source_count=_count(data.get("source_count", 0), "source_count"),
+            sources=_names(data.get("sources"), "sources")[:MAX_EXAMPLE_SESSIONS],
+            failing=_count(data.get("failing", 0), "failing"),
+            units=_count(data.get("units", 0), "units"),
+            candidates=_count(data.get("candidates", 0), "candidates"),
+            chance=float(chance_),
+            confirmations=_count(data.get("confirmations", 0), "confirmations"),
+            contradiction_sources=_names(
+                data.get("contradiction_sources"), "contradiction_sources"
+            )[:MAX_EXAMPLE_SESSIONS],
         )
         explanation = data.get("explanation")
         if not isinstance(explanation, str) or not explanation:
@@ -207,6 +257,14 @@ class FailureCondition:
 
 
 _MISSING = object()
+
+
+def _names(value: Any, name: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise ValueError(f"{name} must be a list")
+    return tuple(str(v) for v in value)
 
 
 def _count(value: Any, name: str) -> int:
@@ -246,7 +304,19 @@ def describe(predicate: Predicate) -> str:
         return _quality(f"{rest} has", "a shape", op, value, seen)
     if prefix == "obj":
         arg, _, fld = rest.partition(".")
-        return _quality(f"the object {arg} refers to has", fld, op, value, seen)
+        return _quality(f"the object {arg} refers to has", _keyed(fld), op, value, seen)
+    if prefix == "entry":
+        arg, _, fld = rest.partition(".")
+        return _quality(f"the entry {arg} names has", _keyed(fld), op, value, seen)
+    if prefix == "qty":
+        left, _, right = rest.partition("?")
+        if op == "not_in":
+            return f"{left} compares with {right} in a way never seen to succeed"
+        verb = {"<": "is below", "=": "equals", ">": "exceeds"}.get(str(value), f"is {value}")
+        return f"{left} {verb} {right}"
+    if prefix == "prior":
+        done = "succeeded" if value else "had not succeeded"
+        return f"{rest} {done} earlier in the session"
     if prefix == "len" and "." in rest:
         arg, _, fld = rest.partition(".")
         return _quality(f"the object {arg} refers to has", f"a {fld} size", op, value, seen)
@@ -268,6 +338,12 @@ def describe(predicate: Predicate) -> str:
         verb = "exceeds" if value else "does not exceed"
         return f"{quantity} {verb} the {fld} of the object {arg} refers to"
     return f"{predicate.feature} {op} {_short(value)}"
+
+
+def _keyed(field: str) -> str:
+    """``prices[cabin]`` -> ``prices for the cabin asked``."""
+    base, bracket, key = field.partition("[")
+    return f"{base} for the {key.rstrip(']')} asked" if bracket else field
 
 
 def _quality(subject: str, what: str, op: str, value: Any, seen: str) -> str:
@@ -305,14 +381,35 @@ def _relation(rest: str, op: str, value: Any) -> str:
     return f"{share.format(left=left)} {where}" if share else f"{left} {where}: {value!r}"
 
 
+def evidence_line(condition: FailureCondition) -> str:
+    """How much stands behind a condition: "3 situations, 5 sessions, 2 sources, 0
+    successes; confirmed by 3 of 3; 1 chance in ~800 among 38 candidates"."""
+    if condition.source == "manual":
+        return "written by hand"
+    c = condition
+
+    def n(count: int, word: str, plural: str | None = None) -> str:
+        return f"{count} {word if count == 1 else plural or word + 's'}"
+
+    parts = [
+        n(c.support, "situation"),
+        n(c.session_count or c.support, "session"),
+    ]
+    if c.source_count:
+        parts.append(n(c.source_count, "source"))
+    parts.append(n(c.contradictions, "success", "successes"))
+    line = ", ".join(parts)
+    if c.candidates:
+        confirmed = (
+            f"confirmed by {c.confirmations} of {c.support}" if c.confirmations else "unconfirmed"
+        )
+        tried = n(c.candidates, "candidate feature")
+        line += f"; {confirmed}; {one_in(c.chance)} among {tried}"
+    return line
+
+
 def explain(condition: FailureCondition) -> str:
-    tail = (
-        "written by hand"
-        if condition.source == "manual"
-        else f"{condition.support} session{'s' * (condition.support != 1)}, "
-        f"{condition.contradictions} success{'es' * (condition.contradictions != 1)}"
-    )
     return (
         f"{condition.tool} fails with '{condition.signature}' when "
-        f"{describe(condition.predicate)} ({tail})"
+        f"{describe(condition.predicate)} ({evidence_line(condition)})"
     )

@@ -62,6 +62,9 @@ class Session:
     outcome: SessionOutcome = "unknown"
     task_input: str | None = None
     """The text the agent was given (task statement, user turns), when known."""
+    source: str = "local"
+    """Who reported it (a token's name, ``gateway``, ``otlp``): evidence counts per
+    source as well as per situation."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +72,7 @@ class Session:
             "steps": [s.to_dict() for s in self.steps],
             "outcome": self.outcome,
             "task_input": self.task_input,
+            "source": self.source,
         }
 
     @classmethod
@@ -85,7 +89,11 @@ class Session:
         task_input = data.get("task_input")
         if task_input is not None and not isinstance(task_input, str):
             raise ValueError("a session's 'task_input' must be a string or null")
-        return cls(session_id, tuple(Step.from_dict(s) for s in steps), outcome, task_input)
+        source = data.get("source", "local")
+        if not isinstance(source, str) or not source:
+            raise ValueError("a session's 'source' must be a non-empty string")
+        steps_ = tuple(Step.from_dict(s) for s in steps)
+        return cls(session_id, steps_, outcome, task_input, source)
 
 
 def decoded(output: Any) -> Any:

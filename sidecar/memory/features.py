@@ -26,6 +26,20 @@ name                               value                                        
 ``cmp:{q}>{b}.{f}``                a quantity (a numeric argument, ``len(a)``,       numeric
                                    ``sum(a.g)`` over the objects of list ``a``)
                                    exceeds numeric field ``f`` of ``b``'s object
+``obj:{a}.{f}[{b}]``               the value of map field ``f`` of ``a``'s object    bound_field
+                                   under the key argument ``b`` names (a cabin)
+``entry:{a}.{f}``                  field ``f`` of the entry of an earlier output      keyed_entry
+                                   that object argument ``a`` (or each item of list
+                                   ``a``) names by its fields (a flight named by
+                                   number and date); ``entry:{a}.{f}[{b}]`` as above
+``qty:{q}?{t}``                    ``<``, ``=`` or ``>``: a computed quantity         computed
+                                   against an amount: sums over list items' fields
+                                   (``sum(a.g)``), over the entries they name
+                                   (``sum(a->g)``), times a count (``*len(b)``),
+                                   against numeric arguments, other quantities and
+                                   numeric fields of the objects the call names
+``prior``                          the tools that succeeded earlier in the session   prerequisite
+                                   (``prior:{T}`` is whether ``T`` did)
 =================================  ================================================  =============
 
 A list-valued feature (one value per element) satisfies a predicate when any of its
@@ -36,14 +50,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import combinations
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from sidecar.memory.evidence import Step
 from sidecar.memory.trace import ObjectView, Trace
 from sidecar.memory.values import Scalar, canonical, is_id_like, is_scalar, key_of, shape
 
 FeatureValue = Scalar | list[Scalar]
-Family = Literal["bad_value", "not_grounded", "value_shape", "bound_field", "relation", "numeric"]
+Family = Literal[
+    "bad_value",
+    "not_grounded",
+    "value_shape",
+    "bound_field",
+    "relation",
+    "numeric",
+    "keyed_entry",
+    "computed",
+    "prerequisite",
+]
 FAMILIES: tuple[Family, ...] = (
     "bad_value",
     "not_grounded",
@@ -51,9 +75,16 @@ FAMILIES: tuple[Family, ...] = (
     "bound_field",
     "relation",
     "numeric",
+    "keyed_entry",
+    "computed",
+    "prerequisite",
 )
 MAX_COMPARISONS = 48
 """``cmp:`` features per call, at most (a cross product of quantities and fields)."""
+MAX_QUANTITY_COMPARISONS = 64
+"""``qty:`` features per call, at most."""
+EQUAL_TOLERANCE = 0.005
+"""Two amounts within half a cent (or 0.5 per mille) are equal."""
 
 _FAMILY_OF_PREFIX: dict[str, Family] = {
     "value": "bad_value",
@@ -68,6 +99,9 @@ _FAMILY_OF_PREFIX: dict[str, Family] = {
     "overlap": "numeric",
     "same_at": "numeric",
     "cmp": "numeric",
+    "entry": "keyed_entry",
+    "qty": "computed",
+    "prior": "prerequisite",
 }
 
 
@@ -87,7 +121,21 @@ def call_features(
 ) -> dict[str, FeatureValue]:
     """The features of calling ``tool`` with ``arguments`` after the steps ``before``
     (a :class:`Trace` of them is reused as is; a plain sequence is indexed first)."""
-    return features_and_anchors(before, tool, arguments, task_input)[0]
+    return describe_call(before, tool, arguments, task_input).features
+
+
+class CallView(NamedTuple):
+    features: dict[str, FeatureValue]
+    anchors: dict[str, list[str]]
+    """For each list-valued feature read per element of a list argument, the element
+    each value comes from."""
+    marks: list[str]
+    """The objects the call acts on (the grounded id-like values of its single-valued
+    arguments): what makes two failing calls one situation
+    (:mod:`sidecar.memory.independence`)."""
+    amounts: dict[str, float]
+    """The computed quantities and amounts of the ``qty:`` features, by label (what the
+    numbers of a failure message are aligned with)."""
 
 
 def features_and_anchors(
@@ -96,9 +144,18 @@ def features_and_anchors(
     arguments: Mapping[str, Any],
     task_input: str | None = None,
 ) -> tuple[dict[str, FeatureValue], dict[str, list[str]]]:
-    """:func:`call_features`, and for each list-valued feature read per element of a list
-    argument, the element each value comes from (the learner counts evidence per
-    distinct object, not per session)."""
+    view = describe_call(before, tool, arguments, task_input)
+    return view.features, view.anchors
+
+
+def describe_call(
+    before: Sequence[Step] | Trace,
+    tool: str,
+    arguments: Mapping[str, Any],
+    task_input: str | None = None,
+) -> CallView:
+    """:func:`call_features`, with the anchors of per-element features and the call's
+    situation marks."""
     trace = before if isinstance(before, Trace) else Trace(before, task_input)
     out: dict[str, FeatureValue] = {"value:*": canonical(dict(arguments))}
     anchors: dict[str, list[str]] = {}
@@ -106,6 +163,7 @@ def features_and_anchors(
     views: dict[str, ObjectView] = {}
     element_views: dict[str, list[ObjectView]] = {}
     keys_of: dict[str, list[str]] = {}
+    grounded: list[str] = []
     for name in names:
         value = arguments[name]
         if len(names) > 1:
@@ -120,7 +178,12 @@ def features_and_anchors(
         if not keys:
             continue
         keys_of[name] = keys
-        out[f"grounded:{name}"] = all(trace.seen(k, task_input) for k in keys)
+        seen = [k for k in keys if trace.seen(k, task_input)]
+        if not is_list:
+            # the object a call acts on is named by a single argument (an order, an
+            # account); the ids in a list are its parts (items, often shared by many)
+            grounded += seen
+        out[f"grounded:{name}"] = len(seen) == len(keys)
         shapes: list[Scalar] = [shape(k) for k in keys]
         out[f"shape:{name}"] = shapes if is_list else shapes[0]
         if is_list:
@@ -136,10 +199,14 @@ def features_and_anchors(
         else:
             views[name] = found[0][1]
             _object_fields(out, name, found[0][1], keys[0])
+    entries = _entries(out, anchors, trace, arguments, names)
+    _map_fields(out, arguments, names, views, element_views, entries)
     _relations(out, keys_of, views)
     _list_pairs(out, arguments, names)
     _comparisons(out, arguments, names, views, element_views)
-    return out, anchors
+    amounts = _quantities(out, arguments, names, views, element_views, entries)
+    out["prior"] = list[Scalar](sorted(trace.succeeded))
+    return CallView(out, anchors, sorted(set(grounded)), amounts)
 
 
 def _object_fields(out: dict[str, FeatureValue], name: str, view: ObjectView, key: str) -> None:
@@ -239,3 +306,179 @@ def _comparisons(
                 made += 1
                 if made >= MAX_COMPARISONS:
                     return
+
+
+def _entries(
+    out: dict[str, FeatureValue],
+    anchors: dict[str, list[str]],
+    trace: Trace,
+    arguments: Mapping[str, Any],
+    names: list[str],
+) -> dict[str, list[ObjectView]]:
+    """``entry:`` features: the entries that object arguments (and items of lists of
+    objects) name by their fields.  Returns each argument's entry views, in item order,
+    only when every item named one (a sum over some of them would mislead)."""
+    found: dict[str, list[ObjectView]] = {}
+    for name in names:
+        value = arguments[name]
+        items = value if isinstance(value, list | tuple) else [value]
+        if not items or not all(isinstance(v, Mapping) for v in items):
+            continue
+        views: list[ObjectView] = []
+        fields: dict[str, tuple[list[Scalar], list[str]]] = {}
+        for item in items:
+            obj = trace.entry(item)
+            if obj is None:
+                continue
+            view = trace.view(obj)
+            views.append(view)
+            own = canonical(dict(item))
+            for fld, leaf in view.scalars.items():
+                if fld in item and key_of(item[fld]) == key_of(leaf):
+                    continue  # a key field: the argument itself
+                values, keys = fields.setdefault(fld, ([], []))
+                values.append(leaf)
+                keys.append(own)
+        listed = isinstance(value, list | tuple)
+        for fld, (values, keys) in fields.items():
+            out[f"entry:{name}.{fld}"] = values if listed else values[0]
+            if listed:
+                anchors[f"entry:{name}.{fld}"] = keys
+        if views and len(views) == len(items):
+            found[name] = views
+    return found
+
+
+def _map_fields(
+    out: dict[str, FeatureValue],
+    arguments: Mapping[str, Any],
+    names: list[str],
+    views: Mapping[str, ObjectView],
+    element_views: Mapping[str, list[ObjectView]],
+    entries: Mapping[str, list[ObjectView]],
+) -> None:
+    """A map field read through an argument that names one of its keys: the seats left
+    in the cabin the call asks for, the price in its currency."""
+    keys = {n: key_of(arguments[n]) for n in names if is_scalar(arguments[n])}
+    keyed = {n: k for n, k in keys.items() if k is not None}
+    if not keyed:
+        return
+    groups: list[tuple[str, str, list[ObjectView], bool]] = [
+        ("obj", n, [v], False) for n, v in views.items()
+    ]
+    groups += [("obj", n, vs, True) for n, vs in element_views.items()]
+    groups += [
+        ("entry", n, vs, isinstance(arguments[n], list | tuple)) for n, vs in entries.items()
+    ]
+    for prefix, name, group, listed in groups:
+        fields = {f for v in group for f in v.maps}
+        for fld in sorted(fields):
+            for other, key in keyed.items():
+                if other == name:
+                    continue
+                values = [v.maps[fld][key] for v in group if key in v.maps.get(fld, {})]
+                if values:
+                    feature = f"{prefix}:{name}.{fld}[{other}]"
+                    out[feature] = values if listed else values[0]
+
+
+Quantity = tuple[str, str, float]
+"""(the argument it comes from, its label, its value)."""
+
+
+def _numeric_fields(views: Sequence[ObjectView], arguments: Mapping[str, Any]) -> dict[str, float]:
+    """Per numeric field (and map field read through a key argument) of ``views``, the
+    sum over them, for the fields every view has."""
+    totals: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    keys = {n: key_of(v) for n, v in arguments.items() if is_scalar(v) and key_of(v)}
+    for view in views:
+        for fld, raw in view.scalars.items():
+            number = _number(raw)
+            if number is not None:
+                totals[fld] = totals.get(fld, 0.0) + number
+                counts[fld] = counts.get(fld, 0) + 1
+        for fld, table in view.maps.items():
+            for arg, key in keys.items():
+                number = _number(table.get(key)) if key is not None else None
+                if number is not None:
+                    label = f"{fld}[{arg}]"
+                    totals[label] = totals.get(label, 0.0) + number
+                    counts[label] = counts.get(label, 0) + 1
+    return {f: t for f, t in totals.items() if counts[f] == len(views)}
+
+
+def _quantities(
+    out: dict[str, FeatureValue],
+    arguments: Mapping[str, Any],
+    names: list[str],
+    views: Mapping[str, ObjectView],
+    element_views: Mapping[str, list[ObjectView]],
+    entries: Mapping[str, list[ObjectView]],
+) -> dict[str, float]:
+    """``qty:`` features: computed quantities against amounts (see the module table);
+    returns every quantity's value by label (what a failure message's numbers are
+    aligned with)."""
+    computed: list[Quantity] = []
+    amounts: list[Quantity] = []
+    lists = [n for n in names if isinstance(arguments[n], list | tuple)]
+    for name in names:
+        value = arguments[name]
+        number = _number(value)
+        if number is not None:
+            amounts.append((name, name, number))
+        if isinstance(value, list | tuple):
+            computed.append((name, f"len({name})", float(len(value))))
+            items = [v for v in value if isinstance(v, Mapping)]
+            if items and len(items) == len(value):
+                sums: dict[str, float] = {}
+                for item in items:
+                    for fld, raw in item.items():
+                        n = _number(raw)
+                        if n is not None:
+                            sums[fld] = sums.get(fld, 0.0) + n
+                full = {f for f in sums if all(_number(i.get(f)) is not None for i in items)}
+                computed += [(name, f"sum({name}.{f})", sums[f]) for f in sorted(full)]
+    for name, group in sorted({**element_views, **entries}.items()):
+        for fld, total in sorted(_numeric_fields(group, arguments).items()):
+            computed.append((name, f"sum({name}->{fld})", total))
+    for source, label, total in list(computed):
+        if "->" not in label:
+            continue
+        # a price per entry named, times a count: what a total is made of
+        computed += [
+            (source, f"{label}*len({b})", total * len(arguments[b])) for b in lists if b != source
+        ]
+    for name, view in sorted(views.items()):
+        for fld, raw in sorted(view.scalars.items()):
+            n = _number(raw)
+            if n is not None:
+                amounts.append((name, f"{name}.{fld}", n))
+    values = {label: v for _s, label, v in (*computed, *amounts)}
+    made = 0
+    targets = [*computed, *amounts]
+    for source, label, q in computed:
+        for other, tlabel, t in targets:
+            if other == source or _is_count(label) != _is_count(tlabel):
+                continue  # a count is compared with counts, an amount with amounts
+            if _is_computed(tlabel) and tlabel < label:
+                continue  # each pair of computed quantities once
+            out[f"qty:{label}?{tlabel}"] = _compare(q, t)
+            made += 1
+            if made >= MAX_QUANTITY_COMPARISONS:
+                return values
+    return values
+
+
+def _is_count(label: str) -> bool:
+    return label.startswith("len(")
+
+
+def _is_computed(label: str) -> bool:
+    return label.startswith(("sum(", "len("))
+
+
+def _compare(a: float, b: float) -> str:
+    if abs(a - b) <= max(EQUAL_TOLERANCE, EQUAL_TOLERANCE * max(abs(a), abs(b)) / 10):
+        return "="
+    return "<" if a < b else ">"

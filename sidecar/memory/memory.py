@@ -7,47 +7,48 @@ features of the call are computed against the steps before it, and then:
 - a *failing* call (a deterministic or unknown failure; transient ones teach nothing)
   is kept as a :class:`~sidecar.memory.candidates.FailureRecord` in its group, (tool,
   normalized signature);
-- a *succeeding* call only updates the tool's statistics
-  (:class:`~sidecar.memory.stats.ToolStats`).
+- a session's *succeeding* calls of a tool are folded into the tool's statistics
+  (:class:`~sidecar.memory.stats.ToolStats`), once per session.
 
-A group's conditions are re-derived from its records and the tool's statistics when
-they are asked for after a change (one pass over the group's records): each candidate
-predicate (:func:`~sidecar.memory.candidates.candidates`) gets its support, its
-contradictions and a confidence; those under ``min_confidence_kept`` are dropped.
+A group's conditions are derived from its records and the tool's statistics when they
+are asked for after a change: each candidate predicate gets its independent support
+(situations, :mod:`~sidecar.memory.independence`), its sessions and sources, its
+contradictions, how likely chance explains it among the candidates tried, and whether
+it still holds up with each of its situations left out (:mod:`~sidecar.memory.chance`).
+
+**Order does not matter.**  Every count is a sum, a set or a minimum over the evidence;
+the records a full group keeps and the values a full table keeps are chosen by hash,
+not by arrival.  The same sessions, in any order, give the same conditions.
 
 Bounds (:class:`LearnParams`) keep the state a function of derived features only,
 never of raw outputs, and finite per tool:
 
-- a group keeps its ``max_failures_per_group`` most recent failing calls;
+- a group keeps ``max_failures_per_group`` failing calls (those of smallest hash);
 - a tool keeps at most ``max_values_per_feature`` distinct values seen succeeding per
-  feature (``max_bad_values`` for the remembered-value features; a value that has failed
-  is always recorded when it succeeds);
+  feature (``max_bad_values`` for the remembered-value features), by hash as well;
 - a feature's cardinality is counted up to ``max_categorical + 1`` distinct values;
 - a group derives conditions from at most ``max_observations_per_group`` (feature,
-  value) pairs of its failing calls, chosen by support before any success is looked at.
-
-Adding a successful session (after the others) never makes a verdict more severe: a
-success only raises contradiction counts, cardinalities and the sets of values seen
-succeeding, forgets remembered values that succeed after failing, or is not recorded at
-all (a full table); and failures before a feature first succeeded are no evidence for a
-"never seen to succeed" predicate, so the first success of a feature creates none.
+  value) pairs of its failing calls, chosen by how many calls showed them, before any
+  success is looked at.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal
 
 from sidecar.classify import Kind
 from sidecar.memory.candidates import (
-    Evidence,
     FailureRecord,
     Rules,
     candidates,
     named_values,
     observe,
+    prerequisites,
 )
+from sidecar.memory.chance import chance, without_one
 from sidecar.memory.conditions import (
     MAX_EXAMPLE_SESSIONS,
     FailureCondition,
@@ -57,12 +58,20 @@ from sidecar.memory.conditions import (
     token,
 )
 from sidecar.memory.evidence import Session
-from sidecar.memory.features import FeatureValue, family_of, features_and_anchors
+from sidecar.memory.features import describe_call, family_of
+from sidecar.memory.independence import Situations, minhash, text_fingerprint
 from sidecar.memory.signature import failure_kind, normalize_signature
-from sidecar.memory.stats import ToolStats, items_of
+from sidecar.memory.stats import (
+    SessionSuccesses,
+    ToolStats,
+    items_of,
+    source_bit,
+    source_names,
+)
 from sidecar.memory.trace import Trace
 
-FORMAT = 1
+FORMAT = 2
+Independence = Literal["situation", "session"]
 
 
 @dataclass(frozen=True)
@@ -71,16 +80,19 @@ class LearnParams:
     max_values_per_feature: int = 512
     max_bad_values: int = 4096
     max_categorical: int = 12
-    """A bound-object field with more distinct values than this (over every call seen)
-    is an identifier or a name, not a state: no ``==`` / ``not_in`` condition on it."""
+    """A field of an object or entry with more distinct values than this (over every
+    call seen) is an identifier or a name, not a state: no ``==`` / ``not_in`` on it."""
     max_not_in: int = 50
     """A novelty predicate (value never seen to succeed) needs at most this many values
     seen succeeding; beyond that the feature is too varied for novelty to mean much."""
     max_observations_per_group: int = 2000
     min_confidence_kept: float = 0.3
-    count_objects_once: bool = True
-    """Sessions that show the same object (the same invoice, the same account) are one piece
-    of evidence for a condition about it; ``False`` counts every session."""
+    independence: Independence = "situation"
+    """``situation``: sessions sharing a task text or the objects they act on are one
+    piece of evidence; ``session``: every session is its own."""
+    confirm_chance: float = 0.5
+    """A condition is *confirmed* when, with any one of its situations left out, the
+    others still make it likelier real than chance (chance at most this)."""
 
 
 @dataclass
@@ -97,44 +109,105 @@ class FailureMemory:
     def __init__(self, params: LearnParams | None = None) -> None:
         self.params = params or LearnParams()
         self._rules = Rules(self.params.max_categorical, self.params.max_not_in)
-        self._tick = 0
         self._sessions = 0
+        self._calls = 0
         self._groups: dict[tuple[str, str], _Group] = {}
         self._tools: dict[str, ToolStats] = {}
         self._cardinality: dict[str, set[str]] = {}
         self._manual: list[FailureCondition] = []
+        self._sources: list[str] = []
         self._cache: dict[str, list[FailureCondition]] = {}
 
     # ---- intake ---------------------------------------------------------------------
     def add_session(self, session: Session) -> None:
+        self.fold(self.derive(session))
+
+    def derive(self, session: Session) -> dict[str, Any]:
+        """What the memory keeps of a session, as JSON: its failing calls' records, its
+        successes folded per tool, and the object fields it showed.  Only derived
+        features, never raw outputs; :meth:`fold` takes it in, in any order."""
         trace = Trace(task_input=session.task_input)
-        self._sessions += 1
-        for step in session.steps:
-            self._tick += 1
-            features, anchors = features_and_anchors(
-                trace, step.tool, step.arguments, session.task_input
-            )
-            self._count_cardinality(features)
+        independent = self.params.independence == "situation"
+        signature = minhash(session.task_input) if independent else None
+        failures: list[dict[str, Any]] = []
+        successes: dict[str, SessionSuccesses] = {}
+        cardinality: dict[str, set[str]] = {}
+        calls = 0
+        for position, step in enumerate(session.steps):
+            calls += 1
+            view = describe_call(trace, step.tool, step.arguments, session.task_input)
+            for name, value in view.features.items():
+                if name.startswith(("obj:", "entry:")):
+                    cardinality.setdefault(name, set()).update(token(v) for v in items_of(value))
             if step.error is None:
-                self._stats(step.tool).record_success(
-                    features,
-                    self._tick,
-                    self.params.max_values_per_feature,
-                    self.params.max_bad_values,
-                )
-                self._cache.pop(step.tool, None)
+                folded = successes.get(step.tool)
+                if folded is None:
+                    before = frozenset(t for t in trace.succeeded if t != step.tool)
+                    folded = successes[step.tool] = SessionSuccesses(prior=before)
+                folded.add(view.features)
             else:
                 kind = failure_kind(step.error)
                 if kind != "transient":
-                    named = named_values(features, step.arguments, step.error)
-                    record = FailureRecord(session.session_id, self._tick, features, named, anchors)
-                    self._failure(step.tool, step.error, kind, record)
+                    record = FailureRecord(
+                        session=session.session_id,
+                        position=position,
+                        features=view.features,
+                        named=named_values(view.features, step.arguments, step.error, view.amounts),
+                        marks=view.marks if independent else [],
+                        text=list(signature) if signature else None,
+                        source=session.source,
+                    )
+                    failures.append(
+                        {"tool": step.tool, "signature": normalize_signature(step.error),
+                         "kind": kind, "record": asdict(record)}
+                    )  # fmt: skip
             trace.add(step)
+        return {
+            "session": session.session_id,
+            "source": session.source,
+            "text": text_fingerprint(session.task_input) if independent else None,
+            "calls": calls,
+            "failures": failures,
+            "successes": {t: s.to_dict() for t, s in successes.items()},
+            "cardinality": {k: sorted(v) for k, v in cardinality.items()},
+        }
+
+    def fold(self, derived: Mapping[str, Any]) -> None:
+        """Take in a session as :meth:`derive` gave it."""
+        self._sessions += 1
+        self._calls += int(derived["calls"])
+        cap = self.params.max_categorical + 1
+        for name, tokens in derived["cardinality"].items():
+            seen = self._cardinality.setdefault(name, set())
+            for item in tokens:
+                if len(seen) >= cap:
+                    break
+                seen.add(item)
+        for failure in derived["failures"]:
+            record = FailureRecord(**failure["record"])
+            self._failure(failure["tool"], failure["signature"], failure["kind"], record)
+        bit = source_bit(self._source_index(str(derived["source"])))
+        for tool, raw in derived["successes"].items():
+            self._stats(tool).record(
+                SessionSuccesses.from_dict(raw),
+                derived["text"],
+                bit,
+                self.params.max_values_per_feature,
+                self.params.max_bad_values,
+            )
+            self._cache.pop(tool, None)
 
     def add_condition(self, condition: FailureCondition) -> None:
         """A hand-written condition (kept as given; never re-derived)."""
         self._manual.append(condition)
         self._cache.pop(condition.tool, None)
+
+    def _source_index(self, source: str) -> int:
+        try:
+            return self._sources.index(source)
+        except ValueError:
+            self._sources.append(source)
+            return len(self._sources) - 1
 
     def _stats(self, tool: str) -> ToolStats:
         found = self._tools.get(tool)
@@ -142,24 +215,17 @@ class FailureMemory:
             found = self._tools[tool] = ToolStats()
         return found
 
-    def _count_cardinality(self, features: Mapping[str, FeatureValue]) -> None:
-        cap = self.params.max_categorical + 1
-        for name, value in features.items():
-            if name.startswith("obj:"):
-                seen = self._cardinality.setdefault(name, set())
-                for item in items_of(value):
-                    if len(seen) >= cap:
-                        break
-                    seen.add(token(item))
-
-    def _failure(self, tool: str, error: str, kind: Kind, record: FailureRecord) -> None:
-        signature = normalize_signature(error)
+    def _failure(self, tool: str, signature: str, kind: Kind, record: FailureRecord) -> None:
         group = self._groups.get((tool, signature))
         if group is None:
             group = self._groups[(tool, signature)] = _Group(tool, signature, kind)
+        if any(r.identity == record.identity for r in group.failures):
+            return  # the same call of the same session: a replay
         group.failures.append(record)
-        del group.failures[: -self.params.max_failures_per_group]
-        self._stats(tool).record_failure(record.features)
+        if len(group.failures) > self.params.max_failures_per_group:
+            # keep the calls of smallest hash: which ones stay does not depend on order
+            group.failures.sort(key=lambda r: (zlib.crc32(r.identity.encode()), r.identity))
+            del group.failures[self.params.max_failures_per_group :]
         self._cache.pop(tool, None)
 
     # ---- conditions -----------------------------------------------------------------
@@ -173,7 +239,8 @@ class FailureMemory:
         found = self._cache.get(tool)
         if found is None:
             found = [c for c in self._manual if c.tool == tool]
-            for group in self._groups.values():
+            for key in sorted(self._groups):
+                group = self._groups[key]
                 if group.tool == tool and group.kind != "transient":
                     found += self._learn(group)
             self._cache[tool] = found
@@ -181,25 +248,41 @@ class FailureMemory:
 
     def _learn(self, group: _Group) -> list[FailureCondition]:
         stats = self._tools.get(group.tool) or ToolStats()
-        named = {n for record in group.failures for n in record.named}
-        evidence: dict[tuple[str, str, str], tuple[Predicate, Evidence]] = {}
+        records = sorted(group.failures, key=lambda r: r.identity)
+        situations = Situations([(r.session, r.marks, r.text) for r in records])
+        evidence: dict[tuple[str, str, str], tuple[Predicate, set[int]]] = {}
         limit = self.params.max_observations_per_group
-        for name, seen in observe(group.failures, limit, self.params.count_objects_once):
-            for predicate in candidates(name, seen.value, stats, self._cardinality, self._rules):
-                part: Evidence | None = seen
-                if predicate.op != "==":
-                    # novelty: only failures after the feature first succeeded count
-                    part = seen.after(stats.since.get(name, self._tick + 1))
-                if part is None:
-                    continue
+        for name, value, calls in observe(records, limit):
+            for predicate in candidates(name, value, stats, self._cardinality, self._rules):
                 key = (predicate.feature, str(predicate.op), token(predicate.value))
                 if key in evidence:
-                    evidence[key][1].events.extend(part.events)
+                    evidence[key][1].update(calls)
                 else:
-                    evidence[key] = (predicate, Evidence(part.value, list(part.events)))
+                    evidence[key] = (predicate, set(calls))
+        for name, lacking in prerequisites(records, stats):
+            if name[6:] == group.tool:
+                continue
+            predicate = Predicate(name, "==", False)
+            evidence[(name, "==", token(False))] = (predicate, set(lacking))
+        named = {n for r in records for n in r.named}
+        aligned = [
+            key
+            for key, (p, _calls) in evidence.items()
+            if p.feature in named or f"{p.feature}\x1f{token(p.value)}" in named
+        ]
+        aligned_features = {key[0] for key in aligned}
+        family = _Family(
+            failing=situations.count(),
+            # predicates on one feature are nested or exclusive: the tests are the features
+            candidates=len({k[0] for k in evidence}),
+            named=len(aligned_features),
+        )
         out: list[FailureCondition] = []
-        for predicate, seen in evidence.values():
-            condition = self._condition(group, predicate, seen, stats, named)
+        for key, (predicate, holding) in evidence.items():
+            condition = self._condition(
+                group, predicate, records, situations, sorted(holding), stats, family,
+                key in aligned, named,
+            )  # fmt: skip
             if condition is not None:
                 out.append(condition)
         return out
@@ -208,34 +291,58 @@ class FailureMemory:
         self,
         group: _Group,
         predicate: Predicate,
-        seen: Evidence,
+        records: list[FailureRecord],
+        situations: Situations,
+        calls: list[int],
         stats: ToolStats,
+        family: _Family,
+        aligned: bool,
         named: set[str],
     ) -> FailureCondition | None:
-        family = family_of(predicate.feature)
+        kind = family_of(predicate.feature)
         warn_only = False
-        if family == "bad_value":
-            if stats.succeeded_after(predicate.feature, predicate.value, seen.last_tick):
-                return None  # it has succeeded since it failed
+        if kind == "bad_value":
+            if stats.seen_succeeding(predicate.feature, predicate.value) is None:
+                warn_only = True  # whether it ever succeeded is not known
             # a value is the cause only when it is the whole call or the error names it
             tagged = f"{predicate.feature}\x1f{token(predicate.value)}"
-            warn_only = predicate.feature != "value:*" and tagged not in named
-        support = seen.support()
-        contradictions = stats.contradictions(predicate)
+            warn_only = warn_only or (predicate.feature != "value:*" and tagged not in named)
+        if predicate.feature.startswith("prior:"):
+            contradictions, mask = stats.without_prior(predicate.feature[6:]), 0
+            units = stats.units
+        else:
+            contradictions, mask = stats.contradictions(predicate)
+            units = stats.units_with(predicate.feature)
+        support = situations.count(calls)
         conf = confidence(support, contradictions)
         if conf < self.params.min_confidence_kept:
             return None
+        sessions = sorted({records[i].session for i in calls})
+        sources = sorted({records[i].source for i in calls})
+        named_family = family.named if aligned else 0
+        args = (support, family.failing, contradictions, units, family.candidates)
+        p = chance(*args, named_family=named_family)
+        confirmed = without_one(*args, named_family=named_family) <= self.params.confirm_chance
         condition = FailureCondition(
             tool=group.tool,
             signature=group.signature,
             predicate=predicate,
             kind=group.kind,
-            family=family,
+            family=kind,
             support=support,
             contradictions=contradictions,
             confidence=conf,
             warn_only=warn_only,
-            sessions=tuple(sorted(seen.sessions))[:MAX_EXAMPLE_SESSIONS],
+            sessions=tuple(sessions)[:MAX_EXAMPLE_SESSIONS],
+            session_count=len(sessions),
+            source_count=len(sources),
+            sources=tuple(sources)[:MAX_EXAMPLE_SESSIONS],
+            failing=family.failing,
+            units=units,
+            candidates=family.candidates,
+            chance=round(p, 6),
+            confirmations=support if confirmed else 0,
+            contradiction_sources=source_names(mask, self._sources)[:MAX_EXAMPLE_SESSIONS],
         )
         return replace(condition, explanation=explain(condition))
 
@@ -244,8 +351,9 @@ class FailureMemory:
         return {
             "format": FORMAT,
             "params": asdict(self.params),
-            "tick": self._tick,
             "sessions": self._sessions,
+            "calls": self._calls,
+            "sources": self._sources,
             "groups": [
                 {
                     "tool": g.tool,
@@ -264,9 +372,12 @@ class FailureMemory:
     def from_dict(cls, data: Mapping[str, Any]) -> FailureMemory:
         if data.get("format") != FORMAT:
             raise ValueError(f"unknown failure-memory format {data.get('format')!r}")
-        memory = cls(LearnParams(**data.get("params", {})))
-        memory._tick = int(data["tick"])
+        known = {f.name for f in fields(LearnParams)}
+        params = {k: v for k, v in data.get("params", {}).items() if k in known}
+        memory = cls(LearnParams(**params))
         memory._sessions = int(data["sessions"])
+        memory._calls = int(data["calls"])
+        memory._sources = list(data["sources"])
         for raw in data["groups"]:
             group = _Group(raw["tool"], raw["signature"], raw["kind"])
             group.failures = [FailureRecord(**f) for f in raw["failures"]]
@@ -280,10 +391,21 @@ class FailureMemory:
     def summary(self) -> dict[str, int]:
         return {
             "sessions": self._sessions,
-            "calls": self._tick,
+            "calls": self._calls,
             "groups": len(self._groups),
             "failing_calls_kept": sum(len(g.failures) for g in self._groups.values()),
             "success_values_kept": sum(
                 len(t) for s in self._tools.values() for t in s.values.values()
             ),
         }
+
+
+@dataclass(frozen=True)
+class _Family:
+    """What every candidate of one failure is judged against."""
+
+    failing: int
+    """Independent situations of the failure."""
+    candidates: int
+    named: int
+    """Candidates the failure message pointed at."""

@@ -86,3 +86,24 @@ def failure_kind(text: str) -> Kind:
     """The classification table's verdict (whose row 8 makes business-rule refusals
     deterministic)."""
     return classify(text).kind
+
+
+FAMILY_SIMILARITY = 0.75
+"""Two signatures whose word sets overlap this much (Jaccard) are one failure."""
+_WORDS = re.compile(r"[a-z]+")
+_PLACEHOLDERS = frozenset({"num", "id", "str", "date", "time", "url", "email"})
+
+
+def signature_words(signature: str) -> frozenset[str]:
+    """The words of a normalized signature, lower-cased and without a plural or past
+    ending: the same failure written with other punctuation, case, ids, numbers, quoted
+    values, word order or inflection has the same words."""
+    words = set(_WORDS.findall(signature.lower())) - _PLACEHOLDERS
+    return frozenset(re.sub(r"(?:es|s|ed)$", "", w) if len(w) > 4 else w for w in words)
+
+
+def same_family(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Whether two signatures' words (:func:`signature_words`) name one failure."""
+    if not a and not b:
+        return True
+    return len(a & b) / len(a | b) >= FAMILY_SIMILARITY

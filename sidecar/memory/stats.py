@@ -1,28 +1,36 @@
-"""What a tool's succeeding calls leave behind: per feature, the values seen succeeding
-and counts that only ever grow.
+"""What a tool's succeeding calls leave behind: for each feature, the values seen
+succeeding and in how many success sessions, from which sources.
 
-A success is never stored as such; it updates, for each of its features:
+Successes are counted by *session* (a tool called ten times with one value in one
+session is one success of that value), and sessions of identical task text are one
+*success unit* (:mod:`sidecar.memory.independence`).  Everything here is a sum, a
+minimum, a maximum or a set: the statistics of a set of sessions do not depend on the
+order they arrived in.  Tables are bounded by a *bottom-k* rule (a full table keeps the
+values of smallest hash), which is order-free too: whether a value was seen succeeding
+is then known exactly for every value below the table's hash ceiling, and unknown above
+it (a condition about such a value never blocks).
 
-- the table of values seen succeeding (calls, last tick), bounded: a new value that
-  arrives when the table is full is not recorded, unless it has failed before (so that
-  "failed and not succeeded since" stays exact for every remembered value);
-- ``novel``: how many successes came with a value not yet in the table while the table
-  held some (what a "never seen to succeed" predicate would have wrongly matched);
-- ``extremes`` and ``beyond``: the smallest and largest numbers, and how many successes
-  went below / above the ones before them;
-- ``since``: when the feature first succeeded (a failure before that cannot show that a
-  value was never seen to succeed: nothing had been).
+Per tool, per feature:
+
+- ``values``: token -> [success sessions, bit mask of the sources they came from];
+- ``extremes``: the smallest and largest numbers seen succeeding;
+- ``prior``: how many success sessions had each other tool succeed before the first
+  success of this one (a prerequisite every success had);
+- ``present``: how many success sessions had each feature at all.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+import zlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.memory.conditions import Predicate, token
 from sidecar.memory.features import FeatureValue, family_of
+
+MAX_TEXTS = 20_000
+"""Task-text fingerprints kept per tool; sessions beyond count as units of their own."""
 
 
 def items_of(value: FeatureValue) -> list[Any]:
@@ -33,114 +41,203 @@ def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def token_hash(key: str) -> int:
+    return zlib.crc32(key.encode())
+
+
+@dataclass
+class SessionSuccesses:
+    """One session's successful calls of one tool, folded: every feature's tokens, its
+    numbers' range, and the tools that had succeeded before the first call."""
+
+    tokens: dict[str, set[str]] = field(default_factory=dict)
+    numbers: dict[str, list[float]] = field(default_factory=dict)
+    prior: frozenset[str] = frozenset()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tokens": {k: sorted(v) for k, v in self.tokens.items()},
+            "numbers": self.numbers,
+            "prior": sorted(self.prior),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SessionSuccesses:
+        return cls(
+            tokens={k: set(v) for k, v in data["tokens"].items()},
+            numbers={k: list(v) for k, v in data["numbers"].items()},
+            prior=frozenset(data["prior"]),
+        )
+
+    def add(self, features: Mapping[str, FeatureValue]) -> None:
+        for name, value in features.items():
+            if name == "prior":
+                continue
+            items = items_of(value)
+            self.tokens.setdefault(name, set()).update(token(v) for v in items)
+            numbers = [float(v) for v in items if is_number(v)]
+            if numbers:
+                low, high = min(numbers), max(numbers)
+                bounds = self.numbers.get(name)
+                if bounds is None:
+                    self.numbers[name] = [low, high]
+                else:
+                    bounds[0], bounds[1] = min(bounds[0], low), max(bounds[1], high)
+
+
 @dataclass
 class ToolStats:
-    successes: int = 0
+    sessions: int = 0
+    texts: dict[str, int] = field(default_factory=dict)
+    """Task-text fingerprint -> success sessions with it."""
     values: dict[str, dict[str, list[int]]] = field(default_factory=dict)
-    """feature -> token -> [calls, last tick]"""
-    failed: set[str] = field(default_factory=set)
-    """``feature\\x1ftoken`` of remembered values that have failed."""
-    novel: dict[str, int] = field(default_factory=dict)
+    """feature -> token -> [success sessions, source mask]"""
+    ceiling: dict[str, int] = field(default_factory=dict)
+    """feature -> hash ceiling of a full table (values hashing at or above it are not
+    kept)."""
     extremes: dict[str, list[float]] = field(default_factory=dict)
-    beyond: dict[str, list[int]] = field(default_factory=dict)
-    """feature -> [successes below the smallest before them, above the largest]"""
-    since: dict[str, int] = field(default_factory=dict)
+    prior: dict[str, int] = field(default_factory=dict)
+    present: dict[str, int] = field(default_factory=dict)
+    """feature -> success sessions that had it (a predicate on a feature is judged
+    against the successes where the feature could be read)."""
     _decoded: dict[str, list[Any]] = field(default_factory=dict, repr=False, compare=False)
 
-    def record_success(
-        self, features: Mapping[str, FeatureValue], tick: int, cap: int, bad_value_cap: int
+    def record(
+        self,
+        session: SessionSuccesses,
+        text: str | None,
+        source_bit: int,
+        cap: int,
+        bad_value_cap: int,
     ) -> None:
-        self.successes += 1
+        """Fold in one session's successes of this tool."""
+        self.sessions += 1
         self._decoded.clear()
-        for name, value in features.items():
-            bad_value = family_of(name) == "bad_value"
+        if text is not None and (text in self.texts or len(self.texts) < MAX_TEXTS):
+            self.texts[text] = self.texts.get(text, 0) + 1
+        for name, keys in session.tokens.items():
+            self.present[name] = self.present.get(name, 0) + 1
+            limit = bad_value_cap if family_of(name) == "bad_value" else cap
             table = self.values.setdefault(name, {})
-            items = items_of(value)
-            keys = {token(v) for v in items}
-            self.since.setdefault(name, tick)
-            if not bad_value:
-                if table and any(k not in table for k in keys):
-                    self.novel[name] = self.novel.get(name, 0) + 1
-                self._extremes(name, items)
-            limit = bad_value_cap if bad_value else cap
             for key in keys:
                 entry = table.get(key)
-                if entry is None:
-                    if len(table) >= limit and f"{name}\x1f{key}" not in self.failed:
-                        continue
-                    entry = table[key] = [0, 0]
-                entry[0] += 1
-                entry[1] = tick
-
-    def record_failure(self, features: Mapping[str, FeatureValue]) -> None:
-        for name, value in features.items():
-            if family_of(name) == "bad_value":
-                self.failed.update(f"{name}\x1f{token(v)}" for v in items_of(value))
-
-    def _extremes(self, name: str, items: list[Any]) -> None:
-        numbers = [float(v) for v in items if is_number(v)]
-        if not numbers:
-            return
-        low, high = min(numbers), max(numbers)
-        bounds = self.extremes.get(name)
-        if bounds is None:
-            self.extremes[name] = [low, high]
-            return
-        counts = self.beyond.setdefault(name, [0, 0])
-        if low < bounds[0]:
-            counts[0] += 1
-            bounds[0] = low
-        if high > bounds[1]:
-            counts[1] += 1
-            bounds[1] = high
+                if entry is not None:
+                    entry[0] += 1
+                    entry[1] |= source_bit
+                    continue
+                ceiling = self.ceiling.get(name)
+                if ceiling is not None and token_hash(key) >= ceiling:
+                    continue
+                table[key] = [1, source_bit]
+                if len(table) > limit:
+                    drop = max(table, key=token_hash)
+                    del table[drop]
+                    self.ceiling[name] = token_hash(drop)
+        for name, (low, high) in session.numbers.items():
+            bounds = self.extremes.get(name)
+            if bounds is None:
+                self.extremes[name] = [low, high]
+            else:
+                bounds[0], bounds[1] = min(bounds[0], low), max(bounds[1], high)
+        for tool in session.prior:
+            self.prior[tool] = self.prior.get(tool, 0) + 1
 
     # ---- queries --------------------------------------------------------------------
+    @property
+    def units(self) -> int:
+        """Success sessions, those of identical task text counted once."""
+        return self.sessions - sum(self.texts.values()) + len(self.texts)
+
+    def units_with(self, feature: str) -> int:
+        """Success units in which ``feature`` could be read."""
+        return min(self.present.get(feature, 0), self.units)
+
     def succeeded(self, feature: str) -> list[Any]:
         """The values of ``feature`` seen succeeding (decoded once per change)."""
         found = self._decoded.get(feature)
         if found is None:
+            import json
+
             found = [json.loads(k) for k in self.values.get(feature, {})]
             self._decoded[feature] = found
         return found
 
-    def succeeded_after(self, feature: str, value: Any, tick: int) -> bool:
-        entry = self.values.get(feature, {}).get(token(value))
-        return entry is not None and entry[1] > tick
+    def complete(self, feature: str) -> bool:
+        """Whether the table of ``feature`` holds every value seen succeeding."""
+        return feature not in self.ceiling
 
-    def contradictions(self, predicate: Predicate) -> int:
-        """Succeeding calls the predicate matches.  A novelty predicate ("never seen to
-        succeed") or a threshold ("beyond anything seen to succeed") is built from the
-        successes and matches none of them by construction; it is counted prequentially
-        instead: each success against the successes before it, i.e. how often the
-        predicate, had it been in force, would have stopped a call that then succeeded."""
+    def seen_succeeding(self, feature: str, value: Any) -> bool | None:
+        """Whether ``value`` of ``feature`` was seen succeeding; ``None``: unknown (the
+        table is full and the value hashes above its ceiling)."""
+        key = token(value)
+        if key in self.values.get(feature, {}):
+            return True
+        ceiling = self.ceiling.get(feature)
+        if ceiling is not None and token_hash(key) >= ceiling:
+            return None
+        return False
+
+    def contradictions(self, predicate: Predicate) -> tuple[int, int]:
+        """Success sessions the predicate matches, and the mask of their sources.
+
+        A novelty predicate ("never seen to succeed") matches no success it was built
+        from; what counts against it is how often a success came with a value no other
+        success had: the values seen in exactly one success session (the successes that,
+        left out, the predicate would have stopped).  A threshold ("beyond anything seen
+        to succeed") is judged by its rank alone (:mod:`sidecar.memory.chance`)."""
+        table = self.values.get(predicate.feature, {})
         if predicate.op == "==":
-            entry = self.values.get(predicate.feature, {}).get(token(predicate.value))
-            return entry[0] if entry else 0
+            entry = table.get(token(predicate.value))
+            return (entry[0], entry[1]) if entry else (0, 0)
         if predicate.op == "not_in":
-            return self.novel.get(predicate.feature, 0)
-        below, above = self.beyond.get(predicate.feature, (0, 0))
-        return above if predicate.op == ">" else below
+            once = [e for e in table.values() if e[0] == 1]
+            mask = 0
+            for e in once:
+                mask |= e[1]
+            return len(once), mask
+        return 0, 0
+
+    def without_prior(self, tool: str) -> int:
+        """Success sessions in which ``tool`` had not succeeded before."""
+        return self.sessions - self.prior.get(tool, 0)
 
     # ---- persistence ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {
-            "successes": self.successes,
+            "sessions": self.sessions,
+            "texts": self.texts,
             "values": self.values,
-            "failed": sorted(self.failed),
-            "novel": self.novel,
+            "ceiling": self.ceiling,
             "extremes": self.extremes,
-            "beyond": self.beyond,
-            "since": self.since,
+            "prior": self.prior,
+            "present": self.present,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ToolStats:
         return cls(
-            successes=int(data["successes"]),
-            values={k: dict(v) for k, v in data["values"].items()},
-            failed=set(data["failed"]),
-            novel=dict(data["novel"]),
+            sessions=int(data["sessions"]),
+            texts=dict(data["texts"]),
+            values={k: {t: list(e) for t, e in v.items()} for k, v in data["values"].items()},
+            ceiling=dict(data["ceiling"]),
             extremes={k: list(v) for k, v in data["extremes"].items()},
-            beyond={k: list(v) for k, v in data["beyond"].items()},
-            since=dict(data["since"]),
+            prior=dict(data["prior"]),
+            present=dict(data["present"]),
         )
+
+
+def source_names(mask: int, names: Iterable[str]) -> tuple[str, ...]:
+    """The sources a mask names (bit ``i`` is the ``i``-th source; the last bit stands
+    for every source past it)."""
+    listed = list(names)
+    out = [n for i, n in enumerate(listed[:SOURCE_BITS]) if mask >> i & 1]
+    if mask >> SOURCE_BITS & 1:
+        out.append("other sources")
+    return tuple(out)
+
+
+SOURCE_BITS = 62
+
+
+def source_bit(index: int) -> int:
+    return 1 << min(index, SOURCE_BITS)

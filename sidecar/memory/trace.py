@@ -23,12 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import Any
 
 from sidecar.memory.evidence import Step, decoded
 from sidecar.memory.values import ID_TOKEN, Scalar, is_id_like, is_scalar, key_of
 
 MAX_TEXT_BLOBS = 64
+MAX_MAP_KEYS = 16
+"""A map field with more keys than this is a collection, not a set of options."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,9 @@ class ObjectView:
     members: Mapping[str, frozenset[str]]
     """Id-like values found in collection fields, by path: ``line_items[].sku_id``,
     ``accounts{}`` (the keys of a map), ``tags[]``."""
+    maps: Mapping[str, Mapping[str, Scalar]] = dc_field(default_factory=dict)
+    """Map fields whose values are scalars, by field: ``prices`` -> ``{"economy": 120}``
+    (read through an argument that names one of the keys: a cabin, a currency)."""
 
 
 def singular(name: str) -> str:
@@ -77,6 +83,8 @@ class Trace:
         self._fields_done = 0
         self.failed: dict[str, list[int]] = {}
         """Tool -> positions of its failed steps."""
+        self.succeeded: dict[str, int] = {}
+        """Tool -> position of its first successful step."""
         for step in steps:
             self.add(step)
 
@@ -91,6 +99,8 @@ class Trace:
         if step.error is not None:
             self.failed.setdefault(step.tool, []).append(seq)
             self._text(step.error)
+        else:
+            self.succeeded.setdefault(step.tool, seq)
         output = decoded(step.output)
         if isinstance(output, str):
             self._text(output)
@@ -194,6 +204,28 @@ class Trace:
                 best, found = score, obj
         return found
 
+    def entry(self, item: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The entry of an earlier output that an object argument names: the latest
+        object holding the most of the item's scalar fields with equal values, at least
+        two of them (or the one, when the item has a single id-like field and the object
+        is that value's identity)."""
+        fields = {k: key_of(v) for k, v in item.items() if is_scalar(v) and key_of(v)}
+        if not fields:
+            return None
+        best: tuple[int, int] | None = None
+        found: dict[str, Any] | None = None
+        for key in fields.values():
+            if key is None or not is_id_like(key):
+                continue
+            for rank, seq, _field, obj in self._bind.get(key, {}).values():
+                matched = sum(1 for f, k in fields.items() if f in obj and key_of(obj[f]) == k)
+                if matched < 2 and not (len(fields) == 1 and rank <= 2):
+                    continue
+                score = (matched, seq)
+                if best is None or score > best:
+                    best, found = score, obj
+        return found
+
     def has_field(self, field: str, value: Scalar) -> bool:
         """Whether an object of the session (one some value is the identity of) holds
         ``field == value``."""
@@ -222,6 +254,7 @@ def _describe(obj: Mapping[str, Any]) -> ObjectView:
     scalars: dict[str, Scalar] = {}
     sizes: dict[str, int] = {}
     members: dict[str, set[str]] = {}
+    maps: dict[str, dict[str, Scalar]] = {}
 
     def member(path: str, value: Any) -> None:
         if is_id_like(value):
@@ -243,6 +276,8 @@ def _describe(obj: Mapping[str, Any]) -> ObjectView:
                     member(f"{field}[]", item)
         elif isinstance(value, dict):
             inner = list(value.values())
+            if inner and len(inner) <= MAX_MAP_KEYS and all(is_scalar(v) for v in inner):
+                maps[field] = {str(k): v for k, v in value.items()}
             if inner and all(isinstance(v, dict) for v in inner):
                 sizes[field] = len(value)
                 for k, item in value.items():
@@ -250,4 +285,4 @@ def _describe(obj: Mapping[str, Any]) -> ObjectView:
                     for sub, leaf in item.items():
                         if is_scalar(leaf):
                             member(f"{field}{{}}.{sub}", leaf)
-    return ObjectView(scalars, sizes, {k: frozenset(v) for k, v in members.items()})
+    return ObjectView(scalars, sizes, {k: frozenset(v) for k, v in members.items()}, maps)

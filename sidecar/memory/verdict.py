@@ -1,12 +1,21 @@
 """Verdicts before a call, and the "may apply" hints of a lookup.
 
-A condition *blocks* only when its failure is deterministic, it is not ``warn_only``,
-and it is uncontested and supported: at least ``min_support_block`` failing sessions,
-at most ``max_contradictions_block`` succeeding calls, confidence at least
-``min_confidence_block``.  A hand-written condition blocks on its author's word (kind
-deterministic, not ``warn_only``).  Any other condition whose confidence reaches
-``min_confidence_warn`` *warns*.  The defaults are the ones ``benchmarks.bench_failures``
-measures on real agent runs (see its output for the trade-off).
+A learned condition *blocks* only when its failure is deterministic, it is not
+``warn_only``, and its evidence is independent, uncontested and unlikely to be chance:
+
+- at least ``min_support_block`` independent situations support it;
+- its failures came from at least ``min_sources_block`` sources, or from one of the
+  ``trusted`` sources;
+- at most ``max_contradictions_block`` successes contradict it (successes counted only
+  from a trusted source, from one of its own sources, or from several sources: no
+  single other source can contest a rule alone);
+- chance explains it at most ``max_chance_block`` likely among the candidates tried,
+  and it is *confirmed*: it still does with any one of its situations left out.
+
+A hand-written condition blocks on its author's word (kind deterministic, not
+``warn_only``).  Any other condition whose confidence reaches ``min_confidence_warn``
+*warns*.  The defaults were chosen on one domain's runs (τ²-bench retail) and are
+reported unchanged on the others by ``benchmarks.bench_failures``.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sidecar.memory.conditions import FailureCondition
+from sidecar.memory.conditions import FailureCondition, confidence
 from sidecar.memory.evidence import Step
 from sidecar.memory.features import call_features
 from sidecar.memory.trace import Trace
@@ -26,12 +35,21 @@ Decision = Literal["allow", "warn", "block"]
 Level = Literal["warn", "block"]
 
 
+TRUSTED: frozenset[str] = frozenset({"local", "operator"})
+"""Sources trusted by default: the operator's own process and the operator's token."""
+
+
 @dataclass(frozen=True)
 class Thresholds:
     min_support_block: int = 2
+    """Independent situations."""
     max_contradictions_block: int = 0
     min_confidence_block: float = 0.6
     min_confidence_warn: float = 0.5
+    max_chance_block: float = 0.05
+    require_confirmation: bool = True
+    min_sources_block: int = 2
+    trusted: frozenset[str] = TRUSTED
 
     def level(self, condition: FailureCondition) -> Level | None:
         if condition.kind == "transient":
@@ -39,15 +57,42 @@ class Thresholds:
         if condition.kind == "deterministic" and not condition.warn_only:
             if condition.source == "manual":
                 return "block"
-            if (
-                condition.support >= self.min_support_block
-                and condition.contradictions <= self.max_contradictions_block
-                and condition.confidence >= self.min_confidence_block
-            ):
+            if self.blocks(condition):
                 return "block"
         if condition.source == "manual" or condition.confidence >= self.min_confidence_warn:
             return "warn"
         return None
+
+    def blocks(self, condition: FailureCondition) -> bool:
+        """Whether a learned condition's evidence is enough to block (see the module
+        docstring)."""
+        sources = set(condition.sources)
+        independent = condition.source_count >= self.min_sources_block or bool(
+            sources & self.trusted
+        )
+        against = self.contradictions(condition)
+        return (
+            independent
+            and condition.support >= self.min_support_block
+            and against <= self.max_contradictions_block
+            and confidence(condition.support, against) >= self.min_confidence_block
+            and (not condition.candidates or condition.chance <= self.max_chance_block)
+            and (
+                not self.require_confirmation
+                or not condition.candidates
+                or condition.confirmations > 0
+            )
+        )
+
+    def contradictions(self, condition: FailureCondition) -> int:
+        """The contradictions that count against a condition: all of them when they
+        came from a trusted source, from one of the condition's own sources, or from
+        several sources (or their sources are not known); none when one other source
+        alone brought them."""
+        against = set(condition.contradiction_sources)
+        if len(against) != 1 or against & self.trusted or against & set(condition.sources):
+            return condition.contradictions
+        return 0
 
 
 DEFAULT_THRESHOLDS = Thresholds()

@@ -2,8 +2,9 @@
 states, run by the gateway tests as a real subprocess (stdio, or streamable HTTP with
 ``--http PORT``).
 
-- ``get_order(order_id)``: the order and its status (``#W1``, ``#W2``: pending;
-  ``#W3``, ``#W4``: delivered); an unknown id fails "Order not found".
+- ``get_order(order_id)``: the order and its status (``#W1``, ``#W2``, ``#W5``:
+  pending; ``#W3``, ``#W4`` and ``#W6`` to ``#W29``: delivered); an unknown id fails
+  "Order not found".
 - ``exchange(order_id, item)``: fails "Non-delivered order cannot be exchanged" unless
   the order is delivered.
 - ``slow(x)``: sleeps ~5 ms and echoes ``x`` (for timing).
@@ -25,6 +26,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
 ORDERS = {"#W1": "pending", "#W2": "pending", "#W3": "delivered", "#W4": "delivered"}
+ORDERS |= {"#W5": "pending"} | {f"#W{n}": "delivered" for n in range(6, 30)}
 
 server = MCPServer(name="shop")
 

@@ -24,7 +24,8 @@ async def _exchange(url: str, order: str) -> Any:
 
 def test_the_second_attempt_at_a_known_failing_call_is_stopped(tmp_path: Path) -> None:
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
-        gateway = build_gateway(LibraryBackend(sc), [shop_stdio()], token=TOKEN)
+        # every session is evidence, the successful ones too (as `sidecar gateway` runs)
+        gateway = build_gateway(LibraryBackend(sc), [shop_stdio()], token=TOKEN, report_clean=True)
 
         def reported() -> int:
             return sum(v.kind == "call" for v in sc.constraints())
@@ -32,10 +33,14 @@ def test_the_second_attempt_at_a_known_failing_call_is_stopped(tmp_path: Path) -
         async def main() -> dict[str, Any]:
             out: dict[str, Any] = {}
             async with serving(gateway) as url:
-                # two agents meet the failure on two pending orders: evidence, no code
+                # agents exchange delivered orders, then three meet the failure on
+                # pending orders: evidence, no code
+                for n in (4, *range(6, 15)):
+                    await _exchange(url, f"#W{n}")
                 out["first"] = await _exchange(url, "#W1")
                 await eventually(lambda: reported() > 0)
                 out["second"] = await _exchange(url, "#W2")
+                await _exchange(url, "#W5")
                 await eventually(lambda: _check(sc) == "block")
                 forwarded = gateway.stats.forwarded
                 out["third"] = await _exchange(url, "#W1")  # the same call, the same state

@@ -49,6 +49,20 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Sidecar]]:
             sock.close()
 
 
+def delivered_session(n: int) -> dict[str, Any]:
+    order = f"#D{100 + n}"
+    return {
+        "steps": [
+            {"tool": "get_order", "arguments": {"order_id": order},
+             "output": {"order_id": order, "status": "delivered"}},
+            {"tool": "exchange", "arguments": {"order_id": order, "item": "hat"},
+             "output": {"order_id": order, "status": "exchange requested"}},
+        ],
+        "outcome": "completed",
+        "session_id": f"delivered-{n}",
+    }  # fmt: skip
+
+
 def _exporter(url: str, token: str | None) -> Any:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -60,8 +74,11 @@ def test_exported_spans_teach_the_library(served: tuple[str, Sidecar]) -> None:
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     url, sc = served
+    # the exchanges that went through, reported before (the background a learned
+    # condition is tested against: without successes nothing tells what made it fail)
+    sc.report_many([delivered_session(n) for n in range(10)])
     tracer, memory = local_tracer()
-    for order in ("#W1", "#W2"):
+    for order in ("#W1", "#W2", "#W5"):
         _agent_run(tracer, order)
     spans = list(memory.get_finished_spans())
     assert _exporter(url, None).export(spans) == SpanExportResult.FAILURE  # 401

@@ -53,6 +53,15 @@ def good_session(n: int) -> dict[str, Any]:
     }
 
 
+SUCCESSES = 20
+"""Enough successes for a condition met in a few situations to beat chance."""
+
+
+def teach(sc: Sidecar, failing: int = 3, good: int = SUCCESSES) -> None:
+    sc.report_many([good_session(n) for n in range(good)])
+    sc.report_many([failing_session(n) for n in range(failing)])
+
+
 @pytest.fixture
 def sc(tmp_path: Path) -> Iterator[Sidecar]:
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as s:
@@ -71,17 +80,19 @@ def check_exchange(sc: Sidecar, status: str, order: str = "#C3000") -> str:
 
 
 def test_a_failure_met_by_sessions_blocks_the_same_call_in_the_same_state(sc: Sidecar) -> None:
-    for n in range(3):
-        sc.report(good_session(n))
+    sc.report_many([good_session(n) for n in range(SUCCESSES)])
     first = sc.report(failing_session(0))
     assert first.status == "archived" and first.pointer
-    assert check_exchange(sc, "pending") == "warn"  # one session: not yet enough to block
-    sc.report(failing_session(1))
+    assert check_exchange(sc, "pending") == "warn"  # one situation: not yet enough to block
+    sc.report_many([failing_session(1), failing_session(2)])
     verdict = sc.check_call([lookup("#C3000", "pending")], "exchange_items", {"order_id": "#C3000"})
     assert verdict.decision == "block" and not verdict.safe
     reason = verdict.reasons[0]
     assert reason.kind == "call" and reason.level == "block"
-    assert "status" in reason.explanation and "2 sessions, 0 successes" in reason.explanation
+    assert "status" in reason.explanation
+    assert "3 situations, 3 sessions, 1 source, 0 successes; confirmed by 3 of 3" in (
+        reason.explanation
+    )
     assert reason.pointer and reason.pointer.startswith("cold://chains/")
     record = sc.audit(reason.pointer)
     assert record["source"] == "steps" and record["steps"][-1]["error"] == REFUSAL
@@ -90,6 +101,7 @@ def test_a_failure_met_by_sessions_blocks_the_same_call_in_the_same_state(sc: Si
 
 
 def test_n_sessions_count_n_and_a_replay_once(sc: Sidecar) -> None:
+    sc.report_many([good_session(n) for n in range(SUCCESSES)])
     report = failing_session(7)
     assert sc.report(report).status == "archived"
     again = sc.report(report)
@@ -97,8 +109,8 @@ def test_n_sessions_count_n_and_a_replay_once(sc: Sidecar) -> None:
     assert check_exchange(sc, "pending") == "warn"  # still one session
     views = [v for v in sc.constraints() if v.kind == "call"]
     assert {v.support for v in views} == {1}
-    # the learner counts the objects acted on: another session on another order
-    sc.report(failing_session(8))
+    # the learner counts the objects acted on: sessions on other orders
+    sc.report_many([failing_session(8), failing_session(9)])
     assert check_exchange(sc, "pending") == "block"
 
 
@@ -116,24 +128,50 @@ def test_a_looping_session_never_makes_a_tool_its_own_prefix(tmp_path: Path) -> 
         assert [t.tool_id for t in sc.list_tools()] == ["book"]
 
 
+def dead_end(n: int) -> dict[str, Any]:
+    return {
+        "topology": ["get_order", "exchange_items"],
+        "outcome": "abandoned",
+        "failure": {"signature": REFUSAL},
+        "constraint": {"rule": "IF get_order THEN exchange_items is refused"},
+        "session_id": f"dead-{n}",
+    }
+
+
 def test_dead_ends_through_a_tool_count_per_session_for_eviction(tmp_path: Path) -> None:
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path) as sc:
         sc.add_tools([Tool("get_order", "x"), Tool("exchange_items", "y")])
-        sc.report(failing_session(1))
+        sc.report(dead_end(1))
         decisions = {d.tool_id: d for d in sc.decide()}
         assert decisions["get_order"].action == "keep"
-        sc.report(failing_session(2))  # the same dead end met by another session
+        sc.report(dead_end(2))  # the same dead end met by another session
         assert {d.tool_id: d.action for d in sc.decide()} == {"get_order": "evict"}
         sc.report(good_session(1))  # a success uses it: kept
         assert {d.tool_id: d.action for d in sc.decide()} == {"get_order": "keep"}
 
 
+def test_a_call_that_succeeded_is_usage_whatever_its_sessions_outcome(tmp_path: Path) -> None:
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path, evict_min_chains=1) as sc:
+        sc.add_tools([Tool("get_order", "x"), Tool("exchange_items", "y")])
+        sc.report(dead_end(1))
+        assert {d.tool_id: d.action for d in sc.decide()} == {"get_order": "evict"}
+        # sessions that ended abandoned (or unknown) in which get_order returned fine
+        for n in range(2):
+            sc.report(failing_session(n) | {"outcome": "unknown"})
+        (decision,) = sc.decide()
+        assert decision.action == "keep" and "successful call" in decision.reason
+        assert sc.evict().evicted == ()
+
+
 def test_a_condition_is_contested_retired_and_reinstated(tmp_path: Path) -> None:
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path, retire_after=2) as sc:
-        for n in range(2):
-            sc.report(failing_session(n))
-        (view,) = [v for v in sc.constraints() if v.kind == "call" and "status" in v.rule]
-        assert (view.status, view.support, view.contradictions) == ("active", 2, 0)
+        teach(sc)
+        (view,) = [
+            v for v in sc.constraints() if v.kind == "call" and "has status 'pending'" in v.rule
+        ]
+        assert (view.status, view.support, view.contradictions) == ("active", 3, 0)
+        assert (view.sessions, view.sources, view.confirmations) == (3, ("local",), 3)
+        assert view.chance is not None and view.chance < 0.05
         assert view.valid_from <= view.last_seen and view.invalid_at is None
         assert check_exchange(sc, "pending") == "block"
         # exchanges of pending orders that succeeded: the condition is contradicted
@@ -202,8 +240,7 @@ def test_a_hand_written_condition_blocks_on_its_authors_word(sc: Sidecar) -> Non
 
 
 def test_lookup_with_steps_withholds_and_warns_apart(sc: Sidecar) -> None:
-    for n in range(2):
-        sc.report(failing_session(n))
+    teach(sc)
     steps = [lookup("#Q1", "pending")]
     result = sc.search("exchange items of an order", k=3, steps=steps)
     hit = {h.tool_id: h for h in result.hits}["exchange_items"]

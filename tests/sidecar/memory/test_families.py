@@ -3,15 +3,25 @@ from hand-written sessions that holds (warn or block) for one call and not for a
 
 from __future__ import annotations
 
-from sidecar.memory import FailureMemory, LearnParams, Session, assess, call_features
+from sidecar.memory import (
+    FailureCondition,
+    FailureMemory,
+    LearnParams,
+    Session,
+    Thresholds,
+    assess,
+    call_features,
+)
 from sidecar.memory.verdict import Verdict
 from tests.sidecar.memory.world import (
     COUNT_MISMATCH,
     NOT_DELIVERED,
     NOT_FOUND,
+    SUCCESSES,
     get_order,
     learned,
     order,
+    own,
     product,
     refund,
     refund_world,
@@ -38,7 +48,7 @@ def account_world() -> list[Session]:
     ]
     out += [
         session(f"hit-{n}", step("find_account", {"email": f"user{n}@example.com"}, f"user_{n}"))
-        for n in range(3)
+        for n in range(SUCCESSES)
     ]
     return out
 
@@ -51,12 +61,11 @@ def test_bad_value_holds_for_the_remembered_value_only() -> None:
     assert verdict(memory, [], "find_account", {"email": "amy7@example.com"}).decision == "allow"
 
 
-def test_a_bad_value_that_succeeds_later_is_forgotten() -> None:
-    memory = learned(account_world())
-    memory.add_session(
-        session("now-ok", step("find_account", {"email": "zed9@example.com"}, "zed_9"))
-    )
-    assert verdict(memory, [], "find_account", {"email": "zed9@example.com"}).decision == "allow"
+def test_a_bad_value_that_also_succeeded_is_contested_whatever_the_order() -> None:
+    ok = session("now-ok", step("find_account", {"email": "zed9@example.com"}, "zed_9"))
+    for sessions in ([*account_world(), ok], [ok, *account_world()]):
+        found = verdict(learned(sessions), [], "find_account", {"email": "zed9@example.com"})
+        assert found.decision == "warn"
 
 
 def test_one_argument_of_many_warns_unless_the_error_names_it() -> None:
@@ -112,7 +121,7 @@ def grounding_world() -> list[Session]:
                 step("get_order", {"order_id": invented}, error="Error: Order not found"),
             )
         )
-    for n in range(3):
+    for n in range(SUCCESSES):
         oid = f"#A10{n:02d}"
         out.append(
             session(
@@ -152,8 +161,8 @@ def test_grounded_features() -> None:
 # ---- value shape -------------------------------------------------------------------------
 def shape_world() -> list[Session]:
     out = [
-        session(f"ok-{n}", step("get_order", {"order_id": f"#W100000{n}"}, order(f"#W100000{n}")))
-        for n in range(3)
+        session(f"ok-{n}", step("get_order", {"order_id": f"#W10000{n:02d}"}, order(f"#W{n}")))
+        for n in range(SUCCESSES)
     ]
     out += [
         session(f"bad-{n}", step("get_order", {"order_id": oid}, error="Error: Order not found"))
@@ -169,11 +178,14 @@ def test_value_shape_holds_for_a_shape_never_seen_to_succeed() -> None:
     assert verdict(memory, [], "get_order", {"order_id": "#W7654321"}).decision == "allow"
 
 
-def test_failures_before_any_success_are_no_evidence_of_novelty() -> None:
-    # nothing had been seen to succeed when these failed: "never seen to succeed" then
-    # says nothing about the value
-    memory = learned([*shape_world()[3:], *shape_world()[:3]])
-    assert not [c for c in memory.conditions("get_order") if c.family == "value_shape"]
+def test_novelty_against_a_single_success_never_blocks() -> None:
+    # one value seen succeeding says nothing about the others: the failures' shapes
+    # are what chance gives
+    world = shape_world()
+    memory = learned([*world[SUCCESSES:], world[0]])
+    novel = [c for c in memory.conditions("get_order") if c.family == "value_shape"]
+    assert novel and all(Thresholds().level(c) != "block" for c in novel)
+    assert verdict(memory, [], "get_order", {"order_id": "#1234567"}).decision != "block"
 
 
 def test_shape_features() -> None:
@@ -224,14 +236,37 @@ def test_sessions_acting_on_the_same_object_are_one_piece_of_evidence() -> None:
     status = [
         c for c in memory.conditions("refund_order") if c.predicate.feature == "obj:order_id.status"
     ]
-    assert status and all(c.support == 1 for c in status)
-    each = FailureMemory(LearnParams(count_objects_once=False))
+    assert status and all((c.support, c.session_count) == (1, 2) for c in status)
+    each = FailureMemory(LearnParams(independence="session"))
     for s in refund_world(failing_orders=("#A1001", "#A1001")):
         each.add_session(s)
     counted = [
         c for c in each.conditions("refund_order") if c.predicate.feature == "obj:order_id.status"
     ]
     assert counted and all(c.support == 2 for c in counted)
+
+
+def test_sessions_of_one_task_text_are_one_situation() -> None:
+    # two attempts at one task (the same words), on two orders the agent found
+    task = "Please refund my lamp, the order never arrived and I am tired of waiting."
+    sessions = [
+        *refund_world(failing_orders=()),
+        *(
+            session(
+                f"again-{n}",
+                get_order(order(oid, "pending")),
+                refund(oid, ["1000000001"], own(oid, "card"), NOT_DELIVERED),
+                task_input=task + (" Thanks." if n else ""),
+            )
+            for n, oid in enumerate(("#A1001", "#A1002"))
+        ),
+    ]
+    status = [
+        c
+        for c in learned(sessions).conditions("refund_order")
+        if c.predicate.feature == "obj:order_id.status"
+    ]
+    assert status and all((c.support, c.session_count) == (1, 2) for c in status)
 
 
 def test_bound_field_features_follow_list_elements_and_the_latest_state() -> None:
@@ -284,7 +319,7 @@ ORIGINAL = "Error: Payment method should be the original payment method"
 
 def relation_world() -> list[Session]:
     out = []
-    for n in range(2):
+    for n in range(3):
         o = order(f"#A50{n:02d}", payments=["card_1111111"])
         out.append(
             session(
@@ -293,7 +328,7 @@ def relation_world() -> list[Session]:
                 refund(o["order_id"], ["1000000001"], f"paypal_22222{n:02d}", ORIGINAL),
             )
         )
-    for n in range(3):
+    for n in range(SUCCESSES):
         o = order(f"#A60{n:02d}", payments=[f"card_33333{n:02d}"])
         out.append(
             session(
@@ -346,16 +381,17 @@ def test_relation_features() -> None:
 # ---- numeric and size --------------------------------------------------------------------
 def swap_world() -> list[Session]:
     out = []
-    for n, (old, new) in enumerate(((["1000000001", "1000000002"], []), (["1000000003"], []))):
+    shorts = ((["1000000001", "1000000002"], []), (["1000000003"], []), (["1000000004"], []))
+    for n, (old, new) in enumerate(shorts):
         o = order(f"#A80{n:02d}", "pending", items=old)
         args = {"order_id": o["order_id"], "item_ids": old, "new_item_ids": new}
         out.append(session(f"short-{n}", get_order(o), step("swap", args, error=COUNT_MISMATCH)))
-    for n in range(3):
-        o = order(f"#A90{n:02d}", "pending", items=[f"10000000{n}{n}"])
+    for n in range(SUCCESSES):
+        o = order(f"#A90{n:02d}", "pending", items=[f"10000000{n:02d}"])
         args = {
             "order_id": o["order_id"],
-            "item_ids": [f"10000000{n}{n}"],
-            "new_item_ids": [f"20000000{n}{n}"],
+            "item_ids": [f"10000000{n:02d}"],
+            "new_item_ids": [f"20000000{n:02d}"],
         }
         out.append(session(f"ok-{n}", get_order(o), step("swap", args, o)))
     return out
@@ -421,3 +457,184 @@ def test_numeric_features_both_ways() -> None:
         call_features(before, "swap", {**two, "new_item_ids": []})["same_len:item_ids|new_item_ids"]
         is False
     )
+
+
+# ---- keyed entries -----------------------------------------------------------------------
+def flights(*rows: tuple[str, str, str, int, float]) -> dict:  # type: ignore[type-arg]
+    """A search result: (number, date, status, economy seats, economy price) per row."""
+    return {
+        "flights": [
+            {
+                "flight_number": number,
+                "date": date,
+                "status": status,
+                "seats": {"economy": seats, "business": 2},
+                "prices": {"economy": price, "business": 900.0},
+            }
+            for number, date, status, seats, price in rows
+        ]
+    }
+
+
+NO_FLIGHT = "Error: Flight is not available for booking"
+QTY = "qty:sum(flights->prices[cabin])*len(passengers)?sum(payments.amount)"
+"""The price of the flights named, times the passengers, against what the payments sum."""
+
+
+def booking_world() -> list[Session]:
+    """Bookings of available flights succeed; of cancelled ones fail.  Each search shows
+    the same flight number on two dates, one of each status: only the date tells."""
+    out = []
+    for n in range(SUCCESSES + 3):
+        number, good = f"HAT{n:03d}", n < SUCCESSES
+        search = step(
+            "search",
+            {"origin": "JFK", "day": "2024-05-01"},
+            flights((number, "2024-05-01", "available", 5, 100.0),
+                    (number, "2024-05-02", "cancelled", 5, 100.0)),
+        )  # fmt: skip
+        date = "2024-05-01" if good else "2024-05-02"
+        args = {"user_id": f"user_{n}", "cabin": "economy",
+                "flights": [{"flight_number": number, "date": date}]}  # fmt: skip
+        call = step("book", args, {"ok": True}) if good else step("book", args, error=NO_FLIGHT)
+        out.append(session(f"{'ok' if good else 'bad'}-{n}", search, call))
+    return out
+
+
+def test_keyed_entry_holds_for_the_entry_the_item_names_by_its_fields() -> None:
+    memory = learned(booking_world())
+    search = step(
+        "search",
+        {"origin": "JFK"},
+        flights(("HAT900", "2024-06-01", "cancelled", 5, 100.0),
+                ("HAT900", "2024-06-02", "available", 5, 100.0)),
+    )  # fmt: skip
+    blocked = verdict(memory, [search], "book",
+                      {"user_id": "user_x", "cabin": "economy",
+                       "flights": [{"flight_number": "HAT900", "date": "2024-06-01"}]})  # fmt: skip
+    assert blocked.decision == "block" and "keyed_entry" in families(blocked)
+    assert any("the entry flights names has status" in r.explanation for r in blocked.reasons)
+    allowed = verdict(memory, [search], "book",
+                      {"user_id": "user_x", "cabin": "economy",
+                       "flights": [{"flight_number": "HAT900", "date": "2024-06-02"}]})  # fmt: skip
+    assert allowed.decision == "allow"
+
+
+def test_keyed_entry_and_map_features() -> None:
+    before = [
+        step("search", {}, flights(("HAT1", "2024-05-01", "available", 0, 120.0),
+                                   ("HAT1", "2024-05-02", "cancelled", 9, 80.0)))
+    ]  # fmt: skip
+    args = {"cabin": "economy", "passengers": [{"name": "a"}, {"name": "b"}],
+            "flights": [{"flight_number": "HAT1", "date": "2024-05-01"}],
+            "payments": [{"payment_id": "gift_1", "amount": 200.0}]}  # fmt: skip
+    f = call_features(before, "book", args)
+    assert f["entry:flights.status"] == ["available"]
+    assert f["entry:flights.seats[cabin]"] == [0]
+    assert f["entry:flights.prices[cabin]"] == [120.0]
+    # a quantity over the entries, times a count, against the payments' sum
+    assert f[QTY] == ">"
+    other = {**args, "flights": [{"flight_number": "HAT1", "date": "2024-05-02"}]}
+    g = call_features(before, "book", other)
+    assert g["entry:flights.status"] == ["cancelled"]
+    assert g[QTY] == "<"
+    # one field alone (a number shared by two dates) names no entry
+    alone = {**args, "flights": [{"flight_number": "HAT1", "class": "x"}]}
+    assert "entry:flights.status" not in call_features(before, "book", alone)
+
+
+# ---- computed quantities and the failure message -----------------------------------------
+def payment_world(stated: bool = True) -> list[Session]:
+    """Payments that fall short of the price times the passengers fail; the message says
+    both amounts when ``stated``."""
+    out = []
+    for n in range(SUCCESSES + 3):
+        short = n >= SUCCESSES
+        price = 100.0 + (n * 37) % 50  # the short payments are not the dearest flights
+        search = step("search", {}, flights((f"HAT{n:03d}", "2024-05-01", "available", 9, price)))
+        paid = price * 2 - (50.0 if short else 0.0)
+        args = {"cabin": "economy", "user_id": f"user_{n}",
+                "passengers": [{"name": "a"}, {"name": "b"}],
+                "flights": [{"flight_number": f"HAT{n:03d}", "date": "2024-05-01"}],
+                "payments": [{"payment_id": f"gift_{n}", "amount": paid}]}  # fmt: skip
+        if short:
+            text = (
+                f"Error: Payment amount does not add up, total price is {price * 2:g}, "
+                f"but paid {paid:g}"
+                if stated
+                else "Error: Payment amount does not add up"
+            )
+            call = step("book", args, error=text)
+        else:
+            call = step("book", args, {"ok": True})
+        out.append(session(f"p-{n}", search, call))
+    return out
+
+
+def test_a_computed_quantity_holds_when_the_payment_falls_short() -> None:
+    memory = learned(payment_world())
+    search = [step("search", {}, flights(("HAT777", "2024-07-01", "available", 9, 300.0)))]
+    args = {"cabin": "economy", "user_id": "user_q",
+            "passengers": [{"name": "a"}, {"name": "b"}],
+            "flights": [{"flight_number": "HAT777", "date": "2024-07-01"}]}  # fmt: skip
+    short = verdict(memory, search, "book", {**args, "payments": [{"payment_id": "g",
+                                                                  "amount": 500.0}]})  # fmt: skip
+    assert short.decision == "block" and "computed" in families(short)
+    assert any(
+        "sum(flights->prices[cabin])*len(passengers) exceeds sum(payments.amount)" in r.explanation
+        for r in short.reasons
+    )
+    exact = verdict(memory, search, "book", {**args, "payments": [{"payment_id": "g",
+                                                                  "amount": 600.0}]})  # fmt: skip
+    assert exact.decision == "allow"
+
+
+def test_what_the_message_states_is_a_small_family_of_candidates() -> None:
+    def qty(memory: FailureMemory) -> FailureCondition:
+        found = [c for c in memory.conditions("book") if c.predicate.feature == QTY]
+        assert found
+        return found[0]
+
+    stated, silent = qty(learned(payment_world(True))), qty(learned(payment_world(False)))
+    assert stated.candidates == silent.candidates  # the same features were tried
+    assert stated.chance < silent.chance  # but the message pointed at this one
+
+
+# ---- missing prerequisite ----------------------------------------------------------------
+NOT_LOGGED_IN = "Error: User not authenticated. Please log in first."
+
+
+def login_world() -> list[Session]:
+    out = []
+    for n in range(SUCCESSES):
+        out.append(
+            session(
+                f"in-{n}",
+                step("login", {"user": f"u_{n}"}, {"token": f"t_{n}"}),
+                step("balance", {"account": f"acct_{n}"}, {"balance": 10.0}),
+                step("transfer", {"account": f"acct_{n}", "amount": 5.0}, {"ok": True}),
+            )
+        )
+    for n in range(3):
+        out.append(
+            session(
+                f"out-{n}",
+                step("balance", {"account": f"acct_9{n}"}, {"balance": 10.0}),
+                step("transfer", {"account": f"acct_9{n}", "amount": 5.0}, error=NOT_LOGGED_IN),
+            )
+        )
+    return out
+
+
+def test_a_missing_prerequisite_holds_when_no_login_came_first() -> None:
+    memory = learned(login_world())
+    args = {"account": "acct_5", "amount": 5.0}
+    missing = verdict(memory, [step("balance", {"account": "acct_5"}, {"balance": 1.0})],
+                      "transfer", args)  # fmt: skip
+    assert missing.decision == "block" and "prerequisite" in families(missing)
+    assert any("login had not succeeded earlier" in r.explanation for r in missing.reasons)
+    logged = [step("login", {"user": "u_5"}, {"token": "t"}),
+              step("balance", {"account": "acct_5"}, {"balance": 1.0})]  # fmt: skip
+    assert verdict(memory, logged, "transfer", args).decision == "allow"
+    failed_login = [step("login", {"user": "u_5"}, error="Error: bad password")]
+    assert "prerequisite" in families(verdict(memory, failed_login, "transfer", args))

@@ -53,7 +53,11 @@ def test_canonical_values() -> None:
 def test_grounding_sees_outputs_arguments_texts_and_the_task_input() -> None:
     trace = Trace(
         [
-            step("get_order", {"order_id": "#A1"}, order("#A1", items=["1000000001"])),
+            step(
+                "get_order",
+                {"order_id": "#A1"},
+                order("#A1", items=["1000000001"], payments=["card_1111111"]),
+            ),
             step("lookup", {"code": "Z_77"}, "plain text mentioning K_42 here"),
             step("find", {"email": "x_1@example.com"}, error="Error: no match for Q_9"),
         ],

@@ -19,6 +19,14 @@ def condition(**changes: object) -> FailureCondition:
         support=3,
         contradictions=0,
         confidence=0.75,
+        session_count=3,
+        source_count=1,
+        sources=("local",),
+        failing=3,
+        units=40,
+        candidates=20,
+        chance=0.001,
+        confirmations=3,
     )
     return replace(base, **changes)  # type: ignore[arg-type]
 
@@ -34,13 +42,36 @@ def test_levels() -> None:
     assert t.level(condition(kind="transient")) is None
     assert t.level(condition(source="manual", support=0, confidence=1.0)) == "block"
     assert Thresholds(min_support_block=4).level(condition()) == "warn"
+    # chance and confirmation
+    assert t.level(condition(chance=0.2)) == "warn"
+    assert t.level(condition(confirmations=0)) == "warn"
+    assert Thresholds(require_confirmation=False).level(condition(confirmations=0)) == "block"
+
+
+def test_sources_an_untrusted_one_alone_never_blocks() -> None:
+    t = Thresholds()
+    alone = condition(sources=("alice",), source_count=1)
+    assert t.level(alone) == "warn"
+    assert t.level(condition(sources=("alice", "bob"), source_count=2)) == "block"
+    assert Thresholds(trusted=frozenset({"alice"})).level(alone) == "block"
+
+
+def test_one_other_source_alone_cannot_contest_a_rule() -> None:
+    t = Thresholds()
+    rule = condition(sources=("alice", "bob"), source_count=2, contradictions=1, confidence=0.6)
+    # one success from a third, untrusted source: shown, not acted on
+    assert t.level(replace(rule, contradiction_sources=("mallory",))) == "block"
+    assert t.contradictions(replace(rule, contradiction_sources=("mallory",))) == 0
+    # from a trusted source, from one of the rule's own sources, or from two sources
+    for against in (("local",), ("alice",), ("mallory", "eve")):
+        assert t.level(replace(rule, contradiction_sources=against)) == "warn", against
 
 
 def test_assess_blocks_first_and_explains() -> None:
     before = [get_order(order("#A1", "pending"))]
     args = {"order_id": "#A1", "item_ids": ["1000000001"], "payment_method_id": "card_1"}
     warn = condition(
-        predicate=Predicate("obj:order_id.user_id", "==", "ann_lee_1234"), support=1, confidence=0.5
+        predicate=Predicate("obj:order_id.user_id", "==", "user_1"), support=1, confidence=0.5
     )
     verdict = assess([warn, condition()], before, "refund_order", args)
     assert verdict.decision == "block"

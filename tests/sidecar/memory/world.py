@@ -1,5 +1,10 @@
 """A small hand-written shop for the memory's tests: orders with a status, items and
-payments, products with variants, accounts found by email."""
+payments, products with variants, accounts found by email.
+
+Every order belongs to its own user and is paid with its own card unless a test says
+otherwise, so that sessions on different orders are independent situations; and the
+worlds hold enough successes for a learned condition to beat chance (a condition seen
+in two situations against four successes is exactly what chance produces)."""
 
 from __future__ import annotations
 
@@ -14,13 +19,23 @@ NOT_FOUND = "Error: Account not found"
 COUNT_MISMATCH = "Error: The number of items to swap should match"
 
 
+SUCCESSES = 20
+
+
+def own(order_id: str, prefix: str) -> str:
+    """An id of the order's own (its user, its card): ``#A2001`` -> ``card_2001``."""
+    return f"{prefix}_{''.join(ch for ch in order_id if ch.isdigit())}"
+
+
 def order(
     order_id: str,
     status: str = "delivered",
     items: Sequence[str] = ("1000000001",),
-    payments: Sequence[str] = ("card_1111111",),
-    user: str = "ann_lee_1234",
+    payments: Sequence[str] | None = None,
+    user: str | None = None,
 ) -> dict[str, Any]:
+    payments = payments if payments is not None else (own(order_id, "card"),)
+    user = user or own(order_id, "user")
     return {
         "order_id": order_id,
         "user_id": user,
@@ -72,21 +87,24 @@ def learned(sessions: Iterable[Session]) -> FailureMemory:
     return memory
 
 
-def refund_world(failing_orders: Sequence[str] = ("#A1001", "#A1002")) -> list[Session]:
-    """Refunds of delivered orders succeed (four sessions, first); refunds of pending
-    orders fail (one session per failing order, after)."""
+def refund_world(
+    failing_orders: Sequence[str] = ("#A1001", "#A1002", "#A1003"),
+    successes: int = SUCCESSES,
+) -> list[Session]:
+    """Refunds of delivered orders succeed (``successes`` sessions, first); refunds of
+    pending orders fail (one session per failing order, after)."""
     out = []
-    for n in range(4):
+    for n in range(successes):
         oid = f"#A20{n:02d}"
         o = order(oid, "delivered")
-        out.append(session(f"ok-{n}", get_order(o), refund(oid, ["1000000001"], "card_1111111")))
+        out.append(session(f"ok-{n}", get_order(o), refund(oid, ["1000000001"], own(oid, "card"))))
     for n, oid in enumerate(failing_orders):
         o = order(oid, "pending")
         out.append(
             session(
                 f"fail-{n}",
                 get_order(o),
-                refund(oid, ["1000000001"], "card_1111111", NOT_DELIVERED),
+                refund(oid, ["1000000001"], own(oid, "card"), NOT_DELIVERED),
             )
         )
     return out

@@ -1,0 +1,181 @@
+"""Who is asking: named tokens with roles, the sources evidence is attributed to, and
+how fast an untrusted source may report.
+
+Roles:
+
+- **agent**: look up tools, check plans and calls, report sessions;
+- **operator**: everything an agent may, and what changes the memory by hand or moves
+  tools: hand-written conditions, lifts and reinstatements, eviction, restore,
+  forgetting a source, adding tools.
+
+Tokens are configured in one JSON file (``SIDECAR_TOKENS_FILE``, else the home's
+``tokens.json`` when it exists)::
+
+    {"tokens": [
+      {"name": "alice", "role": "agent", "token_sha256": "<hex sha256 of the token>"},
+      {"name": "ci-bot", "role": "agent", "token": "<the token>", "trusted": true},
+      {"name": "ops", "role": "operator", "token_sha256": "..."}
+    ]}
+
+The home's single token of before (``SIDECAR_TOKEN`` or the ``token`` file) still works:
+it is the ``operator``.  A token's *name* is the source of everything it reports;
+operators are trusted, agents are not unless marked ``trusted``.  Evidence the process
+reports through the library itself is the ``local`` source; the MCP gateway's is
+``gateway`` (what it observed between agents and upstreams).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from sidecar.errors import ConfigError, InvalidInput, RateLimited
+
+Role = Literal["agent", "operator"]
+ROLES: tuple[Role, ...] = ("agent", "operator")
+SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+"""A source's name: no ``/`` (it prefixes the keys of the sessions it reports)."""
+LOCAL = "local"
+GATEWAY = "gateway"
+OPERATOR = "operator"
+RESERVED = frozenset({LOCAL, GATEWAY})
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    role: Role
+    trusted: bool
+
+    @property
+    def operator(self) -> bool:
+        return self.role == "operator"
+
+
+THE_OPERATOR = Principal(OPERATOR, "operator", True)
+"""The home's single token."""
+THE_PROCESS = Principal(LOCAL, "operator", True)
+
+
+def check_source(name: str) -> str:
+    if not isinstance(name, str) or not SOURCE_NAME.fullmatch(name):
+        raise InvalidInput(
+            f"a source name is 1-64 letters, digits, '_', '.', ':' or '-', got {name!r}"
+        )
+    return name
+
+
+def _digest(token: str | bytes) -> bytes:
+    raw = token.encode() if isinstance(token, str) else token
+    return hashlib.sha256(raw.strip()).digest()
+
+
+class Principals:
+    """The tokens a server accepts, each with its principal."""
+
+    def __init__(self, entries: Iterable[tuple[Principal, bytes]] = ()) -> None:
+        self._entries = list(entries)
+        names = [p.name for p, _ in self._entries]
+        if len(set(names)) != len(names):
+            raise ConfigError("tokens: each token needs a name of its own")
+
+    @classmethod
+    def load(cls, path: Path | None, token: str | None) -> Principals:
+        """The operator's single ``token`` (when set) and the tokens of ``path`` (when
+        the file exists)."""
+        entries: list[tuple[Principal, bytes]] = []
+        if token:
+            entries.append((THE_OPERATOR, _digest(token)))
+        if path is not None and path.exists():
+            entries += [e for e in _read(path) if e[0].name != OPERATOR or not token]
+        return cls(entries)
+
+    def authenticate(self, presented: bytes) -> Principal | None:
+        """The principal of a presented bearer token (compared by digest, in constant
+        time per entry, every entry compared), or ``None``."""
+        digest = _digest(presented)
+        found: Principal | None = None
+        for principal, expected in self._entries:
+            if hmac.compare_digest(digest, expected) and found is None:
+                found = principal
+        return found
+
+    def trusted(self) -> frozenset[str]:
+        return frozenset(p.name for p, _ in self._entries if p.trusted)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _read(path: Path) -> list[tuple[Principal, bytes]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"tokens file {path}: {exc}") from exc
+    rows = data.get("tokens") if isinstance(data, Mapping) else None
+    if not isinstance(rows, list):
+        raise ConfigError(f'tokens file {path}: expected {{"tokens": [...]}}')
+    out: list[tuple[Principal, bytes]] = []
+    for i, row in enumerate(rows):
+        out.append(_entry(row, f"tokens file {path}, entry {i}"))
+    return out
+
+
+def _entry(row: Any, where: str) -> tuple[Principal, bytes]:
+    if not isinstance(row, Mapping):
+        raise ConfigError(f"{where}: expected an object")
+    name, role = row.get("name"), row.get("role", "agent")
+    if not isinstance(name, str) or not SOURCE_NAME.fullmatch(name) or name in RESERVED:
+        raise ConfigError(
+            f"{where}: 'name' must be 1-64 letters, digits, '_', '.', ':' or '-', and not "
+            f"{' or '.join(sorted(RESERVED))}"
+        )
+    if role not in ROLES:
+        raise ConfigError(f"{where}: 'role' must be one of {', '.join(ROLES)}")
+    trusted = row.get("trusted", role == "operator")
+    if not isinstance(trusted, bool):
+        raise ConfigError(f"{where}: 'trusted' must be true or false")
+    hashed, plain = row.get("token_sha256"), row.get("token")
+    if isinstance(hashed, str) and re.fullmatch(r"[0-9a-fA-F]{64}", hashed):
+        digest = bytes.fromhex(hashed)
+    elif isinstance(plain, str) and len(plain) >= 16:
+        digest = _digest(plain)
+    else:
+        raise ConfigError(f"{where}: needs 'token_sha256' (64 hex digits) or a 'token' of 16+")
+    return Principal(name, role, trusted), digest
+
+
+class ReportRate:
+    """At most ``per_minute`` reports a minute from each untrusted source (a token
+    bucket per source, refilled continuously; 0: no limit)."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, source: str, n: int, now: float | None = None) -> None:
+        if self.per_minute <= 0 or n <= 0:
+            return
+        at = time.monotonic() if now is None else now
+        rate = self.per_minute / 60.0
+        with self._lock:
+            level, last = self._buckets.get(source, (float(self.per_minute), at))
+            level = min(float(self.per_minute), level + (at - last) * rate)
+            if n > level:
+                wait = (n - level) / rate
+                self._buckets[source] = (level, at)
+                raise RateLimited(
+                    f"source {source!r} may send {self.per_minute} reports a minute; "
+                    f"retry in {wait:.1f} s",
+                    retry_after=wait,
+                )
+            self._buckets[source] = (level - n, at)
