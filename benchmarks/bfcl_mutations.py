@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from benchmarks.bfcl_simulators import Call, Scenario, world_before
+from benchmarks.bfcl_simulators import Call, Scenario, simulator_class, world_before
 
 KINDS = (
     "drop_prerequisite",
@@ -268,8 +268,6 @@ def _with(scenario: Scenario, i: int, changed: Mapping[str, Any]) -> tuple[Call,
 
 
 def _owner(scenario: Scenario, tool: str) -> str | None:
-    from benchmarks.bfcl_simulators import simulator_class
-
     for name in scenario.classes:
         if callable(getattr(simulator_class(name), tool, None)) and not tool.startswith("_"):
             return name
