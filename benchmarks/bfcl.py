@@ -130,6 +130,9 @@ def _mutations(
         if failed is None:
             notes["mutation_candidates_without_error"] += 1
             continue
+        if not mutation.caused(failed):
+            notes["mutation_candidates_refused_elsewhere"] += 1
+            continue
         key = json.dumps(
             [[s.tool, s.arguments] for s in steps] + [mutation.state],
             sort_keys=True,

@@ -93,6 +93,18 @@ class Mutation:
     calls: tuple[Call, ...] = field(hash=False)
     state: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
     """Initial-state fields overridden per class (``missing_state``)."""
+    first: int = 0
+    """The first step of :attr:`calls` whose refusal the mutation causes (an inserted
+    ``trading_logout`` or ``cd('..')`` that is itself refused does not count)."""
+    only_there: bool = False
+    """Whether the refusal must be at :attr:`first` (a changed argument is refused by
+    the call it was given to)."""
+
+    def caused(self, failed: int | None) -> bool:
+        """Whether a first refusal at step ``failed`` is this mutation's doing."""
+        if failed is None or failed < self.first:
+            return False
+        return failed == self.first or not self.only_there
 
 
 def candidates(scenario: Scenario, rng: random.Random) -> list[Mutation]:
@@ -121,7 +133,7 @@ def _drop(scenario: Scenario, i: int, rng: random.Random) -> Iterator[Mutation]:
     calls = scenario.calls
     if calls[i].tool in PREREQUISITES and i + 1 < len(calls):
         yield Mutation("drop_prerequisite", i, f"{calls[i].tool} dropped",
-                       calls[:i] + calls[i + 1 :])  # fmt: skip
+                       calls[:i] + calls[i + 1 :], first=i)  # fmt: skip
 
 
 def _undo(scenario: Scenario, i: int, rng: random.Random) -> Iterator[Mutation]:
@@ -136,7 +148,7 @@ def _undo(scenario: Scenario, i: int, rng: random.Random) -> Iterator[Mutation]:
         undo = Call("cd", {"folder": ".."}, call.turn)
     if undo is not None:
         yield Mutation("undone_prerequisite", i, f"{undo.tool} inserted before {call.tool}",
-                       (*calls[:i], undo, *calls[i:]))  # fmt: skip
+                       (*calls[:i], undo, *calls[i:]), first=i + 1)  # fmt: skip
 
 
 def _swap(scenario: Scenario, i: int, rng: random.Random) -> Iterator[Mutation]:
@@ -144,7 +156,7 @@ def _swap(scenario: Scenario, i: int, rng: random.Random) -> Iterator[Mutation]:
     if i + 1 < len(calls) and calls[i].tool != calls[i + 1].tool:
         later = replace(calls[i + 1], turn=calls[i].turn)
         yield Mutation("wrong_order", i, f"{calls[i + 1].tool} before {calls[i].tool}",
-                       (*calls[:i], later, calls[i], *calls[i + 2:]))  # fmt: skip
+                       (*calls[:i], later, calls[i], *calls[i + 2:]), first=i)  # fmt: skip
 
 
 def _past_limit(scenario: Scenario, i: int, rng: random.Random) -> Iterator[Mutation]:
@@ -175,7 +187,8 @@ def _past_limit(scenario: Scenario, i: int, rng: random.Random) -> Iterator[Muta
         changed = {"travel_class": dearer[0]}
         detail = f"{dearer[0]} class instead of {args.get('travel_class')}"
     if changed is not None:
-        yield Mutation("past_limit", i, f"{call.tool}: {detail}", _with(scenario, i, changed))
+        yield Mutation("past_limit", i, f"{call.tool}: {detail}", _with(scenario, i, changed),
+                       first=i, only_there=call.tool != "set_budget_limit")  # fmt: skip
 
 
 def _budget_past_card(
@@ -201,7 +214,7 @@ def _unknown(scenario: Scenario, i: int, rng: random.Random) -> Iterator[Mutatio
         other = unknown_like(value, rng)
         if other != value:
             yield Mutation("unknown_id", i, f"{call.tool}: {name} {value!r} -> {other!r}",
-                           _with(scenario, i, {name: other}))  # fmt: skip
+                           _with(scenario, i, {name: other}), first=i, only_there=True)  # fmt: skip
 
 
 def unknown_like(value: Any, rng: random.Random) -> Any:
@@ -226,7 +239,8 @@ def _invalid(scenario: Scenario, i: int, rng: random.Random) -> Iterator[Mutatio
     changed = rule(call.arguments, rng)
     if changed:
         shown = ", ".join(f"{k}={v!r}" for k, v in changed.items())
-        yield Mutation("invalid_value", i, f"{call.tool}: {shown}", _with(scenario, i, changed))
+        yield Mutation("invalid_value", i, f"{call.tool}: {shown}", _with(scenario, i, changed),
+                       first=i, only_there=True)  # fmt: skip
 
 
 def _negative(name: str) -> Callable[[Mapping[str, Any], random.Random], dict[str, Any]]:

@@ -243,8 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         if lost:
             print(
-                f"benchmarks: missing {', '.join(lost)}; the datasets are read from "
-                f"{args.dataset.resolve()} (pass --dataset DIR)",
+                f"benchmarks: the datasets are not under {args.dataset.resolve()} (missing: "
+                f"{', '.join(lost)}); pass --dataset DIR",
                 file=sys.stderr,
             )
             return 2
