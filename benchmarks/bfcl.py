@@ -22,7 +22,9 @@ Choices, each counted in :attr:`Corpus.notes`:
 - a *mutation run* changes the ground truth in one way that makes the simulator return
   an error; each candidate (every mutation the scenario admits, its parameters drawn
   from ``Random("bfcl:<seed>:<scenario>")``) is executed on fresh simulators, and one
-  that meets no error, or gives the same steps as another, is discarded.  Run ``r``
+  is discarded when it meets no error, when its first refusal is not its own doing (an
+  inserted undo that is refused itself, a changed argument with the refusal at another
+  call), or when it gives the same steps as another.  Run ``r``
   (``r < runs_per_scenario``, 3 by default) takes the next kind in a round robin over
   the kinds the scenario admits, from a seeded offset, and a candidate of that kind
   drawn by ``Random("bfcl:<seed>:<scenario>:<r>")``; a scenario with fewer valid
