@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         "evict": "batch eviction time as the archive grows",
         "store": "cold archive append throughput and pointer resolution",
         "startup": "sidecar --help start-up time and lookup-process memory",
-        "failures": "repeat failures caught before the call on real τ² agent runs",
+        "failures": "repeat failures caught before the call, τ² runs and BFCL simulators",
         "embed": "ONNX query embedding, query cache and exact tier vs torch and raw Chroma",
         "serve": "server ready, tools add and HTTP vs library lookup: ONNX default vs torch",
         "gateway": "MCP gateway overhead, schema tokens saved by --expose search, OTLP intake",
