@@ -1,39 +1,59 @@
-"""Question: on real agent runs, how many repeat failures does a failure memory catch
-before the call, and what does it cost successful runs?
+"""Question: on agent runs from several domains, how many repeat failures does a
+failure memory catch before the call, what does it cost successful runs, and does it
+hold on a domain whose figures were not used to choose it?
 
-Data: the τ²-bench retail and telecom runs of ``tau2-trajectories`` (see
-:mod:`benchmarks.tau2`).  Protocol, per seed: the tasks are shuffled and dealt into
-``--folds`` folds (all runs of a task in one fold); for each fold, a fresh system learns
-every other fold's runs one at a time (in a seeded order), then each held-out run is
-replayed call by call and the system is asked before every call, with the steps before
-it and what the agent had been told so far.  A *real repeat failure* is a held-out
-failing call whose (tool, normalized signature) occurred in training.
+Data (:mod:`benchmarks.failure_domains`): the τ²-bench retail and telecom runs of
+``tau2-trajectories`` (:mod:`benchmarks.tau2`) and the ``bfcl`` domain, sessions of
+BFCL's TravelAPI, TradingBot, GorillaFileSystem and MathAPI simulators (ground truths
+and seeded mutations the simulator refuses, :mod:`benchmarks.bfcl`); ``--domains``
+picks some (``--domains retail`` to choose defaults on retail alone).
+
+Protocols, per seed, all split by task (all runs of a task on one side):
+
+- *pooled folds*: the tasks of every selected domain are shuffled and dealt into
+  ``--folds`` folds; for each fold, a fresh system learns every other fold's runs one
+  at a time (in a seeded order), then each held-out run is replayed call by call and
+  the system is asked before every call, with the steps before it and what the agent
+  had been told so far.  Figures pooled, and per domain (the held-out calls of each
+  domain's runs);
+- *leave one domain out* (two or more domains): for each domain D, D's tasks are dealt
+  into folds; a fresh ``call_memory`` (and ``sequence_memory``, the baseline) learns
+  every run of the other domains plus D's other folds and is scored on D's held-out
+  fold.  Thresholds and families are the library's defaults: nothing is chosen on D;
+- *same-situation ablation*: the learner with ``LearnParams(independence="session")``
+  (repeated runs of one task counted as independent evidence) beside the default,
+  in both protocols, when ``LearnParams`` has that field (the output says when not).
+
+A *real repeat failure* is a held-out failing call whose (tool, normalized signature)
+occurred in training.
 
 Systems (:mod:`benchmarks.failure_systems`): ``plain_index`` (always allows),
 ``seed_prefix`` (the seed's prefix check), ``sequence_memory`` (today's fatal
-sequences) and ``call_memory`` (:mod:`sidecar.memory` with its default thresholds).
+sequences), ``call_memory`` (:mod:`sidecar.memory` with its default thresholds) and
+``sidecar`` (the same memory through the public library, with eviction).
 
 Reported per system, pooled over seeds and folds and per (seed, fold): repeats caught
 before the call (warn or block; block only), block precision (blocked calls that really
 failed), successful runs (reward 1) with a wrongly blocked call / with any blocked call,
 warned calls in successful runs as a share of their calls, and constraints contradicted
-on held-out calls.  For ``call_memory`` also: each family's catches and costs, each
-family left out in turn, the decision thresholds swept, what the learned conditions
-look like per family, the lookup hints (``may_apply``), and the repeats it misses.
-Timing: ``call_memory``'s check against ``sequence_memory``'s in the same replay, and a
-30-step session checked against 100 conditions of one tool.
+on held-out calls; per domain and left out, the same for ``call_memory``.  For
+``call_memory`` also: each family's catches and costs (pooled, and per domain left
+out), each family left out in turn, the decision thresholds swept, what the learned
+conditions look like per family, the lookup hints (``may_apply``), and the repeats it
+misses.  Timing: ``call_memory``'s check against ``sequence_memory``'s in the same
+replay, and a 30-step session checked against 100 and 1,000 conditions of one tool.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import random
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +62,19 @@ from benchmarks.common import (
     emit,
     interleaved,
     machine,
-    md_table,
-    md_targets,
     progress,
-    pyplot,
     ratio,
-    save_figure,
     summary,
     target,
+)
+from benchmarks.failure_domains import (
+    DOMAINS,
+    Split,
+    leave_one_domain_out,
+    load_domains,
+    missing,
+    parse_domains,
+    pooled_splits,
 )
 from benchmarks.failure_systems import (
     CallMemory,
@@ -59,7 +84,7 @@ from benchmarks.failure_systems import (
     learned_failures,
     make_systems,
 )
-from benchmarks.tau2 import Corpus, Run, load, missing_files
+from benchmarks.tau2 import Corpus, Run
 from sidecar.memory import FAMILIES, FailureMemory, LearnParams, Step, Thresholds, Trace, assess
 from sidecar.memory import normalize_signature as signature_of
 
@@ -97,17 +122,7 @@ class Replay:
     trained: list[dict[str, Any]] = field(default_factory=list)
     evicted: dict[tuple[int, int], set[str]] = field(default_factory=dict)
     """``sidecar``: the tools its eviction removed after each (seed, fold)'s training."""
-
-
-def folds_of(runs: Sequence[Run], k: int, seed: int) -> list[list[int]]:
-    """Run indexes per fold; the runs of one task always share a fold."""
-    tasks = sorted({r.task for r in runs})
-    random.Random(f"folds:{seed}").shuffle(tasks)
-    fold_of = {task: i % k for i, task in enumerate(tasks)}
-    out: list[list[int]] = [[] for _ in range(k)]
-    for i, run in enumerate(runs):
-        out[fold_of[run.task]].append(i)
-    return out
+    splits: list[Split] = field(default_factory=list)
 
 
 LEARN_SWEEP: dict[str, LearnParams] = {
@@ -122,64 +137,95 @@ bound-object field may show and still count as a state (12 by default), and whet
 sessions acting on one object count once (the default) or each."""
 
 
+def same_situation_variants() -> tuple[dict[str, LearnParams], str | None]:
+    """The learner variant that counts repeated runs of one task as independent
+    evidence, when :class:`LearnParams` has the field for it; else a note saying so."""
+    if "independence" in {f.name for f in fields(LearnParams)}:
+        return {SAME_SITUATION: LearnParams(**{"independence": "session"})}, None
+    return {}, (
+        "LearnParams has no field 'independence': the same-situation ablation is not run "
+        "(this learner counts each session, except that sessions showing one bound object "
+        "count once: count_objects_once)"
+    )
+
+
+SAME_SITUATION = "call_memory[independence=session]"
+
+
 def replay(
     corpus: Corpus, seeds: Sequence[int], k: int, variants: Mapping[str, LearnParams] | None = None
 ) -> Replay:
+    """Pooled folds over every run of ``corpus``, with every system."""
+    chosen = dict(variants or {})
+    return replay_splits(
+        corpus, pooled_splits(corpus.runs, k, seeds), lambda: make_systems(chosen, corpus.tools)
+    )
+
+
+def lodo_systems(variants: Mapping[str, LearnParams]) -> list[Any]:
+    """What the leave-one-domain-out replay asks: the call memory at its defaults (and
+    its variants), and the sequence memory as the baseline."""
+    extra = [CallMemory(params=p, name=n) for n, p in variants.items()]
+    return [SequenceMemory(), CallMemory(), *extra]
+
+
+def replay_splits(
+    corpus: Corpus, splits: Sequence[Split], systems_for: Callable[[], list[Any]]
+) -> Replay:
+    """Each split's training runs learned by fresh systems, its test runs replayed."""
     out = Replay()
     runs = corpus.runs
-    for seed in seeds:
-        for fold, held in enumerate(folds_of(runs, k, seed)):
-            held_set = set(held)
-            training = [i for i in range(len(runs)) if i not in held_set]
-            random.Random(f"order:{seed}:{fold}").shuffle(training)
-            systems = make_systems(dict(variants or {}), corpus.tools)
-            seen: set[tuple[str, str]] = set()
-            for i in training:
-                session = runs[i].session()
-                for system in systems:
-                    start = time.perf_counter()
-                    system.learn(session)
-                    elapsed = (time.perf_counter() - start) * 1000.0
-                    out.learn_ms[system.name].append(elapsed)
-                seen |= {
-                    (s.tool, signature_of(s.error or "")) for _, s in learned_failures(session)
-                }
+    for split in splits:
+        systems = systems_for()
+        seen: set[tuple[str, str]] = set()
+        for i in split.training:
+            session = runs[i].session()
             for system in systems:
-                if hasattr(system, "after_training"):
-                    start = time.perf_counter()
-                    system.after_training()
-                    out.learn_ms[system.name].append((time.perf_counter() - start) * 1000.0)
-                    out.evicted[(seed, fold)] = set(system.evicted)
-            out.trained.append(_trained(seed, fold, systems, len(training), len(held)))
-            progress(f"failures: seed {seed} fold {fold}: {len(training)} runs learned")
-            for i in held:
-                for system in systems:
-                    _replay_run(out, system, (seed, fold, i), runs[i], seen)
+                start = time.perf_counter()
+                system.learn(session)
+                elapsed = (time.perf_counter() - start) * 1000.0
+                out.learn_ms[system.name].append(elapsed)
+            seen |= {(s.tool, signature_of(s.error or "")) for _, s in learned_failures(session)}
+        for system in systems:
+            if hasattr(system, "after_training"):
+                start = time.perf_counter()
+                system.after_training()
+                out.learn_ms[system.name].append((time.perf_counter() - start) * 1000.0)
+                out.evicted[(split.seed, split.fold)] = set(system.evicted)
+        row = _trained(split.seed, split.fold, systems, len(split.training), len(split.test))
+        out.trained.append({"held_out": split.held_out, **row} if split.held_out else row)
+        where = f" (held out: {split.held_out})" if split.held_out else ""
+        progress(
+            f"failures: seed {split.seed} fold {split.fold}{where}: "
+            f"{len(split.training)} runs learned"
+        )
+        for i in split.test:
             for system in systems:
-                if hasattr(system, "close"):
-                    system.close()
+                _replay_run(out, system, (split.seed, split.fold, i), runs[i], seen)
+        for system in systems:
+            if hasattr(system, "close"):
+                system.close()
+    out.splits = list(splits)
     return out
 
 
-def made_impossible(
-    corpus: Corpus, replayed: Replay, seeds: Sequence[int], k: int
-) -> dict[str, Any]:
-    """Held-out successful runs that call a tool the sidecar's eviction removed after
-    training on the other folds: tasks the eviction would have made impossible."""
+def made_impossible(corpus: Corpus, replayed: Replay, domain: str | None = None) -> dict[str, Any]:
+    """Held-out successful runs (of ``domain``, or of any) that call a tool the sidecar's
+    eviction removed after training on the other folds: tasks the eviction would have
+    made impossible."""
     runs = corpus.runs
     impossible: list[dict[str, Any]] = []
     successful = 0
-    for seed in seeds:
-        for fold, held in enumerate(folds_of(runs, k, seed)):
-            gone = replayed.evicted.get((seed, fold), set())
-            for i in held:
-                if not runs[i].succeeded:
-                    continue
-                successful += 1
-                used = {s.tool for s in runs[i].steps} & gone
-                if used:
-                    impossible.append({"seed": seed, "fold": fold, "run": runs[i].run_id,
-                                       "evicted_tools_used": sorted(used)})  # fmt: skip
+    for split in replayed.splits:
+        gone = replayed.evicted.get((split.seed, split.fold), set())
+        for i in split.test:
+            if not runs[i].succeeded or domain not in (None, runs[i].domain):
+                continue
+            successful += 1
+            used = {s.tool for s in runs[i].steps} & gone
+            if used:
+                impossible.append({"seed": split.seed, "fold": split.fold, "run": runs[i].run_id,
+                                   "evicted_tools_used": sorted(used)})  # fmt: skip
     evicted = [len(v) for v in replayed.evicted.values()]
     return {
         "successful_runs": successful,
@@ -364,55 +410,182 @@ def hint_figures(calls: Sequence[Call]) -> dict[str, Any]:
 
 
 def misses(corpus: Corpus, calls: Sequence[Call]) -> list[dict[str, Any]]:
-    """Real repeats by (tool, signature): how many, how many flagged, how many blocked."""
-    rows: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    """Real repeats by (domain, tool, signature): how many, how many flagged, blocked."""
+    rows: dict[tuple[str, str, str], Counter[str]] = defaultdict(Counter)
     for call in calls:
         if call.repeat:
-            step = corpus.runs[call.run].steps[call.step]
-            row = rows[(step.tool, signature_of(step.error or ""))]
+            run = corpus.runs[call.run]
+            step = run.steps[call.step]
+            row = rows[(run.domain, step.tool, signature_of(step.error or ""))]
             row["repeats"] += 1
             row["caught"] += call.check.decision != "allow"
             row["blocked"] += call.check.decision == "block"
     return [
-        {"tool": tool, "signature": sig, **{k: row[k] for k in ("repeats", "caught", "blocked")}}
-        for (tool, sig), row in sorted(rows.items(), key=lambda kv: -kv[1]["repeats"])
-    ]
+        {"domain": domain, "tool": tool, "signature": sig,
+         **{k: row[k] for k in ("repeats", "caught", "blocked")}}
+        for (domain, tool, sig), row in sorted(rows.items(), key=lambda kv: -kv[1]["repeats"])
+    ]  # fmt: skip
+
+
+GOALS = {
+    "block_precision": (">= 0.95", lambda v: v >= 0.95),
+    "catch_rate": (">= 0.6", lambda v: v >= 0.6),
+    "block_catch_rate": (">= 0.4", lambda v: v >= 0.4),
+    "successful_runs_wrongly_blocked_share": ("<= 0.01", lambda v: v <= 0.01),
+    "warned_share_in_successful_runs": ("<= 0.05", lambda v: v <= 0.05),
+}
+"""The targets every domain is held to, and the pooled figures too."""
+GOAL_NAMES = {
+    "block_precision": "block precision",
+    "catch_rate": "real repeats caught before the call (warn or block)",
+    "block_catch_rate": "real repeats blocked before the call",
+    "successful_runs_wrongly_blocked_share": "successful runs with a wrongly blocked call",
+    "warned_share_in_successful_runs": "warned calls in successful runs",
+}
+
+
+def met(key: str, value: Any) -> bool | None:
+    """Whether a figure meets its goal; ``None`` when there is nothing to judge (no
+    repeats, no blocks)."""
+    return None if value is None else bool(GOALS[key][1](value))
 
 
 def assess_targets(
-    m: Mapping[str, Any], name: str = "call_memory", impossible: int | None = None
+    m: Mapping[str, Any],
+    name: str = "call_memory",
+    impossible: int | None = None,
+    any_block: bool = False,
+    note: str = "",
 ) -> list[dict[str, Any]]:
-    catch, precision = m["catch_rate"], m["block_precision"]
-    wrong, warned = m["successful_runs_wrongly_blocked_share"], m["warned_share_in_successful_runs"]
-    anyblock = m["successful_runs_any_block_share"]
-    out = [
-        target(f"{name}: real repeats caught before the call (warn or block)", ">= 0.5",
-               catch, catch is not None and catch >= 0.5),
-        target(f"{name}: block precision", ">= 0.8", precision,
-               precision is not None and precision >= 0.8),
-        target(f"{name}: successful runs with a wrongly blocked call", "<= 0.01", wrong,
-               wrong is not None and wrong <= 0.01),
-        target(f"{name}: successful runs with any blocked call", "<= 0.01", anyblock,
-               anyblock is not None and anyblock <= 0.01,
-               "includes blocks of calls that really failed in a run that then recovered"),
-        target(f"{name}: warned calls in successful runs", "<= 0.05", warned,
-               warned is not None and warned <= 0.05),
-    ]  # fmt: skip
+    out = [target(f"{name}: {GOAL_NAMES[k]}", goal, m[k], met(k, m[k]), note)
+           for k, (goal, _) in GOALS.items()]  # fmt: skip
+    if any_block:
+        anyblock = m["successful_runs_any_block_share"]
+        out.append(
+            target(f"{name}: successful runs with any blocked call", "<= 0.01", anyblock,
+                   None if anyblock is None else anyblock <= 0.01,
+                   "includes blocks of calls that really failed in a run that then recovered")
+        )  # fmt: skip
     if impossible is not None:
         out.append(
             target(f"{name}: successful runs made impossible by eviction", "= 0", impossible,
-                   impossible == 0)
+                   impossible == 0, "eviction after each pooled fold's training")
         )  # fmt: skip
     return out
 
 
+# ---- per domain, left out ----------------------------------------------------------------
+def decisions_of(calls: Sequence[Call]) -> list[Decision]:
+    return [(c.check.decision, c.check.constraints) for c in calls]
+
+
+def by_domain(corpus: Corpus, calls: Sequence[Call], domain: str) -> list[Call]:
+    return [c for c in calls if corpus.runs[c.run].domain == domain]
+
+
+def domain_figures(
+    corpus: Corpus, replayed: Replay, domains: Sequence[str], names: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Per domain, the named systems' figures on that domain's held-out calls."""
+    out: dict[str, dict[str, Any]] = {}
+    for domain in domains:
+        out[domain] = {}
+        for name in names:
+            calls = by_domain(corpus, replayed.calls.get(name, []), domain)
+            out[domain][name] = metrics(calls, decisions_of(calls))
+    return out
+
+
+def lodo_replay(
+    corpus: Corpus,
+    domains: Sequence[str],
+    seeds: Sequence[int],
+    k: int,
+    variants: Mapping[str, LearnParams],
+) -> Replay:
+    splits = [s for d in domains for s in leave_one_domain_out(corpus.runs, d, k, seeds)]
+    return replay_splits(corpus, splits, lambda: lodo_systems(variants))
+
+
+def lodo_figures(
+    corpus: Corpus, replayed: Replay, domains: Sequence[str], thresholds: Thresholds
+) -> dict[str, Any]:
+    """Leave one domain out: per held-out domain (each scored on its own test folds
+    only) and pooled over them, every system's figures; for ``call_memory`` also the
+    families, the per-fold figures and the repeats by signature."""
+    names = list(replayed.calls)
+    systems = {
+        name: {
+            "pooled": metrics(calls, decisions_of(calls)),
+            "by_domain": {
+                d: metrics(part, decisions_of(part))
+                for d in domains
+                for part in [by_domain(corpus, calls, d)]
+            },
+        }
+        for name, calls in replayed.calls.items()
+    }
+    mine = replayed.calls["call_memory"]
+    per_fold = []
+    for split in replayed.splits:
+        test = set(split.test)
+        part = [c for c in mine if (c.seed, c.fold) == (split.seed, split.fold) and c.run in test]
+        per_fold.append({"held_out": split.held_out, "seed": split.seed, "fold": split.fold,
+                         **headline(metrics(part, decisions_of(part)))})  # fmt: skip
+    learned = [
+        {k: row[k] for k in ("held_out", "seed", "fold", "train_runs", "held_runs")}
+        | {k: row["call_memory"][k] for k in ("conditions", "block_level", "warn_level")}
+        for row in replayed.trained
+    ]
+    return {
+        "protocol": "for each domain D: D's tasks dealt into folds; each fold scored with "
+        "systems that learned every other domain's runs and D's other folds; library "
+        "defaults (thresholds, families) throughout",
+        "systems_replayed": names,
+        "systems": systems,
+        "families": {d: family_figures(by_domain(corpus, mine, d), thresholds) for d in domains},
+        "per_fold": per_fold,
+        "learned": learned,
+        "misses": misses(corpus, mine),
+    }
+
+
+def situation_figures(
+    corpus: Corpus,
+    pooled: Replay,
+    lodo: Replay | None,
+    domains: Sequence[str],
+    note: str | None,
+) -> dict[str, Any]:
+    """The same-situation ablation: the default learner beside the one that counts
+    repeated runs of one task as independent, pooled and per domain, in both protocols."""
+    out: dict[str, Any] = {"available": note is None, "variant": SAME_SITUATION}
+    if note is not None:
+        return out | {"note": note}
+    for label, replayed in (("pooled_folds", pooled), ("leave_one_domain_out", lodo)):
+        if replayed is None:
+            continue
+        rows: dict[str, Any] = {}
+        for name in ("call_memory", SAME_SITUATION):
+            calls = replayed.calls[name]
+            rows[name] = {"all": headline(metrics(calls, decisions_of(calls)))}
+            for d in domains:
+                part = by_domain(corpus, calls, d)
+                rows[name][d] = headline(metrics(part, decisions_of(part)))
+        out[label] = rows
+    return out
+
+
 # ---- timing ------------------------------------------------------------------------------
+SYNTHETIC_SIZES = (100, 1000)
+
+
 def synthetic_timing(corpus: Corpus, repeat: int) -> dict[str, Any]:
-    """A 30-step session checked against 100 conditions of one tool: the session is the
-    longest retail run's first 30 steps (repeated if shorter); the conditions are those
-    learned from every run for the tool with the most, padded with copies that test
-    other values.  Baseline in the same run: the sequence memory's (uncached) check of
-    the same plan."""
+    """A 30-step session checked against 100 and 1,000 conditions of one tool: the
+    session is the longest retail run's first 30 steps (the longest run's when retail is
+    not selected; repeated if shorter); the conditions are those learned from every run
+    for the tool with the most, padded with copies that test other values.  Baseline in
+    the same run: the sequence memory's (uncached) check of the same plan."""
     memory = FailureMemory()
     chains = SequenceMemory()
     for run in corpus.runs:
@@ -420,16 +593,8 @@ def synthetic_timing(corpus: Corpus, repeat: int) -> dict[str, Any]:
         chains.learn(run.session())
     tool = Counter(c.tool for c in memory.conditions()).most_common(1)[0][0]
     learned = memory.conditions(tool)
-    conditions = list(learned)
-    n = 0
-    while len(conditions) < 100:
-        base = learned[n % len(learned)]
-        if base.predicate.op == "==":
-            base = replace(base, predicate=replace(base.predicate, value=f"synthetic-{n}"))
-        conditions.append(base)
-        n += 1
-    conditions = conditions[:100]
-    longest = max((r for r in corpus.runs if r.domain == "retail"), key=lambda r: len(r.steps))
+    pool = [r for r in corpus.runs if r.domain == "retail"] or corpus.runs
+    longest = max(pool, key=lambda r: len(r.steps))
     steps = (list(longest.steps) * 30)[:30]
     example = next(s for r in corpus.runs for s in r.steps if s.tool == tool)
     arguments = dict(example.arguments)
@@ -437,25 +602,42 @@ def synthetic_timing(corpus: Corpus, repeat: int) -> dict[str, Any]:
     trace = Trace(steps)
     matcher = chains.matcher()
     plan = [s.tool for s in steps] + [tool]
-    gc.collect()
-    samples = interleaved(
-        {
-            "call_memory_incremental": lambda: assess(conditions, trace, tool, arguments, told),
-            "call_memory_from_scratch": lambda: assess(conditions, steps, tool, arguments, told),
-            "sequence_memory": lambda: matcher.check(plan),
-        },
-        repeat=repeat,
-    )
-    stats = {name: summary(s) for name, s in samples.items()}
-    base = stats["sequence_memory"]["p50_ms"]
-    return {
-        "tool": tool,
-        "steps": len(steps),
-        "conditions": len(conditions),
-        "timings": stats,
-        "incremental_vs_sequence_p50": ratio(stats["call_memory_incremental"]["p50_ms"], base),
-        "from_scratch_vs_sequence_p50": ratio(stats["call_memory_from_scratch"]["p50_ms"], base),
-    }
+    inputs = (arguments, told)
+    out: dict[str, Any] = {"tool": tool, "steps": len(steps), "learned": len(learned)}
+    for size in SYNTHETIC_SIZES:
+        conditions = _padded(learned, size)
+        gc.collect()
+        samples = interleaved(
+            {
+                "call_memory_incremental": partial(assess, conditions, trace, tool, *inputs),
+                "call_memory_from_scratch": partial(assess, conditions, steps, tool, *inputs),
+                "sequence_memory": partial(matcher.check, plan),
+            },
+            repeat=repeat,
+        )
+        stats = {name: summary(s) for name, s in samples.items()}
+        base = stats["sequence_memory"]["p50_ms"]
+        out[str(size)] = {
+            "conditions": len(conditions),
+            "timings": stats,
+            "incremental_vs_sequence_p50": ratio(stats["call_memory_incremental"]["p50_ms"], base),
+            "from_scratch_vs_sequence_p50": ratio(
+                stats["call_memory_from_scratch"]["p50_ms"], base
+            ),
+        }
+    return out
+
+
+def _padded(learned: Sequence[Any], size: int) -> list[Any]:
+    conditions = list(learned)
+    n = 0
+    while len(conditions) < size:
+        base = learned[n % len(learned)]
+        if base.predicate.op == "==":
+            base = replace(base, predicate=replace(base.predicate, value=f"synthetic-{n}"))
+        conditions.append(base)
+        n += 1
+    return conditions[:size]
 
 
 # ---- the run -----------------------------------------------------------------------------
@@ -465,22 +647,29 @@ def run(
     dataset: Path = DEFAULT_DATASETS,
     folds: int = FOLDS,
     seeds: int | None = None,
+    domains: str | Sequence[str] | None = None,
+    bfcl_runs: int | None = None,
+    bfcl_seed: int = 0,
 ) -> dict[str, Any]:
     started = time.perf_counter()
-    corpus = load(dataset)
+    chosen = parse_domains(domains)
+    corpus, corpus_notes = load_domains(dataset, chosen, bfcl_seed, bfcl_runs)
     seed_list = [seed + i for i in range(seeds or (QUICK_SEEDS if quick else FULL_SEEDS))]
-    progress(f"failures: {len(corpus.runs)} runs, {folds} folds, seeds {seed_list}")
-    result = replay(corpus, seed_list, folds, LEARN_SWEEP)
+    progress(
+        f"failures: {len(corpus.runs)} runs ({', '.join(chosen)}), {folds} folds, seeds {seed_list}"
+    )
+    situation, situation_note = same_situation_variants()
+    variants = {**LEARN_SWEEP, **situation}
+    result = replay(corpus, seed_list, folds, variants)
     defaults = Thresholds()
     systems: dict[str, Any] = {}
     per_fold: dict[str, list[dict[str, Any]]] = {}
     learn_sweep: dict[str, Any] = {}
     for name, calls in result.calls.items():
-        if name in LEARN_SWEEP:
-            decisions = [(c.check.decision, c.check.constraints) for c in calls]
+        decisions = decisions_of(calls)
+        if name in variants:
             learn_sweep[name] = headline(metrics(calls, decisions))
             continue
-        decisions = [(c.check.decision, c.check.constraints) for c in calls]
         systems[name] = metrics(calls, decisions)
         per_fold[name] = []
         for s in seed_list:
@@ -497,23 +686,59 @@ def run(
     for t in SWEEP:
         decisions = [decide(c.check.holding, t) for c in mine]
         sweep.append({"thresholds": _thresholds(t), **headline(metrics(mine, decisions))})
-    impossible = made_impossible(corpus, result, seed_list, folds)
+    impossible = made_impossible(corpus, result)
+    impossible_by_domain = {d: made_impossible(corpus, result, d) for d in chosen}
+    per_domain = domain_figures(corpus, result, chosen, ("call_memory", "sidecar",
+                                                          "sequence_memory"))  # fmt: skip
+    lodo: dict[str, Any] | None = None
+    lodo_replayed: Replay | None = None
+    if len(chosen) > 1:
+        lodo_replayed = lodo_replay(corpus, chosen, seed_list, folds, situation)
+        lodo = lodo_figures(corpus, lodo_replayed, chosen, defaults)
     replay_timing = {name: summary(ms) for name, ms in result.timings_ms.items()}
     synthetic = synthetic_timing(corpus, repeat=50 if quick else 300)
-    incremental = synthetic["timings"]["call_memory_incremental"]["p50_ms"]
+    per_domain_targets: list[dict[str, Any]] = []
+    for d in chosen:
+        if lodo is not None:
+            figures, label = lodo["systems"]["call_memory"]["by_domain"][d], f"{d} left out"
+        else:
+            figures, label = per_domain[d]["call_memory"], f"{d}, pooled folds"
+        per_domain_targets += assess_targets(
+            figures, f"call_memory, {label}", impossible_by_domain[d]["made_impossible"]
+        )
+    if lodo is not None:
+        per_domain_targets += assess_targets(
+            lodo["systems"]["call_memory"]["pooled"], "call_memory, every domain left out"
+        )
+    timing_targets = [
+        target(
+            f"call_memory: check of 30 steps against {size:,} conditions (p50, incremental)",
+            goal,
+            p50,
+            p50 <= limit,
+            "wall time here; the ratio to the sequence check is under timing",
+        )
+        for size, goal, limit in ((100, "<= 1 ms", 1.0), (1000, "<= 2 ms", 2.0))
+        for p50 in [synthetic[str(size)]["timings"]["call_memory_incremental"]["p50_ms"]]
+    ]
     return {
         "benchmark": "failures",
-        "question": "repeat failures caught before the call on real agent runs, and the cost "
-        "to successful runs",
+        "question": "repeat failures caught before the call on agent runs of several "
+        "domains, the cost to successful runs, and whether it holds on a domain left out",
         "machine": machine(),
         "params": {
             "dataset": str(dataset),
+            "domains": list(chosen),
             "folds": folds,
             "seeds": seed_list,
             "thresholds": _thresholds(defaults),
         },
-        "corpus": corpus.notes,
+        "corpus": corpus_notes,
         "systems": systems,
+        "per_domain": per_domain,
+        "leave_one_domain_out": lodo
+        or {"note": "one domain selected: nothing to leave out (the pooled folds are its folds)"},
+        "same_situation": situation_figures(corpus, result, lodo_replayed, chosen, situation_note),
         "per_fold": per_fold,
         "families": family_figures(mine, defaults),
         "without_family": {f: without_family(mine, f, defaults) for f in FAMILIES},
@@ -524,6 +749,7 @@ def run(
         },
         "lookup_hints": hint_figures(mine),
         "eviction": impossible,
+        "eviction_by_domain": impossible_by_domain,
         "learned": result.trained,
         "misses": misses(corpus, mine),
         "timing": {
@@ -539,15 +765,15 @@ def run(
             "synthetic": synthetic,
         },
         "targets": [
-            *assess_targets(systems["sidecar"], "sidecar", impossible["made_impossible"]),
-            *assess_targets(systems["call_memory"]),
-            target(
-                "call_memory: check of 30 steps against 100 conditions (p50, incremental)",
-                "< 1 ms",
-                incremental,
-                incremental < 1.0,
-                "wall time here; the ratio to the sequence check is under timing",
+            *assess_targets(
+                systems["sidecar"],
+                "sidecar, pooled folds",
+                impossible["made_impossible"],
+                any_block=True,
             ),
+            *assess_targets(systems["call_memory"], "call_memory, pooled folds", any_block=True),
+            *per_domain_targets,
+            *timing_targets,
         ],
         "timings_s": {"total": round(time.perf_counter() - started, 1)},
     }
@@ -563,149 +789,16 @@ def _thresholds(t: Thresholds) -> dict[str, Any]:
 
 
 # ---- output ------------------------------------------------------------------------------
-SYSTEM_KEYS = (
-    "repeats",
-    "repeats_caught",
-    "repeats_blocked",
-    "blocks",
-    "block_precision",
-    "successful_runs",
-    "successful_runs_wrongly_blocked",
-    "successful_runs_any_block",
-    "warned_share_in_successful_runs",
-    "constraints_contradicted_on_held_out",
-)
-
-
-def _cell(value: Any) -> Any:
-    return "-" if value is None else value
-
-
 def markdown(result: dict[str, Any]) -> str:
-    systems = [[n, *(_cell(m[k]) for k in SYSTEM_KEYS)] for n, m in result["systems"].items()]
-    folds = [
-        [r["seed"], r["fold"], *(_cell(r[k]) for k in HEADLINE)]
-        for r in result["per_fold"]["call_memory"]
-    ]
-    families = [[f, *(v[k] for k in FAMILY_KEYS)] for f, v in result["families"].items()]
-    without = [[f, *(_cell(x) for x in v.values())] for f, v in result["without_family"].items()]
-    sweep = [
-        [
-            t["thresholds"]["min_support_block"],
-            t["thresholds"]["max_contradictions_block"],
-            t["thresholds"]["min_confidence_warn"],
-            *(_cell(t[k]) for k in HEADLINE[1:]),
-        ]
-        for t in result["threshold_sweep"]
-    ]
-    learned: dict[str, Counter[str]] = defaultdict(Counter)
-    for row in result["learned"]:
-        for family, levels in row["call_memory"]["by_family"].items():
-            learned[family].update(levels)
-    n_folds = len(result["learned"])
-    learned_rows = [
-        [f, *(round(learned[f][k] / n_folds, 1) for k in ("block", "warn", "none"))]
-        for f in FAMILIES
-    ]
-    timing = result["timing"]
-    synthetic = timing["synthetic"]
-    hints = result["lookup_hints"]
-    miss_rows = [
-        [m["tool"], m["signature"], m["repeats"], m["caught"], m["blocked"]]
-        for m in result["misses"]
-    ]
-    return "\n".join(
-        [
-            f"## Failure memory on τ² runs ({result['params']['folds']} folds by task, "
-            f"seeds {result['params']['seeds']})",
-            "",
-            "Pooled over seeds and folds:",
-            "",
-            md_table(["system", *SYSTEM_KEYS], systems),
-            "",
-            "### call_memory per (seed, fold)",
-            "",
-            md_table(["seed", "fold", *HEADLINE], folds),
-            "",
-            "### Families (default thresholds)",
-            "",
-            md_table(["family", *FAMILY_KEYS], families),
-            "",
-            "Each family left out:",
-            "",
-            md_table(["left out", *HEADLINE], without),
-            "",
-            "Learned conditions per fold, by family and level (mean):",
-            "",
-            md_table(["family", "block", "warn", "kept, neither"], learned_rows),
-            "",
-            "### Threshold sweep",
-            "",
-            md_table(["min support", "max contradictions", "min conf warn", *HEADLINE[1:]], sweep),
-            "",
-            "Learner variants (distinct values a bound-object field may show and still be a "
-            "state; sessions acting on one object counted once or each):",
-            "",
-            md_table(
-                ["variant", *HEADLINE],
-                [[n, *(_cell(v[k]) for k in HEADLINE)] for n, v in result["learn_sweep"].items()],
-            ),
-            "",
-            "### Real repeats by (tool, signature)",
-            "",
-            md_table(["tool", "signature", "repeats", "caught", "blocked"], miss_rows),
-            "",
-            "Lookup hints (`may_apply` for the tool about to be called, before its arguments):",
-            "",
-            md_table(
-                ["hint level", "repeats hinted", "share of repeats", "share of ok calls, ok runs"],
-                [
-                    [level, h["repeats_hinted"], _cell(h["repeats_hinted_share"]),
-                     _cell(h["ok_calls_in_successful_runs_hinted_share"])]
-                    for level, h in hints.items()
-                ],
-            ),
-            "",
-            f"Check time: replay p50 {timing['replay_check_ms']['call_memory']['p50_ms']} ms, "
-            f"p99 {timing['replay_check_ms']['call_memory']['p99_ms']} ms "
-            f"({timing['replay_call_memory_vs_sequence_p50']}x the sequence check at p50); "
-            f"indexing each step into the run's trace as it completes: p50 "
-            f"{timing['index_step_ms']['p50_ms']} ms, p99 {timing['index_step_ms']['p99_ms']} ms; "
-            f"{synthetic['steps']} steps x {synthetic['conditions']} conditions: "
-            f"{synthetic['timings']['call_memory_incremental']['p50_ms']} ms incremental, "
-            f"{synthetic['timings']['call_memory_from_scratch']['p50_ms']} ms from scratch "
-            f"({synthetic['incremental_vs_sequence_p50']}x / "
-            f"{synthetic['from_scratch_vs_sequence_p50']}x the sequence check). Taking in a "
-            f"session: p50 {timing['learn_session_ms']['call_memory']['p50_ms']} ms "
-            f"(sequence memory {timing['learn_session_ms']['sequence_memory']['p50_ms']} ms); "
-            f"deriving every condition after training: p50 "
-            f"{timing['derive_all_conditions_ms']['p50_ms']} ms.",
-            "",
-            md_targets(result["targets"]),
-            "",
-        ]
-    )  # fmt: skip
+    from benchmarks.failure_report import markdown as report
+
+    return report(result)
 
 
 def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
-    plt = pyplot()
-    names = list(result["systems"])
-    m = result["systems"]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    width = 0.2
-    series = (
-        ("repeats caught", "catch_rate"),
-        ("block precision", "block_precision"),
-        ("ok runs wrongly blocked", "successful_runs_wrongly_blocked_share"),
-    )
-    for i, (label, key) in enumerate(series):
-        xs = [j + (i - 1) * width for j in range(len(names))]
-        ax.bar(xs, [m[n][key] or 0.0 for n in names], width, label=label)
-    ax.set_xticks(range(len(names)), names)
-    ax.set_ylim(0, 1.05)
-    ax.set_title("Failure memories on held-out τ² runs")
-    ax.legend()
-    return [save_figure(plt, fig, out_dir / "failures.png")]
+    from benchmarks.failure_report import plot as draw
+
+    return draw(result, out_dir)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -714,6 +807,7 @@ def main(argv: list[str] | None = None) -> None:
     size.add_argument("--quick", dest="quick", action="store_true", default=True)
     size.add_argument("--full", dest="quick", action="store_false")
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASETS)
+    add_domain_options(parser)
     parser.add_argument("--folds", type=int, default=FOLDS)
     parser.add_argument("--seeds", type=int, help=f"default {QUICK_SEEDS} quick, {FULL_SEEDS} full")
     parser.add_argument("--seed", type=int, default=7)
@@ -721,18 +815,44 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--markdown", type=Path, help="write the Markdown here")
     args = parser.parse_args(argv)
     dataset = args.dataset.resolve()
-    lost = missing_files(dataset)
+    lost = missing(dataset, args.domains)
     if lost:
-        raise SystemExit(
-            f"bench_failures: {', '.join(lost)} missing under {dataset}; use --dataset"
-        )
-    result = run(args.quick, args.seed, dataset, args.folds, args.seeds)
+        raise SystemExit(f"bench_failures: missing {', '.join(lost)} (datasets: {dataset})")
+    result = run(args.quick, args.seed, dataset, args.folds, args.seeds, args.domains,
+                 args.bfcl_runs, args.bfcl_seed)  # fmt: skip
     words = sys.argv[1:] if argv is None else argv
     result["command"] = " ".join(["python -m benchmarks.bench_failures", *words])
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(markdown(result))
     emit(result, args.out)
+
+
+def add_domain_options(parser: argparse.ArgumentParser) -> None:
+    """``--domains``, ``--bfcl-runs``, ``--bfcl-seed`` (shared with ``benchmarks.run``)."""
+
+    def domains(text: str) -> tuple[str, ...]:
+        try:
+            return parse_domains(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parser.add_argument(
+        "--domains",
+        type=domains,
+        default=DOMAINS,
+        help=f"comma-separated, of {','.join(DOMAINS)} (default: all; 'retail' to choose "
+        "defaults on retail alone)",
+    )
+    parser.add_argument(
+        "--bfcl-runs",
+        type=int,
+        default=None,
+        help="bfcl: mutation runs per scenario (default 3)",
+    )
+    parser.add_argument(
+        "--bfcl-seed", type=int, default=0, help="bfcl: the seed of the mutations (default 0)"
+    )
 
 
 if __name__ == "__main__":

@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         "evict": "batch eviction time as the archive grows",
         "store": "cold archive append throughput and pointer resolution",
         "startup": "sidecar --help start-up time and lookup-process memory",
-        "failures": "repeat failures caught before the call on real τ² agent runs",
+        "failures": "repeat failures caught before the call, τ² runs and BFCL simulators",
         "embed": "ONNX query embedding, query cache and exact tier vs torch and raw Chroma",
         "serve": "server ready, tools add and HTTP vs library lookup: ONNX default vs torch",
         "gateway": "MCP gateway overhead, schema tokens saved by --expose search, OTLP intake",
@@ -122,8 +122,25 @@ def build_parser() -> argparse.ArgumentParser:
     }
     for name, text in helps.items():
         parents = [common, data] if name in (*DATASET_BENCHMARKS, "all") else [common]
-        sub.add_parser(name, parents=parents, help=text, description=text)
+        one = sub.add_parser(name, parents=parents, help=text, description=text)
+        if name in ("failures", "all"):
+            _domain_options(one)
     return parser
+
+
+def _domain_options(parser: argparse.ArgumentParser) -> None:
+    """failures: ``--domains`` and the bfcl domain's size (without importing the
+    benchmark: the names are repeated here and checked by ``parse_domains``)."""
+    parser.add_argument(
+        "--domains",
+        default=None,
+        help="failures: comma-separated, of retail,telecom,bfcl (default: all; 'retail' to "
+        "choose defaults on retail alone)",
+    )
+    parser.add_argument(
+        "--bfcl-runs", type=int, default=None, help="failures: bfcl mutation runs per scenario"
+    )
+    parser.add_argument("--bfcl-seed", type=int, default=0, help="failures: bfcl mutation seed")
 
 
 def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
@@ -137,7 +154,13 @@ def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[st
             "embedder_name": args.embedder,
         }
     elif name == "failures":
-        options |= {"dataset": args.dataset.resolve(), "seeds": args.seeds}
+        options |= {
+            "dataset": args.dataset.resolve(),
+            "seeds": args.seeds,
+            "domains": args.domains,
+            "bfcl_runs": args.bfcl_runs,
+            "bfcl_seed": args.bfcl_seed,
+        }
     elif name in ("embed", "serve", "gateway"):
         options |= {"dataset": args.dataset.resolve()}
     progress(f"{name} ({'quick' if args.quick else 'full'}) starting")
@@ -203,15 +226,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(n in DATASET_BENCHMARKS for n in names):
         # before anything runs: `all` would otherwise fail minutes in
         from benchmarks.datasets import missing_files
-        from benchmarks.tau2 import missing_files as missing_tau2
+        from benchmarks.failure_domains import missing, parse_domains
 
+        try:
+            domains = parse_domains(args.domains) if "failures" in names else ()
+        except ValueError as exc:
+            print(f"benchmarks: --domains: {exc}", file=sys.stderr)
+            return 2
         lost = [
             *(
                 missing_files(args.dataset.resolve())
                 if {"pollution", "embed", "serve", "gateway"} & set(names)
                 else []
             ),
-            *(missing_tau2(args.dataset.resolve()) if "failures" in names else []),
+            *missing(args.dataset.resolve(), domains),
         ]
         if lost:
             print(

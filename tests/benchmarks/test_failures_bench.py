@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.bench_failures import Call, folds_of, hint_figures, metrics, replay
+from benchmarks.bench_failures import Call, hint_figures, metrics, replay
+from benchmarks.failure_domains import folds_of
 from benchmarks.failure_systems import Check
 from benchmarks.tau2 import FLAT, Corpus, Run, load, missing_files
 from sidecar.memory import Step
