@@ -70,8 +70,11 @@ def named_values(
         ids = [v for v in items if is_id_like(v)]
         hits = [v for v in ids if (key_of(v) or "") in error]
         out += [f"elem:{name}\x1f{token(canonical(v))}" for v in hits]
-        if ids and len(hits) == len(ids) and f"value:{name}" in features:
-            out.append(f"value:{name}\x1f{token(features[f'value:{name}'])}")
+        if ids and len(hits) == len(ids):
+            # the message names the very values: what they name is the matter
+            out += [f"grounded:{name}", f"bound:{name}"]
+            if f"value:{name}" in features:
+                out.append(f"value:{name}\x1f{token(features[f'value:{name}'])}")
     stated = [float(m.group(0).replace(",", "")) for m in _NUMBER.finditer(error)]
     if amounts and stated:
         aligned = {
@@ -173,13 +176,13 @@ def _novel(name: str, item: Any, stats: ToolStats, rules: Rules) -> Iterable[Pre
 
 
 def prerequisites(records: list[FailureRecord], stats: ToolStats) -> list[tuple[str, list[int]]]:
-    """``prior:T`` candidates: a tool ``T`` that had succeeded before (nearly) every
-    success of this tool, with the failing calls in whose session it had not."""
-    if stats.sessions < MIN_PREREQUISITE_SESSIONS:
+    """``prior:T == False`` candidates: a tool ``T`` that had succeeded before (nearly)
+    every success of this tool, with the failing calls in whose session it had not."""
+    if stats.units < MIN_PREREQUISITE_SESSIONS:
         return []
     out: list[tuple[str, list[int]]] = []
-    for tool, count in sorted(stats.prior.items()):
-        if count < PREREQUISITE_SHARE * stats.sessions:
+    for tool in sorted(stats.prior):
+        if stats.with_prior(tool)[0] < PREREQUISITE_SHARE * stats.units:
             continue
         lacking = [
             i for i, r in enumerate(records) if tool not in _as_list(r.features.get("prior"))
@@ -187,6 +190,49 @@ def prerequisites(records: list[FailureRecord], stats: ToolStats) -> list[tuple[
         if lacking:
             out.append((f"prior:{tool}", lacking))
     return out
+
+
+def undoing(records: list[FailureRecord]) -> list[tuple[str, list[int]]]:
+    """``prior:T == True`` candidates: a tool ``T`` that had succeeded before failing
+    calls (a logout, a mode switch back): what undid the state the call needs."""
+    out: list[tuple[str, list[int]]] = []
+    tools = sorted({t for r in records for t in _as_list(r.features.get("prior"))})
+    for tool in tools:
+        preceded = [
+            i for i, r in enumerate(records) if tool in _as_list(r.features.get("prior"))
+        ]
+        out.append((f"prior:{tool}", preceded))
+    return out
+
+
+_GENERIC = frozenset({"get", "set", "list", "update", "show", "view", "find", "the", "info"})
+_NAME_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+def names_tool(signature: str, tool: str) -> bool:
+    """Whether a failure message speaks of ``tool``: a word of its name (``login`` of
+    ``trading_login``, ``authenticate`` of ``authenticate_travel``), or its stem, in the
+    message read without spaces ("please log in" holds ``login``)."""
+    text = re.sub(r"[^a-z0-9]", "", signature.lower())
+    for part in _NAME_PART.findall(tool):
+        word = part.lower()
+        if len(word) < 4 or word in _GENERIC:
+            continue
+        if word in text or (len(word) >= 6 and word[:-2] in text):
+            return True
+    return False
+
+
+ABSENCE = ("grounded:", "bound:", "prior:")
+"""Features that say something is missing from the session: a value it never showed,
+an object it never fetched, a call it never made."""
+
+
+def absent(predicate: Predicate) -> bool:
+    """Whether a predicate says something is missing from the session (the agent may
+    know it from elsewhere: such a condition blocks only when the failure message
+    speaks of what is missing)."""
+    return predicate.feature.startswith(ABSENCE) and predicate.value is False
 
 
 def _as_list(value: Any) -> list[Any]:

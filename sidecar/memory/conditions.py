@@ -65,10 +65,13 @@ class Predicate:
     value: Any
     """A scalar; a list of scalars for ``not_in``."""
     _keys: frozenset[str] = field(default=frozenset(), compare=False, repr=False, hash=False)
+    _key: str = field(default="", compare=False, repr=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
             raise ValueError(f"op must be one of {', '.join(OPS)}, got {self.op!r}")
+        if self.op == "==":
+            object.__setattr__(self, "_key", token(self.value))
         if self.op == "not_in":
             if not isinstance(self.value, list | tuple):
                 raise ValueError("not_in needs a list of values")
@@ -83,9 +86,18 @@ class Predicate:
             return any(self._holds(v) for v in value)
         return self._holds(value)
 
+    def holds_tokens(self, value: FeatureValue, keys: Sequence[str]) -> bool:
+        """:meth:`holds`, given the tokens of ``value``'s items (computed once per call
+        for every condition that reads the feature)."""
+        if self.op == "==":
+            return self._key in keys
+        if self.op == "not_in":
+            return any(k not in self._keys for k in keys)
+        return self.holds(value)
+
     def _holds(self, value: Any) -> bool:
         if self.op == "==":
-            return token(value) == token(self.value)
+            return token(value) == self._key
         if self.op == "not_in":
             return token(value) not in self._keys
         if not _is_number(value):
@@ -156,7 +168,13 @@ class FailureCondition:
             ident.append(token(p.value))
         return hashlib.sha256("\x1f".join(ident).encode()).hexdigest()[:16]
 
-    def holds(self, features: Mapping[str, FeatureValue]) -> bool:
+    def holds(
+        self,
+        features: Mapping[str, FeatureValue],
+        tokens: dict[str, tuple[str, ...]] | None = None,
+    ) -> bool:
+        """Whether the predicate holds for a call's features; ``tokens``: a cache of the
+        features' item tokens, shared by the conditions checked against one call."""
         feature = self.predicate.feature
         if feature.startswith("prior:"):
             earlier = features.get("prior")
@@ -165,7 +183,13 @@ class FailureCondition:
         value = features.get(feature, _MISSING)
         if value is _MISSING:
             return False
-        return self.predicate.holds(cast(FeatureValue, value))
+        if tokens is None:
+            return self.predicate.holds(cast(FeatureValue, value))
+        keys = tokens.get(feature)
+        if keys is None:
+            items = value if isinstance(value, list) else [value]
+            keys = tokens[feature] = tuple(token(v) for v in items)
+        return self.predicate.holds_tokens(cast(FeatureValue, value), keys)
 
     def to_dict(self) -> dict[str, Any]:
         return {

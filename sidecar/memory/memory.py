@@ -43,10 +43,13 @@ from sidecar.classify import Kind
 from sidecar.memory.candidates import (
     FailureRecord,
     Rules,
+    absent,
     candidates,
     named_values,
+    names_tool,
     observe,
     prerequisites,
+    undoing,
 )
 from sidecar.memory.chance import chance, without_one
 from sidecar.memory.conditions import (
@@ -264,7 +267,17 @@ class FailureMemory:
                 continue
             predicate = Predicate(name, "==", False)
             evidence[(name, "==", token(False))] = (predicate, set(lacking))
+        for name, preceded in undoing(records):
+            if name[6:] == group.tool:
+                continue
+            predicate = Predicate(name, "==", True)
+            evidence[(name, "==", token(True))] = (predicate, set(preceded))
         named = {n for r in records for n in r.named}
+        named |= {
+            p.feature
+            for p, _calls in evidence.values()
+            if p.feature.startswith("prior:") and names_tool(group.signature, p.feature[6:])
+        }
         aligned = [
             key
             for key, (p, _calls) in evidence.items()
@@ -307,8 +320,14 @@ class FailureMemory:
             # a value is the cause only when it is the whole call or the error names it
             tagged = f"{predicate.feature}\x1f{token(predicate.value)}"
             warn_only = warn_only or (predicate.feature != "value:*" and tagged not in named)
+        if absent(predicate) and predicate.feature not in named:
+            warn_only = True  # missing from the session, and the failure does not say so
         if predicate.feature.startswith("prior:"):
-            contradictions, mask = stats.without_prior(predicate.feature[6:]), 0
+            done = predicate.feature[6:]
+            if predicate.value is True:
+                contradictions, mask = stats.with_prior(done)
+            else:
+                contradictions, mask = stats.without_prior(done), 0
             units = stats.units
         else:
             contradictions, mask = stats.contradictions(predicate)

@@ -12,11 +12,13 @@ it (a condition about such a value never blocks).
 
 Per tool, per feature:
 
-- ``values``: token -> [success sessions, bit mask of the sources they came from];
+- ``values``: token -> a *tally*: its success sessions, the bit mask of their sources,
+  and enough of their task texts to count success units (:func:`units_of`);
 - ``extremes``: the smallest and largest numbers seen succeeding;
-- ``prior``: how many success sessions had each other tool succeed before the first
-  success of this one (a prerequisite every success had);
-- ``present``: how many success sessions had each feature at all.
+- ``prior``: a tally, per other tool, of the successes it had succeeded before (the
+  first success of this one in the session): a prerequisite every success had, or a
+  call that never came before a success;
+- ``present``: a tally, per feature, of the successes that had it at all.
 """
 
 from __future__ import annotations
@@ -91,14 +93,15 @@ class ToolStats:
     texts: dict[str, int] = field(default_factory=dict)
     """Task-text fingerprint -> success sessions with it."""
     values: dict[str, dict[str, list[int]]] = field(default_factory=dict)
-    """feature -> token -> [success sessions, source mask]"""
+    """feature -> token -> tally (:func:`new_tally`)"""
     ceiling: dict[str, int] = field(default_factory=dict)
     """feature -> hash ceiling of a full table (values hashing at or above it are not
     kept)."""
     extremes: dict[str, list[float]] = field(default_factory=dict)
-    prior: dict[str, int] = field(default_factory=dict)
-    present: dict[str, int] = field(default_factory=dict)
-    """feature -> success sessions that had it (a predicate on a feature is judged
+    prior: dict[str, list[int]] = field(default_factory=dict)
+    """tool -> tally of the successes it had succeeded before"""
+    present: dict[str, list[int]] = field(default_factory=dict)
+    """feature -> tally of the successes that had it (a predicate on a feature is judged
     against the successes where the feature could be read)."""
     _decoded: dict[str, list[Any]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -115,20 +118,20 @@ class ToolStats:
         self._decoded.clear()
         if text is not None and (text in self.texts or len(self.texts) < MAX_TEXTS):
             self.texts[text] = self.texts.get(text, 0) + 1
+        mark = None if text is None else token_hash(text)
         for name, keys in session.tokens.items():
-            self.present[name] = self.present.get(name, 0) + 1
+            tally(self.present.setdefault(name, new_tally()), mark, source_bit)
             limit = bad_value_cap if family_of(name) == "bad_value" else cap
             table = self.values.setdefault(name, {})
             for key in keys:
                 entry = table.get(key)
                 if entry is not None:
-                    entry[0] += 1
-                    entry[1] |= source_bit
+                    tally(entry, mark, source_bit)
                     continue
                 ceiling = self.ceiling.get(name)
                 if ceiling is not None and token_hash(key) >= ceiling:
                     continue
-                table[key] = [1, source_bit]
+                table[key] = tally(new_tally(), mark, source_bit)
                 if len(table) > limit:
                     drop = max(table, key=token_hash)
                     del table[drop]
@@ -140,7 +143,7 @@ class ToolStats:
             else:
                 bounds[0], bounds[1] = min(bounds[0], low), max(bounds[1], high)
         for tool in session.prior:
-            self.prior[tool] = self.prior.get(tool, 0) + 1
+            tally(self.prior.setdefault(tool, new_tally()), mark, source_bit)
 
     # ---- queries --------------------------------------------------------------------
     @property
@@ -150,7 +153,7 @@ class ToolStats:
 
     def units_with(self, feature: str) -> int:
         """Success units in which ``feature`` could be read."""
-        return min(self.present.get(feature, 0), self.units)
+        return min(units_of(self.present.get(feature)), self.units)
 
     def succeeded(self, feature: str) -> list[Any]:
         """The values of ``feature`` seen succeeding (decoded once per change)."""
@@ -188,18 +191,23 @@ class ToolStats:
         table = self.values.get(predicate.feature, {})
         if predicate.op == "==":
             entry = table.get(token(predicate.value))
-            return (entry[0], entry[1]) if entry else (0, 0)
+            return (units_of(entry), entry[1]) if entry else (0, 0)
         if predicate.op == "not_in":
-            once = [e for e in table.values() if e[0] == 1]
+            once = [e for e in table.values() if units_of(e) == 1]
             mask = 0
             for e in once:
                 mask |= e[1]
             return len(once), mask
         return 0, 0
 
+    def with_prior(self, tool: str) -> tuple[int, int]:
+        """Success units in which ``tool`` had succeeded before, and their sources."""
+        entry = self.prior.get(tool)
+        return (min(units_of(entry), self.units), entry[1]) if entry else (0, 0)
+
     def without_prior(self, tool: str) -> int:
-        """Success sessions in which ``tool`` had not succeeded before."""
-        return self.sessions - self.prior.get(tool, 0)
+        """Success units in which ``tool`` had not succeeded before."""
+        return self.units - self.with_prior(tool)[0]
 
     # ---- persistence ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -224,6 +232,35 @@ class ToolStats:
             prior=dict(data["prior"]),
             present=dict(data["present"]),
         )
+
+
+MAX_TALLY_TEXTS = 8
+"""Task texts a tally tells apart; past them it counts sessions (an over-count that
+only makes a value look more often seen succeeding)."""
+
+
+def new_tally() -> list[int]:
+    """``[sessions, source mask, sessions without a task text, text marks...]``."""
+    return [0, 0, 0]
+
+
+def tally(entry: list[int], mark: int | None, source_bit: int) -> list[int]:
+    """Count one success session in ``entry`` (and return it)."""
+    entry[0] += 1
+    entry[1] |= source_bit
+    if mark is None:
+        entry[2] += 1
+    elif mark not in entry[3:] and len(entry) - 3 < MAX_TALLY_TEXTS:
+        entry.append(mark)
+    return entry
+
+
+def units_of(entry: list[int] | None) -> int:
+    """The success units a tally counted: its sessions, those of one task text once."""
+    if not entry:
+        return 0
+    texts = len(entry) - 3
+    return entry[0] if texts >= MAX_TALLY_TEXTS else entry[2] + texts
 
 
 def source_names(mask: int, names: Iterable[str]) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sidecar.memory.conditions import FailureCondition, confidence
@@ -50,8 +50,23 @@ class Thresholds:
     require_confirmation: bool = True
     min_sources_block: int = 2
     trusted: frozenset[str] = TRUSTED
+    _levels: dict[int, tuple[FailureCondition, Level | None]] = field(
+        default_factory=dict, compare=False, repr=False, hash=False
+    )
 
     def level(self, condition: FailureCondition) -> Level | None:
+        """The level a condition acts at (kept per condition object: a check of a call
+        against a thousand conditions judges each once)."""
+        found = self._levels.get(id(condition))
+        if found is not None and found[0] is condition:
+            return found[1]
+        if len(self._levels) > 100_000:
+            self._levels.clear()
+        level = self._level(condition)
+        self._levels[id(condition)] = (condition, level)
+        return level
+
+    def _level(self, condition: FailureCondition) -> Level | None:
         if condition.kind == "transient":
             return None
         if condition.kind == "deterministic" and not condition.warn_only:
@@ -145,8 +160,9 @@ def assess(
         return ALLOW
     features = call_features(before, tool, arguments, task_input)
     reasons: list[Reason] = []
+    tokens: dict[str, tuple[str, ...]] = {}
     for condition, level in relevant:
-        if condition.holds(features):
+        if condition.holds(features, tokens):
             observed = _observed(features.get(condition.predicate.feature))
             reasons.append(
                 Reason(

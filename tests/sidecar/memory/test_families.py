@@ -3,6 +3,8 @@ from hand-written sessions that holds (warn or block) for one call and not for a
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sidecar.memory import (
     FailureCondition,
     FailureMemory,
@@ -118,7 +120,9 @@ def grounding_world() -> list[Session]:
             session(
                 f"invented-{n}",
                 step("list_orders", {"user_id": "u_1"}, {"orders": ["#A1001"]}),
-                step("get_order", {"order_id": invented}, error="Error: Order not found"),
+                step(
+                    "get_order", {"order_id": invented}, error=f"Error: Order {invented} not found"
+                ),
             )
         )
     for n in range(SUCCESSES):
@@ -138,6 +142,14 @@ def test_not_grounded_holds_for_an_invented_id_only() -> None:
     before = [step("list_orders", {"user_id": "u_1"}, {"orders": ["#A1005"]})]
     invented = verdict(memory, before, "get_order", {"order_id": "#A7777"})
     assert invented.decision == "block" and "not_grounded" in families(invented)
+    # missing from the session, said by the message: a block; unsaid: a warning
+    silent = [
+        Session(s.session_id, tuple(replace(st, error="Error: not found") if st.error else st
+                                    for st in s.steps), s.outcome)
+        for s in grounding_world()
+    ]  # fmt: skip
+    quiet = verdict(learned(silent), before, "get_order", {"order_id": "#A7777"})
+    assert quiet.decision == "warn" and "not_grounded" in families(quiet)
     assert verdict(memory, before, "get_order", {"order_id": "#A1005"}).decision == "allow"
     # the user said it: grounded in the task input
     told = verdict(memory, before, "get_order", {"order_id": "#A7777"}, told="it is #A7777")
