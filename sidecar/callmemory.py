@@ -14,7 +14,6 @@ reinstated.  Status follows :mod:`sidecar.lifecycle`.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,6 +34,7 @@ from sidecar.memory import (
     may_apply,
 )
 from sidecar.state import StateStore
+from sidecar.storage import MissingTable
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS call_memory (
@@ -79,7 +79,7 @@ class CallMemory:
     def _revision_now(self) -> int:
         try:
             row = self._state.db.execute("SELECT revision FROM call_memory WHERE id=1").fetchone()
-        except sqlite3.OperationalError:
+        except MissingTable:
             return 0  # a home written before this memory existed, opened read-only
         return int(row[0]) if row else 0
 
@@ -205,7 +205,7 @@ class CallMemory:
                     "SELECT condition_id, record, pointer, valid_from, last_seen, contradictions, "
                     "lifted, baseline, present, invalid_at FROM conditions"
                 ).fetchall()
-            except sqlite3.OperationalError:
+            except MissingTable:
                 rows = []  # a home written before this memory existed, opened read-only
             for cid, record, pointer, since, seen, contra, lifted, base, present, inv in rows:
                 status = self._lifecycle.status(bool(lifted), int(contra), int(base), seen, now)

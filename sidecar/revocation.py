@@ -24,7 +24,6 @@ import ipaddress
 import json
 import os
 import socket
-import sqlite3
 import time
 import urllib.error
 import urllib.parse
@@ -37,6 +36,7 @@ from sidecar.limits import MANDATE_STATUSES as STATUSES
 from sidecar.model import CredentialRef
 from sidecar.redact import MASK, redact_text
 from sidecar.state import StateStore
+from sidecar.storage import Connection
 
 MAX_ATTEMPTS = 5
 
@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS mandates (
 
 
 def insert_mandate(
-    db: sqlite3.Connection,
+    db: Connection,
     *,
     key: str,
     tool_ids: Sequence[str],
@@ -83,7 +83,7 @@ def insert_mandate(
     ).rowcount
 
 
-def cancel_mandates(db: sqlite3.Connection, refs: Sequence[str], why: str) -> None:
+def cancel_mandates(db: Connection, refs: Sequence[str], why: str) -> None:
     """Cancel the open mandates of credentials that are in use again (inside the
     caller's transaction)."""
     now = time.time()
