@@ -289,7 +289,7 @@ class StateStore:
         )
         db.executemany(
             "INSERT INTO completed_tools VALUES (?, 1) "
-            "ON CONFLICT(tool_id) DO UPDATE SET chains = chains + 1",
+            "ON CONFLICT(tool_id) DO UPDATE SET chains = completed_tools.chains + 1",
             [(tool,) for tool in set(topology)],
         )
 
@@ -492,7 +492,7 @@ class StateStore:
                 "INSERT INTO constraint_evidence(chain_id, contradictions, last_seen) "
                 "VALUES (?, ?, (SELECT archived_at FROM constraints WHERE chain_id=?)) "
                 "ON CONFLICT(chain_id) DO UPDATE SET "
-                "contradictions = contradictions + excluded.contradictions",
+                "contradictions = constraint_evidence.contradictions + excluded.contradictions",
                 (cid, n, cid),
             )
             db.execute(
@@ -604,6 +604,6 @@ def bump(db: Connection, key: str) -> None:
     """Move a revision counter (``tools_rev``, ``constraints_rev``) inside a transaction."""
     db.execute(
         "INSERT INTO meta VALUES (?, '1') ON CONFLICT(key) "
-        "DO UPDATE SET value = CAST(value AS INTEGER) + 1",
+        "DO UPDATE SET value = CAST(meta.value AS INTEGER) + 1",
         (key,),
     )

@@ -2,7 +2,9 @@
 
 SQL is written once, in the dialect SQLite and PostgreSQL share: ``?`` placeholders,
 ``INSERT OR IGNORE INTO ...`` for an insert that skips a stored key, upserts spelled
-``INSERT ... ON CONFLICT (key) DO UPDATE SET ...`` (never ``INSERT OR REPLACE``), column
+``INSERT ... ON CONFLICT (key) DO UPDATE SET ...`` with the stored row's columns named by
+table (``SET n = t.n + 1``: PostgreSQL finds a bare ``n`` ambiguous) and never as
+``INSERT OR REPLACE``, column
 types in capitals (``TEXT``, ``INTEGER``, ``REAL``) with names in lower case, and no
 engine's own functions or hidden columns (``rowid``, ``sqlite_master``, PRAGMAs).  A
 backend translates what its engine spells differently (:mod:`sidecar.storage.postgres`).

@@ -184,10 +184,13 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def sc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sidecar]:
+def sc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state_url: str | None) -> Iterator[Sidecar]:
     _clean_env(monkeypatch)
     with Sidecar.open(
-        embedder=HashingEmbedder(), home=tmp_path / "home", evict_min_chains=1
+        embedder=HashingEmbedder(),
+        home=tmp_path / "home",
+        evict_min_chains=1,
+        database_url=state_url,
     ) as sidecar:
         yield sidecar
 
@@ -247,6 +250,20 @@ def stored(home: Path) -> list[tuple[Path, bytes]]:
     return out
 
 
+def state_rows(sc: Sidecar) -> bytes:
+    """Every row of every table of a PostgreSQL state, as text."""
+    db = sc._state.db
+    tables = [
+        r[0]
+        for r in db.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        )
+    ]
+    assert "mandates" in tables
+    rows = {t: db.execute(f"SELECT * FROM {t}").fetchall() for t in tables}
+    return json.dumps(rows, default=str).encode()
+
+
 def assert_never_stored(sc: Sidecar, *secrets: str, visible: str = TOKEN_REF) -> None:
     for m in sc.mandates():
         text = json.dumps(m.to_dict())
@@ -254,7 +271,10 @@ def assert_never_stored(sc: Sidecar, *secrets: str, visible: str = TOKEN_REF) ->
             assert secret not in text, f"{secret!r} in the ledger: {text}"
     files = stored(sc.settings.home)
     names = {p.name for p, _ in files}
-    assert "state.sqlite" in names
+    if sc.settings.database_url is None:
+        assert "state.sqlite" in names
+    else:
+        files.append((Path("postgresql"), state_rows(sc)))
     assert any(p.suffix == ".parquet" and "tools" in p.parts for p, _ in files)
     # the scan does see stored values: the (non-secret) ref is in the decoded cold record
     assert any(p.suffix == ".parquet" and visible.encode() in data for p, data in files)
