@@ -264,7 +264,13 @@ class Ledger:
         return [_mandate(r) for r in rows]
 
     def run(self, revoker: Revoker, now: Callable[[], float] = time.time) -> dict[str, int]:
-        """One attempt for every mandate that is due; returns counts by resulting status."""
+        """One attempt for every mandate that is due; returns counts by resulting status.
+        One run at a time across every process on the state (a second one is
+        :class:`~sidecar.errors.Busy`): two would submit the same mandate twice."""
+        with self._state.db.advisory_lock("revoke", "revocation run"):
+            return self._run(revoker, now)
+
+    def _run(self, revoker: Revoker, now: Callable[[], float]) -> dict[str, int]:
         tally: dict[str, int] = {}
         for mandate in self.due(now()):
             if isinstance(revoker, RecordOnlyRevoker):

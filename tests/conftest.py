@@ -6,7 +6,7 @@ servers, subprocesses, crashes) and for every test on PostgreSQL, ``model``
 for every test that loads the real embedding model.  ``make test-fast`` runs the rest.
 
 ``state_url`` runs a test over both state backends: ``None`` (SQLite under the home)
-and a fresh schema of the session's PostgreSQL server (:mod:`tests.storage.server`,
+and a fresh schema of the session's PostgreSQL server (:mod:`benchmarks.pgserver`,
 started on first use).
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.pgserver import PostgresServer
 from indexes import HashingEmbedder, MiniLMEmbedder
-from tests.storage.server import PostgresServer
 
 SLOW_DIRS = ("integration", "faults")
 

