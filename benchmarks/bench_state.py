@@ -185,7 +185,7 @@ def run(quick: bool = True, seed: int = 7) -> dict[str, Any]:
             "reports": reports,
             "checks": checks,
             "server": str(server.bin),
-        },  # fmt: skip
+        },
         "single_writer_tx_ms": single,
         "concurrent": concurrent,
         "library": library,
@@ -213,7 +213,7 @@ def run(quick: bool = True, seed: int = 7) -> dict[str, Any]:
                 "reported (the lead's shared-mode target is set with the caches)",
                 ratio(
                     library["postgres"]["check_call_p50_ms"], library["sqlite"]["check_call_p50_ms"]
-                ),  # fmt: skip
+                ),
                 None,
             ),
         ],
