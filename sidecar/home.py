@@ -35,7 +35,7 @@ from pathlib import Path
 
 from cold_store import ColdStore, ColdStoreError
 from sidecar import callmemory, journal, registry, revocation, state
-from sidecar.errors import Busy, NotFound, StateUnavailable
+from sidecar.errors import Busy, InvalidInput, NotFound, StateUnavailable
 from sidecar.lock import WriterLock, holder
 from sidecar.settings import Settings
 from sidecar.state import StateStore
@@ -184,6 +184,28 @@ class Home:
         self.state.close()
         self.cold.close()
         self.release()
+
+
+def migrate_state(settings: Settings, url: str) -> dict[str, int]:
+    """Copy the home's local (SQLite) state into the empty PostgreSQL database at
+    ``url``, as this home's owner (so nothing writes meanwhile); returns the rows per
+    table, equal in both.  The cold archive and the hot index stay where they are."""
+    from sidecar.storage.copy import copy_state, tables_of
+
+    target_settings = settings.with_(database_url=url)  # refuses a URL that is not one
+    if settings.database_url is not None:
+        raise InvalidInput("this home's state is already in PostgreSQL (SIDECAR_DATABASE_URL)")
+    if not settings.state_path.exists():
+        raise NotFound(f"no sidecar home at {settings.home}: nothing to migrate")
+    home = Home(settings, writable=True)
+    try:
+        target = open_state(target_settings, writable=True)
+        try:
+            return copy_state(home.state.db, target, tables_of(SCHEMAS))
+        finally:
+            target.close()
+    finally:
+        home.close()
 
 
 def disk_note(path: Path) -> str:
