@@ -1,6 +1,6 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
 [--json]`` with NAME one of pollution, failures, lookup, embed, serve, gateway, check,
-evict, store, startup, all.
+evict, store, startup, state, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -47,10 +47,12 @@ MODULES = {
     "embed": "benchmarks.bench_embed",
     "serve": "benchmarks.bench_serve",
     "gateway": "benchmarks.bench_gateway",
+    "state": "benchmarks.bench_state",
 }
 ALL_ORDER = (
     "startup",
     "check",
+    "state",
     "failures",
     "store",
     "lookup",
@@ -118,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         "embed": "ONNX query embedding, query cache and exact tier vs torch and raw Chroma",
         "serve": "server ready, tools add and HTTP vs library lookup: ONNX default vs torch",
         "gateway": "MCP gateway overhead, schema tokens saved by --expose search, OTLP intake",
+        "state": "the state on PostgreSQL vs SQLite, and the cost of its write lock",
         "all": "every benchmark, fastest first",
     }
     for name, text in helps.items():

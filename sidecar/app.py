@@ -114,6 +114,7 @@ from sidecar.results import (
 )
 from sidecar.revocation import Ledger, Mandate, Revoker, make_revoker
 from sidecar.settings import Settings
+from sidecar.storage import DatabaseError
 from sidecar.tools import REGISTRY_MIGRATED, Tools
 
 log = logging.getLogger("sidecar")
@@ -125,7 +126,8 @@ def boundary(fn: Callable[P, R]) -> Callable[P, R]:
     """The one place where the stores' errors become the library's: Chroma and the
     model (:class:`IndexUnavailable`), the Parquet archive (:class:`NotFound`,
     :class:`InvalidInput`, :class:`ColdStoreUnavailable`) and SQLite or the disk
-    (:class:`StateUnavailable`)."""
+    (:class:`StateUnavailable`; the state's backends raise it themselves, and the cold
+    store's key index is SQLite too)."""
 
     @functools.wraps(fn)
     def mapped(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -349,7 +351,7 @@ class Sidecar:
         left, the sidecar is degraded (the server retries them until they finish)."""
         try:
             left = len(self._journal.unfinished())
-        except sqlite3.Error:
+        except (DatabaseError, sqlite3.Error):
             return 0
         if left:
             self.degraded = f"interrupted moves cannot finish: {redact_text(str(exc))}"

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,6 +46,7 @@ from sidecar.memory import (
 from sidecar.memory.conditions import token
 from sidecar.memory.signature import same_family, signature_words
 from sidecar.state import StateStore
+from sidecar.storage import MissingTable
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS call_memory (
@@ -125,7 +125,7 @@ class CallMemory:
     def _revision_now(self) -> int:
         try:
             row = self._state.db.execute("SELECT revision FROM call_memory WHERE id=1").fetchone()
-        except sqlite3.OperationalError:
+        except MissingTable:
             return 0  # a home written before this memory existed, opened read-only
         return int(row[0]) if row else 0
 
@@ -339,7 +339,7 @@ class CallMemory:
                     "SELECT condition_id, record, pointer, valid_from, last_seen, contradictions, "
                     "lifted, baseline, present, invalid_at FROM conditions"
                 ).fetchall()
-            except sqlite3.OperationalError:
+            except MissingTable:
                 rows = []  # a home written before this memory existed, opened read-only
             for cid, record, pointer, since, seen, contra, lifted, base, present, inv in rows:
                 status = self._lifecycle.status(bool(lifted), int(contra), int(base), seen, now)

@@ -14,7 +14,9 @@
     ├── StorageError                a store cannot serve the request (503, 7)
     │   ├── IndexUnavailable        the hot index (Chroma, or the embedding model)
     │   ├── ColdStoreUnavailable    the cold archive (unwritable, unreadable record)
-    │   ├── StateUnavailable        the state database (read-only home, full disk)
+    │   ├── StateUnavailable        the state database (read-only home, full disk,
+    │   │   │                       PostgreSQL unreachable)
+    │   │   └── SchemaTooNew        the state was written by a newer sidecar
     │   └── Degraded                writes refused until interrupted moves recover
     ├── Forbidden                   the caller's role may not do this (403, 12)
     ├── RateLimited                 a source sent more reports than its rate allows
@@ -149,6 +151,13 @@ class StateUnavailable(StorageError):
     code = "state_unavailable"
 
 
+class SchemaTooNew(StateUnavailable):
+    """The state database's schema version is newer than this code knows: a newer
+    sidecar wrote it, and reading or writing it here could lose what that one added."""
+
+    code = "schema_too_new"
+
+
 class Degraded(StorageError):
     code = "degraded"
 
@@ -223,6 +232,8 @@ def error_table() -> dict[str, type[SidecarError]]:
     """Every error class by its code (the one table the shells derive from)."""
     table: dict[str, type[SidecarError]] = {}
     for cls in _subclasses(SidecarError):
+        if cls is not SidecarError and "code" not in vars(cls):
+            continue  # keeps its parent's code: the same error to every shell
         if cls.code in table and table[cls.code] is not cls:
             raise AssertionError(f"error code {cls.code!r} is used twice")
         table[cls.code] = cls

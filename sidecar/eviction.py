@@ -45,11 +45,11 @@ from indexes import ID_KEY, ActiveIndex, IndexRecord
 from sidecar.errors import NotFound
 from sidecar.journal import Journal, Move, move_id
 from sidecar.lifecycle import ENFORCED, Lifecycle
-from sidecar.lock import WriterLock, holder
 from sidecar.model import ArchivedConstraint, CredentialRef
 from sidecar.registry import ToolRecords
 from sidecar.settings import CRASH_POINTS, DEFAULT_EVICT_MIN_CHAINS
 from sidecar.state import StateStore
+from sidecar.storage import Lock
 
 RECORD_VERSION = 1
 LATE_USE = "used since the decision (a successful call committed before its move)"
@@ -236,7 +236,7 @@ class Evictor:
         lifecycle: Lifecycle,
         journal: Journal,
         cold_tools: ParquetTable,
-        lock: Callable[[], WriterLock],
+        lock: Callable[[], Lock],
         hot_write: Callable[[], AbstractContextManager[None]],
         policy: Policy,
         count_tokens: Callable[[], tuple[str, Callable[[str], int]]],
@@ -259,7 +259,7 @@ class Evictor:
 
     def running(self) -> bool:
         """Whether an eviction, restore or recovery holds the lock now."""
-        return holder(self._lock().path, "eviction") is not None
+        return self._lock().holder() is not None
 
     # ---- decision -----------------------------------------------------------------
     def decide(self, min_chains: int | None = None) -> list[ToolDecision]:

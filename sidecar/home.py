@@ -3,7 +3,8 @@
     $SIDECAR_HOME/
       chroma/         the hot index (embedded Chroma), unless a Chroma server holds it
       cold/           the Parquet archive (see :mod:`cold_store`)
-      state.sqlite    everything else (see :mod:`sidecar.state`)
+      state.sqlite    everything else (see :mod:`sidecar.state`), unless a PostgreSQL
+                      database holds it (``SIDECAR_DATABASE_URL``)
       owner.lock      held by the one process that writes (see below)
       evict.lock      held while tools move between the hot and the cold store
       server.json     the URL of the server that owns the home, while it runs
@@ -16,6 +17,11 @@ long as it is open.  Only the owner writes, reconciles or finishes interrupted m
 A home opened for reading takes no lock and never writes anything: not a folder, not a
 table, not a WAL file; a read of a home that does not exist fails instead of creating
 an empty one.
+
+**The state's backend** is chosen here and nowhere else (:func:`open_state`): the
+embedded SQLite file, or PostgreSQL when ``SIDECAR_DATABASE_URL`` is set.  Opened for
+writing, the database gets every module's tables and the migrations it lacks
+(:mod:`sidecar.storage.schema`); a database written by a newer sidecar is refused.
 """
 
 from __future__ import annotations
@@ -24,23 +30,57 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cold_store import ColdStore, ColdStoreError
 from sidecar import callmemory, journal, registry, revocation, state
-from sidecar.errors import Busy, NotFound, StateUnavailable
+from sidecar.errors import Busy, InvalidInput, NotFound, StateUnavailable
 from sidecar.lock import WriterLock, holder
 from sidecar.settings import Settings
 from sidecar.state import StateStore
+from sidecar.storage import Database, DatabaseError, Lock, Migration, SchemaTooNew
+from sidecar.storage.schema import check, prepare
 
 OWNER_LOCK = "owner.lock"
-EVICT_LOCK = "evict.lock"
 SERVER_FILE = "server.json"
 TOKEN_FILE = "token"
 
 SCHEMAS = (state.SCHEMA, registry.SCHEMA, journal.SCHEMA, revocation.SCHEMA, callmemory.SCHEMA)
 """Every module's tables, created when a home is opened for writing."""
+MIGRATIONS = (Migration(1, "sightings count sessions, not reports", state.sessions_from_counts),)
+"""The schema's versions (see :mod:`sidecar.storage.schema`), oldest first."""
+
+
+def open_state(
+    settings: Settings, writable: bool, no_writer: Callable[[], bool] | None = None
+) -> Database:
+    """The state database ``settings`` name: PostgreSQL at ``database_url``, else the
+    SQLite file under the home.  Opened for writing, it is given every module's tables
+    and the migrations it lacks; either way a newer schema is refused."""
+    db: Database
+    if settings.database_url is not None:
+        from sidecar.storage.postgres import PostgresDatabase
+
+        db = PostgresDatabase(settings.database_url, writable)
+    else:
+        from sidecar.storage.sqlite import SqliteDatabase
+
+        db = SqliteDatabase(settings.state_path, writable, no_writer)
+    try:
+        if writable:
+            prepare(db, SCHEMAS, MIGRATIONS)
+        elif not db.has_table("meta"):
+            raise NotFound(
+                f"no sidecar state in {db.location}: nothing was added or reported there "
+                "(check SIDECAR_DATABASE_URL; writes and `sidecar serve` create it)"
+            )
+        else:
+            check(db, MIGRATIONS)
+    except BaseException:
+        db.close()
+        raise
+    return db
 
 
 class Home:
@@ -51,7 +91,7 @@ class Home:
         self._owner: WriterLock | None = None
         if writable:
             self._claim()
-        elif not settings.state_path.exists():
+        elif settings.database_url is None and not settings.state_path.exists():
             raise NotFound(
                 f"no sidecar home at {self.path}: nothing was added or reported there "
                 "(check --home or SIDECAR_HOME; writes and `sidecar serve` create a home)"
@@ -61,13 +101,15 @@ class Home:
             return holder(self.path / OWNER_LOCK, "writer") is None
 
         try:
-            self.state = StateStore(settings.state_path, writable, no_writer)
-            for ddl in SCHEMAS:
-                self.state.ensure(ddl)
-        except sqlite3.Error as exc:
+            self.state = StateStore(open_state(settings, writable, no_writer))
+        except (NotFound, SchemaTooNew):
             self.release()
+            raise
+        except DatabaseError as exc:
+            self.release()
+            where = settings.state_path if settings.database_url is None else "(PostgreSQL)"
             raise StateUnavailable(
-                f"cannot open the state database {settings.state_path}: {exc}{disk_note(self.path)}"
+                f"cannot open the state database {where}: {exc.detail}{disk_note(self.path)}"
             ) from exc
         try:
             self.cold = ColdStore(settings.cold_path, writable=writable, no_writer=no_writer)
@@ -108,9 +150,10 @@ class Home:
     def owned(self) -> bool:
         return self._owner is not None and self._owner.held
 
-    def evict_lock(self) -> WriterLock:
-        """The lock that one eviction, restore or recovery at a time holds."""
-        return WriterLock(self.path / EVICT_LOCK, "eviction")
+    def evict_lock(self) -> Lock:
+        """The lock that one eviction, restore or recovery at a time holds: a file lock
+        under the home (``evict.lock``) for SQLite, an advisory lock in PostgreSQL."""
+        return self.state.db.advisory_lock("evict", "eviction")
 
     @contextlib.contextmanager
     def hot_write(self) -> Iterator[None]:
@@ -141,6 +184,28 @@ class Home:
         self.state.close()
         self.cold.close()
         self.release()
+
+
+def migrate_state(settings: Settings, url: str) -> dict[str, int]:
+    """Copy the home's local (SQLite) state into the empty PostgreSQL database at
+    ``url``, as this home's owner (so nothing writes meanwhile); returns the rows per
+    table, equal in both.  The cold archive and the hot index stay where they are."""
+    from sidecar.storage.copy import copy_state, tables_of
+
+    target_settings = settings.with_(database_url=url)  # refuses a URL that is not one
+    if settings.database_url is not None:
+        raise InvalidInput("this home's state is already in PostgreSQL (SIDECAR_DATABASE_URL)")
+    if not settings.state_path.exists():
+        raise NotFound(f"no sidecar home at {settings.home}: nothing to migrate")
+    home = Home(settings, writable=True)
+    try:
+        target = open_state(target_settings, writable=True)
+        try:
+            return copy_state(home.state.db, target, tables_of(SCHEMAS))
+        finally:
+            target.close()
+    finally:
+        home.close()
 
 
 def disk_note(path: Path) -> str:

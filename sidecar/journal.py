@@ -165,8 +165,9 @@ class Journal:
         """The move that last took ``tool_id`` out of the hot index (evicted now, or
         since restored)."""
         row = self._db.execute(
-            "SELECT move_id FROM moves WHERE tool_id=? ORDER BY created_at DESC, rowid DESC "
-            "LIMIT 1",
+            # a tie needs the clock to step back between two moves of one tool
+            "SELECT move_id FROM moves WHERE tool_id=? "
+            "ORDER BY created_at DESC, updated_at DESC, move_id DESC LIMIT 1",
             (tool_id,),
         ).fetchone()
         return str(row[0]) if row else None

@@ -55,6 +55,10 @@ class WriterLock:
             os.pwrite(fd, f"pid {os.getpid()} since {since}".encode(), 0)
         self._fd = fd
 
+    def holder(self) -> str | None:
+        """Who holds this lock now (this object included), or ``None`` when it is free."""
+        return holder(self.path, self.purpose)
+
     def release(self) -> None:
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)

@@ -24,7 +24,6 @@ import ipaddress
 import json
 import os
 import socket
-import sqlite3
 import time
 import urllib.error
 import urllib.parse
@@ -37,6 +36,7 @@ from sidecar.limits import MANDATE_STATUSES as STATUSES
 from sidecar.model import CredentialRef
 from sidecar.redact import MASK, redact_text
 from sidecar.state import StateStore
+from sidecar.storage import Connection
 
 MAX_ATTEMPTS = 5
 
@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS mandates (
 
 
 def insert_mandate(
-    db: sqlite3.Connection,
+    db: Connection,
     *,
     key: str,
     tool_ids: Sequence[str],
@@ -83,7 +83,7 @@ def insert_mandate(
     ).rowcount
 
 
-def cancel_mandates(db: sqlite3.Connection, refs: Sequence[str], why: str) -> None:
+def cancel_mandates(db: Connection, refs: Sequence[str], why: str) -> None:
     """Cancel the open mandates of credentials that are in use again (inside the
     caller's transaction)."""
     now = time.time()
@@ -264,7 +264,13 @@ class Ledger:
         return [_mandate(r) for r in rows]
 
     def run(self, revoker: Revoker, now: Callable[[], float] = time.time) -> dict[str, int]:
-        """One attempt for every mandate that is due; returns counts by resulting status."""
+        """One attempt for every mandate that is due; returns counts by resulting status.
+        One run at a time across every process on the state (a second one is
+        :class:`~sidecar.errors.Busy`): two would submit the same mandate twice."""
+        with self._state.db.advisory_lock("revoke", "revocation run"):
+            return self._run(revoker, now)
+
+    def _run(self, revoker: Revoker, now: Callable[[], float]) -> dict[str, int]:
         tally: dict[str, int] = {}
         for mandate in self.due(now()):
             if isinstance(revoker, RecordOnlyRevoker):

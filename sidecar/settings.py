@@ -37,6 +37,7 @@ class Settings:
     reproduce_threshold: int = 2
     missing_field: MissingField = "block"
     chroma_url: str | None = None
+    database_url: str | None = None
     collection: str = "tools"
     max_warnings_per_tool: int = 3
     revoker: str = "record-only"
@@ -112,6 +113,8 @@ SETTINGS: dict[str, str] = {
     "reproduce_threshold": "times an unknown-kind failure must be seen before it is archived",
     "missing_field": "'block' (fail closed) or 'allow' when a condition's field is missing",
     "chroma_url": "http://host:port of a Chroma server; unset means the embedded store",
+    "database_url": "postgresql://... of a PostgreSQL database holding the state; unset "
+    "means SQLite under the home",
     "collection": "name of the Chroma collection holding active tools",
     "max_warnings_per_tool": "fatal sequences named in one lookup hit's warnings, at most",
     "revoker": "'record-only' (mandates stay pending for operators) or 'rfc7009' (HTTP)",
@@ -192,6 +195,13 @@ def validate(s: Settings) -> Settings:
         raise ConfigError("max_warnings_per_tool must be >= 0")
     if s.chroma_url is not None and not s.chroma_url.startswith(("http://", "https://")):
         raise ConfigError(f"chroma_url must start with http:// or https://, got {s.chroma_url!r}")
+    if s.database_url is not None and not s.database_url.startswith(
+        ("postgresql://", "postgres://")
+    ):
+        raise ConfigError(
+            "database_url must start with postgresql:// (or postgres://), got "
+            f"{s.database_url.split('://')[0]!r}://..."
+        )
     if s.revoker not in ("record-only", "rfc7009"):
         raise ConfigError(f"revoker must be 'record-only' or 'rfc7009', got {s.revoker!r}")
     if s.crash_at is not None and s.crash_at not in CRASH_POINTS:

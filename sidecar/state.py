@@ -1,8 +1,7 @@
 """The sidecar's own small state: what is neither a hot tool nor a cold record.
 
-SQLite under the home (WAL, so readers never block the writer).  Each module owns its
-tables and hands its DDL to :meth:`StateStore.ensure` when a home is opened for
-writing (the move journal in :mod:`sidecar.journal`, the revocation ledger in
+Each module owns its tables and hands its DDL to the home, which creates them when it
+is opened for writing (the move journal in :mod:`sidecar.journal`, the revocation ledger in
 :mod:`sidecar.revocation`); the tables defined here are:
 
 - ``tool_credentials``: credential references of active tools (kept out of Chroma);
@@ -26,26 +25,26 @@ writing (the move journal in :mod:`sidecar.journal`, the revocation ledger in
   to the cold store; whoever first sees the publication done applies them, once (see
   :meth:`sidecar.intake.Intake.reconcile`).
 
-A store opened with ``writable=False`` uses a read-only connection: it never creates
-the file, its tables or its WAL, and every write raises ``sqlite3.OperationalError``.
+The database behind the store is a :class:`~sidecar.storage.Database`: SQLite under the
+home by default, PostgreSQL when ``SIDECAR_DATABASE_URL`` names one (chosen by
+:mod:`sidecar.home`).  A store on a read-only database never writes: every write raises
+:class:`~sidecar.storage.DatabaseError`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sidecar.memory.signature import same_family, signature_words
 from sidecar.model import ArchivedConstraint, Condition, CredentialRef
+from sidecar.storage import Connection, Database
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -157,29 +156,6 @@ class Counters:
         )
 
 
-def read_only(path: Path, no_writer: Callable[[], bool] | None = None) -> sqlite3.Connection:
-    """A read-only connection.  A WAL database needs its ``-shm`` file, which a reader
-    creates or maps; where that fails (a read-only mount, a full disk, a ``-shm`` a
-    failed writer left torn) and ``no_writer()`` says no process writes the database,
-    the file is read as immutable."""
-    db = sqlite3.connect(
-        f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
-    )
-    try:
-        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-    except sqlite3.OperationalError:
-        if no_writer is None or not no_writer():
-            raise
-        db.close()
-        db = sqlite3.connect(
-            f"file:{path}?mode=ro&immutable=1",
-            uri=True,
-            isolation_level=None,
-            check_same_thread=False,
-        )
-    return db
-
-
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
@@ -188,85 +164,50 @@ def topology_key(topology: Sequence[str], signature: str = "") -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def sessions_from_counts(db: Database) -> None:
+    """Homes written before sightings counted sessions kept a bare count per failure:
+    each counted report becomes one anonymous session, so nothing is lost."""
+    if not db.has_table("sightings"):
+        return
+    rows = db.execute(
+        "SELECT sighting_key, topology, signature, times, last_seen FROM sightings"
+    ).fetchall()
+    db.executemany(
+        "INSERT OR IGNORE INTO sighting_sessions VALUES (?, ?, ?, ?, ?)",
+        [
+            (key, f"legacy:{i}", topology, signature, seen)
+            for key, topology, signature, times, seen in rows
+            for i in range(int(times))
+        ],
+    )
+    db.execute("DROP TABLE sightings")
+
+
 class StateStore:
-    def __init__(
-        self, path: Path, writable: bool = True, no_writer: Callable[[], bool] | None = None
-    ) -> None:
-        """``no_writer`` (read-only stores): whether no process writes the database now,
-        which lets a reader open it where its ``-shm`` file cannot be used."""
-        self.path = path
-        self.writable = writable
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.writable = db.writable
         self.writer = uuid.uuid4().hex
         """This store's name in ``tools_writes``: which hot-index revisions it made."""
-        self._lock = threading.RLock()
-        if writable:
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # WAL + NORMAL: a process crash loses nothing; only a power loss may drop the
-            # last commits, which the journal's idempotent replays tolerate.
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA cache_size=-65536")
-            self.ensure(SCHEMA)
-            self._migrate()
-        else:
-            self._db = read_only(path, no_writer)
-        self._db.execute("PRAGMA busy_timeout=10000")
 
     def ensure(self, ddl: str) -> None:
         """Create a module's tables if they are missing (writable stores only)."""
-        if self.writable:
-            with self._lock:
-                self._db.executescript(ddl)
-
-    def _migrate(self) -> None:
-        """Homes written before sightings counted sessions kept a bare count per failure:
-        each counted report becomes one anonymous session, so nothing is lost."""
-        with self._lock:
-            old = self._db.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='sightings'"
-            ).fetchone()
-            if old is None:
-                return
-            with self._tx() as db:
-                rows = db.execute(
-                    "SELECT sighting_key, topology, signature, times, last_seen FROM sightings"
-                ).fetchall()
-                db.executemany(
-                    "INSERT OR IGNORE INTO sighting_sessions VALUES (?, ?, ?, ?, ?)",
-                    [
-                        (key, f"legacy:{i}", topology, signature, seen)
-                        for key, topology, signature, times, seen in rows
-                        for i in range(int(times))
-                    ],
-                )
-                db.execute("DROP TABLE sightings")
+        self._db.ensure(ddl)
 
     def close(self) -> None:
         self._db.close()
 
     @property
-    def db(self) -> sqlite3.Connection:
+    def db(self) -> Database:
         return self._db
 
-    def tx(self) -> AbstractContextManager[sqlite3.Connection]:
-        """An immediate (write-locking) transaction."""
-        return self._tx()
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        # one connection serves every thread of a server: transactions take turns
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+    def tx(self) -> AbstractContextManager[Connection]:
+        """A write transaction that excludes every other writer of the state."""
+        return self._db.tx()
 
     # ---- credentials --------------------------------------------------------------
     def set_credentials(self, tool_id: str, creds: Sequence[CredentialRef]) -> None:
-        with self._tx() as db:
+        with self._db.tx() as db:
             db.execute("DELETE FROM tool_credentials WHERE tool_id=?", (tool_id,))
             db.executemany(
                 "INSERT INTO tool_credentials VALUES (?, ?, ?, ?, ?)",
@@ -295,7 +236,7 @@ class StateStore:
         """One transaction: count completed runs and the contradictions they bring,
         record sightings and the sessions behind archived chains.  Whatever a session
         already counted (a replayed report) is not counted again."""
-        with self._tx() as db:
+        with self._db.tx() as db:
             self._record(db, counters, retire_after, time.time())
 
     def usage_seen(self, key: str) -> bool:
@@ -303,9 +244,7 @@ class StateStore:
         row = self._db.execute("SELECT 1 FROM usage_sessions WHERE usage_key=?", (key,))
         return row.fetchone() is not None
 
-    def _record(
-        self, db: sqlite3.Connection, counters: Counters, retire_after: int, now: float
-    ) -> None:
+    def _record(self, db: Connection, counters: Counters, retire_after: int, now: float) -> None:
         contradicted: dict[str, int] = {}
         for usage in counters.usage:
             fresh = db.execute(
@@ -349,7 +288,7 @@ class StateStore:
     def stage_intake(self, batch_id: str, chain_ids: Sequence[str], counters: Counters) -> None:
         """Before a batch's chains are published: its counters, for whoever first sees
         the publication done (this batch, or a reconcile after a crash) to apply."""
-        with self._tx() as db:
+        with self._db.tx() as db:
             db.execute(
                 "INSERT INTO intake_staged VALUES (?, ?, ?, ?)",
                 (batch_id, json.dumps(list(chain_ids)), counters.to_json(), time.time()),
@@ -363,11 +302,11 @@ class StateStore:
 
     def drop_staged(self, batch_id: str) -> None:
         """Forget a staged batch whose chains were never published (nothing counted)."""
-        with self._tx() as db:
+        with self._db.tx() as db:
             db.execute("DELETE FROM intake_staged WHERE batch_id=?", (batch_id,))
 
     @staticmethod
-    def _complete(db: sqlite3.Connection, topology: Sequence[str], now: float) -> None:
+    def _complete(db: Connection, topology: Sequence[str], now: float) -> None:
         key = topology_key(topology)
         row = db.execute("SELECT times FROM completed_chains WHERE chain_key=?", (key,)).fetchone()
         if row is not None:
@@ -382,7 +321,7 @@ class StateStore:
         )
         db.executemany(
             "INSERT INTO completed_tools VALUES (?, 1) "
-            "ON CONFLICT(tool_id) DO UPDATE SET chains = chains + 1",
+            "ON CONFLICT(tool_id) DO UPDATE SET chains = completed_tools.chains + 1",
             [(tool,) for tool in set(topology)],
         )
 
@@ -472,7 +411,7 @@ class StateStore:
         the counters of the ``staged`` intake batch (see :meth:`stage_intake`), unless
         they were applied already; returns how many constraints were new."""
         now = time.time()
-        with self._tx() as db:
+        with self._db.tx() as db:
             added = self._insert_constraints(db, items, kinds or {})
             if staged is not None:
                 # the write lock is held: whoever deletes the row applies its counters
@@ -486,7 +425,7 @@ class StateStore:
 
     def _insert_constraints(
         self,
-        db: sqlite3.Connection,
+        db: Connection,
         items: Sequence[tuple[str, Sequence[str], str, str, Sequence[Condition], bool, str, float]],
         kinds: Mapping[str, str],
     ) -> int:
@@ -601,7 +540,7 @@ class StateStore:
         return [c for c in self.chains() if not c.lifted]
 
     def _contradict(
-        self, db: sqlite3.Connection, counts: Mapping[str, int], retire_after: int, now: float
+        self, db: Connection, counts: Mapping[str, int], retire_after: int, now: float
     ) -> None:
         """Count completed runs that matched these chains; a chain that reaches
         ``retire_after`` (since any reinstatement) is marked invalid from now."""
@@ -612,7 +551,7 @@ class StateStore:
                 "INSERT INTO constraint_evidence(chain_id, contradictions, last_seen) "
                 "VALUES (?, ?, (SELECT archived_at FROM constraints WHERE chain_id=?)) "
                 "ON CONFLICT(chain_id) DO UPDATE SET "
-                "contradictions = contradictions + excluded.contradictions",
+                "contradictions = constraint_evidence.contradictions + excluded.contradictions",
                 (cid, n, cid),
             )
             db.execute(
@@ -708,7 +647,7 @@ class StateStore:
         """Lift (``lifted``) or reinstate (``active``) a constraint; returns whether it
         existed.  A reinstated constraint counts only contradictions met from now on.
         Every change is kept in ``constraint_events``."""
-        with self._tx() as db:
+        with self._db.tx() as db:
             found = db.execute(
                 "UPDATE constraints SET status=? WHERE chain_id=?", (status, chain_id)
             ).rowcount
@@ -782,7 +721,7 @@ class StateStore:
         return [{"detail": r, "at": at} for r, at in rows]
 
     def log_constraint_event(self, constraint_id: str, action: str, reason: str) -> None:
-        with self._tx() as db:
+        with self._db.tx() as db:
             db.execute(
                 "INSERT INTO constraint_events VALUES (?, ?, ?, ?)",
                 (constraint_id, action, reason, time.time()),
@@ -803,17 +742,21 @@ class StateStore:
         return int(rows.get("constraints_rev", 0)), int(rows.get("tools_rev", 0))
 
     def bump_tools_revision(self) -> None:
-        with self._tx() as db:
+        with self._db.tx() as db:
             self.bump_tools_in(db)
 
-    def bump_tools_in(self, db: sqlite3.Connection) -> None:
+    def bump_tools_in(self, db: Connection) -> None:
         """Move the hot-index revision inside a transaction, recording that this store
         made it (see :meth:`written_elsewhere`)."""
         bump(db, "tools_rev")
         (rev,) = db.execute(
             "SELECT CAST(value AS INTEGER) FROM meta WHERE key='tools_rev'"
         ).fetchone()
-        db.execute("INSERT OR REPLACE INTO tools_writes VALUES (?, ?)", (rev, self.writer))
+        db.execute(
+            "INSERT INTO tools_writes VALUES (?, ?) "
+            "ON CONFLICT(rev) DO UPDATE SET writer=excluded.writer",
+            (rev, self.writer),
+        )
         db.execute("DELETE FROM tools_writes WHERE rev <= ?", (rev - TOOLS_WRITES_KEPT,))
 
     def written_elsewhere(self, since: int, now: int) -> bool:
@@ -822,7 +765,7 @@ class StateStore:
         its writes are ones this process's in-memory copies did not follow."""
         if not self.writable or since < 0:
             return True
-        with self._lock:
+        with self._db.reading():
             mine = self._db.execute(
                 "SELECT count(*) FROM tools_writes WHERE rev > ? AND rev <= ? AND writer = ?",
                 (since, now, self.writer),
@@ -830,7 +773,7 @@ class StateStore:
         return int(mine) != now - since
 
     @staticmethod
-    def _bump_revision(db: sqlite3.Connection) -> None:
+    def _bump_revision(db: Connection) -> None:
         bump(db, "constraints_rev")
 
     def meta(self, key: str) -> str | None:
@@ -838,7 +781,7 @@ class StateStore:
         return str(row[0]) if row else None
 
     def set_meta(self, key: str, value: str) -> None:
-        with self._tx() as db:
+        with self._db.tx() as db:
             db.execute(
                 "INSERT INTO meta VALUES (?, ?) "
                 "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
@@ -846,10 +789,10 @@ class StateStore:
             )
 
 
-def bump(db: sqlite3.Connection, key: str) -> None:
+def bump(db: Connection, key: str) -> None:
     """Move a revision counter (``tools_rev``, ``constraints_rev``) inside a transaction."""
     db.execute(
         "INSERT INTO meta VALUES (?, '1') ON CONFLICT(key) "
-        "DO UPDATE SET value = CAST(value AS INTEGER) + 1",
+        "DO UPDATE SET value = CAST(meta.value AS INTEGER) + 1",
         (key,),
     )

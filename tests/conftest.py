@@ -2,8 +2,12 @@
 
 Markers are applied here from what a test uses: ``integration`` for everything under
 ``tests/integration`` and ``tests/faults`` and for every test of a Chroma server (real
-servers, subprocesses, crashes), ``model``
+servers, subprocesses, crashes) and for every test on PostgreSQL, ``model``
 for every test that loads the real embedding model.  ``make test-fast`` runs the rest.
+
+``state_url`` runs a test over both state backends: ``None`` (SQLite under the home)
+and a fresh schema of the session's PostgreSQL server (:mod:`benchmarks.pgserver`,
+started on first use).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.pgserver import PostgresServer
 from indexes import HashingEmbedder, MiniLMEmbedder
 
 SLOW_DIRS = ("integration", "faults")
@@ -24,8 +29,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parts = Path(str(item.fspath)).parts
         fixtures = getattr(item, "fixturenames", ())
         callspec = getattr(item, "callspec", None)
-        on_server = callspec is not None and callspec.params.get("index") == "server"
-        if any(d in parts for d in SLOW_DIRS) or "chroma_server" in fixtures or on_server:
+        params = callspec.params if callspec is not None else {}
+        on_server = params.get("index") == "server" or "postgres" in (
+            params.get("state_url"),
+            params.get("backend"),
+        )
+        servers = {"chroma_server", "postgres_server"}
+        if any(d in parts for d in SLOW_DIRS) or servers & set(fixtures) or on_server:
             item.add_marker(pytest.mark.integration)
         if "minilm" in fixtures:
             item.add_marker(pytest.mark.model)
@@ -102,3 +112,23 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     yield "127.0.0.1", port
     proc.terminate()
     proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server on a free loopback port for the session."""
+    server = PostgresServer().start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def state_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """The state's backend: ``None`` for SQLite under the home, else the URL of a
+    fresh PostgreSQL schema (dropped after the test)."""
+    if request.param == "sqlite":
+        yield None
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    with server.schema() as url:
+        yield url

@@ -504,6 +504,24 @@ def mcp(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def migrate(args: argparse.Namespace) -> int:
+    from sidecar.home import migrate_state
+    from sidecar.settings import Settings
+
+    settings = Settings.load(home=home_of(args), chroma_url=args.chroma_url)
+    copied = migrate_state(settings, args.to_database)
+
+    def human() -> str:
+        total = sum(copied.values())
+        return (
+            f"{total} row(s) in {len(copied)} table(s) copied; every count matches. "
+            "Set SIDECAR_DATABASE_URL to use the copy"
+        )
+
+    emit(args, {"tables": copied}, human)
+    return EXIT_OK
+
+
 def demo(args: argparse.Namespace) -> int:
     from sidecar.demo import run_demo
 

@@ -308,3 +308,11 @@ def serving_commands(command: Command) -> None:
     command("demo", "walk through the sediment fallacy and its prevention").set_defaults(
         func=cmd.demo
     )
+    migrate = command("migrate", "copy this home's local state into a PostgreSQL database (empty)")
+    migrate.add_argument(
+        "--to-database",
+        required=True,
+        metavar="URL",
+        help="postgresql://... of the database that will hold the state from now on",
+    )
+    migrate.set_defaults(func=cmd.migrate)

@@ -63,8 +63,10 @@ def teach(sc: Sidecar, failing: int = 3, good: int = SUCCESSES) -> None:
 
 
 @pytest.fixture
-def sc(tmp_path: Path) -> Iterator[Sidecar]:
-    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as s:
+def sc(tmp_path: Path, state_url: str | None) -> Iterator[Sidecar]:
+    with Sidecar.open(
+        embedder=HashingEmbedder(), home=tmp_path / "home", database_url=state_url
+    ) as s:
         s.add_tools(
             [
                 Tool("get_order", "look up an order by id"),

@@ -33,9 +33,12 @@ def tool(tool_id: str, *refs: str, pinned: bool = False) -> Tool:
 
 
 @pytest.fixture
-def sc(tmp_path: Path) -> Iterator[Sidecar]:
+def sc(tmp_path: Path, state_url: str | None) -> Iterator[Sidecar]:
     with Sidecar.open(
-        embedder=HashingEmbedder(), home=tmp_path / "home", evict_min_chains=1
+        embedder=HashingEmbedder(),
+        home=tmp_path / "home",
+        evict_min_chains=1,
+        database_url=state_url,
     ) as sidecar:
         sidecar.add_tools(
             [
@@ -226,8 +229,16 @@ def test_restore_errors(sc: Sidecar) -> None:
 
 def test_a_second_eviction_fails_fast(sc: Sidecar) -> None:
     sc.report(abandoned(FATAL, "HTTP 413"))
-    with WriterLock(sc.settings.home / "evict.lock"), pytest.raises(LockBusy, match="pid"):
+    # another eviction holds the lock: evict.lock under a SQLite home, an advisory lock
+    # on a PostgreSQL state
+    lock = (
+        WriterLock(sc.settings.home / "evict.lock")
+        if sc.settings.database_url is None
+        else sc._home.evict_lock()
+    )
+    with lock, pytest.raises(LockBusy, match="pid"):
         sc.evict()
+    assert sc.eviction_running() is False
     assert len(sc.evict().evicted) == 2  # the lock is free again
 
 

@@ -15,8 +15,10 @@ from tests.sidecar.helpers import abandoned, completed
 
 
 @pytest.fixture
-def sc(tmp_path: Path) -> Iterator[Sidecar]:
-    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sidecar:
+def sc(tmp_path: Path, state_url: str | None) -> Iterator[Sidecar]:
+    with Sidecar.open(
+        embedder=HashingEmbedder(), home=tmp_path / "home", database_url=state_url
+    ) as sidecar:
         sidecar.add_tools(
             [
                 Tool("search_api", "Search the web", "search", {"type": "object"}),

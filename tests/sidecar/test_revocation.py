@@ -24,6 +24,7 @@ import pytest
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
+from sidecar.errors import Busy
 from sidecar.eviction import EvictionReport
 from sidecar.journal import mandate_key
 from sidecar.model import CredentialRef
@@ -184,10 +185,13 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def sc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sidecar]:
+def sc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state_url: str | None) -> Iterator[Sidecar]:
     _clean_env(monkeypatch)
     with Sidecar.open(
-        embedder=HashingEmbedder(), home=tmp_path / "home", evict_min_chains=1
+        embedder=HashingEmbedder(),
+        home=tmp_path / "home",
+        evict_min_chains=1,
+        database_url=state_url,
     ) as sidecar:
         yield sidecar
 
@@ -247,6 +251,20 @@ def stored(home: Path) -> list[tuple[Path, bytes]]:
     return out
 
 
+def state_rows(sc: Sidecar) -> bytes:
+    """Every row of every table of a PostgreSQL state, as text."""
+    db = sc._state.db
+    tables = [
+        r[0]
+        for r in db.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        )
+    ]
+    assert "mandates" in tables
+    rows = {t: db.execute(f"SELECT * FROM {t}").fetchall() for t in tables}
+    return json.dumps(rows, default=str).encode()
+
+
 def assert_never_stored(sc: Sidecar, *secrets: str, visible: str = TOKEN_REF) -> None:
     for m in sc.mandates():
         text = json.dumps(m.to_dict())
@@ -254,7 +272,10 @@ def assert_never_stored(sc: Sidecar, *secrets: str, visible: str = TOKEN_REF) ->
             assert secret not in text, f"{secret!r} in the ledger: {text}"
     files = stored(sc.settings.home)
     names = {p.name for p, _ in files}
-    assert "state.sqlite" in names
+    if sc.settings.database_url is None:
+        assert "state.sqlite" in names
+    else:
+        files.append((Path("postgresql"), state_rows(sc)))
     assert any(p.suffix == ".parquet" and "tools" in p.parts for p, _ in files)
     # the scan does see stored values: the (non-secret) ref is in the decoded cold record
     assert any(p.suffix == ".parquet" and visible.encode() in data for p, data in files)
@@ -789,3 +810,13 @@ def test_an_allowed_link_local_endpoint_is_called() -> None:
     # past the address check, it fails only for the missing token
     outcome = allowing.revoke(mandate_like)  # type: ignore[arg-type]
     assert outcome.status == "failed" and "cannot resolve" in outcome.detail
+
+
+def test_one_revocation_run_at_a_time(sc: Sidecar, server: RevocationServer) -> None:
+    server.script("/oauth2/revoke", Reply(200))
+    one_mandate(sc, server.endpoint())
+    with sc._state.db.advisory_lock("revoke", "revocation run"):
+        with pytest.raises(Busy, match="another revocation run is running"):
+            sc.run_revocations(revoker())
+        assert only(sc).status == "pending"  # nothing was submitted
+    assert sc.run_revocations(revoker()).results == {"revoked": 1}

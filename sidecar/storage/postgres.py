@@ -1,0 +1,423 @@
+"""Shared state: the sidecar's tables in PostgreSQL, through psycopg 3.
+
+``SIDECAR_DATABASE_URL=postgresql://user:password@host:port/database``.  The tables live
+in the connection's current schema (``?options=-csearch_path%3Dname`` picks another), so
+several deployments may share one database, each in its own schema; every lock below is
+keyed by the schema too.
+
+**Translation.**  The modules write SQL once, in the dialect SQLite and PostgreSQL share
+(see :mod:`sidecar.storage.base`); this backend rewrites, once per statement text: ``?``
+placeholders to ``%s`` (and ``%`` to ``%%``), ``INSERT OR IGNORE INTO ...`` to ``INSERT
+INTO ... ON CONFLICT DO NOTHING``, and in ``CREATE TABLE`` / ``ALTER TABLE`` the column
+types: ``REAL`` to ``DOUBLE PRECISION``, ``INTEGER`` to ``BIGINT`` (an ``INTEGER PRIMARY
+KEY`` is a plain ``BIGINT`` key: no statement relies on SQLite assigning it), ``TEXT``
+to ``TEXT COLLATE "C"`` (bytewise order and equality, as SQLite compares, whatever the
+database's locale).  ``INSERT OR REPLACE`` is refused: it deletes the old row first,
+which no upsert here means.
+
+**Write transactions.**  Each takes ``pg_advisory_xact_lock`` on one key for the whole
+state before its first statement, so write transactions of every process run one at a
+time, as SQLite's ``BEGIN IMMEDIATE`` makes them: code that reads, decides and writes
+inside a transaction (a revision bump, the learner's snapshot, a staged batch applied
+once) stays correct with any number of replicas, and no update is lost.  The price is
+one writer at a time across the replicas (``python -m benchmarks.run state`` measures
+it against the same transactions without the lock).  Reads run outside transactions on
+pooled connections and see what is committed.
+
+**Locks for singleton work** (:meth:`PostgresDatabase.advisory_lock`) are session
+advisory locks held on a connection of their own for as long as the work runs; the
+server frees one when its holder's connection ends, a killed process included.
+
+**Poolers.**  Session advisory locks and ``LISTEN`` belong to one server session, so a
+pooler that hands a client connection a different server session per transaction
+(PgBouncer in ``transaction`` or ``statement`` mode) breaks them: it is not supported;
+use session pooling or none.  Opening a writable database checks that consecutive
+transactions of one connection run in the same server process, and releasing a lock
+checks that it was still held; either refuses to go on when a pooler shows itself (a
+quiet pooler may pass the first check: do not rely on it).
+
+**Unreachable.**  Every statement raises :class:`~sidecar.storage.base.DatabaseError`
+when the server cannot be reached: reads fail (a check never answers from a memory it
+could not read), writes fail visibly, and nothing is kept aside on local disk.  A
+broken connection is dropped, so the next statement reconnects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import re
+import socket
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from functools import lru_cache
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sidecar.errors import Busy
+from sidecar.storage.base import Connection, Database, DatabaseError, MissingTable, Row, statements
+
+if TYPE_CHECKING:
+    import psycopg
+
+IDLE_KEPT = 8
+"""Idle connections a process keeps for reads and transactions."""
+CONNECT_TIMEOUT = 10
+"""Seconds to wait for the server when the URL does not say."""
+_PG_TYPES = {"REAL": "DOUBLE PRECISION", "INTEGER": "BIGINT", "TEXT": 'TEXT COLLATE "C"'}
+_TYPE_WORDS = re.compile(r"\b(REAL|INTEGER|TEXT)\b")
+_DDL = re.compile(r"\s*(CREATE\s+TABLE|ALTER\s+TABLE)\b", re.IGNORECASE)
+_OR_IGNORE = re.compile(r"\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.IGNORECASE)
+_OR_REPLACE = re.compile(r"\s*INSERT\s+OR\s+REPLACE\b", re.IGNORECASE)
+
+
+@lru_cache(maxsize=2048)
+def translate(sql: str) -> str:
+    """A statement of the common dialect as PostgreSQL (and psycopg's ``%s``) spell it."""
+    if _OR_REPLACE.match(sql):
+        raise ValueError("INSERT OR REPLACE has no PostgreSQL form: write an upsert")
+    if _DDL.match(sql):
+        sql = _TYPE_WORDS.sub(lambda m: _PG_TYPES[m.group(1)], sql)
+    ignore = _OR_IGNORE.match(sql)
+    if ignore:
+        sql = "INSERT INTO" + sql[ignore.end() :].rstrip().rstrip(";") + " ON CONFLICT DO NOTHING"
+    return _placeholders(sql)
+
+
+def _placeholders(sql: str) -> str:
+    out: list[str] = []
+    quote: str | None = None
+    for ch in sql:
+        if ch == "%":
+            out.append("%%")
+            continue
+        if quote is not None:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "?":
+            out.append("%s")
+            continue
+        out.append(ch)
+    return "".join(out)
+
+
+def failure(exc: Exception) -> DatabaseError:
+    """The storage error for what psycopg raised."""
+    import psycopg.errors
+
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, psycopg.errors.UndefinedTable):
+        return MissingTable(f"the state database cannot serve this: {text}", text)
+    return DatabaseError(f"the state database cannot serve this: {text}", text)
+
+
+def display(url: str) -> str:
+    """The URL without its password, for messages."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        info = conninfo_to_dict(url)
+    except Exception:
+        return "postgresql://(unparsable URL)"
+    host = info.get("host", "localhost")
+    port = info.get("port", "5432")
+    user = f"{info['user']}@" if info.get("user") else ""
+    return f"postgresql://{user}{host}:{port}/{info.get('dbname', '')}"
+
+
+class _Rows:
+    """A statement's rows, read whole (the connection goes back to the pool at once)."""
+
+    __slots__ = ("_rows", "rowcount")
+
+    def __init__(self, rows: list[Row], rowcount: int) -> None:
+        self._rows = rows
+        self.rowcount = rowcount
+
+    def fetchone(self) -> Row | None:
+        return self._rows.pop(0) if self._rows else None
+
+    def fetchall(self) -> list[Row]:
+        rows, self._rows = self._rows, []
+        return rows
+
+    def __iter__(self) -> Iterator[Row]:
+        return iter(self.fetchall())
+
+
+class PostgresDatabase(Database):
+    dialect: ClassVar[str] = "postgresql"
+
+    def __init__(self, url: str, writable: bool = True) -> None:
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+
+        self.url = url
+        self.writable = writable
+        self._psycopg = psycopg
+        try:
+            params: dict[str, Any] = dict(conninfo_to_dict(url))
+        except psycopg.Error as exc:
+            raise DatabaseError(f"SIDECAR_DATABASE_URL cannot be parsed: {exc}") from None
+        params.setdefault("connect_timeout", CONNECT_TIMEOUT)
+        # what a Busy message names as a lock's holder
+        name = f"sidecar pid {os.getpid()} on {socket.gethostname()}"
+        params.setdefault("application_name", name)
+        self._params = params
+        self._idle: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue()
+        self._local = threading.local()
+        self._closed = False
+        conn = self._connect()
+        try:
+            (self.schema,) = self._one(conn, "SELECT current_schema()")
+            if self.schema is None:
+                raise DatabaseError(
+                    f"{self.location} has no schema to hold the state: the search_path "
+                    "names none that exists (create it, or fix ?options=-csearch_path)"
+                )
+            if writable:
+                self._check_session_pooling(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._put(conn)
+        self._state_key = self.key("state")
+
+    # ---- connections ----------------------------------------------------------------
+    @property
+    def location(self) -> str:
+        return display(self.url)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            conn = self._psycopg.connect(autocommit=True, **self._params)
+        except self._psycopg.Error as exc:
+            raise DatabaseError(
+                f"cannot reach the state database {self.location}: {str(exc).strip()}"
+            ) from exc
+        if not self.writable:
+            try:
+                conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            except self._psycopg.Error as exc:
+                conn.close()
+                raise failure(exc) from exc
+        return conn
+
+    def _get(self) -> psycopg.Connection[Any]:
+        if self._closed:
+            raise DatabaseError(f"the state database {self.location} was closed")
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            return self._connect()
+
+    def _put(self, conn: psycopg.Connection[Any]) -> None:
+        idle = conn.info.transaction_status == self._psycopg.pq.TransactionStatus.IDLE
+        full = self._idle.qsize() >= IDLE_KEPT
+        if self._closed or conn.closed or conn.broken or not idle or full:
+            conn.close()
+            return
+        self._idle.put(conn)
+
+    def _one(self, conn: psycopg.Connection[Any], sql: str, params: Sequence[Any] = ()) -> Row:
+        try:
+            row = conn.execute(sql, tuple(params)).fetchone()
+        except self._psycopg.Error as exc:
+            raise failure(exc) from exc
+        assert row is not None
+        return tuple(row)
+
+    def _check_session_pooling(self, conn: psycopg.Connection[Any]) -> None:
+        """Refuse a pooler that moves a connection between server sessions: the state's
+        locks would silently stop excluding anyone."""
+        pids = {self._one(conn, "SELECT pg_backend_pid()")[0] for _ in range(3)}
+        if len(pids) > 1:
+            raise DatabaseError(
+                f"{self.location} moves one connection between server sessions "
+                f"(backends {sorted(pids)}): a pooler in transaction or statement mode "
+                "(PgBouncer) breaks the state's locks; connect directly or use session pooling"
+            )
+
+    def key(self, name: str) -> int:
+        """The advisory-lock key of ``name`` in this schema (a signed 64-bit integer)."""
+        digest = hashlib.sha256(f"sidecar:{self.schema}:{name}".encode()).digest()
+        return int.from_bytes(digest[:8], "big", signed=True)
+
+    # ---- statements -----------------------------------------------------------------
+    def _run(
+        self, conn: psycopg.Connection[Any], sql: str, params: Sequence[Any], many: bool
+    ) -> _Rows:
+        query = translate(sql)
+        try:
+            with conn.cursor() as cur:
+                if many:
+                    cur.executemany(query, [tuple(p) for p in params])
+                    return _Rows([], cur.rowcount)
+                cur.execute(query, tuple(params))
+                rows = [tuple(r) for r in cur.fetchall()] if cur.description is not None else []
+                return _Rows(rows, cur.rowcount)
+        except self._psycopg.Error as exc:
+            raise failure(exc) from exc
+
+    def _statement(self, sql: str, params: Sequence[Any], many: bool) -> _Rows:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            return self._run(conn, sql, params, many)
+        conn = self._get()
+        try:
+            return self._run(conn, sql, params, many)
+        finally:
+            self._put(conn)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> _Rows:
+        return self._statement(sql, params, False)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> _Rows:
+        return self._statement(sql, list(rows), True)
+
+    def tx(self) -> AbstractContextManager[Connection]:
+        return self._tx()
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        if getattr(self._local, "conn", None) is not None:
+            raise DatabaseError("write transactions do not nest")
+        conn = self._get()
+        try:
+            with conn.transaction():
+                # one writer at a time across every process on this state (see above)
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._state_key,))
+                self._local.conn = conn
+                try:
+                    yield self
+                finally:
+                    self._local.conn = None
+        except self._psycopg.Error as exc:
+            raise failure(exc) from exc
+        finally:
+            self._put(conn)
+
+    def ensure(self, ddl: str) -> None:
+        if not self.writable:
+            return
+        with self.tx() as db:
+            for statement in statements(ddl):
+                db.execute(statement)
+
+    def has_table(self, name: str) -> bool:
+        row = self.execute(
+            "SELECT 1 FROM information_schema.tables "
+            "WHERE table_schema = current_schema() AND table_name = ?",
+            (name,),
+        ).fetchone()
+        return row is not None
+
+    def advisory_lock(self, name: str, purpose: str) -> PgLock:
+        return PgLock(self, name, purpose)
+
+    def now(self) -> float:
+        row = self.execute("SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)")
+        return float(row.fetchall()[0][0])
+
+    def close(self) -> None:
+        self._closed = True
+        while True:
+            try:
+                self._idle.get_nowait().close()
+            except queue.Empty:
+                return
+
+
+class PgLock:
+    """A session advisory lock on a connection of its own (see :mod:`.postgres`)."""
+
+    def __init__(self, db: PostgresDatabase, name: str, purpose: str) -> None:
+        self._db = db
+        self.name = name
+        self.purpose = purpose
+        self._key = db.key(name)
+        self._conn: psycopg.Connection[Any] | None = None
+        self._pid = 0
+
+    @property
+    def held(self) -> bool:
+        return self._conn is not None
+
+    def acquire(self) -> None:
+        conn = self._db._connect()
+        try:
+            got, pid = self._db._one(
+                conn, "SELECT pg_try_advisory_lock(%s), pg_backend_pid()", (self._key,)
+            )
+            if not got:
+                who = self._holder(conn) or "holder unknown"
+                raise Busy(
+                    f"another {self.purpose} is running ({who}); wait for it to finish "
+                    f"(lock: {self.name} in {self._db.location})",
+                    who,
+                )
+        except BaseException:
+            conn.close()
+            raise
+        self._conn, self._pid = conn, int(pid)
+
+    def release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            still, pid = self._db._one(
+                conn, "SELECT pg_advisory_unlock(%s), pg_backend_pid()", (self._key,)
+            )
+        finally:
+            conn.close()
+        if not still or pid != self._pid:
+            raise DatabaseError(
+                f"the {self.purpose} lock was no longer held when released: its connection "
+                "changed server session (a pooler in transaction mode?) or was reset"
+            )
+
+    def holder(self) -> str | None:
+        conn = self._db._get()
+        try:
+            return self._holder(conn)
+        finally:
+            self._db._put(conn)
+
+    def _holder(self, conn: psycopg.Connection[Any]) -> str | None:
+        unsigned = self._key & 0xFFFF_FFFF_FFFF_FFFF
+        try:
+            row = conn.execute(
+                "SELECT l.pid, a.application_name FROM pg_locks l "
+                "LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+                "AND l.classid::bigint = %s AND l.objid::bigint = %s "
+                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                (unsigned >> 32, unsigned & 0xFFFF_FFFF),
+            ).fetchone()
+        except self._db._psycopg.Error as exc:
+            raise failure(exc) from exc
+        if row is None:
+            return None
+        pid, app = row
+        return f"{app or 'a client'} (server pid {pid})"
+
+    def __enter__(self) -> PgLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.release()
+        except DatabaseError:
+            if exc_type is None:
+                raise  # a failure already on its way says more than a lost lock

@@ -1,0 +1,79 @@
+"""Schema versions: which migrations a state database has had.
+
+Every module's tables are created with ``CREATE TABLE IF NOT EXISTS`` whenever a
+database is opened for writing; a :class:`Migration` is the change that cannot be said
+that way (a column, data moved between tables).  The ``schema_version`` table records
+each migration applied.  :func:`prepare` runs them all in one write transaction, which
+excludes every other writer of the state (SQLite's ``BEGIN IMMEDIATE``; PostgreSQL's
+state-wide advisory transaction lock), so that processes opening one database at once
+apply each migration once.  A database whose version is newer than the newest
+migration this code knows was written by a newer sidecar: it is refused, for reading
+and for writing, before anything is written (:class:`~sidecar.storage.base.SchemaTooNew`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sidecar.storage.base import Database, SchemaTooNew, statements
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at REAL NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    apply: Callable[[Database], None]
+    """Runs inside the migrating transaction: the database's statements are its own."""
+
+
+def version(db: Database) -> int:
+    """The newest migration the database has had (0: none, or no version table yet)."""
+    if not db.has_table("schema_version"):
+        return 0
+    row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def check(db: Database, migrations: Sequence[Migration]) -> int:
+    """The database's version; :class:`SchemaTooNew` when this code is older than it."""
+    known = latest(migrations)
+    found = version(db)
+    if found > known:
+        raise SchemaTooNew(
+            f"the state database {db.location} has schema version {found}, newer than the "
+            f"{known} this sidecar knows: a newer sidecar wrote it; run that version (or "
+            "newer) here.  Nothing was changed."
+        )
+    return found
+
+
+def latest(migrations: Sequence[Migration]) -> int:
+    return max((m.version for m in migrations), default=0)
+
+
+def prepare(db: Database, ddl: Sequence[str], migrations: Sequence[Migration]) -> int:
+    """Create every module's missing tables and apply the migrations the database
+    lacks, in one write transaction; returns how many were applied."""
+    check(db, migrations)
+    with db.tx() as conn:
+        for script in (SCHEMA, *ddl):
+            for statement in statements(script):
+                conn.execute(statement)
+        # read again under the write lock: another process may have migrated meanwhile
+        current = check(db, migrations)
+        pending = sorted((m for m in migrations if m.version > current), key=lambda m: m.version)
+        for migration in pending:
+            migration.apply(db)
+            conn.execute(
+                "INSERT INTO schema_version VALUES (?, ?, ?)",
+                (migration.version, migration.description, time.time()),
+            )
+    return len(pending)
