@@ -159,7 +159,7 @@ class CallMemory:
             rows = conn.execute(
                 "SELECT kind, payload FROM memory_evidence ORDER BY evidence_key"
             ).fetchall()
-        except sqlite3.OperationalError:
+        except MissingTable:
             rows = []  # a home written before the log existed, opened read-only
         for kind, payload in rows:
             if kind == "session":

@@ -332,7 +332,7 @@ class StateStore:
         return int(row[0]) if row else 0
 
     def tool_uses(
-        self, tool_ids: Iterable[str], db: sqlite3.Connection | None = None
+        self, tool_ids: Iterable[str], db: Connection | Database | None = None
     ) -> dict[str, int]:
         """Per tool, its usage evidence: the distinct completed chains that used it and
         the distinct sessions in which one of its calls returned without error (read in
@@ -576,7 +576,7 @@ class StateStore:
             where += " AND seen_at >= ?"
             args.append(since)
         now = time.time()
-        with self._tx() as db:
+        with self.tx() as db:
             sessions: set[str] = set()
             for table in (
                 "sighting_sessions",
@@ -609,8 +609,8 @@ class StateStore:
                     self._uncomplete(db, json.loads(topology), now)
                 for cid in json.loads(contradicts):
                     db.execute(
-                        "UPDATE constraint_evidence SET contradictions = "
-                        "MAX(0, contradictions - 1) WHERE chain_id=?",
+                        "UPDATE constraint_evidence SET contradictions = CASE WHEN "
+                        "contradictions > 0 THEN contradictions - 1 ELSE 0 END WHERE chain_id=?",
                         (cid,),
                     )
                 db.execute("DELETE FROM usage_sessions WHERE usage_key=?", (key,))
@@ -628,7 +628,7 @@ class StateStore:
     """Contradictions that retire a chain (the home sets it from its settings)."""
 
     @staticmethod
-    def _uncomplete(db: sqlite3.Connection, topology: Sequence[str], now: float) -> None:
+    def _uncomplete(db: Connection, topology: Sequence[str], now: float) -> None:
         key = topology_key(topology)
         row = db.execute("SELECT times FROM completed_chains WHERE chain_key=?", (key,)).fetchone()
         if row is None:
@@ -667,7 +667,7 @@ class StateStore:
                 self._bump_revision(db)
             return bool(found)
 
-    def _lift_family(self, db: sqlite3.Connection, chain_id: str, lift: bool, reason: str) -> None:
+    def _lift_family(self, db: Connection, chain_id: str, lift: bool, reason: str) -> None:
         """A lift (or reinstatement) covers the chain's family: the same sequence with its
         failure written any other way (:func:`~sidecar.memory.signature.same_family`),
         archived before or after."""
@@ -704,7 +704,7 @@ class StateStore:
                 (cid, status, f"with its family ({chain_id}): {reason}", time.time()),
             )
 
-    def _family_lifted(self, db: sqlite3.Connection, sequence: str, signature: str) -> bool:
+    def _family_lifted(self, db: Connection, sequence: str, signature: str) -> bool:
         words = signature_words(signature)
         return any(
             same_family(words, frozenset(json.loads(w)))

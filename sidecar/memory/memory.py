@@ -283,31 +283,54 @@ class FailureMemory:
             for key, (p, _calls) in evidence.items()
             if p.feature in named or f"{p.feature}\x1f{token(p.value)}" in named
         ]
-        aligned_features = {key[0] for key in aligned}
+        failing = situations.count()
+        counts = {key: self._counts(p, stats) for key, (p, _c) in evidence.items()}
+        supports = {key: situations.count(calls) for key, (_p, calls) in evidence.items()}
+        # a feature is tried when one of its predicates could beat chance at all: the
+        # units it marks (failing situations and successes) are at most half of them;
+        # filtering on that margin alone does not bias the test of association
+        tried = {
+            key[0]
+            for key in evidence
+            if supports[key] + counts[key][0] <= (failing + counts[key][2]) / 2
+        }
         family = _Family(
-            failing=situations.count(),
+            failing=failing,
             # predicates on one feature are nested or exclusive: the tests are the features
-            candidates=len({k[0] for k in evidence}),
-            named=len(aligned_features),
+            candidates=len(tried),
+            named=len({key[0] for key in aligned} & tried),
         )
         out: list[FailureCondition] = []
         for key, (predicate, holding) in evidence.items():
             condition = self._condition(
-                group, predicate, records, situations, sorted(holding), stats, family,
-                key in aligned, named,
+                group, predicate, records, sorted(holding), supports[key], counts[key],
+                family, key in aligned, named,
             )  # fmt: skip
             if condition is not None:
                 out.append(condition)
         return out
+
+    @staticmethod
+    def _counts(predicate: Predicate, stats: ToolStats) -> tuple[int, int, int]:
+        """Contradictions, their sources' mask, and the success units judged against."""
+        if predicate.feature.startswith("prior:"):
+            done = predicate.feature[6:]
+            if predicate.value is True:
+                contradictions, mask = stats.with_prior(done)
+            else:
+                contradictions, mask = stats.without_prior(done), 0
+            return contradictions, mask, stats.units
+        contradictions, mask = stats.contradictions(predicate)
+        return contradictions, mask, stats.units_with(predicate.feature)
 
     def _condition(
         self,
         group: _Group,
         predicate: Predicate,
         records: list[FailureRecord],
-        situations: Situations,
         calls: list[int],
-        stats: ToolStats,
+        support: int,
+        counts: tuple[int, int, int],
         family: _Family,
         aligned: bool,
         named: set[str],
@@ -315,6 +338,7 @@ class FailureMemory:
         kind = family_of(predicate.feature)
         warn_only = False
         if kind == "bad_value":
+            stats = self._tools.get(group.tool) or ToolStats()
             if stats.seen_succeeding(predicate.feature, predicate.value) is None:
                 warn_only = True  # whether it ever succeeded is not known
             # a value is the cause only when it is the whole call or the error names it
@@ -322,17 +346,7 @@ class FailureMemory:
             warn_only = warn_only or (predicate.feature != "value:*" and tagged not in named)
         if absent(predicate) and predicate.feature not in named:
             warn_only = True  # missing from the session, and the failure does not say so
-        if predicate.feature.startswith("prior:"):
-            done = predicate.feature[6:]
-            if predicate.value is True:
-                contradictions, mask = stats.with_prior(done)
-            else:
-                contradictions, mask = stats.without_prior(done), 0
-            units = stats.units
-        else:
-            contradictions, mask = stats.contradictions(predicate)
-            units = stats.units_with(predicate.feature)
-        support = situations.count(calls)
+        contradictions, mask, units = counts
         conf = confidence(support, contradictions)
         if conf < self.params.min_confidence_kept:
             return None
