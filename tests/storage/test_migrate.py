@@ -21,7 +21,7 @@ from sidecar.storage.copy import counts, tables_of
 from sidecar.storage.postgres import PostgresDatabase
 from sidecar.storage.sqlite import SqliteDatabase
 from tests.sidecar.helpers import abandoned
-from tests.sidecar.test_call_memory import failing_session, good_session, lookup
+from tests.sidecar.test_call_memory import lookup, teach
 
 SCRIPT = str(Path(sys.executable).with_name("sidecar"))
 
@@ -53,9 +53,7 @@ def test_a_home_migrates_into_postgres_with_nothing_lost(
                 Tool("llm_extractor", "extract"),
             ]
         )
-        for n in range(2):
-            sc.report(good_session(n))
-            sc.report(failing_session(n))
+        teach(sc)
         sc.report(abandoned(["search_api", "html_parser", "llm_extractor"], "HTTP 413"))
         sc.evict()
         before = views(sc)
