@@ -17,7 +17,7 @@ from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.errors import EXIT_UNAVAILABLE, StateUnavailable
 from sidecar.model import Tool
-from tests.sidecar.test_call_memory import failing_session, good_session, lookup
+from tests.sidecar.test_call_memory import failing_session, lookup, teach
 
 pytestmark = pytest.mark.integration
 SCRIPT = str(Path(sys.executable).with_name("sidecar"))
@@ -45,9 +45,7 @@ def test_a_check_never_allows_because_the_memory_is_unreachable(
     home = tmp_path / "home"
     with open_sidecar(home, server.url()) as sc:
         sc.add_tools([Tool("get_order", "look up an order"), Tool("exchange_items", "exchange")])
-        for n in range(2):
-            sc.report(good_session(n))
-            sc.report(failing_session(n))
+        teach(sc)
         assert exchange(sc) == "block"
         server.stop()
         # reads fail closed: no verdict at all rather than an allow from a missing memory
