@@ -62,7 +62,7 @@ def test_a_check_never_allows_because_the_memory_is_unreachable(
         # report counted nothing
         assert exchange(sc) == "block"
         views = [v for v in sc.constraints() if v.kind == "call"]
-        assert max(v.support for v in views) == 2
+        assert max(v.support for v in views) == 3
 
 
 def test_an_unreachable_database_refuses_the_start(server: PostgresServer, tmp_path: Path) -> None:
