@@ -548,7 +548,7 @@ class Sidecar:
         sequences = self._intake.forget(source, since)
         return Forgotten(
             source=source,
-            sessions=memory.sessions + sequences.sessions,
+            sessions=len(memory.sessions | sequences.sessions),
             conditions=memory.conditions,
             constraints=sequences.constraints,
             tools=memory.tools,

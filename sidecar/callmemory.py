@@ -99,7 +99,7 @@ class ForgetCounts:
     """What forgetting a source removed."""
 
     source: str
-    sessions: int
+    sessions: frozenset[str]
     conditions: int
     """Hand-written conditions removed."""
     tools: tuple[str, ...]
@@ -244,25 +244,18 @@ class CallMemory:
             if since is not None:
                 where += " AND received_at >= ?"
                 args.append(since)
-            counts = dict(
-                db.execute(
-                    f"SELECT kind, COUNT(*) FROM memory_evidence WHERE {where} GROUP BY kind",
-                    args,
-                ).fetchall()
-            )
-            if not counts:
-                return ForgetCounts(source, 0, 0, ())
+            rows = db.execute(
+                f"SELECT kind, evidence_key FROM memory_evidence WHERE {where}", args
+            ).fetchall()
+            if not rows:
+                return ForgetCounts(source, frozenset(), 0, ())
+            sessions = frozenset(key for kind, key in rows if kind == "session")
             db.execute(f"DELETE FROM memory_evidence WHERE {where}", args)
             memory = self._rebuild(db)
             tools = set(before.tools()) | set(memory.tools())
             self._write(db, memory)
             self._sync(db, memory, tools, {}, time.time())
-            return ForgetCounts(
-                source,
-                int(counts.get("session", 0)),
-                int(counts.get("condition", 0)),
-                tuple(sorted(tools)),
-            )
+            return ForgetCounts(source, sessions, len(rows) - len(sessions), tuple(sorted(tools)))
 
     def _sync(
         self,

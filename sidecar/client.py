@@ -27,6 +27,7 @@ from sidecar.results import (
     ConstraintChange,
     ConstraintView,
     Digest,
+    Forgotten,
     Health,
     Recovered,
     RevocationRun,
@@ -193,6 +194,10 @@ class RemoteSidecar:
     def reinstate(self, chain_id: str, reason: str) -> ConstraintChange:
         path = f"/v1/constraints/{segment(chain_id)}/reinstate"
         return self._post(ConstraintChange, path, {"reason": reason})
+
+    def forget(self, source: str, since: float | None = None) -> Forgotten:
+        path = f"/v1/sources/{segment(source)}/forget"
+        return self._post(Forgotten, path, {"since": since})
 
     def decide(self, min_chains: int | None = None) -> list[ToolDecision]:
         return self._get(

@@ -137,7 +137,7 @@ class _Plan:
 
 @dataclass(frozen=True)
 class SourceForgotten:
-    sessions: int
+    sessions: frozenset[str]
     constraints: int
 
 
@@ -479,7 +479,7 @@ class Intake:
                 cid, "lifted", f"forgotten: every session behind it came from {source}", False
             )
         self._fatal = _FatalSequences()
-        return SourceForgotten(sessions, lifted)
+        return SourceForgotten(frozenset(sessions), lifted)
 
     # ---- archiving -----------------------------------------------------------------
     def _rows(self, accepted: Sequence[_Archived]) -> list[dict[str, Any]]:

@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 from sidecar.errors import SidecarError
 from sidecar.limits import CheckMode
+from sidecar.principals import THE_PROCESS, principal_of
 from sidecar.redact import redact_text
 from sidecar.wire import dump_dict
 
@@ -104,8 +106,14 @@ def build_mcp(sc: Sidecar) -> MCPServer:
             open_world_hint=False,
         ),
     )
-    def report_chain(report: dict[str, Any]) -> dict[str, Any]:
-        return call(lambda: sc.report(report))
+    def report_chain(report: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        # over HTTP the caller's token names the source; over stdio it is this process
+        try:
+            request = ctx.request_context.request
+        except ValueError:
+            request = None  # called outside a transport's request (in the same process)
+        who = principal_of(getattr(request, "scope", None)) or THE_PROCESS
+        return call(lambda: sc.report(report, source=who.name, role=who.role))
 
     @server.tool(
         title="Audit chain",

@@ -21,7 +21,8 @@ The home's single token of before (``SIDECAR_TOKEN`` or the ``token`` file) stil
 it is the ``operator``.  A token's *name* is the source of everything it reports;
 operators are trusted, agents are not unless marked ``trusted``.  Evidence the process
 reports through the library itself is the ``local`` source; the MCP gateway's is
-``gateway`` (what it observed between agents and upstreams).
+``gateway`` (what it observed between agents and upstreams); the OTLP intake's is
+``otlp`` (what exporters holding a token sent).
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 """A source's name: no ``/`` (it prefixes the keys of the sessions it reports)."""
 LOCAL = "local"
 GATEWAY = "gateway"
+OTLP = "otlp"
 OPERATOR = "operator"
-RESERVED = frozenset({LOCAL, GATEWAY})
+RESERVED = frozenset({LOCAL, GATEWAY, OTLP})
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,15 @@ class Principal:
 THE_OPERATOR = Principal(OPERATOR, "operator", True)
 """The home's single token."""
 THE_PROCESS = Principal(LOCAL, "operator", True)
+PRINCIPAL = "sidecar.principal"
+"""Where the HTTP layer leaves the caller, in the request's state."""
+
+
+def principal_of(scope: Mapping[str, Any] | None) -> Principal | None:
+    """The caller an authenticated HTTP request carries (``None`` outside one)."""
+    state = (scope or {}).get("state") or {}
+    found = state.get(PRINCIPAL) if isinstance(state, Mapping) else None
+    return found if isinstance(found, Principal) else None
 
 
 def check_source(name: str) -> str:

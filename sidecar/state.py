@@ -561,11 +561,13 @@ class StateStore:
             )
         self._bump_revision(db)
 
-    def forget_sessions(self, prefix: str | None, since: float | None) -> tuple[int, list[str]]:
+    def forget_sessions(
+        self, prefix: str | None, since: float | None
+    ) -> tuple[set[str], list[str]]:
         """Forget every session whose key starts with ``prefix`` (``None``: the keys of
         the local source, which carry no prefix), seen since ``since`` when given: its
         sightings, the dead ends it counted, and the completed runs and contradictions
-        its successes brought.  Returns how many sessions, and the archived chains no
+        its successes brought.  Returns the sessions, and the archived chains no
         remaining session supports."""
         args: list[Any] = []
         if prefix is None:
@@ -622,7 +624,7 @@ class StateStore:
                 (self.retire_after,),
             )
             self._bump_revision(db)
-        return len(sessions), unsupported
+        return sessions, unsupported
 
     retire_after = 3
     """Contradictions that retire a chain (the home sets it from its settings)."""

@@ -24,6 +24,7 @@ from sidecar.app import Sidecar
 from sidecar.errors import SidecarError
 from sidecar.limits import MAX_BODY_BYTES
 from sidecar.metrics import Metrics
+from sidecar.principals import OTLP, Principals
 from sidecar.redact import redact_text
 
 log = logging.getLogger("sidecar.service")
@@ -58,7 +59,7 @@ def create_app(
     from sidecar.gateway.library import LibraryBackend
     from sidecar.otlp import TraceAssembler, otlp_router, sweep
 
-    traces = TraceAssembler(LibraryBackend(sc))
+    traces = TraceAssembler(LibraryBackend(sc, source=OTLP))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -91,7 +92,8 @@ def create_app(
         api.include_router(router)
     api.include_router(otlp_router(traces, max_body_bytes=OTLP_BODY_BYTES))
     _error_handlers(api)
-    return Gate(api, mcp_app, token, max_body_bytes, metrics, {"/v1/traces": OTLP_BODY_BYTES})
+    principals = Principals.load(sc.settings.tokens_path, token)
+    return Gate(api, mcp_app, principals, max_body_bytes, metrics, {"/v1/traces": OTLP_BODY_BYTES})
 
 
 def _error_handlers(api: FastAPI) -> None:

@@ -1,4 +1,4 @@
-"""What a route receives: the library handle of the app it serves."""
+"""What a route receives: the library handle of the app it serves, and its caller."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from sidecar.app import Sidecar
+from sidecar.errors import Forbidden
 from sidecar.metrics import Metrics
+from sidecar.principals import THE_PROCESS, Principal, principal_of
 
 
 def library(request: Request) -> Sidecar:
@@ -20,5 +22,21 @@ def metrics(request: Request) -> Metrics:
     return m
 
 
+def caller(request: Request) -> Principal:
+    """Who asks (the Gate authenticated the token); an app mounted without the Gate
+    (tests of routes alone) acts as the process itself."""
+    return principal_of(request.scope) or THE_PROCESS
+
+
+def operator(request: Request) -> Principal:
+    """The caller, who must hold the operator role."""
+    who = caller(request)
+    if not who.operator:
+        raise Forbidden(f"this needs the operator role; the token {who.name!r} is an {who.role}'s")
+    return who
+
+
 Lib = Annotated[Sidecar, Depends(library)]
+Caller = Annotated[Principal, Depends(caller)]
+Operator = Annotated[Principal, Depends(operator)]
 Meter = Annotated[Metrics, Depends(metrics)]

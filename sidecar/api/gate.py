@@ -9,7 +9,6 @@ constant time, never logged), and sends ``/mcp`` to the MCP transport (which che
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import time
@@ -19,6 +18,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 from sidecar.metrics import Metrics
+from sidecar.principals import PRINCIPAL, Principal, Principals
 from sidecar.redact import redact_text
 
 log = logging.getLogger("sidecar.service")
@@ -46,7 +46,7 @@ class Gate:
         self,
         api: ASGIApp,
         mcp: ASGIApp | None,
-        token: str,
+        principals: Principals,
         limit: int,
         metrics: Metrics,
         limits: Mapping[str, int] | None = None,
@@ -54,7 +54,7 @@ class Gate:
         """``limits``: body limits of their own for some paths (the OTLP intake)."""
         self.api = api
         self.mcp = mcp
-        self.token = token.encode()
+        self.principals = principals
         self.limit = limit
         self.limits = dict(limits or {})
         self.metrics = metrics
@@ -103,12 +103,14 @@ class Gate:
     async def _handle(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
         if path not in PUBLIC:
-            refusal = self._refusal(headers.get("authorization"))
+            refusal, principal = self._refusal(headers.get("authorization"))
             if refusal is not None:
                 await envelope(401, "unauthorized", refusal, {"WWW-Authenticate": "Bearer"})(
                     scope, receive, send
                 )
                 return
+            # who asks: the routes and the MCP tools read it (the source of what it reports)
+            scope.setdefault("state", {})[PRINCIPAL] = principal
         limit = self.limits.get(path, self.limit)
         length = headers.get("content-length")
         if length is not None:
@@ -134,19 +136,21 @@ class Gate:
             receive = _replay(body, receive)
         await target(scope, receive, send)
 
-    def _refusal(self, header: bytes | None) -> str | None:
-        """Why the request is not authorized (missing or wrong token), or ``None``."""
+    def _refusal(self, header: bytes | None) -> tuple[str | None, Principal | None]:
+        """Why the request is not authorized (missing or wrong token), or the principal
+        its token names."""
         if not header:
             return (
                 "no bearer token: send Authorization: Bearer <token> (the token is in the "
-                "sidecar home's `token` file, or $SIDECAR_TOKEN)"
-            )
+                "sidecar home's `token` file, or $SIDECAR_TOKEN, or a named token)"
+            ), None
         scheme, _, value = header.partition(b" ")
         if scheme.lower() != b"bearer":
-            return "the Authorization header must be `Bearer <token>`"
-        if not hmac.compare_digest(value.strip(), self.token):
-            return "the bearer token is wrong (it does not match this sidecar's token)"
-        return None
+            return "the Authorization header must be `Bearer <token>`", None
+        principal = self.principals.authenticate(value.strip())
+        if principal is None:
+            return "the bearer token is wrong (it matches none of this sidecar's tokens)", None
+        return None, principal
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         await envelope(413, "body_too_large", f"request body over {limit} bytes")(

@@ -96,3 +96,9 @@ class RestoreIn(Body):
 
 class ReasonIn(Body):
     reason: str = Field(min_length=1, max_length=MAX_REASON)
+
+
+class ForgetIn(Body):
+    since: float | None = Field(
+        default=None, ge=0, description="forget only what arrived since (a Unix time)"
+    )

@@ -341,6 +341,21 @@ def constraints_lift(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def forget(args: argparse.Namespace) -> int:
+    with backend(args, write=True) as b:
+        out = b.forget(args.source, args.since)
+    emit(
+        args,
+        out,
+        lambda: (
+            f"forgot {out.sessions} session(s) and {out.conditions} hand-written "
+            f"condition(s) from {out.source}; {out.constraints} archived chain(s) lifted; "
+            f"derived again for {len(out.tools)} tool(s)"
+        ),
+    )
+    return EXIT_OK
+
+
 # ---- eviction ---------------------------------------------------------------------------
 def evict(args: argparse.Namespace) -> int:
     with backend(args, write=True) as b:

@@ -253,6 +253,35 @@ def eviction_commands(command: Command) -> None:
     lift.add_argument("--reinstate", action="store_true", help="enforce it again instead")
     lift.set_defaults(func=cmd.constraints_lift)
 
+    forget = command("forget", "remove what one source reported, and derive again")
+    forget.add_argument(
+        "--source", required=True, help="a token's name, 'gateway', 'otlp' or 'local'"
+    )
+    forget.add_argument(
+        "--since",
+        type=since_time,
+        default=None,
+        help="only what arrived since: a Unix time or an ISO date/time (UTC if no zone)",
+    )
+    forget.set_defaults(func=cmd.forget)
+
+
+def since_time(text: str) -> float:
+    """A Unix time, or an ISO 8601 date or date and time (UTC unless it names a zone)."""
+    from datetime import UTC, datetime
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a Unix time or an ISO date/time, got {text!r}"
+        ) from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
 
 def serving_commands(command: Command) -> None:
     """The commands of serving and the walk-through."""

@@ -11,6 +11,7 @@ from sidecar.catalog import load_tools
 from sidecar.errors import SidecarError
 from sidecar.gateway.backend import Hit, Outcome, Reason, Step, SyncResult, Verdict
 from sidecar.memory import Step as MemoryStep
+from sidecar.principals import GATEWAY
 
 
 def _steps(steps: list[Step]) -> list[MemoryStep]:
@@ -18,8 +19,10 @@ def _steps(steps: list[Step]) -> list[MemoryStep]:
 
 
 class LibraryBackend:
-    def __init__(self, sc: Sidecar) -> None:
+    def __init__(self, sc: Sidecar, source: str = GATEWAY) -> None:
+        """``source``: who the sessions it reports are attributed to."""
         self.sc = sc
+        self.source = source
 
     def sync_tools(self, source: str, tools: list[dict[str, Any]]) -> SyncResult:
         result = self.sc.sync_tools(source, load_tools([tools], f"upstream {source}"))
@@ -59,6 +62,6 @@ class LibraryBackend:
             "session_id": session_id,
             "task_input": task_input,
         }
-        (result,) = self.sc.report_many([report])
+        (result,) = self.sc.report_many([report], source=self.source)
         if result.status == "rejected":
             raise SidecarError(f"session {session_id} was not taken: {result.reason}")

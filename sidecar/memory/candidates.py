@@ -198,9 +198,7 @@ def undoing(records: list[FailureRecord]) -> list[tuple[str, list[int]]]:
     out: list[tuple[str, list[int]]] = []
     tools = sorted({t for r in records for t in _as_list(r.features.get("prior"))})
     for tool in tools:
-        preceded = [
-            i for i, r in enumerate(records) if tool in _as_list(r.features.get("prior"))
-        ]
+        preceded = [i for i, r in enumerate(records) if tool in _as_list(r.features.get("prior"))]
         out.append((f"prior:{tool}", preceded))
     return out
 

@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.api import create_app
-from tests.sidecar.test_call_memory import exchange, failing_session, good_session, lookup
+from tests.sidecar.test_call_memory import exchange, failing_session, lookup, teach
 
 SCRIPT = str(Path(sys.executable).with_name("sidecar"))
 TOKEN = "check-token-0123456789"
@@ -31,7 +31,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("check") / "home"
     with Sidecar.open(embedder=HashingEmbedder(), home=path) as sc:
         sc.add_tools([Tool("get_order", "look up an order"), Tool("exchange_items", "exchange")])
-        sc.report_many([failing_session(n) for n in range(2)] + [good_session(0)])
+        teach(sc)
     return path
 
 
@@ -136,7 +136,7 @@ def test_mcp(tmp_path: Path) -> None:
 
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path) as sc:
         sc.add_tools([Tool("get_order", "look up an order"), Tool("exchange_items", "exchange")])
-        sc.report_many([failing_session(n) for n in range(2)] + [good_session(0)])
+        teach(sc)
         server = build_mcp(sc)
 
         def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -382,7 +382,7 @@ def steps_with_secrets(g: Garden) -> dict[str, Any]:
     }
     return {
         "steps": [
-            {"tool": "vault_fetch", "arguments": arguments, "output": output},
+            {"tool": "html_parser", "arguments": arguments, "output": output},
             {
                 "tool": "llm_extractor",
                 "arguments": {"page": "p1"},

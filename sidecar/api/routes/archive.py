@@ -4,8 +4,8 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 
-from sidecar.api.deps import Lib
-from sidecar.api.models import ReasonIn, ReportsIn
+from sidecar.api.deps import Caller, Lib, Operator
+from sidecar.api.models import ForgetIn, ReasonIn, ReportsIn
 from sidecar.limits import MAX_POINTER
 from sidecar.wire import dump, dump_dict
 
@@ -13,8 +13,8 @@ router = APIRouter(tags=["archive"])
 
 
 @router.post("/v1/reports")
-def reports(body: ReportsIn, sc: Lib) -> dict[str, Any]:
-    return {"results": dump(sc.report_many(body.reports))}
+def reports(body: ReportsIn, sc: Lib, who: Caller) -> dict[str, Any]:
+    return {"results": dump(sc.report_many(body.reports, source=who.name, role=who.role))}
 
 
 @router.get("/v1/audit")
@@ -43,10 +43,15 @@ def constraint(constraint_id: str, sc: Lib) -> dict[str, Any]:
 
 
 @router.post("/v1/constraints/{chain_id}/lift")
-def lift(chain_id: str, body: ReasonIn, sc: Lib) -> dict[str, Any]:
+def lift(chain_id: str, body: ReasonIn, sc: Lib, _who: Operator) -> dict[str, Any]:
     return dump_dict(sc.lift(chain_id, body.reason))
 
 
 @router.post("/v1/constraints/{chain_id}/reinstate")
-def reinstate(chain_id: str, body: ReasonIn, sc: Lib) -> dict[str, Any]:
+def reinstate(chain_id: str, body: ReasonIn, sc: Lib, _who: Operator) -> dict[str, Any]:
     return dump_dict(sc.reinstate(chain_id, body.reason))
+
+
+@router.post("/v1/sources/{source}/forget")
+def forget(source: str, body: ForgetIn, sc: Lib, _who: Operator) -> dict[str, Any]:
+    return dump_dict(sc.forget(source, body.since))

@@ -4,7 +4,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 
-from sidecar.api.deps import Lib, Meter
+from sidecar.api.deps import Lib, Meter, Operator
 from sidecar.api.models import EvictIn, RestoreIn
 from sidecar.limits import MAX_MIN_CHAINS, MandateStatus
 from sidecar.wire import dump, dump_dict
@@ -13,7 +13,7 @@ router = APIRouter(tags=["eviction"])
 
 
 @router.post("/v1/evictions")
-def evict(body: EvictIn, sc: Lib, meter: Meter) -> dict[str, Any]:
+def evict(body: EvictIn, sc: Lib, meter: Meter, _who: Operator) -> dict[str, Any]:
     report = sc.evict(dry_run=body.dry_run, min_chains=body.min_chains)
     if not body.dry_run:
         meter.inc("evicted_tools", len(report.evicted))
@@ -21,7 +21,7 @@ def evict(body: EvictIn, sc: Lib, meter: Meter) -> dict[str, Any]:
 
 
 @router.post("/v1/evictions/recover")
-def recover(sc: Lib) -> dict[str, Any]:
+def recover(sc: Lib, _who: Operator) -> dict[str, Any]:
     return dump_dict(sc.recover())
 
 
@@ -36,7 +36,7 @@ def decision(
 
 
 @router.post("/v1/tools/{tool_id}/restore")
-def restore(tool_id: str, body: RestoreIn, sc: Lib) -> dict[str, Any]:
+def restore(tool_id: str, body: RestoreIn, sc: Lib, _who: Operator) -> dict[str, Any]:
     return dump_dict(sc.restore(tool_id, body.reason, lift_constraints=body.lift_constraints))
 
 
@@ -46,5 +46,5 @@ def revocations(sc: Lib, status: MandateStatus | None = None) -> dict[str, Any]:
 
 
 @router.post("/v1/revocations/run")
-def run_revocations(sc: Lib) -> dict[str, Any]:
+def run_revocations(sc: Lib, _who: Operator) -> dict[str, Any]:
     return dump_dict(sc.run_revocations())

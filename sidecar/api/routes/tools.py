@@ -4,7 +4,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from sidecar.api.deps import Lib
+from sidecar.api.deps import Lib, Operator
 from sidecar.api.models import ToolsIn
 from sidecar.catalog import load_tools
 from sidecar.wire import dump, dump_dict
@@ -13,7 +13,7 @@ router = APIRouter(tags=["tools"])
 
 
 @router.post("/v1/tools")
-def add_tools(body: ToolsIn, sc: Lib) -> dict[str, Any]:
+def add_tools(body: ToolsIn, sc: Lib, _who: Operator) -> dict[str, Any]:
     return dump_dict(sc.add_tools(load_tools([body.tools], "request")))
 
 
