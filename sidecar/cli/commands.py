@@ -317,7 +317,13 @@ def constraints_list(args: argparse.Namespace) -> int:
         if not rows:
             return "no constraints"
         return "\n".join(
-            f"{r.status:<9} {r.chain_id}  {'>'.join(r.sequence)}  {r.rule}" for r in rows
+            f"{r.status:<9} {r.chain_id}  {'>'.join(r.sequence)}  {r.rule}"
+            + (
+                f" ({r.sessions or r.support} session(s), {r.contradictions} success(es))"
+                if r.kind == "sequence"
+                else ""
+            )
+            for r in rows
         )
 
     emit(args, {"constraints": rows}, human)

@@ -61,6 +61,12 @@ def test_the_second_attempt_at_a_known_failing_call_is_stopped(tmp_path: Path) -
         assert {"get_order", "exchange"} <= out["listed"]
         # the catalog was synced into the hot index
         assert {"get_order", "exchange"} <= {t.tool_id for t in sc.list_tools()}
+        # and an eviction after the walk-through removes nothing that succeeded: every
+        # get_order and the delivered exchanges returned without error, whatever the
+        # sessions' outcomes (nobody declared them)
+        evicted = {d.tool_id for d in sc.evict(min_chains=1).evicted}
+        assert not evicted & {"get_order", "exchange"}
+        assert {"get_order", "exchange"} <= {t.tool_id for t in sc.list_tools()}
 
 
 def _check(sc: Sidecar) -> str:

@@ -650,3 +650,37 @@ def test_a_missing_prerequisite_holds_when_no_login_came_first() -> None:
     assert verdict(memory, logged, "transfer", args).decision == "allow"
     failed_login = [step("login", {"user": "u_5"}, error="Error: bad password")]
     assert "prerequisite" in families(verdict(memory, failed_login, "transfer", args))
+
+
+# ---- a call that undid what the failing one needs ----------------------------------------
+def logout_world() -> list[Session]:
+    out = [
+        session(
+            f"in-{n}",
+            step("balance", {"account": f"acct_{n}"}, {"balance": 10.0}),
+            step("transfer", {"account": f"acct_{n}", "amount": 5.0}, {"ok": True}),
+        )
+        for n in range(SUCCESSES)
+    ]
+    out += [
+        session(
+            f"out-{n}",
+            step("balance", {"account": f"acct_8{n}"}, {"balance": 10.0}),
+            step("logout", {}, {"ok": True}),
+            step("transfer", {"account": f"acct_8{n}", "amount": 5.0}, error=NOT_LOGGED_IN),
+        )
+        for n in range(3)
+    ]
+    return out
+
+
+def test_a_call_that_undid_the_state_holds_when_it_came_before() -> None:
+    memory = learned(logout_world())
+    args = {"account": "acct_5", "amount": 5.0}
+    after_logout = [step("balance", {"account": "acct_5"}, {"balance": 1.0}),
+                    step("logout", {}, {"ok": True})]  # fmt: skip
+    undone = verdict(memory, after_logout, "transfer", args)
+    assert undone.decision == "block" and "prerequisite" in families(undone)
+    assert any("logout succeeded earlier" in r.explanation for r in undone.reasons)
+    plain = [step("balance", {"account": "acct_5"}, {"balance": 1.0})]
+    assert verdict(memory, plain, "transfer", args).decision == "allow"

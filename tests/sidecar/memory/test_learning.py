@@ -234,3 +234,15 @@ def test_bounds_hold() -> None:
 )  # fmt: skip
 def test_predicates_in_words(feature: str, op: str, value: object, words: str) -> None:
     assert describe(Predicate(feature, op, value)) == words  # type: ignore[arg-type]
+
+
+def test_a_condition_blocks_once_each_of_its_situations_is_predicted_by_the_others() -> None:
+    # two situations against few successes: each alone is what chance gives, so the
+    # condition is unconfirmed and warns; against more successes, the others predict
+    # each one: confirmed, it blocks
+    few = status_conditions(learned(refund_world(("#A1001", "#A1002"), successes=6)))["=="]
+    assert (few.support, few.confirmations) == (2, 0)
+    assert "unconfirmed" in few.explanation and Thresholds().level(few) == "warn"
+    many = status_conditions(learned(refund_world(("#A1001", "#A1002"), successes=40)))["=="]
+    assert (many.support, many.confirmations) == (2, 2)
+    assert "confirmed by 2 of 2" in many.explanation and Thresholds().level(many) == "block"
