@@ -412,15 +412,17 @@ class StateStore:
         they were applied already; returns how many constraints were new."""
         now = time.time()
         with self._db.tx() as db:
-            added = self._insert_constraints(db, items, kinds or {})
             if staged is not None:
-                # the write lock is held: whoever deletes the row applies its counters
+                # the write lock is held: whoever deletes the row applies its counters;
+                # before the new constraints, so that a completed run of the same batch
+                # is found among the runs that came before them
                 row = db.execute(
                     "SELECT counters FROM intake_staged WHERE batch_id=?", (staged,)
                 ).fetchone()
                 if row is not None:
                     db.execute("DELETE FROM intake_staged WHERE batch_id=?", (staged,))
                     self._record(db, Counters.from_json(row[0]), retire_after, now)
+            added = self._insert_constraints(db, items, kinds or {}, retire_after, now)
         return added
 
     def _insert_constraints(
@@ -428,6 +430,8 @@ class StateStore:
         db: Connection,
         items: Sequence[tuple[str, Sequence[str], str, str, Sequence[Condition], bool, str, float]],
         kinds: Mapping[str, str],
+        retire_after: int = 3,
+        now: float | None = None,
     ) -> int:
         ids = list(dict.fromkeys(item[0] for item in items))
         present: set[str] = set()
@@ -444,6 +448,7 @@ class StateStore:
         (next_ord,) = db.execute("SELECT COALESCE(MAX(ord), -1) + 1 FROM constraints").fetchone()
         rows: list[tuple[Any, ...]] = []
         evidence: list[tuple[str, str, float]] = []
+        fatal: dict[str, tuple[str, ...]] = {}
         for chain_id, sequence, rule, signature, when, gapped, pointer, archived_at in items:
             if chain_id in present:
                 continue  # already compiled
@@ -465,15 +470,51 @@ class StateStore:
                 )
             )
             evidence.append((chain_id, kinds.get(chain_id, "sequence"), archived_at))
+            if kinds.get(chain_id, "sequence") == "sequence" and not when and not gapped:
+                fatal[chain_id] = tuple(sequence)
         db.executemany("INSERT INTO constraints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         db.executemany(
             "INSERT OR IGNORE INTO constraint_evidence(chain_id, kind, last_seen) VALUES (?, ?, ?)",
             evidence,
         )
+        if fatal:
+            self._earlier_completions(db, fatal, retire_after, now or time.time())
         added = len(rows)
         if added:
             self._bump_revision(db)
         return added
+
+    @staticmethod
+    def _earlier_completions(
+        db: Connection, fatal: Mapping[str, tuple[str, ...]], retire_after: int, now: float
+    ) -> None:
+        """Completed runs that came before a new fatal sequence and contain it contradict
+        it as those after it do: the evidence is the same whatever its order."""
+        completed = db.execute("SELECT topology, times FROM completed_chains").fetchall()
+        usage = [
+            (key, json.loads(topo), json.loads(against))
+            for key, topo, against in db.execute(
+                "SELECT usage_key, topology, contradicts FROM usage_evidence "
+                "WHERE topology IS NOT NULL"
+            ).fetchall()
+        ]
+        for cid, seq in fatal.items():
+            runs = sum(int(t) for topo, t in completed if _contains(json.loads(topo), seq))
+            if not runs:
+                continue
+            db.execute(
+                "UPDATE constraint_evidence SET contradictions = contradictions + ?, "
+                "invalid_at = CASE WHEN contradictions + ? - baseline >= ? THEN ? "
+                "ELSE invalid_at END WHERE chain_id=?",
+                (runs, runs, retire_after, now, cid),
+            )
+            for key, topo, against in usage:
+                if _contains(topo, seq):
+                    against.append(cid)
+                    db.execute(
+                        "UPDATE usage_evidence SET contradicts=? WHERE usage_key=?",
+                        (json.dumps(against), key),
+                    )
 
     def constraint_ids(self) -> set[str]:
         return {r[0] for r in self._db.execute("SELECT chain_id FROM constraints")}
@@ -789,6 +830,12 @@ class StateStore:
                 "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
                 (key, value),
             )
+
+
+def _contains(topology: Sequence[str], sequence: Sequence[str]) -> bool:
+    """Whether ``sequence`` is a contiguous run of ``topology``."""
+    n = len(sequence)
+    return any(tuple(topology[i : i + n]) == tuple(sequence) for i in range(len(topology) - n + 1))
 
 
 def bump(db: Connection, key: str) -> None:

@@ -26,7 +26,6 @@ from sidecar.memory.values import canonical, is_id_like, key_of
 PREREQUISITE_SHARE = 0.8
 """A tool is a prerequisite candidate when at least this share of the successes had it
 succeed before them."""
-MIN_PREREQUISITE_SESSIONS = 3
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?")
 ALIGN_TOLERANCE = 0.005
 
@@ -178,7 +177,7 @@ def _novel(name: str, item: Any, stats: ToolStats, rules: Rules) -> Iterable[Pre
 def prerequisites(records: list[FailureRecord], stats: ToolStats) -> list[tuple[str, list[int]]]:
     """``prior:T == False`` candidates: a tool ``T`` that had succeeded before (nearly)
     every success of this tool, with the failing calls in whose session it had not."""
-    if stats.units < MIN_PREREQUISITE_SESSIONS:
+    if not stats.units:
         return []
     out: list[tuple[str, list[int]]] = []
     for tool in sorted(stats.prior):

@@ -288,3 +288,33 @@ def test_outputs_can_be_kept_out_of_the_cold_record(tmp_path: Path) -> None:
         steps = sc.audit(result.pointer or "")["steps"]
         assert [s["output"] for s in steps] == [None, None]
         assert steps[0]["arguments"] == {"order_id": "#A1000"}
+
+
+@pytest.mark.parametrize("order", ["completed first", "abandoned first", "one batch"])
+def test_a_fatal_sequence_seen_completing_is_contested_whatever_the_order(
+    tmp_path: Path, order: str
+) -> None:
+    completed = {"topology": ["alpha", "beta", "gamma"], "outcome": "completed",
+                 "session_id": "ok-1"}  # fmt: skip
+    abandoned = {
+        "topology": ["alpha", "beta", "gamma"],
+        "outcome": "abandoned",
+        "failure": {"signature": "HTTP 422 unprocessable"},
+        "constraint": {"rule": "IF alpha, beta THEN gamma fails"},
+        "session_id": "bad-1",
+    }
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path) as sc:
+        if order == "completed first":
+            sc.report(completed)
+            sc.report(abandoned)
+        elif order == "abandoned first":
+            sc.report(abandoned)
+            sc.report(completed)
+        else:
+            sc.report_many([completed, abandoned])
+        result = sc.check(["alpha", "beta", "gamma"])
+        assert result.safe and result.warnings, order  # contested: a warning, no block
+        (view,) = sc.constraints()
+        assert (view.status, view.contradictions) == ("contested", 1)
+        sc.report(completed)  # a replay counts nothing twice
+        assert sc.constraints()[0].contradictions == 1
