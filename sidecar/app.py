@@ -508,11 +508,19 @@ class Sidecar:
         self,
         reports: Iterable[ChainReport | StepReport | Mapping[str, Any]],
         chunk: int = INTAKE_CHUNK,
+        progress: Callable[[int], None] | None = None,
     ) -> list[IntakeResult]:
         """:meth:`report` for many reports, archiving each chunk as one cold file; a
-        chunk that fails changes nothing."""
+        chunk that fails changes nothing.  ``progress`` hears the reports done so far
+        after each chunk."""
         self._writable()
-        return self._intake.report_many(reports, chunk)
+        if progress is None:
+            return self._intake.report_many(reports, chunk)
+        items, out = list(reports), []
+        for start in range(0, len(items), max(1, chunk)):
+            out += self._intake.report_many(items[start : start + max(1, chunk)], chunk)
+            progress(len(out))
+        return out
 
     def _evict_after_report(self) -> str:
         try:
@@ -741,6 +749,7 @@ class Sidecar:
             damaged=tuple(
                 QuarantinedView(q.name, str(q.path), q.reason) for q in self._cold.verify(verify)
             ),
+            call_conditions=self._calls.enforced_count(),
         )
 
     def health(self) -> Health:

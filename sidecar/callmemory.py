@@ -230,6 +230,10 @@ class CallMemory:
             out.append(c if status == "active" else replace(c, warn_only=True))
         return out
 
+    def enforced_count(self) -> int:
+        """Conditions that checks apply now (active, or contested: warn only)."""
+        return sum(st.status in ENFORCED for st in self.states().values())
+
     def set_status(self, condition_id: str, lifted: bool) -> bool:
         """Lift, or reinstate (counting only contradictions from now on); returns whether
         the condition exists."""

@@ -20,6 +20,7 @@ from sidecar.wire import dump_dict
 
 if TYPE_CHECKING:
     from sidecar.app import Sidecar
+    from sidecar.client import RemoteSidecar
 
 Scalar = str | int | float | bool | None
 
@@ -33,8 +34,9 @@ INSTRUCTIONS = (
 )
 
 
-def build_mcp(sc: Sidecar) -> MCPServer:
-    """An MCP server whose tools call ``sc``."""
+def build_mcp(sc: Sidecar | RemoteSidecar) -> MCPServer:
+    """An MCP server whose tools call ``sc``: the library, or a running sidecar over HTTP
+    (``sidecar mcp`` beside a server)."""
     server = MCPServer(name="tool-chain-sidecar", instructions=INSTRUCTIONS, log_level="WARNING")
 
     def call(fn: Any) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
+from sidecar.api.docs import ASSETS
+from sidecar.errors import BodyTooLarge
 from sidecar.metrics import Metrics
 from sidecar.redact import redact_text
 
@@ -28,8 +30,10 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-PUBLIC = frozenset({"/livez", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+PUBLIC = frozenset({"/livez", "/docs", "/redoc", "/openapi.json"})
 """Routes served without the token: liveness, and the API's documentation (no data)."""
+PUBLIC_PREFIX = ASSETS + "/"
+"""The documentation pages' scripts and styles."""
 UNMATCHED = "(unmatched)"
 
 
@@ -102,7 +106,7 @@ class Gate:
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
-        if path not in PUBLIC:
+        if path not in PUBLIC and not path.startswith(PUBLIC_PREFIX):
             refusal = self._refusal(headers.get("authorization"))
             if refusal is not None:
                 await envelope(401, "unauthorized", refusal, {"WWW-Authenticate": "Bearer"})(
@@ -149,9 +153,8 @@ class Gate:
         return None
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
-        await envelope(413, "body_too_large", f"request body over {limit} bytes")(
-            scope, receive, send
-        )
+        message = f"request body over {limit} bytes"
+        await envelope(BodyTooLarge.status, BodyTooLarge.code, message)(scope, receive, send)
 
 
 async def _read_capped(receive: Receive, limit: int) -> tuple[bytes, bool]:
