@@ -34,6 +34,16 @@ PUBLIC = frozenset({"/livez", "/docs", "/redoc", "/openapi.json"})
 """Routes served without the token: liveness, and the API's documentation (no data)."""
 PUBLIC_PREFIX = ASSETS + "/"
 """The documentation pages' scripts and styles."""
+
+
+def is_public(path: str) -> bool:
+    """Whether ``path`` is served without the token (an asset path may not climb out of
+    its folder: the router never sees it as another route, and it is not even asked)."""
+    if path in PUBLIC:
+        return True
+    return path.startswith(PUBLIC_PREFIX) and ".." not in path.split("/")
+
+
 UNMATCHED = "(unmatched)"
 
 
@@ -106,7 +116,7 @@ class Gate:
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
-        if path not in PUBLIC and not path.startswith(PUBLIC_PREFIX):
+        if not is_public(path):
             refusal = self._refusal(headers.get("authorization"))
             if refusal is not None:
                 await envelope(401, "unauthorized", refusal, {"WWW-Authenticate": "Bearer"})(

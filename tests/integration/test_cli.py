@@ -333,3 +333,23 @@ def test_evict_min_chains_flag(tmp_path: Path) -> None:
     assert {d["tool_id"] for d in loose["evicted"]} == {"web_search", "html_parser"}
     bad = run(home, "evict", "--min-chains", "0")
     assert bad.returncode == 2 and "must be at least 1" in bad.stderr
+
+
+def test_constraints_lift_and_reinstate(loaded: Path) -> None:
+    """`constraints lift ID` and `constraints reinstate ID`, as the README names them;
+    `lift --reinstate` is the same as `reinstate`."""
+    archived = as_json(run(loaded, "report", "-", "--json", stdin=json.dumps(REPORTS[0])))
+    cid = archived["chain_id"]
+    lifted = run(loaded, "constraints", "lift", cid, "--reason", "false positive")
+    assert (lifted.returncode, lifted.stdout.strip()) == (0, f"{cid}: lifted")
+    assert run(loaded, "check", FATAL, "--context", "payload_bytes=7200000").returncode == 0
+    back = run(loaded, "constraints", "reinstate", cid, "--reason", "it fails again")
+    assert (back.returncode, back.stdout.strip()) == (0, f"{cid}: active")
+    assert run(loaded, "check", FATAL, "--context", "payload_bytes=7200000").returncode == 3
+    run(loaded, "constraints", "lift", cid, "--reason", "again")
+    alias = run(loaded, "constraints", "lift", cid, "--reinstate", "--reason", "alias")
+    assert alias.stdout.strip() == f"{cid}: active"
+    missing = run(loaded, "constraints", "reinstate", "0" * 32, "--reason", "x")
+    assert missing.returncode == 5
+    status = run(loaded, "archive", "status").stdout
+    assert "active constraints: 1 (1 fatal sequence(s), 0 call condition(s))" in status
