@@ -172,8 +172,8 @@ class ActiveIndex:
         the deleted files.  A client of a Chroma server has a system of its own, whose
         stop drops its HTTP connection pool without closing the sockets (each one a
         ResourceWarning when it is collected): the pool is closed first.  Idempotent."""
-        client = self._client
-        if client is None:
+        client: Any = self._client
+        if client is None:  # closed already
             return
         self._client = None  # type: ignore[assignment]
         self._path = None
