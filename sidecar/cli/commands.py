@@ -269,19 +269,14 @@ class _BadLine:
         self.msg = msg
 
 
-def report_lines(source: str) -> tuple[int, Iterator[tuple[int, str]]]:
-    """How many report lines ``source`` (a file, or ``-`` for stdin) holds, and the lines
-    with their numbers.  Every line is decoded before the first is handed out, so a file
-    that is not UTF-8 is refused (exit 2) before anything is reported."""
+def report_lines(source: str) -> tuple[int | None, Iterator[tuple[int, str]]]:
+    """How many report lines ``source`` holds, and the lines with their numbers.  A file
+    is decoded whole before its first line is handed out, so one that is not UTF-8 is
+    refused (exit 2) before anything is reported.  Standard input (``-``) is read as it
+    comes, batch by batch (a producer may write sessions as they end): its count is not
+    known, and a line that is not UTF-8 stops it there."""
     if source == "-":
-        raw = getattr(sys.stdin, "buffer", None)
-        found = (
-            sys.stdin.read().splitlines()
-            if raw is None
-            else [utf8(line, source, n) for n, line in enumerate(raw.read().splitlines(), 1)]
-        )
-        kept = [(n, line) for n, line in enumerate(found, 1) if line.strip()]
-        return len(kept), iter(kept)
+        return None, _stdin_lines()
     path = Path(source)
     try:
         with path.open("rb") as handle:
@@ -297,6 +292,17 @@ def report_lines(source: str) -> tuple[int, Iterator[tuple[int, str]]]:
                     yield n, text
 
     return total, lines()
+
+
+def _stdin_lines() -> Iterator[tuple[int, str]]:
+    raw = getattr(sys.stdin, "buffer", None)
+    if raw is None:  # a text stream put in its place
+        lines = ((n, line) for n, line in enumerate(sys.stdin, 1))
+    else:
+        lines = ((n, utf8(line, "stdin", n)) for n, line in enumerate(raw, 1))
+    for n, text in lines:
+        if text.strip():
+            yield n, text
 
 
 def _batches(lines: Iterator[tuple[int, str]]) -> Iterator[list[tuple[int, Any]]]:
@@ -320,7 +326,7 @@ def report(args: argparse.Namespace) -> int:
     tally: Counter[str] = Counter()
     rejected: list[str] = []
     quiet = not (args.json or args.verbose)
-    show = bar("reports", total) if quiet else None
+    show = bar("reports", total) if quiet and total is not None else None
     with backend(args, write=True) as b:
         for batch in _batches(lines):
             good = [data for _, data in batch if not isinstance(data, _BadLine)]
