@@ -98,3 +98,13 @@ def test_an_unknown_code_from_a_newer_server_is_a_remote_error() -> None:
     err = from_code("brand_new_code", "what happened", 503)
     assert isinstance(err, E.RemoteError) and "brand_new_code" in str(err)
     assert isinstance(from_code("invalid_request", "k: too big", 422), E.InvalidInput)
+
+
+def test_the_readme_lists_every_exit_code() -> None:
+    """The README's exit-code list names each code an error class declares."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    listed = readme[readme.index("Exit codes: 0 ok;") :].split("\n\n")[0]
+    named = {int(n) for n in re.findall(r"(?:^|[;:] ?|\n)(\d+) ", listed)}
+    assert {cls.exit_code for cls in CLASSES} | {0, 3, 4} <= named, listed
