@@ -36,10 +36,12 @@ test: $(STAMP)
 	$(PYTEST) -q
 
 # under a minute: no subprocess servers, crashes, faults, real-model tests or long
-# property-based runs
+# property-based runs (the two folders that hold only integration tests are not even
+# collected: importing them alone takes seconds)
 test-fast: $(STAMP)
 	@echo "==> make test-fast: the unit tests on $(WORKERS) workers (under a minute on 2 cores)"
-	$(PYTEST) -m "not integration and not model and not slow" -q
+	$(PYTEST) -m "not integration and not model and not slow" -q \
+	    --ignore=tests/integration --ignore=tests/faults
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .
