@@ -76,8 +76,10 @@ def bind(host: str, port: int) -> socket.socket:
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-class Stopped(Exception):
-    """A stop signal arrived: the server shut down, or is to stop starting."""
+class Stopped(BaseException):
+    """A stop signal arrived: the server shut down, or is to stop starting.  Like
+    ``KeyboardInterrupt``, not an ``Exception``: no ``except Exception`` on the way out
+    (a store's error mapping, a retry loop) may take it for a failure."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
