@@ -31,7 +31,7 @@ PYTEST := $(BIN)/python -m pytest -n $(WORKERS) --dist worksteal
 
 # ruff, the format check and mypy, then the whole suite
 test: $(STAMP)
-	@echo "==> make test: lint (about 1-2 min), then the whole suite on $(WORKERS) workers (about 7-10 min on 2 cores; longer while the machine is busy)"
+	@echo "==> make test: lint (about 2 min), then the whole suite on $(WORKERS) workers (about 10-12 min on 2 cores, more while other work shares them)"
 	@$(MAKE) --no-print-directory lint
 	$(PYTEST) -q
 
@@ -39,7 +39,7 @@ test: $(STAMP)
 # property-based runs (the two folders that hold only integration tests are not even
 # collected: importing them alone takes seconds)
 test-fast: $(STAMP)
-	@echo "==> make test-fast: the unit tests on $(WORKERS) workers (under a minute on 2 cores)"
+	@echo "==> make test-fast: the unit tests on $(WORKERS) workers (about a minute on 2 cores)"
 	$(PYTEST) -m "not integration and not model and not slow" -q \
 	    --ignore=tests/integration --ignore=tests/faults
 
