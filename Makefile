@@ -25,14 +25,27 @@ run: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/sidecar demo
 
+# The suite runs on two workers (pytest-xdist; every test that serves binds port 0 and
+# works in its own temporary home).  Python writes its bytecode caches for the suite even
+# where the shell asks it not to: the suite starts the CLI a few hundred times, and
+# pytest rewrites the asserts of every test module on every run without them.
+unexport PYTHONDONTWRITEBYTECODE
+WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(WORKERS) --dist worksteal
+
 # ruff, the format check and mypy, then the whole suite
-test: lint
-	$(BIN)/python -m pytest
+test: $(STAMP)
+	@echo "==> make test: lint (about 2 min), then the whole suite on $(WORKERS) workers (about 10-12 min on 2 cores, more while other work shares them)"
+	@$(MAKE) --no-print-directory lint
+	$(PYTEST) -q
 
 # under a minute: no subprocess servers, crashes, faults, real-model tests or long
-# property-based runs
+# property-based runs (the two folders that hold only integration tests are not even
+# collected: importing them alone takes seconds)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not integration and not model and not slow" -q
+	@echo "==> make test-fast: the unit tests on $(WORKERS) workers (about a minute on 2 cores)"
+	$(PYTEST) -m "not integration and not model and not slow" -q \
+	    --ignore=tests/integration --ignore=tests/faults
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .

@@ -161,51 +161,135 @@ def report_line(run: Run) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m benchmarks.tau2 reports [--except-task T]`` prints every run as a report
-    line; ``python -m benchmarks.tau2 steps --task T [--agent A] --until TOOL`` prints the
-    steps of the first matching run before its first call of TOOL, and that call."""
+def tool_lines(corpus: Corpus) -> list[dict[str, Any]]:
+    """The agent's tools as sidecar tool records, one per name (``sidecar tools add``
+    reads them as JSON lines); a tool both domains define is kept once."""
+    seen: dict[str, dict[str, Any]] = {}
+    for tool in corpus.tools:
+        seen.setdefault(tool.tool_id, tool.to_dict())
+    return list(seen.values())
+
+
+def steps_file(run: Run, until: str) -> dict[str, Any] | None:
+    """The steps of ``run`` before its first call of ``until``, and that call as ``next``:
+    the body ``sidecar check --steps`` and ``POST /v1/check`` take as they stand.
+    ``what_happened`` says what the call really did (the check never reads it)."""
+    tools = [s.tool for s in run.steps]
+    if until not in tools:
+        return None
+    j = tools.index(until)
+    call = run.steps[j]
+    return {
+        "steps": [s.to_dict() for s in run.steps[:j]],
+        "task_input": run.told_before[j],
+        "next": {"tool": call.tool, "arguments": dict(call.arguments)},
+        "what_happened": call.error or "succeeded",
+    }
+
+
+DESCRIPTION = """\
+The τ²-bench agent runs of a dataset folder as sidecar input, for the README's worked
+example: the agents' tools, every run as a session report, or one run's steps before a
+call (with that call as `next`).  Reads DATASET/tau2-trajectories/; downloads nothing.
+
+  python -m benchmarks.tau2 tools --out tau2-tools.jsonl
+  python -m benchmarks.tau2 reports --except-task retail/86 --out reports.jsonl
+  python -m benchmarks.tau2 steps --task retail/86 --agent ft \\
+      --until exchange_delivered_order_items --out steps.json
+"""
+
+
+def parser() -> Any:
     import argparse
-    import sys
 
     from benchmarks.common import DEFAULT_DATASETS
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.tau2")
-    parser.add_argument("what", choices=["reports", "steps"])
-    parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASETS)
-    parser.add_argument("--except-task", default=None, metavar="DOMAIN/ID")
-    parser.add_argument("--task", default=None, metavar="DOMAIN/ID")
-    parser.add_argument("--agent", default="", help="a part of the agent's model name")
-    parser.add_argument("--until", default=None, metavar="TOOL")
-    args = parser.parse_args(argv)
-    runs = load(args.dataset).runs
-    if args.what == "reports":
-        for run in runs:
-            if run.task != args.except_task:
-                print(json.dumps(report_line(run)))
-        return 0
-    for run in runs:
-        if run.task != args.task or args.agent not in run.agent:
-            continue
-        tools = [s.tool for s in run.steps]
-        if args.until not in tools:
-            continue
-        j = tools.index(args.until)
-        call = run.steps[j]
-        print(
-            json.dumps(
-                {
-                    "steps": [s.to_dict() for s in run.steps[:j]],
-                    "task_input": run.told_before[j],
-                    "next": {"tool": call.tool, "arguments": dict(call.arguments)},
-                    "what_happened": call.error or "succeeded",
-                },
-                indent=1,
-            )
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.tau2",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "what",
+        choices=["tools", "reports", "steps"],
+        help="tools: the agents' tools, one JSON line each (for `sidecar tools add`); "
+        "reports: every run as a session report, one JSON line each (for `sidecar report`); "
+        "steps: one run's calls before --until and that call as `next` (for `sidecar check "
+        "--steps` and POST /v1/check)",
+    )
+    p.add_argument(
+        "--dataset",
+        type=Path,
+        default=DEFAULT_DATASETS,
+        help=f"the folder holding tau2-trajectories/ (default {DEFAULT_DATASETS})",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, metavar="FILE", help="write here (default: stdout)"
+    )
+    p.add_argument(
+        "--except-task",
+        default=None,
+        metavar="DOMAIN/ID",
+        help="reports: leave out this task's runs (the held-out task), e.g. retail/86",
+    )
+    p.add_argument(
+        "--task", default=None, metavar="DOMAIN/ID", help="steps: the task, e.g. retail/86"
+    )
+    p.add_argument(
+        "--agent",
+        default="",
+        help="steps: a part of the agent's model name (default: any); the first matching "
+        "run is taken",
+    )
+    p.add_argument(
+        "--until",
+        default=None,
+        metavar="TOOL",
+        help="steps: the run's first call of this tool becomes `next`",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.tau2 tools|reports|steps``: see :data:`DESCRIPTION`."""
+    import sys
+
+    p = parser()
+    args = p.parse_args(argv)
+    if args.what == "steps" and (args.task is None or args.until is None):
+        p.error("steps needs --task DOMAIN/ID and --until TOOL")
+    if missing_files(args.dataset):
+        p.error(f"no {FLAT} under {args.dataset} (give the dataset folder with --dataset)")
+    corpus = load(args.dataset)
+    if args.what == "steps":
+        found = next(
+            (
+                body
+                for run in corpus.runs
+                if run.task == args.task and args.agent in run.agent
+                if (body := steps_file(run, args.until)) is not None
+            ),
+            None,
         )
-        return 0
-    print("no such run", file=sys.stderr)
-    return 1
+        if found is None:
+            agent = args.agent or "any agent"
+            print(f"no run of {args.task} by {agent} calls {args.until}", file=sys.stderr)
+            return 1
+        text = json.dumps(found, indent=1) + "\n"
+        what = f"{len(found['steps'])} step(s) and the next call ({args.until})"
+    else:
+        if args.what == "tools":
+            lines = tool_lines(corpus)
+        else:
+            lines = [report_line(run) for run in corpus.runs if run.task != args.except_task]
+        text = "".join(json.dumps(line) + "\n" for line in lines)
+        what = f"{len(lines)} {args.what[:-1]}(s)"
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text, encoding="utf-8")
+        print(f"wrote {what} to {args.out}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

@@ -165,20 +165,26 @@ class ActiveIndex:
         return index
 
     def close(self) -> None:
-        """Release this index's embedded Chroma client.  Chroma keeps one system per
-        folder for as long as any client of it is open in the process; one left open
-        keeps its database connections, and should the folder be deleted and rebuilt by
-        another process, every later client of this process on that folder would read
-        and write the deleted files.  A client of a Chroma server is left as it is:
-        stopping its system drops its connection pool without closing the sockets.
-        Idempotent."""
-        if self._path is None:
+        """Release this index's Chroma client.  Chroma keeps one system per folder for
+        as long as any client of it is open in the process; one left open keeps its
+        database connections, and should the folder be deleted and rebuilt by another
+        process, every later client of this process on that folder would read and write
+        the deleted files.  A client of a Chroma server has a system of its own, whose
+        stop drops its HTTP connection pool without closing the sockets (each one a
+        ResourceWarning when it is collected): the pool is closed first.  Idempotent."""
+        client: Any = self._client
+        if client is None:  # closed already
             return
-        close = getattr(self._client, "close", None)
         self._client = None  # type: ignore[assignment]
         self._path = None
-        if callable(close):
-            with contextlib.suppress(Exception):  # closing must not mask the caller's error
+        with contextlib.suppress(Exception):  # closing must not mask the caller's error
+            # the client, and the admin client it made for itself, each have a pool
+            for part in (client, getattr(client, "_admin_client", None)):
+                session = getattr(getattr(part, "_server", None), "_session", None)
+                if session is not None and callable(getattr(session, "close", None)):
+                    session.close()
+            close = getattr(client, "close", None)
+            if callable(close):
                 close()
 
     @classmethod

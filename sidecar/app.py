@@ -522,18 +522,28 @@ class Sidecar:
         self,
         reports: Iterable[ChainReport | StepReport | Mapping[str, Any]],
         chunk: int = INTAKE_CHUNK,
+        progress: Callable[[int], None] | None = None,
         source: str = LOCAL,
         role: Role = "operator",
     ) -> list[IntakeResult]:
         """:meth:`report` for many reports, archiving each chunk as one cold file; a
-        chunk that fails changes nothing.  An untrusted source may send at most
-        ``report_rate`` reports a minute (:class:`~sidecar.errors.RateLimited`)."""
+        chunk that fails changes nothing.  ``progress`` hears the reports done so far
+        after each chunk.  An untrusted source may send at most ``report_rate`` reports
+        a minute (:class:`~sidecar.errors.RateLimited`)."""
         self._writable()
         check_source(source)
         items = list(reports)
         if source not in self._trusted:
             self._rate.take(source, len(items))
-        return self._intake.report_many(items, chunk, source, role == "operator")
+        operator = role == "operator"
+        if progress is None:
+            return self._intake.report_many(items, chunk, source, operator)
+        out: list[IntakeResult] = []
+        for start in range(0, len(items), max(1, chunk)):
+            part = items[start : start + max(1, chunk)]
+            out += self._intake.report_many(part, chunk, source, operator)
+            progress(len(out))
+        return out
 
     @boundary
     def forget(self, source: str, since: float | None = None) -> Forgotten:
@@ -784,6 +794,7 @@ class Sidecar:
             damaged=tuple(
                 QuarantinedView(q.name, str(q.path), q.reason) for q in self._cold.verify(verify)
             ),
+            call_conditions=self._calls.enforced_count(),
         )
 
     def health(self) -> Health:

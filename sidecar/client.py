@@ -5,19 +5,32 @@ use, with the same parameters, returning the same typed values (read back with
 :func:`sidecar.wire.load`); an HTTP error comes back as the library's error class for
 its code (:func:`sidecar.errors.from_code`).  ``tests/sidecar/test_surface.py`` checks
 that the two agree.  Ids put into a URL path are percent-encoded.
+
+Batches of any size: tools and reports are sent in as many requests as it takes to keep
+each body under the limit the server states in ``/version`` (``max_body_bytes``; the
+default limit for a server that does not say), so a command never meets a 413 for a
+file it could have sent in parts.  A report that is over the limit alone comes back
+``rejected`` with the reason; the others are sent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 
-from sidecar.errors import Unauthorized, Unreachable, from_code
+from sidecar.errors import BodyTooLarge, Unauthorized, Unreachable, from_code
 from sidecar.eviction import EvictionReport, RestoreResult, ToolDecision
-from sidecar.limits import INTAKE_CHUNK, MAX_REPORTS_PER_REQUEST, CheckMode
+from sidecar.limits import (
+    INTAKE_CHUNK,
+    MAX_BODY_BYTES,
+    MAX_REPORTS_PER_REQUEST,
+    MAX_TOOLS_PER_REQUEST,
+    CheckMode,
+)
 from sidecar.memory import Step
 from sidecar.model import CallCheck, CheckResult, IntakeResult, LookupResult, Tool
 from sidecar.registry import AddToolsResult
@@ -47,6 +60,30 @@ def segment(value: str) -> str:
     return quote(value, safe="")
 
 
+def encode(value: Any) -> bytes:
+    """A request body's JSON as it is sent (and measured against the limit).  A number
+    that is not finite has no JSON form: ``ValueError``."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def packed(key: str, parts: Sequence[bytes], limit: int, most: int) -> Iterator[list[int]]:
+    """The indexes of ``parts`` (encoded items) grouped into ``{key: [...]}`` bodies of at
+    most ``limit`` bytes and ``most`` items, in order.  An item over the limit alone is a
+    group of its own (its request is refused; the caller decides what that means)."""
+    empty = len(encode({key: []}))
+    group: list[int] = []
+    size = empty
+    for i, part in enumerate(parts):
+        grown = size + len(part) + (1 if group else 0)
+        if group and (grown > limit or len(group) == most):
+            yield group
+            group, grown = [], empty + len(part)
+        group.append(i)
+        size = grown
+    if group:
+        yield group
+
+
 class RemoteSidecar:
     def __init__(
         self, url: str, token: str | None, timeout: float = 600.0, token_source: str = ""
@@ -56,6 +93,7 @@ class RemoteSidecar:
         self.url = url.rstrip("/")
         self._token_source = token_source or ("given" if token else "none found")
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._limit: int | None = None
 
     def close(self) -> None:
         self._http.close()
@@ -83,7 +121,24 @@ class RemoteSidecar:
             raise Unauthorized(
                 f"{self.url} refused the token: {message} (token: {self._token_source})"
             )
+        if response.status_code == 413:
+            raise BodyTooLarge(
+                f"the sidecar at {self.url} refused the request: {message} (its limit is "
+                "set by `sidecar serve --max-body BYTES`)"
+            )
         raise from_code(code, message, response.status_code)
+
+    def _body_limit(self) -> int:
+        """The largest request body the server takes, as its ``/version`` states it (read
+        once); a server that does not state it takes the default."""
+        if self._limit is None:
+            stated = self.call("GET", "/version").get("max_body_bytes")
+            ok = isinstance(stated, int) and not isinstance(stated, bool) and stated > 0
+            self._limit = stated if ok else MAX_BODY_BYTES
+        return self._limit
+
+    def _post_raw(self, path: str, body: bytes) -> Any:
+        return self.call("POST", path, content=body, headers={"content-type": "application/json"})
 
     def _get(self, cls: type[T], path: str, key: str | None = None, **params: Any) -> T:
         data = self.call("GET", path, params={k: v for k, v in params.items() if v is not None})
@@ -97,11 +152,29 @@ class RemoteSidecar:
     def add_tools(
         self, tools: Sequence[Tool], progress: Callable[[int], None] | None = None
     ) -> AddToolsResult:
-        body = {"tools": [t.to_dict() for t in tools]}
-        result = self._post(AddToolsResult, "/v1/tools", body)
-        if progress is not None:
-            progress(len(tools))
-        return result
+        """One request per batch under the server's body limit; a tool over the limit
+        alone is :class:`BodyTooLarge`, with the tools before it already added."""
+        parts = [encode(t.to_dict()) for t in tools]
+        added: list[str] = []
+        updated: list[str] = []
+        warnings: list[str] = []
+        done = 0
+        for group in packed("tools", parts, self._body_limit(), MAX_TOOLS_PER_REQUEST):
+            body = b'{"tools":[' + b",".join(parts[i] for i in group) + b"]}"
+            if len(body) > self._body_limit():
+                raise BodyTooLarge(
+                    f"tool {tools[group[0]].tool_id} alone is {len(body)} bytes, over the "
+                    f"{self._body_limit()}-byte request limit of the sidecar at {self.url} "
+                    f"({len(added) + len(updated)} tool(s) before it were added)"
+                )
+            result = load(AddToolsResult, self._post_raw("/v1/tools", body))
+            added += result.added
+            updated += result.updated
+            warnings += result.warnings
+            done += len(group)
+            if progress is not None:
+                progress(done)
+        return AddToolsResult(tuple(added), tuple(updated), tuple(warnings))
 
     def list_tools(self) -> list[Tool]:
         return self._get(list[Tool], "/v1/tools", "tools")
@@ -152,16 +225,47 @@ class RemoteSidecar:
         body = {"plan": list(plan), "mode": mode, "context": dict(context or {})}
         return self._post(CheckResult, "/v1/check", body)
 
-    def report_many(self, reports: Iterable[Any], chunk: int = INTAKE_CHUNK) -> list[IntakeResult]:
-        """One request per ``chunk`` reports, at most a request's limit: each request
-        is all-or-nothing on the server."""
+    def report_many(
+        self,
+        reports: Iterable[Any],
+        chunk: int = INTAKE_CHUNK,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[IntakeResult]:
+        """One request per batch of at most ``chunk`` reports under the server's body
+        limit (each request is all-or-nothing on the server).  A report that cannot be
+        sent (over the limit alone, or a number JSON has no form for) comes back
+        ``rejected`` with the reason, in its place."""
         items = list(reports)
-        out: list[IntakeResult] = []
-        chunk = min(chunk, MAX_REPORTS_PER_REQUEST)
-        for start in range(0, len(items), chunk):
-            body = {"reports": items[start : start + chunk]}
-            out += self._post(list[IntakeResult], "/v1/reports", body, "results")
-        return out
+        out: list[IntakeResult | None] = [None] * len(items)
+        parts: list[bytes] = []
+        sendable: list[int] = []
+        for i, item in enumerate(items):
+            try:
+                parts.append(encode(item))
+                sendable.append(i)
+            except (TypeError, ValueError):
+                out[i] = IntakeResult(
+                    "rejected", reason="not JSON: a number that is not finite, or a value "
+                    "JSON has no form for",
+                )  # fmt: skip
+        limit, done = self._body_limit(), len(items) - len(sendable)
+        most = max(1, min(chunk, MAX_REPORTS_PER_REQUEST))
+        for group in packed("reports", parts, limit, most):
+            body = b'{"reports":[' + b",".join(parts[j] for j in group) + b"]}"
+            if len(body) > limit:
+                out[sendable[group[0]]] = IntakeResult(
+                    "rejected",
+                    reason=f"{len(parts[group[0]])} bytes, over the {limit}-byte request "
+                    f"limit of the sidecar at {self.url} (`sidecar serve --max-body`)",
+                )
+            else:
+                data = self._post_raw("/v1/reports", body)
+                for j, result in zip(group, load(list[IntakeResult], data["results"]), strict=True):
+                    out[sendable[j]] = result
+            done += len(group)
+            if progress is not None:
+                progress(done)
+        return [r for r in out if r is not None]
 
     def report(self, report: Any) -> IntakeResult:
         return self.report_many([report])[0]

@@ -25,6 +25,7 @@
     ├── RemoteError                 talking to a running sidecar failed (502, 9)
     │   ├── Unreachable             no answer at ``--url``
     │   └── Unauthorized            the token was missing or wrong (401)
+    ├── BodyTooLarge                a request body over the server's limit (413, exit 10)
     └── GatewayError                the MCP gateway failed (502, 9)
         ├── UpstreamSpecError       an upstream given as neither NAME=URL nor NAME=COMMAND
         │                           (also an ``InvalidInput``: 400, exit 2)
@@ -57,6 +58,8 @@ EXIT_BUSY = 6
 EXIT_UNAVAILABLE = 7
 EXIT_ADDRESS_IN_USE = 8
 EXIT_REMOTE = 9
+EXIT_TOO_LARGE = 10
+"""A request was over the server's body limit (``sidecar serve --max-body``)."""
 EXIT_FORBIDDEN = 12
 EXIT_RATE_LIMITED = 13
 
@@ -198,6 +201,16 @@ class Unreachable(RemoteError):
 class Unauthorized(RemoteError):
     code = "unauthorized"
     status = 401
+
+
+class BodyTooLarge(SidecarError):
+    """A request body over the server's limit.  The CLI splits its batches under the
+    limit the server states, so this means one item alone is over it, or the server's
+    limit changed under the command."""
+
+    code = "body_too_large"
+    status = 413
+    exit_code = EXIT_TOO_LARGE
 
 
 class GatewayError(SidecarError):

@@ -22,6 +22,7 @@ from sidecar.wire import dump_dict
 
 if TYPE_CHECKING:
     from sidecar.app import Sidecar
+    from sidecar.client import RemoteSidecar
 
 Scalar = str | int | float | bool | None
 
@@ -35,8 +36,9 @@ INSTRUCTIONS = (
 )
 
 
-def build_mcp(sc: Sidecar) -> MCPServer:
-    """An MCP server whose tools call ``sc``."""
+def build_mcp(sc: Sidecar | RemoteSidecar) -> MCPServer:
+    """An MCP server whose tools call ``sc``: the library, or a running sidecar over HTTP
+    (``sidecar mcp`` beside a server)."""
     server = MCPServer(name="tool-chain-sidecar", instructions=INSTRUCTIONS, log_level="WARNING")
 
     def call(fn: Any) -> dict[str, Any]:
@@ -113,6 +115,10 @@ def build_mcp(sc: Sidecar) -> MCPServer:
         except ValueError:
             request = None  # called outside a transport's request (in the same process)
         who = principal_of(getattr(request, "scope", None)) or THE_PROCESS
+        from sidecar.client import RemoteSidecar
+
+        if isinstance(sc, RemoteSidecar):
+            return call(lambda: sc.report(report))  # the server names its own caller
         return call(lambda: sc.report(report, source=who.name, role=who.role))
 
     @server.tool(

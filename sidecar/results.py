@@ -24,6 +24,7 @@ class ArchiveStatus:
     chains: int
     """Archived chains that can be read."""
     active_constraints: int
+    """Fatal sequences the matcher enforces."""
     evicted_tools: int
     quarantined: tuple[QuarantinedView, ...]
     unreadable_chains: int = 0
@@ -34,7 +35,9 @@ class ArchiveStatus:
     damaged: tuple[QuarantinedView, ...] = ()
     """Cold files that are not what was published (missing, resized, or with another
     checksum when verified deeply): found before a read trips on them."""
-    """Why writes are refused, when they are (interrupted moves that cannot finish)."""
+    call_conditions: int = 0
+    """Learned (or hand-written) call conditions that checks enforce: active, or
+    contested (warn only); ``constraints list`` shows them beside the sequences."""
 
 
 @dataclass(frozen=True)

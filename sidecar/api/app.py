@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from sidecar.api.docs import add_docs
 from sidecar.api.gate import ASGIApp, Gate, envelope
 from sidecar.api.routes import ROUTERS
 from sidecar.app import Sidecar
@@ -85,9 +86,13 @@ def create_app(
         description="Failure memory for agent tool retrieval. Every route but /livez and "
         "the documentation needs `Authorization: Bearer <token>`.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
+    add_docs(api)
     api.state.sidecar = sc
     api.state.metrics = metrics
+    api.state.max_body_bytes = max_body_bytes
     for router in ROUTERS:
         api.include_router(router)
     api.include_router(otlp_router(traces, max_body_bytes=OTLP_BODY_BYTES))

@@ -17,6 +17,8 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
+from sidecar.api.docs import ASSETS
+from sidecar.errors import BodyTooLarge
 from sidecar.metrics import Metrics
 from sidecar.principals import PRINCIPAL, Principal, Principals
 from sidecar.redact import redact_text
@@ -28,8 +30,20 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-PUBLIC = frozenset({"/livez", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+PUBLIC = frozenset({"/livez", "/docs", "/redoc", "/openapi.json"})
 """Routes served without the token: liveness, and the API's documentation (no data)."""
+PUBLIC_PREFIX = ASSETS + "/"
+"""The documentation pages' scripts and styles."""
+
+
+def is_public(path: str) -> bool:
+    """Whether ``path`` is served without the token (an asset path may not climb out of
+    its folder: the router never sees it as another route, and it is not even asked)."""
+    if path in PUBLIC:
+        return True
+    return path.startswith(PUBLIC_PREFIX) and ".." not in path.split("/")
+
+
 UNMATCHED = "(unmatched)"
 
 
@@ -102,7 +116,7 @@ class Gate:
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
-        if path not in PUBLIC:
+        if not is_public(path):
             refusal, principal = self._refusal(headers.get("authorization"))
             if refusal is not None:
                 await envelope(401, "unauthorized", refusal, {"WWW-Authenticate": "Bearer"})(
@@ -153,9 +167,8 @@ class Gate:
         return None, principal
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
-        await envelope(413, "body_too_large", f"request body over {limit} bytes")(
-            scope, receive, send
-        )
+        message = f"request body over {limit} bytes"
+        await envelope(BodyTooLarge.status, BodyTooLarge.code, message)(scope, receive, send)
 
 
 async def _read_capped(receive: Receive, limit: int) -> tuple[bytes, bool]:

@@ -68,7 +68,8 @@ class ReportsIn(Body):
 
 class CheckIn(Body):
     """A plan (``plan``: tool ids), or a call before it is made (``steps`` so far and
-    ``next``)."""
+    ``next``).  A steps file as ``python -m benchmarks.tau2 steps`` writes it is such a
+    body as it stands."""
 
     plan: list[str] | None = Field(default=None, max_length=MAX_PLAN)
     mode: CheckMode = "sequence"
@@ -76,6 +77,12 @@ class CheckIn(Body):
     steps: list[StepIn] | None = Field(default=None, max_length=MAX_STEPS)
     next: NextIn | None = None
     task_input: str | None = Field(default=None, max_length=MAX_TEXT)
+    what_happened: str | None = Field(
+        default=None,
+        max_length=MAX_TEXT,
+        description="what the call really did, in a session replayed from a record; for "
+        "the reader only: the check never reads it",
+    )
 
 
 class EvictIn(Body):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import ipaddress
 import logging
@@ -9,11 +10,13 @@ import logging.handlers
 import os
 import queue
 import secrets
+import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 
 from sidecar.api.app import create_app
 from sidecar.app import Sidecar
@@ -70,6 +73,42 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Stopped(BaseException):
+    """A stop signal arrived: the server shut down, or is to stop starting.  Like
+    ``KeyboardInterrupt``, not an ``Exception``: no ``except Exception`` on the way out
+    (a store's error mapping, a retry loop) may take it for a failure."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum: int, _frame: FrameType | None) -> None:
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM end the serving the same way.  While uvicorn runs it handles
+    both (a graceful shutdown: requests finish, the app's shutdown hooks run), then
+    raises the signal again once it is done; with the default handlers a SIGTERM would
+    then kill the process before ``server.json`` is withdrawn and the home is closed.
+    Here both become :class:`Stopped`, which unwinds every ``finally`` on its way out.
+    Off the main thread (a test's server) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def serve(
     sc: Sidecar,
     host: str = "127.0.0.1",
@@ -78,9 +117,26 @@ def serve(
     announce: Callable[[str, str], None] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> None:
-    """Serve until interrupted.  ``sc`` must own its home (opened for writing): the
-    server is then the one process that writes to it, and local CLI commands find it
-    through the home's ``server.json``."""
+    """Serve until SIGINT or SIGTERM (either: a clean shutdown, ``server.json``
+    withdrawn).  ``sc`` must own its home (opened for writing): the server is then the
+    one process that writes to it, and local CLI commands find it through the home's
+    ``server.json``."""
+    try:
+        with stop_signals():
+            _serve(sc, host, port, max_body_bytes, announce, progress)
+    except Stopped as stopped:
+        if progress is not None:
+            progress(f"sidecar stopped ({stopped})")
+
+
+def _serve(
+    sc: Sidecar,
+    host: str,
+    port: int,
+    max_body_bytes: int,
+    announce: Callable[[str, str], None] | None,
+    progress: Callable[[str], None] | None,
+) -> None:
     import uvicorn
 
     home = sc.settings.home

@@ -11,7 +11,8 @@ plan unsafe; 4 ``report`` rejected at least one line; 5 not found (also: an empt
 archive has no digest, a home that does not exist); 6 busy: another eviction holds the
 lock, or another process writes to the home; 7 a store is unavailable (a read-only or
 full disk, Chroma down, interrupted moves that cannot finish); 8 ``serve``: the address
-is in use; 9 the sidecar at ``--url`` cannot be reached or refused the token.
+is in use; 9 the sidecar at ``--url`` cannot be reached or refused the token; 10 a
+request was over the server's body limit (one item alone: batches are split under it).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         setattr(args, name, getattr(args, name, default))
     try:
         return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130  # Ctrl-C: stopped as asked, no traceback
     except BrokenPipeError:
         # the reader went away (`sidecar ... | head`): stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -9,10 +9,12 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
+from sidecar.cli.inputs import BadLine, StepsFile, batches, read_steps, report_lines
 from sidecar.cli.output import bar, emit, short, status
 from sidecar.errors import EXIT_BLOCKED, EXIT_OK, EXIT_REJECTED, EXIT_WARNED, UsageError
 from sidecar.wire import dump
@@ -97,37 +99,16 @@ def tools_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def read_steps(source: str | None) -> tuple[list[Any] | None, str | None]:
-    """A session's steps from a JSON file (a list of steps, or a report holding
-    ``steps`` and maybe ``task_input``), or ``-`` for stdin."""
-    if source is None:
-        return None, None
-    try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read {source}: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{source}: not JSON ({exc.msg})") from None
-    if isinstance(data, dict) and "steps" in data:
-        task = data.get("task_input")
-        return data["steps"], task if isinstance(task, str) else None
-    if isinstance(data, list):
-        return data, None
-    raise UsageError(f"{source}: expected a list of steps or an object with `steps`")
-
-
 def search(args: argparse.Namespace) -> int:
-    steps, task = read_steps(args.steps)
+    session = read_steps(args.steps)
     with backend(args) as b:
         out = b.search(
             args.query,
             args.k,
             args.after,
             dict(args.context),
-            steps=steps,
-            task_input=args.task_input or task,
+            steps=session.steps,
+            task_input=args.task_input or session.task_input,
         )
 
     def human() -> str:
@@ -146,10 +127,14 @@ def search(args: argparse.Namespace) -> int:
 
 
 def check(args: argparse.Namespace) -> int:
-    if args.next is not None:
+    if args.next is not None or args.steps is not None:
+        if args.plan is not None:
+            raise UsageError("give a plan (A,B,C), or a call (--steps FILE, --next), not both")
         return check_call(args)
+    if args.args is not None:
+        raise UsageError("--args goes with --next TOOL, or with --steps FILE")
     if args.plan is None:
-        raise UsageError("give a plan (A,B,C), or --steps FILE --next TOOL for one call")
+        raise UsageError("give a plan (A,B,C), or --steps FILE [--next TOOL] for one call")
     with backend(args) as b:
         out = b.check(args.plan, args.mode, dict(args.context))
 
@@ -172,15 +157,32 @@ def check(args: argparse.Namespace) -> int:
     return EXIT_OK if out.safe else EXIT_BLOCKED
 
 
-def check_call(args: argparse.Namespace) -> int:
-    steps, task = read_steps(args.steps)
-    with backend(args) as b:
-        out = b.check_call(
-            steps or [], args.next, args.args, args.task_input or task, dict(args.context)
+def next_call(args: argparse.Namespace, session: StepsFile) -> tuple[str, dict[str, Any]]:
+    """The call to check: ``--next`` and ``--args`` where given, else the file's
+    ``next``.  ``--next`` alone takes the file's arguments when the file's ``next`` is
+    the same tool, else none."""
+    if args.next is not None:
+        if args.args is not None:
+            return args.next, args.args
+        same = session.next is not None and session.next[0] == args.next
+        return args.next, session.next[1] if session.next is not None and same else {}
+    if session.next is None:
+        raise UsageError(
+            f"{args.steps} has no `next` (the call to check): give --next TOOL [--args JSON]"
         )
+    tool, arguments = session.next
+    return tool, args.args if args.args is not None else arguments
+
+
+def check_call(args: argparse.Namespace) -> int:
+    session = read_steps(args.steps)
+    tool, arguments = next_call(args, session)
+    task = args.task_input or session.task_input
+    with backend(args) as b:
+        out = b.check_call(session.steps or [], tool, arguments, task, dict(args.context))
 
     def human() -> str:
-        lines = [f"{out.decision.upper()}: {args.next}({json.dumps(args.args)})"]
+        lines = [f"{out.decision.upper()}: {tool}({json.dumps(arguments, ensure_ascii=False)})"]
         for r in out.reasons:
             lines.append(f"  {r.level}: {r.explanation}")
             if r.evidence:
@@ -194,64 +196,58 @@ def check_call(args: argparse.Namespace) -> int:
 
 
 # ---- intake ---------------------------------------------------------------------------
-REPORT_BATCH = 500
-
-
-class _BadLine:
-    def __init__(self, msg: str) -> None:
-        self.msg = msg
-
-
-def _report_lines(source: str) -> Iterator[tuple[int, str]]:
-    handle: TextIO
-    if source == "-":
-        handle = sys.stdin
-    else:
-        try:
-            handle = open(source, encoding="utf-8")  # noqa: SIM115 - closed below
-        except OSError as exc:
-            raise UsageError(f"cannot read {source}: {exc.strerror}") from None
-    try:
-        for lineno, line in enumerate(handle, 1):
-            if line.strip():
-                yield lineno, line
-    finally:
-        if handle is not sys.stdin:
-            handle.close()
+REJECTED_SHOWN = 10
+"""Rejected lines a report's summary names one by one, without --verbose."""
 
 
 def report(args: argparse.Namespace) -> int:
-    rejected = 0
-
-    def flush(b: Backend, batch: list[tuple[int, Any]]) -> None:
-        nonlocal rejected
-        good = [(n, data) for n, data in batch if not isinstance(data, _BadLine)]
-        answers = iter(b.report_many([data for _, data in good]) if good else [])
-        for lineno, data in batch:
-            if isinstance(data, _BadLine):
-                out: dict[str, Any] = {
-                    "status": "rejected",
-                    "reason": f"line {lineno}: not JSON ({data.msg})",
-                }
-            else:
-                out = next(answers).to_dict()
-            rejected += out["status"] == "rejected"
-            emit(args, out, functools.partial(_human_intake, lineno, out))
-        sys.stdout.flush()
-
+    """Every line reported; one line per report with --json or --verbose, else a
+    progress bar on a terminal and one summary line (after the first rejected lines)."""
+    total, lines = report_lines(args.file)
+    tally: Counter[str] = Counter()
+    rejected: list[str] = []
+    quiet = not (args.json or args.verbose)
+    show = bar("reports", total) if quiet and total is not None else None
     with backend(args, write=True) as b:
-        batch: list[tuple[int, Any]] = []
-        for lineno, line in _report_lines(args.file):
-            try:
-                batch.append((lineno, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                batch.append((lineno, _BadLine(exc.msg)))
-            if len(batch) == REPORT_BATCH:
-                flush(b, batch)
-                batch = []
-        if batch:
-            flush(b, batch)
-    return EXIT_REJECTED if rejected else EXIT_OK
+        for batch in batches(lines):
+            good = [data for _, data in batch if not isinstance(data, BadLine)]
+            progress = None if show is None else _offset(show, sum(tally.values()))
+            answers = iter(b.report_many(good, progress=progress) if good else [])
+            for lineno, data in batch:
+                if isinstance(data, BadLine):
+                    reason = f"line {lineno}: not JSON ({data.msg})"
+                    out: dict[str, Any] = {"status": "rejected", "reason": reason}
+                else:
+                    out = next(answers).to_dict()
+                tally[out["status"]] += 1
+                if quiet:
+                    if out["status"] == "rejected" and len(rejected) < REJECTED_SHOWN:
+                        rejected.append(_human_intake(lineno, out))
+                    continue
+                emit(args, out, functools.partial(_human_intake, lineno, out))
+            sys.stdout.flush()
+            if show is not None:
+                show(sum(tally.values()))
+    if not args.json:
+        for line in rejected:
+            print(line)
+        if tally["rejected"] > len(rejected) and quiet:
+            print(f"… and {tally['rejected'] - len(rejected)} more rejected (--verbose or --json)")
+        print(report_summary(tally))
+    return EXIT_REJECTED if tally["rejected"] else EXIT_OK
+
+
+def _offset(show: Callable[[int], None], before: int) -> Callable[[int], None]:
+    """A batch's progress (reports done in it) as the whole file's."""
+    return lambda done: show(before + done)
+
+
+def report_summary(tally: Counter[str]) -> str:
+    counts = ", ".join(
+        f"{tally[status]} {status.replace('_', ' ')}"
+        for status in ("archived", "recorded", "not_archived", "rejected")
+    )
+    return f"{sum(tally.values())} report(s): {counts}"
 
 
 def _human_intake(lineno: int, out: dict[str, Any]) -> str:
@@ -288,10 +284,12 @@ def archive_status(args: argparse.Namespace) -> int:
         st = b.status(args.verify)
 
     def human() -> str:
+        enforced = st.active_constraints + st.call_conditions
         lines = [
             f"active tools:       {st.active_tools}",
             f"archived chains:    {st.chains}",
-            f"active constraints: {st.active_constraints}",
+            f"active constraints: {enforced} ({st.active_constraints} fatal sequence(s), "
+            f"{st.call_conditions} call condition(s))",
             f"evicted tools:      {st.evicted_tools}",
             f"quarantined files:  {len(st.quarantined)}",
         ]
@@ -340,9 +338,16 @@ def constraints_show(args: argparse.Namespace) -> int:
 def constraints_lift(args: argparse.Namespace) -> int:
     with backend(args, write=True) as b:
         if args.reinstate:
-            out = b.reinstate(args.chain_id, args.reason)
+            out = b.reinstate(args.constraint_id, args.reason)
         else:
-            out = b.lift(args.chain_id, args.reason)
+            out = b.lift(args.constraint_id, args.reason)
+    emit(args, out, lambda: f"{out.chain_id}: {out.status}")
+    return EXIT_OK
+
+
+def constraints_reinstate(args: argparse.Namespace) -> int:
+    with backend(args, write=True) as b:
+        out = b.reinstate(args.constraint_id, args.reason)
     emit(args, out, lambda: f"{out.chain_id}: {out.status}")
     return EXIT_OK
 
@@ -518,10 +523,15 @@ def gateway(args: argparse.Namespace) -> int:
 
 
 def mcp(args: argparse.Namespace) -> int:
+    """MCP over stdio, on the home (or, beside a server that owns it, or with --url, on
+    that server: every call goes through it over HTTP)."""
     from sidecar.mcp_server import build_mcp
 
-    with open_local(args) as sc:
-        build_mcp(sc).run("stdio")
+    with backend(args, write=True) as b:
+        url = getattr(b, "url", None)
+        if url:
+            status(f"sidecar mcp: serving stdio, every call sent to the sidecar at {url}")
+        build_mcp(b).run("stdio")
     return EXIT_OK
 
 

@@ -166,23 +166,42 @@ def lookup_commands(command: Command) -> None:
     search.add_argument("--task-input", metavar="TEXT", help="what the agent was asked")
     search.set_defaults(func=cmd.search)
 
-    report = command("report", "report chains (JSON lines) from FILE or - for stdin")
+    report = command(
+        "report",
+        "report sessions or chains (JSON lines) from FILE or - for stdin: one summary line "
+        "(archived, recorded, not archived, rejected), a progress bar on a terminal",
+    )
     report.add_argument("file", metavar="FILE|-")
+    report.add_argument(
+        "--verbose", action="store_true", help="one line per report (--json: one JSON object)"
+    )
     report.set_defaults(func=cmd.report)
 
     check = command(
         "check",
         "check a plan (A,B,C) against the archive, or a call before it is made (--steps "
-        "FILE --next TOOL [--args JSON]: exit 0 allow, 4 warn, 3 block)",
+        "FILE [--next TOOL] [--args JSON]: exit 0 allow, 4 warn, 3 block)",
     )
     check.add_argument("plan", type=csv, metavar="A,B,C", nargs="?")
     check.add_argument("--mode", choices=CHECK_MODES, default="sequence")
     check.add_argument(
         "--context", type=context_pair, action="append", default=[], metavar="KEY=VALUE"
     )
-    check.add_argument("--steps", metavar="FILE", help="the session so far (as for search)")
-    check.add_argument("--next", metavar="TOOL", help="the call about to be made")
-    check.add_argument("--args", type=json_object, default={}, metavar="JSON", help="its arguments")
+    check.add_argument(
+        "--steps",
+        metavar="FILE",
+        help="the session so far (as for search); its `next`, if it has one, is the call to check",
+    )
+    check.add_argument(
+        "--next", metavar="TOOL", help="the call about to be made (default: the file's `next`)"
+    )
+    check.add_argument(
+        "--args",
+        type=json_object,
+        default=None,
+        metavar="JSON",
+        help="its arguments (default: the file's `next` arguments for the same tool, else {})",
+    )
     check.add_argument("--task-input", metavar="TEXT", help="what the agent was asked")
     check.set_defaults(func=cmd.check)
 
@@ -247,11 +266,19 @@ def eviction_commands(command: Command) -> None:
     show = command("show", "one constraint, its evidence and its status", cons_sub)
     show.add_argument("constraint_id", metavar="ID")
     show.set_defaults(func=cmd.constraints_show)
-    lift = command("lift", "stop enforcing a chain's constraint", cons_sub)
-    lift.add_argument("chain_id", metavar="CHAIN_ID")
-    lift.add_argument("--reason", required=True)
-    lift.add_argument("--reinstate", action="store_true", help="enforce it again instead")
+    lift = command(
+        "lift", "stop enforcing a constraint (a chain id, or a call condition id)", cons_sub
+    )
+    lift.add_argument("constraint_id", metavar="ID")
+    lift.add_argument("--reason", required=True, help="why (kept for audit)")
+    lift.add_argument(
+        "--reinstate", action="store_true", help="enforce it again instead (= reinstate)"
+    )
     lift.set_defaults(func=cmd.constraints_lift)
+    reinstate = command("reinstate", "enforce a lifted or retired constraint again", cons_sub)
+    reinstate.add_argument("constraint_id", metavar="ID")
+    reinstate.add_argument("--reason", required=True, help="why (kept for audit)")
+    reinstate.set_defaults(func=cmd.constraints_reinstate)
 
     forget = command("forget", "remove what one source reported, and derive again")
     forget.add_argument(
@@ -301,7 +328,10 @@ def serving_commands(command: Command) -> None:
     )
     serve.set_defaults(func=cmd.serve)
 
-    command("mcp", "serve MCP over stdio").set_defaults(func=cmd.mcp)
+    command(
+        "mcp",
+        "serve MCP over stdio (beside a running server, or with --url: through that server)",
+    ).set_defaults(func=cmd.mcp)
 
     gw = command(
         "gateway",

@@ -8,12 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.gateway import build_gateway
 from sidecar.gateway.library import LibraryBackend
 from tests.gateway.conftest import TOKEN, eventually, mcp_session, serving, shop_stdio, text_of
+
+pytestmark = pytest.mark.integration  # the shop runs as a real subprocess
 
 
 async def _exchange(url: str, order: str) -> Any:

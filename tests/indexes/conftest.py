@@ -4,6 +4,7 @@ embedder whose files are built once per session."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,13 +31,20 @@ def onnx_minilm(onnx_cache: Path) -> OnnxMiniLMEmbedder:
 
 
 @pytest.fixture(params=["embedded", "server"])
-def index(request: pytest.FixtureRequest, tmp_path: Path, hashing: HashingEmbedder) -> ActiveIndex:
+def index(
+    request: pytest.FixtureRequest, tmp_path: Path, hashing: HashingEmbedder
+) -> Iterator[ActiveIndex]:
     """A fresh, empty index, hashing embedder: on an embedded (persistent) Chroma, and
-    on a Chroma server (``chroma run``) in its own collection."""
+    on a Chroma server (``chroma run``) in its own collection.  Closed after the test:
+    a server client left open keeps its connections until the interpreter exits, and
+    each is then a ResourceWarning printed after the suite's summary."""
     if request.param == "embedded":
-        return ActiveIndex.persistent(tmp_path / "chroma", hashing)
-    host, port = request.getfixturevalue("chroma_server")
-    return ActiveIndex.http(host, port, hashing, collection=f"t-{uuid.uuid4().hex}")
+        opened = ActiveIndex.persistent(tmp_path / "chroma", hashing)
+    else:
+        host, port = request.getfixturevalue("chroma_server")
+        opened = ActiveIndex.http(host, port, hashing, collection=f"t-{uuid.uuid4().hex}")
+    yield opened
+    opened.close()
 
 
 @pytest.fixture

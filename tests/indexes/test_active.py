@@ -4,8 +4,10 @@ reopening and error mapping.  Uses the deterministic hashing embedder or explici
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -803,3 +805,38 @@ def test_a_folder_rebuilt_by_another_process_is_read_anew_after_close(tmp_path: 
     again.upsert(TOOLS[2:3])  # a write reaches the new files
     assert again.count() == 3
     again.close()
+
+
+def connections_to(port: int) -> int:
+    """Established TCP connections this process holds to ``port`` on the loopback (read
+    from /proc: the sockets among our file descriptors, matched in the kernel's table)."""
+    ours = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                ours.add(target[8:-1])
+    count = 0
+    for line in Path("/proc/self/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote_port = int(fields[2].split(":")[1], 16)
+        count += remote_port == port and fields[3] == "01" and fields[9] in ours
+    return count
+
+
+def test_closing_a_server_index_closes_its_connections(
+    chroma_server: tuple[str, int], hashing: HashingEmbedder
+) -> None:
+    """close() closes a Chroma server client's connections (its own pool and its admin
+    client's), rather than leaving them for the garbage collector: each socket left is
+    a ResourceWarning printed after the suite's summary when the interpreter exits."""
+    import uuid
+
+    host, port = chroma_server
+    index = ActiveIndex.http(host, port, hashing, collection=f"close-{uuid.uuid4().hex}")
+    index.upsert(TOOLS)
+    assert index.count() == len(TOOLS)
+    assert connections_to(port) >= 1
+    index.close()
+    index.close()  # idempotent
+    assert connections_to(port) == 0

@@ -132,9 +132,14 @@ def test_a_server_index_asks_chroma_unless_told(
     chroma_server: tuple[str, int], hashing: HashingEmbedder
 ) -> None:
     host, port = chroma_server
-    index = ActiveIndex.http(host, port, hashing, collection="exact-off")
-    assert index.exact_limit == 0
-    assert ActiveIndex.http(host, port, hashing, "exact-on", exact_limit=10).exact_limit == 10
+    off = ActiveIndex.http(host, port, hashing, collection="exact-off")
+    on = ActiveIndex.http(host, port, hashing, "exact-on", exact_limit=10)
+    try:
+        assert off.exact_limit == 0
+        assert on.exact_limit == 10
+    finally:
+        off.close()
+        on.close()
 
 
 def test_search_ranked_with_documents_matches_chroma(geo_index: ActiveIndex) -> None:

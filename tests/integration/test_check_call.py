@@ -111,7 +111,7 @@ def test_cli_exit_codes(home: Path, tmp_path: Path) -> None:
     bad = cli(home, "check", "--next", "exchange_items", "--args", "[1]")
     assert bad.returncode == 2 and "JSON object" in bad.stderr
     none = cli(home, "check")
-    assert none.returncode == 2 and "--steps FILE --next TOOL" in none.stderr
+    assert none.returncode == 2 and "--steps FILE [--next TOOL]" in none.stderr
     steps.write_text(json.dumps(session("pending")))
     found = cli(home, "search", "exchange items", "-k", "2", "--steps", str(steps), "--json")
     assert found.returncode == 0, found.stderr

@@ -169,12 +169,46 @@ def test_the_cli_contract(loaded: Path) -> None:
 
 
 def test_report_reads_a_file(loaded: Path, tmp_path: Path) -> None:
+    """One summary line by default (no progress bar off a terminal); one line per report
+    with --verbose, the summary last."""
     path = tmp_path / "reports.jsonl"
     path.write_text(json.dumps(REPORTS[0]) + "\n\n" + json.dumps(REPORTS[3]) + "\n")
     proc = run(loaded, "report", str(path))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[0].startswith("line 1: archived cold://chains/")
-    assert proc.stdout.splitlines()[1].startswith("line 3: recorded")
+    summary = "2 report(s): 1 archived, 1 recorded, 0 not archived, 0 rejected"
+    assert proc.stdout.splitlines() == [summary] and proc.stderr == ""
+    verbose = run(loaded, "report", str(path), "--verbose").stdout.splitlines()
+    assert verbose[0].startswith("line 1: archived cold://chains/")
+    assert verbose[1].startswith("line 3: recorded")
+    assert verbose[2] == summary  # a replay is answered as the first time
+
+
+def test_a_report_summary_names_the_rejected_lines(loaded: Path, tmp_path: Path) -> None:
+    path = tmp_path / "reports.jsonl"
+    lines = [json.dumps(REPORTS[3])] + ["not json"] * 12 + [json.dumps(REPORTS[2])]
+    path.write_text("\n".join(lines) + "\n")
+    proc = run(loaded, "report", str(path))
+    assert proc.returncode == 4
+    out = proc.stdout.splitlines()
+    assert out[0] == "line 2: rejected - line 2: not JSON (Expecting value)"
+    assert out[-2] == "… and 3 more rejected (--verbose or --json)"
+    assert out[-1] == "14 report(s): 0 archived, 1 recorded, 0 not archived, 13 rejected"
+
+
+def test_files_that_are_not_utf8_are_usage_errors(loaded: Path, tmp_path: Path) -> None:
+    """Nothing is reported from a file with a line that is not UTF-8: it is refused
+    before the first line is sent (exit 2, no traceback)."""
+    reports = tmp_path / "reports.jsonl"
+    good = json.dumps(REPORTS[0]).encode()
+    reports.write_bytes(good + b"\n" + b'{"topology": ["caf\xe9", "b"]}\n')
+    steps = tmp_path / "steps.json"
+    steps.write_bytes(b'{"steps": [], "next": {"tool": "caf\xe9"}}')
+    for args in (("report", str(reports)), ("check", "--steps", str(steps))):
+        proc = run(loaded, *args)
+        assert proc.returncode == 2, proc.stderr
+        assert "not UTF-8" in proc.stderr and "Traceback" not in proc.stderr
+    assert "line 2, byte 19 is 0xe9" in run(loaded, "report", str(reports)).stderr
+    assert run(loaded, "archive", "digest").returncode == 5  # nothing was archived
 
 
 @pytest.mark.parametrize(
@@ -299,3 +333,23 @@ def test_evict_min_chains_flag(tmp_path: Path) -> None:
     assert {d["tool_id"] for d in loose["evicted"]} == {"web_search", "html_parser"}
     bad = run(home, "evict", "--min-chains", "0")
     assert bad.returncode == 2 and "must be at least 1" in bad.stderr
+
+
+def test_constraints_lift_and_reinstate(loaded: Path) -> None:
+    """`constraints lift ID` and `constraints reinstate ID`, as the README names them;
+    `lift --reinstate` is the same as `reinstate`."""
+    archived = as_json(run(loaded, "report", "-", "--json", stdin=json.dumps(REPORTS[0])))
+    cid = archived["chain_id"]
+    lifted = run(loaded, "constraints", "lift", cid, "--reason", "false positive")
+    assert (lifted.returncode, lifted.stdout.strip()) == (0, f"{cid}: lifted")
+    assert run(loaded, "check", FATAL, "--context", "payload_bytes=7200000").returncode == 0
+    back = run(loaded, "constraints", "reinstate", cid, "--reason", "it fails again")
+    assert (back.returncode, back.stdout.strip()) == (0, f"{cid}: active")
+    assert run(loaded, "check", FATAL, "--context", "payload_bytes=7200000").returncode == 3
+    run(loaded, "constraints", "lift", cid, "--reason", "again")
+    alias = run(loaded, "constraints", "lift", cid, "--reinstate", "--reason", "alias")
+    assert alias.stdout.strip() == f"{cid}: active"
+    missing = run(loaded, "constraints", "reinstate", "0" * 32, "--reason", "x")
+    assert missing.returncode == 5
+    status = run(loaded, "archive", "status").stdout
+    assert "active constraints: 1 (1 fatal sequence(s), 0 call condition(s))" in status

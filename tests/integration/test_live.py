@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -52,7 +53,8 @@ class Server:
     """A ``sidecar serve --port 0``: the server binds a free port itself (no bind-then-
     close race) and names its URL in the home's server.json."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *extra: str) -> None:
+        """``extra``: more ``serve`` options (``--max-body 20000``)."""
         self.home = home
         self.env = {
             **os.environ,
@@ -67,7 +69,7 @@ class Server:
         self.stderr_path = home.parent / f"server-{home.name}-{time.monotonic_ns()}.stderr"
         self._stderr = self.stderr_path.open("wb")
         self.proc = subprocess.Popen(
-            [SCRIPT, "serve", "--port", "0"],
+            [SCRIPT, "serve", "--port", "0", *extra],
             env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,
@@ -311,3 +313,60 @@ def test_mcp_over_stdio(tmp_path: Path) -> None:
         errlog.close()
     assert names == {"search_tools", "check_plan", "report_chain", "audit_chain"}
     assert checked == {"safe": True, "collisions": []}
+
+
+def test_mcp_over_stdio_beside_a_running_server(server: Server, tmp_path: Path) -> None:
+    """`sidecar mcp` on a home a server owns (or with --url) sends every call to that
+    server over HTTP instead of refusing to open the home."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    errlog = (tmp_path / "mcp.stderr").open("w")
+    report = abandoned(["mcp_a", "mcp_b"], "HTTP 400 Bad Request")
+
+    async def calls(args: list[str], **env: str) -> list[Any]:
+        params = StdioServerParameters(command=SCRIPT, args=args, env={**server.env, **env})
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            reported = await session.call_tool("report_chain", {"report": report})
+            checked = await session.call_tool("check_plan", {"plan": ["mcp_a", "mcp_b"]})
+            return [reported.structured_content, checked.structured_content]
+
+    try:
+        reported, checked = asyncio.run(calls(["mcp", "--home", str(server.home)]))
+        elsewhere = ["mcp", "--home", str(tmp_path / "none"), "--url", server.url]
+        by_url = asyncio.run(calls(elsewhere, SIDECAR_TOKEN=server.token))
+    finally:
+        errlog.close()
+    assert reported["status"] == "archived" and checked["safe"] is False
+    assert by_url[1] == checked  # the same server answered
+    assert not (tmp_path / "none").exists()  # --url opened no home
+    served = httpx.post(
+        f"{server.url}/v1/check", json={"plan": ["mcp_a", "mcp_b"]}, headers=server.headers
+    )
+    assert served.json()["safe"] is False  # the server itself archived it
+    note = (tmp_path / "mcp.stderr").read_text()
+    assert f"every call sent to the sidecar at {server.url}" in note
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_shuts_the_server_down_cleanly(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """SIGTERM (what a supervisor sends) stops `sidecar serve` as SIGINT does: exit 0,
+    server.json withdrawn, the home released for the next owner."""
+    home = tmp_path / "home"
+    Sidecar.open(embedder=HashingEmbedder(), home=home).close()
+    srv = Server(home)
+    assert (home / "server.json").exists()
+    srv.proc.send_signal(signum)
+    assert srv.proc.wait(timeout=60) == 0
+    log = srv.stop()
+    assert f"sidecar stopped ({signum.name})" in log
+    assert "Traceback" not in log
+    assert not (home / "server.json").exists()
+    with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:  # the lock is free
+        assert sc.list_tools() == []

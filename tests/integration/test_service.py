@@ -255,3 +255,59 @@ def test_the_decision_can_preview_another_min_chains(client: TestClient, sc: Sid
     for bad in ("0", "two", "-1"):
         response = client.get("/v1/evictions/decision", params={"min_chains": bad}, headers=AUTH)
         assert_envelope(response, 422)
+
+
+def pending_exchange(n: int) -> dict[str, Any]:
+    """A session whose exchange was refused on a pending order."""
+    return {
+        "steps": [
+            {"tool": "get_order", "arguments": {"order_id": f"#W{n}"},
+             "output": {"order_id": f"#W{n}", "status": "pending"}, "error": None},
+            {"tool": "exchange", "arguments": {"order_id": f"#W{n}"}, "output": None,
+             "error": "Error: Non-delivered order cannot be exchanged"},
+        ],
+        "outcome": "abandoned",
+        "session_id": f"pending-{n}",
+    }  # fmt: skip
+
+
+def test_status_and_metrics_count_call_conditions(client: TestClient, sc: Sidecar) -> None:
+    """The call conditions that checks enforce are counted beside the fatal sequences,
+    as many as `constraints list` shows."""
+    empty = client.get("/v1/archive/status", headers=AUTH).json()
+    assert (empty["active_constraints"], empty["call_conditions"]) == (0, 0)
+    sc.report_many([pending_exchange(1), pending_exchange(2)])
+    sc.report(abandoned(FATAL, "HTTP 413"))
+    listed = client.get("/v1/constraints", headers=AUTH).json()["constraints"]
+    calls = [c for c in listed if c["kind"] == "call"]
+    assert len(calls) >= 1 and len(listed) == len(calls) + 1
+    status = client.get("/v1/archive/status", headers=AUTH).json()
+    assert (status["active_constraints"], status["call_conditions"]) == (1, len(calls))
+    metrics = client.get("/metrics", headers=AUTH).text.splitlines()
+    assert f"sidecar_active_call_conditions {len(calls)}" in metrics
+    assert "sidecar_active_constraints 1" in metrics
+    # a lifted condition is no longer counted
+    lifted = client.post(
+        f"/v1/constraints/{calls[0]['chain_id']}/lift", json={"reason": "test"}, headers=AUTH
+    )
+    assert lifted.status_code == 200
+    after = client.get("/v1/archive/status", headers=AUTH).json()
+    assert after["call_conditions"] == len(calls) - 1
+
+
+def test_the_docs_pages_load_nothing_from_elsewhere(client: TestClient) -> None:
+    """/docs and /redoc (public, like the spec) name only this server's own assets, and
+    those are served, without the token."""
+    import re
+
+    for page in ("/docs", "/redoc"):
+        html = client.get(page)
+        assert html.status_code == 200
+        urls = re.findall(r"""(?:src|href)=["']([^"']+)["']|url: ?["']([^"']+)["']""", html.text)
+        named = [u for pair in urls for u in pair if u]
+        assert named and all(u.startswith("/") for u in named), named
+        for url in named:
+            assert client.get(url).status_code == 200, url
+    from sidecar.api.gate import is_public
+
+    assert is_public("/docs/assets/swagger-ui.css") and not is_public("/docs/assets/../v1/tools")

@@ -19,7 +19,7 @@ from sidecar.api import create_app
 from sidecar.cli import main
 from sidecar.errors import SidecarError, error_table, from_code
 
-DOCUMENTED_EXITS = {1, 2, 5, 6, 7, 8, 9, 12, 13}
+DOCUMENTED_EXITS = {1, 2, 5, 6, 7, 8, 9, 10, 12, 13}
 CLASSES = sorted(error_table().values(), key=lambda c: c.code)
 TOKEN = "errors-token-0123456789"
 
@@ -43,6 +43,9 @@ def test_every_class_declares_a_code_a_status_and_an_exit_code() -> None:
         assert issubclass(getattr(E, name), E.StorageError)
     assert E.Busy.exit_code == 6 and E.UsageError.exit_code == 2
     assert E.Unreachable.exit_code == E.Unauthorized.exit_code == 9
+    # a body over the server's limit is its own failure, not "unreachable or wrong token"
+    assert E.BodyTooLarge.exit_code == 10 and not issubclass(E.BodyTooLarge, E.RemoteError)
+    assert from_code("body_too_large", "request body over 10 bytes", 413).exit_code == 10
     assert issubclass(E.UpstreamSpecError, E.InvalidInput) and E.UpstreamSpecError.exit_code == 2
 
 
@@ -95,3 +98,13 @@ def test_an_unknown_code_from_a_newer_server_is_a_remote_error() -> None:
     err = from_code("brand_new_code", "what happened", 503)
     assert isinstance(err, E.RemoteError) and "brand_new_code" in str(err)
     assert isinstance(from_code("invalid_request", "k: too big", 422), E.InvalidInput)
+
+
+def test_the_readme_lists_every_exit_code() -> None:
+    """The README's exit-code list names each code an error class declares."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    listed = readme[readme.index("Exit codes: 0 ok;") :].split("\n\n")[0]
+    named = {int(n) for n in re.findall(r"(?:^|[;:] ?|\n)(\d+) ", listed)}
+    assert {cls.exit_code for cls in CLASSES} | {0, 3, 4} <= named, listed

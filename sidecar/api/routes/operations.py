@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import sys
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from sidecar.api.deps import Lib, Meter
@@ -23,7 +23,9 @@ def readyz(sc: Lib) -> JSONResponse:
 
 
 @router.get("/version")
-def version(sc: Lib) -> dict[str, str]:
+def version(sc: Lib, request: Request) -> dict[str, str | int]:
+    """What runs, and the largest request body it takes (``max_body_bytes``: clients
+    split their batches under it)."""
     from importlib.metadata import version as installed
 
     from sidecar import __version__
@@ -33,6 +35,7 @@ def version(sc: Lib) -> dict[str, str]:
         "python": sys.version.split()[0],
         "chromadb": installed("chromadb"),
         "embedder": sc.settings.embedder,
+        "max_body_bytes": int(request.app.state.max_body_bytes),
     }
 
 
@@ -44,6 +47,7 @@ def prometheus(sc: Lib, meter: Meter) -> str:
             "revocation_mandates": {f'{{status="{s}"}}': n for s, n in sc.mandate_counts().items()},
             "quarantined_files": {"": len(status.quarantined)},
             "active_constraints": {"": status.active_constraints},
+            "active_call_conditions": {"": status.call_conditions},
             "archived_chains": {"": status.chains},
             "evicted_tools": {"": status.evicted_tools},
         }

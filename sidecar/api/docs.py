@@ -1,0 +1,52 @@
+"""The API's documentation pages, served with no network at all.
+
+FastAPI's own ``/docs`` and ``/redoc`` load their scripts, styles and fonts from public
+CDNs: on a machine without internet access they are blank.  Here both pages load them
+from this server, under :data:`ASSETS`, from the files the ``fastapi-offline`` package
+ships (Swagger UI and ReDoc bundles).  Like the pages themselves, the assets are served
+without the token: they hold no data.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from fastapi import FastAPI
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+
+ASSETS = "/docs/assets"
+PAGES = ("/docs", "/redoc")
+
+
+def asset_folder() -> str:
+    """Where the installed package keeps the Swagger UI and ReDoc bundles."""
+    return str(resources.files("fastapi_offline") / "static")
+
+
+def add_docs(api: FastAPI) -> None:
+    """``/docs`` (Swagger UI) and ``/redoc`` on ``api``, whose ``FastAPI`` was made with
+    ``docs_url=None, redoc_url=None``."""
+    api.mount(ASSETS, StaticFiles(directory=asset_folder()), name="docs-assets")
+    openapi = api.openapi_url or "/openapi.json"
+
+    @api.get("/docs", include_in_schema=False)
+    def swagger() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=openapi,
+            title=f"{api.title} - Swagger UI",
+            swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{ASSETS}/favicon.png",
+        )
+
+    @api.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(
+            openapi_url=openapi,
+            title=f"{api.title} - ReDoc",
+            redoc_js_url=f"{ASSETS}/redoc.standalone.js",
+            redoc_favicon_url=f"{ASSETS}/favicon.png",
+            with_google_fonts=False,
+        )

@@ -1,0 +1,55 @@
+"""The examples in ``examples/`` run as their README shows, with the real model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from sidecar import Sidecar
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+
+def test_the_library_agent_blocks_the_exchange_it_learned_fails(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    env["SIDECAR_MODEL_CACHE"] = os.environ["SIDECAR_MODEL_CACHE"]  # the suite's own
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "library_agent.py"), "--home", str(home)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "1. added 4 tools: get_order, exchange_item, cancel_order, track_package"
+    assert [line.rsplit(": ", 1)[1] for line in lines[1:5]] == [
+        "archived",
+        "archived",
+        "recorded",
+        "recorded",
+    ]
+    check = lines.index('3. check exchange_item({"order_id": "#W5", "item": "blue shirt"}): block')
+    assert "has status 'pending' (2 sessions, 0 successes)" in lines[check + 1]
+    assert "the agent does not make the call" in lines[check + 3]
+    pointer = lines[check + 2].split("(audit: ")[1].rstrip(")")
+    looked_up = lines[check + 4]
+    assert looked_up.startswith("4. look up the next step: ")
+    assert "cancel_order" in looked_up
+    assert lines[-1] == "5. check exchange_item on the delivered #W3: allow"
+    # --home kept what it learned, and the pointer it printed leads to the record
+    with Sidecar.open(home=home, read_only=True) as sc:
+        record = sc.audit(pointer)
+        assert "Non-delivered order cannot be exchanged" in json.dumps(record.to_dict())
+        assert {t.tool_id for t in sc.list_tools()} == {
+            "get_order",
+            "exchange_item",
+            "cancel_order",
+            "track_package",
+        }
