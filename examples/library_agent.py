@@ -5,8 +5,10 @@ The agent serves a small shop (``get_order``, ``exchange_item``, ``cancel_order`
 four things an agent runtime does with the sidecar:
 
 1. it adds its tools to the hot index;
-2. it reports each session it ran: two customers whose exchange failed on a pending
-   order, two whose exchange on a delivered order went through;
+2. it reports each session it ran: twenty customers whose exchange on a delivered
+   order went through, three whose exchange failed on a pending order (the memory
+   needs the successes too: they are what tells it which difference made the others
+   fail);
 3. it checks the next call before making it, and leaves out a call the memory blocks;
 4. it looks up a tool for the next step, with the session so far.
 
@@ -27,8 +29,10 @@ from typing import Any
 from sidecar import Sidecar, Tool
 from sidecar.memory import Step
 
-ORDERS = {"#W1": "pending", "#W2": "pending", "#W3": "delivered", "#W4": "delivered"}
+ORDERS = {"#W1": "pending", "#W2": "pending", "#W3": "delivered", "#W4": "pending"}
+ORDERS |= {f"#W{n}": "delivered" for n in range(10, 32)}
 ORDERS["#W5"] = "pending"  # the new customer's order
+CUSTOMERS = [f"#W{n}" for n in range(10, 30)] + ["#W1", "#W2", "#W4"]
 
 TOOLS = [
     Tool("get_order", "Look up an order by its id: its items and delivery status."),
@@ -76,12 +80,20 @@ def run_agent(sc: Sidecar) -> None:
     added = sc.add_tools(TOOLS)
     print(f"1. added {len(added.added)} tools: {', '.join(added.added)}")
 
-    for n, order_id in enumerate(["#W1", "#W2", "#W3", "#W4"], 1):
+    reports = []
+    for n, order_id in enumerate(CUSTOMERS, 1):
         steps = exchange_session(order_id)
         outcome = "abandoned" if any(s.failed for s in steps) else "completed"
-        report = {"steps": [s.to_dict() for s in steps], "outcome": outcome}
-        result = sc.report({**report, "session_id": f"customer-{n}"})
-        print(f"2. reported session customer-{n} ({order_id}, {outcome}): {result.status}")
+        reports.append(
+            {"steps": [s.to_dict() for s in steps], "outcome": outcome, "session_id": f"c-{n}"}
+        )
+    results = sc.report_many(reports)
+    archived = sum(r.status == "archived" for r in results)
+    recorded = sum(r.status == "recorded" for r in results)
+    print(
+        f"2. reported {len(results)} sessions: {archived} archived (the refused exchanges), "
+        f"{recorded} recorded (the exchanges that went through)"
+    )
 
     # a new customer: the agent has read the order, and is about to exchange
     steps = [run_tool("get_order", {"order_id": "#W5"})]
@@ -101,9 +113,9 @@ def run_agent(sc: Sidecar) -> None:
     print(f"4. look up the next step: {', '.join(hits)}")
 
     # the same call on a delivered order goes through
-    steps = [run_tool("get_order", {"order_id": "#W3"})]
-    delivered = sc.check_call(steps, "exchange_item", {"order_id": "#W3", "item": "red shirt"})
-    print(f"5. check exchange_item on the delivered #W3: {delivered.decision}")
+    steps = [run_tool("get_order", {"order_id": "#W31"})]
+    delivered = sc.check_call(steps, "exchange_item", {"order_id": "#W31", "item": "red shirt"})
+    print(f"5. check exchange_item on the delivered #W31: {delivered.decision}")
 
 
 if __name__ == "__main__":

@@ -163,7 +163,17 @@ def assess(
     tokens: dict[str, tuple[str, ...]] = {}
     for condition, level in relevant:
         if condition.holds(features, tokens):
-            observed = _observed(features.get(condition.predicate.feature))
+            feature = condition.predicate.feature
+            if feature.startswith("prior:"):
+                earlier = features.get("prior")
+                done = isinstance(earlier, list) and feature[6:] in earlier
+                observed = f"{'a' if done else 'no'} successful {feature[6:]} call before"
+                reasons.append(
+                    Reason(condition.condition_id, condition.family, level,
+                           condition.explanation, observed)
+                )  # fmt: skip
+                continue
+            observed = _observed(features.get(feature))
             reasons.append(
                 Reason(
                     condition.condition_id,

@@ -1,6 +1,7 @@
 """Steps files in one shape: what ``python -m benchmarks.tau2 steps`` writes is what
 ``sidecar check --steps`` and ``POST /v1/check`` take as it stands, on a synthetic
-τ²-shaped dataset (three shop runs; the real data lives outside the repository)."""
+τ²-shaped dataset (shop runs: three refused exchanges, twenty that went through, and
+a held-out one; the real data lives outside the repository)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def dataset(tmp_path: Path) -> Path:
     runs = [
         flat_run(0, "1", "#W1", "pending"),
         flat_run(1, "2", "#W2", "pending"),
-        flat_run(2, "3", "#W3", "delivered"),
+        flat_run(2, "3", "#W5", "pending"),
+        *(flat_run(n, str(n), f"#W{n}", "delivered") for n in range(10, 30)),
         flat_run(3, "4", "#W4", "pending"),  # the held-out task
     ]
     flat.write_text("".join(json.dumps(r) + "\n" for r in runs))
@@ -72,10 +74,10 @@ def sidecar(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_what_tau2_steps_writes_every_check_takes(dataset: Path, tmp_path: Path) -> None:
     home, reports, steps = tmp_path / "home", tmp_path / "reports.jsonl", tmp_path / "steps.json"
     made = tau2(dataset, "reports", "--except-task", "retail/4", "--out", str(reports))
-    assert made.returncode == 0 and made.stderr.strip() == f"wrote 3 report(s) to {reports}"
+    assert made.returncode == 0 and made.stderr.strip() == f"wrote 23 report(s) to {reports}"
     reported = sidecar(home, "report", str(reports))
     assert reported.stdout.strip() == (
-        "3 report(s): 2 archived, 1 recorded, 0 not archived, 0 rejected"
+        "23 report(s): 3 archived, 20 recorded, 0 not archived, 0 rejected"
     ), reported.stderr
     until = "exchange_delivered_order_items"
     made = tau2(dataset, "steps", "--task", "retail/4", "--until", until, "--out", str(steps))
