@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -22,7 +23,7 @@ from sidecar.api.docs import add_docs
 from sidecar.api.gate import ASGIApp, Gate, envelope
 from sidecar.api.routes import ROUTERS
 from sidecar.app import Sidecar
-from sidecar.errors import SidecarError
+from sidecar.errors import RateLimited, SidecarError
 from sidecar.limits import MAX_BODY_BYTES
 from sidecar.metrics import Metrics
 from sidecar.principals import OTLP, Principals
@@ -116,7 +117,10 @@ def _error_handlers(api: FastAPI) -> None:
 
     @api.exception_handler(SidecarError)
     async def _known(_request: Request, exc: SidecarError) -> JSONResponse:
-        return envelope(exc.status, exc.code, redact_text(str(exc)))
+        headers = None
+        if isinstance(exc, RateLimited):
+            headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+        return envelope(exc.status, exc.code, redact_text(str(exc)), headers)
 
     @api.exception_handler(Exception)
     async def _unknown(_request: Request, exc: Exception) -> JSONResponse:

@@ -203,3 +203,22 @@ def test_a_tokens_file_is_checked_when_it_is_read(tmp_path: Path) -> None:
     operator = principals.authenticate(OPERATOR.encode())
     assert operator is not None and operator.operator and operator.trusted
     assert principals.authenticate(b"nobody") is None
+
+
+def test_a_source_over_its_rate_is_told_when_to_come_back(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    tokens_file(home / "tokens.json")
+    with (
+        Sidecar.open(embedder=HashingEmbedder(), home=home, report_rate=1) as sc,
+        TestClient(create_app(sc, OPERATOR), base_url="http://127.0.0.1") as client,
+    ):
+        first = post(client, TOKENS["alice"], "/v1/reports", {"reports": [fabricated(0, "alice")]})
+        assert first.status_code == 200
+        again = post(client, TOKENS["alice"], "/v1/reports", {"reports": [fabricated(1, "alice")]})
+        assert again.status_code == 429 and again.json()["error"]["code"] == "rate_limited"
+        assert int(again.headers["Retry-After"]) >= 1
+        # the operator is trusted: no limit
+        assert (
+            post(client, OPERATOR, "/v1/reports", {"reports": [good_session(1)]}).status_code == 200
+        )
