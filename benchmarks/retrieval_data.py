@@ -58,6 +58,8 @@ class Protocol:
     folds: int = 0
     """Cross-validation folds over ``queries`` (0: ``train`` is the training set)."""
     notes: dict[str, int] = field(default_factory=dict)
+    tools: list[Any] = field(default_factory=list)
+    """The catalog as the sidecar's tools (what ``tools add`` would load)."""
 
     def training(self, fold: int) -> list[Query]:
         """What lookups of ``fold`` may learn from."""
@@ -67,7 +69,11 @@ class Protocol:
 
 
 def missing_files(root: Path) -> list[str]:
+    from benchmarks.datasets import TOOLBENCH_DIR
+
     out = [] if any((root / STB_DIR).glob("*.json")) else [str(STB_DIR / "*.json")]
+    if not any((root / TOOLBENCH_DIR).glob("G*_*.json")):
+        out.append(str(TOOLBENCH_DIR / "G*_*.json"))
     out += [
         str(SEAL_DIR / f)
         for f in ("tool.jsonl", "dev.jsonl", "test_in_domain.jsonl")
@@ -141,7 +147,9 @@ def stabletoolbench(root: Path) -> Protocol:
                 taken.add(name)
                 names[key] = name
                 definitions.append(_stb_function(api, name))
-            relevant = tuple(dict.fromkeys(names[(str(t), str(a))] for t, a in item["relevant APIs"]))
+            relevant = tuple(
+                dict.fromkeys(names[(str(t), str(a))] for t, a in item["relevant APIs"])
+            )
             queries.append(Query(f"{path.stem}:{item['query_id']}", str(item["query"]), relevant))
     tools = load_tools(definitions, str(root / STB_DIR))
     return Protocol(
@@ -151,6 +159,7 @@ def stabletoolbench(root: Path) -> Protocol:
         _folded(queries, "stabletoolbench"),
         folds=FOLDS,
         notes={"apis": len(tools), "queries": len(queries)},
+        tools=tools,
     )
 
 
@@ -182,6 +191,7 @@ def seal_tools(root: Path) -> Protocol:
         test,
         train=train,
         notes={"tools": len(tools), "queries": len(test), "training_queries": len(train)},
+        tools=tools,
     )
 
 
@@ -202,6 +212,7 @@ def toolbench_completed(root: Path) -> Protocol:
         _folded(queries, "toolbench"),
         folds=FOLDS,
         notes={"tools": len(corpus.tools), "queries": len(queries)},
+        tools=corpus.tools,
     )
 
 
@@ -209,9 +220,7 @@ def _folded(queries: Sequence[Query], salt: str) -> list[Query]:
     order = list(range(len(queries)))
     random.Random(f"folds:{salt}").shuffle(order)
     fold = {i: n % FOLDS for n, i in enumerate(order)}
-    return [
-        Query(q.qid, q.text, q.relevant, fold[i]) for i, q in enumerate(queries)
-    ]
+    return [Query(q.qid, q.text, q.relevant, fold[i]) for i, q in enumerate(queries)]
 
 
 def sample(protocol: Protocol, n: int | None, seed: int) -> list[Query]:

@@ -1,6 +1,6 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
-[--json]`` with NAME one of pollution, failures, lookup, embed, serve, gateway, check,
-evict, store, startup, all.
+[--json]`` with NAME one of pollution, failures, lookup, embed, serve, gateway, retrieval,
+check, evict, store, startup, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -47,6 +47,7 @@ MODULES = {
     "embed": "benchmarks.bench_embed",
     "serve": "benchmarks.bench_serve",
     "gateway": "benchmarks.bench_gateway",
+    "retrieval": "benchmarks.bench_retrieval",
 }
 ALL_ORDER = (
     "startup",
@@ -58,9 +59,10 @@ ALL_ORDER = (
     "embed",
     "serve",
     "gateway",
+    "retrieval",
     "pollution",
 )
-DATASET_BENCHMARKS = ("pollution", "failures", "embed", "serve", "gateway")
+DATASET_BENCHMARKS = ("pollution", "failures", "embed", "serve", "gateway", "retrieval")
 """Fast ones first: a broken environment shows up in seconds, not after the model."""
 
 
@@ -118,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         "embed": "ONNX query embedding, query cache and exact tier vs torch and raw Chroma",
         "serve": "server ready, tools add and HTTP vs library lookup: ONNX default vs torch",
         "gateway": "MCP gateway overhead, schema tokens saved by --expose search, OTLP intake",
+        "retrieval": "absolute lookup quality (nDCG, recall, Comp@5) on StableToolBench, "
+        "Seal-Tools, ToolBench: hybrid vs MiniLM and BM25; abstention; end-to-end cost",
         "all": "every benchmark, fastest first",
     }
     for name, text in helps.items():
@@ -138,7 +142,7 @@ def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[st
         }
     elif name == "failures":
         options |= {"dataset": args.dataset.resolve(), "seeds": args.seeds}
-    elif name in ("embed", "serve", "gateway"):
+    elif name in ("embed", "serve", "gateway", "retrieval"):
         options |= {"dataset": args.dataset.resolve()}
     progress(f"{name} ({'quick' if args.quick else 'full'}) starting")
     library = revision()
@@ -203,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(n in DATASET_BENCHMARKS for n in names):
         # before anything runs: `all` would otherwise fail minutes in
         from benchmarks.datasets import missing_files
+        from benchmarks.retrieval_data import missing_files as missing_retrieval
         from benchmarks.tau2 import missing_files as missing_tau2
 
         lost = [
@@ -212,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else []
             ),
             *(missing_tau2(args.dataset.resolve()) if "failures" in names else []),
+            *(missing_retrieval(args.dataset.resolve()) if "retrieval" in names else []),
         ]
         if lost:
             print(
