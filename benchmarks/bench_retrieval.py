@@ -16,7 +16,8 @@ queries through its int8 query graph, :mod:`indexes.lexical` for BM25 and
 - each split single-tool / multi-tool.
 
 Rankers: ``minilm`` (the whole query's cosine, today's lookup), ``bm25``,
-``multiview`` (max-sim over the whole query and each sentence), ``rrf`` (minilm + bm25),
+``multiview`` (max-sim over the query's sentences, :func:`sidecar.ranking.query_views`),
+``multiview+whole`` (the whole query as one more view), ``rrf`` (minilm + bm25),
 ``hybrid`` (multiview + bm25: the sidecar's default), and ``hybrid+usage@m``: each tool
 with at least ``m`` training queries gets the unit mean of those queries' views closest
 to it added (weight 0.5) to its vector (Tool2Vec-style).  Training queries are never
@@ -76,7 +77,7 @@ DEPTH = K + 50
 QUICK_QUERIES = 250
 USAGE_MINIMUMS = (1, 3, 5)
 USAGE_BLEND = 0.5
-CHAIN_WEIGHTS = (1.0, 2.0)
+CHAIN_WEIGHTS = (0.5, 1.0, 2.0)
 THRESHOLDS = (0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
 LATENCY_QUICK, LATENCY_FULL = 60, 200
 HAND_MADE = (
@@ -150,16 +151,21 @@ class Engine:
         started = time.perf_counter()
         self.matrix = embedder.embed(protocol.texts)
         self.embed_s = time.perf_counter() - started
-        self.lexical = LexicalSnapshot.build(self.ids, [terms(t) for t in protocol.texts])
+        # rows in id order, as the lexical tier builds them: BM25 ties break alike
+        order = sorted(range(len(self.ids)), key=self.ids.__getitem__)
+        self.lexical = LexicalSnapshot.build(
+            [self.ids[i] for i in order], [terms(protocol.texts[i]) for i in order]
+        )
         self._terms = terms
 
-    def views(self, text: str) -> np.ndarray:
+    def views(self, text: str, whole: bool = False) -> np.ndarray:
+        """The query's views (its sentences), or its whole text alone."""
         import numpy as np
 
         from sidecar.ranking import query_views
 
         rows = []
-        for view in query_views(text):
+        for view in [text.strip()] if whole else query_views(text):
             if view not in self._vectors:
                 self._vectors[view] = self._embedder.embed_query(view)
             rows.append(self._vectors[view])
@@ -178,12 +184,16 @@ class Engine:
     def rankings(self, text: str, matrix: np.ndarray | None = None) -> dict[str, Any]:
         """The dense rankings (whole query, multi-view), BM25, and the best
         similarity."""
-        views = self.views(text)
-        sims = (self.matrix if matrix is None else matrix) @ views.T
+        import numpy as np
+
+        docs = self.matrix if matrix is None else matrix
+        sims = docs @ self.views(text).T
         best = sims.max(axis=1)
+        whole = docs @ self.views(text, whole=True)[0]
         return {
-            "minilm": self.top(sims[:, 0]),
+            "minilm": self.top(whole),
             "multiview": self.top(best),
+            "multiview+whole": self.top(np.maximum(best, whole)),
             "bm25": self.bm25(text),
             "best": float(best.max()),
             "similarity": {rid: float(best[self.position[rid]]) for rid in self.top(best)},
@@ -247,6 +257,7 @@ def evaluate(engine: Engine, queries: Sequence[Query]) -> dict[str, Any]:
                 "multiview": r["multiview"],
                 "rrf": fuse([(r["minilm"], 1.0), (r["bm25"], 1.0)]),
                 "hybrid": hybrid(r),
+                "hybrid (views+whole)": fuse([(r["multiview+whole"], 1.0), (r["bm25"], 1.0)]),
             }
             for m, matrix in usage.items():
                 ranked[f"hybrid+usage@{m}"] = hybrid(engine.rankings(q.text, matrix))

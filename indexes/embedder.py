@@ -52,9 +52,13 @@ def query_vector(embedder: Embedder, text: str) -> np.ndarray:
 
 
 def query_vectors(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
-    """The vectors of several views of one query, one row each.  Each is embedded on its
-    own (as :func:`query_vector`, through any cache): in one batch the short views
-    would be padded to the longest and cost as much as it."""
+    """The vectors of several views of one query, one row each: the embedder's
+    ``embed_queries`` when it has one (one run of its query graph), else
+    :func:`query_vector` of each."""
+    embed_queries = getattr(embedder, "embed_queries", None)
+    if embed_queries is not None:
+        rows: np.ndarray = embed_queries(list(texts))
+        return rows
     return np.stack([query_vector(embedder, t) for t in texts])
 
 
