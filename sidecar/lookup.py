@@ -209,7 +209,7 @@ class Lookup:
         if text is not None:
             lexical = index.lexical_ranked(text, depth + len(excluded))
             rankings.append(([rid for rid, _ in lexical], 1.0))
-        weight = self._settings.chain_weight
+        weight = self._settings.chain_weight * len(rankings) / 2  # see sidecar.ranking
         if executed and weight > 0:
             rankings.append((successors(self.completed_chains(), executed), weight))
         order = fuse(rankings, scores)

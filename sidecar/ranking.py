@@ -12,7 +12,10 @@ rankings:
   part;
 - **lexical**: BM25 over the same text (:mod:`indexes.lexical`);
 - **chain**: with an executed prefix, the tools that followed that prefix in completed
-  chains (:func:`successors`), most often first, with weight ``chain_weight``.
+  chains (:func:`successors`), most often first.  Its weight is ``chain_weight`` for
+  every two other rankings (half of it beside the dense ranking alone, a lookup by
+  vector): on Seal-Tools, whose chains rarely repeat, the full weight beside one
+  ranking cost 2 points of recall@5 after a prefix, half of it 0.1.
 
 ``benchmarks/bench_retrieval.py`` measured the weights and depth below on
 StableToolBench, Seal-Tools and ToolBench; BENCHMARKS.md has the figures.
