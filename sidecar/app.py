@@ -464,8 +464,8 @@ class Sidecar:
         context: Mapping[str, Any] | None = None,
     ) -> LookupResult:
         """:meth:`search` for a caller that embeds its own query (same model and
-        dimension as the index): the dense ranking (and, after a prefix, the completed
-        chains), with no BM25, which needs the query's text."""
+        dimension as the index): the dense ranking alone (BM25 and the completed
+        chains need the query's text)."""
         import numpy as np
 
         executed, ctx = tool_list(after, "after"), context_values(context)

@@ -209,8 +209,10 @@ class Lookup:
         if text is not None:
             lexical = index.lexical_ranked(text, depth + len(excluded))
             rankings.append(([rid for rid, _ in lexical], 1.0))
-        weight = self._settings.chain_weight * len(rankings) / 2  # see sidecar.ranking
-        if executed and weight > 0:
+        weight = self._settings.chain_weight
+        # beside the dense ranking alone (a lookup by vector) the chains outweigh it on
+        # catalogs whose chains rarely repeat: see sidecar.ranking
+        if executed and weight > 0 and text is not None:
             rankings.append((successors(self.completed_chains(), executed), weight))
         order = fuse(rankings, scores)
         chosen: list[str] = []

@@ -12,10 +12,10 @@ rankings:
   part;
 - **lexical**: BM25 over the same text (:mod:`indexes.lexical`);
 - **chain**: with an executed prefix, the tools that followed that prefix in completed
-  chains (:func:`successors`), most often first.  Its weight is ``chain_weight`` for
-  every two other rankings (half of it beside the dense ranking alone, a lookup by
-  vector): on Seal-Tools, whose chains rarely repeat, the full weight beside one
-  ranking cost 2 points of recall@5 after a prefix, half of it 0.1.
+  chains (:func:`successors`), most often first, with weight ``chain_weight``.  Only a
+  text lookup has it: beside the dense ranking alone (a lookup by vector) it weighs as
+  much as the whole query, and on Seal-Tools, whose chains rarely repeat, it cost the
+  pollution benchmark's viable recall 1.4-2.2% of plain's even at half weight.
 
 ``benchmarks/bench_retrieval.py`` measured the weights and depth below on
 StableToolBench, Seal-Tools and ToolBench; BENCHMARKS.md has the figures.
