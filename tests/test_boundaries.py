@@ -1,7 +1,8 @@
 """Package boundaries: sidecar -> {indexes, cold_store}; those two never import sidecar
 or each other; chromadb and the model runtimes (torch, sentence-transformers,
 transformers, tokenizers, onnxruntime, onnx, safetensors) only in indexes, pyarrow only
-in cold_store, BM25 (bm25s, PyStemmer) only in indexes; the library never imports its benchmarks or tests."""
+in cold_store, BM25 (bm25s, PyStemmer) only in indexes; the library never imports its
+benchmarks or tests."""
 
 from __future__ import annotations
 

@@ -215,3 +215,25 @@ def test_a_multi_part_request_finds_each_part_with_the_model(
         assert set(hits) == {"currency_converter", "weather_current"}
         assert not sc.search(query, k=2).abstained
         assert sc.search("Write me a sonnet about love and loss.", k=2).abstained
+
+
+def test_the_retrieval_settings_parse_and_fail_loudly() -> None:
+    from sidecar.errors import ConfigError
+    from sidecar.settings import Settings
+
+    s = Settings.load(
+        env={
+            "SIDECAR_HYBRID": "false",
+            "SIDECAR_ABSTAIN_BELOW": "0.5",
+            "SIDECAR_CHAIN_WEIGHT": "0",
+        }
+    )
+    assert (s.hybrid, s.abstain_below, s.chain_weight) == (False, 0.5, 0.0)
+    for name, value in (
+        ("SIDECAR_HYBRID", "maybe"),
+        ("SIDECAR_ABSTAIN_BELOW", "1.5"),
+        ("SIDECAR_ABSTAIN_BELOW", "high"),
+        ("SIDECAR_CHAIN_WEIGHT", "-1"),
+    ):
+        with pytest.raises(ConfigError, match="(?i)" + name.removeprefix("SIDECAR_")):
+            Settings.load(env={name: value})
