@@ -7,7 +7,7 @@ live on unrelated scales, and one ranking that misses a tool cannot bury it.  Th
 rankings:
 
 - **dense**: cosine similarity to the query's views (:func:`query_views`: each of its
-  sentences, or the whole query when it has one), a tool scoring the best of its
+  sentences, or the whole query when it has only one), a tool scoring the best of its
   similarities (max-sim), so that a request with several parts finds the tool of each
   part;
 - **lexical**: BM25 over the same text (:mod:`indexes.lexical`);
