@@ -1,6 +1,6 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
-[--json]`` with NAME one of pollution, failures, lookup, embed, serve, gateway, check,
-evict, store, startup, state, all.
+[--json]`` with NAME one of pollution, failures, lookup, embed, serve, gateway, retrieval,
+check, evict, store, startup, state, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -48,6 +48,7 @@ MODULES = {
     "serve": "benchmarks.bench_serve",
     "gateway": "benchmarks.bench_gateway",
     "state": "benchmarks.bench_state",
+    "retrieval": "benchmarks.bench_retrieval",
 }
 ALL_ORDER = (
     "startup",
@@ -60,9 +61,10 @@ ALL_ORDER = (
     "embed",
     "serve",
     "gateway",
+    "retrieval",
     "pollution",
 )
-DATASET_BENCHMARKS = ("pollution", "failures", "embed", "serve", "gateway")
+DATASET_BENCHMARKS = ("pollution", "failures", "embed", "serve", "gateway", "retrieval")
 """Fast ones first: a broken environment shows up in seconds, not after the model."""
 
 
@@ -121,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
         "serve": "server ready, tools add and HTTP vs library lookup: ONNX default vs torch",
         "gateway": "MCP gateway overhead, schema tokens saved by --expose search, OTLP intake",
         "state": "the state on PostgreSQL vs SQLite, and the cost of its write lock",
+        "retrieval": "absolute lookup quality (nDCG, recall, Comp@5) on StableToolBench, "
+        "Seal-Tools, ToolBench: hybrid vs MiniLM and BM25; abstention; end-to-end cost",
         "all": "every benchmark, fastest first",
     }
     for name, text in helps.items():
@@ -164,7 +168,7 @@ def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[st
             "bfcl_runs": args.bfcl_runs,
             "bfcl_seed": args.bfcl_seed,
         }
-    elif name in ("embed", "serve", "gateway"):
+    elif name in ("embed", "serve", "gateway", "retrieval"):
         options |= {"dataset": args.dataset.resolve()}
     progress(f"{name} ({'quick' if args.quick else 'full'}) starting")
     library = revision()
@@ -230,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # before anything runs: `all` would otherwise fail minutes in
         from benchmarks.datasets import missing_files
         from benchmarks.failure_domains import missing, parse_domains
+        from benchmarks.retrieval_data import missing_files as missing_retrieval
 
         try:
             domains = parse_domains(args.domains) if "failures" in names else ()
@@ -243,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else []
             ),
             *missing(args.dataset.resolve(), domains),
+            *(missing_retrieval(args.dataset.resolve()) if "retrieval" in names else []),
         ]
         if lost:
             print(

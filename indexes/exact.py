@@ -72,12 +72,12 @@ class Snapshot:
 
     def top(self, vector: np.ndarray, n: int) -> list[tuple[str, float]]:
         """The ``n`` nearest ids by cosine similarity, best first, with their scores
-        (equal scores in row order)."""
+        (equal scores in row order).  Several query vectors (rows of ``vector``: the
+        views of one query) score each id by the best of its similarities."""
         n = min(n, len(self.ids))
         if n <= 0:
             return []
-        query = unit_rows(vector)[0]
-        scores = self.matrix @ query
+        scores = self.scores(vector)
         if n < len(scores):
             # the n best in any order, then only those sorted
             best = np.argpartition(-scores, n - 1)[:n]
@@ -86,6 +86,25 @@ class Snapshot:
             order = np.lexsort((np.arange(len(scores)), -scores))
         ids = self.ids
         return [(ids[i], min(1.0, max(-1.0, float(scores[i])))) for i in order]
+
+    def scores(self, vector: np.ndarray) -> np.ndarray:
+        """Every row's cosine similarity to ``vector`` (the best over its rows)."""
+        queries = unit_rows(vector)
+        if len(queries) == 1:
+            out: np.ndarray = self.matrix @ queries[0]
+            return out
+        best: np.ndarray = (self.matrix @ queries.T).max(axis=1)
+        return best
+
+    def similarity(self, vector: np.ndarray, ids: Collection[str]) -> dict[str, float]:
+        """The cosine similarity of each of ``ids`` it holds to ``vector`` (the best
+        over its rows)."""
+        rows = [(rid, self.position[rid]) for rid in ids if rid in self.position]
+        if not rows:
+            return {}
+        queries = unit_rows(vector)
+        sims = (self.matrix[[at for _, at in rows]] @ queries.T).max(axis=1)
+        return {rid: min(1.0, max(-1.0, float(v))) for (rid, _), v in zip(rows, sims, strict=True)}
 
     def ranked(self, vector: np.ndarray, k: int, exclude: Collection[str]) -> Ranked:
         """The ``k`` best ids not in ``exclude``, and the excluded ones that ranked above

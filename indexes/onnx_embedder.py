@@ -185,6 +185,12 @@ class OnnxMiniLMEmbedder:
         vector: np.ndarray = self._run(self._queries, [text])[0]
         return vector
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Query vectors of several texts (the views of one query) in one run of the
+        query graph: ``(len(texts), 384)`` float32, unit rows, each as
+        :meth:`embed_query` gives it."""
+        return self._run(self._queries, texts)
+
     def _run(self, variant: Variant, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, MINILM_DIM), dtype=np.float32)

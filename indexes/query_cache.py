@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from indexes.embedder import Embedder, query_vector
+from indexes.embedder import Embedder, query_vector, query_vectors
 
 _SPACES = re.compile(r"\s+")
 
@@ -94,6 +94,31 @@ class CachedEmbedder:
             while len(self._vectors) > self._size:
                 self._vectors.popitem(last=False)
         return vector
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """:meth:`embed_query` of each text, the ones not cached embedded together."""
+        keys = [query_key(t) for t in texts]
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for key in keys:
+                vector = self._vectors.get(key)
+                if vector is not None:
+                    self._vectors.move_to_end(key)
+                    self.hits += 1
+                    found[key] = vector
+        missing = [k for k in dict.fromkeys(keys) if k not in found]
+        if missing:
+            self.misses += len(missing)
+            fresh = np.array(query_vectors(self._inner, missing), dtype=np.float32)
+            with self._lock:
+                for key, vector in zip(missing, fresh, strict=True):
+                    vector.setflags(write=False)
+                    found[key] = vector
+                    self._vectors[key] = vector
+                    self._vectors.move_to_end(key)
+                while len(self._vectors) > self._size:
+                    self._vectors.popitem(last=False)
+        return np.stack([found[k] for k in keys])
 
     def clear(self) -> None:
         with self._lock:

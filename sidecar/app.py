@@ -46,7 +46,7 @@ from cold_store import (
     make_pointer,
     parse_pointer,
 )
-from indexes import ActiveIndex, Embedder, IndexMissing, ToolIndexError
+from indexes import ActiveIndex, Embedder, IndexMissing, ToolIndexError, query_vectors
 from sidecar import archive
 from sidecar.callmemory import CallMemory
 from sidecar.errors import (
@@ -90,6 +90,7 @@ from sidecar.model import (
     check_tool_id,
 )
 from sidecar.principals import LOCAL, Principals, ReportRate, Role, check_source
+from sidecar.ranking import query_views
 from sidecar.redact import redact_text
 from sidecar.registry import (
     AddToolsResult,
@@ -286,6 +287,7 @@ class Sidecar:
                 s.collection,
                 ssl=url.scheme == "https",
                 exact_limit=s.exact_limit,
+                lexical=s.hybrid,
             )
         try:
             # a reader never creates a store: an empty one would be served as if no tool
@@ -296,6 +298,7 @@ class Sidecar:
                 s.collection,
                 create=not self.read_only,
                 exact_limit=s.exact_limit,
+                lexical=s.hybrid,
             )
         except IndexMissing as exc:
             raise IndexUnavailable(f"the hot index {s.chroma_path} is missing: {_REBUILD}") from exc
@@ -440,14 +443,23 @@ class Sidecar:
 
         ``steps`` (the session so far: tool, arguments, output, error) stand for
         ``after`` when it is not given, and add warnings to the hits whose learned
-        failure conditions the session already holds what they need for."""
+        failure conditions the session already holds what they need for.
+
+        The answer is ``abstained`` when even the best hit is below the
+        ``abstain_below`` similarity: no active tool fits, the hits are only the best
+        candidates."""
         text = query_text(query)
         done = steps_of(steps)
         executed = tool_list(after, "after") if after or not done else tuple(s.tool for s in done)
         ctx, k = context_values(context), k_value(k)
         index = self.index
+        if self.settings.hybrid:
+            vector = query_vectors(index.embedder, query_views(text))
+        else:
+            vector = index.embed_query(text)
+        hybrid_text = text if self.settings.hybrid else None
         return self._lookup.search(
-            index, index.embed_query(text), k, executed, ctx, done, task_text(task_input)
+            index, vector, k, executed, ctx, done, task_text(task_input), hybrid_text
         )
 
     @boundary
@@ -459,7 +471,8 @@ class Sidecar:
         context: Mapping[str, Any] | None = None,
     ) -> LookupResult:
         """:meth:`search` for a caller that embeds its own query (same model and
-        dimension as the index)."""
+        dimension as the index): the dense ranking alone (BM25 and the completed
+        chains need the query's text)."""
         import numpy as np
 
         executed, ctx = tool_list(after, "after"), context_values(context)

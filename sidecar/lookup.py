@@ -6,6 +6,14 @@ fatal sequence after the executed prefix under the given context; the fatal
 continuations that the filter displaced come back as ``withheld`` with their rule and
 pointer, and hits that lead toward a fatal sequence carry warnings.
 
+With ``hybrid`` on (the default), the order is the fusion of :mod:`sidecar.ranking`: the
+dense ranking over the query's views, BM25 over the same documents and, after an
+executed prefix, the tools that completed chains after it.  Exclusions apply to the
+fused order exactly as to the dense one: a withheld or cold tool is never a hit, and
+the withheld continuations that ranked above the last hit are listed.  A hit's
+``score`` stays its cosine similarity (its best view's); a lookup whose best hit is
+below ``abstain_below`` answers ``abstained`` with its hits, as candidates.
+
 The compiled constraints (:class:`~sidecar.constraints.ConstraintMatcher`) are rebuilt
 only when the constraints revision moves; the set of cold tools and the hits' fields
 are re-read only when the hot-index revision moves.  Both revisions come from one read
@@ -23,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from indexes import ActiveIndex
+from indexes import ActiveIndex, IndexHit
 from sidecar.callmemory import CallMemory
 from sidecar.constraints import ConstraintMatcher
 from sidecar.errors import InvalidInput
@@ -41,6 +49,7 @@ from sidecar.model import (
     Withheld,
     check_tool_id,
 )
+from sidecar.ranking import DEPTH, fuse, successors
 from sidecar.registry import Fields
 from sidecar.settings import Settings
 from sidecar.state import StateStore
@@ -68,6 +77,8 @@ class Lookup:
         self._cold: frozenset[str] = frozenset()
         self._cold_rev = -1
         self._index_rev = -1
+        self._chains: list[tuple[tuple[str, ...], int]] = []
+        self._chains_rev = -1
 
     def matcher(self, rev: int | None = None) -> ConstraintMatcher:
         """The compiled constraints at constraints revision ``rev`` (read now if not
@@ -114,6 +125,15 @@ class Lookup:
                 self._cold_rev = tools_rev
             return self._cold
 
+    def completed_chains(self) -> list[tuple[tuple[str, ...], int]]:
+        """Completed chains and their runs, read again when a completed run was counted."""
+        rev = self._state.usage_revision()
+        with self._lock:
+            if rev != self._chains_rev:
+                self._chains = self._state.completed_topologies()
+                self._chains_rev = rev
+            return self._chains
+
     def search(
         self,
         index: ActiveIndex,
@@ -123,16 +143,21 @@ class Lookup:
         context: dict[str, Any],
         steps: Sequence[Step] | None = None,
         task_input: str | None = None,
+        text: str | None = None,
     ) -> LookupResult:
+        """The lookup.  ``vector`` holds the query's vector, or one row per view;
+        ``text`` is the query itself (for BM25; ``None``: the dense ranking alone)."""
         constraints_rev, tools_rev = self._state.revisions()
         matcher = self.matcher(constraints_rev)
         blocked, conditional = matcher.next_steps(executed, context)
         self.follow(index, tools_rev)
         exclude: Collection[str] = blocked.keys() | self.cold_tools(tools_rev)
         fields = self._fields.at(tools_rev)
-        ranked, displaced = index.search_ranked(
-            vector, k, _Excluded(exclude, fields), ids_only=True
-        )
+        excluded = _Excluded(exclude, fields)
+        if self._settings.hybrid:
+            ranked, displaced = self._fused(index, vector, k, executed, excluded, text)
+        else:
+            ranked, displaced = index.search_ranked(vector, k, excluded, ids_only=True)
         withheld = [
             Withheld(h.id, c.rule, c.pointer, c.chain_id, why)
             for h in displaced
@@ -157,7 +182,54 @@ class Lookup:
             )
             for h in ranked
         ]
-        return LookupResult(tuple(hits), tuple(withheld))
+        best = max((h.score for h in hits), default=-1.0)
+        below = self._settings.abstain_below
+        abstained = below > 0 and best < below
+        return LookupResult(tuple(hits), tuple(withheld), abstained)
+
+    def _fused(
+        self,
+        index: ActiveIndex,
+        vector: np.ndarray,
+        k: int,
+        executed: tuple[str, ...],
+        excluded: Collection[str],
+        text: str | None,
+    ) -> tuple[list[IndexHit], list[IndexHit]]:
+        """The ``k`` best hits of the fused ranking that are not ``excluded``, and the
+        excluded ones ranked above the last of them (what the exclusion displaced).
+
+        Each ranking is read ``DEPTH`` beyond ``k`` non-excluded tools, excluded ones
+        kept in place, so that an exclusion never moves another tool's rank."""
+        depth = k + DEPTH
+        hits, displaced = index.search_ranked(vector, depth, excluded, ids_only=True)
+        dense = sorted(hits + displaced, key=lambda h: -h.score)
+        scores = {h.id: h.score for h in dense}
+        rankings: list[tuple[Sequence[str], float]] = [([h.id for h in dense], 1.0)]
+        if text is not None:
+            lexical = index.lexical_ranked(text, depth + len(excluded))
+            rankings.append(([rid for rid, _ in lexical], 1.0))
+        weight = self._settings.chain_weight
+        # beside the dense ranking alone (a lookup by vector) the chains outweigh it on
+        # catalogs whose chains rarely repeat: see sidecar.ranking
+        if executed and weight > 0 and text is not None:
+            rankings.append((successors(self.completed_chains(), executed), weight))
+        order = fuse(rankings, scores)
+        chosen: list[str] = []
+        pushed: list[str] = []
+        for rid in order:
+            if len(chosen) == k:
+                break
+            (pushed if rid in excluded else chosen).append(rid)
+        missing = [rid for rid in chosen + pushed if rid not in scores]
+        if missing:
+            scores |= index.similarities(vector, missing)
+        # a tool that left the index between the rankings has no vector: not served
+        chosen = [rid for rid in chosen if rid in scores]
+        return (
+            [IndexHit(rid, scores[rid], "", {}) for rid in chosen],
+            [IndexHit(rid, scores.get(rid, 0.0), "", {}) for rid in pushed],
+        )
 
     def _call_hints(self, trace: Trace | None, tool: str, task_input: str | None) -> list[str]:
         if trace is None:

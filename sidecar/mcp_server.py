@@ -52,7 +52,8 @@ def build_mcp(sc: Sidecar | RemoteSidecar) -> MCPServer:
         title="Search tools",
         description="Semantic tool lookup that withholds continuations known to fail "
         "after the executed prefix `after` under `context`; pass the session's `steps` "
-        "for warnings about calls known to fail in this state.",
+        "for warnings about calls known to fail in this state. `abstained: true` means no "
+        "tool fits well: the hits are only the closest candidates.",
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
     )
     def search_tools(

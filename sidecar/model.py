@@ -344,9 +344,13 @@ class LookupHit:
 class LookupResult:
     hits: tuple[LookupHit, ...]
     withheld: tuple[Withheld, ...]
+    abstained: bool = False
+    """No tool fits well enough: the best hit's similarity is below the calibrated
+    threshold (``abstain_below``); the hits are the best candidates anyway."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "hits": [h.to_dict() for h in self.hits],
             "withheld": [w.to_dict() for w in self.withheld],
+            "abstained": self.abstained,
         }

@@ -25,6 +25,14 @@ CRASH_POINTS = ("after_intent", "after_cold", "after_mandates", "after_hot_delet
 MissingField = Literal["block", "allow"]
 DEFAULT_EVICT_MIN_CHAINS = 2
 """Distinct abandoned chains a tool must drive before it is evicted, by default."""
+DEFAULT_ABSTAIN_BELOW = 0.35
+"""Best cosine similarity under which a lookup abstains: on the three catalogs of
+``benchmarks/bench_retrieval.py`` it abstained on under 1% of in-scope queries."""
+DEFAULT_CHAIN_WEIGHT = 0.3
+"""Weight of the completed-chain ranking in the fusion (``sidecar.ranking``).  Heavier
+weights raised multi-tool Comp@5 after a prefix more on StableToolBench
+(``benchmarks/bench_retrieval.py``), but let one completed run put a poor match first
+(the demo's ``text_summarizer`` for "parse the page HTML" after ``web_search``)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,9 @@ class Settings:
     trusted_sources: str = "operator,gateway,otlp"
     report_rate: int = 600
     crash_at: str | None = None
+    hybrid: bool = True
+    abstain_below: float = DEFAULT_ABSTAIN_BELOW
+    chain_weight: float = DEFAULT_CHAIN_WEIGHT
 
     @property
     def model_cache_path(self) -> Path:
@@ -130,11 +141,14 @@ SETTINGS: dict[str, str] = {
     "trusted_sources": "comma-separated sources whose evidence alone may make a learned block",
     "report_rate": "reports a minute each untrusted source may send (0: no limit)",
     "crash_at": "testing only: SIGKILL the process at this named eviction crash point",
+    "hybrid": "fuse BM25 and per-sentence views with the dense ranking (true/false)",
+    "abstain_below": "best similarity under which a lookup answers abstained (0: never)",
+    "chain_weight": "weight of tools that completed chains after the executed prefix (0: off)",
 }
 
 
 def _parse(name: str, raw: str) -> Any:
-    if name == "constraint_max_age_days":
+    if name in ("constraint_max_age_days", "abstain_below", "chain_weight"):
         try:
             return float(raw)
         except ValueError:
@@ -156,7 +170,7 @@ def _parse(name: str, raw: str) -> Any:
             raise ConfigError(f"SIDECAR_{name.upper()} must be an integer, got {raw!r}") from None
     if name in ("home", "model_cache", "tokens_file"):
         return Path(raw)
-    if name in ("evict_on_report", "keep_outputs", "revocation_allow_link_local"):
+    if name in ("evict_on_report", "keep_outputs", "revocation_allow_link_local", "hybrid"):
         if raw.lower() in ("1", "true", "yes", "on"):
             return True
         if raw.lower() in ("0", "false", "no", "off"):
@@ -191,6 +205,14 @@ def validate(s: Settings) -> Settings:
     age = s.constraint_max_age_days
     if isinstance(age, bool) or not isinstance(age, int | float) or not 0 <= age < 1e6:
         raise ConfigError(f"constraint_max_age_days must be a number >= 0, got {age!r}")
+    below = s.abstain_below
+    if isinstance(below, bool) or not isinstance(below, int | float) or not 0 <= below <= 1:
+        raise ConfigError(f"abstain_below must be a number from 0 to 1, got {below!r}")
+    weight = s.chain_weight
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 100:
+        raise ConfigError(f"chain_weight must be a number from 0 to 100, got {weight!r}")
+    if not isinstance(s.hybrid, bool):
+        raise ConfigError(f"hybrid must be true or false, got {s.hybrid!r}")
     if not isinstance(s.max_warnings_per_tool, int) or s.max_warnings_per_tool < 0:
         raise ConfigError("max_warnings_per_tool must be >= 0")
     if s.chroma_url is not None and not s.chroma_url.startswith(("http://", "https://")):

@@ -307,6 +307,7 @@ class StateStore:
 
     @staticmethod
     def _complete(db: Connection, topology: Sequence[str], now: float) -> None:
+        bump(db, "usage_rev")
         key = topology_key(topology)
         row = db.execute("SELECT times FROM completed_chains WHERE chain_key=?", (key,)).fetchone()
         if row is not None:
@@ -354,6 +355,16 @@ class StateStore:
             ):
                 out[tool] += int(n)
         return out
+
+    def usage_revision(self) -> int:
+        """Changes whenever a completed run is counted."""
+        row = self._db.execute("SELECT value FROM meta WHERE key='usage_rev'").fetchone()
+        return int(row[0]) if row else 0
+
+    def completed_topologies(self) -> list[tuple[tuple[str, ...], int]]:
+        """Every completed chain's topology and how many runs completed it."""
+        rows = self._db.execute("SELECT topology, times FROM completed_chains ORDER BY chain_key")
+        return [(tuple(json.loads(t)), int(n)) for t, n in rows]
 
     def completed_chain_count(self, tool_id: str) -> int:
         """Distinct completed chains that used ``tool_id``."""
@@ -672,6 +683,7 @@ class StateStore:
 
     @staticmethod
     def _uncomplete(db: Connection, topology: Sequence[str], now: float) -> None:
+        bump(db, "usage_rev")
         key = topology_key(topology)
         row = db.execute("SELECT times FROM completed_chains WHERE chain_key=?", (key,)).fetchone()
         if row is None:

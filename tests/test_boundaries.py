@@ -1,7 +1,8 @@
 """Package boundaries: sidecar -> {indexes, cold_store}; those two never import sidecar
 or each other; chromadb and the model runtimes (torch, sentence-transformers,
 transformers, tokenizers, onnxruntime, onnx, safetensors) only in indexes, pyarrow only
-in cold_store; the library never imports its benchmarks or tests."""
+in cold_store, BM25 (bm25s, PyStemmer) only in indexes; the library never imports its
+benchmarks or tests."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ MODEL_RUNTIME = {
 }
 FORBIDDEN = {
     "indexes": {"sidecar", "cold_store", "pyarrow"},
-    "cold_store": {"sidecar", "indexes", "chromadb", *MODEL_RUNTIME},
-    "sidecar": {"chromadb", "pyarrow", "benchmarks", "tests", *MODEL_RUNTIME},
+    "cold_store": {"sidecar", "indexes", "chromadb", "bm25s", "Stemmer", *MODEL_RUNTIME},
+    "sidecar": {"chromadb", "pyarrow", "benchmarks", "tests", "bm25s", "Stemmer", *MODEL_RUNTIME},
 }
 
 

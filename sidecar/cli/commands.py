@@ -118,6 +118,8 @@ def search(args: argparse.Namespace) -> int:
             lines += [f"      ! {w}" for w in hit.warnings]
         if not out.hits:
             lines.append("no active tools match")
+        elif out.abstained:
+            lines.insert(0, "abstained: no active tool fits well; the best candidates:")
         for w in out.withheld:
             lines.append(f"withheld {w.tool_id}: {w.rule} [{w.pointer}]")
         return "\n".join(lines)

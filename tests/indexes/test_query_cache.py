@@ -166,3 +166,23 @@ def test_the_model_cannot_tell_case_and_spacing_apart(
         )
         np.testing.assert_allclose(hit, direct, atol=1e-6)
         assert cached.tokenizer_count(raw) == embedder.tokenizer_count(raw)
+
+
+def test_views_are_embedded_together_and_cached_each() -> None:
+    inner = Counting()
+    cached = CachedEmbedder(inner, size=8)
+    rows = cached.embed_queries(["find flights", "book a hotel", "find flights"])
+    assert rows.shape == (3, inner.dim)
+    assert np.array_equal(rows[0], rows[2])
+    assert np.array_equal(rows[1], cached.embed_query("book a hotel"))
+    assert inner.seen == ["find flights", "book a hotel"]  # once each, in one call
+    cached.embed_queries(["book a hotel", "rent a car"])
+    assert inner.seen[-1:] == ["rent a car"]
+
+
+def test_onnx_views_are_the_single_query_vectors(tmp_path: Path) -> None:
+    onnx = OnnxMiniLMEmbedder(tmp_path)
+    texts = ["find flights to Rome", "book a hotel near the central station tonight"]
+    together = onnx.embed_queries(texts)
+    for row, text in zip(together, texts, strict=True):
+        assert np.allclose(row, onnx.embed_query(text), atol=1e-5)

@@ -148,7 +148,7 @@ def test_the_cli_contract(loaded: Path) -> None:
     )
     assert found.returncode == 0, found.stderr
     body = as_json(found)
-    assert set(body) == {"hits", "withheld"}
+    assert set(body) == {"hits", "withheld", "abstained"}
     assert len(body["hits"]) == 62  # everything but the withheld continuation
     assert {"tool_id", "score", "description", "warnings"} <= set(body["hits"][0])
     assert "llm_extractor" not in [h["tool_id"] for h in body["hits"]]

@@ -91,7 +91,7 @@ def test_search_check_report_audit_shapes(client: TestClient) -> None:
         json={"query": "extract prices from text", "k": 3, "after": FATAL[:2]},
         headers=AUTH,
     ).json()
-    assert set(found) == {"hits", "withheld"} and len(found["hits"]) == 3
+    assert set(found) == {"hits", "withheld", "abstained"} and len(found["hits"]) == 3
     assert "llm_extractor" not in [h["tool_id"] for h in found["hits"]]
     checked = client.post("/v1/check", json={"plan": FATAL}, headers=AUTH).json()
     assert checked["safe"] is False
