@@ -162,9 +162,14 @@ def test_completed_chains_raise_what_came_next(sc: Sidecar) -> None:
 
 
 def test_a_fatal_continuation_is_withheld_whatever_the_chains_say(sc: Sidecar) -> None:
+    # completed runs raise llm_extractor after search_api; on big payloads the same
+    # continuation is fatal (a run that completed it says nothing about those)
     sc.report(completed(["search_api", "llm_extractor"]))
-    sc.report(abandoned(["search_api", "llm_extractor"], "HTTP 413", rule="too big"))
-    result = sc.search("Now do the next step", k=7, after=["search_api"])
+    too_big = [{"step": "search_api", "field": "payload_bytes", "op": ">", "value": 5_000_000}]
+    sc.report(abandoned(["search_api", "llm_extractor"], "HTTP 413", rule="too big", when=too_big))
+    result = sc.search(
+        "Now do the next step", k=7, after=["search_api"], context={"payload_bytes": 7_000_000}
+    )
     assert "llm_extractor" not in [h.tool_id for h in result.hits]
     assert "llm_extractor" in [w.tool_id for w in result.withheld]
 
