@@ -177,7 +177,7 @@ class DeltaColdTable:
         self._unreadable: dict[str, str] = {}
         """Files found unreadable -> why; left in place (only a commit removes a file
         from a Delta table) and skipped by every read."""
-        self._fs = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._options))
+        self._fs_handle: pafs.FileSystem | None = None
         self._open()
 
     # ---- the table and its key cache ----------------------------------------------
@@ -306,6 +306,18 @@ class DeltaColdTable:
                 if self._keys.get(k, ("",))[0] == path:
                     del self._keys[k]
                     self._lost[k] = path
+
+    @property
+    def _fs(self) -> pafs.FileSystem:
+        """The table's files, for pyarrow, through Delta's own object store client (one
+        configuration for both); made once the table exists."""
+        if self._fs_handle is None:
+            try:
+                handler = DeltaStorageHandler(self.uri, self._options)
+            except _STORE_ERRORS as exc:
+                _raise(exc, f"opening {self.uri}")
+            self._fs_handle = pafs.PyFileSystem(handler)
+        return self._fs_handle
 
     @property
     def version(self) -> int:
