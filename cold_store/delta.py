@@ -346,7 +346,11 @@ class DeltaColdTable:
         app_id = batch or uuid.uuid4().hex
         for attempt in range(COMMIT_ATTEMPTS):
             with self._lock:
-                self._refresh()
+                try:
+                    self._refresh()
+                except StoreUnavailable as exc:
+                    # nothing of this call is committed (a lost race before, at most)
+                    raise CommitFailed(f"{exc}; nothing was committed") from exc
                 fresh, skipped = checks.fresh_rows(rows, self.key, set(self._keys))
                 if not fresh:
                     return AppendResult((), tuple(skipped), ())

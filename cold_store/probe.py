@@ -44,10 +44,15 @@ class S3Options:
     session_token: str | None = None
     timeout_s: float = 30.0
     """Per-request timeout, for the probe and for Delta's object store client."""
+    max_retries: int | None = None
+    """Retries of a failed request by Delta's object store client (``None``: its
+    default, 10, which rides out a short outage but makes a long one fail slowly)."""
 
     def storage_options(self) -> dict[str, str]:
         """The options Delta's object store client takes."""
-        options = {"AWS_REGION": self.region, "timeout": f"{int(self.timeout_s)}s"}
+        options = {"AWS_REGION": self.region, "timeout": f"{max(1, round(self.timeout_s))}s"}
+        if self.max_retries is not None:
+            options["max_retries"] = str(self.max_retries)
         if self.endpoint_url is not None:
             options["AWS_ENDPOINT_URL"] = self.endpoint_url
             if self.endpoint_url.startswith("http://"):

@@ -1,7 +1,7 @@
 """Package boundaries: sidecar -> {indexes, cold_store}; those two never import sidecar
 or each other; chromadb and the model runtimes (torch, sentence-transformers,
-transformers, tokenizers, onnxruntime, onnx, safetensors) only in indexes, pyarrow only
-in cold_store; the library never imports its benchmarks or tests."""
+transformers, tokenizers, onnxruntime, onnx, safetensors) only in indexes, pyarrow and
+deltalake only in cold_store; the library never imports its benchmarks or tests."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ MODEL_RUNTIME = {
     "safetensors",
 }
 FORBIDDEN = {
-    "indexes": {"sidecar", "cold_store", "pyarrow"},
+    "indexes": {"sidecar", "cold_store", "pyarrow", "deltalake"},
     "cold_store": {"sidecar", "indexes", "chromadb", *MODEL_RUNTIME},
-    "sidecar": {"chromadb", "pyarrow", "benchmarks", "tests", *MODEL_RUNTIME},
+    "sidecar": {"chromadb", "pyarrow", "deltalake", "benchmarks", "tests", *MODEL_RUNTIME},
 }
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cold_store import ColdStore, S3Options
@@ -124,6 +125,14 @@ class Backend:
             if "_delta_log" not in p.parts and not p.name.startswith(".")
         )
 
+    def data_files_under(self, folder: str) -> list[str]:
+        """Every file under ``folder`` (relative to the store), by name."""
+        if self.kind == "s3":
+            prefix = f"{self._prefix()}/{folder}/"
+            listing = self._client().list_objects_v2(Bucket=self.bucket, Prefix=prefix)
+            return sorted(o["Key"][len(prefix) :] for o in listing.get("Contents", []))
+        return sorted(p.name for p in (self._root() / folder).iterdir())
+
     def read_bytes(self, name: str) -> bytes:
         if self.kind == "s3":
             body = self._client().get_object(Bucket=self.bucket, Key=f"{self._prefix()}/{name}")
@@ -172,3 +181,13 @@ def garbage(data: bytes) -> bytes:
 
 def torn(data: bytes) -> bytes:
     return data[: len(data) // 2]
+
+
+def committed_rows(backend: Backend, table: str) -> int:
+    """Rows in the files the Delta table's current version names, copies included."""
+    from deltalake import DeltaTable
+
+    options = backend.s3.storage_options() if backend.s3 is not None else None
+    uri = backend.location.removeprefix("delta+file://") + f"/{table}"
+    actions = pa.table(DeltaTable(uri, storage_options=options).get_add_actions(flatten=True))
+    return sum(int(n) for n in actions.column("num_records").to_pylist())
