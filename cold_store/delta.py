@@ -32,16 +32,18 @@ cannot be read is :class:`StoreUnavailable`.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -80,6 +82,9 @@ COMMIT_ATTEMPTS = 50
 """Attempts of one append before it gives up as :class:`CommitFailed`; each lost attempt
 means another writer committed, so many writers still all get through."""
 _INDEX_THREADS = 8
+_FOOTERS_KEPT = 512
+"""Footers kept per table (the most recently used), so that a lookup in one of those
+files reads only its row group."""
 _MISSING = "missing: the log names it but the store does not hold it"
 _TABLE_CONFIG = {
     # only ever appended to; compaction rewrites files without changing data
@@ -123,6 +128,16 @@ def _lost_race(exc: BaseException) -> bool:
     class; the message tells which)."""
     text = str(exc)
     return "Failed to commit transaction" in text or "existing table version" in text
+
+
+@dataclass(frozen=True)
+class _Damaged:
+    """What is wrong with a data file that could not be read."""
+
+    reason: str
+
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -178,6 +193,7 @@ class DeltaColdTable:
         """Files found unreadable -> why; left in place (only a commit removes a file
         from a Delta table) and skipped by every read."""
         self._fs_handle: pafs.FileSystem | None = None
+        self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
         self._open()
 
     # ---- the table and its key cache ----------------------------------------------
@@ -253,18 +269,29 @@ class DeltaColdTable:
         for path in [p for p in self._files if p not in current]:
             gone = self._files.pop(path)
             self._unreadable.pop(path, None)
+            self._footers.pop(path, None)
             for k in gone.keys:
                 if self._keys.get(k, ("",))[0] == path:
                     del self._keys[k]
         fresh = sorted((p for p in current if p not in self._files), key=lambda p: current[p][2])
-        for path, found in zip(fresh, self._read_keys(fresh), strict=True):
+        for path in fresh:  # sizes first: reading the new files needs them
+            self._files[path] = _File(-1, current[path][0], 0, [], [], frozenset())
+        self._fs_handle = None
+        try:
+            read = self._read_keys(fresh)
+        except BaseException:
+            for path in fresh:  # not indexed: the next look tries them again
+                del self._files[path]
+            raise
+        for path, found in zip(fresh, read, strict=True):
             size, rows, _mtime = current[path]
             if isinstance(found, str):
                 self._unreadable[path] = found
                 self._files[path] = _File(self._next_seq, size, rows or 0, [], [], frozenset())
             else:
-                keys, groups, names = found
+                keys, groups, names, footer = found
                 self._files[path] = _File(self._next_seq, size, len(keys), keys, groups, names)
+                self._remember_footer(path, footer)
                 offsets = [(g, r) for g, n in enumerate(groups) for r in range(n)]
                 for k, (g, r) in zip(keys, offsets, strict=True):
                     self._keys.setdefault(k, (path, g, r))
@@ -274,33 +301,75 @@ class DeltaColdTable:
 
     def _read_keys(
         self, paths: Sequence[str]
-    ) -> list[tuple[list[str], list[int], frozenset[str]] | str]:
+    ) -> list[tuple[list[str], list[int], frozenset[str], pq.FileMetaData] | str]:
         """Each file's keys, row group sizes and columns, read in parallel (on an object
         store each file costs a round trip or two); a string where the file is
         unreadable."""
 
-        def one(path: str) -> tuple[list[str], list[int], frozenset[str]] | str:
-            try:
+        def one(path: str) -> tuple[list[str], list[int], frozenset[str], pq.FileMetaData] | str:
+            def read() -> tuple[list[str], list[int], frozenset[str], pq.FileMetaData]:
                 handle = pq.ParquetFile(path, filesystem=self._fs)
                 keys = handle.read(columns=[self.key]).column(self.key).to_pylist()
                 meta = handle.metadata
                 groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-                return keys, groups, frozenset(handle.schema_arrow.names)
-            except FileNotFoundError:
-                return _MISSING
-            except (pa.ArrowInvalid, KeyError) as exc:
-                return f"unreadable: {exc}"
-            except _STORE_ERRORS as exc:
-                _raise(exc, f"reading {self.uri}/{path}")
+                return keys, groups, frozenset(handle.schema_arrow.names), meta
+
+            got = self._read_file(path, read)
+            return got.reason if isinstance(got, _Damaged) else got
 
         if len(paths) <= 1:
             return [one(p) for p in paths]
         with ThreadPoolExecutor(min(_INDEX_THREADS, len(paths))) as pool:
             return list(pool.map(one, paths))
 
+    def _read_file(
+        self, path: str, read: Callable[[], _T], what: str = "unreadable"
+    ) -> _T | _Damaged:
+        """``read()`` of one data file, or what is wrong with the file.  pyarrow raises
+        ``OSError`` both for bytes it cannot decode and for a store that does not answer,
+        so after one the store is asked about the file itself: when it answers, the read
+        is tried once more and a second failure is the file's; when it does not,
+        :class:`StoreUnavailable` (the file is not to blame)."""
+        for attempt in (1, 2):
+            try:
+                return read()
+            except FileNotFoundError:
+                return _Damaged(_MISSING)
+            except (pa.ArrowInvalid, IndexError, KeyError) as exc:
+                return _Damaged(f"{what}: {exc}")
+            except _STORE_ERRORS as exc:
+                try:
+                    info = self._fs.get_file_info(path)
+                except _STORE_ERRORS:
+                    _raise(exc, f"reading {self.uri}/{path}")
+                if info.type == pafs.FileType.NotFound:
+                    return _Damaged(_MISSING)
+                if attempt == 2:
+                    return _Damaged(f"{what}: {exc}")
+        raise AssertionError("unreachable")
+
+    def _remember_footer(self, path: str, footer: pq.FileMetaData) -> None:
+        self._footers[path] = footer
+        self._footers.move_to_end(path)
+        while len(self._footers) > _FOOTERS_KEPT:
+            self._footers.popitem(last=False)
+
+    def _open_file(self, path: str) -> pq.ParquetFile:
+        """A data file, with its footer from the cache when there (no read for it)."""
+        with self._lock:
+            footer = self._footers.get(path)
+            if footer is not None:
+                self._footers.move_to_end(path)
+        handle = pq.ParquetFile(path, filesystem=self._fs, metadata=footer, pre_buffer=True)
+        if footer is None:
+            with self._lock:
+                self._remember_footer(path, handle.metadata)
+        return handle
+
     def _mark_unreadable(self, path: str, reason: str) -> None:
         with self._lock:
             self._unreadable[path] = reason
+            self._footers.pop(path, None)
             entry = self._files.get(path)
             for k in entry.keys if entry else ():
                 if self._keys.get(k, ("",))[0] == path:
@@ -310,10 +379,12 @@ class DeltaColdTable:
     @property
     def _fs(self) -> pafs.FileSystem:
         """The table's files, for pyarrow, through Delta's own object store client (one
-        configuration for both); made once the table exists."""
+        configuration for both); made again after the files changed."""
         if self._fs_handle is None:
+            # with each file's size known, opening a file costs no request of its own
+            sizes = {path: entry.size for path, entry in self._files.items()}
             try:
-                handler = DeltaStorageHandler(self.uri, self._options)
+                handler = DeltaStorageHandler(self.uri, self._options, known_sizes=sizes)
             except _STORE_ERRORS as exc:
                 _raise(exc, f"opening {self.uri}")
             self._fs_handle = pafs.PyFileSystem(handler)
@@ -474,20 +545,19 @@ class DeltaColdTable:
                     )
                 continue
             path, group, row = hit
-            try:
-                data = pq.ParquetFile(path, filesystem=self._fs).read_row_group(group)
-                record = checks.complete(data.slice(row, 1).to_pylist()[0], self.schema)
-            except FileNotFoundError:
-                if not fresh:
-                    continue
-                reason = _MISSING
-            except (pa.ArrowInvalid, IndexError) as exc:
-                reason = f"unreadable: {exc}"
-            except _STORE_ERRORS as exc:
-                _raise(exc, f"reading {self.uri}/{path}")
+
+            def read(path: str = path, group: int = group, row: int = row) -> dict[str, Any]:
+                data = self._open_file(path).read_row_group(group)
+                return checks.complete(data.slice(row, 1).to_pylist()[0], self.schema)
+
+            got = self._read_file(path, read)
+            if isinstance(got, _Damaged):
+                if got.reason == _MISSING and not fresh:
+                    continue  # compacted away and vacuumed since the cache looked
+                reason = got.reason
+            elif got.get(self.key) == key:
+                return got
             else:
-                if record.get(self.key) == key:
-                    return record
                 reason = "the cache points at a row holding another key"
             self._mark_unreadable(path, reason)
             raise RecordQuarantined(self.name, key, f"{self.uri}/{path}", reason)
@@ -507,16 +577,14 @@ class DeltaColdTable:
             )
         for path, entry in files:
             read = None if wanted is None else [c for c in wanted if c in entry.names]
-            try:
-                data = pq.read_table(path, filesystem=self._fs, columns=read)
-            except FileNotFoundError:
-                self._mark_unreadable(path, _MISSING)
+            data = self._read_file(
+                path,
+                functools.partial(pq.read_table, path, filesystem=self._fs, columns=read),
+                "unreadable on scan",
+            )
+            if isinstance(data, _Damaged):
+                self._mark_unreadable(path, data.reason)
                 continue
-            except pa.ArrowInvalid as exc:
-                self._mark_unreadable(path, f"unreadable on scan: {exc}")
-                continue
-            except _STORE_ERRORS as exc:
-                _raise(exc, f"reading {self.uri}/{path}")
             for found in data.to_pylist():
                 row = checks.complete(found, self.schema)
                 if self._keys.get(row[self.key], ("",))[0] != path:
@@ -532,17 +600,16 @@ class DeltaColdTable:
             files = [(p, f.rows) for p, f in self._files.items() if p not in self._unreadable]
         bad: list[str] = []
         for path, rows in files:
-            try:
-                found = pq.read_metadata(path, filesystem=self._fs).num_rows
-            except FileNotFoundError:
-                reason = _MISSING
-            except pa.ArrowInvalid as exc:
-                reason = f"unreadable on verify: {exc}"
-            except _STORE_ERRORS as exc:
-                _raise(exc, f"reading {self.uri}/{path}")
+            footer = self._read_file(
+                path,
+                functools.partial(pq.read_metadata, path, filesystem=self._fs),
+                "unreadable on verify",
+            )
+            if isinstance(footer, _Damaged):
+                reason = footer.reason
+            elif (found := footer.num_rows) == rows:
+                continue
             else:
-                if found == rows:
-                    continue
                 reason = f"holds {found} rows, committed with {rows}"
             self._mark_unreadable(path, reason)
             bad.append(path)
@@ -573,14 +640,12 @@ class DeltaColdTable:
                 )
                 continue
             if deep:
-                try:
-                    keys = pq.read_table(path, filesystem=self._fs).column(self.key).to_pylist()
-                except pa.ArrowInvalid as exc:
-                    damaged.append(QuarantinedFile(path, where, f"unreadable: {exc}"))
-                    continue
-                except _STORE_ERRORS as exc:
-                    _raise(exc, f"reading {where}")
-                if keys != entry.keys:
+                data = self._read_file(
+                    path, functools.partial(pq.read_table, path, filesystem=self._fs)
+                )
+                if isinstance(data, _Damaged):
+                    damaged.append(QuarantinedFile(path, where, data.reason))
+                elif data.column(self.key).to_pylist() != entry.keys:
                     damaged.append(
                         QuarantinedFile(path, where, "content differs from the committed")
                     )

@@ -9,12 +9,14 @@ reads commands on stdin: ``stop`` (the port refuses connections; the objects are
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from moto.server import ThreadedMotoServer
 
 
 def main() -> None:
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     _host, port = server.get_host_and_port()

@@ -299,11 +299,17 @@ def test_an_outage_fails_visibly_and_loses_nothing(s3_server: Any, tmp_path: Pat
                 store.chains.count()
             with pytest.raises(StoreUnavailable):
                 store.chains.contains("c1")
+            with pytest.raises(StoreUnavailable):  # the cache knows where: a data read
+                store.chains.get("c1")
+            with pytest.raises(StoreUnavailable):
+                store.check_footers()
             with pytest.raises(CommitFailed, match="nothing was committed"):
                 store.chains.append([chain_row("c2")])
             assert store.health().startswith("not writable")
         finally:
             s3_server.start()
+        assert store.quarantined() == []  # a store that did not answer blames no file
+        assert store.chains.get("c1") == chain_row("c1")
         assert store.chains.append([chain_row("c2")]).written == ("c2",)
         assert sorted(store.chains.all_keys()) == ["c1", "c2"]
         assert store.health() == "ok"
