@@ -243,7 +243,12 @@ class DeltaColdTable:
                 try:
                     self._table.update_incremental()
                 except _STORE_ERRORS as exc:
-                    _raise(exc, f"reading the log of {self.uri}")
+                    # the entries after the loaded version may be gone (cleaned after a
+                    # checkpoint while this process was idle): load the table afresh
+                    try:
+                        self._table = DeltaTable(self.uri, storage_options=self._options)
+                    except _STORE_ERRORS:
+                        _raise(exc, f"reading the log of {self.uri}")
             self._sync()
 
     def _sync(self) -> None:
@@ -276,7 +281,8 @@ class DeltaColdTable:
         fresh = sorted((p for p in current if p not in self._files), key=lambda p: current[p][2])
         for path in fresh:  # sizes first: reading the new files needs them
             self._files[path] = _File(-1, current[path][0], 0, [], [], frozenset())
-        self._fs_handle = None
+        if "://" in self.uri:
+            self._fs_handle = None  # made again with the new files' sizes
         try:
             read = self._read_keys(fresh)
         except BaseException:
@@ -378,9 +384,13 @@ class DeltaColdTable:
 
     @property
     def _fs(self) -> pafs.FileSystem:
-        """The table's files, for pyarrow, through Delta's own object store client (one
-        configuration for both); made again after the files changed."""
+        """The table's files, for pyarrow: a local folder through pyarrow's own
+        filesystem; an object store through Delta's object store client (one
+        configuration for both), made again after the files changed."""
         if self._fs_handle is None:
+            if "://" not in self.uri:
+                self._fs_handle = pafs.SubTreeFileSystem(self.uri, pafs.LocalFileSystem())
+                return self._fs_handle
             # with each file's size known, opening a file costs no request of its own
             sizes = {path: entry.size for path, entry in self._files.items()}
             try:
@@ -396,8 +406,13 @@ class DeltaColdTable:
         return self._version
 
     def close(self) -> None:
+        """Drop the table, the cache and every pyarrow object holding a file system: a
+        Python-implemented one still alive when the interpreter tears pyarrow down can
+        abort the process at exit."""
         with self._lock:
             self._table = None
+            self._fs_handle = None
+            self._footers.clear()
             self._files.clear()
             self._keys.clear()
 
@@ -413,7 +428,7 @@ class DeltaColdTable:
             raise CommitFailed(f"cold table {self.name!r} was opened read-only")
         checks.check_keys(rows, self.key)
         checks.check_partition(rows, self.partition_by)
-        checks.to_arrow(rows, self.schema, self.name, self.key)  # every row, up front
+        every = checks.to_arrow(rows, self.schema, self.name, self.key)  # all checked up front
         app_id = batch or uuid.uuid4().hex
         for attempt in range(COMMIT_ATTEMPTS):
             with self._lock:
@@ -422,10 +437,13 @@ class DeltaColdTable:
                 except StoreUnavailable as exc:
                     # nothing of this call is committed (a lost race before, at most)
                     raise CommitFailed(f"{exc}; nothing was committed") from exc
-                fresh, skipped = checks.fresh_rows(rows, self.key, set(self._keys))
+                fresh, skipped = checks.fresh_rows(rows, self.key, self._keys)
                 if not fresh:
                     return AppendResult((), tuple(skipped), ())
-                data = checks.to_arrow(list(fresh.values()), self.schema, self.name, self.key)
+                if len(fresh) == len(rows):
+                    data = every
+                else:
+                    data = checks.to_arrow(list(fresh.values()), self.schema, self.name, self.key)
                 try:
                     self._commit(data, app_id)
                 except _STORE_ERRORS as exc:

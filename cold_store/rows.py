@@ -4,7 +4,7 @@ backend accepts, every backend accepts (so an archive can move between them)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -31,7 +31,7 @@ def check_partition(rows: Sequence[Mapping[str, Any]], column: str) -> None:
 
 
 def fresh_rows(
-    rows: Sequence[Mapping[str, Any]], key: str, stored: set[str]
+    rows: Sequence[Mapping[str, Any]], key: str, stored: Container[str]
 ) -> tuple[dict[str, Mapping[str, Any]], list[str]]:
     """The rows whose key is neither stored nor repeated earlier in ``rows`` (by key, in
     order), and the keys skipped."""
