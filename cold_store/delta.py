@@ -446,15 +446,16 @@ class DeltaColdTable:
                     data = checks.to_arrow(list(fresh.values()), self.schema, self.name, self.key)
                 try:
                     self._commit(data, app_id)
+                    committed = True
                 except _STORE_ERRORS as exc:
-                    if not self._settle(exc, app_id):
-                        # another writer won this version: back off a little, so that
-                        # the writers racing do not all come back at once
-                        time.sleep(random.uniform(0, 0.01 * min(attempt + 1, 20)))
-                        continue
-                self._sync()
-                files = sorted({self._keys[k][0] for k in fresh if k in self._keys})
-                return AppendResult(tuple(fresh), tuple(skipped), tuple(files))
+                    committed = self._settle(exc, app_id)
+                if committed:
+                    self._sync()
+                    files = sorted({self._keys[k][0] for k in fresh if k in self._keys})
+                    return AppendResult(tuple(fresh), tuple(skipped), tuple(files))
+            # another writer won this version: back off a little (not holding the lock),
+            # so that the writers racing do not all come back at once
+            time.sleep(random.uniform(0, 0.01 * min(attempt + 1, 20)))
         raise CommitFailed(
             f"{self.uri}: {COMMIT_ATTEMPTS} attempts in a row lost to other writers; "
             "nothing was committed"
