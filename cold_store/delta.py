@@ -120,6 +120,10 @@ def _raise(exc: BaseException, where: str) -> NoReturn:
 
 
 _STORE_ERRORS = (DeltaError, OSError, pa.ArrowException)
+# Every pyarrow read here runs on the calling thread (use_threads=False, no pre-buffering):
+# the object store is reached through a file system written in Python, and a pyarrow
+# worker thread still calling into Python while the interpreter exits aborts the process
+# ("terminate called without an active exception").
 
 
 def _lost_race(exc: BaseException) -> bool:
@@ -314,8 +318,9 @@ class DeltaColdTable:
 
         def one(path: str) -> tuple[list[str], list[int], frozenset[str], pq.FileMetaData] | str:
             def read() -> tuple[list[str], list[int], frozenset[str], pq.FileMetaData]:
-                handle = pq.ParquetFile(path, filesystem=self._fs)
-                keys = handle.read(columns=[self.key]).column(self.key).to_pylist()
+                handle = pq.ParquetFile(path, filesystem=self._fs, pre_buffer=False)
+                keys = handle.read(columns=[self.key], use_threads=False)
+                keys = keys.column(self.key).to_pylist()
                 meta = handle.metadata
                 groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
                 return keys, groups, frozenset(handle.schema_arrow.names), meta
@@ -366,11 +371,16 @@ class DeltaColdTable:
             footer = self._footers.get(path)
             if footer is not None:
                 self._footers.move_to_end(path)
-        handle = pq.ParquetFile(path, filesystem=self._fs, metadata=footer, pre_buffer=True)
+        handle = pq.ParquetFile(path, filesystem=self._fs, metadata=footer, pre_buffer=False)
         if footer is None:
             with self._lock:
                 self._remember_footer(path, handle.metadata)
         return handle
+
+    def _read_table(self, path: str, columns: list[str] | None) -> pa.Table:
+        return pq.read_table(
+            path, filesystem=self._fs, columns=columns, use_threads=False, pre_buffer=False
+        )
 
     def _mark_unreadable(self, path: str, reason: str) -> None:
         with self._lock:
@@ -566,7 +576,7 @@ class DeltaColdTable:
             path, group, row = hit
 
             def read(path: str = path, group: int = group, row: int = row) -> dict[str, Any]:
-                data = self._open_file(path).read_row_group(group)
+                data = self._open_file(path).read_row_group(group, use_threads=False)
                 return checks.complete(data.slice(row, 1).to_pylist()[0], self.schema)
 
             got = self._read_file(path, read)
@@ -598,7 +608,7 @@ class DeltaColdTable:
             read = None if wanted is None else [c for c in wanted if c in entry.names]
             data = self._read_file(
                 path,
-                functools.partial(pq.read_table, path, filesystem=self._fs, columns=read),
+                functools.partial(self._read_table, path, read),
                 "unreadable on scan",
             )
             if isinstance(data, _Damaged):
@@ -659,9 +669,7 @@ class DeltaColdTable:
                 )
                 continue
             if deep:
-                data = self._read_file(
-                    path, functools.partial(pq.read_table, path, filesystem=self._fs)
-                )
+                data = self._read_file(path, functools.partial(self._read_table, path, None))
                 if isinstance(data, _Damaged):
                     damaged.append(QuarantinedFile(path, where, data.reason))
                 elif data.column(self.key).to_pylist() != entry.keys:

@@ -26,6 +26,7 @@ class S3Server:
     """``tests.cold_store.s3server`` in a child process."""
 
     def __init__(self) -> None:
+        self._client: Any = None
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tests.cold_store.s3server"],
             stdin=subprocess.PIPE,
@@ -65,7 +66,13 @@ class S3Server:
         return S3Options(**values)
 
     def client(self) -> Any:
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION, **ACCESS)
+        """One boto3 client for the server's life (closed with it: each client keeps a
+        pool of sockets)."""
+        if self._client is None:
+            self._client = boto3.client(
+                "s3", endpoint_url=self.endpoint, region_name=REGION, **ACCESS
+            )
+        return self._client
 
     def new_bucket(self) -> str:
         name = f"cold-{uuid.uuid4().hex[:12]}"
@@ -73,6 +80,9 @@ class S3Server:
         return name
 
     def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
         if self._proc.stdin is not None:
             self._proc.stdin.close()
         try:
