@@ -1,6 +1,6 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
 [--json]`` with NAME one of pollution, failures, lookup, embed, serve, gateway, retrieval,
-check, evict, store, startup, state, all.
+check, evict, store, delta, startup, state, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -42,6 +42,7 @@ MODULES = {
     "check": "benchmarks.bench_check",
     "evict": "benchmarks.bench_evict",
     "store": "benchmarks.bench_store",
+    "delta": "benchmarks.bench_delta",
     "startup": "benchmarks.bench_startup",
     "failures": "benchmarks.bench_failures",
     "embed": "benchmarks.bench_embed",
@@ -56,6 +57,7 @@ ALL_ORDER = (
     "state",
     "failures",
     "store",
+    "delta",
     "lookup",
     "evict",
     "embed",
@@ -117,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         "check": "compiled plan check vs the seed's linear scan, 1k to 1M chains",
         "evict": "batch eviction time as the archive grows",
         "store": "cold archive append throughput and pointer resolution",
+        "delta": "Delta cold store (local, S3 on moto) vs the local Parquet table to 100k chains",
         "startup": "sidecar --help start-up time and lookup-process memory",
         "failures": "repeat failures caught before the call, τ² runs and BFCL simulators",
         "embed": "ONNX query embedding, query cache and exact tier vs torch and raw Chroma",

@@ -6,8 +6,13 @@ ColdStoreError                 root of everything this package raises
 ├── RecordQuarantined          the record's file was unreadable and moved aside
 ├── SchemaError                rows that do not fit the table's schema
 ├── CommitFailed               nothing was published; the append may be retried as is
-└── CommitStateUnknown         a file may or may not be published; reopen the table
-                               (which reconciles its index) before retrying
+├── CommitStateUnknown         a file may or may not be published; reopen the table
+│                              (which reconciles its index) before retrying
+├── StoreUnavailable           the object store or folder cannot be reached or read
+├── UnsafeStore                the store does not refuse a second put-if-absent of one
+│                              key, so concurrent writers could overwrite each other's
+│                              commits; the store is not opened
+└── BadLocation                a cold store location that names no known backend
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ class RecordNotFound(ColdStoreError):
 
 
 class RecordQuarantined(ColdStoreError):
-    def __init__(self, table: str, key: str, path: Path, reason: str) -> None:
+    def __init__(self, table: str, key: str, path: Path | str, reason: str) -> None:
         super().__init__(
             f"record {key!r} of cold table {table!r} is in an unreadable file, "
             f"quarantined at {path}: {reason}"
@@ -54,3 +59,17 @@ class CommitFailed(ColdStoreError):
 
 class CommitStateUnknown(ColdStoreError):
     pass
+
+
+class StoreUnavailable(ColdStoreError):
+    pass
+
+
+class UnsafeStore(ColdStoreError):
+    pass
+
+
+class BadLocation(ColdStoreError):
+    def __init__(self, location: str, why: str) -> None:
+        super().__init__(f"bad cold store location {location!r}: {why}")
+        self.location = location

@@ -829,9 +829,7 @@ class Sidecar:
                 )
         except (ToolIndexError, SidecarError) as exc:
             checks["hot_index"] = f"unavailable: {redact_text(str(exc))}"
-        checks["cold_store"] = _writable_dirs(
-            self._cold.root, self._cold.chains.dir, self._cold.tools.dir
-        )
+        checks["cold_store"] = self._cold.health()
         damaged = self._cold.verify()
         if checks["cold_store"] == "ok" and damaged:
             checks["cold_store"] = f"{len(damaged)} file(s) not as published: {damaged[0].reason}"

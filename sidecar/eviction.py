@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from cold_store import ColdStoreError, ParquetTable, make_pointer
+from cold_store import ColdStoreError, ColdTable, make_pointer
 from indexes import ID_KEY, ActiveIndex, IndexRecord
 from sidecar.errors import NotFound
 from sidecar.journal import Journal, Move, move_id
@@ -235,7 +235,7 @@ class Evictor:
         state: StateStore,
         lifecycle: Lifecycle,
         journal: Journal,
-        cold_tools: ParquetTable,
+        cold_tools: ColdTable,
         lock: Callable[[], Lock],
         hot_write: Callable[[], AbstractContextManager[None]],
         policy: Policy,

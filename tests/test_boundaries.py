@@ -1,8 +1,8 @@
 """Package boundaries: sidecar -> {indexes, cold_store}; those two never import sidecar
 or each other; chromadb and the model runtimes (torch, sentence-transformers,
-transformers, tokenizers, onnxruntime, onnx, safetensors) only in indexes, pyarrow only
-in cold_store, BM25 (bm25s, PyStemmer) only in indexes; the library never imports its
-benchmarks or tests."""
+transformers, tokenizers, onnxruntime, onnx, safetensors) only in indexes, pyarrow and
+deltalake only in cold_store, BM25 (bm25s, PyStemmer) only in indexes; the library never
+imports its benchmarks or tests."""
 
 from __future__ import annotations
 
@@ -22,9 +22,18 @@ MODEL_RUNTIME = {
     "safetensors",
 }
 FORBIDDEN = {
-    "indexes": {"sidecar", "cold_store", "pyarrow"},
+    "indexes": {"sidecar", "cold_store", "pyarrow", "deltalake"},
     "cold_store": {"sidecar", "indexes", "chromadb", "bm25s", "Stemmer", *MODEL_RUNTIME},
-    "sidecar": {"chromadb", "pyarrow", "benchmarks", "tests", "bm25s", "Stemmer", *MODEL_RUNTIME},
+    "sidecar": {
+        "chromadb",
+        "pyarrow",
+        "deltalake",
+        "benchmarks",
+        "tests",
+        "bm25s",
+        "Stemmer",
+        *MODEL_RUNTIME,
+    },
 }
 
 

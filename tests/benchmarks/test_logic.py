@@ -296,3 +296,22 @@ def test_every_library_name_a_benchmark_imports_exists() -> None:
                     except ImportError:
                         missing.append(f"{path.name}:{node.lineno} {node.module}.{alias.name}")
     assert not missing
+
+
+@pytest.mark.integration
+def test_the_delta_benchmark_measures_every_store_at_every_step() -> None:
+    from benchmarks.bench_delta import STORES, markdown, measure
+    from benchmarks.run import ALL_ORDER, MODULES
+
+    assert "delta" in MODULES and "delta" in ALL_ORDER
+    result = measure(2_000, 250, [1_000, 2_000], 5, 4, seed=3)
+
+    assert [p["chains"] for p in result["points"]] == [1_000, 2_000]
+    end = result["points"][-1]
+    # maintained every 4 appends: one merged file; never maintained: one per append
+    assert end["files"]["delta"] == end["files"]["s3"] == 1
+    assert end["files"]["delta_unmaintained"] == 8
+    assert [m["chains"] for m in result["maintenance"]["delta"]] == [1_000, 2_000]
+    assert all(end["resolve"][name]["n"] == 5 for name in STORES)
+    result["targets"] = []
+    assert "## Delta cold store" in markdown(result)

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cold_store import ColdStore, QuarantinedFile, RecordNotFound, RecordQuarantined
-from cold_store.table import STALE_TEMP_SECONDS
+from cold_store.local import STALE_TEMP_SECONDS
 from tests.cold_store.conftest import OpenStore
 from tests.cold_store.helpers import (
     DAY,

@@ -119,7 +119,7 @@ def enospc_at_the_write_layer(home: Path, monkeypatch: pytest.MonkeyPatch) -> No
         def no_space(*_args: object, **_kw: object) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr("cold_store.table.publish", no_space)
+        monkeypatch.setattr("cold_store.local.publish", no_space)
         with pytest.raises(ColdStoreUnavailable, match="No space left"):
             sc.report(NEW_CHAIN)
         monkeypatch.undo()

@@ -23,21 +23,21 @@ import contextlib
 import functools
 import hashlib
 import os
-import re
 import shutil
 import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cold_store import rows as checks
+from cold_store.base import AppendResult, Maintenance, QuarantinedFile
 from cold_store.errors import (
     CommitFailed,
     CommitStateUnknown,
@@ -48,7 +48,6 @@ from cold_store.errors import (
 from cold_store.publish import is_temp, make_dirs, publish
 
 STALE_TEMP_SECONDS = 600.0
-_SAFE_NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,200}")
 
 _INDEX_DDL = """
 CREATE TABLE IF NOT EXISTS files (
@@ -102,23 +101,6 @@ def _read_only(path: Path, no_writer: Callable[[], bool] | None) -> sqlite3.Conn
             check_same_thread=False,
         )
     return db
-
-
-@dataclass(frozen=True)
-class AppendResult:
-    written: tuple[str, ...]
-    """Keys newly stored."""
-    skipped: tuple[str, ...]
-    """Keys already present (never written twice)."""
-    files: tuple[str, ...]
-    """Relative paths of the files published."""
-
-
-@dataclass(frozen=True)
-class QuarantinedFile:
-    name: str
-    path: Path
-    reason: str
 
 
 class ParquetTable:
@@ -342,38 +324,24 @@ class ParquetTable:
         return bad
 
     # ---- writes -------------------------------------------------------------------
-    def append(self, rows: Sequence[Mapping[str, Any]]) -> AppendResult:
+    def append(self, rows: Sequence[Mapping[str, Any]], batch: str | None = None) -> AppendResult:
         """Store rows whose key is new, one new immutable file per partition value.
 
         Every row is validated before anything is published: a bad row raises
-        :class:`SchemaError` and no file of the call is written.
+        :class:`SchemaError` and no file of the call is written.  ``batch`` is accepted
+        for the :class:`~cold_store.base.ColdTable` interface and not recorded: one
+        process writes this table, so skipping stored keys already makes a replayed
+        batch write nothing.
         """
         if not self.writable:
             raise CommitFailed(f"cold table {self.name!r} was opened read-only")
-        for row in rows:
-            key = row.get(self.key)
-            if not isinstance(key, str) or not _SAFE_NAME.fullmatch(key):
-                raise SchemaError(
-                    f"every row needs a {self.key!r} made of letters, digits and . _ : -"
-                )
+        checks.check_keys(rows, self.key)
         stored = self.contains_many(row[self.key] for row in rows)
-        fresh: dict[str, Mapping[str, Any]] = {}
-        skipped: list[str] = []
-        for row in rows:
-            key = row[self.key]
-            if key in fresh or key in stored:
-                skipped.append(key)
-            else:
-                fresh[key] = row
+        fresh, skipped = checks.fresh_rows(rows, self.key, stored)
+        checks.check_partition(list(fresh.values()), self.partition_by)
         by_partition: dict[str, list[Mapping[str, Any]]] = {}
         for row in fresh.values():
-            value = row.get(self.partition_by)
-            if not isinstance(value, str) or not _SAFE_NAME.fullmatch(value) or ".." in value:
-                raise SchemaError(
-                    f"{self.partition_by!r} must be a string of letters, digits and . _ : -"
-                    f", got {value!r}"
-                )
-            by_partition.setdefault(value, []).append(row)
+            by_partition.setdefault(row[self.partition_by], []).append(row)
         tables = {value: self._to_table(part) for value, part in sorted(by_partition.items())}
         files: list[str] = []
         for value, table in tables.items():
@@ -394,26 +362,7 @@ class ParquetTable:
         return AppendResult(tuple(fresh), tuple(skipped), tuple(files))
 
     def _to_table(self, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
-        # the schema's questions asked once, not per row and field
-        required = [f.name for f in self.schema if not f.nullable]
-        lists = [f.name for f in self.schema if pa.types.is_list(f.type)]
-        for row in rows:
-            for name in required:
-                if row.get(name) is None:
-                    raise SchemaError(
-                        f"rows do not fit table {self.name!r}: {name} is required "
-                        f"(row {row[self.key]!r})"
-                    )
-            for name in lists:
-                value = row.get(name)
-                if value is not None and not isinstance(value, list | tuple):
-                    raise SchemaError(f"rows do not fit table {self.name!r}: {name} must be a list")
-        try:
-            table = pa.Table.from_pylist(list(rows), schema=self.schema)
-        except (pa.ArrowException, TypeError, ValueError) as exc:
-            raise SchemaError(f"rows do not fit table {self.name!r}: {exc}") from exc
-        # one contiguous chunk, so the row groups written match to_batches() above
-        return table.combine_chunks()
+        return checks.to_arrow(rows, self.schema, self.name, self.key)
 
     def _write(self, table: pa.Table, handle: Any) -> None:
         pq.write_table(table, handle, row_group_size=self.row_group_size, compression="zstd")
@@ -506,12 +455,7 @@ class ParquetTable:
         return rows
 
     def _complete(self, row: dict[str, Any]) -> dict[str, Any]:
-        """A row read from an older file, with the nullable columns added since as
-        ``None`` (the schema only ever grows by nullable columns)."""
-        for f in self.schema:
-            if f.name not in row and f.nullable:
-                row[f.name] = None
-        return row
+        return checks.complete(row, self.schema)
 
     def scan(self, columns: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
         """Every row in publication order, each key once; unreadable files are quarantined
@@ -536,3 +480,15 @@ class ParquetTable:
                 if key not in seen:
                     seen.add(key)
                     yield row
+
+    # ---- maintenance --------------------------------------------------------------
+    # Files here are never rewritten and there is no log: nothing to compact, checkpoint
+    # or vacuum.  The steps exist so that the sidecar runs one schedule for every backend.
+    def compact(self) -> Maintenance:
+        return Maintenance(self.name)
+
+    def checkpoint(self) -> Maintenance:
+        return Maintenance(self.name)
+
+    def vacuum(self, retention: timedelta | None = None) -> Maintenance:
+        return Maintenance(self.name)
