@@ -18,8 +18,9 @@ Tokens are configured in one JSON file (``SIDECAR_TOKENS_FILE``, else the home's
     ]}
 
 The home's single token of before (``SIDECAR_TOKEN`` or the ``token`` file) still works:
-it is the ``operator``.  A token's *name* is the source of everything it reports;
-operators are trusted, agents are not unless marked ``trusted``.  Evidence the process
+it is an operator, and what it reports is the ``local`` source's, like what the process
+reports through the library itself.  A named token's *name* is the source of everything
+it reports; operators are trusted, agents are not unless marked ``trusted``.  Evidence the process
 reports through the library itself is the ``local`` source; the MCP gateway's is
 ``gateway`` (what it observed between agents and upstreams); the OTLP intake's is
 ``otlp`` (what exporters holding a token sent).
@@ -47,7 +48,6 @@ SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 LOCAL = "local"
 GATEWAY = "gateway"
 OTLP = "otlp"
-OPERATOR = "operator"
 RESERVED = frozenset({LOCAL, GATEWAY, OTLP})
 
 
@@ -62,8 +62,9 @@ class Principal:
         return self.role == "operator"
 
 
-THE_OPERATOR = Principal(OPERATOR, "operator", True)
-"""The home's single token."""
+THE_OPERATOR = Principal(LOCAL, "operator", True)
+"""The home's single token: the home's owner, whose reports are the ``local`` source's,
+as the process's own are (a batch sent through the server and again locally is one)."""
 THE_PROCESS = Principal(LOCAL, "operator", True)
 PRINCIPAL = "sidecar.principal"
 """Where the HTTP layer leaves the caller, in the request's state."""
@@ -106,7 +107,7 @@ class Principals:
         if token:
             entries.append((THE_OPERATOR, _digest(token)))
         if path is not None and path.exists():
-            entries += [e for e in _read(path) if e[0].name != OPERATOR or not token]
+            entries += _read(path)
         return cls(entries)
 
     def authenticate(self, presented: bytes) -> Principal | None:

@@ -58,7 +58,7 @@ class Settings:
     max_step_bytes: int = 65_536
     keep_outputs: bool = True
     tokens_file: Path | None = None
-    trusted_sources: str = "operator,gateway,otlp"
+    trusted_sources: str = "gateway,otlp"
     report_rate: int = 600
     crash_at: str | None = None
     hybrid: bool = True

@@ -35,8 +35,8 @@ Decision = Literal["allow", "warn", "block"]
 Level = Literal["warn", "block"]
 
 
-TRUSTED: frozenset[str] = frozenset({"local", "operator"})
-"""Sources trusted by default: the operator's own process and the operator's token."""
+TRUSTED: frozenset[str] = frozenset({"local"})
+"""Sources trusted by default: the process itself (and the home's own token)."""
 
 
 @dataclass(frozen=True)
