@@ -20,10 +20,11 @@
     ├── RemoteError                 talking to a running sidecar failed (502, 9)
     │   ├── Unreachable             no answer at ``--url``
     │   └── Unauthorized            the token was missing or wrong (401)
-    └── GatewayError                the MCP gateway failed (502, 9)
+    └── GatewayError                the MCP gateway failed (502, exit 10)
         ├── UpstreamSpecError       an upstream given as neither NAME=URL nor NAME=COMMAND
         │                           (also an ``InvalidInput``: 400, exit 2)
-        └── UpstreamUnavailable     an upstream MCP server could not be reached
+        └── GatewayUnavailable      the gateway cannot serve (503, exit 10)
+            └── UpstreamUnavailable an upstream MCP server could not be reached
 
 Each class declares its ``code`` (stable, machine-readable), ``status`` (HTTP) and
 ``exit_code`` (CLI).  The HTTP error envelope, the CLI's exit codes, the MCP tool
@@ -52,6 +53,8 @@ EXIT_BUSY = 6
 EXIT_UNAVAILABLE = 7
 EXIT_ADDRESS_IN_USE = 8
 EXIT_REMOTE = 9
+EXIT_GATEWAY = 10
+"""``gateway``: it cannot serve (an upstream unreachable or unusable at start)."""
 
 
 class SidecarError(Exception):
@@ -171,7 +174,7 @@ class Unauthorized(RemoteError):
 class GatewayError(SidecarError):
     code = "gateway"
     status = 502
-    exit_code = EXIT_REMOTE
+    exit_code = EXIT_GATEWAY
 
 
 class UpstreamSpecError(GatewayError, InvalidInput):
@@ -180,7 +183,12 @@ class UpstreamSpecError(GatewayError, InvalidInput):
     exit_code = EXIT_INVALID
 
 
-class UpstreamUnavailable(GatewayError):
+class GatewayUnavailable(GatewayError):
+    code = "gateway_unavailable"
+    status = 503
+
+
+class UpstreamUnavailable(GatewayUnavailable):
     code = "upstream_unavailable"
     name = ""
 

@@ -22,6 +22,7 @@ DEFAULT_EXACT_LIMIT = 15_000
 CRASH_POINTS = ("after_intent", "after_cold", "after_mandates", "after_hot_delete", "after_done")
 """The steps of an eviction move after which a test may kill the process."""
 MissingField = Literal["block", "allow"]
+ContestScope = Literal["safe", "all"]
 DEFAULT_EVICT_MIN_CHAINS = 2
 """Distinct abandoned chains a tool must drive before it is evicted, by default."""
 
@@ -48,6 +49,10 @@ class Settings:
     max_step_bytes: int = 65_536
     keep_outputs: bool = True
     crash_at: str | None = None
+    gateway_call_timeout: float = 30.0
+    gateway_contest_rate: float = 0.1
+    gateway_contest_budget: int = 1
+    gateway_contest_scope: ContestScope = "safe"
 
     @property
     def model_cache_path(self) -> Path:
@@ -109,11 +114,17 @@ SETTINGS: dict[str, str] = {
     "max_step_bytes": "largest stored arguments or output of one reported step, as JSON",
     "keep_outputs": "keep reported steps' outputs in the cold record (true/false)",
     "crash_at": "testing only: SIGKILL the process at this named eviction crash point",
+    "gateway_call_timeout": "seconds an upstream may take to answer a gateway call before "
+    "the agent gets an error (0: no limit)",
+    "gateway_contest_rate": "share of blocked gateway calls forwarded anyway, so that a "
+    "success can contest the block (0: never)",
+    "gateway_contest_budget": "blocked calls forwarded per rule per hour, at most",
+    "gateway_contest_scope": "'safe' (only tools annotated read-only or non-destructive) or 'all'",
 }
 
 
 def _parse(name: str, raw: str) -> Any:
-    if name == "constraint_max_age_days":
+    if name in ("constraint_max_age_days", "gateway_call_timeout", "gateway_contest_rate"):
         try:
             return float(raw)
         except ValueError:
@@ -127,6 +138,7 @@ def _parse(name: str, raw: str) -> Any:
         "max_step_bytes",
         "query_cache",
         "exact_limit",
+        "gateway_contest_budget",
     }:
         try:
             return int(raw)
@@ -177,6 +189,19 @@ def validate(s: Settings) -> Settings:
         raise ConfigError(f"revoker must be 'record-only' or 'rfc7009', got {s.revoker!r}")
     if s.crash_at is not None and s.crash_at not in CRASH_POINTS:
         raise ConfigError(f"crash_at must be one of {', '.join(CRASH_POINTS)}")
+    timeout = s.gateway_call_timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 <= timeout < 1e6:
+        raise ConfigError(f"gateway_call_timeout must be a number >= 0, got {timeout!r}")
+    rate = s.gateway_contest_rate
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+        raise ConfigError(f"gateway_contest_rate must be from 0 to 1, got {rate!r}")
+    budget = s.gateway_contest_budget
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise ConfigError(f"gateway_contest_budget must be an integer >= 0, got {budget!r}")
+    if s.gateway_contest_scope not in ("safe", "all"):
+        raise ConfigError(
+            f"gateway_contest_scope must be 'safe' or 'all', got {s.gateway_contest_scope!r}"
+        )
     if not s.collection or len(s.collection) < 3:
         raise ConfigError("collection must be at least 3 characters")
     model_cache = None if s.model_cache is None else Path(s.model_cache)
