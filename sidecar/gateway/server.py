@@ -46,6 +46,7 @@ import anyio
 
 from sidecar.errors import SidecarError
 from sidecar.gateway.backend import Decision, GatewayBackend, Reason, Step, Verdict
+from sidecar.gateway.bulk import PresentingStream, present_http_responses
 from sidecar.gateway.catalog import Catalog
 from sidecar.gateway.contest import Contest, ContestPolicy
 from sidecar.gateway.errors import GatewayError, UpstreamUnavailable
@@ -219,6 +220,7 @@ class Gateway:
                 transport_security=loopback_only(),
                 json_response=self._json_response,
             )
+            present_http_responses(self._server.session_manager)
             app.router.lifespan_context = self._app_lifespan
             self._asgi = BearerGate(app, self.token) if self.token else app
         return self._asgi
@@ -240,7 +242,8 @@ class Gateway:
         from mcp.server.stdio import stdio_server
 
         async with self.running(), stdio_server() as (read, write):
-            await self._server.run(read, write, self._server.create_initialization_options())
+            options = self._server.create_initialization_options()
+            await self._server.run(read, PresentingStream(write), options)
 
     def run_stdio(self) -> None:
         anyio.run(self.run_stdio_async)
@@ -248,7 +251,7 @@ class Gateway:
     def serve_http(self, host: str = "127.0.0.1", port: int = 8766) -> None:
         """Serve until interrupted (SIGINT or SIGTERM).  A non-loopback ``host`` needs a
         token.  Raises what stops it from serving (an upstream unreachable at start:
-        :class:`~sidecar.errors.UpstreamUnavailable`) before it binds."""
+        :class:`~sidecar.errors.UpstreamUnavailable`) before it serves."""
         from sidecar.api.serve import bind
         from sidecar.gateway.serving import serve_on
 

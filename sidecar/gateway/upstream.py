@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 ResultT = TypeVar("ResultT", bound="BaseModel")
+UPSTREAM_MAX_EVENT_BYTES = 64 * 1024 * 1024
+"""The largest message taken from an upstream (an HTTP event, a stdio line)."""
 
 
 @dataclass(frozen=True)
@@ -270,11 +272,18 @@ class UpstreamLink:
 
     def _client(self) -> Client:
         from mcp import Client, StdioServerParameters
-        from mcp.client.stdio import stdio_client
+
+        from sidecar.gateway.stdio import stdio_transport
 
         target: Any
         if self.upstream.url:
-            target = self.upstream.url
+            from mcp.client.streamable_http import streamable_http_client
+
+            # the SDK's client refuses an SSE event over 1 MiB by default; a relay takes
+            # what its upstream sends, up to a bound (the evidence is capped anyway)
+            target = streamable_http_client(
+                self.upstream.url, max_sse_event_size=UPSTREAM_MAX_EVENT_BYTES
+            )
         else:
             head, *tail = self.upstream.command
             params = StdioServerParameters(
@@ -282,7 +291,7 @@ class UpstreamLink:
             )
             # the SDK's default error log is the sys.stderr of when it was imported,
             # which may since have been replaced by an object with no file descriptor
-            target = stdio_client(params, errlog=_errlog())
+            target = stdio_transport(params, _errlog(), UPSTREAM_MAX_EVENT_BYTES)
         callbacks: dict[str, Any] = {}
         if self._relay_requests:
             callbacks = {
@@ -290,7 +299,11 @@ class UpstreamLink:
                 "elicitation_callback": self._on_elicitation,
             }
         return Client(
-            target, mode=self.upstream.mode, message_handler=self._on_message, **callbacks
+            target,
+            mode=self.upstream.mode,
+            message_handler=self._on_message,
+            cache=None,  # a relay passes every request on; the clients cache for themselves
+            **callbacks,
         )
 
     async def _on_message(self, message: Any) -> None:
