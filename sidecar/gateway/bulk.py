@@ -183,21 +183,21 @@ async def present(message: SessionMessage) -> SessionMessage:
     text = JSONRPCResponse.model_construct(
         jsonrpc=response.jsonrpc, id=response.id, result=skeleton
     ).model_dump_json(by_alias=True, exclude_unset=True)
-    pieces: list[str] = []
+    pieces: list[bytes] = []
     rest = text
     for i, value in enumerate(strings):
         marker = json.dumps(f"{token}{i}")
         before, _, rest = rest.partition(marker)
-        pieces.append(before)
-        pieces.append('"')
+        pieces.append(before.encode())
+        pieces.append(b'"')
         async for escaped in _escape(value):
             pieces.append(escaped)
-        pieces.append('"')
-    pieces.append(rest)
+        pieces.append(b'"')
+    pieces.append(rest.encode())
     presented = _presented_type().model_construct(
         jsonrpc=response.jsonrpc, id=response.id, result=response.result
     )
-    presented.text = "".join(pieces)
+    presented.data = b"".join(pieces)
     return SessionMessage(presented, metadata=message.metadata)
 
 
@@ -230,9 +230,10 @@ def _lift(value: Any, token: str, strings: list[str], depth: int) -> Any:
     return value
 
 
-async def _escape(value: str) -> AsyncIterator[str]:
+async def _escape(value: str) -> AsyncIterator[bytes]:
     for start in range(0, len(value), SLICE):
-        yield json.dumps(value[start : start + SLICE], ensure_ascii=False)[1:-1]
+        piece = json.dumps(value[start : start + SLICE], ensure_ascii=False)[1:-1]
+        yield piece.encode("utf-8", "surrogatepass")
         await anyio.lowlevel.checkpoint()
 
 
@@ -244,20 +245,21 @@ def _presented_type() -> type[Any]:
     from pydantic import PrivateAttr
 
     class Presented(JSONRPCResponse):
-        _text: str = PrivateAttr(default="")
+        _data: bytes = PrivateAttr(default=b"")
 
         @property
-        def text(self) -> str:
-            return self._text
+        def data(self) -> bytes:
+            """The response as UTF-8 JSON."""
+            return self._data
 
-        @text.setter
-        def text(self, value: str) -> None:
-            self._text = value
+        @data.setter
+        def data(self, value: bytes) -> None:
+            self._data = value
 
         def model_dump_json(self, *args: Any, **kwargs: Any) -> str:
             # the transports write responses with by_alias=True, as present() did
-            if self._text and not args and kwargs.get("by_alias", False):
-                return self._text
+            if self._data and not args and kwargs.get("by_alias", False):
+                return self._data.decode("utf-8", "surrogatepass")
             return super().model_dump_json(*args, **kwargs)
 
     return Presented
@@ -303,15 +305,36 @@ def present_http_responses(session_manager: Any) -> bool:
     def admitted(requestor: Any) -> Any:
         transport = admit(requestor)
         if transport is not None:
-            connect = transport.connect
-
-            @contextlib.asynccontextmanager
-            async def presenting() -> AsyncIterator[tuple[Any, Any]]:
-                async with connect() as (read, write):
-                    yield read, PresentingStream(write)
-
-            transport.connect = presenting
+            _present_through(transport)
         return transport
 
     session_manager._admit_session = admitted
     return True
+
+
+def _present_through(transport: Any) -> None:
+    connect = transport.connect
+
+    @contextlib.asynccontextmanager
+    async def presenting() -> AsyncIterator[tuple[Any, Any]]:
+        async with connect() as (read, write):
+            yield read, PresentingStream(write)
+
+    transport.connect = presenting
+    create = getattr(transport, "_create_event_data", None)
+    if create is None:
+        return
+
+    def event_data(event_message: Any) -> Any:
+        # the SSE library would split the text by line breaks (a JSON text has none),
+        # copy it twice and encode it, all at once: a presented response is framed from
+        # its bytes (event streams accept bytes as finished frames)
+        data = getattr(event_message.message, "data", None)
+        if not isinstance(data, bytes) or not data:
+            return create(event_message)
+        head = b"event: message\r\n"
+        if event_message.event_id:
+            head += b"id: " + str(event_message.event_id).encode() + b"\r\n"
+        return b"".join((head, b"data: ", data, b"\r\n\r\n"))
+
+    transport._create_event_data = event_data
