@@ -486,8 +486,9 @@ def gateway(args: argparse.Namespace) -> int:
             pins=args.pin,
             idle_timeout_s=args.idle_timeout,
             report_clean=True,
-            token=None if args.stdio else token_for(home),
+            token=None if args.stdio or args.no_token else token_for(home),
             call_timeout_s=timeout or None,
+            json_response=args.json_response,
             contest=ContestPolicy(
                 rate=settings.gateway_contest_rate,
                 budget=settings.gateway_contest_budget,
@@ -500,7 +501,8 @@ def gateway(args: argparse.Namespace) -> int:
         sock = bind(args.host, args.port)
 
         def announce(url: str) -> None:
-            status(f"sidecar gateway serving {url} (token: {home / 'token'} or $SIDECAR_TOKEN)")
+            where = "no token" if gw.token is None else f"token: {home / 'token'} or $SIDECAR_TOKEN"
+            status(f"sidecar gateway serving {url} ({where})")
 
         try:
             anyio.run(serve_on, gw, sock, announce)

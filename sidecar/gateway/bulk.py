@@ -106,7 +106,8 @@ def _escaped(data: bytes, quote: int) -> bool:
 async def _unescape(literal: bytes) -> str:
     """The string a JSON string literal's body stands for, in slices."""
     if b"\\" not in literal:
-        decoder = codecs.getincrementaldecoder("utf-8")()
+        # as json.loads reads bytes: an escaped-free lone surrogate passes through
+        decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
         out = []
         for start in range(0, len(literal), SLICE):
             out.append(decoder.decode(literal[start : start + SLICE]))

@@ -30,8 +30,16 @@ def url_of(sock: socket.socket, path: str) -> str:
 async def serve_on(
     gateway: Gateway, sock: socket.socket, announce: Callable[[str], None] | None = None
 ) -> None:
-    """Serve ``gateway`` on the listening ``sock`` until SIGINT or SIGTERM."""
+    """Serve ``gateway`` on the listening ``sock`` until SIGINT or SIGTERM.  A socket
+    not bound to loopback needs the gateway to have a token."""
     import uvicorn
+
+    from sidecar.errors import GatewayError
+    from sidecar.gateway.security import is_loopback
+
+    host = str(sock.getsockname()[0])
+    if gateway.token is None and not is_loopback(host):
+        raise GatewayError(f"refusing to serve on {host} (not loopback) without a token")
 
     config = uvicorn.Config(
         gateway.asgi_app,

@@ -90,15 +90,26 @@ class Upstream:
 
 # exceptions that mean the connection itself is gone (not a tool's own failure)
 def is_link_failure(exc: BaseException) -> bool:
-    import httpx
     from mcp.shared.exceptions import MCPError
     from mcp_types import CONNECTION_CLOSED
 
     if isinstance(exc, MCPError):
         return exc.error.code == CONNECTION_CLOSED
-    return isinstance(
-        exc, anyio.ClosedResourceError | anyio.BrokenResourceError | httpx.TransportError | OSError
-    )
+    links = (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError)
+    return isinstance(exc, links + _http_errors("TransportError"))
+
+
+def _http_errors(name: str) -> tuple[type[BaseException], ...]:
+    """``name`` of httpx and of httpx2 (the fork the MCP SDK's HTTP client uses)."""
+    import importlib
+
+    found: list[type[BaseException]] = []
+    for module in ("httpx", "httpx2"):
+        try:
+            found.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
 
 
 class LinkEvents(Protocol):
@@ -432,15 +443,13 @@ def _innermost(exc: BaseException) -> BaseException:
 
 
 def _http_status(exc: BaseException) -> int | None:
-    import httpx
-
-    return exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else None
+    if isinstance(exc, _http_errors("HTTPStatusError")):
+        return int(exc.response.status_code)  # type: ignore[attr-defined]
+    return None
 
 
 def _is_connect_error(exc: BaseException) -> bool:
-    import httpx
-
-    return isinstance(exc, httpx.ConnectError | ConnectionRefusedError)
+    return isinstance(exc, (*_http_errors("ConnectError"), ConnectionRefusedError))
 
 
 def _is_closed(exc: BaseException) -> bool:

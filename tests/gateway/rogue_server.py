@@ -31,7 +31,7 @@ def echo(x: int) -> str:
     return str(x)
 
 
-@server.tool(description="A text result of `mb` megabytes.")
+@server.tool(description="A text result of `mb` megabytes.", structured_output=False)
 def flood(mb: float) -> str:
     size = int(mb * 1_000_000)
     head = f"api_key={SECRET}\n"
@@ -45,7 +45,7 @@ async def sleepy(seconds: float) -> str:
     return "awake"
 
 
-@server.tool(description="A JSON array nested `levels` deep, as text.")
+@server.tool(description="A JSON array nested `levels` deep, as text.", structured_output=False)
 def deep(levels: int) -> str:
     return "[" * levels + "]" * levels
 
