@@ -150,7 +150,9 @@ class Relay:
 
     def progress_to(self, ctx: Any) -> Any | None:
         """A progress callback relaying to ``ctx``'s client, when it asked for progress."""
-        token = (ctx.meta or {}).get("progressToken")
+        meta = ctx.meta or {}
+        # the SDK hands `_meta` on with its known keys in their Python spelling
+        token = meta.get("progress_token", meta.get("progressToken"))
         if token is None:
             return None
 
