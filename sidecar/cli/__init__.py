@@ -11,7 +11,8 @@ plan unsafe; 4 ``report`` rejected at least one line; 5 not found (also: an empt
 archive has no digest, a home that does not exist); 6 busy: another eviction holds the
 lock, or another process writes to the home; 7 a store is unavailable (a read-only or
 full disk, Chroma down, interrupted moves that cannot finish); 8 ``serve``: the address
-is in use; 9 the sidecar at ``--url`` cannot be reached or refused the token.
+is in use; 9 the sidecar at ``--url`` cannot be reached or refused the token; 10
+``gateway``: it cannot serve (an upstream unreachable at start).
 """
 
 from __future__ import annotations
