@@ -9,8 +9,11 @@ save an agent?
    whose check is a few dictionary reads: this is the gateway's own cost, a real check
    adds its own.  ``gateway`` asks the backend from a worker thread (the default, for a
    backend that touches storage); ``gateway_inline`` runs the checks on the event loop
-   (``inline_checks=True``).  Two reference rows: ``bare_relay``, the least a relay on the
-   ``mcp`` SDK does (forward list and call over one upstream session, nothing else), and
+   (``inline_checks=True``); over HTTP, ``gateway_json`` answers with one JSON body
+   instead of an event stream (``json_response=True``: faster, but it relays nothing
+   during a call).  Two reference rows: ``bare_relay``, the least a relay on the ``mcp``
+   SDK does (forward list and call over one upstream session, nothing else, answering on
+   an event stream as the gateway does), and
    ``fastmcp_proxy``, a pass-through fastmcp proxy over one shared upstream session
    (when fastmcp is installed: ``.[bench]``).
 2. **Schema tokens.** The ``tools/list`` an agent is handed with ``expose="all"``
@@ -103,7 +106,13 @@ def serve(role: str, args: list[str]) -> None:
         spec = args[-1]
         inline = role.endswith("-inline")
         if role.startswith("gateway-http"):
-            gateway = build_gateway(MemoryBackend(), [spec], token=TOKEN, inline_checks=inline)
+            gateway = build_gateway(
+                MemoryBackend(),
+                [spec],
+                token=TOKEN,
+                inline_checks=inline,
+                json_response=role.endswith("-json"),
+            )
             uvicorn.run(gateway.asgi_app, host="127.0.0.1", port=int(args[0]), log_level="warning")
         else:
             build_gateway(MemoryBackend(), [spec], inline_checks=inline).run_stdio()
@@ -191,7 +200,7 @@ def _serve_bare_relay(role: str, args: list[str]) -> None:
 
         anyio.run(main)
         return
-    app = relay.streamable_http_app(json_response=True)  # as the gateway answers
+    app = relay.streamable_http_app()  # an event stream per request, as the gateway answers
     inner = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
@@ -317,12 +326,15 @@ def overhead(calls: int) -> dict[str, Any]:
             procs.append(gw)
             inline, inline_url = _start_http("gateway-http-inline", f"up={up_url}")
             procs.append(inline)
+            plain, plain_url = _start_http("gateway-http-json", f"up={up_url}")
+            procs.append(plain)
             relay, relay_url = _start_http("relay-http", f"up={up_url}")
             procs.append(relay)
             urls = {
                 "direct": (up_url, None),
                 "gateway": (gw_url, TOKEN),
                 "gateway_inline": (inline_url, TOKEN),
+                "gateway_json": (plain_url, TOKEN),
                 "bare_relay": (relay_url, None),
             }
             if reference:

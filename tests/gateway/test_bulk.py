@@ -42,7 +42,7 @@ JSON_VALUES = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(value=JSON_VALUES, ascii_only=st.booleans())
 def test_loads_in_slices_is_json_loads(value: Any, ascii_only: bool) -> None:
     data = json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
@@ -54,7 +54,7 @@ def test_loads_in_slices_is_json_loads(value: Any, ascii_only: bool) -> None:
         assert anyio.run(bulk.loads, data) == expected
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(text=WRITABLE, other=WRITABLE)
 def test_a_presented_response_is_the_same_json(text: str, other: str) -> None:
     from mcp.shared.message import SessionMessage
