@@ -25,7 +25,7 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sidecar.gateway.backend import Step
@@ -151,24 +151,28 @@ class Catalog:
         """The ``(steps, tool)`` pairs a call of ``exposed`` is checked as: as named now,
         every tool under its plain name, and every tool under its prefixed name (the
         distinct ones only)."""
+        now = list(steps)
         route = self._routes.get(exposed)
-        now = (list(steps), exposed)
         if route is None:
-            return [now]
-        out = [now]
-        for kind in ("plain", "prefixed"):
-            renamed = [self._renamed(s, kind) for s in steps]
-            view = (renamed, getattr(route, kind))
-            if view not in out:
-                out.append(view)
+            return [(now, exposed)]
+        out = [(now, exposed)]
+        seen = {(exposed, tuple(s.tool for s in now))}
+        for plain in (True, False):
+            tool = route.plain if plain else route.prefixed
+            renamed = [self._renamed(s, plain) for s in now]
+            key = (tool, tuple(s.tool for s in renamed))
+            if key not in seen:
+                seen.add(key)
+                out.append((renamed, tool))
         return out
 
-    def _renamed(self, step: Step, kind: str) -> Step:
+    def _renamed(self, step: Step, plain: bool) -> Step:
         route = self._routes.get(step.tool)
         if route is None:
             return step
-        name = str(getattr(route, kind))
-        return step if name == step.tool else replace(step, tool=name)
+        name = route.plain if plain else route.prefixed
+        # a plain constructor: a session's steps are renamed on every call
+        return step if name == step.tool else Step(name, step.arguments, step.output, step.error)
 
     # -- syncing
     def changed_sources(self) -> list[str]:
