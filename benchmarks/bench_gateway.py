@@ -9,8 +9,11 @@ save an agent?
    whose check is a few dictionary reads: this is the gateway's own cost, a real check
    adds its own.  ``gateway`` asks the backend from a worker thread (the default, for a
    backend that touches storage); ``gateway_inline`` runs the checks on the event loop
-   (``inline_checks=True``).  Two reference rows: ``bare_relay``, the least a relay on the
-   ``mcp`` SDK does (forward list and call over one upstream session, nothing else), and
+   (``inline_checks=True``); over HTTP, ``gateway_json`` answers with one JSON body
+   instead of an event stream (``json_response=True``: faster, but it relays nothing
+   during a call).  Two reference rows: ``bare_relay``, the least a relay on the ``mcp``
+   SDK does (forward list and call over one upstream session, nothing else, answering on
+   an event stream as the gateway does), and
    ``fastmcp_proxy``, a pass-through fastmcp proxy over one shared upstream session
    (when fastmcp is installed: ``.[bench]``).
 2. **Schema tokens.** The ``tools/list`` an agent is handed with ``expose="all"``
@@ -18,21 +21,34 @@ save an agent?
    plus one ``search_tools`` answer (k=5, averaged over seeded task queries), on
    ToolBench's and Seal-Tools' catalogs, in all-MiniLM-L6-v2 tokenizer tokens (each
    tool's JSON counted on its own and summed, plus one token per separator).
-3. **OTLP intake throughput.** Spans per second for protobuf and JSON bodies of
+3. **Isolation.** Does one session's 20 MB result delay another session's calls?  The
+   gateway as ``sidecar gateway`` runs it (the library backend on a fresh home) in front
+   of two stdio upstreams, ``big`` and ``small``, each its own process.  Session B (this
+   process) calls ``small_slow`` (5 ms) back to back; in alternate phases a session A
+   in another process calls ``big_flood`` (a 20 MB text result) back to back, the
+   phases in between A stays idle.  Reported: B's p50, p99 and max in the quiet and the
+   flooded phases of the same run, and what the flood adds to B's p99 (target: at most
+   50 ms), next to how many 20 MB results A received meanwhile; and, from a task inside
+   the gateway that sleeps 5 ms over and over, the CPU time its event loop's thread
+   spent between two wake-ups (how long the gateway's own work held the loop, apart from
+   the time the flood takes cores from every process on a two-core machine).
+4. **OTLP intake throughput.** Spans per second for protobuf and JSON bodies of
    synthetic agent traces (a root, two plain spans and eight tool spans with arguments
    and results per trace, one call in five failing), split into decoding, assembly and
    reporting to the in-memory backend, against turning the same bodies into Python values
    with ``json.loads`` / protobuf's ``MessageToDict``; and the top functions of a
    profile.
 
-``python -m benchmarks.bench_gateway [--quick] [--dataset DIR] [--out FILE]`` (JSON on
-stdout).  Nothing is downloaded.
+``python -m benchmarks.bench_gateway [--quick] [--dataset DIR] [--only PART...] [--out
+FILE]`` (JSON on stdout; PART: overhead, tokens, isolation, otlp).  Nothing is
+downloaded.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import itertools
 import json
 import os
 import random
@@ -51,6 +67,8 @@ from benchmarks.common import DEFAULT_DATASETS, emit, machine, progress, ratio, 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "bench-token-0123456789"
 TARGET_RATIO = 1.3
+TARGET_ADDED_P99_MS = 50.0
+FLOOD_MB = 20.0
 
 
 # ---- the processes -------------------------------------------------------------------
@@ -65,6 +83,13 @@ def _upstream_server() -> Any:
         await anyio.sleep(0.005)
         return {"x": x}
 
+    line = "order #W{n:06d} status=pending carrier=ups note=left at the door\n"
+
+    @server.tool(description="A text result of `mb` megabytes.", structured_output=False)
+    def flood(mb: float) -> str:
+        size = int(mb * 1_000_000)
+        return "".join(line.format(n=i) for i in range(size // len(line) + 1))[:size]
+
     return server
 
 
@@ -77,6 +102,8 @@ def serve(role: str, args: list[str]) -> None:
         uvicorn.run(app, host="127.0.0.1", port=int(args[0]), log_level="warning")
     elif role == "upstream-stdio":
         _upstream_server().run("stdio")
+    elif role == "gateway-lag":
+        _serve_gateway_with_lag(int(args[0]), Path(args[1]), Path(args[2]), args[3:])
     elif role.startswith("gateway-"):
         from sidecar.gateway import build_gateway
         from sidecar.gateway.memory import MemoryBackend
@@ -84,7 +111,13 @@ def serve(role: str, args: list[str]) -> None:
         spec = args[-1]
         inline = role.endswith("-inline")
         if role.startswith("gateway-http"):
-            gateway = build_gateway(MemoryBackend(), [spec], token=TOKEN, inline_checks=inline)
+            gateway = build_gateway(
+                MemoryBackend(),
+                [spec],
+                token=TOKEN,
+                inline_checks=inline,
+                json_response=role.endswith("-json"),
+            )
             uvicorn.run(gateway.asgi_app, host="127.0.0.1", port=int(args[0]), log_level="warning")
         else:
             build_gateway(MemoryBackend(), [spec], inline_checks=inline).run_stdio()
@@ -92,6 +125,8 @@ def serve(role: str, args: list[str]) -> None:
         _serve_fastmcp(role, args)
     elif role in ("relay-http", "relay-stdio"):
         _serve_bare_relay(role, args)
+    elif role == "flooder":
+        _flood_forever(args[0], args[1], float(args[2]), float(args[3]))
     else:
         raise SystemExit(f"unknown role {role}")
 
@@ -170,7 +205,7 @@ def _serve_bare_relay(role: str, args: list[str]) -> None:
 
         anyio.run(main)
         return
-    app = relay.streamable_http_app(json_response=True)  # as the gateway answers
+    app = relay.streamable_http_app()  # an event stream per request, as the gateway answers
     inner = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
@@ -217,7 +252,9 @@ def _start_http(role: str, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
 
 # ---- 1. overhead ---------------------------------------------------------------------
 @asynccontextmanager
-async def _http_session(url: str, token: str | None) -> AsyncIterator[Any]:
+async def _http_session(
+    url: str, token: str | None, max_event: int | None = 1024 * 1024
+) -> AsyncIterator[Any]:
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
@@ -225,7 +262,10 @@ async def _http_session(url: str, token: str | None) -> AsyncIterator[Any]:
     http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"} if token else None)
     async with (
         http,
-        streamable_http_client(url, http_client=http) as (read, write),
+        streamable_http_client(url, http_client=http, max_sse_event_size=max_event) as (
+            read,
+            write,
+        ),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
@@ -291,12 +331,15 @@ def overhead(calls: int) -> dict[str, Any]:
             procs.append(gw)
             inline, inline_url = _start_http("gateway-http-inline", f"up={up_url}")
             procs.append(inline)
+            plain, plain_url = _start_http("gateway-http-json", f"up={up_url}")
+            procs.append(plain)
             relay, relay_url = _start_http("relay-http", f"up={up_url}")
             procs.append(relay)
             urls = {
                 "direct": (up_url, None),
                 "gateway": (gw_url, TOKEN),
                 "gateway_inline": (inline_url, TOKEN),
+                "gateway_json": (plain_url, TOKEN),
                 "bare_relay": (relay_url, None),
             }
             if reference:
@@ -408,7 +451,212 @@ def schema_tokens(dataset: Path, seed: int, queries: int) -> dict[str, Any]:
     return out
 
 
-# ---- 3. OTLP intake ------------------------------------------------------------------
+# ---- 3. isolation --------------------------------------------------------------------
+def _flood_forever(url: str, token: str, mb: float, pace_s: float) -> None:
+    """Session A: ``big_flood`` every ``pace_s`` seconds (0: back to back) until
+    killed, one line per result (its size in bytes).  A raw HTTP client that reads the
+    answer's bytes without parsing them: on two cores, a client parsing 20 MB would
+    mostly measure its own CPU."""
+    import httpx
+
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "flooder", "version": "1"},
+        },
+    }
+    with httpx.Client(timeout=120) as http:
+        opened = http.post(url, json=init, headers=headers)
+        opened.raise_for_status()
+        headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+        http.post(
+            url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers
+        )
+        for n in itertools.count(1):
+            started = time.monotonic()
+            call = {
+                "jsonrpc": "2.0",
+                "id": n,
+                "method": "tools/call",
+                "params": {"name": "big_flood", "arguments": {"mb": mb}},
+            }
+            size = 0
+            with http.stream("POST", url, json=call, headers=headers) as answer:
+                for chunk in answer.iter_bytes():
+                    size += len(chunk)
+            print(size, flush=True)
+            time.sleep(max(0.0, pace_s - (time.monotonic() - started)))
+
+
+def _serve_gateway_with_lag(port: int, home: Path, lag_file: Path, specs: list[str]) -> None:
+    """The gateway as ``sidecar gateway`` runs it (the library backend, on a fresh home
+    with the hashing embedder), with a task that sleeps 5 ms over and over and records
+    the CPU time the event loop's thread spent meanwhile: work that held the loop, apart
+    from time the process merely waited for a core (on a shared machine, lateness alone
+    would mostly measure the other processes).  The samples (wall-clock time, CPU
+    seconds) go to ``lag_file`` when SIGTERM stops it."""
+    import anyio
+
+    from indexes import HashingEmbedder
+    from sidecar import Sidecar
+    from sidecar.api.serve import bind
+    from sidecar.gateway import build_gateway
+    from sidecar.gateway.library import LibraryBackend
+    from sidecar.gateway.serving import serve_on
+
+    samples: list[tuple[float, float]] = []
+
+    async def sampler() -> None:
+        while True:
+            start, cpu = time.time(), time.thread_time()
+            await anyio.sleep(0.005)
+            samples.append((start, time.thread_time() - cpu))
+
+    async def main(gateway: Any, sock: socket.socket) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sampler)
+            await serve_on(gateway, sock)
+            tg.cancel_scope.cancel()
+
+    with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+        gateway = build_gateway(LibraryBackend(sc), specs, token=TOKEN, report_clean=True)
+        sock = bind("127.0.0.1", port)
+        try:
+            anyio.run(main, gateway, sock)
+        finally:
+            sock.close()
+    lag_file.write_text(json.dumps(samples))
+
+
+def isolation(
+    calls: int, phases: int, paces: tuple[float, ...] = (1.0, 0.0), mb: float = FLOOD_MB
+) -> dict[str, Any]:
+    """B's call latency with and without A's 20 MB results, through the real gateway:
+    for each pace of A (one result per ``pace`` seconds; 0: back to back), quiet and
+    flooded phases alternate."""
+    import tempfile
+
+    import anyio
+    import httpx
+
+    upstream = f"{sys.executable} -m benchmarks.bench_gateway --serve upstream-stdio"
+    port = _port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    samples: dict[str, list[float]] = {}
+    floods: dict[str, list[int]] = {}
+    windows: list[tuple[str, float, float]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-gw-iso-") as tmp:
+        lag_file = Path(tmp) / "lag.json"
+        gateway = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.bench_gateway", "--serve", "gateway-lag",
+             str(port), str(Path(tmp) / "home"), str(lag_file), f"big={upstream}",
+             f"small={upstream}"],
+            env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    httpx.get(url, timeout=1)
+                    break
+                except httpx.HTTPError:
+                    if gateway.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("the gateway did not start") from None
+                    time.sleep(0.2)
+
+            async def phase(name: str, n: int, session: Any) -> None:
+                began = time.time()
+                for i in range(n):
+                    start = time.perf_counter()
+                    result = await session.call_tool("small_slow", {"x": i})
+                    elapsed = (time.perf_counter() - start) * 1000
+                    if result.is_error:
+                        raise RuntimeError("small_slow failed")
+                    samples.setdefault(name, []).append(elapsed)
+                windows.append((name, began, time.time()))
+
+            async def flooded(name: str, pace: float, n: int, session: Any) -> None:
+                flooder = subprocess.Popen(
+                    [sys.executable, "-m", "benchmarks.bench_gateway", "--serve", "flooder",
+                     url, TOKEN, str(mb), str(pace)],
+                    env=_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                    text=True,
+                )  # fmt: skip
+                got = floods.setdefault(name, [])
+                try:
+                    assert flooder.stdout is not None
+                    # the flood is under way once A's first result arrived
+                    got.append(int(await anyio.to_thread.run_sync(flooder.stdout.readline)))
+                    await phase(name, n, session)
+                finally:
+                    flooder.kill()
+                    rest, _ = flooder.communicate(timeout=30)
+                    got.extend(int(x) for x in rest.split())
+
+            async def main() -> None:
+                async with _http_session(url, TOKEN) as session:
+                    for _ in range(20):  # warm-up
+                        await session.call_tool("small_slow", {"x": 0})
+                    per_phase = max(calls // (phases * len(paces)), 1)
+                    for _ in range(phases):
+                        for pace in paces:
+                            await phase("quiet", per_phase, session)
+                            await flooded(f"pace_{pace:g}s", pace, per_phase, session)
+
+            progress(
+                f"gateway isolation: {calls} calls of B against {mb:g} MB results of A "
+                f"(paces {', '.join(f'{p:g} s' for p in paces)})"
+            )
+            anyio.run(main)
+        finally:
+            gateway.terminate()
+            gateway.wait(timeout=60)
+        lags = json.loads(lag_file.read_text()) if lag_file.exists() else []
+
+    def stats(values: list[float]) -> dict[str, float]:
+        return {**summary(values), "max_ms": round(max(values), 3)}
+
+    def busy(name: str) -> dict[str, float]:
+        """The longest stretches of work on the gateway's event loop (CPU of its thread
+        between two wake-ups of a 5 ms sleeper) during the phases called ``name``."""
+        inside = [
+            busy * 1000
+            for at, busy in lags
+            if any(n == name and start <= at <= end for n, start, end in windows)
+        ]
+        if not inside:
+            return {}
+        row = summary(inside)
+        return {"p99_ms": row["p99_ms"], "max_ms": round(max(inside), 3), "n": row["n"]}
+
+    quiet = {**stats(samples["quiet"]), "gateway_loop_busy": busy("quiet")}
+    out: dict[str, Any] = {"result_mb": mb, "quiet": quiet, "flooded": {}}
+    for pace in paces:
+        name = f"pace_{pace:g}s"
+        row = stats(samples[name])
+        out["flooded"][name] = {
+            "gateway_loop_busy": busy(name),
+            **row,
+            "a_pace_s": pace,
+            "a_results_received": len(floods[name]),
+            "a_result_bytes": floods[name][0] if floods[name] else 0,
+            "added_p50_ms": round(row["p50_ms"] - quiet["p50_ms"], 3),
+            "added_p99_ms": round(row["p99_ms"] - quiet["p99_ms"], 3),
+        }
+    return out
+
+
+# ---- 4. OTLP intake ------------------------------------------------------------------
 def _synthetic_request(rng: random.Random, traces: int) -> Any:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
@@ -567,7 +815,16 @@ def otlp_throughput(bodies: int, traces_per_body: int, seed: int) -> dict[str, A
 
 
 # ---- the run -------------------------------------------------------------------------
-def run(quick: bool, seed: int, dataset: Path, tokens: bool = True) -> dict[str, Any]:
+PARTS = ("overhead", "tokens", "isolation", "otlp")
+
+
+def run(
+    quick: bool,
+    seed: int,
+    dataset: Path,
+    tokens: bool = True,
+    parts: tuple[str, ...] = PARTS,
+) -> dict[str, Any]:
     started = time.perf_counter()
     result: dict[str, Any] = {
         "benchmark": "gateway",
@@ -577,19 +834,49 @@ def run(quick: bool, seed: int, dataset: Path, tokens: bool = True) -> dict[str,
         "revision": revision(),
         "machine": machine(),
     }
-    result["overhead"] = overhead(calls=200 if quick else 1000)
-    if tokens:
+    targets: list[dict[str, Any]] = []
+    if "overhead" in parts:
+        result["overhead"] = overhead(calls=200 if quick else 1000)
+        targets += [
+            {
+                "target": f"gateway tools/call p50 vs direct ({transport}, upstream sleeps 5 ms)",
+                "goal": f"<= {TARGET_RATIO}x",
+                "measured": result["overhead"][transport]["gateway_ratio_p50"],
+                "met": result["overhead"][transport]["gateway_ratio_p50"] <= TARGET_RATIO,
+            }
+            for transport in ("http", "stdio")
+        ]
+    if tokens and "tokens" in parts:
         result["schema_tokens"] = schema_tokens(dataset, seed, queries=20 if quick else 100)
-    result["otlp"] = otlp_throughput(bodies=5 if quick else 20, traces_per_body=100, seed=seed)
-    result["targets"] = [
-        {
-            "target": f"gateway tools/call p50 vs direct ({transport}, upstream sleeps 5 ms)",
-            "goal": f"<= {TARGET_RATIO}x",
-            "measured": result["overhead"][transport]["gateway_ratio_p50"],
-            "met": result["overhead"][transport]["gateway_ratio_p50"] <= TARGET_RATIO,
-        }
-        for transport in ("http", "stdio")
-    ]
+    if "isolation" in parts:
+        iso = isolation(calls=800 if quick else 2400, phases=2 if quick else 4)
+        result["isolation"] = iso
+        paced = iso["flooded"]["pace_1s"]
+        targets.append(
+            {
+                "target": f"p99 added to session B's calls by a {iso['result_mb']:g} MB result "
+                "per second in session A",
+                "goal": f"<= {TARGET_ADDED_P99_MS:g} ms",
+                "measured": paced["added_p99_ms"],
+                "met": paced["added_p99_ms"] <= TARGET_ADDED_P99_MS,
+            }
+        )
+        longest = max(
+            (row["gateway_loop_busy"].get("max_ms", 0.0) for row in iso["flooded"].values()),
+            default=0.0,
+        )
+        targets.append(
+            {
+                "target": "longest stretch of work on the gateway's event loop while A's "
+                f"{iso['result_mb']:g} MB results pass",
+                "goal": f"<= {TARGET_ADDED_P99_MS:g} ms",
+                "measured": longest,
+                "met": longest <= TARGET_ADDED_P99_MS,
+            }
+        )
+    if "otlp" in parts:
+        result["otlp"] = otlp_throughput(bodies=5 if quick else 20, traces_per_body=100, seed=seed)
+    result["targets"] = targets
     result["seconds"] = round(time.perf_counter() - started, 1)
     return result
 
@@ -598,7 +885,7 @@ def markdown(result: dict[str, Any]) -> str:
     from benchmarks.common import md_table, md_targets
 
     parts = ["## Targets", "", md_targets(result["targets"]), ""]
-    for transport in ("http", "stdio"):
+    for transport in ("http", "stdio") if "overhead" in result else ():
         o = result["overhead"][transport]
         rows = [
             [
@@ -648,7 +935,46 @@ def markdown(result: dict[str, Any]) -> str:
             ),
             "",
         ]
-    otlp = result["otlp"]
+    iso = result.get("isolation")
+    if iso:
+        quiet = iso["quiet"]
+
+        def loop(row: dict[str, Any]) -> str:
+            held = row.get("gateway_loop_busy") or {}
+            return f"{held.get('p99_ms', '')} / {held.get('max_ms', '')}"
+
+        rows = [["quiet (A idle)", quiet["n"], quiet["p50_ms"], quiet["p99_ms"], quiet["max_ms"],
+                 "", "", loop(quiet)]]  # fmt: skip
+        for row in iso["flooded"].values():
+            pace = row["a_pace_s"]
+            label = f"A: one result every {pace:g} s" if pace else "A: back to back"
+            rows.append(
+                [f"{label} ({row['a_results_received']} results)", row["n"], row["p50_ms"],
+                 row["p99_ms"], row["max_ms"], row["added_p50_ms"], row["added_p99_ms"],
+                 loop(row)]
+            )  # fmt: skip
+        parts += [
+            f"## Isolation: session B's calls while session A takes {iso['result_mb']:g} MB "
+            "results",
+            "",
+            md_table(
+                [
+                    "phase",
+                    "calls",
+                    "p50 ms",
+                    "p99 ms",
+                    "max ms",
+                    "added p50",
+                    "added p99",
+                    "gateway loop busy, p99 / max ms",
+                ],
+                rows,
+            ),
+            "",
+        ]
+    otlp = result.get("otlp")
+    if not otlp:
+        return "\n".join(parts)
     rows = [
         [
             kind,
@@ -673,6 +999,8 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     from benchmarks.common import pyplot, save_figure
 
     plt = pyplot()
+    if "overhead" not in result:
+        return []
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, transport in zip(axes, ("http", "stdio"), strict=True):
         latency = result["overhead"][transport]["latency"]
@@ -693,9 +1021,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASETS)
     parser.add_argument("--no-tokens", action="store_true", help="skip the schema-token part")
+    parser.add_argument(
+        "--only", nargs="+", choices=PARTS, default=list(PARTS), help="run only these parts"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    emit(run(args.quick, args.seed, args.dataset, tokens=not args.no_tokens), args.out)
+    result = run(args.quick, args.seed, args.dataset, not args.no_tokens, tuple(args.only))
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -26,10 +26,11 @@
     │   ├── Unreachable             no answer at ``--url``
     │   └── Unauthorized            the token was missing or wrong (401)
     ├── BodyTooLarge                a request body over the server's limit (413, exit 10)
-    └── GatewayError                the MCP gateway failed (502, 9)
+    └── GatewayError                the MCP gateway failed (502, exit 11)
         ├── UpstreamSpecError       an upstream given as neither NAME=URL nor NAME=COMMAND
         │                           (also an ``InvalidInput``: 400, exit 2)
-        └── UpstreamUnavailable     an upstream MCP server could not be reached
+        └── GatewayUnavailable      the gateway cannot serve (503, exit 11)
+            └── UpstreamUnavailable an upstream MCP server could not be reached
 
 Each class declares its ``code`` (stable, machine-readable), ``status`` (HTTP) and
 ``exit_code`` (CLI).  The HTTP error envelope, the CLI's exit codes, the MCP tool
@@ -62,6 +63,8 @@ EXIT_TOO_LARGE = 10
 """A request was over the server's body limit (``sidecar serve --max-body``)."""
 EXIT_FORBIDDEN = 12
 EXIT_RATE_LIMITED = 13
+EXIT_GATEWAY = 11
+"""``gateway``: it cannot serve (an upstream unreachable or unusable at start)."""
 
 
 class SidecarError(Exception):
@@ -216,7 +219,7 @@ class BodyTooLarge(SidecarError):
 class GatewayError(SidecarError):
     code = "gateway"
     status = 502
-    exit_code = EXIT_REMOTE
+    exit_code = EXIT_GATEWAY
 
 
 class UpstreamSpecError(GatewayError, InvalidInput):
@@ -225,7 +228,12 @@ class UpstreamSpecError(GatewayError, InvalidInput):
     exit_code = EXIT_INVALID
 
 
-class UpstreamUnavailable(GatewayError):
+class GatewayUnavailable(GatewayError):
+    code = "gateway_unavailable"
+    status = 503
+
+
+class UpstreamUnavailable(GatewayUnavailable):
     code = "upstream_unavailable"
     name = ""
 

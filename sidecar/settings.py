@@ -23,6 +23,7 @@ DEFAULT_EXACT_LIMIT = 15_000
 CRASH_POINTS = ("after_intent", "after_cold", "after_mandates", "after_hot_delete", "after_done")
 """The steps of an eviction move after which a test may kill the process."""
 MissingField = Literal["block", "allow"]
+ContestScope = Literal["safe", "all"]
 DEFAULT_EVICT_MIN_CHAINS = 2
 """Distinct abandoned chains a tool must drive before it is evicted, by default."""
 DEFAULT_ABSTAIN_BELOW = 0.35
@@ -64,6 +65,10 @@ class Settings:
     hybrid: bool = True
     abstain_below: float = DEFAULT_ABSTAIN_BELOW
     chain_weight: float = DEFAULT_CHAIN_WEIGHT
+    gateway_call_timeout: float = 30.0
+    gateway_contest_rate: float = 0.1
+    gateway_contest_budget: int = 1
+    gateway_contest_scope: ContestScope = "safe"
 
     @property
     def model_cache_path(self) -> Path:
@@ -144,11 +149,23 @@ SETTINGS: dict[str, str] = {
     "hybrid": "fuse BM25 and per-sentence views with the dense ranking (true/false)",
     "abstain_below": "best similarity under which a lookup answers abstained (0: never)",
     "chain_weight": "weight of tools that completed chains after the executed prefix (0: off)",
+    "gateway_call_timeout": "seconds an upstream may take to answer a gateway call before "
+    "the agent gets an error (0: no limit)",
+    "gateway_contest_rate": "share of blocked gateway calls forwarded anyway, so that a "
+    "success can contest the block (0: never)",
+    "gateway_contest_budget": "blocked calls forwarded per rule per hour, at most",
+    "gateway_contest_scope": "'safe' (only tools annotated read-only or non-destructive) or 'all'",
 }
 
 
 def _parse(name: str, raw: str) -> Any:
-    if name in ("constraint_max_age_days", "abstain_below", "chain_weight"):
+    if name in (
+        "constraint_max_age_days",
+        "abstain_below",
+        "chain_weight",
+        "gateway_call_timeout",
+        "gateway_contest_rate",
+    ):
         try:
             return float(raw)
         except ValueError:
@@ -163,6 +180,7 @@ def _parse(name: str, raw: str) -> Any:
         "query_cache",
         "exact_limit",
         "report_rate",
+        "gateway_contest_budget",
     }:
         try:
             return int(raw)
@@ -228,6 +246,19 @@ def validate(s: Settings) -> Settings:
         raise ConfigError(f"revoker must be 'record-only' or 'rfc7009', got {s.revoker!r}")
     if s.crash_at is not None and s.crash_at not in CRASH_POINTS:
         raise ConfigError(f"crash_at must be one of {', '.join(CRASH_POINTS)}")
+    timeout = s.gateway_call_timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 <= timeout < 1e6:
+        raise ConfigError(f"gateway_call_timeout must be a number >= 0, got {timeout!r}")
+    rate = s.gateway_contest_rate
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+        raise ConfigError(f"gateway_contest_rate must be from 0 to 1, got {rate!r}")
+    budget = s.gateway_contest_budget
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise ConfigError(f"gateway_contest_budget must be an integer >= 0, got {budget!r}")
+    if s.gateway_contest_scope not in ("safe", "all"):
+        raise ConfigError(
+            f"gateway_contest_scope must be 'safe' or 'all', got {s.gateway_contest_scope!r}"
+        )
     if not s.collection or len(s.collection) < 3:
         raise ConfigError("collection must be at least 3 characters")
     for name in (n.strip() for n in s.trusted_sources.split(",")):

@@ -12,7 +12,9 @@ archive has no digest, a home that does not exist); 6 busy: another eviction hol
 lock, or another process writes to the home; 7 a store is unavailable (a read-only or
 full disk, Chroma down, interrupted moves that cannot finish); 8 ``serve``: the address
 is in use; 9 the sidecar at ``--url`` cannot be reached or refused the token; 10 a
-request was over the server's body limit (one item alone: batches are split under it).
+request was over the server's body limit (one item alone: batches are split under it);
+11 ``gateway``: it cannot serve (an upstream unreachable at start); 12 the token's role
+may not do this; 13 a source reported faster than its rate.
 """
 
 from __future__ import annotations

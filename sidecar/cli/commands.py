@@ -493,12 +493,20 @@ def serve(args: argparse.Namespace) -> int:
 
 def gateway(args: argparse.Namespace) -> int:
     """An MCP gateway in front of upstream MCP servers, with this home's memory."""
+    import anyio
+
     from sidecar.api.serve import bind, token_for
     from sidecar.gateway import build_gateway
+    from sidecar.gateway.contest import ContestPolicy
     from sidecar.gateway.library import LibraryBackend
+    from sidecar.gateway.serving import serve_on
 
     with open_local(args) as sc:
         home = home_of(args)
+        settings = sc.settings
+        timeout = (
+            args.call_timeout if args.call_timeout is not None else settings.gateway_call_timeout
+        )
         gw = build_gateway(
             LibraryBackend(sc),
             args.upstream,
@@ -506,19 +514,26 @@ def gateway(args: argparse.Namespace) -> int:
             pins=args.pin,
             idle_timeout_s=args.idle_timeout,
             report_clean=True,
-            token=None if args.stdio else token_for(home),
+            token=None if args.stdio or args.no_token else token_for(home),
+            call_timeout_s=timeout or None,
+            json_response=args.json_response,
+            contest=ContestPolicy(
+                rate=settings.gateway_contest_rate,
+                budget=settings.gateway_contest_budget,
+                scope=settings.gateway_contest_scope,
+            ),
         )
         if args.stdio:
             gw.run_stdio()
             return EXIT_OK
-        import uvicorn
-
         sock = bind(args.host, args.port)
-        url = f"http://{args.host}:{sock.getsockname()[1]}{gw.path}"
-        status(f"sidecar gateway serving {url} (token: {home / 'token'} or $SIDECAR_TOKEN)")
-        config = uvicorn.Config(gw.asgi_app, log_level="warning", access_log=False)
+
+        def announce(url: str) -> None:
+            where = "no token" if gw.token is None else f"token: {home / 'token'} or $SIDECAR_TOKEN"
+            status(f"sidecar gateway serving {url} ({where})")
+
         try:
-            uvicorn.Server(config).run(sockets=[sock])
+            anyio.run(serve_on, gw, sock, announce)
         finally:
             sock.close()
     return EXIT_OK

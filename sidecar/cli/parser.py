@@ -360,6 +360,26 @@ def serving_commands(command: Command) -> None:
         metavar="S",
         help="report a session after this many idle seconds (default 300)",
     )
+    gw.add_argument(
+        "--call-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="answer a call the upstream has not answered in S seconds with an error "
+        "(default $SIDECAR_GATEWAY_CALL_TIMEOUT, 30; 0: no limit)",
+    )
+    gw.add_argument(
+        "--json-response",
+        action="store_true",
+        help="answer each request with one JSON body instead of an event stream (faster, "
+        "but relays no progress, log message, sampling or elicitation during a request)",
+    )
+    gw.add_argument(
+        "--no-token",
+        action="store_true",
+        help="serve HTTP without the bearer token (loopback only; for clients that cannot "
+        "send one)",
+    )
     gw.add_argument("--stdio", action="store_true", help="serve MCP over stdio instead of HTTP")
     gw.add_argument("--host", default="127.0.0.1")
     gw.add_argument("--port", type=port_int, default=8766, help="port (default 8766; 0: any)")

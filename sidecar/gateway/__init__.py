@@ -3,7 +3,8 @@
 ``build_gateway(backend, ["shop=python shop_server.py"])`` puts an MCP server in front of
 upstream MCP servers: it curates ``tools/list`` (evicted tools hidden, or a search mode
 that replaces a long list), checks every ``tools/call`` against the memory before
-forwarding it, and turns what it sees into session reports.  The backend is anything
+forwarding it, relays everything else of MCP (resources, prompts, logging, progress,
+sampling, elicitation), and turns what it sees into session reports.  The backend is anything
 implementing :class:`GatewayBackend`.
 """
 
@@ -21,7 +22,13 @@ from sidecar.gateway.backend import (
     SyncResult,
     Verdict,
 )
-from sidecar.gateway.errors import GatewayError, UpstreamSpecError, UpstreamUnavailable
+from sidecar.gateway.contest import ContestPolicy
+from sidecar.gateway.errors import (
+    GatewayError,
+    GatewayUnavailable,
+    UpstreamSpecError,
+    UpstreamUnavailable,
+)
 from sidecar.gateway.sessions import SessionLimits
 from sidecar.gateway.upstream import Upstream
 
@@ -29,10 +36,12 @@ if TYPE_CHECKING:
     from sidecar.gateway.server import Gateway, build_gateway
 
 __all__ = [
+    "ContestPolicy",
     "Decision",
     "Gateway",
     "GatewayBackend",
     "GatewayError",
+    "GatewayUnavailable",
     "Hit",
     "Outcome",
     "Reason",

@@ -1,9 +1,12 @@
 """What the gateway asks of the failure memory: a narrow protocol and its values.
 
-The gateway never reaches into the library; it calls these five methods, from a worker
-thread (they may block on storage), one call at a time per gateway.  Any object with
-these methods serves, e.g. :class:`~sidecar.gateway.memory.MemoryBackend` (in memory,
-for tests and demonstrations) or an adapter over :class:`~sidecar.Sidecar`.
+The gateway never reaches into the library; it calls these five methods from worker
+threads (they may block on storage): the reads (``hidden_tools``, ``search``,
+``check_call``) one at a time, and the writes (``sync_tools``, ``report_session``) one at
+a time, a read and a write possibly at once, so that a slow write never delays another
+session's check.  Any object with these methods serves, e.g.
+:class:`~sidecar.gateway.memory.MemoryBackend` (in memory, for tests and demonstrations)
+or an adapter over :class:`~sidecar.Sidecar`.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ class Reason:
     explanation: str
     evidence: str
     pointer: str | None = None
+    rule_id: str = ""
+    """A stable id of the rule (a constraint id), for budgets kept per rule."""
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,19 @@ it: the gateway is a shell like the HTTP API)."""
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 
 from sidecar.app import Sidecar
-from sidecar.catalog import load_tools
-from sidecar.errors import SidecarError
+from sidecar.catalog import parse_tool
+from sidecar.errors import InvalidInput, SidecarError
 from sidecar.gateway.backend import Hit, Outcome, Reason, Step, SyncResult, Verdict
 from sidecar.memory import Step as MemoryStep
+from sidecar.model import Tool
 from sidecar.principals import GATEWAY
+
+log = logging.getLogger("sidecar.gateway")
 
 
 def _steps(steps: list[Step]) -> list[MemoryStep]:
@@ -25,7 +30,23 @@ class LibraryBackend:
         self.source = source
 
     def sync_tools(self, source: str, tools: list[dict[str, Any]]) -> SyncResult:
-        result = self.sc.sync_tools(source, load_tools([tools], f"upstream {source}"))
+        """A tool the hot index refuses (an oversized schema, a secret in a default...) is
+        left out with a warning: the gateway still lists and guards it, and one odd tool
+        never stops the sync of the others."""
+        taken: dict[str, Tool] = {}
+        for item in tools:
+            try:
+                tool = parse_tool(item)
+            except InvalidInput as exc:
+                log.warning(
+                    '{"event": "tool_not_indexed", "upstream": %s, "tool": %s, "why": %s}',
+                    json.dumps(source),
+                    json.dumps(str(item.get("name", ""))[:200]),
+                    json.dumps(str(exc)[:300]),
+                )
+                continue
+            taken[tool.tool_id] = tool
+        result = self.sc.sync_tools(source, list(taken.values()))
         return SyncResult(result.added, result.updated, result.gone)
 
     def hidden_tools(self) -> set[str]:
@@ -45,6 +66,7 @@ class LibraryBackend:
                     explanation=r.explanation,
                     evidence=r.evidence,
                     pointer=r.pointer,
+                    rule_id=r.constraint_id,
                 )
                 for r in verdict.reasons
             ),

@@ -201,6 +201,7 @@ class MemoryBackend:
             explanation=f"Seen in {seen} reported session(s){note}.",
             evidence=failure.error,
             pointer=f"memory://failures/{failure.tool}/{_short_hash(failure.error)}",
+            rule_id=f"{failure.tool}/{_short_hash(failure.error)}",
         )
 
     def _warnings(self, tool: str) -> Iterable[str]:

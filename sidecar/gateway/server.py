@@ -8,20 +8,28 @@ code of its own.
   listings are synced into the backend at start, when an upstream announces
   ``tools/list_changed``, and on a downstream ``tools/list`` once ``refresh_s`` has
   passed since the last sync.
-- ``tools/call``: ``check_call(steps so far, tool, arguments)`` first.  ``block``: an
-  ``isError`` result naming the rule, its evidence and its pointer, never forwarded;
-  ``warn``: forwarded, the reasons in the result's ``_meta["sidecar/warnings"]``;
-  ``allow``: forwarded.  Each forwarded call becomes a redacted, capped step of the
-  caller's session (:mod:`sidecar.gateway.sessions` says when one is reported).
+- ``tools/call``: ``check_call(steps so far, tool, arguments)`` first (under every name
+  the tool has had, :mod:`sidecar.gateway.catalog`).  ``block``: an ``isError`` result
+  naming the rule, its evidence and its pointer, not forwarded (but for a bounded sample,
+  :mod:`sidecar.gateway.contest`); ``warn``: forwarded, the reasons in the result's
+  ``_meta["sidecar/warnings"]``; ``allow``: forwarded.  A call the upstream does not
+  answer within ``call_timeout_s`` is answered with an ``isError`` result saying so (and
+  cancelled upstream).  Each forwarded call becomes a bounded, redacted step of the
+  caller's session (:mod:`sidecar.gateway.evidence`; a large result is taken on a worker
+  thread, so it never holds up another session), and :mod:`sidecar.gateway.sessions`
+  says when a session is reported.
+- Everything else (resources, prompts, completion, logging, progress, the upstreams'
+  sampling and elicitation requests) is relayed: :mod:`sidecar.gateway.relay`.
 
 A session is the MCP connection: the ``Mcp-Session-Id`` session over streamable HTTP,
 the process over stdio.  Requests of the stateless 2026-07-28 era have no connection to
 group them by; they are grouped by ``_meta["sidecar/session"]`` when the client sends
 one, else by their W3C trace id (``_meta.traceparent``), else each call stands alone.
 
-The backend is called from a worker thread, one call at a time; ``inline_checks=True``
-runs the two calls on the call path (``hidden_tools``, ``check_call``) on the event loop,
-for a backend whose checks never block.
+The backend is called from worker threads (reads and writes apart, see
+:mod:`sidecar.gateway.backend`); ``inline_checks=True`` runs the two calls on the call
+path (``hidden_tools``, ``check_call``) on the event loop, for a backend whose checks
+never block.
 """
 
 from __future__ import annotations
@@ -30,19 +38,28 @@ import contextlib
 import functools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from sidecar.gateway.backend import GatewayBackend, Reason, Step, Verdict
+from sidecar.errors import SidecarError
+from sidecar.gateway.backend import Decision, GatewayBackend, Reason, Step, Verdict
+from sidecar.gateway.bulk import PresentingStream, present_http_responses
 from sidecar.gateway.catalog import Catalog
+from sidecar.gateway.contest import Contest, ContestPolicy
 from sidecar.gateway.errors import GatewayError, UpstreamUnavailable
-from sidecar.gateway.evidence import DEFAULT_MAX_CHARS, step_from_error, step_from_result
+from sidecar.gateway.evidence import (
+    DEFAULT_MAX_CHARS,
+    result_size,
+    step_from_error,
+    step_from_result,
+)
+from sidecar.gateway.relay import Relay
 from sidecar.gateway.security import BearerGate, is_loopback, loopback_only
 from sidecar.gateway.sessions import SessionBook, SessionLimits, SessionReport
-from sidecar.gateway.upstream import Upstream, UpstreamLink, is_link_failure
+from sidecar.gateway.upstream import CallTimedOut, Upstream, UpstreamLink, is_link_failure
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -58,6 +75,14 @@ SEARCH_TOOLS, CALL_TOOL, REPORT_OUTCOME = "search_tools", "call_tool", "report_o
 OWN_TOOLS = frozenset({SEARCH_TOOLS, CALL_TOOL, REPORT_OUTCOME})
 SESSION_META_KEY = "sidecar/session"
 WARNINGS_META_KEY = "sidecar/warnings"
+CONTEST_META_KEY = "sidecar/contest"
+DEFAULT_CALL_TIMEOUT_S = 30.0
+"""Below the 60 s most MCP clients wait for a request: the agent gets the gateway's
+answer, naming the upstream, rather than its own client's timeout."""
+INLINE_EVIDENCE_CHARS = 2_048
+"""Results up to this size become evidence on the event loop (a fraction of a
+millisecond); larger ones on a worker thread."""
+_SEVERITY: dict[Decision, int] = {"allow": 0, "warn": 1, "block": 2}
 _CONNECTION_KEY = "sidecar.gateway.session"
 _ALONE = "call:"
 _FORWARDED_META = ("traceparent", "tracestate", "baggage")
@@ -77,7 +102,10 @@ class GatewayStats:
     warned: int = 0
     refused_hidden: int = 0
     upstream_errors: int = 0
+    timeouts: int = 0
+    contest_samples: int = 0
     syncs: int = 0
+    sync_failures: int = 0
     reports: int = 0
     report_failures: int = 0
 
@@ -101,13 +129,17 @@ class Gateway:
         name: str = "sidecar-gateway",
         connect_timeout_s: float = 30.0,
         inline_checks: bool = False,
-        json_response: bool = True,
+        json_response: bool = False,
+        call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S,
+        contest: ContestPolicy | None = None,
     ) -> None:
         if expose not in ("all", "search"):
             raise GatewayError(f"expose must be 'all' or 'search', not {expose!r}")
         names = [u.name for u in upstreams]
         if not names or len(set(names)) != len(names):
             raise GatewayError("give at least one upstream, each under its own name")
+        if call_timeout_s is not None and not call_timeout_s > 0:
+            raise GatewayError(f"call_timeout_s must be positive (or None), not {call_timeout_s!r}")
         self.backend = backend
         self.expose: Expose = expose
         self.pins = frozenset(pins)
@@ -118,10 +150,20 @@ class Gateway:
         self.token = token
         self.stats = GatewayStats()
         self.catalog = Catalog(reserved=OWN_TOOLS)
+        self.call_timeout_s = call_timeout_s
+        self.contest = Contest(contest)
         self.links = {
-            u.name: UpstreamLink(u, self._tools_changed, connect_timeout_s) for u in upstreams
+            u.name: UpstreamLink(u, self, connect_timeout_s, relay_requests=not json_response)
+            for u in upstreams
         }
-        self._limiter = anyio.CapacityLimiter(1)
+        self._live: dict[str, Any] = {}  # session key -> its connection, for notifications
+        self.relay = Relay(self.links, self._live, call_timeout_s)
+        # reads (checks, searches) and writes (reports, syncs) on threads of their own, so
+        # that a slow write never holds up a session's check; results too large to take
+        # on the event loop on a third
+        self._reads = anyio.CapacityLimiter(1)
+        self._writes = anyio.CapacityLimiter(1)
+        self._heavy = anyio.CapacityLimiter(1)
         self._inline_checks = inline_checks
         self._json_response = json_response
         self._dirty: set[str] = set()
@@ -129,7 +171,6 @@ class Gateway:
         self._sync_lock = anyio.Lock()
         self._tg: TaskGroup | None = None
         self._inflight = 0  # scheduled reports not yet handed to the backend
-        self._live: dict[str, Any] = {}  # session key -> its connection, for list_changed
         self._server = self._build_server(name)
         self._asgi: ASGIApp | None = None
 
@@ -138,6 +179,12 @@ class Gateway:
     async def running(self) -> AsyncIterator[Gateway]:
         """Upstream links up and synced, the idle sweeper running; on exit every open
         session is concluded and reported."""
+        with _first_sidecar_error():
+            async with self._running() as gateway:
+                yield gateway
+
+    @contextlib.asynccontextmanager
+    async def _running(self) -> AsyncIterator[Gateway]:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
@@ -161,18 +208,19 @@ class Gateway:
     @property
     def asgi_app(self) -> ASGIApp:
         """Streamable HTTP at :attr:`path`, loopback ``Host``/``Origin`` only, behind the
-        bearer token when one was given.  A call is answered with a plain JSON body, not
-        an event stream, unless ``json_response=False``: the gateway relays no
-        notification in the middle of a call, and the stream costs time on every call
-        (server-initiated messages still go on the session's own stream).  Served on its
-        own, its lifespan runs :meth:`lifespan`; mounted inside another app, run
-        :meth:`lifespan` from that app's lifespan."""
+        bearer token when one was given.  A request is answered on an event stream, which
+        carries what the upstream sends during it (progress, log messages, sampling and
+        elicitation requests); ``json_response=True`` answers with a plain JSON body
+        instead, which is faster but relays none of that.  Served on its own, its
+        lifespan runs :meth:`lifespan`; mounted inside another app, run :meth:`lifespan`
+        from that app's lifespan."""
         if self._asgi is None:
             app = self._server.streamable_http_app(
                 streamable_http_path=self.path,
                 transport_security=loopback_only(),
                 json_response=self._json_response,
             )
+            present_http_responses(self._server.session_manager)
             app.router.lifespan_context = self._app_lifespan
             self._asgi = BearerGate(app, self.token) if self.token else app
         return self._asgi
@@ -194,18 +242,26 @@ class Gateway:
         from mcp.server.stdio import stdio_server
 
         async with self.running(), stdio_server() as (read, write):
-            await self._server.run(read, write, self._server.create_initialization_options())
+            options = self._server.create_initialization_options()
+            await self._server.run(read, PresentingStream(write), options)
 
     def run_stdio(self) -> None:
         anyio.run(self.run_stdio_async)
 
     def serve_http(self, host: str = "127.0.0.1", port: int = 8766) -> None:
-        """Serve until interrupted.  A non-loopback ``host`` needs a token."""
-        import uvicorn
+        """Serve until interrupted (SIGINT or SIGTERM).  A non-loopback ``host`` needs a
+        token.  Raises what stops it from serving (an upstream unreachable at start:
+        :class:`~sidecar.errors.UpstreamUnavailable`) before it serves."""
+        from sidecar.api.serve import bind
+        from sidecar.gateway.serving import serve_on
 
         if not is_loopback(host) and not self.token:
             raise GatewayError(f"refusing to bind {host} (not loopback) without a token")
-        uvicorn.run(self.asgi_app, host=host, port=port, log_level="warning", access_log=False)
+        sock = bind(host, port)
+        try:
+            anyio.run(serve_on, self, sock, None)
+        finally:
+            sock.close()
 
     # ---- the MCP server ------------------------------------------------------------
     def _build_server(self, name: str) -> Any:
@@ -213,12 +269,19 @@ class Gateway:
         from mcp.server.lowlevel import NotificationOptions, Server
 
         gateway = self
+        relay = self.relay
 
         class _Server(Server[Any]):
             def create_initialization_options(self, *args: Any, **kwargs: Any) -> Any:
                 if not args and "notification_options" not in kwargs:
-                    kwargs["notification_options"] = NotificationOptions(tools_changed=True)
+                    kwargs["notification_options"] = NotificationOptions(
+                        tools_changed=True, resources_changed=True, prompts_changed=True
+                    )
                 return super().create_initialization_options(*args, **kwargs)
+
+            def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
+                # what the gateway can relay, cut to what its upstreams offer
+                return relay.shape(super().get_capabilities(*args, **kwargs))
 
         async def on_list_tools(
             ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -231,13 +294,42 @@ class Gateway:
         ) -> types.CallToolResult:
             return await gateway._on_call(ctx, params.name, params.arguments or {})
 
-        return _Server(
+        def keyed(method: Any, with_params: bool = True) -> Any:
+            async def handler(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
+                key = gateway._session_key(ctx)
+                if with_params:
+                    return await method(key, ctx, params)
+                return await method(key, ctx)
+
+            return handler
+
+        async def on_set_level(
+            ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
+        ) -> types.EmptyResult:
+            result: types.EmptyResult = await relay.set_level(
+                gateway._session_key(ctx), ctx, params.level
+            )
+            return result
+
+        server = _Server(
             name,
             instructions=INSTRUCTIONS,
             on_list_tools=on_list_tools,
             on_call_tool=on_call_tool,
+            on_list_resources=keyed(relay.list_resources, with_params=False),
+            on_list_resource_templates=keyed(relay.list_templates, with_params=False),
+            on_read_resource=keyed(relay.read_resource),
+            on_subscribe_resource=keyed(relay.subscribe),
+            on_unsubscribe_resource=keyed(relay.unsubscribe),
+            on_list_prompts=keyed(relay.list_prompts, with_params=False),
+            on_get_prompt=keyed(relay.get_prompt),
+            on_completion=keyed(relay.complete),
             get_tool_input_schema=self._input_schema,
         )
+        # registered here, not as on_set_logging_level, which warns that 2026-07-28 drops
+        # logging: the handshake-era clients the gateway serves still use it
+        server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, on_set_level)
+        return server
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         own = _own_tools().get(name)
@@ -254,7 +346,12 @@ class Gateway:
             listed += [t for t in self.catalog.tools() if t.name in self.pins]
         else:
             listed = [*self.catalog.tools(), own[REPORT_OUTCOME]]
-        return [t for t in listed if t.name not in hidden]
+        return [t for t in listed if not self._names(t.name) & hidden]
+
+    def _names(self, exposed: str) -> set[str]:
+        """Every name the memory may know the tool ``exposed`` by (:mod:`.catalog`)."""
+        route = self.catalog.route(exposed)
+        return {exposed} if route is None else {exposed, route.plain, route.prefixed}
 
     async def sync(self, force: bool = False) -> list[str]:
         """Re-list the upstreams that changed (all of them when ``force`` or when
@@ -277,17 +374,36 @@ class Gateway:
             changed = self.catalog.changed_sources()
             for source in changed:
                 definitions = self.catalog.definitions(source)
-                await self._offload(self.backend.sync_tools, source, definitions)
+                try:
+                    await self._write(self.backend.sync_tools, source, definitions)
+                except Exception as exc:
+                    if force:
+                        raise  # at start: the gateway cannot serve without its memory
+                    # the tools are listed and guarded all the same; retried next time
+                    self.stats.sync_failures += 1
+                    log.warning(
+                        '{"event": "sync_failed", "upstream": "%s", "type": "%s"}',
+                        source,
+                        type(exc).__name__,
+                    )
+                    continue
                 self.catalog.mark_synced(source, definitions)
                 self.stats.syncs += 1
         if changed and not force:
             await self._announce_list_changed()
         return changed
 
-    def _tools_changed(self, upstream: str) -> None:
+    # ---- what the upstream links report (LinkEvents) -------------------------------
+    def tools_changed(self, upstream: str) -> None:
         self._dirty.add(upstream)
         if self._tg is not None:
             self._tg.start_soon(self.sync)
+
+    async def notification(self, upstream: str, message: Any) -> None:
+        await self.relay.notification(upstream, message)
+
+    async def server_request(self, upstream: str, method: str, params: Any) -> Any:
+        return await self.relay.server_request(upstream, method, params)
 
     async def _announce_list_changed(self) -> None:
         for connection in list(self._live.values()):
@@ -308,10 +424,10 @@ class Gateway:
                 return _error("call_tool needs `name` (a string) and `arguments` (an object)")
             if inner in OWN_TOOLS:
                 return _error(f"call {inner} directly")
-            return await self.call(key, inner, inner_args, _forwarded_meta(ctx))
+            return await self.call(key, inner, inner_args, _forwarded_meta(ctx), ctx)
         if name == REPORT_OUTCOME:
             return await self._declare(key, arguments)
-        return await self.call(key, name, arguments, _forwarded_meta(ctx))
+        return await self.call(key, name, arguments, _forwarded_meta(ctx), ctx)
 
     async def call(
         self,
@@ -319,8 +435,10 @@ class Gateway:
         name: str,
         arguments: dict[str, Any],
         meta: dict[str, Any] | None = None,
+        ctx: ServerRequestContext[Any, Any] | None = None,
     ) -> CallToolResult:
-        """The guarded call of tool ``name`` in session ``session``."""
+        """The guarded call of tool ``name`` in session ``session`` (``ctx``: the client's
+        request, to relay progress and the upstream's requests to)."""
         self.stats.calls += 1
         route = self.catalog.route(name)
         if route is None:
@@ -330,27 +448,55 @@ class Gateway:
         if hidden:
             self.stats.refused_hidden += 1
             return _error(f"tool not available: {name}")
+        sampled = False
         if verdict.decision == "block":
-            self.stats.blocked += 1
-            return _error(_blocked_text(name, verdict.reasons))
+            sampled = self.contest.sample(self.catalog.tool(name), verdict.reasons)
+            if not sampled:
+                self.stats.blocked += 1
+                return _error(_blocked_text(name, verdict.reasons))
+            self.stats.contest_samples += 1
         from mcp.shared.exceptions import MCPError
 
         link = self.links[route.upstream]
         try:
-            result = await link.call_tool(route.name, arguments, meta)
+            with contextlib.ExitStack() as stack:
+                on_progress = None
+                if ctx is not None:
+                    stack.enter_context(self.relay.origin(route.upstream, session, ctx))
+                    on_progress = self.relay.progress_to(ctx)
+                result = await link.call_tool(
+                    route.name,
+                    arguments,
+                    meta,
+                    timeout=self.call_timeout_s,
+                    on_progress=on_progress,
+                )
+        except CallTimedOut as exc:
+            self.stats.timeouts += 1
+            error = f"timed out after {exc.timeout:g} s"
+            self._record(session, step_from_error(name, arguments, error, self.max_chars), sampled)
+            return _error(
+                f"upstream {route.upstream}: {name} did not answer within {exc.timeout:g} s "
+                "(the gateway's call timeout, SIDECAR_GATEWAY_CALL_TIMEOUT); the call was "
+                "cancelled upstream"
+            )
         except Exception as exc:
             self.stats.upstream_errors += 1
             if isinstance(exc, MCPError) and not is_link_failure(exc):
                 # the upstream answered with a protocol error: the caller gets it as is
-                self._record(session, step_from_error(name, arguments, exc.error.message))
+                step = step_from_error(name, arguments, exc.error.message, self.max_chars)
+                self._record(session, step, sampled)
                 raise
             message = f"upstream {route.upstream} failed: {_exception_text(exc)}"
-            self._record(session, step_from_error(name, arguments, message, self.max_chars))
+            self._record(
+                session, step_from_error(name, arguments, message, self.max_chars), sampled
+            )
             return _error(message[:500])
         self.stats.forwarded += 1
-        self._record(
-            session,
-            step_from_result(
+        step = await self._evidence(
+            result_size(result.structured_content, result.content),
+            functools.partial(
+                step_from_result,
                 name,
                 arguments,
                 structured=result.structured_content,
@@ -359,30 +505,47 @@ class Gateway:
                 max_chars=self.max_chars,
             ),
         )
-        if verdict.decision == "warn":
+        self._record(session, step, sampled)
+        if verdict.decision != "allow":
             self.stats.warned += 1
-            warnings = [_reason_dict(r) for r in verdict.reasons]
-            result = result.model_copy(
-                update={"meta": {**(result.meta or {}), WARNINGS_META_KEY: warnings}}
-            )
+            update: dict[str, Any] = {WARNINGS_META_KEY: [_reason_dict(r) for r in verdict.reasons]}
+            if sampled:
+                update[CONTEST_META_KEY] = {
+                    "sampled": True,
+                    "note": "the memory would have refused this call; it was forwarded as a "
+                    "sample, so that its outcome can confirm or contest the rule",
+                }
+            result = result.model_copy(update={"meta": {**(result.meta or {}), **update}})
         return result
 
     def _guard(
         self, steps: list[Step], name: str, arguments: dict[str, Any]
     ) -> tuple[bool, Verdict]:
-        # one worker-thread hop for both questions
-        if name in self.backend.hidden_tools():
+        # one worker-thread hop for every question
+        if self._names(name) & self.backend.hidden_tools():
             return True, Verdict.allow()
-        return False, self.backend.check_call(steps, name, arguments)
+        verdicts = [
+            self.backend.check_call(view_steps, tool, arguments)
+            for view_steps, tool in self.catalog.views(steps, name)
+        ]
+        return False, _strictest(verdicts)
 
-    def _record(self, session: str, step: Step) -> None:
+    def _record(self, session: str, step: Step, flag: bool = False) -> None:
         for report in self.book.record(session, step):
             self._schedule(report)
+        if flag:
+            self.book.flag(session)  # a sample's outcome is evidence, even a success
         if session.startswith(_ALONE):
             # a stateless call that names no session is a session of its own: done now
             alone = self.book.close(session, "closed")
             if alone is not None:
                 self._schedule(alone)
+
+    async def _evidence(self, size: int, build: Any) -> Step:
+        if size <= INLINE_EVIDENCE_CHARS:
+            step: Step = build()
+            return step
+        return await anyio.to_thread.run_sync(build, limiter=self._heavy)
 
     # ---- the gateway's own tools ---------------------------------------------------
     async def _search(self, session: str, arguments: dict[str, Any]) -> CallToolResult:
@@ -396,7 +559,7 @@ class Gateway:
             return _error("`k` must be an integer from 1 to 50")
         await self.sync()
         steps = self.book.steps(session)
-        hits = await self._offload(self.backend.search, query, k, steps)
+        hits = await self._read(self.backend.search, query, k, steps)
         found = []
         for hit in hits:
             tool = self.catalog.tool(hit.tool_id)
@@ -459,6 +622,8 @@ class Gateway:
 
     async def _connection_closed(self, key: str) -> None:
         self._live.pop(key, None)
+        with contextlib.suppress(Exception):
+            await self.relay.session_closed(key)
         report = self.book.close(key, "closed")
         if report is not None:
             self._schedule(report)
@@ -477,7 +642,7 @@ class Gateway:
 
     async def _report(self, report: SessionReport, scheduled: bool = False) -> None:
         try:
-            await self._offload(
+            await self._write(
                 self.backend.report_session,
                 report.session_id,
                 list(report.steps),
@@ -492,13 +657,16 @@ class Gateway:
             if scheduled:
                 self._inflight -= 1
 
-    async def _offload(self, fn: Any, *args: Any) -> Any:
-        return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+    async def _read(self, fn: Any, *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._reads)
+
+    async def _write(self, fn: Any, *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._writes)
 
     async def _checked(self, fn: Any, *args: Any) -> Any:
         if self._inline_checks:
             return fn(*args)  # checks that never block: no thread hop on the call path
-        return await self._offload(fn, *args)
+        return await self._read(fn, *args)
 
     def snapshot(self) -> dict[str, Any]:
         """Counters for logs and tests."""
@@ -509,6 +677,8 @@ class Gateway:
             "open_sessions": len(self.book),
             "sessions": asdict(self.book.stats),
             "upstream_connects": {n: link.connects for n, link in self.links.items()},
+            "contest": self.contest.snapshot(),
+            "relay": self.relay.snapshot(),
         }
 
 
@@ -528,14 +698,19 @@ def build_gateway(
     path: str = "/mcp",
     connect_timeout_s: float = 30.0,
     inline_checks: bool = False,
-    json_response: bool = True,
+    json_response: bool = False,
+    call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S,
+    contest: ContestPolicy | None = None,
 ) -> Gateway:
     """A gateway over ``upstreams`` (:class:`Upstream` or ``NAME=URL`` /
     ``NAME=COMMAND ARGS...`` strings) asking ``backend``.
 
-    The backend is called from a worker thread, one call at a time; with
-    ``inline_checks``, ``hidden_tools`` and ``check_call`` run on the event loop instead
-    (for a backend whose checks never block: it saves a thread hop per call)."""
+    The backend is called from worker threads; with ``inline_checks``, ``hidden_tools``
+    and ``check_call`` run on the event loop instead (for a backend whose checks never
+    block: it saves a thread hop per call).  ``call_timeout_s``: how long an upstream
+    may take to answer a request (``None``: no limit); ``contest``: the sampling of
+    blocked calls (:class:`~sidecar.gateway.contest.ContestPolicy`, on by default for
+    tools without side effects)."""
     parsed = [u if isinstance(u, Upstream) else Upstream.parse(u) for u in upstreams]
     limits = SessionLimits(max_sessions, max_steps, idle_timeout_s, report_clean)
     return Gateway(
@@ -551,10 +726,55 @@ def build_gateway(
         connect_timeout_s=connect_timeout_s,
         inline_checks=inline_checks,
         json_response=json_response,
+        call_timeout_s=call_timeout_s,
+        contest=contest,
     )
 
 
-# ---- helpers -----------------------------------------------------------------------
+# ---- helpers
+def _strictest(verdicts: Sequence[Verdict]) -> Verdict:
+    """The strictest of ``verdicts``, with every reason once (the strictest first)."""
+    ordered = sorted(verdicts, key=lambda v: -_SEVERITY[v.decision])
+    if not ordered:
+        return Verdict.allow()
+    if len(ordered) == 1:
+        return ordered[0]
+    reasons: list[Reason] = []
+    seen: set[tuple[str, str, str | None]] = set()
+    for verdict in ordered:
+        for reason in verdict.reasons:
+            key = (reason.rule, reason.evidence, reason.pointer)
+            if key not in seen:
+                seen.add(key)
+                reasons.append(reason)
+    return Verdict(ordered[0].decision, tuple(reasons))
+
+
+@contextlib.contextmanager
+def _first_sidecar_error() -> Iterator[None]:
+    """A task group wraps what its tasks raise in a group: the one error of the tree
+    that says what went wrong (an upstream that cannot be reached...) comes out alone,
+    so that the shells show its message and exit code, not a traceback."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        found = _find_sidecar_error(group)
+        if found is None:
+            raise
+        raise found from None
+
+
+def _find_sidecar_error(exc: BaseException) -> SidecarError | None:
+    if isinstance(exc, SidecarError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find_sidecar_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
 @functools.cache
 def _own_tools() -> dict[str, Tool]:
     from mcp.types import Tool, ToolAnnotations

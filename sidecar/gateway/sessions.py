@@ -6,7 +6,9 @@ the least recently active one and room is needed, or when the agent declares its
 outcome.  It is reported when its agent declared an outcome, or when one of its steps
 failed: ``abandoned`` if the last failing call was never followed by a success of the
 same tool, else ``unknown`` (it recovered; whether the task succeeded is not known).
-A session keeps its last ``max_steps`` steps; older ones are dropped and counted.
+A session keeps its last ``max_steps`` steps; older ones are dropped and counted.  A
+session :meth:`~SessionBook.flag`-ged (it ran a contest sample) is reported whatever its
+steps, so that a sampled call's success reaches the memory.
 
 Pure bookkeeping: no I/O, no event loop, the clock is injected.
 """
@@ -60,6 +62,7 @@ class _Session:
     last_active: float
     dropped: int = 0
     calls: int = 0
+    must_report: bool = False
 
 
 def inferred_outcome(steps: Sequence[Step]) -> Outcome | None:
@@ -125,6 +128,12 @@ class SessionBook:
         self._touch(key, session)
         return evicted
 
+    def flag(self, key: str) -> None:
+        """Report session ``key`` when it ends, even with no failure (as ``unknown``)."""
+        session = self._sessions.get(key)
+        if session is not None:
+            session.must_report = True
+
     def declare(self, key: str, outcome: Outcome, task_input: str | None) -> SessionReport | None:
         """The agent's own verdict: reported now, whatever its steps (``None`` when it has
         none); the session starts afresh."""
@@ -172,7 +181,7 @@ class SessionBook:
 
     def _conclude(self, session: _Session, why: EndReason) -> SessionReport | None:
         outcome = inferred_outcome(session.steps)
-        if outcome is None and self.limits.report_clean and session.steps:
+        if outcome is None and (self.limits.report_clean or session.must_report) and session.steps:
             outcome = "unknown"
         if outcome is None:
             self.stats.unreported += 1

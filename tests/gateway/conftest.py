@@ -85,9 +85,15 @@ async def serving(target: Gateway | Any, path: str = "/mcp") -> AsyncIterator[st
 
 @contextlib.asynccontextmanager
 async def mcp_session(
-    url: str, token: str | None = TOKEN, on_message: Callable[[Any], Any] | None = None
+    url: str,
+    token: str | None = TOKEN,
+    on_message: Callable[[Any], Any] | None = None,
+    max_event: int | None = 1024 * 1024,
+    **callbacks: Any,
 ) -> AsyncIterator[Any]:
-    """A real MCP client session (initialize handshake) over streamable HTTP."""
+    """A real MCP client session (initialize handshake) over streamable HTTP.
+    ``max_event``: the client's bound on one event (the SDK's 1 MiB; ``None``: none);
+    ``callbacks``: ``ClientSession`` callbacks (sampling, elicitation, logging)."""
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
@@ -95,9 +101,13 @@ async def mcp_session(
     headers = {"Authorization": f"Bearer {token}"} if token else None
     http = create_mcp_http_client(headers=headers)
     kwargs: dict[str, Any] = {} if on_message is None else {"message_handler": on_message}
+    kwargs.update(callbacks)
     async with (
         http,
-        streamable_http_client(url, http_client=http) as (read, write),
+        streamable_http_client(url, http_client=http, max_sse_event_size=max_event) as (
+            read,
+            write,
+        ),
         ClientSession(read, write, **kwargs) as session,
     ):
         await session.initialize()

@@ -4,7 +4,8 @@ states, run by the gateway tests as a real subprocess (stdio, or streamable HTTP
 
 - ``get_order(order_id)``: the order and its status (``#W1``, ``#W2``, ``#W5``:
   pending; ``#W3``, ``#W4`` and ``#W6`` to ``#W29``: delivered); an unknown id fails
-  "Order not found".
+  "Order not found".  Annotated read-only (so the gateway may forward a sample of its
+  blocked calls).
 - ``exchange(order_id, item)``: fails "Non-delivered order cannot be exchanged" unless
   the order is delivered.
 - ``slow(x)``: sleeps ~5 ms and echoes ``x`` (for timing).
@@ -24,6 +25,7 @@ import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 
 ORDERS = {"#W1": "pending", "#W2": "pending", "#W3": "delivered", "#W4": "delivered"}
 ORDERS |= {"#W5": "pending"} | {f"#W{n}": "delivered" for n in range(6, 30)}
@@ -37,7 +39,10 @@ def _order(order_id: str) -> dict[str, Any]:
     return {"order_id": order_id, "status": ORDERS[order_id]}
 
 
-@server.tool(description="Look up an order and its delivery status.")
+@server.tool(
+    description="Look up an order and its delivery status.",
+    annotations=ToolAnnotations(read_only_hint=True),
+)
 def get_order(order_id: str) -> dict[str, Any]:
     return _order(order_id)
 

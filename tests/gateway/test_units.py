@@ -3,6 +3,8 @@ the in-memory backend's learning."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sidecar.gateway import Step, Upstream, UpstreamSpecError
@@ -184,3 +186,156 @@ def test_memory_backend_learns_the_shared_condition_and_is_contested_by_a_succes
         ("get_order", "order_id", "#W9"),
         ("get_order", "status", "pending"),
     }
+
+
+# ---- isolation: bounded evidence, names, renames, contest, clocks, slices -------------
+SECRET = "sk-proj-" + "Z9y8X7w6V5u4T3s2R1q0P9o8"
+
+
+def test_evidence_never_shows_part_of_a_secret_the_cap_cuts_through() -> None:
+    """A secret straddling the window the redaction sees is dropped with the margin,
+    never shown in part (a whole one inside the window is masked)."""
+    from sidecar.gateway.evidence import MARGIN, text_evidence
+
+    head = "x" * (4_096 + MARGIN - 10)
+    out = text_evidence(head + SECRET + "y" * 10_000)
+    assert "sk-proj" not in out
+    assert out.startswith("x" * 4_096) and out.endswith("…[truncated 11046 chars]")
+    masked = text_evidence("x" * 100 + f" api_key={SECRET} " + "y" * 10_000)
+    assert SECRET not in masked and "[REDACTED]" in masked
+
+
+def test_evidence_of_deep_and_huge_values_is_bounded_with_markers() -> None:
+    from sidecar.gateway.evidence import MAX_DEPTH, output_evidence, text_evidence
+
+    deep: object = "bottom"
+    for _ in range(5_000):
+        deep = {"a": deep}
+    out = output_evidence(deep, 100_000)
+    text = json.dumps(out)
+    assert f"nested deeper than {MAX_DEPTH} levels" in text
+    assert text.count('{"a"') == MAX_DEPTH
+    wide = output_evidence({"items": list(range(10_000))}, 100_000)
+    assert wide["items"][-1] == "…[9744 more items]"
+    nested_text = "[" * 3_000 + "]" * 3_000  # past the JSON parser's recursion limit
+    assert text_evidence(nested_text, 10_000) == nested_text
+    big = arguments_evidence({"blob": "z" * 5_000_000, "k": 1}, 50)
+    assert big["k"] == 1 and big["blob"] == "z" * 50 + "…[truncated 4999950 chars]"
+
+
+def test_names_outside_the_grammar_map_to_valid_distinct_names() -> None:
+    from sidecar.gateway.catalog import VALID_NAME, valid_name
+
+    names = ["files/read", "files read", "files:read", "files_read", "ä" * 200, "a" * 200]
+    mapped = [valid_name(n) for n in names]
+    assert all(VALID_NAME.fullmatch(m) for m in mapped)
+    assert len(set(mapped)) == len(names)  # never two on one name
+    assert valid_name("files_read") == "files_read" and valid_name("ok.name-1") == "ok.name-1"
+    assert valid_name("files/read") == valid_name("files/read")  # stable across restarts
+
+
+def test_a_mapped_name_routes_to_the_original_and_every_view_is_checked() -> None:
+    from mcp.types import Tool
+
+    def tool(name: str) -> Tool:
+        return Tool(name=name, description=name, input_schema={"type": "object"})
+
+    catalog = Catalog()
+    catalog.update("a", [tool("files/read"), tool("get")])
+    catalog.update("b", [tool("get")])
+    [mapped] = [t.name for t in catalog.tools() if t.name.startswith("files_read")]
+    route = catalog.route(mapped)
+    assert route is not None and route.name == "files/read"
+    steps = [Step("a_get", {}, {"status": "x"})]
+    views = catalog.views(steps, "a_get")
+    assert [(tuple(s.tool for s in v), t) for v, t in views] == [
+        (("a_get",), "a_get"),
+        (("get",), "get"),
+    ]
+
+
+def test_the_strictest_verdict_wins_with_every_reason_once() -> None:
+    from sidecar.gateway.backend import Reason, Verdict
+    from sidecar.gateway.server import _strictest
+
+    r1, r2 = Reason("r1", "e", "ev"), Reason("r2", "e", "ev")
+    merged = _strictest([Verdict("warn", (r1,)), Verdict("block", (r2, r1)), Verdict.allow()])
+    assert merged.decision == "block" and merged.reasons == (r2, r1)
+    assert _strictest([]).decision == "allow"
+
+
+def test_contest_sampling_rate_budget_window_and_scope() -> None:
+    from mcp.types import Tool, ToolAnnotations
+
+    from sidecar.gateway.backend import Reason
+    from sidecar.gateway.contest import Contest, ContestPolicy, side_effect_free
+
+    def tool(**hints: bool) -> Tool:
+        annotations = ToolAnnotations(**hints) if hints else None
+        return Tool(name="t", input_schema={"type": "object"}, annotations=annotations)
+
+    reads, writes = tool(read_only_hint=True), tool()
+    assert side_effect_free(reads) and side_effect_free(tool(destructive_hint=False))
+    assert not side_effect_free(writes) and not side_effect_free(None)
+    rule = (Reason("rule", "why", "evidence", rule_id="c1"),)
+    clock = Clock()
+    draws = iter([0.5, 0.05, 0.05, 0.05])
+    contest = Contest(ContestPolicy(rate=0.1, budget=1, window_s=60), lambda: next(draws), clock)
+    assert not contest.sample(writes, rule)  # side effects: never, whatever the draw
+    assert not contest.sample(reads, rule)  # drew 0.5 >= 0.1
+    assert contest.sample(reads, rule)  # drew 0.05
+    assert not contest.sample(reads, rule)  # the rule's budget is spent for the window
+    clock.now = 61
+    assert contest.sample(reads, rule)  # a new window
+    assert not Contest(ContestPolicy.off()).sample(reads, rule)
+    with pytest.raises(ValueError, match="rate"):
+        ContestPolicy(rate=1.5)
+
+
+def test_gateway_settings_parse_and_fail_loudly() -> None:
+    from sidecar.errors import ConfigError
+    from sidecar.settings import Settings
+
+    s = Settings.load(env={})
+    assert (s.gateway_call_timeout, s.gateway_contest_rate) == (30.0, 0.1)
+    assert (s.gateway_contest_budget, s.gateway_contest_scope) == (1, "safe")
+    env = {"SIDECAR_GATEWAY_CALL_TIMEOUT": "2.5", "SIDECAR_GATEWAY_CONTEST_SCOPE": "all"}
+    assert Settings.load(env=env).gateway_call_timeout == 2.5
+    for variable, value in (
+        ("SIDECAR_GATEWAY_CALL_TIMEOUT", "-1"),
+        ("SIDECAR_GATEWAY_CONTEST_RATE", "2"),
+        ("SIDECAR_GATEWAY_CONTEST_BUDGET", "lots"),
+        ("SIDECAR_GATEWAY_CONTEST_SCOPE", "some"),
+    ):
+        with pytest.raises(ConfigError, match=f"(?i){variable.removeprefix('SIDECAR_')}"):
+            Settings.load(env={variable: value})
+
+
+def test_a_paused_clock_does_not_run_out() -> None:
+    import anyio
+
+    from sidecar.gateway.upstream import CallClocks
+
+    clocks = CallClocks()
+
+    async def main() -> tuple[bool, bool]:
+        with clocks.clock(0.05) as paused_scope:
+            with clocks.paused():
+                await anyio.sleep(0.2)  # four timeouts' worth, all on the client's side
+            survived = not paused_scope.cancel_called
+        with clocks.clock(0.05) as running_scope:
+            await anyio.sleep(5)
+        return survived, running_scope.cancelled_caught
+
+    survived, timed_out = anyio.run(main)
+    assert survived and timed_out
+
+
+def test_template_patterns_match_what_the_template_expands_to() -> None:
+    from sidecar.gateway.relay import template_pattern
+
+    simple = template_pattern("test://template/{id}/data")
+    assert simple.fullmatch("test://template/123/data")
+    assert not simple.fullmatch("test://template/1/2/data")
+    assert template_pattern("file:///{+path}").fullmatch("file:///a/b/c.txt")
+    assert template_pattern("api://x{?q,page}").fullmatch("api://x?q=1&page=2")

@@ -19,7 +19,7 @@ from sidecar.api import create_app
 from sidecar.cli import main
 from sidecar.errors import SidecarError, error_table, from_code
 
-DOCUMENTED_EXITS = {1, 2, 5, 6, 7, 8, 9, 10, 12, 13}
+DOCUMENTED_EXITS = {1, 2, 5, 6, 7, 8, 9, 10, 11, 12, 13}
 CLASSES = sorted(error_table().values(), key=lambda c: c.code)
 TOKEN = "errors-token-0123456789"
 
@@ -47,6 +47,8 @@ def test_every_class_declares_a_code_a_status_and_an_exit_code() -> None:
     assert E.BodyTooLarge.exit_code == 10 and not issubclass(E.BodyTooLarge, E.RemoteError)
     assert from_code("body_too_large", "request body over 10 bytes", 413).exit_code == 10
     assert issubclass(E.UpstreamSpecError, E.InvalidInput) and E.UpstreamSpecError.exit_code == 2
+    # a gateway that cannot serve has its own code, never 3 ("blocked")
+    assert E.GatewayUnavailable.exit_code == E.UpstreamUnavailable.exit_code == 10
 
 
 @pytest.fixture
