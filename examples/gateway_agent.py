@@ -3,9 +3,11 @@ client, and shows the failure memory stop a call that failed before, with no cod
 its own beyond an MCP client.
 
 Each task is one agent run in its own MCP session: look the order up, try the exchange,
-then say how the task ended (``report_outcome``).  The first two runs meet the shop's
-refusal on pending orders; the third retries the first and the gateway refuses it
-before it reaches the shop, naming the rule and its evidence; the fourth, on a delivered
+then say how the task ended (``report_outcome``).  Ten customers first exchange
+delivered orders (the successes the memory tests a failure against: without them
+nothing tells which difference made the others fail); then two runs meet the shop's
+refusal on pending orders; the next retries the first and the gateway refuses it
+before it reaches the shop, naming the rule and its evidence; the last, on a delivered
 order, goes through.
 
     python examples/gateway_agent.py
@@ -31,6 +33,7 @@ from typing import Any
 import anyio
 
 HERE = Path(__file__).resolve().parent
+WARM_UP = ["#W3", "#W4", "#W6", "#W7", "#W8", "#W9", "#W10", "#W11", "#W12", "#W13"]
 TASKS = [
     ("exchange the shirt of order #W1 for a blue one", "#W1"),
     ("exchange the shirt of order #W2 for a blue one", "#W2"),
@@ -60,34 +63,42 @@ async def session(url: str, token: str) -> AsyncIterator[Any]:
         yield s
 
 
-async def run_task(url: str, token: str, number: int, task: str, order: str) -> str:
+async def run_task(
+    url: str, token: str, number: int, task: str, order: str, show: bool = True
+) -> str:
     """The agent's loop for one task; returns how it ended."""
-    print(f"run {number}: {task}")
+    say = print if show else (lambda *_args: None)
+    say(f"run {number}: {task}")
     async with session(url, token) as s:
         listed = {tool.name for tool in (await s.list_tools()).tools}
         assert {"get_order", "exchange", "report_outcome"} <= listed
         looked = await s.call_tool("get_order", {"order_id": order})
-        print(f"  get_order {order} -> {json.dumps(looked.structured_content)}")
+        say(f"  get_order {order} -> {json.dumps(looked.structured_content)}")
         arguments = {"order_id": order, "item": "blue shirt"}
         tried = await s.call_tool("exchange", arguments)
         text = _text(tried)
         if tried.is_error and text.startswith("Refused:"):
             ended = "refused"
-            print("  exchange -> refused by the gateway, not sent to the shop:")
-            print("\n".join(f"    {line}" for line in text.splitlines()))
+            say("  exchange -> refused by the gateway, not sent to the shop:")
+            say("\n".join(f"    {line}" for line in text.splitlines()))
         elif tried.is_error:
             ended = "failed"
-            print(f"  exchange -> failed: {text}")
+            say(f"  exchange -> failed: {text}")
         else:
             ended = "done"
-            print(f"  exchange -> {json.dumps(tried.structured_content)}")
+            say(f"  exchange -> {json.dumps(tried.structured_content)}")
         outcome = "completed" if ended == "done" else "abandoned"
         await s.call_tool("report_outcome", {"outcome": outcome, "task": task})
-        print(f"  report_outcome {outcome}")
+        say(f"  report_outcome {outcome}")
     return ended
 
 
 async def run_all(url: str, token: str) -> list[str]:
+    warm = [
+        await run_task(url, token, 0, f"exchange the shirt of order {o}", o, show=False)
+        for o in WARM_UP
+    ]
+    print(f"warm-up: {warm.count('done')} of {len(warm)} exchanges of delivered orders done")
     return [await run_task(url, token, i, task, order) for i, (task, order) in enumerate(TASKS, 1)]
 
 

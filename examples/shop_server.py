@@ -18,6 +18,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 ORDERS = {"#W1": "pending", "#W2": "pending", "#W3": "delivered", "#W4": "delivered"}
+ORDERS |= {"#W5": "pending"} | {f"#W{n}": "delivered" for n in range(6, 14)}
 
 server = MCPServer(name="shop")
 

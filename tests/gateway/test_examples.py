@@ -38,6 +38,7 @@ def test_the_scripted_agent_is_refused_the_call_that_failed_before(tmp_path: Pat
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
+    assert "warm-up: 10 of 10 exchanges of delivered orders done" in out
     assert out.strip().endswith("runs: failed, failed, refused, done")
     assert "exchange -> refused by the gateway, not sent to the shop:" in out
     assert "Refused: exchange was not run, because calls like this one failed before." in out

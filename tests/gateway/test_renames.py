@@ -42,10 +42,13 @@ def test_a_block_learned_under_the_plain_name_holds_once_the_tool_is_prefixed(
 ) -> None:
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
         backend = LibraryBackend(sc)
-        alone = build_gateway(backend, [shop_stdio("a")], token=TOKEN)
+        # every session is evidence, the successful ones too (as `sidecar gateway` runs)
+        alone = build_gateway(backend, [shop_stdio("a")], token=TOKEN, report_clean=True)
 
         async def learn() -> None:
             async with serving(alone) as url:
+                for n in (3, 4, *range(6, 14)):  # exchanges that go through
+                    await _exchange(url, f"#W{n}")
                 await _exchange(url, "#W1")
                 await eventually(lambda: any(v.kind == "call" for v in sc.constraints()))
                 await _exchange(url, "#W2")
