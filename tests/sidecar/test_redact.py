@@ -150,10 +150,10 @@ def test_a_secret_used_as_a_key_is_masked() -> None:
 
 
 def _every_pattern(text: str) -> str:
-    from sidecar.redact import _VALUE_PATTERNS, _mask_group
+    from sidecar.redact import RULES, apply_rule
 
-    for _name, pattern, group in _VALUE_PATTERNS:
-        text = pattern.sub(lambda m, g=group: _mask_group(m, g) if g else MASK, text)
+    for rule in RULES:
+        text = apply_rule(rule, text)
     return text
 
 
