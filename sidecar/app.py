@@ -89,14 +89,14 @@ from sidecar.model import (
     check_text,
     check_tool_id,
 )
-from sidecar.redact import redact_text
+from sidecar.redact import redact, redact_text
 from sidecar.registry import (
     AddToolsResult,
     Fields,
     SyncResult,
     ToolRecords,
 )
-from sidecar.reports import steps_of, task_text
+from sidecar.reports import redacted_steps, steps_of, task_text
 from sidecar.results import (
     ArchiveStatus,
     AuditRecord,
@@ -435,12 +435,13 @@ class Sidecar:
         ``after`` when it is not given, and add warnings to the hits whose learned
         failure conditions the session already holds what they need for."""
         text = query_text(query)
-        done = steps_of(steps)
+        done = redacted_steps(steps_of(steps))  # as the memory learned them
         executed = tool_list(after, "after") if after or not done else tuple(s.tool for s in done)
         ctx, k = context_values(context), k_value(k)
         index = self.index
+        task = task_text(task_input)
         return self._lookup.search(
-            index, index.embed_query(text), k, executed, ctx, done, task_text(task_input)
+            index, index.embed_query(text), k, executed, ctx, done, task and redact_text(task)
         )
 
     @boundary
@@ -488,8 +489,15 @@ class Sidecar:
         if not isinstance(arguments or {}, Mapping):
             raise InvalidInput("next.arguments must be an object")
         check_json_value(args, "next.arguments")
+        # compared with what the memory learned, redacted as it was: no secret of the
+        # call is matched raw or quoted back in a reason
+        task = task_text(task_input)
         return self._lookup.check_call(
-            done, name, args, task_text(task_input), context_values(context)
+            redacted_steps(done),
+            name,
+            redact(args),
+            task and redact_text(task),
+            context_values(context),
         )
 
     def matcher_size(self) -> int:

@@ -41,6 +41,7 @@ from sidecar.model import (
     Withheld,
     check_tool_id,
 )
+from sidecar.neutralize import shown
 from sidecar.registry import Fields
 from sidecar.settings import Settings
 from sidecar.state import StateStore
@@ -134,7 +135,7 @@ class Lookup:
             vector, k, _Excluded(exclude, fields), ids_only=True
         )
         withheld = [
-            Withheld(h.id, c.rule, c.pointer, c.chain_id, why)
+            Withheld(h.id, shown(c.rule), c.pointer, c.chain_id, why)
             for h in displaced
             if h.id in blocked
             for c, why in blocked[h.id]
@@ -163,7 +164,7 @@ class Lookup:
         if trace is None:
             return []
         return [
-            f"may fail: {r.explanation}; {r.observed}"
+            f"may fail: {shown(r.explanation)}; {r.observed}"
             for r in self._calls.may_apply(trace, tool, task_input)
         ]
 
@@ -190,7 +191,7 @@ class Lookup:
                     r.level,
                     r.condition_id,
                     "call",
-                    r.explanation,
+                    shown(r.explanation),
                     r.observed,
                     st.pointer if st else None,
                     st.status if st else "active",
@@ -203,7 +204,7 @@ class Lookup:
                     "block",
                     c.chain_id,
                     "sequence",
-                    f"{c.rule} (completes fatal sequence {'>'.join(c.sequence)})",
+                    f"{shown(c.rule)} (completes fatal sequence {'>'.join(c.sequence)})",
                     why,
                     c.pointer,
                 )
