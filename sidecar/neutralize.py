@@ -10,9 +10,9 @@ instructions" must not get that line in front of every later agent.
   overrides) are dropped, and the text is read in its NFKC form (full-width letters
   are letters);
 - from the first instruction-like phrase of a line (an address to the reader: "SYSTEM
-  OVERRIDE:", "ignore previous instructions", "you must now ...", "new instructions",
-  chat-template markers such as ``<|im_start|>`` or ``[INST]``) to the end of that line,
-  the text is replaced by :data:`REMOVED`;
+  OVERRIDE:", "ignore previous instructions", "you must now ...", "new instructions")
+  to the end of that line, the text is replaced by :data:`REMOVED`; from a
+  chat-template marker (``<|im_start|>``, ``[INST]``, ``<<SYS>>``) on, all of it is;
 - for a rendered line (``one_line``), lines are joined with " / ";
 - with ``limit``, the result is cut to that many characters.
 
@@ -61,10 +61,14 @@ _INSTRUCTION = re.compile(
             r"\b(?:attention|note|message|instructions?)\s+(?:to|for)\s+(?:the\s+|all\s+|"
             r"any\s+)?(?:ai|assistant|agent|llm|model|language\s+model|chatbot)s?\b",
             r"\b(?:jailbreak|dan\s+mode|developer\s+mode)\b",
-            r"<\|[^|>\n]{1,32}\|>|\[/?inst\]|<</?sys>>|</?(?:system|assistant|im_start|im_end)>",
         )
     ),
     re.IGNORECASE | re.MULTILINE,
+)
+# a chat template's message markers: what follows them is a message, whatever its lines
+_TEMPLATE = re.compile(
+    r"<\|[^|>\n]{1,32}\|>|\[/?inst\]|<</?sys>>|</?(?:system|assistant|im_start|im_end)>",
+    re.IGNORECASE,
 )
 _ROLE_SHOUT = re.compile(r"\b(?:SYSTEM|ASSISTANT|DEVELOPER|ADMIN)\s*:")
 _NEWLINES = re.compile(r"\r\n?|[\u2028\u2029\x0b\x0c\x85]")
@@ -78,7 +82,8 @@ def _invisible(ch: str) -> bool:
 
 
 def _cut_line(line: str) -> tuple[str, bool]:
-    starts = [m.start() for m in (_INSTRUCTION.search(line), _ROLE_SHOUT.search(line)) if m]
+    found = (_INSTRUCTION.search(line), _ROLE_SHOUT.search(line), _TEMPLATE.search(line))
+    starts = [m.start() for m in found if m]
     if not starts:
         return line, False
     head = line[: min(starts)].rstrip()
@@ -93,10 +98,11 @@ def _neutral(text: str) -> tuple[str, ...]:
     cut_any = False
     for line in folded.split("\n"):
         kept, cut = _cut_line(line)
-        if cut and lines and lines[-1].endswith(REMOVED):
-            continue
+        if not (cut and lines and lines[-1].endswith(REMOVED)):
+            lines.append(kept)
         cut_any |= cut
-        lines.append(kept)
+        if _TEMPLATE.search(line):
+            break
     # nothing to remove: the text as given (NFKC may change letters that a learned
     # signature quotes), with only invisible characters dropped
     return tuple(lines) if cut_any else tuple(visible.split("\n"))

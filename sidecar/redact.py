@@ -487,6 +487,9 @@ def _entropy(text: str) -> float:
     return -sum(c / total * math.log2(c / total) for c in counts.values())
 
 
+_NAME_LIKE = re.compile(r"[A-Z]?[a-z]+(?:[-_][A-Z]?[a-z]+){2,}")
+
+
 def looks_like_secret(value: str) -> str | None:
     """Why ``value`` looks like a secret (a known token format, or a long random string
     with no scheme or path), else ``None``."""
@@ -503,7 +506,9 @@ def looks_like_secret(value: str) -> str | None:
             return rule.name
     # no scheme ("vault://", "env:", "arn:"): a long random-looking string is a value
     schemeless = "://" not in value and not re.match(r"[A-Za-z][A-Za-z0-9+.\-]*:", value)
-    if schemeless and len(value) >= 24 and " " not in value:
+    # capitalised words between separators are a name ("Ocp-Apim-Subscription-Key")
+    named = _NAME_LIKE.fullmatch(value) is not None
+    if schemeless and not named and len(value) >= 24 and " " not in value:
         classes = sum(
             (
                 any(c.islower() for c in value),
