@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sidecar import learned
 from sidecar.lifecycle import ENFORCED, Lifecycle, Status
 from sidecar.memory import (
     FailureCondition,
@@ -50,6 +51,7 @@ CREATE TABLE IF NOT EXISTS conditions (
 CREATE INDEX IF NOT EXISTS conditions_tool ON conditions(tool);
 CREATE TABLE IF NOT EXISTS learned_sessions (session_key TEXT PRIMARY KEY, at REAL NOT NULL);
 """
+SCHEMA += learned.SCHEMA
 
 
 @dataclass(frozen=True)
@@ -113,20 +115,19 @@ class CallMemory:
             memory = self._fresh()
             now = time.time()
             # a session is learned once: a replayed report, or a batch sent again after
-            # a failure further on, teaches nothing twice
+            # a failure further on, teaches nothing twice; sent again longer, its new
+            # steps only (:func:`sidecar.learned.unlearned_from`)
             fresh = [
-                s
+                (s, start)
                 for s in dict((s.session_id, s) for s in sessions).values()
-                if db.execute(
-                    "INSERT OR IGNORE INTO learned_sessions VALUES (?, ?)", (s.session_id, now)
-                ).rowcount
+                if (start := learned.unlearned_from(db, s, now)) is not None
             ]
             if not fresh and not manual:
                 return
-            touched = {s.tool for session in fresh for s in session.steps}
+            touched = {s.tool for session, start in fresh for s in session.steps[start:]}
             touched |= {c.tool for c in manual}
-            for session in fresh:
-                memory.add_session(session)
+            for session, start in fresh:
+                memory.add_session(session, start)
             for condition in manual:
                 memory.add_condition(condition)
             self._revision += 1

@@ -47,6 +47,9 @@ class Settings:
     constraint_max_age_days: float = 0.0
     max_step_bytes: int = 65_536
     keep_outputs: bool = True
+    otlp_conversation_idle_s: float = 300.0
+    otlp_max_request_bytes: int = 20 * 1_048_576
+    otlp_max_memory_bytes: int = 256 * 1_048_576
     crash_at: str | None = None
 
     @property
@@ -108,12 +111,17 @@ SETTINGS: dict[str, str] = {
     "constraint_max_age_days": "retire constraints no failure confirmed for this long (0: off)",
     "max_step_bytes": "largest stored arguments or output of one reported step, as JSON",
     "keep_outputs": "keep reported steps' outputs in the cold record (true/false)",
+    "otlp_conversation_idle_s": "seconds a conversation seen in traces stays open for its "
+    "later traces (each of its traces is reported when it closes)",
+    "otlp_max_request_bytes": "largest OTLP/HTTP trace request, once inflated (413 past it)",
+    "otlp_max_memory_bytes": "bytes the trace intake may hold in open traces, sessions and "
+    "requests (503 with Retry-After past it)",
     "crash_at": "testing only: SIGKILL the process at this named eviction crash point",
 }
 
 
 def _parse(name: str, raw: str) -> Any:
-    if name == "constraint_max_age_days":
+    if name in ("constraint_max_age_days", "otlp_conversation_idle_s"):
         try:
             return float(raw)
         except ValueError:
@@ -127,6 +135,8 @@ def _parse(name: str, raw: str) -> Any:
         "max_step_bytes",
         "query_cache",
         "exact_limit",
+        "otlp_max_request_bytes",
+        "otlp_max_memory_bytes",
     }:
         try:
             return int(raw)
@@ -166,6 +176,15 @@ def validate(s: Settings) -> Settings:
         value = getattr(s, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    idle = s.otlp_conversation_idle_s
+    if isinstance(idle, bool) or not isinstance(idle, int | float) or not 0 < idle < 1e7:
+        raise ConfigError(f"otlp_conversation_idle_s must be a number > 0, got {idle!r}")
+    for name in ("otlp_max_request_bytes", "otlp_max_memory_bytes"):
+        value = getattr(s, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
+            raise ConfigError(f"{name} must be an integer >= 1024, got {value!r}")
+    if s.otlp_max_memory_bytes < s.otlp_max_request_bytes:
+        raise ConfigError("otlp_max_memory_bytes must be at least otlp_max_request_bytes")
     age = s.constraint_max_age_days
     if isinstance(age, bool) or not isinstance(age, int | float) or not 0 <= age < 1e6:
         raise ConfigError(f"constraint_max_age_days must be a number >= 0, got {age!r}")

@@ -28,8 +28,6 @@ from sidecar.redact import redact_text
 
 log = logging.getLogger("sidecar.service")
 
-OTLP_BODY_BYTES = 16 * 1_048_576
-"""An exporter's batch may be larger than an API request, and is not retried on 413."""
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "127.0.0.1:*", "localhost:*", "[::1]:*"]
 LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
 
@@ -56,9 +54,18 @@ def create_app(
         )
 
     from sidecar.gateway.library import LibraryBackend
-    from sidecar.otlp import TraceAssembler, otlp_router, sweep
+    from sidecar.otlp import AssemblerLimits, TraceAssembler, otlp_router, prometheus_lines, sweep
 
-    traces = TraceAssembler(LibraryBackend(sc))
+    settings = sc.settings
+    # an exporter's batch may be larger than an API request, and is not retried on 413
+    otlp_body = settings.otlp_max_request_bytes
+    limits = AssemblerLimits(
+        session_idle_s=settings.otlp_conversation_idle_s,
+        max_request_bytes=otlp_body,
+        max_memory_bytes=settings.otlp_max_memory_bytes,
+    )
+    traces = TraceAssembler(LibraryBackend(sc), limits)
+    metrics.add_source(lambda: prometheus_lines(traces))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -89,9 +96,9 @@ def create_app(
     api.state.metrics = metrics
     for router in ROUTERS:
         api.include_router(router)
-    api.include_router(otlp_router(traces, max_body_bytes=OTLP_BODY_BYTES))
+    api.include_router(otlp_router(traces, max_body_bytes=otlp_body))
     _error_handlers(api)
-    return Gate(api, mcp_app, token, max_body_bytes, metrics, {"/v1/traces": OTLP_BODY_BYTES})
+    return Gate(api, mcp_app, token, max_body_bytes, metrics, {"/v1/traces": otlp_body})
 
 
 def _error_handlers(api: FastAPI) -> None:

@@ -106,10 +106,15 @@ class FailureMemory:
         self._cache: dict[str, list[FailureCondition]] = {}
 
     # ---- intake ---------------------------------------------------------------------
-    def add_session(self, session: Session) -> None:
+    def add_session(self, session: Session, start: int = 0) -> None:
+        """Learn ``session``'s steps from ``start`` on; the steps before it (learned when
+        the session was sent shorter) are its context, not evidence again."""
         trace = Trace(task_input=session.task_input)
-        self._sessions += 1
-        for step in session.steps:
+        self._sessions += start == 0
+        for i, step in enumerate(session.steps):
+            if i < start:
+                trace.add(step)
+                continue
             self._tick += 1
             features, anchors = features_and_anchors(
                 trace, step.tool, step.arguments, session.task_input

@@ -3,29 +3,52 @@
 Answers as an OTLP/HTTP collector does: 200 with an ``ExportTraceServiceResponse`` (with
 ``partial_success`` when spans were rejected) in the request's encoding; 400 for a body
 that cannot be decoded (nothing of it is kept, nothing accepted before is lost); 413
-over the size limit; 415 for another content type.  Error bodies are a
-``google.rpc.Status`` in the request's encoding.  Finished sessions are reported after
-the response is sent, in a worker thread.
+over the size limit, on the wire or once inflated; 415 for another content type; 503
+with ``Retry-After`` when the intake's memory limit refuses the request (exporters
+retry it).  Error bodies are a ``google.rpc.Status`` in the request's encoding.
+Finished sessions are reported after the response is sent, in a worker thread.
+
+A request runs in worker threads, in one of two lanes: a body of up to
+:data:`SMALL_BODY_BYTES` once inflated in the default pool, a larger one in a lane of
+:data:`LARGE_LANE` threads, so that a flood of large exports never takes the threads
+another exporter's small one needs.
 """
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 from fastapi import APIRouter, BackgroundTasks, Request, Response
-from starlette.concurrency import run_in_threadpool
 
 from sidecar.otlp.assembler import TraceAssembler
-from sidecar.otlp.spans import PROTOBUF, MalformedPayload, UnsupportedMediaType
+from sidecar.otlp.spans import (
+    INVALID_ARGUMENT,
+    PROTOBUF,
+    RESOURCE_EXHAUSTED,
+    BodyTooLarge,
+    MalformedPayload,
+    UnsupportedMediaType,
+    status_body,
+)
 
 MAX_BODY_BYTES = 16 * 1_048_576
-_INVALID_ARGUMENT, _RESOURCE_EXHAUSTED = 3, 8
+SMALL_BODY_BYTES = 1_048_576
+LARGE_LANE = 2
+RETRY_AFTER_S = 1
 
 
 def otlp_router(
     assembler: TraceAssembler, *, max_body_bytes: int = MAX_BODY_BYTES, path: str = "/v1/traces"
 ) -> APIRouter:
     router = APIRouter()
+    lanes: dict[str, Any] = {}
+
+    def large_lane() -> Any:
+        import anyio
+
+        if "large" not in lanes:  # made in the event loop, on first use
+            lanes["large"] = anyio.CapacityLimiter(LARGE_LANE)
+        return lanes["large"]
 
     @router.post(
         path,
@@ -34,58 +57,49 @@ def otlp_router(
         response_class=Response,
     )
     async def traces(request: Request, background: BackgroundTasks) -> Response:
+        import anyio
+
         content_type = request.headers.get("content-type", "")
         media = PROTOBUF if content_type.lower().startswith(PROTOBUF) else "application/json"
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_body_bytes:
-            return _status(media, 413, _RESOURCE_EXHAUSTED, "body too large")
+            return _status(media, 413, RESOURCE_EXHAUSTED, "body too large")
         body = bytearray()
         async for chunk in request.stream():
             body += chunk
             if len(body) > max_body_bytes:
-                return _status(media, 413, _RESOURCE_EXHAUSTED, "body too large")
+                return _status(media, 413, RESOURCE_EXHAUSTED, "body too large")
+        encoding = request.headers.get("content-encoding")
         try:
-            receipt = await run_in_threadpool(
-                assembler.receive,
-                bytes(body),
-                content_type,
-                request.headers.get("content-encoding"),
+            raw = await anyio.to_thread.run_sync(
+                assembler.inflate, bytes(body), content_type, encoding
+            )
+            lane = large_lane() if len(raw) > SMALL_BODY_BYTES else None
+            receipt = await anyio.to_thread.run_sync(
+                assembler.take, raw, content_type, limiter=lane
             )
         except UnsupportedMediaType as exc:
-            return _status(media, 415, _INVALID_ARGUMENT, str(exc))
+            return _status(media, 415, INVALID_ARGUMENT, str(exc))
+        except BodyTooLarge as exc:
+            return _status(media, 413, RESOURCE_EXHAUSTED, str(exc))
         except MalformedPayload as exc:
-            return _status(media, 400, _INVALID_ARGUMENT, str(exc))
+            return _status(media, 400, INVALID_ARGUMENT, str(exc))
         if receipt.reports:
             background.add_task(assembler.deliver, receipt.reports)
-        return Response(receipt.body, media_type=receipt.media, background=background)
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if receipt.status == 503 else None
+        return Response(
+            receipt.body,
+            receipt.status,
+            headers=headers,
+            media_type=receipt.media,
+            background=background,
+        )
 
     return router
 
 
 def _status(media: str, http_status: int, code: int, message: str) -> Response:
-    if media == PROTOBUF:
-        return Response(_status_proto(code, message), http_status, media_type=PROTOBUF)
-    body = json.dumps({"code": code, "message": message}).encode()
-    return Response(body, http_status, media_type="application/json")
-
-
-def _status_proto(code: int, message: str) -> bytes:
-    """``google.rpc.Status{code, message}`` in protobuf wire format (two fields: not worth
-    a dependency)."""
-    text = message.encode()
-    return b"\x08" + _varint(code) + b"\x12" + _varint(len(text)) + text
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    return Response(status_body(media, code, message), http_status, media_type=media)
 
 
 async def sweep(assembler: TraceAssembler, interval_s: float = 1.0) -> None:
