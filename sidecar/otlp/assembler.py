@@ -411,7 +411,7 @@ class TraceAssembler:
         if call is not None:
             name, change = tool_id(call.tool)
             if name is None:
-                dropped = f"tool name: {change}"
+                dropped = f"unusable tool name ({change})"
             else:
                 renamed = change is not None
                 step, call_id = self._step(call, name), call.call_id

@@ -111,7 +111,7 @@ def tool_id(name: str) -> tuple[str | None, str | None]:
         return name, None
     mapped = _NOT_IN_NAMES.sub("_", unicodedata.normalize("NFKC", name)).strip("_")
     if not mapped.strip("._-"):
-        return None, "tool name has no letter or digit"
+        return None, "no letter or digit"
     if len(mapped) > 128:
         digest = hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()[:8]
         mapped = f"{mapped[:119]}-{digest}"

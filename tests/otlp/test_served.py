@@ -4,49 +4,16 @@ behind its token), and the library learns the failing call from them."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from indexes import HashingEmbedder
 from sidecar import Sidecar
-from sidecar.api import create_app
-from tests.otlp.conftest import eventually, local_tracer
+from tests.otlp.conftest import TOKEN, eventually, local_tracer
 from tests.otlp.test_intake import _agent_run
 
 # real servers and subprocesses: the slow suite, not `make test-fast`
 pytestmark = pytest.mark.integration
-
-TOKEN = "otlp-token-0123456789"
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, Sidecar]]:
-    import uvicorn
-
-    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        app = create_app(sc, TOKEN)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline
-            time.sleep(0.02)
-        try:
-            yield f"http://127.0.0.1:{port}", sc
-        finally:
-            server.should_exit = True
-            thread.join(timeout=30)
-            sock.close()
 
 
 def _exporter(url: str, token: str | None) -> Any:
