@@ -1,6 +1,6 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
 [--json]`` with NAME one of pollution, failures, lookup, embed, serve, gateway, check,
-evict, store, startup, all.
+evict, store, startup, otlp, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -47,6 +47,7 @@ MODULES = {
     "embed": "benchmarks.bench_embed",
     "serve": "benchmarks.bench_serve",
     "gateway": "benchmarks.bench_gateway",
+    "otlp": "benchmarks.bench_otlp",
 }
 ALL_ORDER = (
     "startup",
@@ -58,6 +59,7 @@ ALL_ORDER = (
     "embed",
     "serve",
     "gateway",
+    "otlp",
     "pollution",
 )
 DATASET_BENCHMARKS = ("pollution", "failures", "embed", "serve", "gateway")
@@ -118,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         "embed": "ONNX query embedding, query cache and exact tier vs torch and raw Chroma",
         "serve": "server ready, tools add and HTTP vs library lookup: ONNX default vs torch",
         "gateway": "MCP gateway overhead, schema tokens saved by --expose search, OTLP intake",
+        "otlp": "OTLP intake isolation: a small exporter's latency beside a large one",
         "all": "every benchmark, fastest first",
     }
     for name, text in helps.items():

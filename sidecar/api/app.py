@@ -55,6 +55,7 @@ def create_app(
 
     from sidecar.gateway.library import LibraryBackend
     from sidecar.otlp import AssemblerLimits, TraceAssembler, otlp_router, prometheus_lines, sweep
+    from sidecar.otlp.lanes import ProcessLane
 
     settings = sc.settings
     # an exporter's batch may be larger than an API request, and is not retried on 413
@@ -66,6 +67,8 @@ def create_app(
     )
     traces = TraceAssembler(LibraryBackend(sc), limits)
     metrics.add_source(lambda: prometheus_lines(traces))
+    # a large trace request is parsed in a worker process, started on first use
+    large = ProcessLane()
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -82,6 +85,7 @@ def create_app(
                 tasks.cancel_scope.cancel()
                 # sessions still open are evidence too
                 await anyio.to_thread.run_sync(traces.deliver, traces.flush())
+                await anyio.to_thread.run_sync(large.close)
 
     from sidecar import __version__
 
@@ -96,7 +100,7 @@ def create_app(
     api.state.metrics = metrics
     for router in ROUTERS:
         api.include_router(router)
-    api.include_router(otlp_router(traces, max_body_bytes=otlp_body))
+    api.include_router(otlp_router(traces, max_body_bytes=otlp_body, large=large))
     _error_handlers(api)
     return Gate(api, mcp_app, token, max_body_bytes, metrics, {"/v1/traces": otlp_body})
 

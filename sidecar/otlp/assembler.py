@@ -22,10 +22,12 @@ and stays open for its later traces (:mod:`sidecar.otlp.sessions`).
 
 **Bounds.**  One request is at most ``max_request_bytes`` once inflated (else 413) and
 ``max_spans_per_request`` spans (the rest are rejected, and counted).  A span's texts
-are cut before they are parsed or redacted (:func:`~sidecar.otlp.tools.tool_call`), and
-the redaction of a request's spans runs before the assembler's lock is taken: the lock
-covers only the bookkeeping, in chunks, so another exporter's request is never held
-behind a large one.  Memory is bounded in bytes: what open traces, open sessions and
+are cut before they are parsed or redacted (:func:`~sidecar.otlp.tools.tool_call`).
+All the work of a request that needs no state (:func:`prepare_request`: inflating,
+decoding, naming, redacting) runs before the assembler's lock is taken, in a worker
+process for a large body (:mod:`sidecar.otlp.lanes`); the lock covers only the
+bookkeeping, in chunks, so another exporter's request is never held behind a large
+one.  Memory is bounded in bytes: what open traces, open sessions and
 undelivered reports hold, plus the requests being decoded, stays under
 ``max_memory_bytes``.  A request that would pass it first makes room (sessions with
 nothing left to report are forgotten, then the oldest traces are closed, then the
@@ -53,9 +55,7 @@ from sidecar.gateway.backend import Outcome, Step
 from sidecar.gateway.evidence import arguments_evidence, error_evidence, output_evidence
 from sidecar.otlp.sessions import Report, SessionBook, SessionLimits, SessionStats
 from sidecar.otlp.spans import (
-    JSON,
     MAX_SPANS,
-    PROTOBUF,
     UNAVAILABLE,
     BodyTooLarge,
     MalformedPayload,
@@ -134,11 +134,64 @@ class _Trace:
 
 @dataclass(frozen=True)
 class _Prepared:
-    span: SpanRecord
+    trace_id: str
+    span_id: str
     node: _Node
     dropped: str | None = None
     """Why the span's tool call was not kept (it is kept as a plain span)."""
     renamed: bool = False
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """What the assembler keeps of one request's spans, decoded, named and redacted:
+    small, and picklable (a worker process may prepare it)."""
+
+    media: str
+    items: list[_Prepared]
+    rejected: int
+    reasons: tuple[str, ...]
+
+
+def prepare_request(
+    body: bytes, content_type: str, content_encoding: str | None, limits: AssemblerLimits
+) -> PreparedRequest:
+    """Inflate, decode and prepare one OTLP/HTTP body: all the work of a request that
+    needs no state.  Raises :class:`~sidecar.otlp.spans.UnsupportedMediaType`,
+    :class:`~sidecar.otlp.spans.BodyTooLarge` or
+    :class:`~sidecar.otlp.spans.MalformedPayload`."""
+    media = media_of(content_type)
+    raw = inflate(body, content_encoding, limits.max_request_bytes)
+    decoded = decode(raw, content_type, max_spans=limits.max_spans_per_request)
+    del raw
+    items = [prepare_span(span, limits.max_chars) for span in decoded.spans]
+    return PreparedRequest(media, items, decoded.rejected, decoded.reasons)
+
+
+def prepare_span(span: SpanRecord, max_chars: int = DEFAULT_MAX_CHARS) -> _Prepared:
+    """What the assembler keeps of ``span``: its tool call parsed, named and redacted."""
+    hint = session_hint(span)
+    call = tool_call(span, max_chars)
+    step: Step | None = None
+    call_id = dropped = None
+    renamed = False
+    if call is not None:
+        name, change = tool_id(call.tool)
+        if name is None:
+            dropped = f"unusable tool name ({change})"
+        else:
+            renamed = change is not None
+            step, call_id = _step(call, name, max_chars), call.call_id
+    size = NODE_BYTES + len(hint or "") + (_size(step) if step is not None else 0)
+    node = _Node(span.parent_id, hint, step, call_id, span.start_ns, size)
+    return _Prepared(span.trace_id, span.span_id, node, dropped, renamed)
+
+
+def _step(call: ToolCall, tool: str, cap: int) -> Step:
+    args = arguments_evidence(call.arguments, cap)
+    if call.error is not None:
+        return Step(tool, args, None, error_evidence(call.error, cap))
+    return Step(tool, args, output_evidence(call.output, cap), None)
 
 
 @dataclass
@@ -147,7 +200,9 @@ class AssemblerStats:
     malformed_bodies: int = 0
     too_large_bodies: int = 0
     refused_requests: int = 0
-    """Refused by the memory limit (503)."""
+    """Refused for now (503): the memory limit, or a full large-request lane."""
+    large_requests: int = 0
+    """Prepared in the large-request lane (over ``SMALL_BODY_BYTES`` inflated)."""
     spans: int = 0
     """Spans decoded from accepted requests."""
     accepted_spans: int = 0
@@ -211,70 +266,61 @@ class TraceAssembler:
         self._lock = threading.Lock()
         self._trace_bytes = 0
         self._pending_bytes = 0
-        self._inflight_bytes = 0
         self.stats = AssemblerStats()
 
     # ---- intake --------------------------------------------------------------------
     def receive(
         self, body: bytes, content_type: str, content_encoding: str | None = None
     ) -> Receipt:
-        """Decode and take one OTLP/HTTP body: :meth:`inflate`, then :meth:`take`."""
-        return self.take(self.inflate(body, content_type, content_encoding), content_type)
+        """Decode and take one OTLP/HTTP body, in this process: :func:`prepare_request`,
+        then :meth:`take`.  Raises what :func:`prepare_request` raises (nothing taken);
+        a body the memory limit refuses comes back with status 503, nothing taken."""
+        self.started()
+        try:
+            prepared = prepare_request(body, content_type, content_encoding, self.limits)
+        except SidecarError as exc:
+            self.failed(exc)
+            raise
+        return self.take(prepared)
 
-    def inflate(self, body: bytes, content_type: str, content_encoding: str | None = None) -> bytes:
-        """The body inflated.  Raises
-        :class:`~sidecar.otlp.spans.UnsupportedMediaType`,
-        :class:`~sidecar.otlp.spans.BodyTooLarge` (past ``max_request_bytes``) or
-        :class:`~sidecar.otlp.spans.MalformedPayload`."""
+    def started(self, large: bool = False) -> None:
+        """Count a request (:meth:`receive` does; a caller preparing it elsewhere calls
+        this, then :meth:`take` or :meth:`failed`)."""
         with self._lock:
             self.stats.requests += 1
-        try:
-            media_of(content_type)
-            return inflate(body, content_encoding, self.limits.max_request_bytes)
-        except (MalformedPayload, BodyTooLarge) as exc:
-            malformed = isinstance(exc, MalformedPayload)
-            self._count("malformed_bodies" if malformed else "too_large_bodies")
-            raise
+            self.stats.large_requests += large
 
-    def take(self, raw: bytes, content_type: str) -> Receipt:
-        """Take one inflated body.  Raises
-        :class:`~sidecar.otlp.spans.MalformedPayload` (nothing taken); a body the memory
-        limit refuses comes back with status 503, nothing taken."""
-        media = PROTOBUF if content_type.lower().startswith(PROTOBUF) else JSON
-        size = len(raw)
-        if not self._reserve(size):
-            return self._refused(media, [])
-        try:
-            decoded = decode(raw, content_type, max_spans=self.limits.max_spans_per_request)
-            del raw
-            # parsing and redaction, outside the lock: the expensive part of a request
-            prepared = [self._prepare(span) for span in decoded.spans]
-        except MalformedPayload:
+    def failed(self, exc: BaseException) -> None:
+        """Count a request :func:`prepare_request` refused."""
+        if isinstance(exc, MalformedPayload):
             self._count("malformed_bodies")
-            raise
-        finally:
-            with self._lock:
-                self._inflight_bytes -= size
-        admitted, reports = self._admit(sum(p.node.size for p in prepared))
+        elif isinstance(exc, BodyTooLarge):
+            self._count("too_large_bodies")
+
+    def take(self, prepared: PreparedRequest) -> Receipt:
+        """Keep a prepared request's spans, if the memory limit lets them in."""
+        media = prepared.media
+        admitted, reports = self._admit(sum(p.node.size for p in prepared.items))
         if not admitted:
             with self._lock:
-                self.stats.refused_spans += len(prepared)
-            return self._refused(media, reports)
-        reports += self._ingest(prepared, decoded.rejected)
+                self.stats.refused_spans += len(prepared.items)
+            return self.refused(media, reports)
+        reports += self._ingest(prepared.items, prepared.rejected)
         reports += self.expire()
-        message = "; ".join(decoded.reasons)
+        message = "; ".join(prepared.reasons)
         return Receipt(
             media,
-            response_body(media, decoded.rejected, message),
-            len(decoded.spans),
-            decoded.rejected,
+            response_body(media, prepared.rejected, message),
+            len(prepared.items),
+            prepared.rejected,
             reports,
         )
 
     def ingest(self, spans: Iterable[SpanRecord]) -> list[Report]:
-        """Take decoded spans (as :meth:`receive` does); returns the sessions this
-        finished (a root arrived with no grace, or room was made)."""
-        return self._ingest([self._prepare(s) for s in spans], 0)
+        """Take decoded spans (as :meth:`receive` does, whatever the memory limit);
+        returns the sessions this finished (a root arrived with no grace, or room was
+        made)."""
+        return self._ingest([prepare_span(s, self.limits.max_chars) for s in spans], 0)
 
     def expire(self) -> list[Report]:
         """Close the traces and sessions whose time is up."""
@@ -355,22 +401,11 @@ class TraceAssembler:
 
     # ---- the memory limit ------------------------------------------------------------
     def _held(self) -> int:
-        return self._trace_bytes + self._sessions.bytes + self._pending_bytes + self._inflight_bytes
-
-    def _reserve(self, size: int) -> bool:
-        """Room for a request of ``size`` bytes being decoded: refused when requests
-        already being decoded hold half the memory limit (one always fits)."""
-        with self._lock:
-            busy = self._inflight_bytes
-            if busy and busy + size > self.limits.max_memory_bytes // 2:
-                return False
-            self._inflight_bytes += size
-            return True
+        return self._trace_bytes + self._sessions.bytes + self._pending_bytes
 
     def _admit(self, size: int) -> tuple[bool, list[Report]]:
         """Room for ``size`` more bytes of kept spans, made first when needed; ``False``
-        when there is none to make (reports still wait for the backend, or requests
-        being decoded hold it)."""
+        when there is none to make (reports still wait for the backend)."""
         limit = self.limits.max_memory_bytes
         reports: list[Report] = []
         with self._lock:
@@ -386,11 +421,13 @@ class TraceAssembler:
                 self._pending(reports)
             return self._held() + size <= limit, reports
 
-    def _refused(self, media: str, reports: list[Report]) -> Receipt:
+    def refused(self, media: str, reports: list[Report] | None = None, why: str = "") -> Receipt:
+        """The answer to a request refused for now (503: an exporter retries it)."""
         with self._lock:
             self.stats.refused_requests += 1
-        message = "the trace intake is over its memory limit; retry later"
-        return Receipt(media, status_body(media, UNAVAILABLE, message), 0, 0, reports, 503)
+        message = why or "the trace intake is over its memory limit; retry later"
+        body = status_body(media, UNAVAILABLE, message)
+        return Receipt(media, body, 0, 0, reports or [], 503)
 
     def _room(self, target: int) -> int:
         """The bytes sessions may keep for the total to come down to ``target``."""
@@ -400,25 +437,6 @@ class TraceAssembler:
         self._pending_bytes += sum(_held(r) for r in reports)
 
     # ---- taking spans --------------------------------------------------------------
-    def _prepare(self, span: SpanRecord) -> _Prepared:
-        """What the assembler keeps of ``span``: its tool call parsed, named and
-        redacted (no lock held)."""
-        hint = session_hint(span)
-        call = tool_call(span, self.limits.max_chars)
-        step: Step | None = None
-        call_id = dropped = None
-        renamed = False
-        if call is not None:
-            name, change = tool_id(call.tool)
-            if name is None:
-                dropped = f"unusable tool name ({change})"
-            else:
-                renamed = change is not None
-                step, call_id = self._step(call, name), call.call_id
-        size = NODE_BYTES + len(hint or "") + (_size(step) if step is not None else 0)
-        node = _Node(span.parent_id, hint, step, call_id, span.start_ns, size)
-        return _Prepared(span, node, dropped, renamed)
-
     def _ingest(self, prepared: Sequence[_Prepared], rejected: int) -> list[Report]:
         reports: list[Report] = []
         with self._lock:
@@ -435,15 +453,15 @@ class TraceAssembler:
         now = self._clock()
         rooted: list[str] = []
         for item in chunk:
-            span, node = item.span, item.node
+            node = item.node
             self.stats.spans += 1
-            trace = self._traces.get(span.trace_id)
+            trace = self._traces.get(item.trace_id)
             if trace is None:
                 self._serial += 1
-                trace = self._traces[span.trace_id] = _Trace(self._serial)
+                trace = self._traces[item.trace_id] = _Trace(self._serial)
                 reports += self._make_room()
             trace.last_seen = now
-            self._traces.move_to_end(span.trace_id)
+            self._traces.move_to_end(item.trace_id)
             if len(trace.nodes) >= self.limits.max_spans_per_trace:
                 self._drop(f"more than {self.limits.max_spans_per_trace} spans in one trace")
                 continue
@@ -453,17 +471,17 @@ class TraceAssembler:
                 self.stats.accepted_spans += 1
             self.stats.tool_spans += node.step is not None
             self.stats.renamed_tools += item.renamed
-            previous = trace.nodes.get(span.span_id)
+            previous = trace.nodes.get(item.span_id)
             if previous is not None:  # the same span again (a retried export)
                 trace.size -= previous.size
                 self._trace_bytes -= previous.size
-            trace.nodes[span.span_id] = node
+            trace.nodes[item.span_id] = node
             trace.size += node.size
             self._trace_bytes += node.size
-            if span.parent_id is None and trace.root_at is None:
+            if node.parent is None and trace.root_at is None:
                 trace.root_at = now
-                self._rooted.append((now, span.trace_id, trace.serial))
-                rooted.append(span.trace_id)
+                self._rooted.append((now, item.trace_id, trace.serial))
+                rooted.append(item.trace_id)
         if self.limits.root_grace_s == 0:
             for trace_id in rooted:
                 if trace_id in self._traces:
@@ -527,13 +545,6 @@ class TraceAssembler:
             start = min(trace.nodes[m].start_ns for m in members)
             out.append((start, top, _merge(steps)))
         return out
-
-    def _step(self, call: ToolCall, tool: str) -> Step:
-        cap = self.limits.max_chars
-        args = arguments_evidence(call.arguments, cap)
-        if call.error is not None:
-            return Step(tool, args, None, error_evidence(call.error, cap))
-        return Step(tool, args, output_evidence(call.output, cap), None)
 
 
 def _tree(trace: _Trace) -> tuple[list[str], dict[str, list[str]]]:

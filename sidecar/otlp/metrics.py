@@ -61,6 +61,7 @@ def prometheus_lines(assembler: TraceAssembler) -> list[str]:
         lines.append(f'sidecar_otlp_dropped_spans_total{{reason="{label}"}} {n}')
     gauges = {
         "otlp_tool_names_renamed_total": ("counter", s.renamed_tools),
+        "otlp_large_requests_total": ("counter", s.large_requests),
         "otlp_open_traces": ("gauge", assembler.open_traces()),
         "otlp_open_sessions": ("gauge", assembler.open_sessions()),
         "otlp_held_bytes": ("gauge", assembler.held_bytes()),

@@ -8,47 +8,64 @@ with ``Retry-After`` when the intake's memory limit refuses the request (exporte
 retry it).  Error bodies are a ``google.rpc.Status`` in the request's encoding.
 Finished sessions are reported after the response is sent, in a worker thread.
 
-A request runs in worker threads, in one of two lanes: a body of up to
-:data:`SMALL_BODY_BYTES` once inflated in the default pool, a larger one in a lane of
-:data:`LARGE_LANE` threads, so that a flood of large exports never takes the threads
-another exporter's small one needs.
+A body of up to :data:`SMALL_BODY_BYTES` once inflated is taken in a worker thread; a
+larger one is prepared in its own lane (:mod:`sidecar.otlp.lanes`: the service runs it
+in a worker process, so that parsing it never holds the interpreter another exporter's
+request needs), then taken.  When the large lane is full the request is answered 503.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, BackgroundTasks, Request, Response
 
-from sidecar.otlp.assembler import TraceAssembler
+from sidecar.errors import SidecarError
+from sidecar.otlp.assembler import Receipt, TraceAssembler
+from sidecar.otlp.lanes import Lane, LaneFull, ThreadLane
 from sidecar.otlp.spans import (
     INVALID_ARGUMENT,
+    JSON,
     PROTOBUF,
     RESOURCE_EXHAUSTED,
     BodyTooLarge,
     MalformedPayload,
     UnsupportedMediaType,
+    inflates_past,
     status_body,
 )
 
 MAX_BODY_BYTES = 16 * 1_048_576
 SMALL_BODY_BYTES = 1_048_576
-LARGE_LANE = 2
 RETRY_AFTER_S = 1
 
 
 def otlp_router(
-    assembler: TraceAssembler, *, max_body_bytes: int = MAX_BODY_BYTES, path: str = "/v1/traces"
+    assembler: TraceAssembler,
+    *,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    path: str = "/v1/traces",
+    large: Lane | None = None,
 ) -> APIRouter:
+    """``large``: where bodies over :data:`SMALL_BODY_BYTES` are prepared (worker threads
+    of this process by default)."""
     router = APIRouter()
-    lanes: dict[str, Any] = {}
+    lane: Lane = large if large is not None else ThreadLane()
 
-    def large_lane() -> Any:
+    async def take(body: bytes, content_type: str, encoding: str | None) -> Receipt:
         import anyio
 
-        if "large" not in lanes:  # made in the event loop, on first use
-            lanes["large"] = anyio.CapacityLimiter(LARGE_LANE)
-        return lanes["large"]
+        if not await anyio.to_thread.run_sync(inflates_past, body, encoding, SMALL_BODY_BYTES):
+            return await anyio.to_thread.run_sync(assembler.receive, body, content_type, encoding)
+        assembler.started(large=True)
+        try:
+            prepared = await lane.prepare(body, content_type, encoding, assembler.limits)
+        except LaneFull:
+            why = "too many large trace requests at once; retry later"
+            media = PROTOBUF if content_type.lower().startswith(PROTOBUF) else JSON
+            return assembler.refused(media, why=why)
+        except SidecarError as exc:
+            assembler.failed(exc)
+            raise
+        return await anyio.to_thread.run_sync(assembler.take, prepared)
 
     @router.post(
         path,
@@ -57,8 +74,6 @@ def otlp_router(
         response_class=Response,
     )
     async def traces(request: Request, background: BackgroundTasks) -> Response:
-        import anyio
-
         content_type = request.headers.get("content-type", "")
         media = PROTOBUF if content_type.lower().startswith(PROTOBUF) else "application/json"
         declared = request.headers.get("content-length", "")
@@ -69,15 +84,8 @@ def otlp_router(
             body += chunk
             if len(body) > max_body_bytes:
                 return _status(media, 413, RESOURCE_EXHAUSTED, "body too large")
-        encoding = request.headers.get("content-encoding")
         try:
-            raw = await anyio.to_thread.run_sync(
-                assembler.inflate, bytes(body), content_type, encoding
-            )
-            lane = large_lane() if len(raw) > SMALL_BODY_BYTES else None
-            receipt = await anyio.to_thread.run_sync(
-                assembler.take, raw, content_type, limiter=lane
-            )
+            receipt = await take(bytes(body), content_type, request.headers.get("content-encoding"))
         except UnsupportedMediaType as exc:
             return _status(media, 415, INVALID_ARGUMENT, str(exc))
         except BodyTooLarge as exc:

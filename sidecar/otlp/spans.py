@@ -143,6 +143,22 @@ def inflate(body: bytes, encoding: str | None, limit: int = MAX_INFLATED_BYTES) 
     return out
 
 
+def inflates_past(body: bytes, encoding: str | None, limit: int) -> bool:
+    """Whether ``body`` is more than ``limit`` bytes once inflated (inflating at most
+    ``limit + 1`` of them to tell); ``False`` for an encoding or a body
+    :func:`inflate` will refuse anyway."""
+    encoding = (encoding or "").strip().lower()
+    if encoding in ("", "identity"):
+        return len(body) > limit
+    if encoding not in ("gzip", "deflate"):
+        return False
+    try:
+        head = zlib.decompressobj(31 if encoding == "gzip" else 15).decompress(body, limit + 1)
+    except zlib.error:
+        return False
+    return len(head) > limit
+
+
 class _Rejects:
     def __init__(self, max_spans: int) -> None:
         self.count = 0

@@ -5,6 +5,7 @@ what became of the spans and sessions."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -12,7 +13,7 @@ import httpx
 import pytest
 
 from sidecar import Sidecar
-from sidecar.errors import ConfigError
+from sidecar.errors import ConfigError, NotFound
 from sidecar.settings import Settings
 from tests.otlp.bodies import agent_turn, request, trace_id
 from tests.otlp.conftest import TOKEN, eventually
@@ -111,3 +112,39 @@ def test_intake_settings_are_read() -> None:
     s = Settings.load(env=env)
     assert (s.otlp_conversation_idle_s, s.otlp_max_request_bytes) == (12.5, 4096)
     assert s.otlp_max_memory_bytes == 256 * 1_048_576
+
+
+def test_a_large_request_is_prepared_in_a_worker_process(served: tuple[str, Sidecar]) -> None:
+    """Over a megabyte inflated, a body is parsed and redacted in another process: what
+    comes back is the same evidence, and a refusal is the same answer."""
+    url, sc = served
+    page = "<p>" + "x" * 600_000 + "</p>"
+    calls = [
+        {"tool": "fetch_page", "arguments": {"url": "/a", "api_key": "k" * 20}, "result": page},
+        {"tool": "fetch_page", "arguments": {"url": "/b"}, "result": page},
+        {"tool": "extract", "arguments": {"page": "/b"}, "error": "Error: payload too large"},
+    ]
+    assert _post(url, request(agent_turn(trace_id(0), "conv-big", calls))).status_code == 200
+    assert _metric(url, "sidecar_otlp_large_requests_total") == 1
+    records: list[dict[str, Any]] = []
+
+    def archived() -> bool:
+        # the learned condition may name its record a moment before the record is written
+        pointers = [v.pointer for v in sc.constraints() if v.sequence == ("extract",)]
+        with contextlib.suppress(NotFound):
+            records.extend(sc.audit(p) for p in pointers if p)
+        return bool(records)
+
+    eventually(archived)
+    record = records[0]
+    fetched = record["steps"][0]
+    assert fetched["arguments"] == {"url": "/a", "api_key": "[REDACTED]"}
+    assert len(fetched["output"]) < 5_000  # cut in the worker, before it was read
+    deep = [
+        {"tool": "fetch_page", "arguments": {"url": "/c"}, "result": page * 2},
+        {"tool": "t", "arguments": {"z": json.loads("[" * 40 + "]" * 40)}, "error": "E"},
+    ]
+    answer = _post(url, request(agent_turn(trace_id(1), None, deep)))
+    assert answer.status_code == 400 and "nested" in answer.json()["message"]
+    assert _metric(url, "sidecar_otlp_large_requests_total") == 2
+    assert _metric(url, 'sidecar_otlp_requests_total{outcome="malformed"}') == 1
