@@ -53,9 +53,9 @@ def create_app(
             ),
         )
 
-    from sidecar.gateway.library import LibraryBackend
     from sidecar.otlp import AssemblerLimits, TraceAssembler, otlp_router, prometheus_lines, sweep
     from sidecar.otlp.lanes import ProcessLane
+    from sidecar.otlp.sink import LibrarySink
 
     settings = sc.settings
     # an exporter's batch may be larger than an API request, and is not retried on 413
@@ -65,7 +65,7 @@ def create_app(
         max_request_bytes=otlp_body,
         max_memory_bytes=settings.otlp_max_memory_bytes,
     )
-    traces = TraceAssembler(LibraryBackend(sc), limits)
+    traces = TraceAssembler(LibrarySink(sc), limits)
     metrics.add_source(lambda: prometheus_lines(traces))
     # a large trace request is parsed in a worker process, started on first use
     large = ProcessLane()

@@ -76,9 +76,15 @@ NODE_BYTES = 400
 estimate, measured with ``sys.getsizeof`` on CPython 3.11-3.13."""
 INGEST_CHUNK = 512
 """Spans taken per hold of the lock."""
+DELIVERY_BATCH = 500
+"""Sessions handed to a sink that takes many at once (one intake batch in the library)."""
 
 
 class ReportSink(Protocol):
+    """Where finished sessions go.  A sink that also has ``report_sessions(reports) ->
+    int`` (how many it took) is given them in batches (:class:`~sidecar.otlp.sink.
+    LibrarySink`)."""
+
     def report_session(
         self, session_id: str, steps: list[Step], outcome: Outcome, task_input: str | None
     ) -> None: ...
@@ -266,6 +272,8 @@ class TraceAssembler:
         self._lock = threading.Lock()
         self._trace_bytes = 0
         self._pending_bytes = 0
+        self._queue: deque[Report] = deque()
+        self._delivering = threading.Lock()
         self.stats = AssemblerStats()
 
     # ---- intake --------------------------------------------------------------------
@@ -354,27 +362,62 @@ class TraceAssembler:
             return reports
 
     def deliver(self, reports: Sequence[Report]) -> int:
-        """Hand finished sessions to the sink; a failing sink loses only its report."""
-        delivered = refused = failed = 0
-        for report in reports:
-            if self.sink is None:
-                continue
+        """Hand finished sessions to the sink, in batches of :data:`DELIVERY_BATCH`, one
+        delivery at a time: a call while another delivers queues its reports for that
+        one and returns at once (the sink's work never runs in many threads at once,
+        competing with requests).  A failing sink loses only its batch.  Returns the
+        sessions this call delivered."""
+        with self._lock:
+            self._queue.extend(reports)
+        delivered = 0
+        while self._delivering.acquire(blocking=False):
             try:
-                self.sink.report_session(
-                    report.session_id, list(report.steps), report.outcome, report.task_input
-                )
-                delivered += 1
-            except SidecarError as exc:
-                refused += 1
-                log.error('{"event": "report_refused", "code": "%s"}', exc.code)
+                while True:
+                    with self._lock:
+                        batch = [
+                            self._queue.popleft()
+                            for _ in range(min(len(self._queue), DELIVERY_BATCH))
+                        ]
+                    if not batch:
+                        break
+                    delivered += self._deliver(batch)
+            finally:
+                self._delivering.release()
+            with self._lock:
+                if not self._queue:  # else reports came while it was let go: deliver them
+                    break
+        return delivered
+
+    def _deliver(self, batch: list[Report]) -> int:
+        delivered = refused = failed = 0
+        many = getattr(self.sink, "report_sessions", None)
+        if self.sink is None:
+            pass
+        elif many is not None:
+            try:
+                taken = many(batch)
+                delivered, refused = taken, len(batch) - taken
             except Exception as exc:
-                failed += 1
+                failed = len(batch)
                 log.error('{"event": "report_failed", "type": "%s"}', type(exc).__name__)
+        else:
+            for report in batch:
+                try:
+                    self.sink.report_session(
+                        report.session_id, list(report.steps), report.outcome, report.task_input
+                    )
+                    delivered += 1
+                except SidecarError as exc:
+                    refused += 1
+                    log.error('{"event": "report_refused", "code": "%s"}', exc.code)
+                except Exception as exc:
+                    failed += 1
+                    log.error('{"event": "report_failed", "type": "%s"}', type(exc).__name__)
         with self._lock:
             self.stats.reports += delivered
             self.stats.refused_reports += refused
             self.stats.report_failures += failed
-            self._pending_bytes -= sum(_held(r) for r in reports)
+            self._pending_bytes -= sum(_held(r) for r in batch)
         return delivered
 
     def _count(self, name: str) -> None:
