@@ -133,8 +133,9 @@ def is_sensitive_key(name: str) -> bool:
 class Rule:
     name: str
     pattern: re.Pattern[str]
-    mask: int | Callable[[re.Match[str]], str]
-    """The group to mask (0: the whole match), or a function giving the replacement."""
+    mask: int | Callable[[re.Match[str]], str] | Callable[[str], str]
+    """The group to mask (0: the whole match), a function giving a match's replacement,
+    or (:data:`SCANS`) a function of the whole text."""
     least: int = 0
     """The fewest characters a match spans: a shorter text skips the rule."""
 
@@ -199,10 +200,6 @@ def _query_name(match: re.Match[str]) -> bool:
 
 
 _QUERY_NAMES = frozenset({"key", "sig", "signature", "hmac", "xamzsignature", "xgoogsignature"})
-
-
-def _member_name(match: re.Match[str]) -> bool:
-    return key_strength(match.group(3)) > 0
 
 
 def _pair_name(match: re.Match[str]) -> bool:
@@ -303,13 +300,6 @@ _CONTEXT_RULES: tuple[tuple[str, str, Callable[[re.Match[str]], str]], ...] = (
         _masking(2, when=_query_name),
     ),
     (
-        # "pwd": "x" and {'auth': 'x'}, also escaped inside a JSON string: {\"auth\": \"x\"}
-        "json member",
-        r"(\\*)([\"'])([^\"'\\\n]{1,64})\1\2\s*:\s*\1\2"
-        r"(?!\[REDACTED\])((?:\\.|(?!\1\2)[^\\\n]){1,4096}?)\1\2",
-        _masking(4, when=_member_name),
-    ),
-    (
         # not a path ("/etc/passwd: ..."), and a value is not a URI ("passwd: see
         # cold://chains/..." names no secret)
         "key=value secret",
@@ -347,17 +337,40 @@ _CONTEXT_RULES: tuple[tuple[str, str, Callable[[re.Match[str]], str]], ...] = (
 )
 
 
+# "pwd": "x" and {'auth': 'x'}, also escaped inside a JSON string: {\"auth\": \"x\"}.
+# The value is matched in a lookahead, not consumed: a member whose name is not
+# sensitive ("body": "{\"password\": ...}") may hold sensitive ones.
+_MEMBER = re.compile(
+    r"(\\*)([\"'])([^\"'\\\n]{1,64})\1\2\s*:\s*\1\2"
+    r"(?=(?!\[REDACTED\])((?:\\.|(?!\1\2)[^\\\n]){1,4096}?)\1\2)"
+)
+
+
+def _members(text: str) -> str:
+    """``text`` with the values of its sensitive JSON members masked."""
+    out: list[str] = []
+    last = 0
+    for match in _MEMBER.finditer(text):
+        start, end = match.span(4)
+        if start >= last and key_strength(match.group(3)) > 0:
+            out += [text[last:start], MASK]
+            last = end
+    return "".join([*out, text[last:]]) if out else text
+
+
 def _compile() -> tuple[Rule, ...]:
     rules: list[Rule] = []
     for name, source, flags, group in _SIMPLE_RULES:
         pattern = re.compile(source, flags)
         rules.append(Rule(name, pattern, group, _least_width(pattern)))
+    rules.append(Rule("json member", _MEMBER, _members, _least_width(_MEMBER)))
     for name, source, replace in _CONTEXT_RULES:
         pattern = re.compile(source)
         rules.append(Rule(name, pattern, replace, _least_width(pattern)))
     return tuple(rules)
 
 
+SCANS: frozenset[Callable[[str], str]] = frozenset({_members})
 RULES = _compile()
 MAX_JSON_TEXT = 1_048_576
 """Longest text parsed as a JSON document to be redacted as a structure."""
@@ -368,7 +381,9 @@ def apply_rule(rule: Rule, text: str) -> str:
         if rule.mask == 0:
             return rule.pattern.sub(MASK, text)
         return rule.pattern.sub(functools.partial(_mask_group, group=rule.mask), text)
-    return rule.pattern.sub(rule.mask, text)
+    if rule.mask in SCANS:
+        return rule.mask(text)
+    return rule.pattern.sub(rule.mask, text)  # type: ignore[arg-type]
 
 
 def redact_text(text: str) -> str:

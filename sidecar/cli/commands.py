@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from sidecar.cli.output import bar, emit, short, status
 from sidecar.errors import EXIT_BLOCKED, EXIT_OK, EXIT_REJECTED, EXIT_WARNED, UsageError
+from sidecar.redact import redact
 from sidecar.wire import dump
 
 if TYPE_CHECKING:
@@ -180,7 +181,8 @@ def check_call(args: argparse.Namespace) -> int:
         )
 
     def human() -> str:
-        lines = [f"{out.decision.upper()}: {args.next}({json.dumps(args.args)})"]
+        # the call is shown as the check saw it: redacted
+        lines = [f"{out.decision.upper()}: {args.next}({json.dumps(redact(args.args))})"]
         for r in out.reasons:
             lines.append(f"  {r.level}: {r.explanation}")
             if r.evidence:
