@@ -25,6 +25,7 @@ from sidecar.errors import SidecarError
 from sidecar.limits import MAX_BODY_BYTES
 from sidecar.metrics import Metrics
 from sidecar.redact import redact_text
+from sidecar.settings import Settings
 
 log = logging.getLogger("sidecar.service")
 
@@ -57,7 +58,9 @@ def create_app(
     from sidecar.otlp.lanes import ProcessLane
     from sidecar.otlp.sink import LibrarySink
 
-    settings = sc.settings
+    # a stand-in for a library not opened yet (an OpenAPI document built at import) has
+    # no settings: the defaults then
+    settings = sc.settings if isinstance(sc, Sidecar) else Settings()
     # an exporter's batch may be larger than an API request, and is not retried on 413
     otlp_body = settings.otlp_max_request_bytes
     limits = AssemblerLimits(
