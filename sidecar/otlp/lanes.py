@@ -1,8 +1,8 @@
 """Where the work of a large OTLP request runs.
 
 Parsing a body is one call into C that holds the interpreter's lock from start to end:
-about 750 ms for an 18 MB OTLP/JSON body of 100,000 spans on a 2-core machine, during
-which no other thread of the process runs, the event loop included.  Worker threads
+for a body of 100,000 spans, most of a second during which no other thread of the
+process runs, the event loop included.  Worker threads
 cannot keep another exporter's small request from waiting behind it; another process
 can.
 
