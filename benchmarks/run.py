@@ -1,6 +1,6 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
 [--json]`` with NAME one of pollution, failures, lookup, embed, serve, gateway, retrieval,
-check, evict, store, delta, startup, state, all.
+check, evict, store, delta, startup, state, otlp, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -50,6 +50,7 @@ MODULES = {
     "gateway": "benchmarks.bench_gateway",
     "state": "benchmarks.bench_state",
     "retrieval": "benchmarks.bench_retrieval",
+    "otlp": "benchmarks.bench_otlp",
 }
 ALL_ORDER = (
     "startup",
@@ -64,6 +65,7 @@ ALL_ORDER = (
     "serve",
     "gateway",
     "retrieval",
+    "otlp",
     "pollution",
 )
 DATASET_BENCHMARKS = ("pollution", "failures", "embed", "serve", "gateway", "retrieval")
@@ -128,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         "state": "the state on PostgreSQL vs SQLite, and the cost of its write lock",
         "retrieval": "absolute lookup quality (nDCG, recall, Comp@5) on StableToolBench, "
         "Seal-Tools, ToolBench: hybrid vs MiniLM and BM25; abstention; end-to-end cost",
+        "otlp": "OTLP intake isolation: a small exporter's latency beside a large one",
         "all": "every benchmark, fastest first",
     }
     for name, text in helps.items():

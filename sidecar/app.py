@@ -91,14 +91,14 @@ from sidecar.model import (
 )
 from sidecar.principals import LOCAL, Principals, ReportRate, Role, check_source
 from sidecar.ranking import query_views
-from sidecar.redact import redact_text
+from sidecar.redact import redact, redact_text
 from sidecar.registry import (
     AddToolsResult,
     Fields,
     SyncResult,
     ToolRecords,
 )
-from sidecar.reports import steps_of, task_text
+from sidecar.reports import redacted_steps, steps_of, task_text
 from sidecar.results import (
     ArchiveStatus,
     AuditRecord,
@@ -449,7 +449,7 @@ class Sidecar:
         ``abstain_below`` similarity: no active tool fits, the hits are only the best
         candidates."""
         text = query_text(query)
-        done = steps_of(steps)
+        done = redacted_steps(steps_of(steps))  # as the memory learned them
         executed = tool_list(after, "after") if after or not done else tuple(s.tool for s in done)
         ctx, k = context_values(context), k_value(k)
         index = self.index
@@ -458,8 +458,9 @@ class Sidecar:
         else:
             vector = index.embed_query(text)
         hybrid_text = text if self.settings.hybrid else None
+        task = task_text(task_input)
         return self._lookup.search(
-            index, vector, k, executed, ctx, done, task_text(task_input), hybrid_text
+            index, vector, k, executed, ctx, done, task and redact_text(task), hybrid_text
         )
 
     @boundary
@@ -508,8 +509,15 @@ class Sidecar:
         if not isinstance(arguments or {}, Mapping):
             raise InvalidInput("next.arguments must be an object")
         check_json_value(args, "next.arguments")
+        # compared with what the memory learned, redacted as it was: no secret of the
+        # call is matched raw or quoted back in a reason
+        task = task_text(task_input)
         return self._lookup.check_call(
-            done, name, args, task_text(task_input), context_values(context)
+            redacted_steps(done),
+            name,
+            redact(args),
+            task and redact_text(task),
+            context_values(context),
         )
 
     def matcher_size(self) -> int:

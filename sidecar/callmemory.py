@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sidecar import learned
 from sidecar.lifecycle import ENFORCED, Lifecycle, Status
 from sidecar.memory import (
     FailureCondition,
@@ -71,6 +72,7 @@ CREATE TABLE IF NOT EXISTS lifted_families (
     at REAL NOT NULL
 );
 """
+SCHEMA += learned.SCHEMA
 
 
 def predicate_key(condition: FailureCondition) -> str:
@@ -185,18 +187,19 @@ class CallMemory:
             memory = self._fresh()
             now = time.time()
             # a session is learned once: a replayed report, or a batch sent again after
-            # a failure further on, teaches nothing twice
+            # a failure further on, teaches nothing twice; sent again longer, its new
+            # steps only (:func:`sidecar.learned.unlearned_from`), kept as a row of
+            # their own
             fresh: list[dict[str, Any]] = []
             for s in dict((s.session_id, s) for s in sessions).values():
-                old = db.execute(
-                    "SELECT 1 FROM learned_sessions WHERE session_key=?", (s.session_id,)
-                ).fetchone()
-                if old is not None:
-                    continue  # learned before the log existed
-                derived = memory.derive(s)
+                start = learned.unlearned_from(db, s, now)
+                if start is None:
+                    continue
+                derived = memory.derive(s, start)
+                key = s.session_id if not start else f"{s.session_id}{PART}{start}"
                 if db.execute(
                     "INSERT OR IGNORE INTO memory_evidence VALUES (?, ?, 'session', ?, ?)",
-                    (s.session_id, s.source, now, _json(derived)),
+                    (key, s.source, now, _json(derived)),
                 ).rowcount:
                     fresh.append(derived)
             written: list[FailureCondition] = []
@@ -249,8 +252,12 @@ class CallMemory:
             ).fetchall()
             if not rows:
                 return ForgetCounts(source, frozenset(), 0, ())
-            sessions = frozenset(key for kind, key in rows if kind == "session")
+            sessions = frozenset(key.split(PART, 1)[0] for kind, key in rows if kind == "session")
             db.execute(f"DELETE FROM memory_evidence WHERE {where}", args)
+            # as if never reported: the same sessions sent again teach again
+            for key in sessions:
+                db.execute("DELETE FROM learned_sessions WHERE session_key=?", (key,))
+                db.execute("DELETE FROM learned_steps WHERE session_key=?", (key,))
             memory = self._rebuild(db)
             tools = set(before.tools()) | set(memory.tools())
             self._write(db, memory)
@@ -447,6 +454,10 @@ def _in_family(condition: FailureCondition, key: str, words: frozenset[str]) -> 
     return predicate_key(condition) == key and same_family(
         signature_words(condition.signature), words
     )
+
+
+PART = "\x1f"
+"""Between a session's key and the first step of a part of it learned later."""
 
 
 def _json(value: Any) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sidecar.model import ArchivedConstraint, CheckMode, CheckResult, Collision, Condition
+from sidecar.neutralize import shown
 
 MissingField = Literal["block", "allow"]
 
@@ -281,8 +282,8 @@ class ConstraintMatcher:
                     Collision(
                         chain_id=c.chain_id,
                         matched=hit.matched,
-                        rule=c.rule,
-                        expected_failure=c.signature,
+                        rule=shown(c.rule),
+                        expected_failure=shown(c.signature),
                         pointer=c.pointer,
                         reason=f"plan contains fatal sequence {'>'.join(c.sequence)}"
                         f"{' (gapped)' if c.gapped else ''}: {why}",

@@ -49,6 +49,7 @@ from sidecar.model import (
     IntakeResult,
     StepReport,
 )
+from sidecar.neutralize import neutralize
 from sidecar.redact import redact, redact_text
 from sidecar.registry import ToolRecords, tool_from_record
 from sidecar.reports import parse_any, parse_condition, validate_abandoned
@@ -755,14 +756,19 @@ def _session_answer(plan: _Plan, i: int, notes: list[str], suffix: str) -> Intak
 def redacted_report(report: ChainReport) -> ChainReport:
     assert report.failure is not None and report.constraint is not None
     failure = Failure(
-        redact(report.failure.signature), report.failure.kind, redact(dict(report.failure.error))
+        neutralize(redact(report.failure.signature)),
+        report.failure.kind,
+        redact(dict(report.failure.error)),
     )
     when = tuple(
         replace(c, value=redact_text(c.value)) if isinstance(c.value, str) else c
         for c in report.constraint.when
     )
     constraint = ConstraintSpec(
-        redact(report.constraint.rule), when, report.constraint.gapped, report.constraint.conditions
+        neutralize(redact(report.constraint.rule)),
+        when,
+        report.constraint.gapped,
+        report.constraint.conditions,
     )
     return replace(
         report,

@@ -49,6 +49,7 @@ from sidecar.model import (
     Withheld,
     check_tool_id,
 )
+from sidecar.neutralize import shown
 from sidecar.ranking import DEPTH, fuse, successors
 from sidecar.registry import Fields
 from sidecar.settings import Settings
@@ -159,7 +160,7 @@ class Lookup:
         else:
             ranked, displaced = index.search_ranked(vector, k, excluded, ids_only=True)
         withheld = [
-            Withheld(h.id, c.rule, c.pointer, c.chain_id, why)
+            Withheld(h.id, shown(c.rule), c.pointer, c.chain_id, why)
             for h in displaced
             if h.id in blocked
             for c, why in blocked[h.id]
@@ -235,7 +236,7 @@ class Lookup:
         if trace is None:
             return []
         return [
-            f"may fail: {r.explanation}; {r.observed}"
+            f"may fail: {shown(r.explanation)}; {r.observed}"
             for r in self._calls.may_apply(trace, tool, task_input)
         ]
 
@@ -262,7 +263,7 @@ class Lookup:
                     r.level,
                     r.condition_id,
                     "call",
-                    r.explanation,
+                    shown(r.explanation),
                     r.observed,
                     st.pointer if st else None,
                     st.status if st else "active",
@@ -275,7 +276,7 @@ class Lookup:
                     "block",
                     c.chain_id,
                     "sequence",
-                    f"{c.rule} (completes fatal sequence {'>'.join(c.sequence)})",
+                    f"{shown(c.rule)} (completes fatal sequence {'>'.join(c.sequence)})",
                     why,
                     c.pointer,
                 )

@@ -16,6 +16,12 @@ class Metrics:
         self._latency: dict[str, list[int]] = defaultdict(lambda: [0] * (len(BUCKETS) + 1))
         self._latency_sum: dict[str, float] = defaultdict(float)
         self._counters: dict[str, int] = defaultdict(int)
+        self._sources: list[Callable[[], list[str]]] = []
+
+    def add_source(self, lines: Callable[[], list[str]]) -> None:
+        """Series of another part of the service (the trace intake), rendered as they
+        are after this object's own."""
+        self._sources.append(lines)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -66,4 +72,6 @@ class Metrics:
             lines.append(f"# TYPE sidecar_{name} gauge")
             for labels, value in sorted(series.items()):
                 lines.append(f"sidecar_{name}{labels} {value}")
+        for source in self._sources:
+            lines += source()
         return "\n".join(lines) + "\n"

@@ -18,7 +18,11 @@ the report's content (so an exact replay counts once).
 
 from __future__ import annotations
 
+import json
 import math
+import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -36,7 +40,8 @@ from sidecar.model import (
     check_json_value,
     check_tool_id,
 )
-from sidecar.redact import redact
+from sidecar.neutralize import neutralize
+from sidecar.redact import MASK, is_sensitive_key, redact, redact_text
 
 # The seed's three messages, verbatim.
 TOO_SHORT = "An abandoned chain must contain at least two tools."
@@ -184,9 +189,7 @@ def call_conditions(raw: Any) -> tuple[FailureCondition, ...]:
         if not isinstance(item, Mapping):
             raise ReportRejected(f"{where} must be an object")
         _json(item, where)
-        # free text of a hand-written condition (signature, explanation, values) is
-        # stored and shown: redacted like every other field
-        safe = {k: (redact(v) if k in _CONDITION_TEXT else v) for k, v in item.items()}
+        safe = {k: _condition_field(k, v) for k, v in item.items()}
         try:
             condition = FailureCondition.from_dict({**safe, "source": "manual"})
         except (ValueError, TypeError) as exc:
@@ -197,6 +200,26 @@ def call_conditions(raw: Any) -> tuple[FailureCondition, ...]:
 
 
 _CONDITION_TEXT = frozenset({"signature", "explanation", "predicate", "sessions"})
+
+
+def _condition_field(key: str, value: Any) -> Any:
+    """A hand-written condition's field as stored and shown to agents: free text
+    redacted, its explanation neutralized (:mod:`sidecar.neutralize`), and the value of a
+    predicate over a sensitive argument masked (the memory only ever sees it masked)."""
+    if key not in _CONDITION_TEXT:
+        return value
+    value = redact(value)
+    if key == "explanation" and isinstance(value, str):
+        return neutralize(value)
+    if key == "predicate" and isinstance(value, Mapping):
+        names = re.split(r"[.|@>]", str(value.get("feature", "")).partition(":")[2])
+        raw = value.get("value")
+        if any(is_sensitive_key(n) for n in names if n):
+            if isinstance(raw, str):
+                return {**value, "value": MASK}
+            if isinstance(raw, list):
+                return {**value, "value": [MASK if isinstance(v, str) else v for v in raw]}
+    return value
 
 
 # ---- sessions reported as steps ----------------------------------------------------------
@@ -256,6 +279,47 @@ def steps_of(raw: Any) -> tuple[Step, ...]:
     if len(raw) > MAX_STEPS:
         raise InvalidInput(f"steps has {len(raw)} steps; at most {MAX_STEPS}")
     return tuple(s if isinstance(s, Step) else _step(s, i) for i, s in enumerate(raw))
+
+
+def redacted_steps(steps: Sequence[Step]) -> tuple[Step, ...]:
+    """``steps`` as the memory learned from reported ones: arguments, outputs and errors
+    redacted.  A check compares a call with what was learned (a masked ``api_key`` has
+    the shape of the mask), and quotes back only redacted evidence."""
+    return tuple(_REDACTED.get(s) for s in steps)
+
+
+class _StepCache:
+    """Redacted steps by content: a session's steps come back with each of its checks."""
+
+    def __init__(self, size: int = 2048) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._steps: OrderedDict[str, Step] = OrderedDict()
+
+    def get(self, step: Step) -> Step:
+        try:
+            key = json.dumps([step.tool, step.arguments, step.output, step.error], default=str)
+        except (TypeError, ValueError, RecursionError):
+            return _redacted(step)
+        with self._lock:
+            found = self._steps.get(key)
+            if found is not None:
+                self._steps.move_to_end(key)
+                return found
+        found = _redacted(step)
+        with self._lock:
+            self._steps[key] = found
+            while len(self._steps) > self._size:
+                self._steps.popitem(last=False)
+        return found
+
+
+def _redacted(step: Step) -> Step:
+    error = redact_text(step.error) if step.error is not None else None
+    return Step(step.tool, redact(dict(step.arguments)), redact(step.output), error)
+
+
+_REDACTED = _StepCache()
 
 
 def task_text(value: Any) -> str | None:

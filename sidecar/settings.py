@@ -61,6 +61,9 @@ class Settings:
     tokens_file: Path | None = None
     trusted_sources: str = "gateway,otlp"
     report_rate: int = 600
+    otlp_conversation_idle_s: float = 300.0
+    otlp_max_request_bytes: int = 20 * 1_048_576
+    otlp_max_memory_bytes: int = 256 * 1_048_576
     crash_at: str | None = None
     hybrid: bool = True
     abstain_below: float = DEFAULT_ABSTAIN_BELOW
@@ -145,6 +148,11 @@ SETTINGS: dict[str, str] = {
     "tokens_file": "JSON file of named tokens with roles (default: the home's tokens.json)",
     "trusted_sources": "comma-separated sources whose evidence alone may make a learned block",
     "report_rate": "reports a minute each untrusted source may send (0: no limit)",
+    "otlp_conversation_idle_s": "seconds a conversation seen in traces stays open for its "
+    "later traces (each of its traces is reported when it closes)",
+    "otlp_max_request_bytes": "largest OTLP/HTTP trace request, once inflated (413 past it)",
+    "otlp_max_memory_bytes": "bytes the trace intake may hold in open traces, sessions and "
+    "requests (503 with Retry-After past it)",
     "crash_at": "testing only: SIGKILL the process at this named eviction crash point",
     "hybrid": "fuse BM25 and per-sentence views with the dense ranking (true/false)",
     "abstain_below": "best similarity under which a lookup answers abstained (0: never)",
@@ -165,6 +173,7 @@ def _parse(name: str, raw: str) -> Any:
         "chain_weight",
         "gateway_call_timeout",
         "gateway_contest_rate",
+        "otlp_conversation_idle_s",
     ):
         try:
             return float(raw)
@@ -181,6 +190,8 @@ def _parse(name: str, raw: str) -> Any:
         "exact_limit",
         "report_rate",
         "gateway_contest_budget",
+        "otlp_max_request_bytes",
+        "otlp_max_memory_bytes",
     }:
         try:
             return int(raw)
@@ -220,6 +231,15 @@ def validate(s: Settings) -> Settings:
         value = getattr(s, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    idle = s.otlp_conversation_idle_s
+    if isinstance(idle, bool) or not isinstance(idle, int | float) or not 0 < idle < 1e7:
+        raise ConfigError(f"otlp_conversation_idle_s must be a number > 0, got {idle!r}")
+    for name in ("otlp_max_request_bytes", "otlp_max_memory_bytes"):
+        value = getattr(s, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
+            raise ConfigError(f"{name} must be an integer >= 1024, got {value!r}")
+    if s.otlp_max_memory_bytes < s.otlp_max_request_bytes:
+        raise ConfigError("otlp_max_memory_bytes must be at least otlp_max_request_bytes")
     age = s.constraint_max_age_days
     if isinstance(age, bool) or not isinstance(age, int | float) or not 0 <= age < 1e6:
         raise ConfigError(f"constraint_max_age_days must be a number >= 0, got {age!r}")

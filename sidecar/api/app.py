@@ -26,13 +26,12 @@ from sidecar.app import Sidecar
 from sidecar.errors import RateLimited, SidecarError
 from sidecar.limits import MAX_BODY_BYTES
 from sidecar.metrics import Metrics
-from sidecar.principals import OTLP, Principals
+from sidecar.principals import Principals
 from sidecar.redact import redact_text
+from sidecar.settings import Settings
 
 log = logging.getLogger("sidecar.service")
 
-OTLP_BODY_BYTES = 16 * 1_048_576
-"""An exporter's batch may be larger than an API request, and is not retried on 413."""
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "127.0.0.1:*", "localhost:*", "[::1]:*"]
 LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
 
@@ -58,10 +57,24 @@ def create_app(
             ),
         )
 
-    from sidecar.gateway.library import LibraryBackend
-    from sidecar.otlp import TraceAssembler, otlp_router, sweep
+    from sidecar.otlp import AssemblerLimits, TraceAssembler, otlp_router, prometheus_lines, sweep
+    from sidecar.otlp.lanes import ProcessLane
+    from sidecar.otlp.sink import LibrarySink
 
-    traces = TraceAssembler(LibraryBackend(sc, source=OTLP))
+    # a stand-in for a library not opened yet (an OpenAPI document built at import) has
+    # no settings: the defaults then
+    settings = sc.settings if isinstance(sc, Sidecar) else Settings()
+    # an exporter's batch may be larger than an API request, and is not retried on 413
+    otlp_body = settings.otlp_max_request_bytes
+    limits = AssemblerLimits(
+        session_idle_s=settings.otlp_conversation_idle_s,
+        max_request_bytes=otlp_body,
+        max_memory_bytes=settings.otlp_max_memory_bytes,
+    )
+    traces = TraceAssembler(LibrarySink(sc), limits)
+    metrics.add_source(lambda: prometheus_lines(traces))
+    # a large trace request is parsed in a worker process, started on first use
+    large = ProcessLane()
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -78,6 +91,7 @@ def create_app(
                 tasks.cancel_scope.cancel()
                 # sessions still open are evidence too
                 await anyio.to_thread.run_sync(traces.deliver, traces.flush())
+                await anyio.to_thread.run_sync(large.close)
 
     from sidecar import __version__
 
@@ -96,10 +110,14 @@ def create_app(
     api.state.max_body_bytes = max_body_bytes
     for router in ROUTERS:
         api.include_router(router)
-    api.include_router(otlp_router(traces, max_body_bytes=OTLP_BODY_BYTES))
+    api.include_router(otlp_router(traces, max_body_bytes=otlp_body, large=large))
     _error_handlers(api)
-    principals = Principals.load(sc.settings.tokens_path, token)
-    return Gate(api, mcp_app, principals, max_body_bytes, metrics, {"/v1/traces": OTLP_BODY_BYTES})
+    principals = (
+        Principals.load(sc.settings.tokens_path, token)
+        if isinstance(sc, Sidecar)
+        else Principals.load(None, token)
+    )
+    return Gate(api, mcp_app, principals, max_body_bytes, metrics, {"/v1/traces": otlp_body})
 
 
 def _error_handlers(api: FastAPI) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sidecar.cli.inputs import BadLine, StepsFile, batches, read_steps, report_lines
 from sidecar.cli.output import bar, emit, short, status
 from sidecar.errors import EXIT_BLOCKED, EXIT_OK, EXIT_REJECTED, EXIT_WARNED, UsageError
+from sidecar.redact import redact
 from sidecar.wire import dump
 
 if TYPE_CHECKING:
@@ -184,7 +185,9 @@ def check_call(args: argparse.Namespace) -> int:
         out = b.check_call(session.steps or [], tool, arguments, task, dict(args.context))
 
     def human() -> str:
-        lines = [f"{out.decision.upper()}: {tool}({json.dumps(arguments, ensure_ascii=False)})"]
+        # the call is shown as the check saw it: redacted
+        shown_args = json.dumps(redact(arguments), ensure_ascii=False)
+        lines = [f"{out.decision.upper()}: {tool}({shown_args})"]
         for r in out.reasons:
             lines.append(f"  {r.level}: {r.explanation}")
             if r.evidence:

@@ -122,13 +122,15 @@ class FailureMemory:
         self._cache: dict[str, list[FailureCondition]] = {}
 
     # ---- intake ---------------------------------------------------------------------
-    def add_session(self, session: Session) -> None:
-        self.fold(self.derive(session))
+    def add_session(self, session: Session, start: int = 0) -> None:
+        self.fold(self.derive(session, start))
 
-    def derive(self, session: Session) -> dict[str, Any]:
+    def derive(self, session: Session, start: int = 0) -> dict[str, Any]:
         """What the memory keeps of a session, as JSON: its failing calls' records, its
         successes folded per tool, and the object fields it showed.  Only derived
-        features, never raw outputs; :meth:`fold` takes it in, in any order."""
+        features, never raw outputs; :meth:`fold` takes it in, in any order.  The steps
+        before ``start`` (learned when the session was sent shorter) are its context,
+        not evidence again."""
         trace = Trace(task_input=session.task_input)
         independent = self.params.independence == "situation"
         signature = minhash(session.task_input) if independent else None
@@ -137,6 +139,9 @@ class FailureMemory:
         cardinality: dict[str, set[str]] = {}
         calls = 0
         for position, step in enumerate(session.steps):
+            if position < start:
+                trace.add(step)
+                continue
             calls += 1
             view = describe_call(trace, step.tool, step.arguments, session.task_input)
             for name, value in view.features.items():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from sidecar.classify import BUSINESS_RULE_TEXT, Kind, classify
+from sidecar.neutralize import neutralize
 
 MAX_SIGNATURE = 300
 
@@ -62,14 +63,16 @@ _TRANSIENT_MARKER = re.compile(
 
 
 def normalize_signature(text: str) -> str:
-    """The failure text with its varying parts masked, whitespace collapsed, capped."""
+    """The failure text with its varying parts masked, instruction-like lines marked
+    (:func:`sidecar.neutralize.neutralize`), whitespace collapsed, capped."""
     kept: list[str] = []
 
     def keep(match: re.Match[str]) -> str:
         kept.append(match.group(0))
         return _KEEP + chr(0xE100 + len(kept) - 1)
 
-    out = _HTTP_STATUS.sub(keep, text[: MAX_SIGNATURE * 8])
+    # quoted to later agents: instruction-like lines never reach them
+    out = _HTTP_STATUS.sub(keep, neutralize(text[: MAX_SIGNATURE * 8]))
     for pattern, mask in _MASKS:
         out = pattern.sub(mask, out)
     out = _TOKEN.sub(_mask_token, out)

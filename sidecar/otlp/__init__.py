@@ -3,20 +3,30 @@
 failure memory with no code on the agent's side.
 
 ``TraceAssembler(backend)`` works without FastAPI; ``otlp_router(assembler)`` serves
-``POST /v1/traces``.
+``POST /v1/traces``; ``prometheus_lines(assembler)`` are its ``/metrics`` series.
 """
 
 from __future__ import annotations
 
 from sidecar.otlp.assembler import AssemblerLimits, Receipt, ReportSink, TraceAssembler
+from sidecar.otlp.metrics import prometheus_lines
 from sidecar.otlp.router import otlp_router, sweep
-from sidecar.otlp.spans import MalformedPayload, SpanRecord, UnsupportedMediaType, decode
-from sidecar.otlp.tools import ToolCall, session_hint, tool_call
+from sidecar.otlp.sessions import Report
+from sidecar.otlp.spans import (
+    BodyTooLarge,
+    MalformedPayload,
+    SpanRecord,
+    UnsupportedMediaType,
+    decode,
+)
+from sidecar.otlp.tools import ToolCall, session_hint, tool_call, tool_id
 
 __all__ = [
     "AssemblerLimits",
+    "BodyTooLarge",
     "MalformedPayload",
     "Receipt",
+    "Report",
     "ReportSink",
     "SpanRecord",
     "ToolCall",
@@ -24,7 +34,9 @@ __all__ = [
     "UnsupportedMediaType",
     "decode",
     "otlp_router",
+    "prometheus_lines",
     "session_hint",
     "sweep",
     "tool_call",
+    "tool_id",
 ]

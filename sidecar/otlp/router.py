@@ -3,29 +3,69 @@
 Answers as an OTLP/HTTP collector does: 200 with an ``ExportTraceServiceResponse`` (with
 ``partial_success`` when spans were rejected) in the request's encoding; 400 for a body
 that cannot be decoded (nothing of it is kept, nothing accepted before is lost); 413
-over the size limit; 415 for another content type.  Error bodies are a
-``google.rpc.Status`` in the request's encoding.  Finished sessions are reported after
-the response is sent, in a worker thread.
+over the size limit, on the wire or once inflated; 415 for another content type; 503
+with ``Retry-After`` when the intake's memory limit refuses the request (exporters
+retry it).  Error bodies are a ``google.rpc.Status`` in the request's encoding.
+Finished sessions are reported after the response is sent, in a worker thread.
+
+A body of up to :data:`SMALL_BODY_BYTES` once inflated is taken in a worker thread; a
+larger one is prepared in its own lane (:mod:`sidecar.otlp.lanes`: the service runs it
+in a worker process, so that parsing it never holds the interpreter another exporter's
+request needs), then taken.  When the large lane is full the request is answered 503.
 """
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter, BackgroundTasks, Request, Response
-from starlette.concurrency import run_in_threadpool
 
-from sidecar.otlp.assembler import TraceAssembler
-from sidecar.otlp.spans import PROTOBUF, MalformedPayload, UnsupportedMediaType
+from sidecar.errors import SidecarError
+from sidecar.otlp.assembler import Receipt, TraceAssembler
+from sidecar.otlp.lanes import Lane, LaneFull, ThreadLane
+from sidecar.otlp.spans import (
+    INVALID_ARGUMENT,
+    JSON,
+    PROTOBUF,
+    RESOURCE_EXHAUSTED,
+    BodyTooLarge,
+    MalformedPayload,
+    UnsupportedMediaType,
+    inflates_past,
+    status_body,
+)
 
 MAX_BODY_BYTES = 16 * 1_048_576
-_INVALID_ARGUMENT, _RESOURCE_EXHAUSTED = 3, 8
+SMALL_BODY_BYTES = 1_048_576
+RETRY_AFTER_S = 1
 
 
 def otlp_router(
-    assembler: TraceAssembler, *, max_body_bytes: int = MAX_BODY_BYTES, path: str = "/v1/traces"
+    assembler: TraceAssembler,
+    *,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    path: str = "/v1/traces",
+    large: Lane | None = None,
 ) -> APIRouter:
+    """``large``: where bodies over :data:`SMALL_BODY_BYTES` are prepared (worker threads
+    of this process by default)."""
     router = APIRouter()
+    lane: Lane = large if large is not None else ThreadLane()
+
+    async def take(body: bytes, content_type: str, encoding: str | None) -> Receipt:
+        import anyio
+
+        if not await anyio.to_thread.run_sync(inflates_past, body, encoding, SMALL_BODY_BYTES):
+            return await anyio.to_thread.run_sync(assembler.receive, body, content_type, encoding)
+        assembler.started(large=True)
+        try:
+            prepared = await lane.prepare(body, content_type, encoding, assembler.limits)
+        except LaneFull:
+            why = "too many large trace requests at once; retry later"
+            media = PROTOBUF if content_type.lower().startswith(PROTOBUF) else JSON
+            return assembler.refused(media, why=why)
+        except SidecarError as exc:
+            assembler.failed(exc)
+            raise
+        return await anyio.to_thread.run_sync(assembler.take, prepared)
 
     @router.post(
         path,
@@ -38,54 +78,36 @@ def otlp_router(
         media = PROTOBUF if content_type.lower().startswith(PROTOBUF) else "application/json"
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_body_bytes:
-            return _status(media, 413, _RESOURCE_EXHAUSTED, "body too large")
+            return _status(media, 413, RESOURCE_EXHAUSTED, "body too large")
         body = bytearray()
         async for chunk in request.stream():
             body += chunk
             if len(body) > max_body_bytes:
-                return _status(media, 413, _RESOURCE_EXHAUSTED, "body too large")
+                return _status(media, 413, RESOURCE_EXHAUSTED, "body too large")
         try:
-            receipt = await run_in_threadpool(
-                assembler.receive,
-                bytes(body),
-                content_type,
-                request.headers.get("content-encoding"),
-            )
+            receipt = await take(bytes(body), content_type, request.headers.get("content-encoding"))
         except UnsupportedMediaType as exc:
-            return _status(media, 415, _INVALID_ARGUMENT, str(exc))
+            return _status(media, 415, INVALID_ARGUMENT, str(exc))
+        except BodyTooLarge as exc:
+            return _status(media, 413, RESOURCE_EXHAUSTED, str(exc))
         except MalformedPayload as exc:
-            return _status(media, 400, _INVALID_ARGUMENT, str(exc))
+            return _status(media, 400, INVALID_ARGUMENT, str(exc))
         if receipt.reports:
             background.add_task(assembler.deliver, receipt.reports)
-        return Response(receipt.body, media_type=receipt.media, background=background)
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if receipt.status == 503 else None
+        return Response(
+            receipt.body,
+            receipt.status,
+            headers=headers,
+            media_type=receipt.media,
+            background=background,
+        )
 
     return router
 
 
 def _status(media: str, http_status: int, code: int, message: str) -> Response:
-    if media == PROTOBUF:
-        return Response(_status_proto(code, message), http_status, media_type=PROTOBUF)
-    body = json.dumps({"code": code, "message": message}).encode()
-    return Response(body, http_status, media_type="application/json")
-
-
-def _status_proto(code: int, message: str) -> bytes:
-    """``google.rpc.Status{code, message}`` in protobuf wire format (two fields: not worth
-    a dependency)."""
-    text = message.encode()
-    return b"\x08" + _varint(code) + b"\x12" + _varint(len(text)) + text
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    return Response(status_body(media, code, message), http_status, media_type=media)
 
 
 async def sweep(assembler: TraceAssembler, interval_s: float = 1.0) -> None:

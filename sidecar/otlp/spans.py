@@ -7,9 +7,12 @@
   base64), enums as integers (their names are accepted too), 64-bit integers as decimal
   strings or numbers, and ``AnyValue`` as ``{"stringValue": ...}`` and kin.
 
-Either ``gzip`` or ``deflate`` ``Content-Encoding`` is accepted, inflated up to a bound.
-A body that cannot be decoded as a whole raises :class:`MalformedPayload` (nothing of it
-is kept); a span with an invalid id is counted as rejected and the rest are kept.
+Either ``gzip`` or ``deflate`` ``Content-Encoding`` is accepted, inflated up to a bound
+(past it: :class:`BodyTooLarge`).  A body that cannot be decoded as a whole raises
+:class:`MalformedPayload` (nothing of it is kept): among others, attribute values nested
+deeper than :data:`~sidecar.model.MAX_DEPTH` levels, and JSON too deep to parse.  A span
+with an invalid id is counted as rejected and the rest are kept; so are the spans past
+``max_spans`` in one body (the work of one request is bounded).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sidecar.gateway.errors import GatewayError
+from sidecar.model import MAX_DEPTH
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -45,10 +49,21 @@ class OtlpError(GatewayError):
 
 class MalformedPayload(OtlpError):
     code = "malformed_payload"
+    status = 400
 
 
 class UnsupportedMediaType(OtlpError):
     code = "unsupported_media_type"
+    status = 415
+
+
+class BodyTooLarge(OtlpError):
+    code = "body_too_large"
+    status = 413
+
+
+# google.rpc.Code values for error bodies
+INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE = 3, 8, 14
 
 
 @dataclass(frozen=True)
@@ -80,46 +95,92 @@ class Decoded:
     reasons: tuple[str, ...] = ()
 
 
-def decode(body: bytes, content_type: str, content_encoding: str | None = None) -> Decoded:
-    """The spans of one ``POST /v1/traces`` body."""
+MAX_SPANS = 10_000
+"""Spans taken from one body, by default; the rest are rejected."""
+
+
+def decode(
+    body: bytes,
+    content_type: str,
+    content_encoding: str | None = None,
+    *,
+    max_spans: int = MAX_SPANS,
+) -> Decoded:
+    """The spans of one ``POST /v1/traces`` body (already inflated: :func:`inflate`)."""
+    media = media_of(content_type)
+    body = inflate(body, content_encoding)
+    if media == PROTOBUF:
+        return _decode_protobuf(body, max_spans)
+    return _decode_json(body, max_spans)
+
+
+def media_of(content_type: str) -> str:
     media = content_type.split(";", 1)[0].strip().lower()
     if media not in (PROTOBUF, JSON):
         raise UnsupportedMediaType(
             f"content type {media or '(none)'}: expected {PROTOBUF} or {JSON}"
         )
-    body = _inflate(body, (content_encoding or "").strip().lower())
-    return _decode_protobuf(body) if media == PROTOBUF else _decode_json(body)
+    return media
 
 
-def _inflate(body: bytes, encoding: str) -> bytes:
+def inflate(body: bytes, encoding: str | None, limit: int = MAX_INFLATED_BYTES) -> bytes:
+    """``body`` inflated (``gzip`` or ``deflate``), refused past ``limit`` bytes."""
+    encoding = (encoding or "").strip().lower()
     if encoding in ("", "identity"):
+        if len(body) > limit:
+            raise BodyTooLarge(f"body is over {limit} bytes")
         return body
     if encoding not in ("gzip", "deflate"):
         raise UnsupportedMediaType(f"content encoding {encoding}: expected gzip or deflate")
     wbits = 31 if encoding == "gzip" else 15
     inflater = zlib.decompressobj(wbits)
     try:
-        out = inflater.decompress(body, MAX_INFLATED_BYTES)
+        out = inflater.decompress(body, limit)
     except zlib.error as exc:
         raise MalformedPayload(f"body is not valid {encoding}") from exc
     if inflater.unconsumed_tail:
-        raise MalformedPayload(f"body inflates past {MAX_INFLATED_BYTES} bytes")
+        raise BodyTooLarge(f"body inflates past {limit} bytes")
     return out
 
 
+def inflates_past(body: bytes, encoding: str | None, limit: int) -> bool:
+    """Whether ``body`` is more than ``limit`` bytes once inflated (inflating at most
+    ``limit + 1`` of them to tell); ``False`` for an encoding or a body
+    :func:`inflate` will refuse anyway."""
+    encoding = (encoding or "").strip().lower()
+    if encoding in ("", "identity"):
+        return len(body) > limit
+    if encoding not in ("gzip", "deflate"):
+        return False
+    try:
+        head = zlib.decompressobj(31 if encoding == "gzip" else 15).decompress(body, limit + 1)
+    except zlib.error:
+        return False
+    return len(head) > limit
+
+
 class _Rejects:
-    def __init__(self) -> None:
+    def __init__(self, max_spans: int) -> None:
         self.count = 0
         self.reasons: list[str] = []
+        self.room = self.max_spans = max_spans
 
-    def add(self, reason: str) -> None:
-        self.count += 1
+    def add(self, reason: str, n: int = 1) -> None:
+        self.count += n
         if reason not in self.reasons and len(self.reasons) < 5:
             self.reasons.append(reason)
 
+    def take(self) -> bool:
+        """Whether one more span fits in this request."""
+        if self.room > 0:
+            self.room -= 1
+            return True
+        self.add(f"more than {self.max_spans} spans in one request")
+        return False
+
 
 # ---- protobuf ------------------------------------------------------------------------
-def _decode_protobuf(body: bytes) -> Decoded:
+def _decode_protobuf(body: bytes, max_spans: int) -> Decoded:
     from google.protobuf.message import DecodeError
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
@@ -130,12 +191,14 @@ def _decode_protobuf(body: bytes) -> Decoded:
         request.ParseFromString(body)
     except DecodeError as exc:
         raise MalformedPayload("body is not an ExportTraceServiceRequest") from exc
-    rejects = _Rejects()
+    rejects = _Rejects(max_spans)
     spans: list[SpanRecord] = []
     for resource_spans in request.resource_spans:
         resource = _pb_attributes(resource_spans.resource.attributes) or None
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
+                if not rejects.take():
+                    continue
                 trace_id, span_id = span.trace_id.hex(), span.span_id.hex()
                 why = _invalid_ids(trace_id, span_id)
                 if why:
@@ -160,18 +223,20 @@ def _decode_protobuf(body: bytes) -> Decoded:
     return Decoded(spans, rejects.count, tuple(rejects.reasons))
 
 
-def _pb_attributes(pairs: Sequence[Any]) -> dict[str, Any]:
-    return {kv.key: _pb_value(kv.value) for kv in pairs}
+def _pb_attributes(pairs: Sequence[Any], depth: int = 0) -> dict[str, Any]:
+    return {kv.key: _pb_value(kv.value, depth) for kv in pairs}
 
 
-def _pb_value(value: Any) -> Any:
+def _pb_value(value: Any, depth: int = 0) -> Any:
     which = value.WhichOneof("value")
     if which is None:
         return None
+    if which in ("array_value", "kvlist_value"):
+        _deeper(depth)
     if which == "array_value":
-        return [_pb_value(v) for v in value.array_value.values]
+        return [_pb_value(v, depth + 1) for v in value.array_value.values]
     if which == "kvlist_value":
-        return _pb_attributes(value.kvlist_value.values)
+        return _pb_attributes(value.kvlist_value.values, depth + 1)
     if which == "bytes_value":
         return base64.b64encode(value.bytes_value).decode()
     return getattr(value, which)
@@ -187,14 +252,21 @@ def _pb_exceptions(events: Sequence[Any]) -> Iterator[str]:
 
 
 # ---- JSON ----------------------------------------------------------------------------
-def _decode_json(body: bytes) -> Decoded:
+def _deeper(depth: int) -> None:
+    if depth >= MAX_DEPTH:
+        raise MalformedPayload(f"an attribute value is nested deeper than {MAX_DEPTH} levels")
+
+
+def _decode_json(body: bytes, max_spans: int) -> Decoded:
     try:
         document = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedPayload("body is not JSON") from exc
+    except RecursionError:
+        raise MalformedPayload("body is JSON nested too deeply") from None
     if not isinstance(document, dict):
         raise MalformedPayload("body is not an ExportTraceServiceRequest object")
-    rejects = _Rejects()
+    rejects = _Rejects(max_spans)
     spans: list[SpanRecord] = []
     for resource_spans in _list(document, "resourceSpans", "resource_spans"):
         resource_obj = _obj(resource_spans, "resource")
@@ -203,6 +275,8 @@ def _decode_json(body: bytes) -> Decoded:
             for span in _list(scope_spans, "spans"):
                 if not isinstance(span, dict):
                     raise MalformedPayload("a span is not an object")
+                if not rejects.take():
+                    continue
                 record = _json_span(span, resource, rejects)
                 if record is not None:
                     spans.append(record)
@@ -295,16 +369,16 @@ def _enum(value: Any, names: Mapping[str, int]) -> int:
     return _int(value)
 
 
-def _json_attributes(pairs: Sequence[Any]) -> dict[str, Any]:
+def _json_attributes(pairs: Sequence[Any], depth: int = 0) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kv in pairs:
         if not isinstance(kv, dict) or not isinstance(kv.get("key"), str):
             raise MalformedPayload("an attribute is not a {key, value} object")
-        out[kv["key"]] = _json_value(kv.get("value"))
+        out[kv["key"]] = _json_value(kv.get("value"), depth)
     return out
 
 
-def _json_value(value: Any) -> Any:
+def _json_value(value: Any, depth: int = 0) -> Any:
     if not isinstance(value, dict) or not value:
         return None
     if "stringValue" in value or "string_value" in value:
@@ -316,11 +390,13 @@ def _json_value(value: Any) -> Any:
     if "doubleValue" in value or "double_value" in value:
         return float(_get(value, "doubleValue", "double_value"))
     if "arrayValue" in value or "array_value" in value:
+        _deeper(depth)
         inner = _get(value, "arrayValue", "array_value") or {}
-        return [_json_value(v) for v in _list(inner, "values")]
+        return [_json_value(v, depth + 1) for v in _list(inner, "values")]
     if "kvlistValue" in value or "kvlist_value" in value:
+        _deeper(depth)
         inner = _get(value, "kvlistValue", "kvlist_value") or {}
-        return _json_attributes(_list(inner, "values"))
+        return _json_attributes(_list(inner, "values"), depth + 1)
     if "bytesValue" in value or "bytes_value" in value:
         return str(_get(value, "bytesValue", "bytes_value"))
     return None
@@ -336,6 +412,28 @@ def _json_exceptions(events: Sequence[Any]) -> Iterator[str]:
 
 
 # ---- responses -----------------------------------------------------------------------
+def status_body(media: str, code: int, message: str) -> bytes:
+    """A ``google.rpc.Status{code, message}`` in the request's encoding (the error body
+    of OTLP/HTTP)."""
+    if media == PROTOBUF:
+        text = message.encode()
+        return b"\x08" + _varint(code) + b"\x12" + _varint(len(text)) + text
+    return json.dumps({"code": code, "message": message}).encode()
+
+
+def _varint(value: int) -> bytes:
+    # two fields of protobuf wire format: not worth a dependency
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
 def response_body(media: str, rejected: int, message: str) -> bytes:
     """An ``ExportTraceServiceResponse``, with ``partial_success`` when spans were
     rejected, in the request's encoding."""

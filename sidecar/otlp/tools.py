@@ -20,16 +20,29 @@ arguments nor the result.
 A span names its session with ``mcp.session.id``, ``gen_ai.conversation.id``,
 ``session.id`` (OpenInference) or ``traceloop.association.properties.session_id``, in
 that order, on itself or on its resource.
+
+What a span says is bounded before anything reads it: a text value longer than
+``max_chars`` (plus a margin, so that a secret cut at the edge is still recognised
+whole) is cut before it is parsed or redacted, so a 1 MB result costs what a 5 KB one
+does; JSON nested deeper than :data:`~sidecar.model.MAX_DEPTH` levels is refused
+(:class:`~sidecar.otlp.spans.MalformedPayload`, the request answers 400), as the
+library would refuse it; text that cannot be stored (a lone surrogate) and numbers that
+are not finite are replaced.  A tool name outside the library's grammar (1-128 of
+``A-Z a-z 0-9 _ - .``) is mapped to one by :func:`tool_id`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.otlp.spans import SpanRecord
+from sidecar.model import MAX_DEPTH, TOOL_ID_PATTERN
+from sidecar.otlp.spans import MalformedPayload, SpanRecord
 
 SESSION_KEYS = (
     "mcp.session.id",
@@ -38,6 +51,10 @@ SESSION_KEYS = (
     "traceloop.association.properties.session_id",
 )
 _MCP_SPAN_NAME = re.compile(r"^(?:MCP send )?tools/call (\S+)$")
+DEFAULT_MAX_CHARS = 4_096
+CUT_MARGIN = 1_024
+"""Characters read past the cap, so that a secret straddling it is still recognised."""
+_NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
 @dataclass(frozen=True)
@@ -50,8 +67,10 @@ class ToolCall:
     scheme: str
 
 
-def tool_call(span: SpanRecord) -> ToolCall | None:
-    """The tool call ``span`` records, or ``None`` when it is not a tool span."""
+def tool_call(span: SpanRecord, max_chars: int = DEFAULT_MAX_CHARS) -> ToolCall | None:
+    """The tool call ``span`` records, or ``None`` when it is not a tool span.  Raises
+    :class:`~sidecar.otlp.spans.MalformedPayload` for arguments or a result nested past
+    :data:`~sidecar.model.MAX_DEPTH`."""
     a = span.attributes
     if a.get("gen_ai.operation.name") == "execute_tool" or a.get("mcp.method.name") == "tools/call":
         name = a.get("gen_ai.tool.name") or a.get("mcp.tool.name") or _from_span_name(span.name)
@@ -68,15 +87,35 @@ def tool_call(span: SpanRecord) -> ToolCall | None:
     if not isinstance(name, str) or not name:
         return None
     call_id = a.get("gen_ai.tool.call.id")
+    limit = max_chars + CUT_MARGIN
+    args, result = _bounded(args, limit), _bounded(result, limit)
     error = _error(span, result)
+    where = f"span {span.span_id}"
     return ToolCall(
         tool=name,
         call_id=str(call_id) if call_id else None,
-        arguments=_arguments(args, scheme),
-        output=None if error is not None else _parsed(result),
-        error=error,
+        arguments=_storable(_arguments(args, scheme), f"{where}: tool arguments"),
+        output=None if error is not None else _storable(_parsed(result), f"{where}: result"),
+        error=None if error is None else _storable(_bounded(error, limit), where),
         scheme=scheme,
     )
+
+
+def tool_id(name: str) -> tuple[str | None, str | None]:
+    """The library's id for a span's tool name, and what was done to it: ``(name,
+    None)`` when it is valid; ``(mapped, "renamed")`` when characters outside the
+    grammar were replaced by ``_`` (``fs/read file`` -> ``fs_read_file``) or it was cut
+    to 128 characters (with a digest of the whole, so that two long names stay two);
+    ``(None, reason)`` when nothing usable is left."""
+    if TOOL_ID_PATTERN.fullmatch(name):
+        return name, None
+    mapped = _NOT_IN_NAMES.sub("_", unicodedata.normalize("NFKC", name)).strip("_")
+    if not mapped.strip("._-"):
+        return None, "no letter or digit"
+    if len(mapped) > 128:
+        digest = hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()[:8]
+        mapped = f"{mapped[:119]}-{digest}"
+    return mapped, "renamed"
 
 
 def session_hint(span: SpanRecord) -> str | None:
@@ -111,7 +150,69 @@ def _parsed(value: Any) -> Any:
             return json.loads(value)
         except ValueError:
             return value
+        except RecursionError:
+            raise MalformedPayload("a JSON attribute is nested too deeply") from None
     return value
+
+
+def _bounded(value: Any, limit: int) -> Any:
+    """A text cut to ``limit`` characters before anything parses or redacts it (a cut
+    JSON text no longer parses, and is kept as text)."""
+    if isinstance(value, str) and len(value) > limit:
+        return value[:limit]
+    return value
+
+
+def _storable(value: Any, where: str) -> Any:
+    """``value`` with what the library would refuse replaced (lone surrogates, numbers
+    that are not finite); raises ``MalformedPayload`` past ``MAX_DEPTH`` levels."""
+    out, stack = _clean(value), []
+    stack.append((out, 0))
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise MalformedPayload(f"{where} are nested deeper than {MAX_DEPTH} levels")
+        if isinstance(node, dict):
+            for key in list(node):
+                item = node[key]
+                cleaned = _clean(item)
+                if cleaned is not item:
+                    node[key] = cleaned
+                if isinstance(cleaned, dict | list):
+                    stack.append((cleaned, depth + 1))
+            bad = [k for k in node if isinstance(k, str) and _surrogates(k)]
+            for key in bad:
+                node[_text(key)] = node.pop(key)
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                cleaned = _clean(item)
+                if cleaned is not item:
+                    node[i] = cleaned
+                if isinstance(cleaned, dict | list):
+                    stack.append((cleaned, depth + 1))
+    return out
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return _text(value) if _surrogates(value) else value
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _text(text: str) -> str:
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _arguments(value: Any, scheme: str) -> dict[str, Any]:

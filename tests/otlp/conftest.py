@@ -10,10 +10,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from indexes import HashingEmbedder
+from sidecar import Sidecar
+from sidecar.api import create_app
 from sidecar.gateway.memory import MemoryBackend
 from sidecar.otlp import AssemblerLimits, TraceAssembler, otlp_router
 
@@ -22,14 +26,14 @@ from sidecar.otlp import AssemblerLimits, TraceAssembler, otlp_router
 class Collector:
     url: str
     assembler: TraceAssembler
-    backend: MemoryBackend
+    backend: Any
 
 
-def run_collector(limits: AssemblerLimits) -> Iterator[Collector]:
+def run_collector(limits: AssemblerLimits, backend: Any = None) -> Iterator[Collector]:
     import uvicorn
     from fastapi import FastAPI
 
-    backend = MemoryBackend()
+    backend = MemoryBackend() if backend is None else backend
     assembler = TraceAssembler(backend, limits)
     app = FastAPI()
     app.include_router(otlp_router(assembler))
@@ -54,6 +58,33 @@ def run_collector(limits: AssemblerLimits) -> Iterator[Collector]:
 @pytest.fixture
 def collector() -> Iterator[Collector]:
     yield from run_collector(AssemblerLimits(root_grace_s=0, trace_idle_s=60))
+
+
+TOKEN = "otlp-token-0123456789"
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Sidecar]]:
+    import uvicorn
+
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        app = create_app(sc, TOKEN)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline
+            time.sleep(0.02)
+        try:
+            yield f"http://127.0.0.1:{port}", sc
+        finally:
+            server.should_exit = True
+            thread.join(timeout=30)
+            sock.close()
 
 
 def eventually(check: Callable[[], bool], timeout: float = 20.0) -> None:

@@ -171,12 +171,13 @@ def test_bounds_idle_traces_and_named_sessions() -> None:
     assert assembler.stats.dropped_spans == 2
     clock.now = 10
     assert assembler.expire() == [] and assembler.open_traces() == 0
-    # a named session outlives its trace until it idles
+    # a named session is reported when its trace closes, and outlives it until it idles
     hinted = {"gen_ai.conversation.id": "c", "gen_ai.operation.name": "execute_tool",
               "gen_ai.tool.name": "b", "error.type": "E"}  # fmt: skip
     assembler.ingest([span("1", None, trace=traces[3], **hinted)])
     clock.now = 11
-    assert assembler.expire() == [] and assembler.open_sessions() == 1
-    clock.now = 16
     [named] = assembler.expire()
     assert [s.tool for s in named.steps] == ["b"] and named.outcome == "abandoned"
+    assert named.ended is None and assembler.open_sessions() == 1
+    clock.now = 16
+    assert assembler.expire() == [] and assembler.open_sessions() == 0  # nothing new

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sidecar.redact import MASK, looks_like_secret, redact, redact_text
@@ -150,10 +152,10 @@ def test_a_secret_used_as_a_key_is_masked() -> None:
 
 
 def _every_pattern(text: str) -> str:
-    from sidecar.redact import _VALUE_PATTERNS, _mask_group
+    from sidecar.redact import RULES, apply_rule
 
-    for _name, pattern, group in _VALUE_PATTERNS:
-        text = pattern.sub(lambda m, g=group: _mask_group(m, g) if g else MASK, text)
+    for rule in RULES:
+        text = apply_rule(rule, text)
     return text
 
 
@@ -196,3 +198,162 @@ def test_a_key_that_looks_like_a_secret_is_masked_every_time() -> None:
     key = "ghp_" + "a1B2c3D4e5" * 4
     for _ in range(2):
         assert list(redact({key: 1})) == [MASK]
+
+
+# ---- every common shape ----------------------------------------------------------------
+SECRET = "Zq8wLp3xKd7Rt2Vb"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "auth", "Auth", "AUTH", "x-auth", "basicAuth",
+        "pwd", "PWD", "db_pwd", "pass", "otp",
+        "passphrase", "key_passphrase", "passPhrase",
+        "session", "sessionid", "session_id", "sessionId", "Session-ID", "JSESSIONID",
+        "PHPSESSID", "session_token", "sessionKey",
+        "cookie", "Cookie", "cookies", "set-cookie",
+        "apikey", "api_key", "apiKey", "API-KEY", "X-API-Key", "x_api_key", "XApiKey",
+        "Ocp-Apim-Subscription-Key", "access_token", "refreshToken", "id_token",
+        "client_secret", "AWS_SECRET_ACCESS_KEY", "private_key", "credentials", "jwt",
+        "csrftoken", "X-CSRF-Token", "password_confirmation",
+    ],
+)  # fmt: skip
+def test_sensitive_key_names_in_any_spelling(key: str) -> None:
+    assert redact({key: SECRET}) == {key: MASK}
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "author", "authority", "oauth_provider", "auth_method", "auth_type", "passenger",
+        "passwordless", "bypass", "compass", "sessions", "session_timeout", "token_type",
+        "max_tokens", "total_tokens", "prompt_tokens", "token_count", "tokenizer",
+        "cookie_name", "cookie_domain", "password_length", "password_policy",
+        "api_key_name", "secret_name", "monkey", "keyword", "key", "order_id", "status",
+    ],
+)  # fmt: skip
+def test_structural_key_names_keep_their_values(key: str) -> None:
+    """A name that describes a secret, or only looks like one, keeps its value (the
+    memory may learn from it); the value rules still apply to it."""
+    assert redact({key: "pending"}) == {key: "pending"}
+    assert redact({key: "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"}) == {key: MASK}
+
+
+def test_booleans_are_never_masked_by_name() -> None:
+    assert redact({"password": True, "session": False}) == {"password": True, "session": False}
+
+
+@pytest.mark.parametrize(
+    "pairs",
+    [
+        [{"name": "X-API-Key", "value": SECRET}, {"name": "Accept", "value": "json"}],
+        [{"key": "Authorization", "value": {"stringValue": SECRET}}],
+        [{"name": "DB_PASSWORD", "value": SECRET}],
+        [["Cookie", SECRET], ["Accept", "json"]],
+        [("x-auth-token", SECRET)],
+    ],
+)
+def test_name_value_pairs_with_a_sensitive_name(pairs: list[object]) -> None:
+    out = redact({"headers": pairs})
+    assert SECRET not in str(out) and MASK in str(out)
+    assert "Accept" not in str(pairs) or "json" in str(out)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"GET https://maps.example.com/geo?q=paris&key={SECRET}&lang=en failed",
+        f"https://api.example.com/v1?token={SECRET}",
+        f"https://acct.blob.example.net/c/b?sv=2024&sig={SECRET}",
+        f"https://h.example.com/a?access_token={SECRET}#frag",
+        f"https://h.example.com/app;jsessionid={SECRET}?x=1",
+        f"https://h.example.com/cb?X-Amz-Signature={SECRET}&X-Amz-Date=1",
+        f"redirect to /login?next=/home&auth={SECRET}",
+    ],
+)
+def test_url_query_parameters(text: str) -> None:
+    out = redact_text(text)
+    assert SECRET not in out and MASK in out
+
+
+def test_ordinary_query_parameters_are_kept() -> None:
+    text = "GET https://shop.example.com/items?page=2&sort=asc&q=blue+shirt"
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f'upstream 401: {{"error": {{"auth": "{SECRET}"}}}}',
+        f'body was {{\\"api_key\\": \\"{SECRET}\\", \\"ok\\": false}}',
+        f'log: "{{\\\\\\"pwd\\\\\\": \\\\\\"{SECRET}\\\\\\"}}"',
+        f"{{'passphrase': '{SECRET}', 'user': 'bob'}}",
+        json.dumps({"request": json.dumps({"headers": [{"name": "X-API-Key", "value": SECRET}]})}),
+        json.dumps([{"session_id": SECRET}]),
+    ],
+)
+def test_json_inside_strings_escaped_or_not(text: str) -> None:
+    out = redact_text(text)
+    assert SECRET not in out and MASK in out
+
+
+def test_a_json_text_with_no_secret_is_left_as_written() -> None:
+    text = '{"status":  "pending", "items": [1, 2]}'
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"Invalid API key '{SECRET}'",
+        f'invalid token "{SECRET}" expired',
+        f"Authentication failed: password `{SECRET}` rejected",
+        f"Incorrect API key provided: {SECRET}. You can find your key in the dashboard.",
+        f"401 Unauthorized: bad credentials \u2018{SECRET}\u2019",
+        f"Session ID '{SECRET}' is not valid",
+    ],
+)
+def test_quoted_values_in_error_messages(text: str) -> None:
+    out = redact_text(text)
+    assert SECRET not in out and MASK in out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"my password is {SECRET}",
+        "My password is hunter2, please log in",
+        f"the new api key for prod was {SECRET}",
+        f"our passphrase is now {SECRET}",
+        "password is Summer2024!",
+        f"pin set to {SECRET}",
+    ],
+)
+def test_password_phrases(text: str) -> None:
+    out = redact_text(text)
+    assert MASK in out and SECRET not in out and "hunter2" not in out and "Summer2024" not in out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password is required",
+        "The password is too short",
+        "the token is invalid",
+        "Your API key is invalid or expired",
+        "token: expired",
+        "session: expired",
+        "auth: failed",
+        "field 'password' is required",
+        "Unexpected token '}' in JSON at position 3",
+        "Error: Non-delivered order cannot be exchanged",
+        "Item 55501 is out of stock",
+        "order #W2466703 has status 'pending'",
+        "the token budget was fine",
+        "author: Bob; oauth: enabled",
+    ],
+)
+def test_error_prose_about_secrets_is_kept(text: str) -> None:
+    """Validation errors name secrets all the time; they are what the memory learns."""
+    assert redact_text(text) == text
