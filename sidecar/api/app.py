@@ -67,6 +67,8 @@ def create_app(
     # an exporter's batch may be larger than an API request, and is not retried on 413
     otlp_body = settings.otlp_max_request_bytes
     limits = AssemblerLimits(
+        # every traced session is evidence: successes are what a failure is tested against
+        report_clean=True,
         session_idle_s=settings.otlp_conversation_idle_s,
         max_request_bytes=otlp_body,
         max_memory_bytes=settings.otlp_max_memory_bytes,

@@ -58,7 +58,7 @@ class UnsupportedMediaType(OtlpError):
 
 
 class BodyTooLarge(OtlpError):
-    code = "body_too_large"
+    code = "trace_too_large"
     status = 413
 
 

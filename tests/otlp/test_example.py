@@ -91,4 +91,4 @@ def test_the_example_agent_teaches_a_running_sidecar(
     assert refused.returncode == 1 and "not taken" in refused.stderr
     token = (Path(env["SIDECAR_HOME"]) / "token").read_text().strip()
     metrics = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"}).text
-    assert 'sidecar_otlp_spans_total{outcome="accepted"} 9' in metrics
+    assert 'sidecar_otlp_spans_total{outcome="accepted"} 42' in metrics

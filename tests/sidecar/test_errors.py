@@ -48,7 +48,7 @@ def test_every_class_declares_a_code_a_status_and_an_exit_code() -> None:
     assert from_code("body_too_large", "request body over 10 bytes", 413).exit_code == 10
     assert issubclass(E.UpstreamSpecError, E.InvalidInput) and E.UpstreamSpecError.exit_code == 2
     # a gateway that cannot serve has its own code, never 3 ("blocked")
-    assert E.GatewayUnavailable.exit_code == E.UpstreamUnavailable.exit_code == 10
+    assert E.GatewayUnavailable.exit_code == E.UpstreamUnavailable.exit_code == 11
 
 
 @pytest.fixture
