@@ -318,3 +318,30 @@ def test_a_fatal_sequence_seen_completing_is_contested_whatever_the_order(
         assert (view.status, view.contradictions) == ("contested", 1)
         sc.report(completed)  # a replay counts nothing twice
         assert sc.constraints()[0].contradictions == 1
+
+
+def test_usage_committed_after_the_decision_keeps_the_tool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An eviction races a session that uses the tool: the session commits after the
+    decision and before the move; the move re-reads usage in its own transaction and
+    leaves the tool where it is."""
+    from sidecar.eviction import Evictor
+
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path, evict_min_chains=1) as sc:
+        sc.add_tools([Tool("get_order", "x"), Tool("exchange_items", "y")])
+        sc.report(dead_end(1))
+        decide = Evictor.decide
+
+        def decide_then_race(self: Evictor, min_chains: int | None = None) -> Any:
+            decisions = decide(self, min_chains)
+            assert {d.tool_id: d.action for d in decisions} == {"get_order": "evict"}
+            sc.report(failing_session(9) | {"outcome": "unknown"})  # get_order succeeds
+            return decisions
+
+        monkeypatch.setattr(Evictor, "decide", decide_then_race)
+        report = sc.evict()
+        assert report.evicted == ()
+        (kept,) = report.kept
+        assert kept.tool_id == "get_order" and "since the decision" in kept.reason
+        assert "get_order" in {t.tool_id for t in sc.list_tools()}

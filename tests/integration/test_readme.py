@@ -1,0 +1,199 @@
+"""The README's own commands, run as a newcomer pastes them: the worked example on real
+agent runs and the classic case, each in a fresh home, with no server and beside a
+running ``sidecar serve`` (which the CLI then goes through); what each command prints
+is compared with what the README shows, and any drift fails.
+
+A command block (```sh) is split into commands; a command's expected output is the
+``# `` comment lines after it, or, for the worked example, the plain block that follows
+the command block.  In expected lines ``…`` and ``...`` stand for any text, and a line
+holding only ``...`` for any number of lines.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DATASETS = ROOT.parent / "shared" / "datasets"
+BIN = Path(sys.executable).parent
+
+
+def section(title: str) -> str:
+    text = README.read_text()
+    start = text.index(f"## {title}")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else len(text)]
+
+
+def blocks(text: str) -> list[tuple[str, list[str]]]:
+    """The fenced blocks of ``text``: (language, lines)."""
+    out: list[tuple[str, list[str]]] = []
+    for match in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.M | re.S):
+        out.append((match.group(1), match.group(2).rstrip("\n").split("\n")))
+    return out
+
+
+def commands(lines: list[str]) -> list[tuple[str, list[str]]]:
+    """A shell block as (command, the ``# `` lines after it)."""
+    out: list[tuple[str, list[str]]] = []
+    pending: list[str] = []
+    for line in lines:
+        if not pending and line.startswith("#"):
+            if out:
+                out[-1][1].append(line[2:] if line.startswith("# ") else line[1:])
+            continue
+        pending.append(line)
+        text = "\n".join(pending)
+        if text.endswith("\\"):
+            continue
+        try:
+            shlex.split(text)
+        except ValueError:
+            continue  # a quote still open: the command goes on
+        out.append((text, []))  # a trailing ``# note`` is bash's to ignore
+        pending = []
+    assert not pending, f"an unfinished command in the README: {pending}"
+    return out
+
+
+def matches(expected: list[str], actual: list[str]) -> bool:
+    """Whether ``actual`` shows ``expected`` in order (see the module docstring), with
+    runs of white space (line breaks too) counted as one space: what the README wraps,
+    a command may print on one line."""
+    parts = []
+    for line in (e.strip() for e in expected if e.strip()):
+        if line in ("...", "…"):
+            parts.append(".*?")
+            continue
+        pieces = [re.escape(" ".join(p.split())) for p in re.split(r"…|\.\.\.", line)]
+        parts.append(".*?".join(pieces))
+    pattern = " ?".join(parts)
+    text = " ".join(" ".join(actual).split())
+    return re.search(pattern, text, re.S) is not None
+
+
+def run(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def environment(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    env["SIDECAR_HOME"] = str(home)
+    env["SIDECAR_MODEL_CACHE"] = os.environ["SIDECAR_MODEL_CACHE"]  # the suite's own
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+@contextmanager
+def serving(home: Path, env: dict[str, str]) -> Iterator[None]:
+    """``sidecar serve`` on ``home`` (the CLI finds it through the home's server.json)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [str(BIN / "sidecar"), "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (home / "server.json").exists():
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.1)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A folder like the repository's root for the README's relative paths: the
+    datasets at ``../shared/datasets``, the demo catalog at ``sidecar/demo``."""
+    if not DATASETS.is_dir():
+        pytest.skip(f"the datasets are not at {DATASETS} (the worked example reads them)")
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "datasets").symlink_to(DATASETS)
+    (work / "sidecar").symlink_to(ROOT / "sidecar")
+    return work
+
+
+@pytest.mark.parametrize("server", ["no server", "beside a server"])
+def test_the_worked_example_runs_as_written(workdir: Path, server: str) -> None:
+    sh, shown = [b for b in blocks(section("A worked example")) if b[0] in ("sh", "")][:2]
+    assert sh[0] == "sh" and shown[0] == ""
+    home = workdir / "home"
+    env = environment(home)
+    subprocess.run([str(BIN / "sidecar"), "tools", "list"], env=env, capture_output=True)
+    out: list[str] = []
+    with serving(home, env) if server == "beside a server" else _nothing():
+        codes = []
+        for command, _ in commands(sh[1]):
+            done = run(command, workdir, env)
+            assert "Traceback" not in done.stderr, (command, done.stderr)
+            out += done.stdout.splitlines()
+            codes.append(done.returncode)
+    assert codes[:-1] == [0] * (len(codes) - 1), (codes, out)
+    assert codes[-1] == 3  # the check blocks
+    assert matches(shown[1], out), "\n".join(out)
+    # each command wrote the file the next one read
+    assert {p.name for p in workdir.iterdir()} >= {
+        "tau2-tools.jsonl",
+        "reports.jsonl",
+        "steps.json",
+    }
+
+
+@pytest.mark.parametrize("server", ["no server", "beside a server"])
+def test_the_classic_case_runs_as_written(workdir: Path, server: str) -> None:
+    (sh,) = [b for b in blocks(section("The classic case")) if b[0] == "sh"]
+    home = workdir / "home"
+    env = environment(home)
+    with serving(home, env) if server == "beside a server" else _nothing():
+        for command, expected in commands(sh[1]):
+            done = run(command, workdir, env)
+            assert "Traceback" not in done.stderr, (command, done.stderr)
+            wanted = [e for e in expected if not e.startswith("(exit")]
+            shown = [e.replace(" (exit 3)", "") for e in wanted]
+            assert matches(shown, done.stdout.splitlines()), (command, done.stdout, expected)
+            if any("(exit 3)" in e for e in expected):
+                assert done.returncode == 3, command
+            else:
+                assert done.returncode == 0, (command, done.stderr)
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def test_the_matcher_both_ways() -> None:
+    assert matches(["a", "...", "c …"], ["a", "b", "b", "c d"])
+    assert not matches(["a", "c"], ["a", "b", "c"])  # no gap where none is shown
+    assert matches(["1. x  (0.4…)  y"], ["1. x  (0.487)  y"])
+    assert not matches(["1. x"], ["2. x"])
+    assert matches(['{"a": 1,', ' "b": 2}'], ['{"a": 1, "b": 2}'])  # wrapped in the README
+    cmds = commands(["echo 'a", "b' | tr -d x", "# ab", "ls \\", "  -l", "# out"])
+    assert cmds == [("echo 'a\nb' | tr -d x", ["ab"]), ("ls \\\n  -l", ["out"])]
