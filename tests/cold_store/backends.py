@@ -4,94 +4,18 @@ past a store: its data files, to read or damage them as a crash or a bad disk wo
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks.s3server import ACCESS, REGION, S3Server
 from cold_store import ColdStore, S3Options
 
-ACCESS = {"aws_access_key_id": "test-key", "aws_secret_access_key": "test-secret"}
-REGION = "us-east-1"
-
-
-class S3Server:
-    """``tests.cold_store.s3server`` in a child process."""
-
-    def __init__(self) -> None:
-        self._client: Any = None
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.cold_store.s3server"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=Path(__file__).resolve().parents[2],
-        )
-        assert self._proc.stdout is not None
-        line = self._proc.stdout.readline()
-        if not line.startswith("port "):
-            self.close()
-            raise RuntimeError(f"the S3 server did not start: {line!r}")
-        self.port = int(line.split()[1])
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-
-    def _command(self, command: str) -> None:
-        assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.write(command + "\n")
-        self._proc.stdin.flush()
-        assert self._proc.stdout.readline().strip() == f"ok {command}"
-
-    def stop(self) -> None:
-        """Connections are refused until :meth:`start`; the objects are kept."""
-        self._command("stop")
-
-    def start(self) -> None:
-        self._command("start")
-
-    def options(self, **overrides: Any) -> S3Options:
-        values: dict[str, Any] = {
-            "endpoint_url": self.endpoint,
-            "region": REGION,
-            "access_key_id": ACCESS["aws_access_key_id"],
-            "secret_access_key": ACCESS["aws_secret_access_key"],
-        }
-        values.update(overrides)
-        return S3Options(**values)
-
-    def client(self) -> Any:
-        """One boto3 client for the server's life (closed with it: each client keeps a
-        pool of sockets)."""
-        if self._client is None:
-            self._client = boto3.client(
-                "s3", endpoint_url=self.endpoint, region_name=REGION, **ACCESS
-            )
-        return self._client
-
-    def new_bucket(self) -> str:
-        name = f"cold-{uuid.uuid4().hex[:12]}"
-        self.client().create_bucket(Bucket=name)
-        return name
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        if self._proc.stdin is not None:
-            self._proc.stdin.close()
-        try:
-            self._proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        if self._proc.stdout is not None:
-            self._proc.stdout.close()
+__all__ = ["ACCESS", "REGION", "Backend", "S3Server", "committed_rows", "garbage", "torn"]
 
 
 @dataclass
