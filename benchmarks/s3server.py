@@ -11,6 +11,7 @@ commands on stdin: ``stop`` (the port refuses connections; the objects are kept)
 from __future__ import annotations
 
 import logging
+import signal
 import subprocess
 import sys
 import uuid
@@ -24,6 +25,9 @@ REGION = "us-east-1"
 def main() -> None:
     from moto.server import ThreadedMotoServer
 
+    # it ends with its stdin, i.e. with its parent: a Ctrl-C meant for the parent must
+    # not stop it while the parent still needs it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
