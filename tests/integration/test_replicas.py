@@ -95,13 +95,17 @@ def delta_keys(cluster: Cluster, table: str, key: str) -> list[str]:
 
 
 def hot_index_ids(cluster: Cluster) -> set[str]:
-    """The ids in the shared Chroma collection itself."""
-    import chromadb
+    """The ids in the shared Chroma collection itself, through Chroma's REST API (a
+    client of our own, closed here: chromadb's keeps its sockets open)."""
+    import httpx
 
-    host, port = cluster.chroma_url.removeprefix("http://").split(":")
-    client = chromadb.HttpClient(host=host, port=int(port))
-    collection = client.get_collection(cluster.collection)
-    return set(collection.get(include=[])["ids"])
+    base = f"{cluster.chroma_url}/api/v2/tenants/default_tenant/databases/default_database"
+    with httpx.Client(base_url=base, timeout=60) as http:
+        found = http.get(f"/collections/{cluster.collection}")
+        found.raise_for_status()
+        got = http.post(f"/collections/{found.json()['id']}/get", json={"include": []})
+        got.raise_for_status()
+        return set(got.json()["ids"])
 
 
 def check_cluster(cluster: Cluster) -> dict[str, Any]:
@@ -263,7 +267,7 @@ def test_concurrent_reports_evictions_lookups_and_checks_lose_nothing(cluster: C
     for session, cid in acknowledged:
         assert any(k.endswith(session) and c == cid for c, k in rows), (session, cid)
     assert len(rows) == len(acknowledged), rows
-    usage = [k for (k,) in cluster.sql("SELECT usage_key FROM usage_sessions")]
+    usage = [k for (k,) in cluster.sql("SELECT session_key FROM usage_evidence")]
     for session in completed_sessions:
         assert any(session in k for k in usage), session
     cluster.clients[2].evict()  # whatever the racing runs left
