@@ -280,8 +280,18 @@ class RemoteSidecar:
         return self._get(ArchiveStatus, "/v1/archive/status", verify=verify)
 
     def health(self) -> Health:
-        response = self._http.get("/readyz")
-        return load(Health, response.json())
+        # /readyz answers 503 with the checks when not ready, so ``call`` (which raises
+        # on any 4xx/5xx) cannot read it; but a server whose state cannot be read at all
+        # answers the error envelope instead, which is that error, not a Health
+        try:
+            response = self._http.get("/readyz")
+        except httpx.HTTPError as exc:
+            raise Unreachable(f"cannot reach the sidecar at {self.url}: {exc}") from None
+        data = response.json()
+        if isinstance(data, dict) and "ready" not in data and isinstance(data.get("error"), dict):
+            err = data["error"]
+            raise from_code(str(err.get("code")), str(err.get("message")), response.status_code)
+        return load(Health, data)
 
     def constraints(self, include_lifted: bool = False) -> list[ConstraintView]:
         return self._get(
