@@ -83,6 +83,16 @@ def world(cluster: Cluster, prefix: str, chains: int = 4, via: int = 0) -> list[
     return [t.tool_id for t in tools]
 
 
+def teach(sc: RemoteSidecar) -> None:
+    """Exchanges of delivered orders succeed; three sessions exchanging pending ones are
+    refused: enough independent evidence for a block (sent again, nothing counts
+    twice)."""
+    sc.report_many([good_session(n) for n in range(SUCCESSES)])
+    for result in sc.report_many([failing_session(n) for n in range(3)]):
+        if result.chain_id:
+            ARCHIVED.add(result.chain_id)
+
+
 # ---- the invariants ------------------------------------------------------------------
 def delta_keys(cluster: Cluster, table: str, key: str) -> list[str]:
     """Every key of every row the Delta table's current version names, read past the
@@ -174,8 +184,7 @@ def test_a_failure_learned_on_one_replica_blocks_on_the_next_request_to_another(
     args = {"order_id": "#C3000"}
     pending = [lookup("#C3000", "pending")]
     assert b.check_call(pending, "exchange_items", args).decision == "allow"
-    a.report_many([good_session(n) for n in range(SUCCESSES)])
-    a.report_many([failing_session(n) for n in range(3)])
+    teach(a)
     # no wait: revisions are read from the database on every check
     blocked = b.check_call(pending, "exchange_items", args)
     assert blocked.decision == "block", blocked
@@ -183,9 +192,6 @@ def test_a_failure_learned_on_one_replica_blocks_on_the_next_request_to_another(
     assert c.check_call([lookup("#C3000", "delivered")], "exchange_items", args).decision == (
         "allow"
     )
-    for result in a.report_many([failing_session(n) for n in range(3)]):
-        if result.chain_id:
-            ARCHIVED.add(result.chain_id)
 
     # a fatal sequence reported to C is enforced by A at once
     prefix = world(cluster, "fa", chains=1, via=2)
@@ -308,6 +314,7 @@ def files_under(path: Path) -> dict[str, tuple[int, int]]:
 def test_without_the_database_every_replica_fails_closed_and_recovers(cluster: Cluster) -> None:
     add(cluster, ORDER_TOOLS)
     clients = cluster.clients
+    teach(clients[0])
     args = {"order_id": "#D1"}
     pending = [lookup("#D1", "pending")]
     body = {"steps": pending, "next": {"tool": "exchange_items", "arguments": args}}
