@@ -211,7 +211,8 @@ class Cluster:
         self.chroma_url = ""
         self._chroma: subprocess.Popen[bytes] | None = None
         self.replicas = [
-            Replica(i, self.root / f"replica-{i}", self.root / f"replica-{i}.log")
+            # folders numbered from 1, as `python -m benchmarks.cluster` shows them
+            Replica(i, self.root / f"replica-{i + 1}", self.root / f"replica-{i + 1}.log")
             for i in range(replicas)
         ]
         self._clients: dict[int, RemoteSidecar] = {}
@@ -461,18 +462,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cold: Cold | None = None if args.cold == "none" else args.cold
     # SIGTERM stops it as Ctrl-C does: everything started is stopped on the way out
-    signal.signal(signal.SIGTERM, _interrupt)
+    # (SIGINT too when a shell started it in the background, which ignores SIGINT)
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, _interrupt)
     print(f"starting {args.replicas} replica(s) (cold: {args.cold}) ...", flush=True)
     try:
         with Cluster(args.replicas, cold, args.embedder, root=args.root) as cluster:
+            # numbered from 1 for people (Cluster's own indices start at 0)
             for i, url in enumerate(cluster.urls):
-                print(f"replica {i}: {url}  (home {cluster.replicas[i].home})")
+                print(f"replica {i + 1}: {url}  (home {cluster.replicas[i].home})")
             print("\n# the memory they share (every replica runs with these):")
             shared = cluster.shared_env()
             print("\n".join(_shell({k: v for k, v in shared.items() if k != "SIDECAR_TOKEN"})))
-            print("\n# to send CLI commands to replica 0 (any replica takes the same token):")
+            print("\n# to send CLI commands to replica 1 (every replica takes the same token):")
             reach = {"SIDECAR_URL": cluster.urls[0], "SIDECAR_TOKEN": cluster.token}
             print("\n".join(_shell(reach)))
+            urls = " ".join(f"--url {u}" for u in cluster.urls[:2])
+            print(f"\n# the example: python examples/replicas_agent.py {urls}")
             print("\nup; Ctrl-C stops every process and removes the data", flush=True)
             while True:
                 time.sleep(3600)

@@ -54,3 +54,50 @@ def test_the_library_agent_blocks_the_exchange_it_learned_fails(tmp_path: Path) 
             "cancel_order",
             "track_package",
         }
+
+
+def test_replicas_agent_blocks_on_replica_2_what_replica_1_learned(tmp_path: Path) -> None:
+    """``python -m benchmarks.cluster`` as the README's walk-through starts it, then the
+    example against the two URLs it prints; SIGTERM stops everything it started."""
+    import signal
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIDECAR_", "AWS_"))}
+    root = tmp_path / "cluster"
+    cluster = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.cluster", "--replicas", "2",
+         "--embedder", "hashing", "--root", str(root)],
+        stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        assert cluster.stdout is not None
+        printed: list[str] = []
+        for line in cluster.stdout:
+            printed.append(line.rstrip("\n"))
+            if line.startswith("up;"):
+                break
+        (example,) = [p for p in printed if p.startswith("# the example: ")]
+        token = next(p.split("=", 1)[1] for p in printed if "SIDECAR_TOKEN=" in p)
+        urls = example.split("replicas_agent.py ")[1].split()
+        proc = subprocess.run(
+            [sys.executable, str(EXAMPLES / "replicas_agent.py"), *urls],
+            capture_output=True, text=True, env={**env, "SIDECAR_TOKEN": token},
+            cwd=tmp_path, timeout=600,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert lines[1] == (
+            "2. replica 1: reported 23 sessions: 3 archived (the refused exchanges), 20 recorded"
+        )
+        assert lines[2].startswith("3. replica 2 (") and lines[2].endswith("): BLOCK")
+        assert "has status 'pending'" in lines[3]
+        assert lines[4].startswith("   audit on replica 2: cold://chains/")
+        assert lines[-2] == "4. replica 2: exchange_item on the delivered #W31: ALLOW"
+        assert lines[-1] == "5. archive digest: the same on both"
+    finally:
+        cluster.send_signal(signal.SIGTERM)
+        assert cluster.wait(timeout=120) == 0
+    assert cluster.stdout is not None
+    assert cluster.stdout.read().strip().endswith("stopped")
+    cluster.stdout.close()
+    # every replica's server.json was withdrawn by its clean stop
+    assert not list(root.glob("replica-*/server.json"))
