@@ -838,7 +838,13 @@ class Sidecar:
         except (ToolIndexError, SidecarError) as exc:
             checks["hot_index"] = f"unavailable: {redact_text(str(exc))}"
         checks["cold_store"] = self._cold.health()
-        damaged = self._cold.verify()
+        try:
+            damaged = self._cold.verify()
+        except ColdStoreError as exc:
+            # a shared store (S3) that does not answer: not ready, and say why, rather
+            # than fail the readiness probe itself with an internal error
+            damaged = []
+            checks["cold_store"] = f"unavailable: {redact_text(str(exc))}"
         if checks["cold_store"] == "ok" and damaged:
             checks["cold_store"] = f"{len(damaged)} file(s) not as published: {damaged[0].reason}"
         checks["state"] = _writable_dirs(self.settings.home)
