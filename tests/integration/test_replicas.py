@@ -325,6 +325,13 @@ def test_a_replica_killed_mid_move_is_finished_by_another(cluster: Cluster, step
         assert cluster.wait_exit(victim) == -signal.SIGKILL  # by itself, at that step
         begun = cluster.sql("SELECT status FROM moves WHERE status != 'done'")
         assert begun or step == "after_done", begun
+        if step == "after_cold":
+            # nobody asks: the other replicas' retry loops find the moves the dead one
+            # left and the first to take the lock finishes them
+            deadline = time.monotonic() + 6 * MAINTAIN_EVERY_S
+            while cluster.sql("SELECT 1 FROM moves WHERE status != 'done'"):
+                assert time.monotonic() < deadline, "no replica resumed the moves"
+                time.sleep(0.5)
         # another replica takes the lock the dead one's session no longer holds
         finish_moves(cluster, via=0)
         evicted = dict(cluster.sql("SELECT tool_id, move_id FROM evicted_tools"))
