@@ -168,9 +168,11 @@ def test_the_archive_is_maintained_by_one_process_at_a_time(
         for i in range(4):  # one commit, one data file each
             sc.report(abandoned(["fetch", "parse", "write"], f"HTTP 40{i}", session_id=f"s{i}"))
         before = sc.digest().digest
-        with sc._home.state.db.advisory_lock("archive", "archive maintenance"):
-            with pytest.raises(Busy, match="archive maintenance"):
-                sc.maintain_archive()
+        with (
+            sc._home.state.db.advisory_lock("archive", "archive maintenance"),
+            pytest.raises(Busy, match="archive maintenance"),
+        ):
+            sc.maintain_archive()
         with pytest.raises(InvalidInput, match="at least 1"):
             sc.maintain_archive(retention_hours=0.5)
         done = sc.maintain_archive()
