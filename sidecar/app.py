@@ -35,6 +35,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlparse
 
@@ -46,6 +47,7 @@ from cold_store import (
     make_pointer,
     parse_pointer,
 )
+from cold_store.delta import DEFAULT_VACUUM_RETENTION, MIN_VACUUM_RETENTION
 from indexes import ActiveIndex, Embedder, IndexMissing, ToolIndexError, query_vectors
 from sidecar import archive
 from sidecar.callmemory import CallMemory
@@ -100,6 +102,7 @@ from sidecar.registry import (
 )
 from sidecar.reports import redacted_steps, steps_of, task_text
 from sidecar.results import (
+    ArchiveMaintenance,
     ArchiveStatus,
     AuditRecord,
     ConstraintChange,
@@ -107,6 +110,7 @@ from sidecar.results import (
     Digest,
     Forgotten,
     Health,
+    MaintenanceStep,
     QuarantinedView,
     Recovered,
     RevocationRun,
@@ -793,6 +797,39 @@ class Sidecar:
 
     def _unreadable_chains(self) -> int:
         return max(0, self._state.constraint_count() - self._cold.chains.count())
+
+    @boundary
+    def maintain_archive(self, retention_hours: float | None = None) -> ArchiveMaintenance:
+        """Compact, checkpoint and vacuum the cold tables, one process at a time across
+        every replica (an advisory lock; a second run gets ``Busy``).  Vacuum deletes
+        only files no commit names that are older than ``retention_hours`` (default a
+        week, never under an hour), so a writer between writing a data file and
+        committing it, or a reader still holding a compacted-away file, never loses it."""
+        self._writable()
+        retention = DEFAULT_VACUUM_RETENTION
+        if retention_hours is not None:
+            if isinstance(retention_hours, bool) or not isinstance(retention_hours, int | float):
+                raise InvalidInput("retention_hours must be a number")
+            retention = timedelta(hours=retention_hours)
+            if retention < MIN_VACUUM_RETENTION:
+                raise InvalidInput(
+                    f"retention_hours must be at least {MIN_VACUUM_RETENTION.seconds // 3600}: "
+                    "a writer may still commit a younger file"
+                )
+        steps: list[MaintenanceStep] = []
+        with self._state.db.advisory_lock("archive", "archive maintenance"):
+            for name, run in (
+                ("compact", self._cold.compact),
+                ("checkpoint", self._cold.checkpoint),
+                ("vacuum", lambda: self._cold.vacuum(retention)),
+            ):
+                steps += [
+                    MaintenanceStep(m.table, name, m.files_added, m.files_removed, m.version)
+                    for m in run()
+                ]
+        return ArchiveMaintenance(
+            self._cold.backend, tuple(steps), retention.total_seconds() / 3600
+        )
 
     @boundary
     def status(self, verify: bool = False) -> ArchiveStatus:

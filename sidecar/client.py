@@ -35,6 +35,7 @@ from sidecar.memory import Step
 from sidecar.model import CallCheck, CheckResult, IntakeResult, LookupResult, Tool
 from sidecar.registry import AddToolsResult
 from sidecar.results import (
+    ArchiveMaintenance,
     ArchiveStatus,
     AuditRecord,
     ConstraintChange,
@@ -275,6 +276,11 @@ class RemoteSidecar:
 
     def digest(self) -> Digest:
         return self._get(Digest, "/v1/archive/digest")
+
+    def maintain_archive(self, retention_hours: float | None = None) -> ArchiveMaintenance:
+        return self._post(
+            ArchiveMaintenance, "/v1/archive/maintain", {"retention_hours": retention_hours}
+        )
 
     def status(self, verify: bool = False) -> ArchiveStatus:
         return self._get(ArchiveStatus, "/v1/archive/status", verify=verify)

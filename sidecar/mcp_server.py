@@ -1,4 +1,5 @@
-"""The MCP shell: lookup, plan checks, reports and audit for agents.
+"""The MCP shell: lookup, plan checks, reports and audit for agents; forgetting a source
+for operators.
 
 Every tool calls the same :class:`~sidecar.app.Sidecar` methods as the CLI and the HTTP
 API.  Served over streamable HTTP inside the HTTP app (``/mcp``) or over stdio
@@ -16,7 +17,7 @@ from mcp.types import ToolAnnotations
 
 from sidecar.errors import SidecarError
 from sidecar.limits import CheckMode
-from sidecar.principals import THE_PROCESS, principal_of
+from sidecar.principals import THE_PROCESS, Principal, principal_of
 from sidecar.redact import redact_text
 from sidecar.wire import dump_dict
 
@@ -34,6 +35,15 @@ INSTRUCTIONS = (
     "failed before in the same state. Report each session with report_chain so no "
     "successor repeats its failures."
 )
+
+
+def caller(ctx: Context) -> Principal:
+    """Who calls: over HTTP the caller's token; over stdio, this process."""
+    try:
+        request = ctx.request_context.request
+    except ValueError:
+        request = None  # called outside a transport's request (in the same process)
+    return principal_of(getattr(request, "scope", None)) or THE_PROCESS
 
 
 def build_mcp(sc: Sidecar | RemoteSidecar) -> MCPServer:
@@ -110,17 +120,33 @@ def build_mcp(sc: Sidecar | RemoteSidecar) -> MCPServer:
         ),
     )
     def report_chain(report: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        # over HTTP the caller's token names the source; over stdio it is this process
-        try:
-            request = ctx.request_context.request
-        except ValueError:
-            request = None  # called outside a transport's request (in the same process)
-        who = principal_of(getattr(request, "scope", None)) or THE_PROCESS
+        who = caller(ctx)
         from sidecar.client import RemoteSidecar
 
         if isinstance(sc, RemoteSidecar):
             return call(lambda: sc.report(report))  # the server names its own caller
         return call(lambda: sc.report(report, source=who.name, role=who.role))
+
+    @server.tool(
+        title="Forget a source",
+        description="Operators only: remove what one source (a token's name, 'gateway', "
+        "'otlp') reported, since `since` (a Unix time) when given, and derive again what "
+        "rested on it.",
+        annotations=ToolAnnotations(
+            read_only_hint=False,
+            destructive_hint=True,
+            idempotent_hint=True,
+            open_world_hint=False,
+        ),
+    )
+    def forget_source(source: str, ctx: Context, since: float | None = None) -> dict[str, Any]:
+        from sidecar.client import RemoteSidecar
+
+        if isinstance(sc, RemoteSidecar):
+            return call(lambda: sc.forget(source, since))  # the server checks the role
+        if caller(ctx).role != "operator":
+            raise ToolError("forbidden: forgetting a source needs an operator token")
+        return call(lambda: sc.forget(source, since))
 
     @server.tool(
         title="Audit chain",

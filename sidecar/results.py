@@ -82,6 +82,30 @@ class ConstraintView:
 
 
 @dataclass(frozen=True)
+class MaintenanceStep:
+    """One maintenance step on one cold table."""
+
+    table: str
+    step: str
+    """``compact``, ``checkpoint`` or ``vacuum``."""
+    files_added: int
+    files_removed: int
+    version: int | None
+    """The table's version after the step (``None``: the backend keeps no versions)."""
+
+
+@dataclass(frozen=True)
+class ArchiveMaintenance:
+    """What one maintenance run did to the cold archive."""
+
+    backend: str
+    """``parquet`` (nothing to do: its files are never rewritten), ``delta`` or ``s3``."""
+    steps: tuple[MaintenanceStep, ...]
+    retention_hours: float
+    """Files no commit names are deleted only once they are this old."""
+
+
+@dataclass(frozen=True)
 class Forgotten:
     """What forgetting a source removed, and what was derived again."""
 

@@ -105,6 +105,15 @@ class ReasonIn(Body):
     reason: str = Field(min_length=1, max_length=MAX_REASON)
 
 
+class MaintainIn(Body):
+    retention_hours: float | None = Field(
+        default=None,
+        ge=1,
+        le=1e6,
+        description="delete unreferenced files only once this old (default a week)",
+    )
+
+
 class ForgetIn(Body):
     since: float | None = Field(
         default=None, ge=0, description="forget only what arrived since (a Unix time)"

@@ -14,19 +14,23 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
 from sidecar.api.app import create_app
 from sidecar.app import Sidecar
-from sidecar.errors import AddressInUse, InvalidInput
+from sidecar.errors import AddressInUse, Busy, InvalidInput
 from sidecar.home import TOKEN_FILE
 from sidecar.limits import MAX_BODY_BYTES
 
 log = logging.getLogger("sidecar.service")
 MAINTAIN_EVERY_S = 10.0
-"""How often a degraded server retries the moves it could not finish."""
+"""How often a degraded server retries the moves it could not finish (and a replica on
+a shared state looks for moves another one left unfinished)."""
+ARCHIVE_MAINTAIN_EVERY_S = 3600.0
+"""How often a Delta archive is compacted, checkpointed and vacuumed."""
 
 
 def token_for(home: Path, create: bool = True) -> str | None:
@@ -184,13 +188,24 @@ def _maintain(sc: Sidecar, stop: threading.Event) -> None:
     itself once the store is writable again.  On a shared state every replica also
     looks for moves another replica left unfinished (it died mid-move): the first to
     take the eviction lock, which the dead holder's session no longer holds, finishes
-    them, so a move is resumed within ``MAINTAIN_EVERY_S`` of its holder's death."""
+    them, so a move is resumed within ``MAINTAIN_EVERY_S`` of its holder's death.  A
+    Delta archive is compacted, checkpointed and vacuumed every
+    ``ARCHIVE_MAINTAIN_EVERY_S`` by whichever replica takes its lock first."""
+    archive_due = time.monotonic() + ARCHIVE_MAINTAIN_EVERY_S
     while not stop.wait(MAINTAIN_EVERY_S):
         if sc.degraded or sc.settings.shared:
             try:
                 sc.maintain()
             except Exception as exc:  # a failing retry must not stop the next one
                 log.warning("recovery retry failed: %s", type(exc).__name__)
+        if time.monotonic() >= archive_due and sc.settings.cold_url is not None:
+            archive_due = time.monotonic() + ARCHIVE_MAINTAIN_EVERY_S
+            try:
+                sc.maintain_archive()
+            except Busy:
+                pass  # another replica is maintaining it
+            except Exception as exc:
+                log.warning("archive maintenance failed: %s", type(exc).__name__)
 
 
 class _DroppingQueueHandler(logging.handlers.QueueHandler):

@@ -284,6 +284,23 @@ def archive_digest(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def archive_maintain(args: argparse.Namespace) -> int:
+    with backend(args, write=True) as b:
+        out = b.maintain_archive(args.retention_hours)
+
+    def human() -> str:
+        if out.backend == "parquet":
+            return "nothing to maintain: a Parquet folder's files are never rewritten"
+        return "\n".join(
+            f"{s.table} {s.step}: +{s.files_added} -{s.files_removed} file(s)"
+            + ("" if s.version is None else f", version {s.version}")
+            for s in out.steps
+        )
+
+    emit(args, out, human)
+    return EXIT_OK
+
+
 def archive_status(args: argparse.Namespace) -> int:
     with backend(args) as b:
         st = b.status(args.verify)

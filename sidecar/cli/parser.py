@@ -221,6 +221,16 @@ def archive_commands(command: Command) -> None:
     st = command("status", "counts, quarantined and damaged files, health", arch_sub)
     st.add_argument("--verify", action="store_true", help="checksum every cold file")
     st.set_defaults(func=cmd.archive_status)
+    maint = command(
+        "maintain", "compact, checkpoint and vacuum a Delta archive (operator)", arch_sub
+    )
+    maint.add_argument(
+        "--retention-hours",
+        type=float,
+        default=None,
+        help="delete files no commit names only once this old (default 168, at least 1)",
+    )
+    maint.set_defaults(func=cmd.archive_maintain)
 
 
 def eviction_commands(command: Command) -> None:

@@ -4,6 +4,7 @@ and an agent may neither write a condition by hand nor act as an operator."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -99,3 +100,30 @@ def test_poisoning_probes_on_a_running_server(server: tuple[str, Path, dict[str,
     assert result["status"] == "rejected"
     assert post(url, alice, "/v1/evictions", {}).status_code == 403
     assert post(url, alice, "/v1/sources/alice/forget", {}).status_code == 403
+    # over MCP too: an agent may not forget; the operator's forget restores the verdict
+    post(url, bob, "/v1/reports", {"reports": [fabricated(1, "bob")]})
+    assert decision(url, alice) == "block"
+    refused = mcp_call(url, alice, "forget_source", {"source": "bob"})
+    assert refused.is_error and "forbidden" in refused.content[0].text
+    assert decision(url, alice) == "block"
+    forgot = mcp_call(url, operator, "forget_source", {"source": "bob"})
+    assert not forgot.is_error and forgot.structured_content["source"] == "bob"
+    assert decision(url, alice) == "warn"
+
+
+def mcp_call(url: str, token: str, tool: str, arguments: dict[str, Any]) -> Any:
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async def once() -> Any:
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+        async with (
+            http,
+            streamable_http_client(f"{url}/mcp", http_client=http) as streams,
+            ClientSession(streams[0], streams[1]) as session,
+        ):
+            await session.initialize()
+            return await session.call_tool(tool, arguments)
+
+    return asyncio.run(once())

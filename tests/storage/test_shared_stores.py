@@ -15,7 +15,14 @@ import pytest
 from benchmarks.pgserver import PostgresServer
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
-from sidecar.errors import EXIT_INVALID, EXIT_UNSAFE, ConfigError, UnsafeStorage
+from sidecar.errors import (
+    EXIT_INVALID,
+    EXIT_UNSAFE,
+    Busy,
+    ConfigError,
+    InvalidInput,
+    UnsafeStorage,
+)
 from sidecar.home import s3_options
 from sidecar.settings import Settings
 from sidecar.storage.postgres import PostgresDatabase
@@ -149,3 +156,37 @@ def test_a_pooler_that_moves_sessions_is_refused(
         with pytest.raises(UnsafeStorage, match="PgBouncer"):
             PostgresDatabase(url, writable=True)
         assert UnsafeStorage.exit_code == EXIT_UNSAFE
+
+
+def test_the_archive_is_maintained_by_one_process_at_a_time(
+    tmp_path: Path, state_url: str | None
+) -> None:
+    cold = f"delta+file://{tmp_path / 'cold'}"
+    settings = {"home": tmp_path / "home", "cold_url": cold, "database_url": state_url}
+    with Sidecar.open(embedder=HashingEmbedder(), **settings) as sc:
+        sc.add_tools([Tool(n, f"tool {n}") for n in ("fetch", "parse", "write")])
+        for i in range(4):  # one commit, one data file each
+            sc.report(abandoned(["fetch", "parse", "write"], f"HTTP 40{i}", session_id=f"s{i}"))
+        before = sc.digest().digest
+        with (
+            sc._home.state.db.advisory_lock("archive", "archive maintenance"),
+            pytest.raises(Busy, match="archive maintenance"),
+        ):
+            sc.maintain_archive()
+        with pytest.raises(InvalidInput, match="at least 1"):
+            sc.maintain_archive(retention_hours=0.5)
+        done = sc.maintain_archive()
+        compacted = {s.table: s for s in done.steps if s.step == "compact"}
+        assert compacted["chains"].files_added == 1 and compacted["chains"].files_removed == 4
+        assert done.retention_hours == 168 and done.backend == "delta"
+        # the files compacted away are younger than the retention: vacuum keeps them
+        assert all(s.files_removed == 0 for s in done.steps if s.step == "vacuum")
+        assert sc.digest().digest == before
+        assert sc._home.cold.chains.count() == 4
+
+
+def test_a_parquet_archive_has_nothing_to_maintain(tmp_path: Path) -> None:
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path) as sc:
+        done = sc.maintain_archive()
+    assert done.backend == "parquet"
+    assert all(s.files_added == s.files_removed == 0 for s in done.steps)

@@ -5,7 +5,7 @@ from typing import Any
 from fastapi import APIRouter, Query
 
 from sidecar.api.deps import Caller, Lib, Operator
-from sidecar.api.models import ForgetIn, ReasonIn, ReportsIn
+from sidecar.api.models import ForgetIn, MaintainIn, ReasonIn, ReportsIn
 from sidecar.limits import MAX_POINTER
 from sidecar.wire import dump, dump_dict
 
@@ -30,6 +30,11 @@ def digest(sc: Lib) -> dict[str, Any]:
 @router.get("/v1/archive/status")
 def archive_status(sc: Lib, verify: bool = False) -> dict[str, Any]:
     return dump_dict(sc.status(verify))
+
+
+@router.post("/v1/archive/maintain")
+def maintain(body: MaintainIn, sc: Lib, _who: Operator) -> dict[str, Any]:
+    return dump_dict(sc.maintain_archive(body.retention_hours))
 
 
 @router.get("/v1/constraints")
