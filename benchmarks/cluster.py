@@ -10,7 +10,7 @@ and all on the shared stores through the same settings::
         cluster.clients[0].report(...)
         cluster.clients[1].check_call(...)
         cluster.kill(1); cluster.start(1)
-        cluster.stop_database(); ...; cluster.start_database()
+        cluster.stop_database(); ...; cluster.start_database()  # also _s3, _chroma
 
 Every replica gets one bearer token (``SIDECAR_TOKEN``: the operator, whose reports are
 the ``local`` source's), so a client may talk to any of them.  A replica restarted by
@@ -276,7 +276,8 @@ class Cluster:
 
     def _start_chroma(self) -> None:
         exe = shutil.which("chroma", path=str(Path(sys.executable).parent)) or "chroma"
-        port = free_port()
+        # the same port on a restart, so that every replica's setting stays right
+        port = int(self.chroma_url.rsplit(":", 1)[1]) if self.chroma_url else free_port()
         data = self.root / "chroma"
         log = (self.root / "chroma.log").open("ab")
         try:
@@ -397,6 +398,17 @@ class Cluster:
     def start_s3(self) -> None:
         assert self.s3 is not None, "the cluster has no S3 server (cold='s3')"
         self.s3.start()
+
+    def stop_chroma(self) -> None:
+        """The Chroma server stops (SIGTERM); its data folder is kept."""
+        assert self._chroma is not None, "the Chroma server is not running"
+        _stop_process(self._chroma)
+        self._chroma = None
+
+    def start_chroma(self) -> None:
+        """The Chroma server again, on the same folder and port."""
+        assert self._chroma is None, "the Chroma server is running"
+        self._start_chroma()
 
     def sql(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """Rows of the shared state, read straight from PostgreSQL."""

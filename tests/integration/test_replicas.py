@@ -437,3 +437,32 @@ def test_cluster_cleans_up_after_itself() -> None:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert not root.exists()
+
+
+# ---- the Chroma server goes away ------------------------------------------------------
+def test_without_the_chroma_server_tool_writes_fail_and_nothing_evicted_is_served(
+    cluster: Cluster,
+) -> None:
+    prefix_tools = world(cluster, "ch", chains=1)
+    cluster.clients[0].evict()
+    cluster.stop_chroma()
+    try:
+        for sc in cluster.clients:
+            with pytest.raises(StorageError) as failed:
+                sc.add_tools([Tool("ch_new", "tool number ch_new appears")])
+            assert failed.value.code == "index_unavailable", failed.value
+            # a lookup may still answer from the replica's in-process copy of the
+            # index, which the state's revision says is current; never with a tool
+            # that left it
+            try:
+                found = {h.tool_id for h in sc.search("tool number ch00", k=50).hits}
+            except StorageError as exc:
+                assert exc.code == "index_unavailable", exc
+            else:
+                assert not found & set(prefix_tools), found
+            assert not sc.check([*prefix_tools, "chend"]).safe  # the state answers checks
+    finally:
+        cluster.start_chroma()
+    add(cluster, [Tool("ch_new", "tool number ch_new appears")], via=2)
+    assert "ch_new" in {h.tool_id for h in cluster.clients[1].search("ch_new appears").hits}
+    check_cluster(cluster)
