@@ -175,8 +175,9 @@ class Cluster:
 
     ``cold``: ``"s3"`` (Delta tables in a fresh bucket of a moto S3 server, reached
     through the standard ``AWS_*`` variables), ``"delta"`` (Delta tables in a local
-    folder), or ``None`` (each replica keeps its cold archive under its own home:
-    nothing shared, for sidecars that do not read ``SIDECAR_COLD_URL``).
+    folder), or ``None`` (no ``SIDECAR_COLD_URL``: each replica keeps a cold folder
+    under its own home, so an archived record or a move's cold row is on one replica
+    only; a comparison, not a deployment).
     ``env``: more settings for every replica (``SIDECAR_EVICT_MIN_CHAINS`` ...).
     ``root``: where the homes and the servers' data go (default: a temporary folder,
     removed on close unless ``keep``).
