@@ -111,7 +111,7 @@ class S3Server:
         """One boto3 client for the server's life (closed with it: each client keeps a
         pool of sockets)."""
         if self._client is None:
-            import boto3
+            import boto3  # type: ignore[import-untyped]
 
             self._client = boto3.client(
                 "s3", endpoint_url=self.endpoint, region_name=REGION, **ACCESS

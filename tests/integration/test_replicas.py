@@ -236,6 +236,14 @@ def test_a_failure_learned_on_one_replica_blocks_on_the_next_request_to_another(
         found = {h.tool_id for h in sc.search("tool number fa00", k=50).hits}
         assert not found & set(prefix), found & set(prefix)
         assert not {t.tool_id for t in sc.list_tools()} & set(prefix)
+    # a restore on B is served by C's next lookup; a lift on C is A's next check's
+    b.restore(prefix[0], reason="needed again")
+    assert prefix[0] in {h.tool_id for h in c.search("tool number fa00", k=50).hits}
+    (chain,) = [x for x in a.constraints() if x.sequence[:2] == tuple(prefix)]
+    c.lift(chain.chain_id, reason="the terminal tool was fixed")
+    assert a.check([*prefix, "faend"]).safe
+    b.reinstate(chain.chain_id, reason="it was not")
+    assert not c.check([*prefix, "faend"]).safe
     check_cluster(cluster)
 
 
