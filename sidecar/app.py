@@ -31,6 +31,7 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import re
 import sqlite3
 import threading
 import time
@@ -347,7 +348,7 @@ class Sidecar:
         except Busy:
             return 0  # another eviction is finishing them
         except (SidecarError, ColdStoreError, ToolIndexError, sqlite3.Error, OSError) as exc:
-            self.degraded = f"interrupted moves cannot finish: {redact_text(str(exc))}"
+            self.degraded = f"interrupted moves cannot finish: {_plain(exc)}"
             log.warning("%s", self.degraded)
             return 0
         self.degraded = None
@@ -361,7 +362,7 @@ class Sidecar:
         except (DatabaseError, sqlite3.Error):
             return 0
         if left:
-            self.degraded = f"interrupted moves cannot finish: {redact_text(str(exc))}"
+            self.degraded = f"interrupted moves cannot finish: {_plain(exc)}"
             log.warning("%s", self.degraded)
         return left
 
@@ -881,10 +882,12 @@ class Sidecar:
             # a shared store (S3) that does not answer: not ready, and say why, rather
             # than fail the readiness probe itself with an internal error
             damaged = []
-            checks["cold_store"] = f"unavailable: {redact_text(str(exc))}"
+            checks["cold_store"] = f"unavailable: {_plain(exc)}"
         if checks["cold_store"] == "ok" and damaged:
             checks["cold_store"] = f"{len(damaged)} file(s) not as published: {damaged[0].reason}"
         checks["state"] = _writable_dirs(self.settings.home)
+        if self.degraded and not self._journal.unfinished():
+            self.degraded = None  # another replica finished the moves this one could not
         if self.degraded:
             checks["journal"] = self.degraded
         elif self._journal.unfinished() and not self._evictor.running():
@@ -892,6 +895,15 @@ class Sidecar:
         else:
             checks["journal"] = "ok"
         return Health(all(v == "ok" for v in checks.values()), checks)
+
+
+_ESCAPES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _plain(exc: BaseException) -> str:
+    """An error's text, redacted and without terminal escape codes (the object store's
+    client colours its messages)."""
+    return redact_text(_ESCAPES.sub("", str(exc)))
 
 
 _REBUILD = (
