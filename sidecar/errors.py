@@ -17,7 +17,10 @@
     │   ├── StateUnavailable        the state database (read-only home, full disk,
     │   │   │                       PostgreSQL unreachable)
     │   │   └── SchemaTooNew        the state was written by a newer sidecar
-    │   └── Degraded                writes refused until interrupted moves recover
+    │   ├── Degraded                writes refused until interrupted moves recover
+    │   └── UnsafeStorage           a shared store that several processes cannot write
+    │                               safely: an object store ignoring conditional
+    │                               writes, a pooler that breaks locks (503, exit 14)
     ├── Forbidden                   the caller's role may not do this (403, 12)
     ├── RateLimited                 a source sent more reports than its rate allows
     │                               (429, 13)
@@ -63,6 +66,8 @@ EXIT_TOO_LARGE = 10
 """A request was over the server's body limit (``sidecar serve --max-body``)."""
 EXIT_FORBIDDEN = 12
 EXIT_RATE_LIMITED = 13
+EXIT_UNSAFE = 14
+"""A shared store that cannot be written safely by several processes, refused at start."""
 EXIT_GATEWAY = 11
 """``gateway``: it cannot serve (an upstream unreachable or unusable at start)."""
 
@@ -166,6 +171,15 @@ class SchemaTooNew(StateUnavailable):
 
 class Degraded(StorageError):
     code = "degraded"
+
+
+class UnsafeStorage(StorageError):
+    """Refused at start: a store that would lose or mix writes once several processes
+    share it (an object store that does not honour put-if-absent, a connection pooler
+    that hands one session's locks to another)."""
+
+    code = "unsafe_storage"
+    exit_code = EXIT_UNSAFE
 
 
 class Forbidden(SidecarError):

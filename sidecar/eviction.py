@@ -29,6 +29,7 @@ written twice, every mandate exists once.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -387,7 +388,10 @@ class Evictor:
 
     def _complete(self, moves: Sequence[Move], rows: Sequence[dict[str, Any]]) -> int:
         ids = [m.move_id for m in moves]
-        self._cold.append(list(rows))
+        # the batch is named by its moves: a replica that replays these moves after
+        # their holder died appends nothing, however far the first attempt got
+        batch = hashlib.sha256("|".join(sorted(ids)).encode()).hexdigest()[:32]
+        self._cold.append(list(rows), batch=f"moves-{batch}")
         self._crash("after_cold")
         self._journal.advance(ids, "archived")
         fresh = [m for m in moves if self._journal.status(m.move_id) in ("intent", "archived")]

@@ -2,7 +2,8 @@
 
     $SIDECAR_HOME/
       chroma/         the hot index (embedded Chroma), unless a Chroma server holds it
-      cold/           the Parquet archive (see :mod:`cold_store`)
+      cold/           the Parquet archive (see :mod:`cold_store`), unless
+                      ``SIDECAR_COLD_URL`` names a Delta table on S3 or a folder
       state.sqlite    everything else (see :mod:`sidecar.state`), unless a PostgreSQL
                       database holds it (``SIDECAR_DATABASE_URL``)
       owner.lock      held by the one process that writes (see below)
@@ -18,8 +19,9 @@ A home opened for reading takes no lock and never writes anything: not a folder,
 table, not a WAL file; a read of a home that does not exist fails instead of creating
 an empty one.
 
-**The state's backend** is chosen here and nowhere else (:func:`open_state`): the
-embedded SQLite file, or PostgreSQL when ``SIDECAR_DATABASE_URL`` is set.  Opened for
+**The backends** are chosen here and nowhere else: the state (:func:`open_state`) in the
+embedded SQLite file, or PostgreSQL when ``SIDECAR_DATABASE_URL`` is set; the cold
+archive (:func:`open_cold`) in the home's folder, or at ``SIDECAR_COLD_URL``.  Opened for
 writing, the database gets every module's tables and the migrations it lacks
 (:mod:`sidecar.storage.schema`); a database written by a newer sidecar is refused.
 """
@@ -27,15 +29,27 @@ writing, the database gets every module's tables and the migrations it lacks
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from cold_store import ColdStore, ColdStoreError
+from cold_store.base import ColdTable
+from cold_store.errors import UnsafeStore
+from cold_store.probe import S3Options
 from sidecar import callmemory, journal, registry, revocation, state
-from sidecar.errors import Busy, InvalidInput, NotFound, StateUnavailable
+from sidecar.errors import (
+    Busy,
+    ColdStoreUnavailable,
+    InvalidInput,
+    NotFound,
+    StateUnavailable,
+    UnsafeStorage,
+)
 from sidecar.lock import WriterLock, holder
 from sidecar.settings import Settings
 from sidecar.state import StateStore
@@ -83,6 +97,40 @@ def open_state(
     return db
 
 
+def s3_options(env: Mapping[str, str] | None = None) -> S3Options:
+    """How to reach the S3 store of an ``s3://`` cold URL, from the standard AWS
+    variables (``AWS_ENDPOINT_URL_S3`` before ``AWS_ENDPOINT_URL``; ``AWS_REGION``
+    before ``AWS_DEFAULT_REGION``)."""
+    env = os.environ if env is None else env
+
+    def get(*names: str) -> str | None:
+        return next((env[n] for n in names if env.get(n)), None)
+
+    return S3Options(
+        endpoint_url=get("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+        region=get("AWS_REGION", "AWS_DEFAULT_REGION") or "us-east-1",
+        access_key_id=get("AWS_ACCESS_KEY_ID"),
+        secret_access_key=get("AWS_SECRET_ACCESS_KEY"),
+        session_token=get("AWS_SESSION_TOKEN"),
+    )
+
+
+def open_cold(
+    settings: Settings, writable: bool, no_writer: Callable[[], bool] | None = None
+) -> ColdStore:
+    """The cold archive ``settings`` name: ``cold_url`` (a Delta table per logical table,
+    on S3 or a folder), else the home's Parquet folder.  A Delta store is probed before
+    it is written: one that does not refuse a second put-if-absent is refused here."""
+    where = settings.cold_location
+    try:
+        return ColdStore(where, writable=writable, no_writer=no_writer, s3=s3_options())
+    except UnsafeStore as exc:
+        raise UnsafeStorage(f"refusing the cold store {where}: {exc}") from exc
+    except (ColdStoreError, OSError, sqlite3.Error) as exc:
+        note = disk_note(settings.home) if settings.cold_url is None else ""
+        raise ColdStoreUnavailable(f"cannot open the cold store {where}: {exc}{note}") from exc
+
+
 class Home:
     def __init__(self, settings: Settings, writable: bool = True) -> None:
         self.settings = settings
@@ -102,7 +150,7 @@ class Home:
 
         try:
             self.state = StateStore(open_state(settings, writable, no_writer))
-        except (NotFound, SchemaTooNew):
+        except (NotFound, SchemaTooNew, UnsafeStorage):
             self.release()
             raise
         except DatabaseError as exc:
@@ -112,13 +160,11 @@ class Home:
                 f"cannot open the state database {where}: {exc.detail}{disk_note(self.path)}"
             ) from exc
         try:
-            self.cold = ColdStore(settings.cold_path, writable=writable, no_writer=no_writer)
-        except (ColdStoreError, OSError, sqlite3.Error) as exc:
+            self.cold = open_cold(settings, writable, no_writer)
+        except BaseException:
             self.state.close()
             self.release()
-            raise StateUnavailable(
-                f"cannot open the cold store {settings.cold_path}: {exc}{disk_note(self.path)}"
-            ) from exc
+            raise
 
     def _claim(self) -> None:
         try:
@@ -186,26 +232,108 @@ class Home:
         self.release()
 
 
-def migrate_state(settings: Settings, url: str) -> dict[str, int]:
-    """Copy the home's local (SQLite) state into the empty PostgreSQL database at
-    ``url``, as this home's owner (so nothing writes meanwhile); returns the rows per
-    table, equal in both.  The cold archive and the hot index stay where they are."""
-    from sidecar.storage.copy import copy_state, tables_of
+MIGRATE_CHUNK = 2_000
+"""Cold rows appended to the target per commit while migrating."""
 
-    target_settings = settings.with_(database_url=url)  # refuses a URL that is not one
-    if settings.database_url is not None:
-        raise InvalidInput("this home's state is already in PostgreSQL (SIDECAR_DATABASE_URL)")
-    if not settings.state_path.exists():
+
+def migrate(
+    settings: Settings, to_database: str | None = None, to_cold: str | None = None
+) -> dict[str, Any]:
+    """Copy this home's local stores into shared ones, as the home's owner (so nothing
+    writes meanwhile): the SQLite state into the empty PostgreSQL database
+    ``to_database``, the Parquet archive into the empty cold store ``to_cold`` (a Delta
+    table per logical table, on S3 or a folder).  Every count is checked equal, and for
+    the archive a digest of every row too; a mismatch raises and names it.  The hot
+    index stays where it is (a Chroma server is given by ``--chroma-url``)."""
+    if to_database is None and to_cold is None:
+        raise InvalidInput("nothing to migrate to: give --to-database URL, --to-cold URL or both")
+    if to_database is not None:
+        settings.with_(database_url=to_database)  # refuses a URL that is not one
+        if settings.database_url is not None:
+            raise InvalidInput("this home's state is already in PostgreSQL (SIDECAR_DATABASE_URL)")
+    if to_cold is not None:
+        settings.with_(cold_url=to_cold)
+        if settings.cold_url is not None:
+            raise InvalidInput(f"this home's archive is already at {settings.cold_url}")
+    if settings.database_url is None and not settings.state_path.exists():
         raise NotFound(f"no sidecar home at {settings.home}: nothing to migrate")
     home = Home(settings, writable=True)
+    out: dict[str, Any] = {}
     try:
-        target = open_state(target_settings, writable=True)
-        try:
-            return copy_state(home.state.db, target, tables_of(SCHEMAS))
-        finally:
-            target.close()
+        if to_database is not None:
+            out["tables"] = _copy_state(home, settings.with_(database_url=to_database))
+        if to_cold is not None:
+            out["cold"] = _copy_cold(home.cold, settings.with_(cold_url=to_cold))
     finally:
         home.close()
+    return out
+
+
+def migrate_state(settings: Settings, url: str) -> dict[str, int]:
+    """Copy the home's local (SQLite) state into the empty PostgreSQL database at
+    ``url``; returns the rows per table, equal in both (see :func:`migrate`)."""
+    tables: dict[str, int] = migrate(settings, to_database=url)["tables"]
+    return tables
+
+
+def _copy_state(home: Home, target_settings: Settings) -> dict[str, int]:
+    from sidecar.storage.copy import copy_state, tables_of
+
+    target = open_state(target_settings, writable=True)
+    try:
+        return copy_state(home.state.db, target, tables_of(SCHEMAS))
+    finally:
+        target.close()
+
+
+def _copy_cold(source: ColdStore, target_settings: Settings) -> dict[str, dict[str, Any]]:
+    """Every row of every cold table into the empty store ``target_settings`` names;
+    per table, the rows copied and the digest both sides agree on."""
+    target = open_cold(target_settings, writable=True)
+    copied: dict[str, dict[str, Any]] = {}
+    try:
+        for name in ("chains", "tools"):
+            src, dst = source.table(name), target.table(name)
+            if dst.count():
+                raise InvalidInput(
+                    f"the cold store {target_settings.cold_url} already holds {name}: "
+                    "migrate into an empty one"
+                )
+            chunk: list[dict[str, Any]] = []
+            part = 0
+            for row in src.scan():
+                chunk.append(row)
+                if len(chunk) >= MIGRATE_CHUNK:
+                    dst.append(chunk, batch=f"migrate-{name}-{part}")
+                    chunk, part = [], part + 1
+            if chunk:
+                dst.append(chunk, batch=f"migrate-{name}-{part}")
+            before, after = table_digest(src), table_digest(dst)
+            if before != after:
+                raise ColdStoreUnavailable(
+                    f"the copy of {name} differs from the archive ({after[0]} rows, digest "
+                    f"{after[1][:12]}; the archive holds {before[0]}, {before[1][:12]})"
+                )
+            copied[name] = {"rows": before[0], "digest": before[1]}
+    finally:
+        target.close()
+    return copied
+
+
+def table_digest(table: ColdTable) -> tuple[int, str]:
+    """``(rows, sha256)`` over every row of a cold table in key order, each row as
+    canonical JSON: equal for two tables that hold the same records, whatever backend
+    holds them and in whatever order they were written."""
+    rows = {str(r[table.key]): _canonical(r) for r in table.scan()}
+    digest = hashlib.sha256()
+    for key in sorted(rows):
+        digest.update(rows[key].encode())
+        digest.update(b"\n")
+    return len(rows), digest.hexdigest()
+
+
+def _canonical(row: Mapping[str, Any]) -> str:
+    return json.dumps(dict(row), sort_keys=True, separators=(",", ":"), default=str)
 
 
 def disk_note(path: Path) -> str:

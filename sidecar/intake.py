@@ -221,7 +221,7 @@ class Intake:
             staged = uuid.uuid4().hex
             self._state.stage_intake(staged, [r["chain_id"] for r in rows], plan.counters)
             try:
-                self._cold.chains.append(rows)
+                self._cold.chains.append(rows, batch=f"intake-{staged}")
             except (CommitFailed, SchemaError):
                 self._state.drop_staged(staged)  # nothing was published
                 raise

@@ -47,6 +47,7 @@ class Settings:
     missing_field: MissingField = "block"
     chroma_url: str | None = None
     database_url: str | None = None
+    cold_url: str | None = None
     collection: str = "tools"
     max_warnings_per_tool: int = 3
     revoker: str = "record-only"
@@ -89,6 +90,17 @@ class Settings:
     @property
     def cold_path(self) -> Path:
         return self.home / "cold"
+
+    @property
+    def cold_location(self) -> str | Path:
+        """Where the cold archive is: ``cold_url``, else the home's ``cold`` folder."""
+        return self.cold_url if self.cold_url is not None else self.cold_path
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes on other machines may share this memory: the state
+        is in PostgreSQL."""
+        return self.database_url is not None
 
     @property
     def state_path(self) -> Path:
@@ -134,6 +146,9 @@ SETTINGS: dict[str, str] = {
     "chroma_url": "http://host:port of a Chroma server; unset means the embedded store",
     "database_url": "postgresql://... of a PostgreSQL database holding the state; unset "
     "means SQLite under the home",
+    "cold_url": "where the cold archive is: s3://bucket/prefix (Delta tables; endpoint and "
+    "credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+    "AWS_REGION), delta+file:///folder or a folder; unset means the home's cold/ folder",
     "collection": "name of the Chroma collection holding active tools",
     "max_warnings_per_tool": "fatal sequences named in one lookup hit's warnings, at most",
     "revoker": "'record-only' (mandates stay pending for operators) or 'rfc7009' (HTTP)",
@@ -262,6 +277,14 @@ def validate(s: Settings) -> Settings:
             "database_url must start with postgresql:// (or postgres://), got "
             f"{s.database_url.split('://')[0]!r}://..."
         )
+    if s.cold_url is not None:
+        from cold_store.errors import BadLocation
+        from cold_store.store import parse_location
+
+        try:
+            parse_location(s.cold_url)
+        except BadLocation as exc:
+            raise ConfigError(f"cold_url: {exc}") from None
     if s.revoker not in ("record-only", "rfc7009"):
         raise ConfigError(f"revoker must be 'record-only' or 'rfc7009', got {s.revoker!r}")
     if s.crash_at is not None and s.crash_at not in CRASH_POINTS:

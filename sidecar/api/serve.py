@@ -181,9 +181,12 @@ def _serve(
 
 def _maintain(sc: Sidecar, stop: threading.Event) -> None:
     """Retry interrupted moves while the server is degraded, so that it recovers by
-    itself once the store is writable again."""
+    itself once the store is writable again.  On a shared state every replica also
+    looks for moves another replica left unfinished (it died mid-move): the first to
+    take the eviction lock, which the dead holder's session no longer holds, finishes
+    them, so a move is resumed within ``MAINTAIN_EVERY_S`` of its holder's death."""
     while not stop.wait(MAINTAIN_EVERY_S):
-        if sc.degraded:
+        if sc.degraded or sc.settings.shared:
             try:
                 sc.maintain()
             except Exception as exc:  # a failing retry must not stop the next one

@@ -556,20 +556,31 @@ def mcp(args: argparse.Namespace) -> int:
 
 
 def migrate(args: argparse.Namespace) -> int:
-    from sidecar.home import migrate_state
+    from sidecar.home import migrate as migrate_home
     from sidecar.settings import Settings
 
     settings = Settings.load(home=home_of(args), chroma_url=args.chroma_url)
-    copied = migrate_state(settings, args.to_database)
+    copied = migrate_home(settings, args.to_database, args.to_cold)
 
     def human() -> str:
-        total = sum(copied.values())
-        return (
-            f"{total} row(s) in {len(copied)} table(s) copied; every count matches. "
-            "Set SIDECAR_DATABASE_URL to use the copy"
-        )
+        lines = []
+        if "tables" in copied:
+            total = sum(copied["tables"].values())
+            lines.append(
+                f"state: {total} row(s) in {len(copied['tables'])} table(s) copied; every "
+                "count matches. Set SIDECAR_DATABASE_URL to use the copy"
+            )
+        if "cold" in copied:
+            parts = ", ".join(
+                f"{name} {c['rows']} row(s) (digest {c['digest'][:12]})"
+                for name, c in copied["cold"].items()
+            )
+            lines.append(
+                f"archive: {parts}; every row matches. Set SIDECAR_COLD_URL to use the copy"
+            )
+        return "\n".join(lines)
 
-    emit(args, {"tables": copied}, human)
+    emit(args, copied, human)
     return EXIT_OK
 
 

@@ -387,11 +387,20 @@ def serving_commands(command: Command) -> None:
     command("demo", "walk through the sediment fallacy and its prevention").set_defaults(
         func=cmd.demo
     )
-    migrate = command("migrate", "copy this home's local state into a PostgreSQL database (empty)")
+    migrate = command(
+        "migrate",
+        "copy this home's local state into a PostgreSQL database and its archive into a "
+        "shared cold store (both empty)",
+    )
     migrate.add_argument(
         "--to-database",
-        required=True,
         metavar="URL",
         help="postgresql://... of the database that will hold the state from now on",
+    )
+    migrate.add_argument(
+        "--to-cold",
+        metavar="URL",
+        help="s3://bucket/prefix or delta+file:///folder that will hold the archive "
+        "from now on (S3 endpoint and credentials from the AWS_* variables)",
     )
     migrate.set_defaults(func=cmd.migrate)

@@ -56,7 +56,7 @@ from functools import lru_cache
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sidecar.errors import Busy
+from sidecar.errors import Busy, UnsafeStorage
 from sidecar.storage.base import Connection, Database, DatabaseError, MissingTable, Row, statements
 
 if TYPE_CHECKING:
@@ -65,6 +65,21 @@ if TYPE_CHECKING:
 IDLE_KEPT = 8
 """Idle connections a process keeps for reads and transactions."""
 CONNECT_TIMEOUT = 10
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+LOCK_SESSION_KEEPALIVE = (
+    "SELECT set_config('tcp_keepalives_idle', '10', false), "
+    "set_config('tcp_keepalives_interval', '10', false), "
+    "set_config('tcp_keepalives_count', '3', false)"
+)
+"""Run on a lock's own connection: a holder whose machine vanished must not keep
+singleton work (a move, a revocation run) from every other replica for hours; the
+server ends the session, and with it the lock, about 40 s after the holder went
+silent.  A holder that dies on a live machine loses it at once (its socket closes)."""
 """Seconds to wait for the server when the URL does not say."""
 _PG_TYPES = {"REAL": "DOUBLE PRECISION", "INTEGER": "BIGINT", "TEXT": 'TEXT COLLATE "C"'}
 _TYPE_WORDS = re.compile(r"\b(REAL|INTEGER|TEXT)\b")
@@ -164,6 +179,10 @@ class PostgresDatabase(Database):
         except psycopg.Error as exc:
             raise DatabaseError(f"SIDECAR_DATABASE_URL cannot be parsed: {exc}") from None
         params.setdefault("connect_timeout", CONNECT_TIMEOUT)
+        # a connection whose server went silent is found dead in about 40 s, not the
+        # kernel's two hours (the server side of a lock's connection: see PgLock)
+        for option, value in KEEPALIVES.items():
+            params.setdefault(option, value)
         # what a Busy message names as a lock's holder
         name = f"sidecar pid {os.getpid()} on {socket.gethostname()}"
         params.setdefault("application_name", name)
@@ -236,7 +255,7 @@ class PostgresDatabase(Database):
         locks would silently stop excluding anyone."""
         pids = {self._one(conn, "SELECT pg_backend_pid()")[0] for _ in range(3)}
         if len(pids) > 1:
-            raise DatabaseError(
+            raise UnsafeStorage(
                 f"{self.location} moves one connection between server sessions "
                 f"(backends {sorted(pids)}): a pooler in transaction or statement mode "
                 "(PgBouncer) breaks the state's locks; connect directly or use session pooling"
@@ -360,6 +379,7 @@ class PgLock:
                     f"(lock: {self.name} in {self._db.location})",
                     who,
                 )
+            self._db._one(conn, LOCK_SESSION_KEEPALIVE)
         except BaseException:
             conn.close()
             raise

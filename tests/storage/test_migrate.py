@@ -1,10 +1,13 @@
-"""``sidecar migrate --to-database URL``: a local home's state copied into PostgreSQL,
-nothing lost (every table's count equal before and after), and the same answers from
-a sidecar on the copy."""
+"""``sidecar migrate --to-database URL --to-cold URL``: a local home's state copied into
+PostgreSQL and its archive into a Delta table, nothing lost (every table's count equal
+before and after, the archive's digest too), and the same answers from a sidecar on the
+copy."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +18,7 @@ from benchmarks.pgserver import PostgresServer
 from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.errors import EXIT_INVALID, EXIT_OK
-from sidecar.home import SCHEMAS
+from sidecar.home import SCHEMAS, table_digest
 from sidecar.model import CredentialRef, Tool
 from sidecar.storage.copy import counts, tables_of
 from sidecar.storage.postgres import PostgresDatabase
@@ -93,3 +96,59 @@ def test_migrate_needs_a_postgresql_url(tmp_path: Path, url: str) -> None:
         timeout=300,
     )  # fmt: skip
     assert proc.returncode == EXIT_INVALID, proc.stderr
+
+
+def test_a_home_migrates_its_state_and_archive_with_nothing_lost(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    """Both shared stores at once: the state into PostgreSQL, the Parquet archive into a
+    Delta table; the archive's rows and digest are equal on both sides, and a sidecar on
+    the shared stores answers as the local home did and reads the archived records."""
+    home = tmp_path / "home"
+    with Sidecar.open(embedder=HashingEmbedder(), home=home, evict_min_chains=1) as sc:
+        sc.add_tools([Tool(n, f"tool {n}") for n in ("search_api", "html_parser", "x")])
+        chain = sc.report(abandoned(["search_api", "html_parser", "x"], "HTTP 413"))
+        report = sc.evict()
+        before = views_of_archive(sc, report.pointers)
+        local_digests = {n: table_digest(sc._home.cold.table(n)) for n in ("chains", "tools")}
+    assert report.evicted and local_digests["chains"][0] == 1
+    cold_url = f"delta+file://{tmp_path / 'shared-cold'}"
+    with postgres_server.schema() as url:
+        env = {**os.environ, "SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": "hashing"}
+        proc = subprocess.run(
+            [SCRIPT, "migrate", "--to-database", url, "--to-cold", cold_url, "--json"],
+            capture_output=True, text=True, env=env, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == EXIT_OK, proc.stderr
+        copied = json.loads(proc.stdout)
+        assert {n: (c["rows"], c["digest"]) for n, c in copied["cold"].items()} == local_digests
+        # the local archive is gone from view: only the shared stores are opened
+        shutil.rmtree(home / "cold")
+        with Sidecar.open(
+            embedder=HashingEmbedder(), home=home, database_url=url, cold_url=cold_url
+        ) as sc:
+            assert views_of_archive(sc, report.pointers) == before
+            assert sc.audit(f"cold://chains/{chain.chain_id}")["chain_id"] == chain.chain_id
+            shared = {n: table_digest(sc._home.cold.table(n)) for n in ("chains", "tools")}
+        assert shared == local_digests
+        again = subprocess.run(
+            [SCRIPT, "migrate", "--to-cold", cold_url],
+            capture_output=True, text=True, env=env, timeout=300,
+        )  # fmt: skip
+        assert again.returncode == EXIT_INVALID, again.stderr
+        assert "already holds chains" in again.stderr
+
+
+def views_of_archive(sc: Sidecar, pointers: dict[str, str]) -> dict[str, object]:
+    return {
+        "digest": sc.digest().digest,
+        "tools": sorted(t.tool_id for t in sc.list_tools()),
+        "audits": {tool: sc.audit(p)["tool_id"] for tool, p in sorted(pointers.items())},
+    }
+
+
+def test_migrate_needs_somewhere_to_go(tmp_path: Path) -> None:
+    env = {**os.environ, "SIDECAR_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([SCRIPT, "migrate"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == EXIT_INVALID
+    assert "--to-database URL, --to-cold URL or both" in proc.stderr
