@@ -46,7 +46,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -135,14 +135,12 @@ class Memory:
 
     def overrides(self) -> dict[str, Any]:
         """Settings for an in-process :class:`~sidecar.Sidecar` on this memory."""
-        out: dict[str, Any] = {
+        return {
             "database_url": self.database_url,
             "chroma_url": self.chroma_url,
             "collection": self.collection,
+            "cold_url": self.cold_url,
         }
-        if cold_url_supported():
-            out["cold_url"] = self.cold_url
-        return out
 
     def env(self) -> dict[str, str]:
         """The same for a ``sidecar serve`` process."""
@@ -152,14 +150,6 @@ class Memory:
             "SIDECAR_COLLECTION": self.collection,
             "SIDECAR_COLD_URL": self.cold_url,
         }
-
-
-def cold_url_supported() -> bool:
-    """Whether this library reads ``cold_url``: without it every replica would keep
-    its own local archive, and the run says so in its result."""
-    from sidecar.settings import Settings
-
-    return any(f.name == "cold_url" for f in fields(Settings))
 
 
 class Services:
@@ -693,12 +683,7 @@ def measure(sizes: Sizes, seed: int = 7) -> dict[str, Any]:
         ),
         "machine": machine(),
         "params": {**asdict(sizes), "seed": seed},
-        "shared_cold": (
-            "Delta tables on S3 (moto, HTTP on 127.0.0.1), one prefix per memory"
-            if cold_url_supported()
-            else "not shared: this library has no cold_url setting, each replica kept its "
-            "own local Parquet archive under its home"
-        ),
+        "shared_cold": "Delta tables on S3 (moto, HTTP on 127.0.0.1), one prefix per memory",
         **rows,
         "targets": targets(rows),
         "timings_s": timings,
