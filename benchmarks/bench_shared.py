@@ -371,7 +371,9 @@ def lookup_and_check(services: Services, root: Path, sizes: Sizes, seed: int) ->
     chains = [
         fatal_chain(["tool_0", "tool_1", f"tool_{2 + i}"], i) for i in range(sizes.constraints)
     ]
-    learned = [session(n) for n in range(3)]  # two sessions make a learned block
+    # three sessions teach a condition that makes check_call warn on a new order: the
+    # check reads the learned memory, as a block would
+    learned = [session(n) for n in range(3)]
     queries = [" ".join(rng.choice(WORDS) for _ in range(6)) for _ in range(sizes.rounds + 10)]
     modes = {"embedded": None, "shared": services.memory()}
     build_s: dict[str, float] = {}
