@@ -19,8 +19,10 @@ so no part sees another's tools or chains.
 2. **Intake throughput.**  1, 2 and 3 ``sidecar serve`` processes on one shared memory,
    the same ``clients`` client threads (spread over the replicas) each sending its
    sessions one request at a time; total sessions a second, against one embedded server
-   with the same clients in the same run.  The servers use the hashing embedder: the
-   intake embeds nothing.
+   with the same clients in the same run, and with 1 and 3 replicas whose Delta tables
+   are in a local folder instead of S3 (what the object store costs, apart from the
+   database).  The servers use the hashing embedder: the intake embeds nothing.  Full
+   runs make two rounds, the second in reverse order.
 3. **Cross-replica staleness.**  Two servers on one memory.  A tool evicted on replica
    A (and, separately, a failing call reported on A): from the moment A answered,
    replica B is asked again and again (``search`` for the evicted tool's description;
@@ -92,6 +94,7 @@ class Sizes:
     """Row 1's embedder: ``onnx`` (the sidecar's default model path) or ``hashing``."""
     sessions_per_client: int
     clients: int
+    intake_rounds: int
     staleness_trials: int
     move_trials: int
     delta: tuple[int, int, tuple[int, ...], int, int] | None
@@ -106,6 +109,7 @@ QUICK = Sizes(
     embedder="onnx",
     sessions_per_client=40,
     clients=3,
+    intake_rounds=1,
     staleness_trials=20,
     move_trials=10,
     delta=(10_000, 500, (5_000, 10_000), 100, 10),
@@ -115,8 +119,9 @@ FULL = Sizes(
     constraints=1_000,
     rounds=1_000,
     embedder="onnx",
-    sessions_per_client=150,
+    sessions_per_client=60,
     clients=3,
+    intake_rounds=2,
     staleness_trials=60,
     move_trials=30,
     delta=(100_000, 500, (10_000, 25_000, 50_000, 100_000), 300, 50),
@@ -217,8 +222,10 @@ class Services:
                 raise RuntimeError("the Chroma server (`chroma run`) did not start")
             time.sleep(0.1)
 
-    def memory(self) -> Memory:
-        """A fresh memory: a new schema, collection and S3 prefix."""
+    def memory(self, cold_folder: bool = False) -> Memory:
+        """A fresh memory: a new schema, collection and S3 prefix (or, with
+        ``cold_folder``, Delta tables in a local folder every replica here can reach:
+        what separates the object store's cost from the database's)."""
         import psycopg
 
         name = f"m_{uuid.uuid4().hex[:10]}"
@@ -228,7 +235,11 @@ class Services:
             database_url=self.postgres.url(name),
             chroma_url=self.chroma_url,
             collection=name,
-            cold_url=f"s3://{self.bucket}/{name}",
+            cold_url=(
+                f"delta+file://{self.root / 'cold' / name}"
+                if cold_folder
+                else f"s3://{self.bucket}/{name}"
+            ),
         )
 
 
@@ -479,34 +490,66 @@ def _drive(clients: list[RemoteSidecar], per_client: int, base: int) -> dict[str
     }
 
 
+INTAKE_FOLDER = (1, 3)
+"""Replica counts also run with the Delta tables in a local folder instead of S3."""
+
+
 def intake(services: Services, root: Path, sizes: Sizes) -> dict[str, Any]:
+    """Each configuration on a memory of its own, ``intake_rounds`` times, the order
+    reversed every other round so that drift on the machine does not favour one end of
+    the curve; a configuration's figure is its sessions over its wall time, all rounds."""
     from sidecar import Tool
 
     tools = [Tool("get_order", "look up an order"), Tool("exchange_items", "exchange")]
-    runs: dict[str, Any] = {}
-    plan: list[tuple[str, int, Memory | None]] = [
-        ("embedded", 1, None),
-        *((str(n), n, services.memory()) for n in REPLICAS),
+    plan: list[tuple[str, int, str]] = [
+        ("embedded", 1, "local Parquet"),
+        *((str(n), n, "Delta on S3") for n in REPLICAS),
+        *((f"{n} folder", n, "Delta on a folder") for n in INTAKE_FOLDER),
     ]
-    for label, count, memory in plan:
-        progress(f"shared: row 2, intake on {label} ({count} server(s), {sizes.clients} clients)")
-        with replicas(root, count, memory) as servers:
-            first = servers[0].client()
-            first.add_tools(tools)
-            first.report(session(-1))  # connections and tables warm before the clock
-            first.close()
-            clients = [servers[i % count].client() for i in range(sizes.clients)]
-            try:
-                runs[label] = _drive(clients, sizes.sessions_per_client, 0) | {"replicas": count}
-            finally:
-                for c in clients:
-                    c.close()
+    rounds: dict[str, list[dict[str, Any]]] = {label: [] for label, _n, _c in plan}
+    for number in range(sizes.intake_rounds):
+        for label, count, cold in plan if number % 2 == 0 else list(reversed(plan)):
+            progress(
+                f"shared: row 2, round {number + 1}, intake on {label} ({count} server(s), "
+                f"{sizes.clients} clients)"
+            )
+            memory = None if label == "embedded" else services.memory(cold == "Delta on a folder")
+            with replicas(root, count, memory) as servers:
+                first = servers[0].client()
+                first.add_tools(tools)
+                first.report(session(-1))  # connections and tables warm before the clock
+                first.close()
+                clients = [servers[i % count].client() for i in range(sizes.clients)]
+                try:
+                    rounds[label].append(_drive(clients, sizes.sessions_per_client, 0))
+                finally:
+                    for c in clients:
+                        c.close()
+    runs: dict[str, Any] = {}
+    for label, count, cold in plan:
+        done = sum(r["sessions"] for r in rounds[label])
+        wall = sum(r["wall_s"] for r in rounds[label])
+        statuses: dict[str, int] = {}
+        for r in rounds[label]:
+            for key, value in r["statuses"].items():
+                statuses[key] = statuses.get(key, 0) + value
+        runs[label] = {
+            "replicas": count,
+            "cold": cold,
+            "sessions": done,
+            "wall_s": round(wall, 2),
+            "sessions_per_s": round(done / wall, 1) if wall else 0.0,
+            "rounds_sessions_per_s": [r["sessions_per_s"] for r in rounds[label]],
+            "statuses": statuses,
+            "errors": [e for r in rounds[label] for e in r["errors"]][:5],
+        }
     one = runs["1"]["sessions_per_s"]
     for run in runs.values():
         run["vs_one_shared_replica"] = ratio(run["sessions_per_s"], one, 2)
     return {
         "clients": sizes.clients,
         "sessions_per_client": sizes.sessions_per_client,
+        "rounds": sizes.intake_rounds,
         "runs": runs,
     }
 
@@ -753,7 +796,8 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     intake_rows = [
         [
-            label if label == "embedded" else f"shared, {run['replicas']}",
+            "embedded" if label == "embedded" else f"shared, {run['replicas']}",
+            run["cold"],
             run["sessions"],
             run["wall_s"],
             run["sessions_per_s"],
@@ -792,10 +836,20 @@ def markdown(result: dict[str, Any]) -> str:
         ),
         "",
         f"## 2. Intake ({result['intake']['clients']} clients in parallel, "
-        f"{result['intake']['sessions_per_client']} sessions each, one per request)",
+        f"{result['intake']['sessions_per_client']} sessions each, one per request, "
+        f"{result['intake']['rounds']} round(s))",
         "",
         md_table(
-            ["servers", "sessions", "wall s", "sessions/s", "vs 1 shared", "statuses", "errors"],
+            [
+                "servers",
+                "cold",
+                "sessions",
+                "wall s",
+                "sessions/s",
+                "vs 1 shared (S3)",
+                "statuses",
+                "errors",
+            ],
             intake_rows,
         ),
         "",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from benchmarks.bench_shared import REPLICAS, Sizes, markdown, measure, plot
+from benchmarks.bench_shared import INTAKE_FOLDER, REPLICAS, Sizes, markdown, measure, plot
 
 TINY = Sizes(
     tools=20,
@@ -15,6 +15,7 @@ TINY = Sizes(
     embedder="hashing",
     sessions_per_client=2,
     clients=2,
+    intake_rounds=1,
     staleness_trials=2,
     move_trials=2,
     delta=(1_000, 500, (500, 1_000), 5, 2),
@@ -43,7 +44,11 @@ def test_a_tiny_run_has_every_row(tmp_path: Path) -> None:
         assert row["p50_ratio"] > 0 and row["p99_ratio"] > 0
 
     runs = result["intake"]["runs"]
-    assert set(runs) == {"embedded", *(str(n) for n in REPLICAS)}
+    assert set(runs) == {
+        "embedded",
+        *(str(n) for n in REPLICAS),
+        *(f"{n} folder" for n in INTAKE_FOLDER),
+    }
     for run in runs.values():
         # every session sent was taken, on every replica count
         assert run["sessions"] == TINY.clients * TINY.sessions_per_client, run
