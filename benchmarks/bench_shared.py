@@ -22,7 +22,10 @@ so no part sees another's tools or chains.
    with the same clients in the same run, and with 1 and 3 replicas whose Delta tables
    are in a local folder instead of S3 (what the object store costs, apart from the
    database).  The servers use the hashing embedder: the intake embeds nothing.  Full
-   runs make two rounds, the second in reverse order.
+   runs make two rounds, the second in reverse order.  Beside it, in this process, one
+   session at a time reported to sidecars that differ in one backend at a time (SQLite
+   or PostgreSQL, local Parquet or Delta on a folder or on S3, embedded Chroma or the
+   server), in one round robin: where a session's intake time goes.
 3. **Cross-replica staleness.**  Two servers on one memory.  A tool evicted on replica
    A (and, separately, a failing call reported on A): from the moment A answered,
    replica B is asked again and again (``search`` for the evicted tool's description;
@@ -95,6 +98,8 @@ class Sizes:
     sessions_per_client: int
     clients: int
     intake_rounds: int
+    breakdown_sessions: int
+    """Row 2's in-process breakdown: sessions reported one at a time per backend mix."""
     staleness_trials: int
     move_trials: int
     delta: tuple[int, int, tuple[int, ...], int, int] | None
@@ -110,6 +115,7 @@ QUICK = Sizes(
     sessions_per_client=40,
     clients=3,
     intake_rounds=1,
+    breakdown_sessions=20,
     staleness_trials=20,
     move_trials=10,
     delta=(10_000, 500, (5_000, 10_000), 100, 10),
@@ -122,6 +128,7 @@ FULL = Sizes(
     sessions_per_client=60,
     clients=3,
     intake_rounds=2,
+    breakdown_sessions=60,
     staleness_trials=60,
     move_trials=30,
     delta=(100_000, 500, (10_000, 25_000, 50_000, 100_000), 300, 50),
@@ -554,6 +561,56 @@ def intake(services: Services, root: Path, sizes: Sizes) -> dict[str, Any]:
     }
 
 
+BREAKDOWN = {
+    "embedded": "SQLite, embedded Chroma, local Parquet",
+    "postgres": "PostgreSQL, embedded Chroma, local Parquet",
+    "postgres_delta_folder": "PostgreSQL, embedded Chroma, Delta on a folder",
+    "postgres_delta_s3": "PostgreSQL, embedded Chroma, Delta on S3",
+    "shared": "PostgreSQL, Chroma server, Delta on S3",
+}
+
+
+def intake_breakdown(services: Services, root: Path, sizes: Sizes) -> dict[str, Any]:
+    """Where one session's intake time goes: the same session reported, one at a time
+    in this process, to sidecars that differ in one backend at a time, in one round
+    robin."""
+    from indexes import HashingEmbedder
+    from sidecar import Tool
+
+    mixes: dict[str, dict[str, Any]] = {"embedded": {}}
+    mixes["postgres"] = {"database_url": services.memory().database_url}
+    folder = services.memory(cold_folder=True)
+    mixes["postgres_delta_folder"] = {
+        "database_url": folder.database_url,
+        "cold_url": folder.cold_url,
+    }
+    s3 = services.memory()
+    mixes["postgres_delta_s3"] = {"database_url": s3.database_url, "cold_url": s3.cold_url}
+    mixes["shared"] = services.memory().overrides()
+    tools = [Tool("get_order", "look up an order"), Tool("exchange_items", "exchange")]
+    progress(f"shared: row 2, {sizes.breakdown_sessions} sessions on each backend mix")
+    with contextlib.ExitStack() as stack:
+        fns: dict[str, Callable[[], Any]] = {}
+        for name, over in mixes.items():
+            sc = stack.enter_context(
+                library(root / f"breakdown-{name}", HashingEmbedder(), None, **over)
+            )
+            sc.add_tools(tools)
+            counter = iter(range(10**9))
+            fns[name] = lambda s=sc, c=counter: s.report(session(next(c)))
+        samples = interleaved(fns, sizes.breakdown_sessions, warmup=2)
+    stats = {name: summary(values) for name, values in samples.items()}
+    base = stats["embedded"]["p50_ms"]
+    return {
+        name: {
+            "backends": BREAKDOWN[name],
+            **stats[name],
+            "p50_vs_embedded": ratio(stats[name]["p50_ms"], base, 2),
+        }
+        for name in mixes
+    }
+
+
 # ---- 3. cross-replica staleness -------------------------------------------------------------
 def _wait_until(ask: Callable[[], bool], since: float) -> dict[str, Any]:
     """Ask until the answer reflects the write: ms from ``since`` to the end of the first
@@ -714,6 +771,9 @@ def measure(sizes: Sizes, seed: int = 7) -> dict[str, Any]:
         rows: dict[str, Any] = {
             "lookup": timed_part("lookup", lambda: lookup_and_check(services, root, sizes, seed)),
             "intake": timed_part("intake", lambda: intake(services, root, sizes)),
+            "intake_breakdown": timed_part(
+                "intake_breakdown", lambda: intake_breakdown(services, root, sizes)
+            ),
             "staleness": timed_part("staleness", lambda: staleness(services, root, sizes)),
             "move": timed_part("move", lambda: moves(services, root, sizes, seed)),
         }
@@ -851,6 +911,17 @@ def markdown(result: dict[str, Any]) -> str:
                 "errors",
             ],
             intake_rows,
+        ),
+        "",
+        "One session reported at a time in this process, one backend changed at a time "
+        "(one round robin):",
+        "",
+        md_table(
+            ["backends", "n", "report p50 ms", "p99 ms", "p50 vs embedded"],
+            [
+                [b["backends"], b["n"], b["p50_ms"], b["p99_ms"], b["p50_vs_embedded"]]
+                for b in result["intake_breakdown"].values()
+            ],
         ),
         "",
         f"## 3. Staleness ({stale['trials']} trials of each write, watchers alternating)",

@@ -6,7 +6,15 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from benchmarks.bench_shared import INTAKE_FOLDER, REPLICAS, Sizes, markdown, measure, plot
+from benchmarks.bench_shared import (
+    BREAKDOWN,
+    INTAKE_FOLDER,
+    REPLICAS,
+    Sizes,
+    markdown,
+    measure,
+    plot,
+)
 
 TINY = Sizes(
     tools=20,
@@ -16,6 +24,7 @@ TINY = Sizes(
     sessions_per_client=2,
     clients=2,
     intake_rounds=1,
+    breakdown_sessions=2,
     staleness_trials=2,
     move_trials=2,
     delta=(1_000, 500, (500, 1_000), 5, 2),
@@ -53,6 +62,10 @@ def test_a_tiny_run_has_every_row(tmp_path: Path) -> None:
         # every session sent was taken, on every replica count
         assert run["sessions"] == TINY.clients * TINY.sessions_per_client, run
         assert run["statuses"] == {"archived": run["sessions"]} and not run["errors"]
+
+    breakdown = result["intake_breakdown"]
+    assert set(breakdown) == set(BREAKDOWN)
+    assert all(b["n"] == TINY.breakdown_sessions for b in breakdown.values())
 
     stale = result["staleness"]
     for kind in ("evict", "report"):
