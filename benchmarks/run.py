@@ -1,6 +1,6 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
 [--json]`` with NAME one of pollution, failures, lookup, embed, serve, gateway, retrieval,
-check, evict, store, delta, startup, state, otlp, all.
+check, evict, store, delta, startup, state, otlp, shared, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -51,6 +51,7 @@ MODULES = {
     "state": "benchmarks.bench_state",
     "retrieval": "benchmarks.bench_retrieval",
     "otlp": "benchmarks.bench_otlp",
+    "shared": "benchmarks.bench_shared",
 }
 ALL_ORDER = (
     "startup",
@@ -66,6 +67,7 @@ ALL_ORDER = (
     "gateway",
     "retrieval",
     "otlp",
+    "shared",
     "pollution",
 )
 DATASET_BENCHMARKS = ("pollution", "failures", "embed", "serve", "gateway", "retrieval")
@@ -131,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
         "retrieval": "absolute lookup quality (nDCG, recall, Comp@5) on StableToolBench, "
         "Seal-Tools, ToolBench: hybrid vs MiniLM and BM25; abstention; end-to-end cost",
         "otlp": "OTLP intake isolation: a small exporter's latency beside a large one",
+        "shared": "several sidecars on one memory (PostgreSQL, Chroma server, Delta on S3) "
+        "vs one embedded: lookup, intake by replicas, staleness, moves",
         "all": "every benchmark, fastest first",
     }
     for name, text in helps.items():

@@ -1,0 +1,83 @@
+"""The shared-memory benchmark: registered, and at a tiny size every row comes back with
+the fields the page and the targets read (no timing is asserted: the machine is shared)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from benchmarks.bench_shared import (
+    BREAKDOWN,
+    INTAKE_FOLDER,
+    REPLICAS,
+    Sizes,
+    markdown,
+    measure,
+    plot,
+)
+
+TINY = Sizes(
+    tools=20,
+    constraints=3,
+    rounds=4,
+    embedder="hashing",
+    sessions_per_client=2,
+    clients=2,
+    intake_rounds=1,
+    breakdown_sessions=2,
+    staleness_trials=2,
+    move_trials=2,
+    delta=(1_000, 500, (500, 1_000), 5, 2),
+)
+
+
+def test_shared_is_a_registered_benchmark() -> None:
+    from benchmarks.run import ALL_ORDER, MODULES, build_parser
+
+    assert MODULES["shared"] == "benchmarks.bench_shared" and "shared" in ALL_ORDER
+    assert build_parser().parse_args(["shared", "--full"]).quick is False
+
+
+def test_a_tiny_run_has_every_row(tmp_path: Path) -> None:
+    result = measure(TINY)
+    assert result["benchmark"] == "shared" and "Delta" in result["shared_cold"]
+
+    lookup = result["lookup"]
+    assert lookup["same_answers"], lookup["answers"]
+    # three sessions teach a condition that warns (a block needs more evidence)
+    assert lookup["answers"]["shared"]["check_call"] == "warn"
+    assert not lookup["answers"]["shared"]["check_safe"]
+    for op in ("search", "check", "check_call"):
+        row = lookup["ops"][op]
+        assert row["embedded"]["n"] == row["shared"]["n"] == TINY.rounds
+        assert row["p50_ratio"] > 0 and row["p99_ratio"] > 0
+
+    runs = result["intake"]["runs"]
+    assert set(runs) == {
+        "embedded",
+        *(str(n) for n in REPLICAS),
+        *(f"{n} folder" for n in INTAKE_FOLDER),
+    }
+    for run in runs.values():
+        # every session sent was taken, on every replica count
+        assert run["sessions"] == TINY.clients * TINY.sessions_per_client, run
+        assert run["statuses"] == {"archived": run["sessions"]} and not run["errors"]
+
+    breakdown = result["intake_breakdown"]
+    assert set(breakdown) == set(BREAKDOWN)
+    assert all(b["n"] == TINY.breakdown_sessions for b in breakdown.values())
+
+    stale = result["staleness"]
+    for kind in ("evict", "report"):
+        for where in ("other", "same"):
+            assert stale[kind][where]["n"] == TINY.staleness_trials // 2
+            assert stale[kind][where]["never"] == 0
+
+    assert result["move"]["embedded"]["n"] == result["move"]["shared"]["n"] == TINY.move_trials
+    assert [p["chains"] for p in result["delta"]["points"]] == [500, 1_000]
+    assert {t["met"] for t in result["targets"]} <= {True, False, None}
+
+    page = markdown(result)
+    assert "## 2. Intake" in page and "## 5. Delta" in page
+    with contextlib.suppress(ImportError):  # matplotlib is in the `bench` extra
+        assert [p.name for p in plot(result, tmp_path)] == ["shared.png"]
