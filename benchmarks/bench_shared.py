@@ -107,6 +107,10 @@ class Sizes:
     maintain_every), or ``None`` to leave row 5 out."""
 
 
+REVISION_CACHE_MS = 250.0
+"""``SIDECAR_REVISION_CACHE_MS`` of the cached rows: a replica keeps the revisions it
+read for at most this long, less once another replica's write is announced."""
+
 QUICK = Sizes(
     tools=1_000,
     constraints=200,
@@ -393,13 +397,15 @@ def lookup_and_check(services: Services, root: Path, sizes: Sizes, seed: int) ->
     # check reads the learned memory, as a block would
     learned = [session(n) for n in range(3)]
     queries = [" ".join(rng.choice(WORDS) for _ in range(6)) for _ in range(sizes.rounds + 10)]
-    modes = {"embedded": None, "shared": services.memory()}
+    modes = {"embedded": None, "shared": services.memory(), "shared_cached": services.memory()}
     build_s: dict[str, float] = {}
     with contextlib.ExitStack() as stack:
         sidecars: dict[str, Sidecar] = {}
         for mode, memory in modes.items():
             progress(f"shared: row 1, building the {mode} catalog ({len(tools):,} tools)")
-            sc = stack.enter_context(library(root / f"lookup-{mode}", embedder, memory))
+            # the cached replica keeps the revisions it reads for at most REVISION_CACHE_MS
+            extra = {"revision_cache_ms": REVISION_CACHE_MS} if mode == "shared_cached" else {}
+            sc = stack.enter_context(library(root / f"lookup-{mode}", embedder, memory, **extra))
             started = time.perf_counter()
             sc.add_tools(tools)
             sc.report_many(chains)
@@ -437,7 +443,8 @@ def lookup_and_check(services: Services, root: Path, sizes: Sizes, seed: int) ->
         "constraints": sizes.constraints,
         "build_s": build_s,
         "answers": checks,
-        "same_answers": checks["embedded"] == checks["shared"],
+        "same_answers": checks["embedded"] == checks["shared"] == checks["shared_cached"],
+        "revision_cache_ms": REVISION_CACHE_MS,
         "ops": {
             op: {
                 "embedded": stats[f"embedded:{op}"],
@@ -447,6 +454,10 @@ def lookup_and_check(services: Services, root: Path, sizes: Sizes, seed: int) ->
                 ),
                 "p99_ratio": ratio(
                     stats[f"shared:{op}"]["p99_ms"], stats[f"embedded:{op}"]["p99_ms"], 2
+                ),
+                "shared_cached": stats[f"shared_cached:{op}"],
+                "cached_p50_ratio": ratio(
+                    stats[f"shared_cached:{op}"]["p50_ms"], stats[f"embedded:{op}"]["p50_ms"], 2
                 ),
             }
             for op in ops
@@ -636,13 +647,36 @@ def staleness(services: Services, root: Path, sizes: Sizes) -> dict[str, Any]:
         for name in (f"evict_{i}", f"next_{i}", f"pay_{i}")
     ]
     descriptions = {t.tool_id: t.description for t in tools}
+    out: dict[str, Any] = {"trials": n}
+    for cache_ms in (0.0, REVISION_CACHE_MS):
+        key = "uncached" if cache_ms == 0 else "cached"
+        out[key] = _staleness(services, root / key, tools, descriptions, n, cache_ms)
+    # the uncached figures stay at the top level, as the markdown and targets read them
+    out.update(out["uncached"])
+    return out
+
+
+def _staleness(
+    services: Services,
+    root: Path,
+    tools: list[Any],
+    descriptions: dict[str, str],
+    n: int,
+    cache_ms: float,
+) -> dict[str, Any]:
+    from sidecar import Tool
+
     memory = services.memory()
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {
         "evict": {"other": [], "same": []},
         "report": {"other": [], "same": []},
     }
-    progress(f"shared: row 3, {n} evictions and {n} reports, each watched from both replicas")
-    with replicas(root, 2, memory, {"SIDECAR_EVICT_MIN_CHAINS": "1"}) as (one, two):
+    progress(
+        f"shared: row 3 (revision cache {cache_ms:g} ms), {n} evictions and {n} reports, "
+        "each watched from both replicas"
+    )
+    env = {"SIDECAR_EVICT_MIN_CHAINS": "1", "SIDECAR_REVISION_CACHE_MS": str(cache_ms)}
+    with replicas(root, 2, memory, env) as (one, two):
         a, b = one.client(), two.client()
         try:
             a.add_tools([*tools, Tool("get_order", "look up an order")])
@@ -680,7 +714,7 @@ def staleness(services: Services, root: Path, sizes: Sizes) -> dict[str, Any]:
         finally:
             a.close()
             b.close()
-    out: dict[str, Any] = {"trials": n}
+    out: dict[str, Any] = {"revision_cache_ms": cache_ms}
     for kind, by_watcher in samples.items():
         out[kind] = {}
         for where, trials in by_watcher.items():
@@ -851,6 +885,9 @@ def markdown(result: dict[str, Any]) -> str:
             v["shared"]["p99_ms"],
             v["p50_ratio"],
             v["p99_ratio"],
+            v["shared_cached"]["p50_ms"],
+            v["shared_cached"]["p99_ms"],
+            v["cached_p50_ratio"],
         ]
         for op, v in look["ops"].items()
     ]
@@ -867,9 +904,9 @@ def markdown(result: dict[str, Any]) -> str:
         ]
         for label, run in result["intake"]["runs"].items()
     ]
-    stale = result["staleness"]
     stale_rows = [
         [
+            "cached" if cached else "every request",
             {"evict": "tool evicted on A", "report": "failure reported on A"}[kind],
             {"other": "B (the other replica)", "same": "A itself (floor)"}[where],
             s["n"],
@@ -879,6 +916,11 @@ def markdown(result: dict[str, Any]) -> str:
             s["stale_answers"],
             s["never"],
         ]
+        for cached, stale in (
+            (False, result["staleness"].get("uncached", result["staleness"])),
+            (True, result["staleness"].get("cached")),
+        )
+        if stale is not None
         for kind in ("evict", "report")
         for where, s in stale[kind].items()
     ]
@@ -891,7 +933,18 @@ def markdown(result: dict[str, Any]) -> str:
         f"{look['same_answers']})",
         "",
         md_table(
-            ["op", "embedded p50 ms", "p99", "shared p50 ms", "p99", "p50 ratio", "p99 ratio"],
+            [
+                "op",
+                "embedded p50 ms",
+                "p99",
+                "shared p50 ms",
+                "p99",
+                "p50 ratio",
+                "p99 ratio",
+                f"cached ({look['revision_cache_ms']:g} ms) p50 ms",
+                "p99",
+                "p50 ratio",
+            ],
             lookup_rows,
         ),
         "",
@@ -924,10 +977,21 @@ def markdown(result: dict[str, Any]) -> str:
             ],
         ),
         "",
-        f"## 3. Staleness ({stale['trials']} trials of each write, watchers alternating)",
+        f"## 3. Staleness ({result['staleness']['trials']} trials of each write, watchers "
+        "alternating; the revisions read on every request, or cached)",
         "",
         md_table(
-            ["write", "watched on", "n", "p50 ms", "p99 ms", "max ms", "stale answers", "never"],
+            [
+                "revisions",
+                "write",
+                "watched on",
+                "n",
+                "p50 ms",
+                "p99 ms",
+                "max ms",
+                "stale answers",
+                "never",
+            ],
             stale_rows,
         ),
         "",

@@ -116,6 +116,9 @@ class CallMemory:
         self._lock = threading.RLock()
         self._memory = FailureMemory()
         self._revision = -1
+        self._revision_token: object | None = None
+        self._revision_read = 0
+        """The stored revision as last read, and the database's change token then."""
         self._states: dict[str, ConditionState] = {}
         self._states_rev = -1
 
@@ -125,11 +128,15 @@ class CallMemory:
 
     # ---- loading ----------------------------------------------------------------------
     def _revision_now(self) -> int:
+        token = self._state.db.change_token()
+        if token is not None and token == self._revision_token:
+            return self._revision_read
         try:
             row = self._state.db.execute("SELECT revision FROM call_memory WHERE id=1").fetchone()
         except MissingTable:
             return 0  # a home written before this memory existed, opened read-only
-        return int(row[0]) if row else 0
+        self._revision_token, self._revision_read = token, int(row[0]) if row else 0
+        return self._revision_read
 
     def _fresh(self) -> FailureMemory:
         """The learner as the state has it now (reloaded when another writer moved it)."""

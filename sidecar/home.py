@@ -76,7 +76,9 @@ def open_state(
     if settings.database_url is not None:
         from sidecar.storage.postgres import PostgresDatabase
 
-        db = PostgresDatabase(settings.database_url, writable)
+        db = PostgresDatabase(
+            settings.database_url, writable, revision_cache_s=settings.revision_cache_ms / 1000
+        )
     else:
         from sidecar.storage.sqlite import SqliteDatabase
 

@@ -48,6 +48,7 @@ class Settings:
     chroma_url: str | None = None
     database_url: str | None = None
     cold_url: str | None = None
+    revision_cache_ms: float = 0.0
     collection: str = "tools"
     max_warnings_per_tool: int = 3
     revoker: str = "record-only"
@@ -146,6 +147,8 @@ SETTINGS: dict[str, str] = {
     "chroma_url": "http://host:port of a Chroma server; unset means the embedded store",
     "database_url": "postgresql://... of a PostgreSQL database holding the state; unset "
     "means SQLite under the home",
+    "revision_cache_ms": "shared state only: keep the revisions a lookup or check reads for up "
+    "to this long, less once another replica's write is announced (0: read every request)",
     "cold_url": "where the cold archive is: s3://bucket/prefix (Delta tables; endpoint and "
     "credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
     "AWS_REGION), delta+file:///folder or a folder; unset means the home's cold/ folder",
@@ -184,6 +187,7 @@ SETTINGS: dict[str, str] = {
 def _parse(name: str, raw: str) -> Any:
     if name in (
         "constraint_max_age_days",
+        "revision_cache_ms",
         "abstain_below",
         "chain_weight",
         "gateway_call_timeout",
@@ -255,6 +259,9 @@ def validate(s: Settings) -> Settings:
             raise ConfigError(f"{name} must be an integer >= 1024, got {value!r}")
     if s.otlp_max_memory_bytes < s.otlp_max_request_bytes:
         raise ConfigError("otlp_max_memory_bytes must be at least otlp_max_request_bytes")
+    cache = s.revision_cache_ms
+    if isinstance(cache, bool) or not isinstance(cache, int | float) or not 0 <= cache <= 60_000:
+        raise ConfigError(f"revision_cache_ms must be a number from 0 to 60000, got {cache!r}")
     age = s.constraint_max_age_days
     if isinstance(age, bool) or not isinstance(age, int | float) or not 0 <= age < 1e6:
         raise ConfigError(f"constraint_max_age_days must be a number >= 0, got {age!r}")

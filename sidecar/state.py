@@ -189,6 +189,7 @@ class StateStore:
         self.writable = db.writable
         self.writer = uuid.uuid4().hex
         """This store's name in ``tools_writes``: which hot-index revisions it made."""
+        self._revisions_cache: tuple[object, tuple[int, int]] | None = None
 
     def ensure(self, ddl: str) -> None:
         """Create a module's tables if they are missing (writable stores only)."""
@@ -788,13 +789,20 @@ class StateStore:
 
     def revisions(self) -> tuple[int, int]:
         """The constraints revision and the hot-index revision (bumped by every write
-        to the hot index, from any process sharing this home), in one read."""
+        to the hot index, from any process sharing this home), in one read; kept while
+        the database's change token says no process can have written since."""
+        token = self._db.change_token()
+        cached = self._revisions_cache
+        if token is not None and cached is not None and cached[0] == token:
+            return cached[1]
         rows = dict(
             self._db.execute(
                 "SELECT key, value FROM meta WHERE key IN ('constraints_rev', 'tools_rev')"
             ).fetchall()
         )
-        return int(rows.get("constraints_rev", 0)), int(rows.get("tools_rev", 0))
+        revisions = int(rows.get("constraints_rev", 0)), int(rows.get("tools_rev", 0))
+        self._revisions_cache = (token, revisions)
+        return revisions
 
     def bump_tools_revision(self) -> None:
         with self._db.tx() as db:

@@ -142,6 +142,14 @@ class Database(ABC):
         """The database's clock, in seconds since the epoch: the one clock every process
         sharing the state agrees on (for leases)."""
 
+    def change_token(self) -> object | None:
+        """A value that stays equal for as long as no process sharing the state can
+        have committed a write since it was returned, or ``None`` when the backend
+        cannot tell (read again every time).  A cache of a small, hot read (the
+        revisions) keeps its value while the token it was read under is still the
+        one returned.  Never equal across a write of this process."""
+        return None
+
     def reading(self) -> AbstractContextManager[None]:
         """Around reads that must see only committed data even while another thread of
         this process is inside a write transaction.  Only a backend that shares one

@@ -44,12 +44,14 @@ broken connection is dropped, so the next statement reconnects.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import queue
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache
@@ -167,7 +169,10 @@ class _Rows:
 class PostgresDatabase(Database):
     dialect: ClassVar[str] = "postgresql"
 
-    def __init__(self, url: str, writable: bool = True) -> None:
+    def __init__(self, url: str, writable: bool = True, revision_cache_s: float = 0.0) -> None:
+        """``revision_cache_s`` > 0: hot reads (the revisions) are cached for at most that
+        long, and less once another process's write is announced (see
+        :meth:`change_token`); 0 reads them on every request."""
         import psycopg
         from psycopg.conninfo import conninfo_to_dict
 
@@ -205,6 +210,10 @@ class PostgresDatabase(Database):
             raise
         self._put(conn)
         self._state_key = self.key("state")
+        self.channel = f"sidecar_changes_{self._state_key & 0xFFFF_FFFF_FFFF:012x}"
+        self._feed: ChangeFeed | None = None
+        self._cache_s = revision_cache_s
+        self._feed_lock = threading.Lock()
 
     # ---- connections ----------------------------------------------------------------
     @property
@@ -310,6 +319,8 @@ class PostgresDatabase(Database):
             with conn.transaction():
                 # one writer at a time across every process on this state (see above)
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._state_key,))
+                # delivered at commit to every process's change feed (none on rollback)
+                conn.execute(f"NOTIFY {self.channel}")
                 self._local.conn = conn
                 try:
                     yield self
@@ -318,7 +329,23 @@ class PostgresDatabase(Database):
         except self._psycopg.Error as exc:
             raise failure(exc) from exc
         finally:
+            # every database object of this process on this state sees the write at
+            # once, without waiting for the notification
+            with _WRITES_LOCK:
+                _WRITES[self.channel] = _WRITES.get(self.channel, 0) + 1
             self._put(conn)
+
+    def change_token(self) -> object | None:
+        if self._cache_s <= 0 or getattr(self._local, "conn", None) is not None:
+            return None  # off; or inside a write transaction, whose writes are not committed
+        with self._feed_lock:
+            if self._feed is None and not self._closed:
+                self._feed = ChangeFeed(self)
+        feed = self._feed
+        if feed is None or not feed.listening:
+            return None
+        writes = _WRITES.get(self.channel, 0)
+        return (feed.generation, writes, int(time.monotonic() / self._cache_s))
 
     def ensure(self, ddl: str) -> None:
         if not self.writable:
@@ -349,6 +376,48 @@ class PostgresDatabase(Database):
                 self._idle.get_nowait().close()
             except queue.Empty:
                 return
+
+
+_WRITES: dict[str, int] = {}
+"""Write transactions this process ended, per state (its channel)."""
+_WRITES_LOCK = threading.Lock()
+
+
+class ChangeFeed:
+    """``LISTEN`` on the state's channel, on a connection of its own, in a daemon
+    thread: every write transaction of any process ``NOTIFY``s it at commit, and each
+    notification moves :attr:`generation`.  While the feed is not listening (not yet,
+    or its connection broke) :attr:`listening` is false and nothing may be cached."""
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        self._db = db
+        self.generation = 0
+        self.listening = False
+        self._thread = threading.Thread(target=self._run, name="sidecar-changes", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._db._closed:
+            try:
+                conn = self._db._psycopg.connect(autocommit=True, **self._db._params)
+            except self._db._psycopg.Error:
+                time.sleep(1.0)
+                continue
+            try:
+                conn.execute(f"LISTEN {self._db.channel}")
+                self.generation += 1  # whatever was missed while not listening
+                self.listening = True
+                while not self._db._closed:
+                    for _ in conn.notifies(timeout=1.0):
+                        self.generation += 1
+            except self._db._psycopg.Error:
+                pass
+            finally:
+                self.listening = False
+                self.generation += 1
+                with contextlib.suppress(self._db._psycopg.Error):
+                    conn.close()
+            time.sleep(0.2)
 
 
 class PgLock:

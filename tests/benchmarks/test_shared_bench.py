@@ -50,7 +50,8 @@ def test_a_tiny_run_has_every_row(tmp_path: Path) -> None:
     for op in ("search", "check", "check_call"):
         row = lookup["ops"][op]
         assert row["embedded"]["n"] == row["shared"]["n"] == TINY.rounds
-        assert row["p50_ratio"] > 0 and row["p99_ratio"] > 0
+        assert row["shared_cached"]["n"] == TINY.rounds
+        assert row["p50_ratio"] > 0 and row["p99_ratio"] > 0 and row["cached_p50_ratio"] > 0
 
     runs = result["intake"]["runs"]
     assert set(runs) == {
@@ -67,11 +68,11 @@ def test_a_tiny_run_has_every_row(tmp_path: Path) -> None:
     assert set(breakdown) == set(BREAKDOWN)
     assert all(b["n"] == TINY.breakdown_sessions for b in breakdown.values())
 
-    stale = result["staleness"]
-    for kind in ("evict", "report"):
-        for where in ("other", "same"):
-            assert stale[kind][where]["n"] == TINY.staleness_trials // 2
-            assert stale[kind][where]["never"] == 0
+    for stale in (result["staleness"]["uncached"], result["staleness"]["cached"]):
+        for kind in ("evict", "report"):
+            for where in ("other", "same"):
+                assert stale[kind][where]["n"] == TINY.staleness_trials // 2
+                assert stale[kind][where]["never"] == 0
 
     assert result["move"]["embedded"]["n"] == result["move"]["shared"]["n"] == TINY.move_trials
     assert [p["chains"] for p in result["delta"]["points"]] == [500, 1_000]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -190,3 +191,66 @@ def test_a_parquet_archive_has_nothing_to_maintain(tmp_path: Path) -> None:
         done = sc.maintain_archive()
     assert done.backend == "parquet"
     assert all(s.files_added == s.files_removed == 0 for s in done.steps)
+
+
+def test_revisions_are_read_every_time_unless_a_cache_is_asked_for(
+    postgres_server: PostgresServer,
+) -> None:
+    with postgres_server.schema() as url:
+        db = PostgresDatabase(url)
+        try:
+            assert db.change_token() is None
+        finally:
+            db.close()
+
+
+BUMP = (
+    "INSERT INTO meta VALUES ('constraints_rev', '1') ON CONFLICT (key) "
+    "DO UPDATE SET value = CAST(meta.value AS INTEGER) + 1"
+)
+
+
+def test_a_revision_cache_follows_writes_at_once_here_and_by_notification_elsewhere(
+    postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    from sidecar.home import SCHEMAS
+    from sidecar.state import StateStore
+    from sidecar.storage import postgres
+
+    clock = [1000.0]
+    monkeypatch.setattr(postgres.time, "monotonic", lambda: clock[0])
+    with postgres_server.schema() as url:
+        db = PostgresDatabase(url, revision_cache_s=0.25)
+        for ddl in SCHEMAS:
+            db.ensure(ddl)
+        state = StateStore(db)
+        other = psycopg.connect(url, autocommit=True)
+        try:
+            deadline = time.time() + 30
+            while db.change_token() is None:  # the feed's LISTEN is in place
+                assert time.time() < deadline
+                time.sleep(0.01)
+            before = state.revisions()
+            state.bump_tools_revision()  # this process's write: seen at once
+            assert state.revisions()[1] == before[1] + 1
+            seen = state.revisions()
+            # another process writes without a notification: the cached value stands
+            # until the bound has passed (the clock is frozen, then moved past it)
+            other.execute(BUMP)
+            assert state.revisions() == seen
+            clock[0] += 0.25
+            assert state.revisions()[0] == seen[0] + 1
+            # another process's write transaction notifies: seen without the clock moving
+            seen = state.revisions()
+            with other.transaction():
+                other.execute(BUMP)
+                other.execute(f"NOTIFY {db.channel}")
+            while state.revisions() == seen:
+                assert time.time() < deadline
+                time.sleep(0.01)
+            assert state.revisions()[0] == seen[0] + 1
+        finally:
+            other.close()
+            db.close()
