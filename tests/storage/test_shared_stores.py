@@ -254,3 +254,24 @@ def test_a_revision_cache_follows_writes_at_once_here_and_by_notification_elsewh
         finally:
             other.close()
             db.close()
+
+
+@pytest.mark.model
+@pytest.mark.integration
+def test_an_index_built_with_another_embedder_is_refused_at_start(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text('[{"name": "fetch", "description": "fetch a page"}]')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    env |= {"SIDECAR_HOME": str(tmp_path / "home")}
+    if "SIDECAR_MODEL_CACHE" in os.environ:
+        env["SIDECAR_MODEL_CACHE"] = os.environ["SIDECAR_MODEL_CACHE"]
+    added = subprocess.run(
+        [SCRIPT, "tools", "add", str(tools)],
+        capture_output=True, text=True, env={**env, "SIDECAR_EMBEDDER": "hashing"}, timeout=120,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    served = subprocess.run(
+        [SCRIPT, "serve", "--port", "0"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert served.returncode == 7, served.stderr
+    assert "was built with embedder 'hashing-384', not 'all-MiniLM-L6-v2'" in served.stderr
