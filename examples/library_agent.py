@@ -65,6 +65,18 @@ def exchange_session(order_id: str) -> list[Step]:
 
 
 # ---- the agent ---------------------------------------------------------------------
+def customer_reports() -> list[dict[str, Any]]:
+    """One report per earlier customer's session: refused exchanges and successful ones."""
+    reports = []
+    for n, order_id in enumerate(CUSTOMERS, 1):
+        steps = exchange_session(order_id)
+        outcome = "abandoned" if any(s.failed for s in steps) else "completed"
+        reports.append(
+            {"steps": [s.to_dict() for s in steps], "outcome": outcome, "session_id": f"c-{n}"}
+        )
+    return reports
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, help="sidecar home (default: a temporary one)")
@@ -80,14 +92,7 @@ def run_agent(sc: Sidecar) -> None:
     added = sc.add_tools(TOOLS)
     print(f"1. added {len(added.added)} tools: {', '.join(added.added)}")
 
-    reports = []
-    for n, order_id in enumerate(CUSTOMERS, 1):
-        steps = exchange_session(order_id)
-        outcome = "abandoned" if any(s.failed for s in steps) else "completed"
-        reports.append(
-            {"steps": [s.to_dict() for s in steps], "outcome": outcome, "session_id": f"c-{n}"}
-        )
-    results = sc.report_many(reports)
+    results = sc.report_many(customer_reports())
     archived = sum(r.status == "archived" for r in results)
     recorded = sum(r.status == "recorded" for r in results)
     print(

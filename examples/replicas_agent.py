@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-from library_agent import CUSTOMERS, TOOLS, exchange_session, run_tool
+from library_agent import TOOLS, customer_reports, run_tool
 
 from sidecar import RemoteSidecar
 
@@ -75,14 +75,7 @@ def run_agent(one: RemoteSidecar, two: RemoteSidecar) -> None:
     added = one.add_tools(TOOLS)
     print(f"1. replica 1 ({one.url}): added {len(added.added)} tools")
 
-    reports = []
-    for n, order_id in enumerate(CUSTOMERS, 1):
-        steps = exchange_session(order_id)
-        outcome = "abandoned" if any(s.failed for s in steps) else "completed"
-        reports.append(
-            {"steps": [s.to_dict() for s in steps], "outcome": outcome, "session_id": f"c-{n}"}
-        )
-    results = one.report_many(reports)
+    results = one.report_many(customer_reports())
     archived = sum(r.status == "archived" for r in results)
     recorded = sum(r.status == "recorded" for r in results)
     print(
