@@ -213,6 +213,7 @@ class Sidecar:
             settings.retire_after,
             StepPolicy(settings.max_step_bytes, settings.keep_outputs),
             after_archive=self._evict_after_report if settings.evict_on_report else None,
+            crash_at=settings.crash_at,
         )
         self._tools = Tools(
             self._records,

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import time
 import uuid
 from collections import Counter
@@ -161,10 +163,12 @@ class Intake:
         retire_after: int,
         steps: StepPolicy = StepPolicy(),
         after_archive: Callable[[], str] | None = None,
+        crash_at: str | None = None,
     ) -> None:
         """``after_archive``: run after a batch archived chains (the eviction, when the
         home evicts on report), returns a note for the answers."""
         self._state = state
+        self._crash_at = crash_at
         self._cold = cold
         self._records = records
         self._threshold = reproduce_threshold
@@ -220,6 +224,8 @@ class Intake:
             rows = self._rows(plan.archive)
             staged = uuid.uuid4().hex
             self._state.stage_intake(staged, [r["chain_id"] for r in rows], plan.counters)
+            if self._crash_at == "after_intake_staged":
+                os.kill(os.getpid(), signal.SIGKILL)  # testing only (SIDECAR_CRASH_AT)
             try:
                 self._cold.chains.append(rows, batch=f"intake-{staged}")
             except (CommitFailed, SchemaError):

@@ -22,6 +22,9 @@ DEFAULT_EXACT_LIMIT = 15_000
 ``benchmarks/bench_embed.py``; kept in step with ``indexes.EXACT_LIMIT``)."""
 CRASH_POINTS = ("after_intent", "after_cold", "after_mandates", "after_hot_delete", "after_done")
 """The steps of an eviction move after which a test may kill the process."""
+INTAKE_CRASH_POINTS = ("after_intake_staged",)
+"""Where a test may kill the process while it takes in a batch: once the batch's state
+transaction has committed, before its chains are appended to the cold archive."""
 MissingField = Literal["block", "allow"]
 ContestScope = Literal["safe", "all"]
 DEFAULT_EVICT_MIN_CHAINS = 2
@@ -171,7 +174,7 @@ SETTINGS: dict[str, str] = {
     "otlp_max_request_bytes": "largest OTLP/HTTP trace request, once inflated (413 past it)",
     "otlp_max_memory_bytes": "bytes the trace intake may hold in open traces, sessions and "
     "requests (503 with Retry-After past it)",
-    "crash_at": "testing only: SIGKILL the process at this named eviction crash point",
+    "crash_at": "testing only: SIGKILL the process at this named eviction or intake crash point",
     "hybrid": "fuse BM25 and per-sentence views with the dense ranking (true/false)",
     "abstain_below": "best similarity under which a lookup answers abstained (0: never)",
     "chain_weight": "weight of tools that completed chains after the executed prefix (0: off)",
@@ -294,8 +297,10 @@ def validate(s: Settings) -> Settings:
             raise ConfigError(f"cold_url: {exc}") from None
     if s.revoker not in ("record-only", "rfc7009"):
         raise ConfigError(f"revoker must be 'record-only' or 'rfc7009', got {s.revoker!r}")
-    if s.crash_at is not None and s.crash_at not in CRASH_POINTS:
-        raise ConfigError(f"crash_at must be one of {', '.join(CRASH_POINTS)}")
+    if s.crash_at is not None and s.crash_at not in (*CRASH_POINTS, *INTAKE_CRASH_POINTS):
+        raise ConfigError(
+            f"crash_at must be one of {', '.join((*CRASH_POINTS, *INTAKE_CRASH_POINTS))}"
+        )
     timeout = s.gateway_call_timeout
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 <= timeout < 1e6:
         raise ConfigError(f"gateway_call_timeout must be a number >= 0, got {timeout!r}")

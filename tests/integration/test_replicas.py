@@ -2,7 +2,8 @@
 Chroma server, one S3 bucket of Delta tables (:class:`benchmarks.cluster.Cluster`).
 
 What one replica learns, every other one knows on its next request; concurrent work
-across replicas loses nothing; a replica killed mid-move is finished by another; a
+across replicas loses nothing; a replica killed mid-move is finished by another, one
+killed mid-batch loses nothing and the batch sent again counts once; a
 database or an object store that goes away makes the replicas fail visibly (a check
 never answers from a memory it could not read) and costs nothing once it is back.
 
@@ -33,7 +34,13 @@ from sidecar.errors import Busy, SidecarError, StateUnavailable, StorageError
 from sidecar.model import CredentialRef
 from tests.faults.invariants import assert_not_served
 from tests.sidecar.helpers import abandoned, completed
-from tests.sidecar.test_call_memory import SUCCESSES, failing_session, good_session, lookup
+from tests.sidecar.test_call_memory import (
+    SUCCESSES,
+    exchange,
+    failing_session,
+    good_session,
+    lookup,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -348,6 +355,61 @@ def test_a_replica_killed_mid_move_is_finished_by_another(cluster: Cluster, step
         assert set(prefix_tools) <= set(evicted)
     finally:
         cluster.start(victim, env={})
+    check_cluster(cluster)
+
+
+def test_a_replica_killed_mid_batch_loses_nothing_and_the_batch_sent_again_counts_once(
+    cluster: Cluster,
+) -> None:
+    """A replica SIGKILLed in the middle of a batch of sessions, once the batch's state
+    transaction has committed and before its chains reach the archive: the client sees
+    the connection drop and sends the whole batch again to another replica; afterwards
+    every session is counted exactly once, every chain archived once, and the dead
+    replica, restarted, finishes nothing twice."""
+    add(cluster, ORDER_TOOLS)
+    refusal = "Error: the order is locked for review"
+    reports = []
+    for n in range(150):
+        order = f"#M{5000 + n}"
+        steps = [lookup(order, "pending"), exchange(order, refusal)]
+        reports.append({"steps": steps, "outcome": "abandoned", "session_id": f"mb-fail-{n}"})
+        reports.append({**good_session(5000 + n), "session_id": f"mb-ok-{n}"})
+    victim = 1
+    cluster.kill(victim)  # to restart it with the point to die at
+    cluster.start(victim, env={"SIDECAR_CRASH_AT": "after_intake_staged"})
+
+    def counted(table: str, like: str) -> int:
+        rows = cluster.sql(
+            f"SELECT COUNT(DISTINCT session_key) FROM {table} WHERE session_key LIKE %s",
+            (like,),
+        )
+        return int(rows[0][0])
+
+    try:
+        with pytest.raises(SidecarError):  # the connection drops: Unreachable
+            cluster.client(victim).report_many(reports)
+        assert cluster.wait_exit(victim) == -signal.SIGKILL  # by itself, at that point
+        results = cluster.client(0).report_many(reports)  # the client sends it all again
+        assert Counter(r.status for r in results) == {"archived": 150, "recorded": 150}
+        ARCHIVED.update(r.chain_id for r in results if r.status == "archived" and r.chain_id)
+    finally:
+        cluster.start(victim, env={})  # it takes up what it had staged: nothing twice
+    assert counted("chain_sessions", "%mb-fail-%") == 150
+    assert counted("usage_evidence", "%mb-ok-%") == 150
+
+    # the memory counted each session once: the same batch a third time changes nothing
+    def learned(sc: RemoteSidecar) -> list[tuple[str, int, int]]:
+        views = sc.constraints()
+        return sorted(
+            (v.chain_id, v.sessions, v.support)
+            for v in views
+            if "locked for review" in v.expected_failure
+        )
+
+    before = learned(cluster.client(0))
+    assert before and all(sessions <= 150 for _, sessions, _ in before), before
+    cluster.client(2).report_many(reports)
+    assert [learned(sc) for sc in cluster.clients] == [before] * REPLICAS
     check_cluster(cluster)
 
 
