@@ -35,7 +35,7 @@ PYTEST := $(BIN)/python -m pytest -n $(WORKERS) --dist worksteal
 
 # ruff, the format check and mypy, then the whole suite
 test: $(STAMP)
-	@echo "==> make test: lint (about 2 min), then the whole suite on $(WORKERS) workers (about 10-12 min on 2 cores, more while other work shares them)"
+	@echo "==> make test: lint (1-2 min), then the whole suite on $(WORKERS) workers (about 8 min on 2 idle cores, more while other work shares them)"
 	@$(MAKE) --no-print-directory lint
 	$(PYTEST) -q
 
