@@ -225,8 +225,10 @@ class Lookup:
         missing = [rid for rid in chosen + pushed if rid not in scores]
         if missing:
             scores |= index.similarities(vector, missing)
-        # a tool that left the index between the rankings has no vector: not served
+        # a tool with no vector (it left the index between the rankings, or only the
+        # completed chains name it) is neither served nor reported as withheld
         chosen = [rid for rid in chosen if rid in scores]
+        pushed = [rid for rid in pushed if rid in scores]
         return (
             [IndexHit(rid, scores[rid], "", {}) for rid in chosen],
             [IndexHit(rid, scores.get(rid, 0.0), "", {}) for rid in pushed],

@@ -174,6 +174,16 @@ def test_a_fatal_continuation_is_withheld_whatever_the_chains_say(sc: Sidecar) -
     assert "llm_extractor" in [w.tool_id for w in result.withheld]
 
 
+def test_a_tool_only_the_chains_name_is_neither_a_hit_nor_withheld(sc: Sidecar) -> None:
+    # reports name tools the index never held: the completed run raises them after
+    # search_api, the abandoned one makes one of them a fatal continuation
+    sc.report(completed(["search_api", "gamma_tool", "beta_tool"]))
+    sc.report(abandoned(["search_api", "beta_tool"], "HTTP 413"))
+    result = sc.search("search_api", k=20, after=["search_api"])  # past the catalog
+    served = {h.tool_id for h in result.hits} | {w.tool_id for w in result.withheld}
+    assert served <= {t.tool_id for t in CATALOG}, served
+
+
 def test_successors_match_the_longest_tail_of_the_prefix() -> None:
     chains = [(("a", "b", "c"), 2), (("x", "b", "d"), 1), (("b", "e"), 1)]
     assert successors(chains, ["a", "b"]) == ["c"]  # only one chain has a, b
