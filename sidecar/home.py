@@ -271,13 +271,6 @@ def migrate(
     return out
 
 
-def migrate_state(settings: Settings, url: str) -> dict[str, int]:
-    """Copy the home's local (SQLite) state into the empty PostgreSQL database at
-    ``url``; returns the rows per table, equal in both (see :func:`migrate`)."""
-    tables: dict[str, int] = migrate(settings, to_database=url)["tables"]
-    return tables
-
-
 def _copy_state(home: Home, target_settings: Settings) -> dict[str, int]:
     from sidecar.storage.copy import copy_state, tables_of
 
