@@ -84,6 +84,22 @@ def read_only(path: Path, no_writer: Callable[[], bool] | None = None) -> sqlite
     return db
 
 
+def _enter_wal(db: sqlite3.Connection) -> None:
+    """Switch to WAL.  The switch needs the file to itself, and when several processes
+    open a new file at once SQLite can refuse it with "database is locked" without
+    waiting out the busy timeout (a lock upgrade that could deadlock is refused at
+    once): try again for a while."""
+    deadline = time.monotonic() + 10.0
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 class SqliteDatabase(Database):
     dialect: ClassVar[str] = "sqlite"
 
@@ -98,7 +114,8 @@ class SqliteDatabase(Database):
         try:
             if writable:
                 self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA busy_timeout=10000")
+                _enter_wal(self._db)
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.execute("PRAGMA cache_size=-65536")
             else:
