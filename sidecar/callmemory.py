@@ -44,7 +44,7 @@ from sidecar.memory import (
     assess,
     may_apply,
 )
-from sidecar.memory.conditions import token
+from sidecar.memory.predicate import token
 from sidecar.memory.signature import same_family, signature_words
 from sidecar.state import StateStore
 from sidecar.storage import MissingTable

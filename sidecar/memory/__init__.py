@@ -15,10 +15,12 @@ plain JSON dicts.
 """
 
 from sidecar.classify import BUSINESS_RULE_TEXT
-from sidecar.memory.conditions import FailureCondition, Predicate
+from sidecar.memory.conditions import FailureCondition
 from sidecar.memory.evidence import Session, Step
 from sidecar.memory.features import FAMILIES, call_features
-from sidecar.memory.memory import FailureMemory, LearnParams
+from sidecar.memory.memory import FailureMemory
+from sidecar.memory.params import LearnParams
+from sidecar.memory.predicate import Predicate
 from sidecar.memory.signature import (
     failure_kind,
     is_business_rule_failure,

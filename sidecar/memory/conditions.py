@@ -37,90 +37,19 @@ written by hand; ``source`` is then ``manual``.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from sidecar.classify import Kind
 from sidecar.memory.chance import one_in
-from sidecar.memory.features import FAMILIES, Family, FeatureValue, family_of
+from sidecar.memory.families import FAMILIES, family_for, family_of
+from sidecar.memory.predicate import Predicate, is_number, token
 from sidecar.memory.signature import failure_kind, normalize_signature
+from sidecar.memory.values import FeatureValue
 
-Op = Literal["==", "not_in", ">", "<"]
-OPS: tuple[Op, ...] = ("==", "not_in", ">", "<")
 Source = Literal["learned", "manual"]
 MAX_EXAMPLE_SESSIONS = 5
-
-
-def token(value: Any) -> str:
-    """The comparison key of a scalar: its JSON text (``"1"`` and ``1`` differ)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-@dataclass(frozen=True)
-class Predicate:
-    feature: str
-    op: Op
-    value: Any
-    """A scalar; a list of scalars for ``not_in``."""
-    _keys: frozenset[str] = field(default=frozenset(), compare=False, repr=False, hash=False)
-    _key: str = field(default="", compare=False, repr=False, hash=False)
-
-    def __post_init__(self) -> None:
-        if self.op not in OPS:
-            raise ValueError(f"op must be one of {', '.join(OPS)}, got {self.op!r}")
-        if self.op == "==":
-            object.__setattr__(self, "_key", token(self.value))
-        if self.op == "not_in":
-            if not isinstance(self.value, list | tuple):
-                raise ValueError("not_in needs a list of values")
-            object.__setattr__(self, "value", tuple(self.value))  # hashable, like the rest
-            object.__setattr__(self, "_keys", frozenset(token(v) for v in self.value))
-        elif self.op in (">", "<") and not _is_number(self.value):
-            raise ValueError(f"{self.op} needs a number, got {self.value!r}")
-        family_of(self.feature)  # an unknown feature prefix fails here
-
-    def holds(self, value: FeatureValue) -> bool:
-        if isinstance(value, list):
-            return any(self._holds(v) for v in value)
-        return self._holds(value)
-
-    def holds_tokens(self, value: FeatureValue, keys: Sequence[str]) -> bool:
-        """:meth:`holds`, given the tokens of ``value``'s items (computed once per call
-        for every condition that reads the feature)."""
-        if self.op == "==":
-            return self._key in keys
-        if self.op == "not_in":
-            return any(k not in self._keys for k in keys)
-        return self.holds(value)
-
-    def _holds(self, value: Any) -> bool:
-        if self.op == "==":
-            return token(value) == self._key
-        if self.op == "not_in":
-            return token(value) not in self._keys
-        if not _is_number(value):
-            return False
-        return bool(value > self.value if self.op == ">" else value < self.value)
-
-    def to_dict(self) -> dict[str, Any]:
-        value = list(self.value) if self.op == "not_in" else self.value
-        return {"feature": self.feature, "op": self.op, "value": value}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Predicate:
-        feature, op = data.get("feature"), data.get("op")
-        if not isinstance(feature, str) or ":" not in feature:
-            raise ValueError("a predicate needs a feature name such as 'obj:invoice_id.state'")
-        value = data.get("value")
-        if op == "not_in" and isinstance(value, list):
-            value = tuple(value)
-        return cls(feature, cast(Op, op), value)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def confidence(support: int, contradictions: int) -> float:
@@ -137,7 +66,7 @@ class FailureCondition:
     """The normalized failure signature the condition predicts."""
     predicate: Predicate
     kind: Kind = "deterministic"
-    family: Family = "bad_value"
+    family: str = "bad_value"
     support: int = 0
     contradictions: int = 0
     confidence: float = 0.0
@@ -175,21 +104,7 @@ class FailureCondition:
     ) -> bool:
         """Whether the predicate holds for a call's features; ``tokens``: a cache of the
         features' item tokens, shared by the conditions checked against one call."""
-        feature = self.predicate.feature
-        if feature.startswith("prior:"):
-            earlier = features.get("prior")
-            done = isinstance(earlier, list) and feature[6:] in earlier
-            return self.predicate.holds(done)
-        value = features.get(feature, _MISSING)
-        if value is _MISSING:
-            return False
-        if tokens is None:
-            return self.predicate.holds(cast(FeatureValue, value))
-        keys = tokens.get(feature)
-        if keys is None:
-            items = value if isinstance(value, list) else [value]
-            keys = tokens[feature] = tuple(token(v) for v in items)
-        return self.predicate.holds_tokens(cast(FeatureValue, value), keys)
+        return family_for(self.predicate.feature).holds(self.predicate, features, tokens)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -219,18 +134,7 @@ class FailureCondition:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FailureCondition:
-        tool, signature = data.get("tool"), data.get("signature")
-        if not isinstance(tool, str) or not tool:
-            raise ValueError("a condition needs a 'tool'")
-        if not isinstance(signature, str) or not signature:
-            raise ValueError("a condition needs a 'signature'")
-        raw = data.get("predicate")
-        if not isinstance(raw, Mapping):
-            raise ValueError("a condition needs a 'predicate' object")
-        predicate = Predicate.from_dict(raw)
-        source = data.get("source", "manual")
-        if source not in ("learned", "manual"):
-            raise ValueError("source must be 'learned' or 'manual'")
+        tool, signature, predicate, source = _identity(data)
         if source == "manual":  # written as met; compared as normalized
             signature = normalize_signature(signature)
         kind = data.get("kind") or failure_kind(signature)
@@ -244,12 +148,7 @@ class FailureCondition:
         conf = data.get("confidence")
         if conf is None:
             conf = 1.0 if source == "manual" else confidence(support, contradictions)
-        if not _is_number(conf) or not 0.0 <= float(conf) <= 1.0:
-            raise ValueError("confidence must be a number in [0, 1]")
         sessions = _names(data.get("sessions"), "sessions")
-        chance_ = data.get("chance", 1.0)
-        if not _is_number(chance_) or not 0.0 <= float(chance_) <= 1.0:
-            raise ValueError("chance must be a number in [0, 1]")
         condition = cls(
             tool=tool,
             signature=signature,
@@ -258,7 +157,7 @@ class FailureCondition:
             family=family,
             support=support,
             contradictions=contradictions,
-            confidence=float(conf),
+            confidence=_share(conf, "confidence"),
             warn_only=bool(data.get("warn_only", False)),
             source=source,
             sessions=sessions[:MAX_EXAMPLE_SESSIONS],
@@ -268,7 +167,7 @@ class FailureCondition:
             failing=_count(data.get("failing", 0), "failing"),
             units=_count(data.get("units", 0), "units"),
             candidates=_count(data.get("candidates", 0), "candidates"),
-            chance=float(chance_),
+            chance=_share(data.get("chance", 1.0), "chance"),
             confirmations=_count(data.get("confirmations", 0), "confirmations"),
             contradiction_sources=_names(
                 data.get("contradiction_sources"), "contradiction_sources"
@@ -280,7 +179,28 @@ class FailureCondition:
         return replace(condition, explanation=explanation)
 
 
-_MISSING = object()
+def _identity(data: Mapping[str, Any]) -> tuple[str, str, Predicate, Source]:
+    """What a condition is about: its tool, signature, predicate and origin."""
+    tool, signature = data.get("tool"), data.get("signature")
+    if not isinstance(tool, str) or not tool:
+        raise ValueError("a condition needs a 'tool'")
+    if not isinstance(signature, str) or not signature:
+        raise ValueError("a condition needs a 'signature'")
+    raw = data.get("predicate")
+    if not isinstance(raw, Mapping):
+        raise ValueError("a condition needs a 'predicate' object")
+    predicate = Predicate.from_dict(raw)
+    family_of(predicate.feature)  # an unknown feature prefix fails here
+    source = data.get("source", "manual")
+    if source not in ("learned", "manual"):
+        raise ValueError("source must be 'learned' or 'manual'")
+    return tool, signature, predicate, source
+
+
+def _share(value: Any, name: str) -> float:
+    if not is_number(value) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1]")
+    return float(value)
 
 
 def _names(value: Any, name: str) -> tuple[str, ...]:
@@ -298,111 +218,9 @@ def _count(value: Any, name: str) -> int:
 
 
 # ---- explanations ----------------------------------------------------------------------
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value) if not isinstance(value, str) else f"'{value}'"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def describe(predicate: Predicate) -> str:
     """The predicate in words."""
-    prefix, _, rest = predicate.feature.partition(":")
-    op, value = predicate.op, predicate.value
-    seen = ""
-    if op == "not_in":
-        seen = ", ".join(_short(v, 24) for v in list(value)[:4])
-        seen += ", ..." if len(value) > 4 else ""
-    if prefix == "value":
-        return (
-            f"its arguments are {_short(value, 100)}"
-            if rest == "*"
-            else f"{rest} is {_short(value)}"
-        )
-    if prefix == "elem":
-        return f"{rest} includes {_short(value)}"
-    if prefix == "grounded":
-        where = "earlier output, argument or the task input"
-        return f"{rest} appears in {'an' if value else 'no'} {where}"
-    if prefix == "bound":
-        return f"{rest} refers to {'an' if value else 'no'} object of an earlier output"
-    if prefix == "shape":
-        return _quality(f"{rest} has", "a shape", op, value, seen)
-    if prefix == "obj":
-        arg, _, fld = rest.partition(".")
-        return _quality(f"the object {arg} refers to has", _keyed(fld), op, value, seen)
-    if prefix == "entry":
-        arg, _, fld = rest.partition(".")
-        return _quality(f"the entry {arg} names has", _keyed(fld), op, value, seen)
-    if prefix == "qty":
-        left, _, right = rest.partition("?")
-        if op == "not_in":
-            return f"{left} compares with {right} in a way never seen to succeed"
-        verb = {"<": "is below", "=": "equals", ">": "exceeds"}.get(str(value), f"is {value}")
-        return f"{left} {verb} {right}"
-    if prefix == "prior":
-        done = "succeeded" if value else "had not succeeded"
-        return f"{rest} {done} earlier in the session"
-    if prefix == "len" and "." in rest:
-        arg, _, fld = rest.partition(".")
-        return _quality(f"the object {arg} refers to has", f"a {fld} size", op, value, seen)
-    if prefix == "len":
-        return _quality(f"{rest} has", "a length", op, value, seen)
-    if prefix == "rel":
-        return _relation(rest, op, value)
-    if prefix in ("same_len", "overlap", "same_at"):
-        a, _, b = rest.partition("|")
-        words = {
-            "same_len": ("have the same length", "differ in length"),
-            "overlap": ("share an element", "share no element"),
-            "same_at": ("hold the same value at some position", "differ at every position"),
-        }[prefix]
-        return f"{a} and {b} {words[0] if value else words[1]}"
-    if prefix == "cmp":
-        quantity, _, target = rest.partition(">")
-        arg, _, fld = target.partition(".")
-        verb = "exceeds" if value else "does not exceed"
-        return f"{quantity} {verb} the {fld} of the object {arg} refers to"
-    return f"{predicate.feature} {op} {_short(value)}"
-
-
-def _keyed(field: str) -> str:
-    """``prices[cabin]`` -> ``prices for the cabin asked``."""
-    base, bracket, key = field.partition("[")
-    return f"{base} for the {key.rstrip(']')} asked" if bracket else field
-
-
-def _quality(subject: str, what: str, op: str, value: Any, seen: str) -> str:
-    """``subject what == v`` and its kin: "the object x refers to has status 'pending'",
-    "... has a status never seen to succeed (seen: 'delivered')", "... > 3"."""
-    if op == "not_in":
-        article = "" if what.startswith("a ") else "a "
-        return f"{subject} {article}{what} never seen to succeed (seen: {seen})"
-    if op == "==":
-        return f"{subject} {what.removeprefix('a ')} {_short(value)}"
-    more = "above" if op == ">" else "below"
-    return f"{subject} {what.removeprefix('a ')} {more} {value!r}, beyond any seen to succeed"
-
-
-_SHARE = {
-    "all": "every value of {left} is",
-    "some": "only some values of {left} are",
-    "none": "no value of {left} is",
-}
-
-
-def _relation(rest: str, op: str, value: Any) -> str:
-    left, _, right = rest.partition("@")
-    arg, _, path = right.partition(".")
-    where = f"among the {path} of the object {arg} refers to"
-    if op == "not_in":
-        succeeded = {str(v) for v in value}
-        others = sorted(set(_SHARE) - succeeded)
-        if len(others) == 1:
-            return f"{_SHARE[others[0]].format(left=left)} {where}"
-        if succeeded == {"all"}:
-            return f"not every value of {left} is {where}"
-        return f"{left} is {where} in a way never seen to succeed"
-    share = _SHARE.get(str(value))
-    return f"{share.format(left=left)} {where}" if share else f"{left} {where}: {value!r}"
+    return family_for(predicate.feature).describe(predicate)
 
 
 def evidence_line(condition: FailureCondition) -> str:

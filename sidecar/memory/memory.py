@@ -36,74 +36,35 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Literal
+from dataclasses import asdict, fields
+from typing import Any
 
 from sidecar.classify import Kind
 from sidecar.memory.candidates import (
     FailureRecord,
     Rules,
-    absent,
-    candidates,
     named_values,
-    names_tool,
-    observe,
-    prerequisites,
-    undoing,
 )
-from sidecar.memory.chance import chance, without_one
 from sidecar.memory.conditions import (
-    MAX_EXAMPLE_SESSIONS,
     FailureCondition,
-    Predicate,
-    confidence,
-    explain,
-    token,
 )
+from sidecar.memory.derivation import Group, Judging, derive_conditions
 from sidecar.memory.evidence import Session
-from sidecar.memory.features import describe_call, family_of
-from sidecar.memory.independence import Situations, minhash, text_fingerprint
+from sidecar.memory.families import family_for
+from sidecar.memory.features import describe_call
+from sidecar.memory.independence import minhash, text_fingerprint
+from sidecar.memory.params import LearnParams
+from sidecar.memory.predicate import token
 from sidecar.memory.signature import failure_kind, normalize_signature
 from sidecar.memory.stats import (
     SessionSuccesses,
     ToolStats,
     items_of,
     source_bit,
-    source_names,
 )
 from sidecar.memory.trace import Trace
 
 FORMAT = 2
-Independence = Literal["situation", "session"]
-
-
-@dataclass(frozen=True)
-class LearnParams:
-    max_failures_per_group: int = 100
-    max_values_per_feature: int = 512
-    max_bad_values: int = 4096
-    max_categorical: int = 12
-    """A field of an object or entry with more distinct values than this (over every
-    call seen) is an identifier or a name, not a state: no ``==`` / ``not_in`` on it."""
-    max_not_in: int = 50
-    """A novelty predicate (value never seen to succeed) needs at most this many values
-    seen succeeding; beyond that the feature is too varied for novelty to mean much."""
-    max_observations_per_group: int = 2000
-    min_confidence_kept: float = 0.3
-    independence: Independence = "situation"
-    """``situation``: sessions sharing a task text or the objects they act on are one
-    piece of evidence; ``session``: every session is its own."""
-    confirm_chance: float = 0.5
-    """A condition is *confirmed* when, with any one of its situations left out, the
-    others still make it likelier real than chance (chance at most this)."""
-
-
-@dataclass
-class _Group:
-    tool: str
-    signature: str
-    kind: Kind
-    failures: list[FailureRecord] = field(default_factory=list)
 
 
 class FailureMemory:
@@ -114,7 +75,7 @@ class FailureMemory:
         self._rules = Rules(self.params.max_categorical, self.params.max_not_in)
         self._sessions = 0
         self._calls = 0
-        self._groups: dict[tuple[str, str], _Group] = {}
+        self._groups: dict[tuple[str, str], Group] = {}
         self._tools: dict[str, ToolStats] = {}
         self._cardinality: dict[str, set[str]] = {}
         self._manual: list[FailureCondition] = []
@@ -152,7 +113,7 @@ class FailureMemory:
                 if folded is None:
                     before = frozenset(t for t in trace.succeeded if t != step.tool)
                     folded = successes[step.tool] = SessionSuccesses(prior=before)
-                folded.add(view.features)
+                folded.add({k: v for k, v in view.features.items() if family_for(k).tallied})
             else:
                 kind = failure_kind(step.error)
                 if kind != "transient":
@@ -200,8 +161,7 @@ class FailureMemory:
                 SessionSuccesses.from_dict(raw),
                 derived["text"],
                 bit,
-                self.params.max_values_per_feature,
-                self.params.max_bad_values,
+                self._cap,
             )
             self._cache.pop(tool, None)
 
@@ -209,6 +169,12 @@ class FailureMemory:
         """A hand-written condition (kept as given; never re-derived)."""
         self._manual.append(condition)
         self._cache.pop(condition.tool, None)
+
+    def _cap(self, feature: str) -> int:
+        """How many values seen succeeding a tool's table of ``feature`` keeps."""
+        if family_for(feature).remembered_values:
+            return self.params.max_bad_values
+        return self.params.max_values_per_feature
 
     def _source_index(self, source: str) -> int:
         try:
@@ -226,7 +192,7 @@ class FailureMemory:
     def _failure(self, tool: str, signature: str, kind: Kind, record: FailureRecord) -> None:
         group = self._groups.get((tool, signature))
         if group is None:
-            group = self._groups[(tool, signature)] = _Group(tool, signature, kind)
+            group = self._groups[(tool, signature)] = Group(tool, signature, kind)
         if any(r.identity == record.identity for r in group.failures):
             return  # the same call of the same session: a replay
         group.failures.append(record)
@@ -250,139 +216,18 @@ class FailureMemory:
             for key in sorted(self._groups):
                 group = self._groups[key]
                 if group.tool == tool and group.kind != "transient":
-                    found += self._learn(group)
+                    found += derive_conditions(group, self._judging(group.tool))
             self._cache[tool] = found
         return found
 
-    def _learn(self, group: _Group) -> list[FailureCondition]:
-        stats = self._tools.get(group.tool) or ToolStats()
-        records = sorted(group.failures, key=lambda r: r.identity)
-        situations = Situations([(r.session, r.marks, r.text) for r in records])
-        evidence: dict[tuple[str, str, str], tuple[Predicate, set[int]]] = {}
-        limit = self.params.max_observations_per_group
-        for name, value, calls in observe(records, limit):
-            for predicate in candidates(name, value, stats, self._cardinality, self._rules):
-                key = (predicate.feature, str(predicate.op), token(predicate.value))
-                if key in evidence:
-                    evidence[key][1].update(calls)
-                else:
-                    evidence[key] = (predicate, set(calls))
-        for name, lacking in prerequisites(records, stats):
-            if name[6:] == group.tool:
-                continue
-            predicate = Predicate(name, "==", False)
-            evidence[(name, "==", token(False))] = (predicate, set(lacking))
-        for name, preceded in undoing(records):
-            if name[6:] == group.tool:
-                continue
-            predicate = Predicate(name, "==", True)
-            evidence[(name, "==", token(True))] = (predicate, set(preceded))
-        named = {n for r in records for n in r.named}
-        named |= {
-            p.feature
-            for p, _calls in evidence.values()
-            if p.feature.startswith("prior:") and names_tool(group.signature, p.feature[6:])
-        }
-        aligned = [
-            key
-            for key, (p, _calls) in evidence.items()
-            if p.feature in named or f"{p.feature}\x1f{token(p.value)}" in named
-        ]
-        failing = situations.count()
-        counts = {key: self._counts(p, stats) for key, (p, _c) in evidence.items()}
-        supports = {key: situations.count(calls) for key, (_p, calls) in evidence.items()}
-        # a feature is tried when one of its predicates could beat chance at all: the
-        # units it marks (failing situations and successes) are at most half of them;
-        # filtering on that margin alone does not bias the test of association
-        tried = {
-            key[0]
-            for key in evidence
-            if supports[key] + counts[key][0] <= (failing + counts[key][2]) / 2
-        }
-        family = _Family(
-            failing=failing,
-            # predicates on one feature are nested or exclusive: the tests are the features
-            candidates=len(tried),
-            named=len({key[0] for key in aligned} & tried),
+    def _judging(self, tool: str) -> Judging:
+        return Judging(
+            self._tools.get(tool) or ToolStats(),
+            self._cardinality,
+            self._rules,
+            self.params,
+            self._sources,
         )
-        out: list[FailureCondition] = []
-        for key, (predicate, holding) in evidence.items():
-            condition = self._condition(
-                group, predicate, records, sorted(holding), supports[key], counts[key],
-                family, key in aligned, named,
-            )  # fmt: skip
-            if condition is not None:
-                out.append(condition)
-        return out
-
-    @staticmethod
-    def _counts(predicate: Predicate, stats: ToolStats) -> tuple[int, int, int]:
-        """Contradictions, their sources' mask, and the success units judged against."""
-        if predicate.feature.startswith("prior:"):
-            done = predicate.feature[6:]
-            if predicate.value is True:
-                contradictions, mask = stats.with_prior(done)
-            else:
-                contradictions, mask = stats.without_prior(done), 0
-            return contradictions, mask, stats.units
-        contradictions, mask = stats.contradictions(predicate)
-        return contradictions, mask, stats.units_with(predicate.feature)
-
-    def _condition(
-        self,
-        group: _Group,
-        predicate: Predicate,
-        records: list[FailureRecord],
-        calls: list[int],
-        support: int,
-        counts: tuple[int, int, int],
-        family: _Family,
-        aligned: bool,
-        named: set[str],
-    ) -> FailureCondition | None:
-        kind = family_of(predicate.feature)
-        warn_only = False
-        if kind == "bad_value":
-            stats = self._tools.get(group.tool) or ToolStats()
-            if stats.seen_succeeding(predicate.feature, predicate.value) is None:
-                warn_only = True  # whether it ever succeeded is not known
-            # a value is the cause only when it is the whole call or the error names it
-            tagged = f"{predicate.feature}\x1f{token(predicate.value)}"
-            warn_only = warn_only or (predicate.feature != "value:*" and tagged not in named)
-        if absent(predicate) and predicate.feature not in named:
-            warn_only = True  # missing from the session, and the failure does not say so
-        contradictions, mask, units = counts
-        conf = confidence(support, contradictions)
-        if conf < self.params.min_confidence_kept:
-            return None
-        sessions = sorted({records[i].session for i in calls})
-        sources = sorted({records[i].source for i in calls})
-        named_family = family.named if aligned else 0
-        args = (support, family.failing, contradictions, units, family.candidates)
-        p = chance(*args, named_family=named_family)
-        confirmed = without_one(*args, named_family=named_family) <= self.params.confirm_chance
-        condition = FailureCondition(
-            tool=group.tool,
-            signature=group.signature,
-            predicate=predicate,
-            kind=group.kind,
-            family=kind,
-            support=support,
-            contradictions=contradictions,
-            confidence=conf,
-            warn_only=warn_only,
-            sessions=tuple(sessions)[:MAX_EXAMPLE_SESSIONS],
-            session_count=len(sessions),
-            source_count=len(sources),
-            sources=tuple(sources)[:MAX_EXAMPLE_SESSIONS],
-            failing=family.failing,
-            units=units,
-            candidates=family.candidates,
-            chance=round(p, 6),
-            confirmations=support if confirmed else 0,
-            contradiction_sources=source_names(mask, self._sources)[:MAX_EXAMPLE_SESSIONS],
-        )
-        return replace(condition, explanation=explain(condition))
 
     # ---- persistence ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -417,7 +262,7 @@ class FailureMemory:
         memory._calls = int(data["calls"])
         memory._sources = list(data["sources"])
         for raw in data["groups"]:
-            group = _Group(raw["tool"], raw["signature"], raw["kind"])
+            group = Group(raw["tool"], raw["signature"], raw["kind"])
             group.failures = [FailureRecord(**f) for f in raw["failures"]]
             memory._groups[(group.tool, group.signature)] = group
         memory._tools = {t: ToolStats.from_dict(s) for t, s in data["tools"].items()}
@@ -436,14 +281,3 @@ class FailureMemory:
                 len(t) for s in self._tools.values() for t in s.values.values()
             ),
         }
-
-
-@dataclass(frozen=True)
-class _Family:
-    """What every candidate of one failure is judged against."""
-
-    failing: int
-    """Independent situations of the failure."""
-    candidates: int
-    named: int
-    """Candidates the failure message pointed at."""

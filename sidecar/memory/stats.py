@@ -24,12 +24,12 @@ Per tool, per feature:
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.memory.conditions import Predicate, token
-from sidecar.memory.features import FeatureValue, family_of
+from sidecar.memory.predicate import Predicate, is_number, token
+from sidecar.memory.values import FeatureValue
 
 MAX_TEXTS = 20_000
 """Task-text fingerprints kept per tool; sessions beyond count as units of their own."""
@@ -37,10 +37,6 @@ MAX_TEXTS = 20_000
 
 def items_of(value: FeatureValue) -> list[Any]:
     return value if isinstance(value, list) else [value]
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def token_hash(key: str) -> int:
@@ -72,9 +68,9 @@ class SessionSuccesses:
         )
 
     def add(self, features: Mapping[str, FeatureValue]) -> None:
+        """Fold in one successful call's tallied features (the caller leaves out those
+        its families keep statistics of their own for)."""
         for name, value in features.items():
-            if name == "prior":
-                continue
             items = items_of(value)
             self.tokens.setdefault(name, set()).update(token(v) for v in items)
             numbers = [float(v) for v in items if is_number(v)]
@@ -110,10 +106,10 @@ class ToolStats:
         session: SessionSuccesses,
         text: str | None,
         source_bit: int,
-        cap: int,
-        bad_value_cap: int,
+        cap: Callable[[str], int],
     ) -> None:
-        """Fold in one session's successes of this tool."""
+        """Fold in one session's successes of this tool; ``cap(feature)``: how many
+        values of a feature its table keeps."""
         self.sessions += 1
         self._decoded.clear()
         if text is not None and (text in self.texts or len(self.texts) < MAX_TEXTS):
@@ -121,7 +117,7 @@ class ToolStats:
         mark = None if text is None else token_hash(text)
         for name, keys in session.tokens.items():
             tally(self.present.setdefault(name, new_tally()), mark, source_bit)
-            limit = bad_value_cap if family_of(name) == "bad_value" else cap
+            limit = cap(name)
             table = self.values.setdefault(name, {})
             for key in keys:
                 entry = table.get(key)

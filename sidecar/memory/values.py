@@ -11,6 +11,8 @@ MAX_VALUE_TEXT = 120
 """Longer canonical values are kept as a digest (a remembered value is never a blob)."""
 
 Scalar = str | int | float | bool | None
+FeatureValue = Scalar | list[Scalar]
+"""A feature of a call: one value, or one per element of a list argument."""
 
 ID_TOKEN = re.compile(r"(?=\S*[\d_@#])\S{3,100}")
 """An id-like token (see :func:`is_id_like`)."""

@@ -20,16 +20,15 @@ reported unchanged on the others by ``benchmarks.bench_failures``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sidecar.memory.conditions import FailureCondition, confidence
 from sidecar.memory.evidence import Step
+from sidecar.memory.families import family_for
 from sidecar.memory.features import call_features
 from sidecar.memory.trace import Trace
-from sidecar.memory.values import is_id_like, key_of
 
 Decision = Literal["allow", "warn", "block"]
 Level = Literal["warn", "block"]
@@ -163,36 +162,18 @@ def assess(
     tokens: dict[str, tuple[str, ...]] = {}
     for condition, level in relevant:
         if condition.holds(features, tokens):
-            feature = condition.predicate.feature
-            if feature.startswith("prior:"):
-                earlier = features.get("prior")
-                done = isinstance(earlier, list) and feature[6:] in earlier
-                observed = f"{'a' if done else 'no'} successful {feature[6:]} call before"
-                reasons.append(
-                    Reason(condition.condition_id, condition.family, level,
-                           condition.explanation, observed)
-                )  # fmt: skip
-                continue
-            observed = _observed(features.get(feature))
-            reasons.append(
-                Reason(
-                    condition.condition_id,
-                    condition.family,
-                    level,
-                    condition.explanation,
-                    f"{condition.predicate.feature} = {observed}",
-                )
+            observed = family_for(condition.predicate.feature).observed(
+                condition.predicate, features
             )
+            reasons.append(
+                Reason(condition.condition_id, condition.family, level,
+                       condition.explanation, observed)
+            )  # fmt: skip
     if not reasons:
         return ALLOW
     reasons.sort(key=lambda r: (r.level != "block", r.family))
     decision: Decision = "block" if reasons[0].level == "block" else "warn"
     return Verdict(decision, tuple(reasons))
-
-
-def _observed(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def may_apply(
@@ -215,7 +196,8 @@ def may_apply(
         level = thresholds.level(condition)
         if level is None:
             continue
-        evidence = _session_evidence(condition, trace, task_input)
+        predicate = condition.predicate
+        evidence = family_for(predicate.feature).session_evidence(predicate, trace, task_input)
         if evidence:
             out.append(
                 Reason(
@@ -223,51 +205,3 @@ def may_apply(
                 )
             )
     return out
-
-
-def _session_evidence(condition: FailureCondition, trace: Trace, task_input: str | None) -> str:
-    predicate = condition.predicate
-    prefix, _, rest = predicate.feature.partition(":")
-    if prefix in ("value", "elem") and predicate.op == "==":
-        keys = _id_keys(predicate.value, whole=rest == "*")
-        if keys and all(trace.seen(k, task_input) for k in keys):
-            return f"the session holds {', '.join(keys[:3])}"
-        return ""
-    if prefix == "obj":
-        _, _, fld = rest.partition(".")
-        if predicate.op == "==" and trace.has_field(fld, predicate.value):
-            return f"an object of the session has {fld} = {predicate.value!r}"
-        if predicate.op == "not_in":
-            allowed = {_key(v) for v in predicate.value}
-            other = sorted(trace.field_values(fld) - allowed)
-            if other:
-                return f"an object of the session has {fld} = {other[0]!r}, never seen to succeed"
-        return ""
-    return ""
-
-
-def _key(value: Any) -> str:
-    return key_of(value) or repr(value)
-
-
-def _id_keys(value: Any, whole: bool) -> list[str]:
-    """The id-like values a remembered value needs the session to hold (every one of
-    them, for a whole argument set)."""
-    if whole and isinstance(value, str):
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return []
-        items: list[Any] = []
-        stack = [parsed]
-        while stack:
-            item = stack.pop()
-            if isinstance(item, dict):
-                stack.extend(item.values())
-            elif isinstance(item, list):
-                stack.extend(item)
-            elif is_id_like(item):
-                items.append(item)
-        return [k for k in (key_of(v) for v in items) if k]
-    key = key_of(value)
-    return [key] if key and is_id_like(value) else []

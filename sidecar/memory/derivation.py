@@ -1,0 +1,162 @@
+"""From one failure group to its conditions: every candidate predicate with its
+independent support, its contradictions, how likely chance explains it among the
+candidates tried, and whether it holds up with each of its situations left out.
+
+A *group* is the failing calls of one tool with one normalized signature; the tool's
+success statistics (:mod:`sidecar.memory.stats`) are what each candidate is contrasted
+with.  The families (:mod:`sidecar.memory.families`) propose the candidates and judge
+what is particular to them; this module counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from sidecar.classify import Kind
+from sidecar.memory.candidates import FailureRecord, Rules, candidates, group_candidates, observe
+from sidecar.memory.chance import chance, without_one
+from sidecar.memory.conditions import MAX_EXAMPLE_SESSIONS, FailureCondition, confidence, explain
+from sidecar.memory.families import family_for
+from sidecar.memory.independence import Situations
+from sidecar.memory.params import LearnParams
+from sidecar.memory.predicate import Predicate, token
+from sidecar.memory.stats import ToolStats, source_names
+
+
+@dataclass
+class Group:
+    tool: str
+    signature: str
+    kind: Kind
+    failures: list[FailureRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Judging:
+    """What a group's candidates are judged with."""
+
+    stats: ToolStats
+    """The tool's successes."""
+    cardinality: Mapping[str, set[str]]
+    rules: Rules
+    params: LearnParams
+    sources: list[str]
+
+
+def derive_conditions(group: Group, judging: Judging) -> list[FailureCondition]:
+    """The conditions of one failure group, each with its evidence and its chance."""
+    stats = judging.stats
+    records = sorted(group.failures, key=lambda r: r.identity)
+    situations = Situations([(r.session, r.marks, r.text) for r in records])
+    evidence: dict[tuple[str, str, str], tuple[Predicate, set[int]]] = {}
+    limit = judging.params.max_observations_per_group
+    for name, value, calls in observe(records, limit):
+        for predicate in candidates(name, value, stats, judging.cardinality, judging.rules):
+            key = (predicate.feature, str(predicate.op), token(predicate.value))
+            if key in evidence:
+                evidence[key][1].update(calls)
+            else:
+                evidence[key] = (predicate, set(calls))
+    for proposed, held in group_candidates(group.tool, records, stats):
+        key = (proposed.feature, str(proposed.op), token(proposed.value))
+        evidence[key] = (proposed, set(held))
+    named = {n for r in records for n in r.named}
+    named |= {
+        p.feature
+        for p, _calls in evidence.values()
+        if family_for(p.feature).signature_names(p, group.signature)
+    }
+    aligned = [
+        key
+        for key, (p, _calls) in evidence.items()
+        if p.feature in named or f"{p.feature}\x1f{token(p.value)}" in named
+    ]
+    failing = situations.count()
+    counts = {key: family_for(p.feature).counts(p, stats) for key, (p, _c) in evidence.items()}
+    supports = {key: situations.count(calls) for key, (_p, calls) in evidence.items()}
+    # a feature is tried when one of its predicates could beat chance at all: the
+    # units it marks (failing situations and successes) are at most half of them;
+    # filtering on that margin alone does not bias the test of association
+    tried = {
+        key[0]
+        for key in evidence
+        if supports[key] + counts[key][0] <= (failing + counts[key][2]) / 2
+    }
+    trial = Trial(
+        failing=failing,
+        # predicates on one feature are nested or exclusive: the tests are the features
+        candidates=len(tried),
+        named=len({key[0] for key in aligned} & tried),
+    )
+    out: list[FailureCondition] = []
+    for key, (predicate, holding) in evidence.items():
+        condition = _condition(
+            group, predicate, records, sorted(holding), supports[key], counts[key],
+            trial, key in aligned, named, judging,
+        )  # fmt: skip
+        if condition is not None:
+            out.append(condition)
+    return out
+
+
+def _condition(
+    group: Group,
+    predicate: Predicate,
+    records: list[FailureRecord],
+    calls: list[int],
+    support: int,
+    counts: tuple[int, int, int],
+    trial: Trial,
+    aligned: bool,
+    named: set[str],
+    judging: Judging,
+) -> FailureCondition | None:
+    family_ = family_for(predicate.feature)
+    stats = judging.stats
+    warn_only = family_.warn_only(predicate, stats, named)
+    if family_.absent(predicate) and predicate.feature not in named:
+        warn_only = True  # missing from the session, and the failure does not say so
+    contradictions, mask, units = counts
+    conf = confidence(support, contradictions)
+    if conf < judging.params.min_confidence_kept:
+        return None
+    sessions = sorted({records[i].session for i in calls})
+    sources = sorted({records[i].source for i in calls})
+    named_family = trial.named if aligned else 0
+    args = (support, trial.failing, contradictions, units, trial.candidates)
+    p = chance(*args, named_family=named_family)
+    confirmed = without_one(*args, named_family=named_family) <= judging.params.confirm_chance
+    condition = FailureCondition(
+        tool=group.tool,
+        signature=group.signature,
+        predicate=predicate,
+        kind=group.kind,
+        family=family_.name,
+        support=support,
+        contradictions=contradictions,
+        confidence=conf,
+        warn_only=warn_only,
+        sessions=tuple(sessions)[:MAX_EXAMPLE_SESSIONS],
+        session_count=len(sessions),
+        source_count=len(sources),
+        sources=tuple(sources)[:MAX_EXAMPLE_SESSIONS],
+        failing=trial.failing,
+        units=units,
+        candidates=trial.candidates,
+        chance=round(p, 6),
+        confirmations=support if confirmed else 0,
+        contradiction_sources=source_names(mask, judging.sources)[:MAX_EXAMPLE_SESSIONS],
+    )
+    return replace(condition, explanation=explain(condition))
+
+
+@dataclass(frozen=True)
+class Trial:
+    """What every candidate of one failure is judged against."""
+
+    failing: int
+    """Independent situations of the failure."""
+    candidates: int
+    named: int
+    """Candidates the failure message pointed at."""

@@ -1,0 +1,116 @@
+"""Prerequisites: the tools that succeeded earlier in the session (the feature
+``prior``; a predicate on ``prior:{T}`` is whether ``T`` did).  A tool that had succeeded
+before (nearly) every success of this one is a prerequisite a failing call may lack; a
+tool that had succeeded before failing calls may have undone the state the call needs
+(a logout, a mode switch back).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from sidecar.memory.families.base import Call, Family, Features, Rules
+from sidecar.memory.predicate import Predicate
+from sidecar.memory.stats import ToolStats
+from sidecar.memory.values import FeatureValue, Scalar
+
+PREREQUISITE_SHARE = 0.8
+"""A tool is a prerequisite candidate when at least this share of the successes had it
+succeed before them."""
+FEATURE = "prior"
+
+
+class Prerequisite(Family):
+    name: ClassVar[str] = "prerequisite"
+    rank: ClassVar[int] = 8
+    prefixes: ClassVar[tuple[str, ...]] = (FEATURE,)
+    tallied: ClassVar[bool] = False
+
+    def extract(self, call: Call, out: Features) -> None:
+        out[FEATURE] = list[Scalar](sorted(call.trace.succeeded))
+
+    def candidates(
+        self,
+        name: str,
+        item: Any,
+        stats: ToolStats,
+        cardinality: Mapping[str, set[str]],
+        rules: Rules,
+    ) -> Iterable[Predicate]:
+        return ()  # proposed by the group: see group_candidates
+
+    def group_candidates(
+        self, tool: str, calls: Sequence[Mapping[str, FeatureValue]], stats: ToolStats
+    ) -> list[tuple[Predicate, list[int]]]:
+        """``prior:T == False`` for a tool ``T`` that had succeeded before (nearly)
+        every success of this tool, with the failing calls in whose session it had not;
+        ``prior:T == True`` for a tool that had succeeded before failing calls."""
+        out: list[tuple[Predicate, list[int]]] = []
+        if stats.units:
+            for done in sorted(stats.prior):
+                if done == tool or stats.with_prior(done)[0] < PREREQUISITE_SHARE * stats.units:
+                    continue
+                lacking = [i for i, f in enumerate(calls) if done not in _earlier(f)]
+                if lacking:
+                    out.append((Predicate(f"{FEATURE}:{done}", "==", False), lacking))
+        for done in sorted({t for f in calls for t in _earlier(f)} - {tool}):
+            preceded = [i for i, f in enumerate(calls) if done in _earlier(f)]
+            out.append((Predicate(f"{FEATURE}:{done}", "==", True), preceded))
+        return out
+
+    def holds(
+        self,
+        predicate: Predicate,
+        features: Mapping[str, FeatureValue],
+        tokens: dict[str, tuple[str, ...]] | None,
+    ) -> bool:
+        return predicate.holds(predicate.rest in _earlier(features))
+
+    def observed(self, predicate: Predicate, features: Mapping[str, FeatureValue]) -> str:
+        done = predicate.rest in _earlier(features)
+        return f"{'a' if done else 'no'} successful {predicate.rest} call before"
+
+    def counts(self, predicate: Predicate, stats: ToolStats) -> tuple[int, int, int]:
+        if predicate.value is True:
+            contradictions, mask = stats.with_prior(predicate.rest)
+        else:
+            contradictions, mask = stats.without_prior(predicate.rest), 0
+        return contradictions, mask, stats.units
+
+    def absent(self, predicate: Predicate) -> bool:
+        return predicate.value is False
+
+    def signature_names(self, predicate: Predicate, signature: str) -> bool:
+        return names_tool(signature, predicate.rest)
+
+    def describe(self, predicate: Predicate) -> str:
+        done = "succeeded" if predicate.value else "had not succeeded"
+        return f"{predicate.rest} {done} earlier in the session"
+
+
+def _earlier(features: Mapping[str, FeatureValue]) -> list[Any]:
+    value = features.get(FEATURE)
+    return value if isinstance(value, list) else []
+
+
+_GENERIC = frozenset({"get", "set", "list", "update", "show", "view", "find", "the", "info"})
+_NAME_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+def names_tool(signature: str, tool: str) -> bool:
+    """Whether a failure message speaks of ``tool``: a word of its name (``login`` of
+    ``trading_login``, ``authenticate`` of ``authenticate_travel``), or its stem, in the
+    message read without spaces ("please log in" holds ``login``)."""
+    text = re.sub(r"[^a-z0-9]", "", signature.lower())
+    for part in _NAME_PART.findall(tool):
+        word = part.lower()
+        if len(word) < 4 or word in _GENERIC:
+            continue
+        if word in text or (len(word) >= 6 and word[:-2] in text):
+            return True
+    return False
+
+
+FAMILY = Prerequisite()
