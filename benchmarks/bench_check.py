@@ -46,8 +46,8 @@ from benchmarks.common import (
 from benchmarks.seed import ChainArchive, seed_archive, seed_check
 
 if TYPE_CHECKING:
-    from sidecar.constraints import ConstraintMatcher
     from sidecar.model import ArchivedConstraint
+    from sidecar.rules.matcher import ConstraintMatcher
 
 VOCABULARY = 10_000
 FULL_SIZES = (1_000, 10_000, 100_000, 1_000_000)
@@ -113,7 +113,7 @@ class Built:
 
 
 def build(n: int, per_kind: int, seed: int) -> Built:
-    from sidecar.constraints import ConstraintMatcher
+    from sidecar.rules.matcher import ConstraintMatcher
 
     rng = random.Random(f"check:{seed}:{n}")
     constraints = make_constraints(n, rng)

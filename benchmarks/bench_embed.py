@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 K = 10
 FIELDS = ("description", "tool_type")
-"""What a sidecar lookup hit carries (``sidecar.app.HIT_FIELDS``)."""
+"""What a sidecar lookup hit carries (``sidecar.core.HIT_FIELDS``)."""
 INCLUDE: list[Any] = ["metadatas", "distances"]
 LOOKUP_TOOLS = 10_000
 WARMUP = 3
@@ -284,7 +284,7 @@ def _lookup_agreement(exact: ActiveIndex, chroma: ActiveIndex, vectors: Sequence
 def quality_part(cache: Path, dataset: Path, quick: bool, seed: int) -> dict[str, Any]:
     from benchmarks.datasets import seal_tools, toolbench
     from indexes import MiniLMEmbedder, OnnxMiniLMEmbedder
-    from sidecar.registry import embedding_text
+    from sidecar.tools.records import embedding_text
 
     torch = MiniLMEmbedder()
     fp32 = OnnxMiniLMEmbedder(cache, queries="fp32")

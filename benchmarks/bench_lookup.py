@@ -137,7 +137,7 @@ def archive_constraints(sc: Sidecar, n_tools: int, rng: random.Random) -> dict[i
     results = sc.report_many(reports)
     assert all(r.status == "archived" for r in results), "every chain must be archived"
     for count in CONSTRAINT_COUNTS:
-        active = sum(len(v) for v in sc._lookup.matcher().next_steps(PREFIXES[count])[0].values())
+        active = sum(len(v) for v in sc.rules.matcher().next_steps(PREFIXES[count])[0].values())
         assert active == count, f"prefix for {count} activates {active} constraints"
     return blocked
 
@@ -262,7 +262,7 @@ def constrained_part(n_tools: int, repeat: int, seed: int) -> dict[str, Any]:
             recall = hnsw_recall(collection, queries, numpy_topk(matrix, ids, None))
             # the matcher caches next_steps per prefix and context, so the timed lookups
             # above hit that cache; what a first lookup after a new prefix adds:
-            matcher = sc._lookup.matcher()
+            matcher = sc.rules.matcher()
             uncached = getattr(matcher, "_next_steps", None)
             evaluation = summary(
                 timed(

@@ -440,7 +440,9 @@ def build_world(corpus: Corpus, sc: Sidecar, embedder: CachedEmbedder, k: int, s
         for t, r in zip(history, results, strict=True)
         if t.outcome == "abandoned" and r.status == "archived"
     ]
-    constraints = sorted(sc._state.active_constraints(), key=lambda c: c.order)
+    constraints = sorted(
+        [c for c in sc.rules.sequences.chains() if not c.lifted], key=lambda c: c.order
+    )
     fatal = FatalSequences(t.chain for t in archived)
     if {c.sequence for c in constraints} != set(fatal.sequences):
         raise AssertionError("the sidecar's constraints differ from the archived chains")

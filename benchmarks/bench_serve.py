@@ -1,6 +1,6 @@
 """Question: with the sidecar's default model path (``SIDECAR_EMBEDDER=minilm``:
 all-MiniLM-L6-v2 under onnxruntime, fp32 documents, int8 queries, a query cache; built
-by ``sidecar.app.make_embedder``) against the torch reference (``minilm-torch``), how
+by ``sidecar.core.make_embedder``) against the torch reference (``minilm-torch``), how
 soon is a server ready, how fast does ``tools add`` embed a real catalog, and what does
 HTTP add to a lookup over the library's own cost?
 
@@ -385,7 +385,7 @@ def catalog(dataset: Path, quick: bool, seed: int) -> tuple[list[Tool], str]:
 
 
 def add_part(cache: Path, tools: Sequence[Tool], parts: int, tmp: Path) -> dict[str, Any]:
-    from sidecar.registry import embedding_text
+    from sidecar.tools.records import embedding_text
 
     batches = chunks(tools, parts)
     seconds: dict[str, list[float]] = {v: [] for v in VARIANTS}

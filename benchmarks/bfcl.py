@@ -113,7 +113,7 @@ def build(
 
 def load(seed: int = 0, runs_per_scenario: int = RUNS_PER_SCENARIO) -> Corpus:
     """The domain as a :class:`~benchmarks.tau2.Corpus` (the τ² corpus's types)."""
-    from sidecar.catalog import load_tools
+    from sidecar.tools.catalog import load_tools
 
     built, notes = build(seed, runs_per_scenario)
     tools = load_tools([tool_definitions()], "bfcl-eval function docs")

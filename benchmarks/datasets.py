@@ -182,7 +182,7 @@ def _signature(reason: str, chain: Sequence[str], last_message: str) -> str:
 
 
 def toolbench(root: Path) -> Corpus:
-    from sidecar.catalog import load_tools
+    from sidecar.tools.catalog import load_tools
 
     folder = root / TOOLBENCH_DIR
     files = sorted(folder.glob("G*_*.json"))
@@ -262,7 +262,7 @@ def seal_tools(
     catalog holding every tool those tasks call plus seeded distractors up to
     ``max_tools``.
     """
-    from sidecar.catalog import load_tools
+    from sidecar.tools.catalog import load_tools
 
     folder = root / SEAL_DIR
     notes: Counter[str] = Counter()

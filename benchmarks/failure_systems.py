@@ -26,8 +26,8 @@ from sidecar.memory import (
 )
 
 if TYPE_CHECKING:
-    from sidecar.constraints import ConstraintMatcher
     from sidecar.model import ArchivedConstraint
+    from sidecar.rules.matcher import ConstraintMatcher
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ class _Chains:
         self._matcher = None
 
     def matcher(self) -> ConstraintMatcher:
-        from sidecar.constraints import ConstraintMatcher
+        from sidecar.rules.matcher import ConstraintMatcher
 
         if self._matcher is None:
             self._matcher = ConstraintMatcher(self._constraints)

@@ -1,7 +1,7 @@
 """The three retrieval protocols of ``bench_retrieval``, read from the dataset folder.
 
 Each protocol is a catalog (tool ids and the text the sidecar embeds for each, built by
-the library's own parsers and :func:`sidecar.registry.embedding_text`), test queries
+the library's own parsers and :func:`sidecar.tools.records.embedding_text`), test queries
 with their relevant tools, and training queries (what a sidecar would have seen before:
 completed runs with their query and the tools they called), never the test queries.
 
@@ -124,8 +124,8 @@ def _stb_function(api: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 
 def stabletoolbench(root: Path) -> Protocol:
-    from sidecar.catalog import load_tools
-    from sidecar.registry import embedding_text
+    from sidecar.tools.catalog import load_tools
+    from sidecar.tools.records import embedding_text
 
     files = sorted((root / STB_DIR).glob("*.json"))
     if not files:
@@ -165,8 +165,8 @@ def stabletoolbench(root: Path) -> Protocol:
 
 def seal_tools(root: Path) -> Protocol:
     from benchmarks.datasets import _seal_definition, _seal_name
-    from sidecar.catalog import load_tools
-    from sidecar.registry import embedding_text
+    from sidecar.tools.catalog import load_tools
+    from sidecar.tools.records import embedding_text
 
     folder = root / SEAL_DIR
     rows = [json.loads(line) for line in (folder / "tool.jsonl").open(encoding="utf-8")]
@@ -197,7 +197,7 @@ def seal_tools(root: Path) -> Protocol:
 
 def toolbench_completed(root: Path) -> Protocol:
     from benchmarks.datasets import toolbench
-    from sidecar.registry import embedding_text
+    from sidecar.tools.records import embedding_text
 
     corpus = toolbench(root)
     queries = [

@@ -109,7 +109,7 @@ def load(dataset: Path) -> Corpus:
 
 def _tools(path: Path) -> list[Any]:
     """The agent-side tool definitions (OpenAI function tools), when the file is there."""
-    from sidecar.catalog import load_tools
+    from sidecar.tools.catalog import load_tools
 
     if not path.is_file():
         return []

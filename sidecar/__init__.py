@@ -11,7 +11,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "AddToolsResult": "sidecar.registry",
+    "AddToolsResult": "sidecar.tools",
     "ArchiveStatus": "sidecar.results",
     "AuditRecord": "sidecar.results",
     "Busy": "sidecar.errors",
@@ -27,7 +27,7 @@ _EXPORTS = {
     "Collision": "sidecar.model",
     "Condition": "sidecar.model",
     "ConfigError": "sidecar.errors",
-    "ConstraintMatcher": "sidecar.constraints",
+    "ConstraintMatcher": "sidecar.rules.matcher",
     "ConstraintSpec": "sidecar.model",
     "CredentialRef": "sidecar.model",
     "EmptyArchive": "sidecar.errors",
@@ -40,7 +40,7 @@ _EXPORTS = {
     "ReportRejected": "sidecar.errors",
     "SecretValueError": "sidecar.errors",
     "Settings": "sidecar.settings",
-    "Sidecar": "sidecar.app",
+    "Sidecar": "sidecar.core",
     "SidecarError": "sidecar.errors",
     "StorageError": "sidecar.errors",
     "ToolDecision": "sidecar.eviction",
@@ -48,10 +48,10 @@ _EXPORTS = {
     "ToolFormatError": "sidecar.errors",
     "Withheld": "sidecar.model",
     "classify": "sidecar.classify",
-    "load_tool_file": "sidecar.catalog",
-    "load_tools": "sidecar.catalog",
-    "parse_report": "sidecar.reports",
-    "parse_tool": "sidecar.catalog",
+    "load_tool_file": "sidecar.tools.catalog",
+    "load_tools": "sidecar.tools.catalog",
+    "parse_report": "sidecar.intake.parse",
+    "parse_tool": "sidecar.tools.catalog",
 }
 
 __all__ = [*sorted(_EXPORTS), "__version__"]

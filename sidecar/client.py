@@ -1,6 +1,6 @@
 """A running sidecar over HTTP, with the library's own methods and answers.
 
-:class:`RemoteSidecar` has the methods of :class:`~sidecar.app.Sidecar` that the shells
+:class:`RemoteSidecar` has the methods of :class:`~sidecar.core.Sidecar` that the shells
 use, with the same parameters, returning the same typed values (read back with
 :func:`sidecar.wire.load`); an HTTP error comes back as the library's error class for
 its code (:func:`sidecar.errors.from_code`).  ``tests/sidecar/test_surface.py`` checks
@@ -24,6 +24,7 @@ import httpx
 
 from sidecar.errors import BodyTooLarge, Unauthorized, Unreachable, from_code
 from sidecar.eviction import EvictionReport, RestoreResult, ToolDecision
+from sidecar.eviction.revocation import Mandate
 from sidecar.limits import (
     INTAKE_CHUNK,
     MAX_BODY_BYTES,
@@ -33,7 +34,6 @@ from sidecar.limits import (
 )
 from sidecar.memory import Step
 from sidecar.model import CallCheck, CheckResult, IntakeResult, LookupResult, Tool
-from sidecar.registry import AddToolsResult
 from sidecar.results import (
     ArchiveMaintenance,
     ArchiveStatus,
@@ -46,7 +46,7 @@ from sidecar.results import (
     Recovered,
     RevocationRun,
 )
-from sidecar.revocation import Mandate
+from sidecar.tools.records import AddToolsResult
 from sidecar.wire import load
 
 T = TypeVar("T")
@@ -307,12 +307,12 @@ class RemoteSidecar:
     def constraint(self, constraint_id: str) -> ConstraintView:
         return self._get(ConstraintView, f"/v1/constraints/{segment(constraint_id)}")
 
-    def lift(self, chain_id: str, reason: str) -> ConstraintChange:
-        path = f"/v1/constraints/{segment(chain_id)}/lift"
+    def lift(self, constraint_id: str, reason: str) -> ConstraintChange:
+        path = f"/v1/constraints/{segment(constraint_id)}/lift"
         return self._post(ConstraintChange, path, {"reason": reason})
 
-    def reinstate(self, chain_id: str, reason: str) -> ConstraintChange:
-        path = f"/v1/constraints/{segment(chain_id)}/reinstate"
+    def reinstate(self, constraint_id: str, reason: str) -> ConstraintChange:
+        path = f"/v1/constraints/{segment(constraint_id)}/reinstate"
         return self._post(ConstraintChange, path, {"reason": reason})
 
     def forget(self, source: str, since: float | None = None) -> Forgotten:

@@ -13,9 +13,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sidecar.app import Sidecar
-from sidecar.catalog import load_tools, read_documents
+from sidecar.core import Sidecar
 from sidecar.model import LookupResult
+from sidecar.tools.catalog import load_tools, read_documents
 
 TASK = "extract product names and prices from a competitor's product page"
 STEPS = (

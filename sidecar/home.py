@@ -4,7 +4,7 @@
       chroma/         the hot index (embedded Chroma), unless a Chroma server holds it
       cold/           the Parquet archive (see :mod:`cold_store`), unless
                       ``SIDECAR_COLD_URL`` names a Delta table on S3 or a folder
-      state.sqlite    everything else (see :mod:`sidecar.state`), unless a PostgreSQL
+      state.sqlite    everything else (see :mod:`sidecar.storage.state`), unless a PostgreSQL
                       database holds it (``SIDECAR_DATABASE_URL``)
       owner.lock      held by the one process that writes (see below)
       evict.lock      held while tools move between the hot and the cold store
@@ -41,7 +41,6 @@ from cold_store import ColdStore, ColdStoreError
 from cold_store.base import ColdTable
 from cold_store.errors import UnsafeStore
 from cold_store.probe import S3Options
-from sidecar import callmemory, journal, registry, revocation, state
 from sidecar.errors import (
     Busy,
     ColdStoreUnavailable,
@@ -52,18 +51,13 @@ from sidecar.errors import (
 )
 from sidecar.lock import WriterLock, holder
 from sidecar.settings import Settings
-from sidecar.state import StateStore
-from sidecar.storage import Database, DatabaseError, Lock, Migration, SchemaTooNew
+from sidecar.storage import Database, DatabaseError, Lock, SchemaTooNew
 from sidecar.storage.schema import check, prepare
+from sidecar.storage.state import MIGRATIONS, SCHEMAS, State
 
 OWNER_LOCK = "owner.lock"
 SERVER_FILE = "server.json"
 TOKEN_FILE = "token"
-
-SCHEMAS = (state.SCHEMA, registry.SCHEMA, journal.SCHEMA, revocation.SCHEMA, callmemory.SCHEMA)
-"""Every module's tables, created when a home is opened for writing."""
-MIGRATIONS = (Migration(1, "sightings count sessions, not reports", state.sessions_from_counts),)
-"""The schema's versions (see :mod:`sidecar.storage.schema`), oldest first."""
 
 
 def open_state(
@@ -151,7 +145,7 @@ class Home:
             return holder(self.path / OWNER_LOCK, "writer") is None
 
         try:
-            self.state = StateStore(open_state(settings, writable, no_writer))
+            self.state = State(open_state(settings, writable, no_writer))
         except (NotFound, SchemaTooNew, UnsafeStorage):
             self.release()
             raise
@@ -201,17 +195,21 @@ class Home:
     def evict_lock(self) -> Lock:
         """The lock that one eviction, restore or recovery at a time holds: a file lock
         under the home (``evict.lock``) for SQLite, an advisory lock in PostgreSQL."""
-        return self.state.db.advisory_lock("evict", "eviction")
+        return self.state.lock("evict", "eviction")
 
     @contextlib.contextmanager
     def hot_write(self) -> Iterator[None]:
         """Around every write to the hot index: the revision moves before and after, so
         that a process killed mid-write still makes every other reader re-read."""
-        self.state.bump_tools_revision()
+        self._bump_tools()
         try:
             yield
         finally:
-            self.state.bump_tools_revision()
+            self._bump_tools()
+
+    def _bump_tools(self) -> None:
+        with self.state.tx() as tx:
+            self.state.revisions.bump_tools(tx)
 
     def announce_server(self, url: str) -> None:
         """Record the URL of the server that owns this home, for CLI commands to find."""
@@ -276,7 +274,7 @@ def _copy_state(home: Home, target_settings: Settings) -> dict[str, int]:
 
     target = open_state(target_settings, writable=True)
     try:
-        return copy_state(home.state.db, target, tables_of(SCHEMAS))
+        return copy_state(home.state.database, target, tables_of(SCHEMAS))
     finally:
         target.close()
 

@@ -1,7 +1,7 @@
 """The MCP shell: lookup, plan checks, reports and audit for agents; forgetting a source
 for operators.
 
-Every tool calls the same :class:`~sidecar.app.Sidecar` methods as the CLI and the HTTP
+Every tool calls the same :class:`~sidecar.core.Sidecar` methods as the CLI and the HTTP
 API.  Served over streamable HTTP inside the HTTP app (``/mcp``) or over stdio
 (``sidecar mcp``).
 """
@@ -22,8 +22,8 @@ from sidecar.redact import redact_text
 from sidecar.wire import dump_dict
 
 if TYPE_CHECKING:
-    from sidecar.app import Sidecar
     from sidecar.client import RemoteSidecar
+    from sidecar.core import Sidecar
 
 Scalar = str | int | float | bool | None
 

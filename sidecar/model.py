@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from sidecar.errors import InvalidInput
 from sidecar.memory import FailureCondition, Step
 from sidecar.memory.evidence import SessionOutcome
-
-# MCP tool-name rules: 1-128 characters from A-Z a-z 0-9 _ - .
-TOOL_ID_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
-TOOL_TYPE_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,63}")
+from sidecar.validate import MAX_DEPTH as MAX_DEPTH
+from sidecar.validate import TOOL_ID_PATTERN as TOOL_ID_PATTERN
 
 Outcome = Literal["abandoned", "completed"]
 FailureKind = Literal["deterministic", "transient"]
@@ -23,65 +18,6 @@ CheckMode = Literal["sequence", "prefix"]
 Op = Literal[">", ">=", "<", "<=", "==", "!="]
 OPS: tuple[str, ...] = (">", ">=", "<", "<=", "==", "!=")
 Scalar = str | int | float | bool | None
-
-
-MAX_DEPTH = 32
-"""Nesting allowed in free-form JSON (logs, error bodies, arguments, outputs)."""
-
-
-def check_text(value: str, where: str) -> str:
-    """Refuse text that cannot be stored as UTF-8 (a lone surrogate from ``\\ud800``)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput(
-            f"{where} is not valid Unicode text (it holds a lone surrogate)"
-        ) from None
-    return value
-
-
-def check_json_value(value: object, where: str, depth: int = 0) -> None:
-    """Refuse free-form JSON that is nested deeper than :data:`MAX_DEPTH`, holds text
-    that cannot be stored, or a number that is not finite."""
-    if depth > MAX_DEPTH:
-        raise InvalidInput(f"{where} is nested deeper than {MAX_DEPTH} levels")
-    if isinstance(value, str):
-        check_text(value, where)
-    elif isinstance(value, float) and not math.isfinite(value):
-        raise InvalidInput(f"{where} holds a number that is not finite ({value!r})")
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            name = ascii(str(key))[:40]
-            check_text(str(key), f"{where} key {name}")
-            check_json_value(item, f"{where}[{name}]", depth + 1)
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            check_json_value(item, f"{where}[{i}]", depth + 1)
-
-
-CONSTRAINT_ID_PATTERN = re.compile(r"[0-9a-f]{32}|[0-9a-f]{16}")
-
-
-def check_constraint_id(value: object) -> str:
-    """An archived chain's id (32 hex digits) or a learned call condition's (16)."""
-    if not isinstance(value, str) or not CONSTRAINT_ID_PATTERN.fullmatch(value):
-        shown = value[:80] if isinstance(value, str) else type(value).__name__
-        raise InvalidInput(
-            f"{shown!r} is not a constraint id (a chain id of 32 lowercase hex digits, or a "
-            "call condition id of 16)"
-        )
-    return value
-
-
-def check_tool_id(value: object, where: str = "tool id") -> str:
-    if not isinstance(value, str):
-        raise InvalidInput(f"{where} must be a string, got {type(value).__name__}")
-    if not TOOL_ID_PATTERN.fullmatch(value):
-        raise InvalidInput(
-            f"{where} {value[:140]!r} is not a valid tool name: 1-128 characters from "
-            "A-Z, a-z, 0-9, '_', '-' and '.'"
-        )
-    return value
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The HTTP service: a FastAPI app over one :class:`~sidecar.app.Sidecar`, with the MCP
+"""The HTTP service: a FastAPI app over one :class:`~sidecar.core.Sidecar`, with the MCP
 server mounted at ``/mcp``, behind :class:`~sidecar.api.gate.Gate`.
 
 Every error leaves as ``{"error": {"code", "message"}}``: the library's errors with the
@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from sidecar.api.docs import add_docs
 from sidecar.api.gate import ASGIApp, Gate, envelope
 from sidecar.api.routes import ROUTERS
-from sidecar.app import Sidecar
+from sidecar.core import Sidecar
 from sidecar.errors import RateLimited, SidecarError
 from sidecar.limits import MAX_BODY_BYTES
 from sidecar.metrics import Metrics

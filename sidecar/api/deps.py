@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from sidecar.app import Sidecar
+from sidecar.core import Sidecar
 from sidecar.errors import Forbidden
 from sidecar.metrics import Metrics
 from sidecar.principals import THE_PROCESS, Principal, principal_of

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 
 from sidecar.api.app import create_app
-from sidecar.app import Sidecar
+from sidecar.core import Sidecar
 from sidecar.errors import AddressInUse, Busy, InvalidInput
 from sidecar.home import TOKEN_FILE
 from sidecar.limits import MAX_BODY_BYTES

@@ -21,8 +21,8 @@ from sidecar.redact import redact
 from sidecar.wire import dump
 
 if TYPE_CHECKING:
-    from sidecar.app import Sidecar
     from sidecar.client import RemoteSidecar
+    from sidecar.core import Sidecar
 
     Backend = Sidecar | RemoteSidecar
 
@@ -34,7 +34,7 @@ def home_of(args: argparse.Namespace) -> Path:
 
 
 def open_local(args: argparse.Namespace, read_only: bool = False) -> Sidecar:
-    from sidecar.app import Sidecar
+    from sidecar.core import Sidecar
 
     return Sidecar.open(home=home_of(args), chroma_url=args.chroma_url, read_only=read_only)
 
@@ -73,7 +73,7 @@ def _token(home: Path) -> tuple[str | None, str]:
 
 # ---- tools and lookup -----------------------------------------------------------------
 def tools_add(args: argparse.Namespace) -> int:
-    from sidecar.catalog import load_tool_file
+    from sidecar.tools.catalog import load_tool_file
 
     tools = [t for path in args.files for t in load_tool_file(path)]
     with backend(args, write=True) as b:

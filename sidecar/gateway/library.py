@@ -1,5 +1,5 @@
 """The gateway's backend over the library: what :class:`~sidecar.gateway.backend.
-GatewayBackend` asks, answered by a :class:`~sidecar.app.Sidecar` (and nothing else of
+GatewayBackend` asks, answered by a :class:`~sidecar.core.Sidecar` (and nothing else of
 it: the gateway is a shell like the HTTP API)."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import json
 import logging
 from typing import Any
 
-from sidecar.app import Sidecar
-from sidecar.catalog import parse_tool
+from sidecar.core import Sidecar
 from sidecar.errors import InvalidInput, SidecarError
 from sidecar.gateway.backend import Hit, Outcome, Reason, Step, SyncResult, Verdict
 from sidecar.memory import Step as MemoryStep
 from sidecar.model import Tool
 from sidecar.principals import GATEWAY
+from sidecar.tools.catalog import parse_tool
 
 log = logging.getLogger("sidecar.gateway")
 

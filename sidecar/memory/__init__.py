@@ -33,7 +33,9 @@ from sidecar.memory.verdict import (
     Thresholds,
     Verdict,
     assess,
+    decide,
     may_apply,
+    reasons_for,
 )
 
 __all__ = [
@@ -52,8 +54,10 @@ __all__ = [
     "Verdict",
     "assess",
     "call_features",
+    "decide",
     "failure_kind",
     "is_business_rule_failure",
     "may_apply",
     "normalize_signature",
+    "reasons_for",
 ]

@@ -154,9 +154,29 @@ def assess(
     """Whether to let ``tool(arguments)`` run after the steps ``before``: block reasons
     first, then warnings.  Pass a :class:`Trace` kept up to date across a session to
     avoid re-indexing the earlier steps before every call."""
+    reasons = reasons_for(conditions, before, tool, arguments, task_input, thresholds)
+    return Verdict(decide(r.level for r in reasons), tuple(reasons)) if reasons else ALLOW
+
+
+def decide(levels: Iterable[Level]) -> Decision:
+    """The verdict of a set of reasons: any block blocks, any warning warns."""
+    found = set(levels)
+    return "block" if "block" in found else "warn" if found else "allow"
+
+
+def reasons_for(
+    conditions: Iterable[FailureCondition],
+    before: Sequence[Step] | Trace,
+    tool: str,
+    arguments: Mapping[str, Any],
+    task_input: str | None = None,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+) -> list[Reason]:
+    """The conditions that hold for ``tool(arguments)`` after ``before``, each at its
+    level: block reasons first, then warnings (by family)."""
     relevant = [(c, lvl) for c in conditions if c.tool == tool and (lvl := thresholds.level(c))]
     if not relevant:
-        return ALLOW
+        return []
     features = call_features(before, tool, arguments, task_input)
     reasons: list[Reason] = []
     tokens: dict[str, tuple[str, ...]] = {}
@@ -169,11 +189,8 @@ def assess(
                 Reason(condition.condition_id, condition.family, level,
                        condition.explanation, observed)
             )  # fmt: skip
-    if not reasons:
-        return ALLOW
     reasons.sort(key=lambda r: (r.level != "block", r.family))
-    decision: Decision = "block" if reasons[0].level == "block" else "warn"
-    return Verdict(decision, tuple(reasons))
+    return reasons
 
 
 def may_apply(

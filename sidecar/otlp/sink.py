@@ -1,5 +1,5 @@
 """The OTLP intake's sink over the library: sessions reported to a
-:class:`~sidecar.app.Sidecar` in batches (one :meth:`~sidecar.app.Sidecar.report_many`
+:class:`~sidecar.core.Sidecar` in batches (one :meth:`~sidecar.core.Sidecar.report_many`
 per batch: one intake transaction and at most one cold file, where one report per
 session would cost one of each).  A session the library rejects is counted as refused,
 the rest of its batch is taken."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sidecar.app import Sidecar
+from sidecar.core import Sidecar
 from sidecar.gateway.backend import Outcome, Step
 from sidecar.otlp.sessions import Report
 from sidecar.principals import OTLP

@@ -100,7 +100,7 @@ def test_eviction_evidence_applies_the_librarys_rule(tmp_path: Path, seed: int) 
         sc.add_tools(corpus.tools)
         sc.report_many([report_line(t, corpus.name) for t in history])
         for n in THRESHOLDS:
-            decided = {d.tool_id for d in sc._evictor.decide(n) if d.action == "evict"}
+            decided = {d.tool_id for d in sc.eviction.decide(n) if d.action == "evict"}
             assert decided == expected[n], n
     # the data tells the thresholds apart
     assert expected[1] > expected[2] > expected[3] != set()

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.errors import ColdStoreUnavailable
-from sidecar.registry import embedding_text
+from sidecar.tools.records import embedding_text
 from tests.faults.harness import Server, state_rows
 
 LOOKUPS = 12

@@ -14,7 +14,7 @@ from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.errors import ColdStoreUnavailable, StateUnavailable
 from sidecar.model import Tool
-from sidecar.registry import embedding_text
+from sidecar.tools.records import embedding_text
 from tests.faults.faults import small_disk
 from tests.faults.harness import Server, build_world, cli, state_rows
 from tests.faults.invariants import check_home, check_server
@@ -127,7 +127,7 @@ def enospc_at_the_write_layer(home: Path, monkeypatch: pytest.MonkeyPatch) -> No
         def disk_full(*_args: object, **_kw: object) -> None:
             raise sqlite3.OperationalError("database or disk is full")
 
-        monkeypatch.setattr(type(sc._state), "stage_intake", disk_full)
+        monkeypatch.setattr(type(sc.state.staging), "stage", disk_full)
         with pytest.raises(StateUnavailable, match="disk is full"):
             sc.report(NEW_CHAIN)
         monkeypatch.undo()

@@ -170,13 +170,13 @@ def batch_b() -> list[dict[str, Any]]:
 
 
 def counts(sc: Sidecar) -> dict[str, Any]:
-    state = sc._state
+    state = sc.state
     (fatal,) = [c for c in sc.constraints(include_lifted=True) if c.sequence == ("p", "q", "r")]
     return {
-        "runs p>q>r>z": state.completed_runs(("p", "q", "r", "z")),
-        "runs m>n": state.completed_runs(("m", "n")),
-        "sightings d5>e5": state.sightings(("d5", "e5"), "weird failure"),
-        "sightings a5>b5>c5": state.sightings(("a5", "b5", "c5"), "HTTP 400 batch"),
+        "runs p>q>r>z": state.usage.completed_runs(("p", "q", "r", "z")),
+        "runs m>n": state.usage.completed_runs(("m", "n")),
+        "sightings d5>e5": len(state.sightings.sessions(("d5", "e5"), "weird failure")),
+        "sightings a5>b5>c5": len(state.sightings.sessions(("a5", "b5", "c5"), "HTTP 400 batch")),
         "chains": sc.status().chains,
         "contradictions p>q>r": fatal.contradictions,
         "status p>q>r": fatal.status,
@@ -206,7 +206,7 @@ def test_a_batch_delivered_twice_counts_once(
         raise CommitFailed("injected: the cold append failed")
 
     with fresh(tmp_path / "failed-first") as sc:
-        monkeypatch.setattr(sc._cold.chains, "append", failing_append)
+        monkeypatch.setattr(sc.cold.chains, "append", failing_append)
         with pytest.raises(ColdStoreUnavailable, match="injected"):
             sc.report_many(batch_b())
         monkeypatch.undo()
@@ -214,7 +214,7 @@ def test_a_batch_delivered_twice_counts_once(
         assert counts(sc) == once
     with fresh(tmp_path / "failed-second") as sc:
         sc.report_many(batch_b())
-        monkeypatch.setattr(sc._cold.chains, "append", failing_append)
+        monkeypatch.setattr(sc.cold.chains, "append", failing_append)
         with contextlib.suppress(ColdStoreUnavailable):
             sc.report_many(batch_b())  # every chain already archived: no append to fail
         monkeypatch.undo()

@@ -68,22 +68,22 @@ def cli(home: Path, *args: str, crash_at: str | None = None, batch: int = 7) -> 
 def snapshot(home: Path) -> dict[str, Any]:
     """Where every tool is, read after recovery; asserts the invariants on the way."""
     with Sidecar.open(embedder=HashingEmbedder(), home=home, evict_min_chains=1) as sc:
-        assert sc._journal.unfinished() == []
+        assert sc.journal.unfinished() == []
         hot = {r.id for r in sc.index.scan()}
-        evicted = set(sc._journal.evicted())
+        evicted = set(sc.journal.evicted())
         assert hot.isdisjoint(evicted), hot & evicted
         assert hot | evicted == set(TOOLS)
-        rows = list(sc._cold.tools.scan(["record_id", "tool_id"]))
+        rows = list(sc.cold.tools.scan(["record_id", "tool_id"]))
         # no duplicate rows, even counting every published file
         all_rows = [
             rid
-            for f in sorted(sc._cold.tools.dir.rglob("*.parquet"))
+            for f in sorted(sc.cold.tools.dir.rglob("*.parquet"))
             for rid in pq.read_table(f, columns=["record_id"]).column(0).to_pylist()
         ]
         assert len(all_rows) == len(set(all_rows)), "a cold row was written twice"
         assert {r["tool_id"] for r in rows} == evicted
-        for tool_id, ev in sc._journal.evicted().items():
-            assert sc._cold.tools.get(ev.move_id)["tool_id"] == tool_id
+        for tool_id, ev in sc.journal.evicted().items():
+            assert sc.cold.tools.get(ev.move_id)["tool_id"] == tool_id
         mandates = sc.mandates()
         keys = [m.idempotency_key for m in mandates]
         assert len(keys) == len(set(keys))

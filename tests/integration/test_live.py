@@ -234,7 +234,7 @@ def test_load_during_a_batch_eviction(tmp_path: Path) -> None:
     assert client_errors == []
     assert len(evicted["evicted"]) == 200
     with Sidecar.open(embedder=HashingEmbedder(), home=home, evict_min_chains=1) as sc:
-        committed = {t: ev.evicted_at for t, ev in sc._journal.evicted().items()}
+        committed = {t: ev.evicted_at for t, ev in sc.journal.evicted().items()}
     assert len(committed) == 200
     violations = [
         (tool, started - committed[tool])

@@ -178,7 +178,7 @@ def test_bodies_over_the_limit_get_413_before_being_read(client: TestClient) -> 
 
 
 def test_an_eviction_in_progress_is_a_409(client: TestClient, sc: Sidecar) -> None:
-    with sc._home.evict_lock():
+    with sc.eviction.lock():
         assert_envelope(client.post("/v1/evictions", json={}, headers=AUTH), 409, "busy")
 
 

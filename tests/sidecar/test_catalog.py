@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from sidecar import SecretValueError, ToolFormatError, load_tool_file, load_tools, parse_tool
-from sidecar.catalog import detect_format
 from sidecar.demo import demo_tools
+from sidecar.tools.catalog import detect_format
 
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.constraints import ConstraintMatcher, evaluate
 from sidecar.model import ArchivedConstraint, Condition
+from sidecar.rules.matcher import ConstraintMatcher, evaluate
 from tests.sidecar.helpers import constraint
 from tests.sidecar.seed_oracle import OracleChain, oracle_prefix_check
 

@@ -12,8 +12,8 @@ import pytest
 import indexes
 from indexes import CachedEmbedder, HashingEmbedder, MiniLMEmbedder, OnnxMiniLMEmbedder
 from sidecar import Sidecar
-from sidecar.app import make_embedder
 from sidecar.errors import ConfigError
+from sidecar.hot import make_embedder
 from sidecar.model import Tool
 from sidecar.settings import DEFAULT_EXACT_LIMIT, Settings
 from tests.faults.faults import unwritable_folder
@@ -170,19 +170,20 @@ def test_the_exact_tier_ranks_no_worse_than_chroma(home: Path) -> None:
 
 def test_written_elsewhere_tells_own_revisions_from_others(home: Path) -> None:
     with Sidecar.open(home=home, embedder=HashingEmbedder()) as a:
-        state = a._state
-        before = state.revisions()[1]
-        state.bump_tools_revision()
-        state.bump_tools_revision()
-        now = state.revisions()[1]
-        assert not state.written_elsewhere(before, now)
+        revisions = a.state.revisions
+        before = revisions.revisions()[1]
+        for _ in range(2):
+            with a.state.tx() as tx:
+                revisions.bump_tools(tx)
+        now = revisions.revisions()[1]
+        assert not revisions.written_elsewhere(before, now)
         with Sidecar.open(home=home.parent / "other", embedder=HashingEmbedder()) as b:
-            assert b._state.writer != state.writer
+            assert b.state.revisions.writer != revisions.writer
         # another writer's revision on the same database
-        with state.tx() as db:
+        with a.state.tx() as db:
             db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='tools_rev'")
-        assert state.written_elsewhere(now, now + 1)
-        assert state.written_elsewhere(-1, now)  # nothing seen yet: reload
+        assert revisions.written_elsewhere(now, now + 1)
+        assert revisions.written_elsewhere(-1, now)  # nothing seen yet: reload
 
 
 def test_an_unwritable_model_cache_still_embeds(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from indexes import HashingEmbedder, MiniLMEmbedder
 from sidecar import InvalidInput, NotFound, Sidecar, Tool
 from sidecar.eviction import decide
-from sidecar.journal import Journal, Move
+from sidecar.eviction.journal import Move
 from sidecar.lock import LockBusy, WriterLock
 from sidecar.model import CredentialRef
 from tests.sidecar.helpers import abandoned, completed, constraint
@@ -140,7 +140,7 @@ def test_dry_run_changes_nothing(sc: Sidecar) -> None:
     assert report.dry_run and len(report.evicted) == 2 and report.mandates == 0
     assert report.reclaimed["tools"] == 2 and report.reclaimed["schema_bytes"] > 0
     assert hot(sc) == before
-    assert sc._cold.tools.count() == 0
+    assert sc.cold.tools.count() == 0
     assert sc.mandates() == []
 
 
@@ -150,8 +150,8 @@ def test_eviction_is_idempotent(sc: Sidecar) -> None:
     first = sc.evict()
     again = sc.evict()
     assert len(first.evicted) == 2 and again.evicted == ()
-    assert sc._cold.tools.count() == 2
-    assert len(list(sc._cold.tools.scan())) == 2
+    assert sc.cold.tools.count() == 2
+    assert len(list(sc.cold.tools.scan())) == 2
     assert len(sc.mandates()) == 2  # env:SEARCH and env:PARSER; env:SHARED still used
 
 
@@ -234,7 +234,7 @@ def test_a_second_eviction_fails_fast(sc: Sidecar) -> None:
     lock = (
         WriterLock(sc.settings.home / "evict.lock")
         if sc.settings.database_url is None
-        else sc._home.evict_lock()
+        else sc.eviction.lock()
     )
     with lock, pytest.raises(LockBusy, match="pid"):
         sc.evict()
@@ -243,7 +243,7 @@ def test_a_second_eviction_fails_fast(sc: Sidecar) -> None:
 
 
 def test_tools_in_flight_are_never_served(sc: Sidecar) -> None:
-    Journal(sc._state).write_intents(
+    sc.journal.write_intents(
         [Move("m1", "summarizer", "intent", {"document": "", "metadata": {}}, ())]
     )
     assert "summarizer" not in [h.tool_id for h in sc.search("summarizer tool", k=5).hits]

@@ -24,7 +24,7 @@ def test_a_cold_store_that_does_not_answer_makes_the_sidecar_not_ready(
         def unreachable(deep: bool = False) -> list[object]:
             raise StoreUnavailable("reading the log of s3://bucket/cold/chains: refused")
 
-        monkeypatch.setattr(sc._cold, "verify", unreachable)
+        monkeypatch.setattr(sc.cold, "verify", unreachable)
         health = sc.health()
         assert not health.ready
         assert health.checks["cold_store"].startswith("unavailable: reading the log")

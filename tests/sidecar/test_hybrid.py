@@ -16,7 +16,7 @@ import pytest
 
 from indexes import HashingEmbedder, MiniLMEmbedder
 from sidecar import Sidecar, Tool
-from sidecar.journal import Journal, Move
+from sidecar.eviction.journal import Move
 from sidecar.ranking import fuse, query_views, successors
 from tests.indexes.test_lexical import fullwidth
 from tests.sidecar.helpers import abandoned, completed
@@ -80,7 +80,7 @@ def test_an_evicted_tool_is_never_served_and_a_restored_one_is(sc: Sidecar) -> N
 
 
 def test_a_tool_whose_move_began_is_never_served(sc: Sidecar) -> None:
-    Journal(sc._state).write_intents(
+    sc.journal.write_intents(
         [Move("m1", "getVehicleBatteryLevel", "intent", {"document": "", "metadata": {}}, ())]
     )
     hits = ids(sc, LEXICAL_ONLY, k=6)

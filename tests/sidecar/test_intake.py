@@ -42,7 +42,7 @@ def test_transient_failures_are_not_archived(sc: Sidecar) -> None:
     assert result.status == "not_archived"
     assert result.reason is not None and "transient" in result.reason
     assert "HTTP 429" in result.reason
-    assert sc._cold.chains.count() == 0
+    assert sc.cold.chains.count() == 0
     assert sc.check(CHAIN).safe
 
 
@@ -93,19 +93,19 @@ def test_replayed_report_is_idempotent(sc: Sidecar) -> None:
     again = sc.report(abandoned(CHAIN, "HTTP 404"))
     assert again.status == "archived" and again.chain_id == first.chain_id
     assert again.reason == "already archived (replayed report)"
-    assert sc._cold.chains.count() == 1
-    assert len(sc._lookup.matcher()) == 1
-    assert len(list(sc._cold.chains.scan())) == 1
+    assert sc.cold.chains.count() == 1
+    assert len(sc.rules.matcher()) == 1
+    assert len(list(sc.cold.chains.scan())) == 1
 
 
 def test_completed_chains_are_recorded_as_usage(sc: Sidecar) -> None:
     result = sc.report(completed(["search_api", "summarizer"]))
     assert result.status == "recorded"
     sc.report(completed(["search_api", "summarizer"]))
-    assert sc._state.completed_chain_count("search_api") == 1  # one distinct chain
+    assert sc.state.usage.completed_chain_count("search_api") == 1  # one distinct chain
     sc.report(completed(["search_api", "translator"]))
-    assert sc._state.completed_chain_count("search_api") == 2
-    assert sc._state.completed_chain_count("html_parser") == 0
+    assert sc.state.usage.completed_chain_count("search_api") == 2
+    assert sc.state.usage.completed_chain_count("html_parser") == 0
 
 
 def test_a_batch_counts_each_completed_run_once(sc: Sidecar) -> None:
@@ -198,8 +198,8 @@ def test_crash_between_cold_append_and_constraint_is_repaired(tmp_path: Path) ->
     with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
         result = sc.report(abandoned(["a", "b"], "HTTP 400"))
         # the cold append happened; lose the compiled constraint as a crash would
-        sc._state._db.execute("DELETE FROM constraints")
-        sc._state._db.execute("UPDATE meta SET value = value + 1 WHERE key='constraints_rev'")
+        sc.state.database.execute("DELETE FROM constraints")
+        sc.state.database.execute("UPDATE meta SET value = value + 1 WHERE key='constraints_rev'")
         assert sc.check(["a", "b"]).safe
     with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
         collisions = sc.check(["a", "b"]).collisions

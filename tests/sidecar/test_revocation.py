@@ -26,17 +26,17 @@ from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.errors import Busy
 from sidecar.eviction import EvictionReport
-from sidecar.journal import mandate_key
-from sidecar.model import CredentialRef
-from sidecar.revocation import (
+from sidecar.eviction.journal import mandate_key
+from sidecar.eviction.revocation import (
     MAX_ATTEMPTS,
-    STATUSES,
     Mandate,
     RecordOnlyRevoker,
     Rfc7009Revoker,
     env_resolver,
     make_revoker,
 )
+from sidecar.limits import MANDATE_STATUSES as STATUSES
+from sidecar.model import CredentialRef
 from tests.sidecar.helpers import abandoned
 
 TOKEN_VAR = "TEST_TOKEN_X"
@@ -253,7 +253,7 @@ def stored(home: Path) -> list[tuple[Path, bytes]]:
 
 def state_rows(sc: Sidecar) -> bytes:
     """Every row of every table of a PostgreSQL state, as text."""
-    db = sc._state.db
+    db = sc.state.database
     tables = [
         r[0]
         for r in db.execute(
@@ -307,7 +307,7 @@ def test_eviction_writes_one_pending_mandate_per_released_credential(
     assert (m.status, m.attempts, m.last_error, m.next_attempt_at) == ("pending", 0, None, None)
     assert "no longer used by any active tool" in m.reason
     assert by_ref["vault://kv/crm"].revocation_endpoint is None
-    assert sc._state.credentials(["crm_export"]) == {"crm_export": []}
+    assert sc.state.credentials.of(["crm_export"]) == {"crm_export": []}
     assert server.requests == []
 
 
@@ -320,7 +320,7 @@ def test_ref_still_used_by_an_active_tool_gets_no_mandate(sc: Sidecar) -> None:
     )
     assert report.mandates == 1
     assert [m.ref for m in sc.mandates()] == ["env:CRM_EXPORT_ONLY"]
-    assert sc._state.credentials(["crm_reader"])["crm_reader"] == [shared]
+    assert sc.state.credentials.of(["crm_reader"])["crm_reader"] == [shared]
     # once its last active holder is evicted too, the reference gets its mandate, which
     # names every evicted holder and the chains behind them
     later_chain = sc.report(abandoned(["crm_reader", SINK], "HTTP 400")).chain_id
@@ -389,7 +389,7 @@ def test_counts_sum_up(
         "unsupported": 0,
         "cancelled": 0,
     }
-    tally = sc._ledger.run(revoker(), now=clock)
+    tally = sc.ledger.run(revoker(), now=clock)
     assert tally == {"revoked": 1, "submitted": 1, "unsupported": 1, "failed": 1}
     counts = sc.mandate_counts()
     assert counts == {"pending": 0, "cancelled": 0, **tally}
@@ -405,7 +405,7 @@ def test_post_carries_token_and_hint_as_a_form(
 ) -> None:
     server.script("/oauth2/revoke", Reply(200))
     one_mandate(sc, server.endpoint())
-    assert sc._ledger.run(revoker(), now=clock) == {"revoked": 1}
+    assert sc.ledger.run(revoker(), now=clock) == {"revoked": 1}
     (req,) = server.requests
     assert (req.method, req.path) == ("POST", "/oauth2/revoke")
     assert req.headers["content-type"] == "application/x-www-form-urlencoded"
@@ -427,7 +427,7 @@ def test_client_auth_adds_http_basic_authorization(
     server.script("/oauth2/revoke", Reply(200))
     one_mandate(sc, server.endpoint())
     rv = revoker(client_auth=("sidecar-client", "client-pw:42"), token_type_hint="refresh_token")
-    assert sc._ledger.run(rv, now=clock) == {"revoked": 1}
+    assert sc.ledger.run(rv, now=clock) == {"revoked": 1}
     (req,) = server.requests
     expected = base64.b64encode(b"sidecar-client:client-pw:42").decode()
     assert req.headers["authorization"] == f"Basic {expected}"
@@ -440,20 +440,20 @@ def test_503_with_retry_after_defers_the_next_attempt(
 ) -> None:
     server.script("/oauth2/revoke", Reply(503, {"Retry-After": "120"}), Reply(200))
     one_mandate(sc, server.endpoint())
-    assert sc._ledger.run(revoker(), now=clock) == {"submitted": 1}
+    assert sc.ledger.run(revoker(), now=clock) == {"submitted": 1}
     m = only(sc)
     assert (m.status, m.attempts) == ("submitted", 1)
     assert m.next_attempt_at == pytest.approx(T0 + 120)
     assert m.last_error is not None and "HTTP 503" in m.last_error
-    assert sc._ledger.due(T0 + 119) == []
+    assert sc.ledger.due(T0 + 119) == []
 
     clock.advance(119)
-    assert sc._ledger.run(revoker(), now=clock) == {}
+    assert sc.ledger.run(revoker(), now=clock) == {}
     assert len(server.requests) == 1
     assert only(sc).to_dict() == m.to_dict()
 
     clock.advance(1)
-    assert sc._ledger.run(revoker(), now=clock) == {"revoked": 1}
+    assert sc.ledger.run(revoker(), now=clock) == {"revoked": 1}
     assert len(server.requests) == 2
     m = only(sc)
     assert (m.status, m.attempts, m.next_attempt_at) == ("revoked", 2, None)
@@ -473,7 +473,7 @@ def test_server_errors_are_retried(
 ) -> None:
     server.script("/oauth2/revoke", reply)
     one_mandate(sc, server.endpoint())
-    assert sc._ledger.run(revoker(), now=clock) == {"submitted": 1}
+    assert sc.ledger.run(revoker(), now=clock) == {"submitted": 1}
     m = only(sc)
     delay = float(reply.headers.get("Retry-After", 60))
     assert (m.status, m.attempts) == ("submitted", 1)
@@ -487,19 +487,19 @@ def test_repeated_503_gives_up_after_max_attempts(
     server.script("/oauth2/revoke", *[Reply(503, {"Retry-After": "30"})] * MAX_ATTEMPTS)
     one_mandate(sc, server.endpoint())
     for attempt in range(1, MAX_ATTEMPTS):
-        assert sc._ledger.run(revoker(), now=clock) == {"submitted": 1}
+        assert sc.ledger.run(revoker(), now=clock) == {"submitted": 1}
         m = only(sc)
         assert (m.status, m.attempts) == ("submitted", attempt)
         assert m.next_attempt_at == pytest.approx(clock.t + 30)
         clock.advance(30)
-    assert sc._ledger.run(revoker(), now=clock) == {"failed": 1}
+    assert sc.ledger.run(revoker(), now=clock) == {"failed": 1}
     m = only(sc)
     assert (m.status, m.attempts, m.next_attempt_at) == ("failed", MAX_ATTEMPTS, None)
     assert m.last_error is not None
     assert m.last_error.startswith("gave up") and "HTTP 503" in m.last_error
     assert len(server.requests) == MAX_ATTEMPTS
     clock.advance(3600)
-    assert sc._ledger.run(revoker(), now=clock) == {}
+    assert sc.ledger.run(revoker(), now=clock) == {}
     assert len(server.requests) == MAX_ATTEMPTS
 
 
@@ -509,12 +509,12 @@ def test_unsupported_token_type_is_final(
     body = b'{"error":"unsupported_token_type"}'
     server.script("/oauth2/revoke", Reply(400, {"Content-Type": "application/json"}, body))
     one_mandate(sc, server.endpoint())
-    assert sc._ledger.run(revoker(), now=clock) == {"unsupported": 1}
+    assert sc.ledger.run(revoker(), now=clock) == {"unsupported": 1}
     m = only(sc)
     assert (m.status, m.attempts, m.next_attempt_at) == ("unsupported", 1, None)
     assert m.last_error is not None and "unsupported_token_type" in m.last_error
     clock.advance(3600)
-    assert sc._ledger.run(revoker(), now=clock) == {}
+    assert sc.ledger.run(revoker(), now=clock) == {}
     assert len(server.requests) == 1
 
 
@@ -532,13 +532,13 @@ def test_other_client_errors_fail(
 ) -> None:
     server.script("/oauth2/revoke", Reply(status, body=body))
     one_mandate(sc, server.endpoint())
-    assert sc._ledger.run(revoker(), now=clock) == {"failed": 1}
+    assert sc.ledger.run(revoker(), now=clock) == {"failed": 1}
     m = only(sc)
     assert (m.status, m.attempts, m.next_attempt_at) == ("failed", 1, None)
     assert m.last_error is not None and f"HTTP {status}" in m.last_error
     assert body.decode() in m.last_error
     clock.advance(3600)
-    assert sc._ledger.run(revoker(), now=clock) == {}
+    assert sc.ledger.run(revoker(), now=clock) == {}
     assert len(server.requests) == 1
 
 
@@ -553,7 +553,7 @@ def test_credential_without_endpoint_is_unsupported_and_not_sent(
         tool("crm_import", cred("env:OTHER_TOKEN", server.endpoint("/live"))),
     )
     # the server is live (the other mandate reaches it); this one sends nothing
-    assert sc._ledger.run(revoker(), now=clock) == {"unsupported": 1, "revoked": 1}
+    assert sc.ledger.run(revoker(), now=clock) == {"unsupported": 1, "revoked": 1}
     (req,) = server.requests
     assert req.form["token"] == ["other-token-value"]
     (m,) = [m for m in sc.mandates() if m.ref == TOKEN_REF]
@@ -573,7 +573,7 @@ def test_unresolvable_ref_fails_without_a_request(
     monkeypatch.setenv("TEST_TOKEN_EMPTY", "")
     assert env_resolver(ref) is None
     one_mandate(sc, server.endpoint(), ref=ref)
-    assert sc._ledger.run(revoker(), now=clock) == {"failed": 1}
+    assert sc.ledger.run(revoker(), now=clock) == {"failed": 1}
     m = only(sc)
     assert (m.status, m.attempts) == ("failed", 1)
     assert m.last_error == f"cannot resolve {ref!r} to a token"
@@ -582,15 +582,15 @@ def test_unresolvable_ref_fails_without_a_request(
 
 def test_unreachable_endpoint_stays_submitted(sc: Sidecar, clock: Clock, closed_port: int) -> None:
     one_mandate(sc, f"http://127.0.0.1:{closed_port}/oauth2/revoke")
-    assert sc._ledger.run(revoker(), now=clock) == {"submitted": 1}
+    assert sc.ledger.run(revoker(), now=clock) == {"submitted": 1}
     m = only(sc)
     assert (m.status, m.attempts) == ("submitted", 1)
     assert m.next_attempt_at == pytest.approx(T0 + 60)
     assert m.last_error is not None and m.last_error.startswith("endpoint unreachable")
     clock.advance(59)
-    assert sc._ledger.run(revoker(), now=clock) == {}
+    assert sc.ledger.run(revoker(), now=clock) == {}
     clock.advance(1)
-    assert sc._ledger.run(revoker(), now=clock) == {"submitted": 1}
+    assert sc.ledger.run(revoker(), now=clock) == {"submitted": 1}
     assert (only(sc).status, only(sc).attempts) == ("submitted", 2)
 
 
@@ -634,12 +634,12 @@ def test_second_run_after_revoked_sends_nothing(
 ) -> None:
     server.script("/oauth2/revoke", Reply(200), Reply(200))
     one_mandate(sc, server.endpoint())
-    assert sc._ledger.run(revoker(), now=clock) == {"revoked": 1}
+    assert sc.ledger.run(revoker(), now=clock) == {"revoked": 1}
     done = only(sc).to_dict()
     for _ in range(2):
         clock.advance(3600)
-        assert sc._ledger.run(revoker(), now=clock) == {}
-        assert sc._ledger.due(clock.t) == []
+        assert sc.ledger.run(revoker(), now=clock) == {}
+        assert sc.ledger.due(clock.t) == []
     assert len(server.requests) == 1
     assert only(sc).to_dict() == done
 
@@ -669,14 +669,14 @@ def test_token_values_are_never_stored(
     )
     client_secret = "client-secret-5f3a9e"
     rv = revoker(client_auth=("sidecar", client_secret))
-    assert sc._ledger.run(rv, now=clock) == {
+    assert sc.ledger.run(rv, now=clock) == {
         "revoked": 1,
         "unsupported": 1,
         "failed": 1,
         "submitted": 1,
     }
     clock.advance(120)
-    assert sc._ledger.run(rv, now=clock) == {"revoked": 1}
+    assert sc.ledger.run(rv, now=clock) == {"revoked": 1}
     # every token did go out, each to its own endpoint
     sent = sorted((r.path, r.form["token"][0]) for r in server.requests)
     assert sent == sorted(
@@ -702,7 +702,7 @@ def test_token_echoed_by_the_endpoint_is_not_stored(
     ).encode()
     server.script("/oauth2/revoke", Reply(400, {"Content-Type": "application/json"}, body))
     one_mandate(sc, server.endpoint())
-    assert sc._ledger.run(revoker(), now=clock) == {"failed": 1}
+    assert sc.ledger.run(revoker(), now=clock) == {"failed": 1}
     m = only(sc)
     assert m.last_error is not None and "HTTP 400" in m.last_error
     assert TOKEN not in m.last_error, m.last_error
@@ -718,7 +718,7 @@ def test_redirect_is_not_taken_for_a_revocation(
     server.script("/oauth2/revoke", Reply(302, {"Location": other_server.endpoint("/login")}))
     other_server.script("/login", Reply(200, body=b"<html>sign in</html>"))
     one_mandate(sc, server.endpoint())
-    sc._ledger.run(revoker(), now=clock)
+    sc.ledger.run(revoker(), now=clock)
     m = only(sc)
     assert m.status != "revoked", (m.status, m.last_error, other_server.requests)
     assert len(server.requests) == 1
@@ -730,7 +730,7 @@ def test_client_credentials_do_not_follow_a_redirect_to_another_origin(
     server.script("/oauth2/revoke", Reply(302, {"Location": other_server.endpoint("/collect")}))
     other_server.script("/collect", Reply(200))
     one_mandate(sc, server.endpoint())
-    sc._ledger.run(revoker(client_auth=("sidecar-client", "client-pw")), now=clock)
+    sc.ledger.run(revoker(client_auth=("sidecar-client", "client-pw")), now=clock)
     (first,) = server.requests
     assert first.headers["authorization"].startswith("Basic ")
     leaked = [r for r in other_server.requests if "authorization" in r.headers]
@@ -750,7 +750,7 @@ def test_a_malformed_response_does_not_abort_the_run(
         tool("crm_export", cred(TOKEN_REF, server.endpoint("/garbage"))),
         tool("crm_import", cred("env:OTHER_TOKEN", server.endpoint("/ok"))),
     )
-    tally = sc._ledger.run(revoker(), now=clock)
+    tally = sc.ledger.run(revoker(), now=clock)
     by_ref = {m.ref: m for m in sc.mandates()}
     assert by_ref["env:OTHER_TOKEN"].status == "revoked"
     assert by_ref[TOKEN_REF].status in ("submitted", "failed")
@@ -765,10 +765,10 @@ def test_restored_tool_keeps_its_credential(
     server.script("/oauth2/revoke", Reply(200))
     one_mandate(sc, server.endpoint())
     sc.restore("crm_export", reason="upstream fixed the 400")
-    assert sc._state.credentials(["crm_export"])["crm_export"] == [
+    assert sc.state.credentials.of(["crm_export"])["crm_export"] == [
         cred(TOKEN_REF, server.endpoint())
     ]
-    sc._ledger.run(revoker(), now=clock)
+    sc.ledger.run(revoker(), now=clock)
     assert server.requests == [], "revoked the credential of a restored, active tool"
     assert only(sc).status == "cancelled"
     assert only(sc).last_error == "cancelled: crm_export restored"
@@ -794,14 +794,14 @@ def test_a_link_local_or_metadata_endpoint_is_refused_unless_allowed(
     sent: list[str] = []
     refusing = Rfc7009Revoker(resolve=lambda ref: TOKEN, lookup=lookup)
     refusing._post = lambda request: sent.append(request.full_url)  # type: ignore[assignment,method-assign,return-value]
-    assert sc._ledger.run(refusing, now=clock) == {"failed": 1}
+    assert sc.ledger.run(refusing, now=clock) == {"failed": 1}
     assert sent == []
     assert "refused" in (only(sc).last_error or "")
     assert "SIDECAR_REVOCATION_ALLOW_LINK_LOCAL" in (only(sc).last_error or "")
 
 
 def test_an_allowed_link_local_endpoint_is_called() -> None:
-    from sidecar.revocation import forbidden_target
+    from sidecar.eviction.revocation import forbidden_target
 
     assert forbidden_target("https://auth.example.com/revoke", lambda h: ["93.184.216.34"]) is None
     assert forbidden_target("http://169.254.169.254/", lambda h: []) is not None
@@ -815,7 +815,7 @@ def test_an_allowed_link_local_endpoint_is_called() -> None:
 def test_one_revocation_run_at_a_time(sc: Sidecar, server: RevocationServer) -> None:
     server.script("/oauth2/revoke", Reply(200))
     one_mandate(sc, server.endpoint())
-    with sc._state.db.advisory_lock("revoke", "revocation run"):
+    with sc.state.lock("revoke", "revocation run"):
         with pytest.raises(Busy, match="another revocation run is running"):
             sc.run_revocations(revoker())
         assert only(sc).status == "pending"  # nothing was submitted

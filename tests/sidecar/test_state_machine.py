@@ -107,7 +107,7 @@ class EvictionMachine(RuleBasedStateMachine):
             if at == point:
                 raise Crash(at)
 
-        self.sc._evictor._crash_hook = crash
+        self.sc.eviction._crash_hook = crash
         try:
             self.sc.evict()
         except Crash:
@@ -139,10 +139,10 @@ class EvictionMachine(RuleBasedStateMachine):
     @invariant()
     def stores_match_the_model(self) -> None:
         hot = {r.id for r in self.sc.index.scan()}
-        cold = set(self.sc._journal.evicted())
+        cold = set(self.sc.journal.evicted())
         assert hot == {t for t, w in self.where.items() if w == "hot"}
         assert cold == {t for t, w in self.where.items() if w == "cold"}
-        assert self.sc._journal.unfinished() == []
+        assert self.sc.journal.unfinished() == []
 
 
 TestEvictionMachine = pytest.mark.slow(EvictionMachine.TestCase)

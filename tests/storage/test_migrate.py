@@ -110,7 +110,7 @@ def test_a_home_migrates_its_state_and_archive_with_nothing_lost(
         chain = sc.report(abandoned(["search_api", "html_parser", "x"], "HTTP 413"))
         report = sc.evict()
         before = views_of_archive(sc, report.pointers)
-        local_digests = {n: table_digest(sc._home.cold.table(n)) for n in ("chains", "tools")}
+        local_digests = {n: table_digest(sc.cold.table(n)) for n in ("chains", "tools")}
     assert report.evicted and local_digests["chains"][0] == 1
     cold_url = f"delta+file://{tmp_path / 'shared-cold'}"
     with postgres_server.schema() as url:
@@ -129,7 +129,7 @@ def test_a_home_migrates_its_state_and_archive_with_nothing_lost(
         ) as sc:
             assert views_of_archive(sc, report.pointers) == before
             assert sc.audit(f"cold://chains/{chain.chain_id}")["chain_id"] == chain.chain_id
-            shared = {n: table_digest(sc._home.cold.table(n)) for n in ("chains", "tools")}
+            shared = {n: table_digest(sc.cold.table(n)) for n in ("chains", "tools")}
         assert shared == local_digests
         again = subprocess.run(
             [SCRIPT, "migrate", "--to-cold", cold_url],

@@ -170,7 +170,7 @@ def test_the_archive_is_maintained_by_one_process_at_a_time(
             sc.report(abandoned(["fetch", "parse", "write"], f"HTTP 40{i}", session_id=f"s{i}"))
         before = sc.digest().digest
         with (
-            sc._home.state.db.advisory_lock("archive", "archive maintenance"),
+            sc.state.lock("archive", "archive maintenance"),
             pytest.raises(Busy, match="archive maintenance"),
         ):
             sc.maintain_archive()
@@ -183,7 +183,7 @@ def test_the_archive_is_maintained_by_one_process_at_a_time(
         # the files compacted away are younger than the retention: vacuum keeps them
         assert all(s.files_removed == 0 for s in done.steps if s.step == "vacuum")
         assert sc.digest().digest == before
-        assert sc._home.cold.chains.count() == 4
+        assert sc.cold.chains.count() == 4
 
 
 def test_a_parquet_archive_has_nothing_to_maintain(tmp_path: Path) -> None:
@@ -215,9 +215,8 @@ def test_a_revision_cache_follows_writes_at_once_here_and_by_notification_elsewh
 ) -> None:
     import psycopg
 
-    from sidecar.home import SCHEMAS
-    from sidecar.state import StateStore
     from sidecar.storage import postgres
+    from sidecar.storage.state import SCHEMAS, State
 
     clock = [1000.0]
     monkeypatch.setattr(postgres.time, "monotonic", lambda: clock[0])
@@ -225,32 +224,34 @@ def test_a_revision_cache_follows_writes_at_once_here_and_by_notification_elsewh
         db = PostgresDatabase(url, revision_cache_s=0.25)
         for ddl in SCHEMAS:
             db.ensure(ddl)
-        state = StateStore(db)
+        state = State(db)
         other = psycopg.connect(url, autocommit=True)
         try:
             deadline = time.time() + 30
             while db.change_token() is None:  # the feed's LISTEN is in place
                 assert time.time() < deadline
                 time.sleep(0.01)
-            before = state.revisions()
-            state.bump_tools_revision()  # this process's write: seen at once
-            assert state.revisions()[1] == before[1] + 1
-            seen = state.revisions()
+            revisions = state.revisions
+            before = revisions.revisions()
+            with state.tx() as tx:  # this process's write: seen at once
+                revisions.bump_tools(tx)
+            assert revisions.revisions()[1] == before[1] + 1
+            seen = revisions.revisions()
             # another process writes without a notification: the cached value stands
             # until the bound has passed (the clock is frozen, then moved past it)
             other.execute(BUMP)
-            assert state.revisions() == seen
+            assert revisions.revisions() == seen
             clock[0] += 0.25
-            assert state.revisions()[0] == seen[0] + 1
+            assert revisions.revisions()[0] == seen[0] + 1
             # another process's write transaction notifies: seen without the clock moving
-            seen = state.revisions()
+            seen = revisions.revisions()
             with other.transaction():
                 other.execute(BUMP)
                 other.execute(f"NOTIFY {db.channel}")
-            while state.revisions() == seen:
+            while revisions.revisions() == seen:
                 assert time.time() < deadline
                 time.sleep(0.01)
-            assert state.revisions()[0] == seen[0] + 1
+            assert revisions.revisions()[0] == seen[0] + 1
         finally:
             other.close()
             db.close()

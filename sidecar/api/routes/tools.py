@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from sidecar.api.deps import Lib, Operator
 from sidecar.api.models import ToolsIn
-from sidecar.catalog import load_tools
+from sidecar.tools.catalog import load_tools
 from sidecar.wire import dump, dump_dict
 
 router = APIRouter(tags=["tools"])

@@ -1,6 +1,7 @@
 """Revocation mandates for credentials that evicted tools leave dormant.
 
-The ledger lives in the state database (table ``mandates``).  A mandate goes
+The ledger lives in the state (:class:`~sidecar.storage.mandates.MandateRepository`).  A
+mandate goes
 ``pending -> submitted -> revoked | failed | unsupported``; a revoker that is told to
 retry later (HTTP 503 with ``Retry-After``) leaves it ``submitted`` with a
 ``next_attempt_at``, and the next run tries again.  Restoring the tool before the
@@ -21,102 +22,21 @@ from __future__ import annotations
 import base64
 import http.client
 import ipaddress
-import json
 import os
 import socket
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
-from sidecar.limits import MANDATE_STATUSES as STATUSES
-from sidecar.model import CredentialRef
 from sidecar.redact import MASK, redact_text
-from sidecar.state import StateStore
-from sidecar.storage import Connection
+from sidecar.storage.mandates import Mandate as Mandate
+from sidecar.storage.state import State
 
 MAX_ATTEMPTS = 5
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS mandates (
-    idempotency_key TEXT PRIMARY KEY, tool_ids TEXT NOT NULL, move_id TEXT NOT NULL,
-    chain_ids TEXT NOT NULL, ref TEXT NOT NULL, scopes TEXT NOT NULL, provider TEXT,
-    revocation_endpoint TEXT, status TEXT NOT NULL, attempts INTEGER NOT NULL,
-    last_error TEXT, next_attempt_at REAL, reason TEXT NOT NULL,
-    created_at REAL NOT NULL, updated_at REAL NOT NULL
-);
-"""
-
-
-def insert_mandate(
-    db: Connection,
-    *,
-    key: str,
-    tool_ids: Sequence[str],
-    move_id: str,
-    chain_ids: Sequence[str],
-    credential: CredentialRef,
-    reason: str,
-    now: float,
-) -> int:
-    """Write one pending mandate inside the caller's transaction, once per ``key``
-    (idempotent); returns 1 when it is new."""
-    return db.execute(
-        "INSERT OR IGNORE INTO mandates VALUES "
-        "(?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, NULL, NULL, ?, ?, ?)",
-        (
-            key,
-            json.dumps(list(tool_ids)),
-            move_id,
-            json.dumps(list(chain_ids)),
-            credential.ref,
-            json.dumps(list(credential.scopes)),
-            credential.provider,
-            credential.revocation_endpoint,
-            reason,
-            now,
-            now,
-        ),
-    ).rowcount
-
-
-def cancel_mandates(db: Connection, refs: Sequence[str], why: str) -> None:
-    """Cancel the open mandates of credentials that are in use again (inside the
-    caller's transaction)."""
-    now = time.time()
-    db.executemany(
-        "UPDATE mandates SET status='cancelled', last_error=?, next_attempt_at=NULL, "
-        "updated_at=? WHERE ref=? AND status IN ('pending', 'submitted')",
-        [(why, now, ref) for ref in refs],
-    )
-
-
-@dataclass(frozen=True)
-class Mandate:
-    idempotency_key: str
-    tool_ids: tuple[str, ...]
-    move_id: str
-    chain_ids: tuple[str, ...]
-    ref: str
-    scopes: tuple[str, ...]
-    provider: str | None
-    revocation_endpoint: str | None
-    status: str
-    attempts: int
-    last_error: str | None
-    next_attempt_at: float | None
-    reason: str
-    created_at: float
-    updated_at: float
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        for key in ("tool_ids", "chain_ids", "scopes"):
-            out[key] = list(out[key])
-        return out
 
 
 @dataclass(frozen=True)
@@ -236,38 +156,24 @@ def _http_outcome(status: int, retry_after: str | None, body: bytes) -> Outcome:
 
 
 class Ledger:
-    def __init__(self, state: StateStore) -> None:
+    def __init__(self, state: State) -> None:
         self._state = state
-        self._db = state.db
+        self._repo = state.mandates
 
     def mandates(self, status: str | None = None) -> list[Mandate]:
-        sql = "SELECT * FROM mandates"
-        args: tuple[Any, ...] = ()
-        if status is not None:
-            sql += " WHERE status=?"
-            args = (status,)
-        rows = self._db.execute(sql + " ORDER BY created_at, idempotency_key", args).fetchall()
-        return [_mandate(r) for r in rows]
+        return self._repo.mandates(status)
 
     def counts(self) -> dict[str, int]:
-        out = dict.fromkeys(STATUSES, 0)
-        for status, n in self._db.execute("SELECT status, COUNT(*) FROM mandates GROUP BY status"):
-            out[status] = n
-        return out
+        return self._repo.counts()
 
     def due(self, now: float) -> list[Mandate]:
-        rows = self._db.execute(
-            "SELECT * FROM mandates WHERE status='pending' OR (status='submitted' AND "
-            "(next_attempt_at IS NULL OR next_attempt_at <= ?)) ORDER BY created_at",
-            (now,),
-        ).fetchall()
-        return [_mandate(r) for r in rows]
+        return self._repo.due(now)
 
     def run(self, revoker: Revoker, now: Callable[[], float] = time.time) -> dict[str, int]:
         """One attempt for every mandate that is due; returns counts by resulting status.
         One run at a time across every process on the state (a second one is
         :class:`~sidecar.errors.Busy`): two would submit the same mandate twice."""
-        with self._state.db.advisory_lock("revoke", "revocation run"):
+        with self._state.lock("revoke", "revocation run"):
             return self._run(revoker, now)
 
     def _run(self, revoker: Revoker, now: Callable[[], float]) -> dict[str, int]:
@@ -276,62 +182,31 @@ class Ledger:
             if isinstance(revoker, RecordOnlyRevoker):
                 tally["pending"] = tally.get("pending", 0) + 1
                 continue
-            with self._state.tx() as db:
-                db.execute(
-                    "UPDATE mandates SET status='submitted', attempts=attempts+1, updated_at=? "
-                    "WHERE idempotency_key=?",
-                    (now(), mandate.idempotency_key),
-                )
+            with self._state.tx() as tx:
+                self._repo.submit(tx, mandate.idempotency_key, now())
             try:
                 outcome = revoker.revoke(mandate)
             except Exception as exc:  # a faulty revoker must not stop the other mandates
                 outcome = Outcome("retry", f"revoker error: {type(exc).__name__}", 60.0)
-            attempts = mandate.attempts + 1
-            if outcome is None:
-                status, detail, next_at = "pending", None, None
-            elif outcome.status == "retry":
-                if attempts >= MAX_ATTEMPTS:
-                    status, detail, next_at = "failed", f"gave up: {outcome.detail}", None
-                else:
-                    status = "submitted"
-                    detail = outcome.detail
-                    delay = 60.0 if outcome.retry_after is None else outcome.retry_after
-                    next_at = now() + delay
-            else:
-                status, detail, next_at = outcome.status, outcome.detail, None
-            with self._state.tx() as db:
-                db.execute(
-                    "UPDATE mandates SET status=?, last_error=?, next_attempt_at=?, updated_at=? "
-                    "WHERE idempotency_key=?",
-                    (status, detail, next_at, now(), mandate.idempotency_key),
-                )
+            status, detail, next_at = _settled(outcome, mandate.attempts + 1, now)
+            with self._state.tx() as tx:
+                self._repo.settle(tx, mandate.idempotency_key, status, detail, next_at, now())
             tally[status] = tally.get(status, 0) + 1
         return tally
 
 
-def _mandate(row: tuple[Any, ...]) -> Mandate:
-    (
-        key,
-        tools,
-        move,
-        chains,
-        ref,
-        scopes,
-        provider,
-        endpoint,
-        status,
-        attempts,
-        error,
-        next_at,
-        reason,
-        created,
-        updated,
-    ) = row
-    return Mandate(
-        key, tuple(json.loads(tools)), move, tuple(json.loads(chains)), ref,
-        tuple(json.loads(scopes)), provider, endpoint, status, attempts, error, next_at,
-        reason, created, updated,
-    )  # fmt: skip
+def _settled(
+    outcome: Outcome | None, attempts: int, now: Callable[[], float]
+) -> tuple[str, str | None, float | None]:
+    """A mandate's status, detail and next attempt after one try."""
+    if outcome is None:
+        return "pending", None, None
+    if outcome.status != "retry":
+        return outcome.status, outcome.detail, None
+    if attempts >= MAX_ATTEMPTS:
+        return "failed", f"gave up: {outcome.detail}", None
+    delay = 60.0 if outcome.retry_after is None else outcome.retry_after
+    return "submitted", outcome.detail, now() + delay
 
 
 METADATA_HOSTS = frozenset(

@@ -1,5 +1,5 @@
 """The active tools as a whole: adding, syncing a catalog source, listing, and keeping
-the hot index in step with the records (see :mod:`sidecar.registry`).
+the hot index in step with the records (see :mod:`sidecar.tools.records`).
 
 Writes go through the home's ``hot_write`` (the hot-index revision moves before and
 after), and a tool the state says is cold (evicted, or moving) is never added back:
@@ -9,15 +9,16 @@ only ``restore`` brings one back.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 
 from indexes import ActiveIndex, IndexRecord
-from sidecar.errors import InvalidInput
-from sidecar.journal import Journal
+from sidecar.errors import IndexUnavailable, InvalidInput
 from sidecar.model import Tool
-from sidecar.registry import (
+from sidecar.storage.state import State
+from sidecar.tools.records import (
     AddToolsResult,
     SyncResult,
     ToolRecords,
@@ -26,18 +27,20 @@ from sidecar.registry import (
     redacted_tool,
     tool_from_record,
 )
-from sidecar.state import StateStore
 
 log = logging.getLogger("sidecar")
 REGISTRY_MIGRATED = "registry_migrated"
+REBUILD = (
+    "the owner of the home rebuilds it from the state's records when it next opens the "
+    "index (start the server, or run `sidecar evict --recover`)"
+)
 
 
 class Tools:
     def __init__(
         self,
         records: ToolRecords,
-        state: StateStore,
-        journal: Journal,
+        state: State,
         index: Callable[[], ActiveIndex],
         hot_write: Callable[[], AbstractContextManager[None]],
         cold: Callable[[], frozenset[str]],
@@ -46,7 +49,6 @@ class Tools:
         state says are not hot."""
         self._records = records
         self._state = state
-        self._journal = journal
         self._index = index
         self._hot_write = hot_write
         self._cold = cold
@@ -66,9 +68,13 @@ class Tools:
                 progress=progress,
             )
         variants = self._variants_of_evicted([t.tool_id for t in tools])
-        evicted = self._journal.evicted() if variants else {}
-        for new, old in variants:
-            self._state.log_constraint_event(evicted[old].move_id, "variant_added", new)
+        evicted = self._state.moves.evicted() if variants else {}
+        if variants:
+            with self._state.tx() as tx:
+                for new, old in variants:
+                    self._state.sequences.log(
+                        tx, evicted[old].move_id, "variant_added", new, time.time()
+                    )
         notes = tuple(
             f"{new} looks like the evicted tool {old} (same name up to case and separators): "
             f"added; if it is the same tool, `sidecar restore {old}` keeps its history"
@@ -107,10 +113,12 @@ class Tools:
         """Keep the records and the index in step: a home from before the records were
         kept gets them from the index, once; a record the index lost (a deleted
         ``chroma/`` folder) or whose vector it lost is embedded again from the record."""
-        if self._state.meta(REGISTRY_MIGRATED) is None:
-            self._records.put(list(index.scan()))
-            self._state.set_meta(REGISTRY_MIGRATED, "1")
-            self._state.bump_tools_revision()
+        if self._state.revisions.meta(REGISTRY_MIGRATED) is None:
+            records = list(index.scan())
+            with self._state.tx() as tx:
+                self._state.tools.put(tx, records)
+                self._state.revisions.set_meta(tx, REGISTRY_MIGRATED, "1")
+                self._state.revisions.bump_tools(tx)
             return
         ids = self._records.ids()
         missing = ids - index.existing(ids)
@@ -121,28 +129,40 @@ class Tools:
             with self._hot_write():
                 index.upsert(list(self._records.get(sorted(missing)).values()))
 
+    def check_complete(self, index: ActiveIndex) -> None:
+        """A reader cannot rebuild the hot index: one that lost active tools (a deleted
+        or emptied ``chroma/`` folder) is refused rather than served incomplete."""
+        if self._state.revisions.meta(REGISTRY_MIGRATED) is None:
+            return  # an old home: the index is its only record of the tools
+        ids = self._records.ids()
+        missing = len(ids - index.existing(ids)) if ids else 0
+        if missing:
+            raise IndexUnavailable(
+                f"the hot index lacks {missing} of the {len(ids)} active tool(s): {REBUILD}"
+            )
+
     # ---- reads ------------------------------------------------------------------------
     def active(self) -> list[Tool]:
         """The active tools; not one whose move to the cold store has begun (lookups do
         not serve it either)."""
-        if self._state.meta(REGISTRY_MIGRATED) is None:
+        if self._state.revisions.meta(REGISTRY_MIGRATED) is None:
             records = sorted(self._index().scan(), key=lambda r: r.id)  # an old home, read
         else:
             records = self._records.all()
-        moving = self._journal.in_flight_tools()
+        moving = self._state.moves.in_flight_tools()
         records = [r for r in records if r.id not in moving]
-        creds = self._state.credentials(r.id for r in records)
+        creds = self._state.credentials.of(r.id for r in records)
         return [tool_from_record(r, creds.get(r.id, ())) for r in records]
 
     def get(self, tool_ids: Iterable[str]) -> dict[str, Tool]:
         records = self._records.get(tool_ids)
-        creds = self._state.credentials(records)
+        creds = self._state.credentials.of(records)
         return {i: tool_from_record(r, creds.get(i, ())) for i, r in records.items()}
 
     # ---- what may not come back -------------------------------------------------------
     def _refuse_cold(self, ids: Sequence[str]) -> None:
-        evicted = self._journal.evicted()
-        moving = self._journal.in_flight_tools()
+        evicted = self._state.moves.evicted()
+        moving = self._state.moves.in_flight_tools()
         refused = sorted(i for i in ids if i in evicted or i in moving)
         if refused:
             where = ", ".join(
@@ -156,7 +176,7 @@ class Tools:
 
     def _variants_of_evicted(self, ids: Sequence[str]) -> list[tuple[str, str]]:
         """(new id, evicted id) pairs whose names differ only by case and separators."""
-        evicted = {_name_key(t): t for t in self._journal.evicted()}
+        evicted = {_name_key(t): t for t in self._state.moves.evicted()}
         return [
             (i, evicted[_name_key(i)])
             for i in dict.fromkeys(ids)

@@ -12,26 +12,15 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from indexes import ActiveIndex, IndexRecord
-from sidecar.catalog import check_credential
 from sidecar.model import CredentialRef, Tool
 from sidecar.redact import redact_schema, redact_text
-from sidecar.state import StateStore
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS hot_tools (
-    tool_id TEXT PRIMARY KEY, document TEXT NOT NULL, metadata TEXT NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS tool_sources (
-    tool_id TEXT PRIMARY KEY, source TEXT NOT NULL, gone_at REAL
-);
-"""
+from sidecar.storage.state import State
+from sidecar.tools.catalog import check_credential
 
 ADD_BATCH = 256
 """Tools embedded and written per step of an add (a progress report each)."""
@@ -112,70 +101,43 @@ class AddToolsResult:
 
 
 class ToolRecords:
-    """The ``hot_tools`` table."""
+    """The active tools' records (:class:`~sidecar.storage.tools.ToolRepository`), each
+    write a transaction of its own."""
 
-    def __init__(self, state: StateStore) -> None:
+    def __init__(self, state: State) -> None:
         self._state = state
+        self._repo = state.tools
 
     def put(self, records: Sequence[IndexRecord]) -> None:
-        now = time.time()
-        with self._state.tx() as db:
-            db.executemany(
-                "INSERT INTO hot_tools VALUES (?, ?, ?, ?) ON CONFLICT(tool_id) DO UPDATE "
-                "SET document=excluded.document, metadata=excluded.metadata, "
-                "updated_at=excluded.updated_at",
-                [(r.id, r.document, json.dumps(dict(r.metadata)), now) for r in records],
-            )
+        with self._state.tx() as tx:
+            self._repo.put(tx, records)
 
     def remove(self, ids: Iterable[str]) -> None:
-        with self._state.tx() as db:
-            db.executemany("DELETE FROM hot_tools WHERE tool_id=?", [(i,) for i in ids])
+        with self._state.tx() as tx:
+            self._repo.remove(tx, ids)
 
     def get(self, ids: Iterable[str]) -> dict[str, IndexRecord]:
-        out: dict[str, IndexRecord] = {}
-        wanted = list(dict.fromkeys(ids))
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start : start + 500]
-            rows = self._state.db.execute(
-                "SELECT tool_id, document, metadata FROM hot_tools "
-                f"WHERE tool_id IN ({','.join('?' * len(chunk))})",
-                chunk,
-            ).fetchall()
-            for tool_id, document, metadata in rows:
-                out[tool_id] = IndexRecord(tool_id, document, json.loads(metadata))
-        return out
+        return self._repo.get(ids)
 
     def all(self) -> list[IndexRecord]:
-        rows = self._state.db.execute(
-            "SELECT tool_id, document, metadata FROM hot_tools ORDER BY tool_id"
-        ).fetchall()
-        return [IndexRecord(t, d, json.loads(m)) for t, d, m in rows]
+        return self._repo.all()
+
+    def page(self, after: str, limit: int) -> list[IndexRecord]:
+        return self._repo.page(after, limit)
 
     def ids(self) -> set[str]:
-        return {r[0] for r in self._state.db.execute("SELECT tool_id FROM hot_tools")}
+        return self._repo.ids()
 
     def count(self) -> int:
-        return int(self._state.db.execute("SELECT COUNT(*) FROM hot_tools").fetchone()[0])
+        return self._repo.count()
 
     def of_source(self, source: str) -> set[str]:
         """The tools a catalog source brought that it has not dropped."""
-        rows = self._state.db.execute(
-            "SELECT tool_id FROM tool_sources WHERE source=? AND gone_at IS NULL", (source,)
-        )
-        return {r[0] for r in rows}
+        return self._repo.of_source(source)
 
     def set_source(self, source: str, present: Sequence[str], gone: Sequence[str]) -> None:
-        now = time.time()
-        with self._state.tx() as db:
-            db.executemany(
-                "INSERT INTO tool_sources VALUES (?, ?, NULL) ON CONFLICT(tool_id) DO UPDATE "
-                "SET source=excluded.source, gone_at=NULL",
-                [(t, source) for t in present],
-            )
-            db.executemany(
-                "UPDATE tool_sources SET gone_at=? WHERE tool_id=? AND source=?",
-                [(now, t, source) for t in gone],
-            )
+        with self._state.tx() as tx:
+            self._repo.set_source(tx, source, present, gone)
 
 
 class Fields:
@@ -203,7 +165,7 @@ def add_tools(
     *,
     records: ToolRecords,
     index: ActiveIndex,
-    state: StateStore,
+    state: State,
     refuse: Callable[[Sequence[str]], None],
     progress: Callable[[int], None] | None = None,
 ) -> AddToolsResult:
@@ -222,8 +184,9 @@ def add_tools(
         records.put(chunk)
         if progress is not None:
             progress(start + len(chunk))
-    for t in unique:
-        state.set_credentials(t.tool_id, t.credentials)
+    with state.tx() as tx:
+        for t in unique:
+            state.credentials.replace(tx, t.tool_id, t.credentials)
     ids = [t.tool_id for t in unique]
     return AddToolsResult(
         tuple(i for i in ids if i not in existing), tuple(i for i in ids if i in existing)

@@ -1,30 +1,11 @@
-"""The eviction engine: which prefix tools leave the hot index, and moving them safely.
+"""Moving tools between the stores, safely: the eviction engine's runs, recovery and
+restores.
 
-**Decision** (steps 3 and 4 of the decision boundary in ``docs/design.md``).  For every
-prefix tool of every active constraint (an abandoned chain):
-
-- *keep* it when an operator pinned it, when a completed chain or a successful call
-  used it, when an operator restored it after every session that drives it, or when
-  fewer than ``min_chains`` dead-end sessions drive it (``SIDECAR_EVICT_MIN_CHAINS``,
-  default 2: distinct sessions that met one of its abandoned chains); the chain's
-  constraint stays active in lookup and checks;
-- *evict* it otherwise: all of its appearances are inside abandoned chains, and
-  independent sessions keep dead-ending through it.
-
-Why two sessions by default: "appears only in abandoned chains" judged from a single
-dead end is judged from whatever history happens to exist, and on real trajectories it
-evicts tools that other tasks need (``BENCHMARKS.md``: one chain cost 3.7-4.5% of viable
-recall; the constraints alone already stop every re-assembly).  The same reasoning
-makes an unknown failure kind wait for a second session before it is archived.
-
-The decision is a pure function of the archive, the usage evidence and the pins, so it
-is deterministic, and a tool that became reusable is simply kept by the next run.
-
-**Moves** are journaled (:mod:`sidecar.journal`) in batches under the single-writer
-lock: intent -> cold append -> mandates -> verified hot delete -> done.  A crash at any
-step is finished by :meth:`Evictor.recover` (run on the next eviction, or by
-``sidecar evict --recover``): every tool ends in exactly one store, no cold row is
-written twice, every mandate exists once.
+Moves are journaled (:mod:`sidecar.eviction.journal`) in batches under the eviction lock:
+intent -> cold append -> mandates -> verified hot delete -> done.  A crash at any step is
+finished by :meth:`Evictor.recover` (run on the next eviction, or by ``sidecar evict
+--recover``): every tool ends in exactly one store, no cold row is written twice, every
+mandate exists once.  What moves is decided by :mod:`sidecar.eviction.decision`.
 """
 
 from __future__ import annotations
@@ -32,196 +13,36 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import signal
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from cold_store import ColdStoreError, ColdTable, make_pointer
 from indexes import ID_KEY, ActiveIndex, IndexRecord
 from sidecar.errors import NotFound
-from sidecar.journal import Journal, Move, move_id
-from sidecar.lifecycle import ENFORCED, Lifecycle
-from sidecar.model import ArchivedConstraint, CredentialRef
-from sidecar.registry import ToolRecords
-from sidecar.settings import CRASH_POINTS, DEFAULT_EVICT_MIN_CHAINS
-from sidecar.state import StateStore
+from sidecar.eviction.decision import (
+    LATE_USE,
+    EvictionReport,
+    Policy,
+    RestoreResult,
+    ToolDecision,
+    decide,
+)
+from sidecar.eviction.journal import Journal, move_id
+from sidecar.model import CredentialRef
+from sidecar.rules import Rules
+from sidecar.settings import CRASH_POINTS
 from sidecar.storage import Lock
+from sidecar.storage.moves import Move
+from sidecar.storage.state import State
+from sidecar.tools.records import ToolRecords
 
 RECORD_VERSION = 1
-LATE_USE = "used since the decision (a successful call committed before its move)"
-
-
-@dataclass(frozen=True)
-class ToolDecision:
-    tool_id: str
-    action: Literal["evict", "keep"]
-    reason: str
-    chains: tuple[str, ...]
-    """The abandoned chains in which the tool is a prefix tool (what drove the decision)."""
-    completed_chains: int = 0
-    pinned: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tool_id": self.tool_id,
-            "action": self.action,
-            "reason": self.reason,
-            "chains": list(self.chains),
-            "completed_chains": self.completed_chains,
-            "pinned": self.pinned,
-        }
-
-
-def decide(
-    constraints: Iterable[ArchivedConstraint],
-    active: set[str],
-    pinned: set[str],
-    completed: Mapping[str, int],
-    restored_at: Mapping[str, float],
-    min_chains: int = DEFAULT_EVICT_MIN_CHAINS,
-    sessions: Mapping[str, Sequence[float]] | None = None,
-) -> list[ToolDecision]:
-    """One decision per prefix tool that is in the hot index, sorted by tool id.
-
-    ``sessions``: for each chain, when each distinct session met it (by default, one
-    session when it was archived).  A tool is evicted once ``min_chains`` dead-end
-    sessions drive it; after an operator's restore, only sessions since count: the
-    restore says the old evidence no longer holds.  A tool is never a prefix tool of
-    its own failure (a session that retried a call is not a dead end through it)."""
-    if min_chains < 1:
-        raise ValueError(f"min_chains must be at least 1, got {min_chains}")
-    drivers: dict[str, list[ArchivedConstraint]] = {}
-    for c in constraints:
-        for tool in dict.fromkeys(c.prefix):
-            if tool != c.terminal:
-                drivers.setdefault(tool, []).append(c)
-    met = sessions or {}
-    decisions: list[ToolDecision] = []
-    for tool in sorted(drivers):
-        if tool not in active:
-            continue
-        chains = tuple(sorted(c.chain_id for c in drivers[tool]))
-        uses = completed.get(tool, 0)
-        latest = max(c.archived_at for c in drivers[tool])
-        since = restored_at.get(tool)
-        counted = sum(
-            1
-            for c in drivers[tool]
-            for at in (met.get(c.chain_id) or (c.archived_at,))
-            if since is None or at > since
-        )
-        if tool in pinned:
-            decisions.append(
-                ToolDecision(tool, "keep", "pinned by an operator", chains, uses, True)
-            )
-        elif uses:
-            decisions.append(
-                ToolDecision(
-                    tool,
-                    "keep",
-                    f"used: {uses} completed chain(s) or session(s) with a successful call",
-                    chains,
-                    uses,
-                )
-            )
-        elif since is not None and since >= latest and counted == 0:
-            decisions.append(
-                ToolDecision(tool, "keep", "restored by an operator after its chains", chains)
-            )
-        elif counted < min_chains:
-            after = " since its restore" if since is not None else ""
-            decisions.append(
-                ToolDecision(
-                    tool,
-                    "keep",
-                    f"{counted} dead-end session(s) through it{after}; eviction needs {min_chains}",
-                    chains,
-                )
-            )
-        else:
-            decisions.append(
-                ToolDecision(tool, "evict", "appears only in abandoned chains", chains)
-            )
-    return decisions
-
-
-@dataclass(frozen=True)
-class EvictionReport:
-    dry_run: bool
-    evicted: tuple[ToolDecision, ...]
-    kept: tuple[ToolDecision, ...]
-    mandates: int
-    reclaimed: Mapping[str, Any]
-    recovered_moves: int
-    duration_s: float
-    pointers: Mapping[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "dry_run": self.dry_run,
-            "evicted": [
-                {**d.to_dict(), "pointer": self.pointers.get(d.tool_id)} for d in self.evicted
-            ],
-            "kept_with_constraint": [d.to_dict() for d in self.kept],
-            "mandates": self.mandates,
-            "reclaimed": dict(self.reclaimed),
-            "recovered_moves": self.recovered_moves,
-            "duration_s": round(self.duration_s, 3),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EvictionReport:
-        def decision(d: Mapping[str, Any]) -> ToolDecision:
-            return ToolDecision(
-                d["tool_id"],
-                d["action"],
-                d["reason"],
-                tuple(d["chains"]),
-                int(d.get("completed_chains", 0)),
-                bool(d.get("pinned", False)),
-            )
-
-        return cls(
-            dry_run=bool(data["dry_run"]),
-            evicted=tuple(decision(d) for d in data["evicted"]),
-            kept=tuple(decision(d) for d in data["kept_with_constraint"]),
-            mandates=int(data["mandates"]),
-            reclaimed=dict(data["reclaimed"]),
-            recovered_moves=int(data["recovered_moves"]),
-            duration_s=float(data["duration_s"]),
-            pointers={d["tool_id"]: d["pointer"] for d in data["evicted"] if d.get("pointer")},
-        )
-
-
-_WORDPIECE = re.compile(r"\w+|[^\w\s]")
-
-
-def approximate_tokens(text: str) -> int:
-    """Words and punctuation: the token count when no model tokenizer is at hand."""
-    return len(_WORDPIECE.findall(text))
-
-
-@dataclass(frozen=True)
-class Policy:
-    min_chains: int = DEFAULT_EVICT_MIN_CHAINS
-    batch_size: int = 500
-    crash_at: str | None = None
-    """Testing only: SIGKILL the process at this named step of a move."""
-
-
-@dataclass(frozen=True)
-class RestoreResult:
-    tool_id: str
-    pointer: str
-    lifted: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"tool_id": self.tool_id, "pointer": self.pointer, "lifted": list(self.lifted)}
+"""The layout of an evicted tool's cold record."""
 
 
 class Evictor:
@@ -233,8 +54,8 @@ class Evictor:
         *,
         index: Callable[[], ActiveIndex],
         records: ToolRecords,
-        state: StateStore,
-        lifecycle: Lifecycle,
+        state: State,
+        rules: Rules,
         journal: Journal,
         cold_tools: ColdTable,
         lock: Callable[[], Lock],
@@ -249,7 +70,7 @@ class Evictor:
         self._index = index
         self._records = records
         self._state = state
-        self._lifecycle = lifecycle
+        self._rules = rules
         self._journal = journal
         self._cold = cold_tools
         self._lock = lock
@@ -257,6 +78,10 @@ class Evictor:
         self._policy = policy
         self._count_tokens = count_tokens
         self._crash_hook = crash_hook
+
+    def lock(self) -> Lock:
+        """The lock one eviction, restore or recovery at a time holds."""
+        return self._lock()
 
     def running(self) -> bool:
         """Whether an eviction, restore or recovery holds the lock now."""
@@ -267,19 +92,14 @@ class Evictor:
         """The decision for every prefix tool that is active; ``min_chains`` overrides
         the policy for this call."""
         need = self._policy.min_chains if min_chains is None else min_chains
-        now = time.time()
         # the dead ends: fatal sequences in force, and failing calls reported with their
         # steps; a retired or lifted one no longer drives anything
-        constraints = [
-            c
-            for c in self._state.chains(("sequence", "call"))
-            if self._lifecycle.status(c.lifted, c.contradictions, c.baseline, c.last_seen, now)
-            in ENFORCED
-        ]
+        constraints = self._rules.sequences.in_force(("sequence", "call"))
         candidates = {t for c in constraints for t in c.prefix}
         records = self._records.get(candidates) if candidates else {}
         pinned = {i for i, r in records.items() if r.metadata.get("pinned")}
-        completed = self._state.tool_uses(records)
+        completed = self._state.usage.tool_uses(records)
+        sessions = self._state.sightings.chain_sessions()
         return decide(
             constraints,
             set(records),
@@ -287,7 +107,7 @@ class Evictor:
             completed,
             self._journal.restored_at(),
             need,
-            self._state.chain_session_times(),
+            {cid: [at for _who, at in met] for cid, met in sessions.items()},
         )
 
     # ---- runs ---------------------------------------------------------------------
@@ -351,7 +171,7 @@ class Evictor:
         )
 
     def _still_unused(self, db: Any, tool_ids: list[str]) -> set[str]:
-        uses = self._state.tool_uses(tool_ids, db)
+        uses = self._state.usage.tool_uses(tool_ids, db)
         return {t for t in tool_ids if not uses.get(t)}
 
     def recover(self) -> int:
@@ -370,7 +190,7 @@ class Evictor:
     def _intents(self, batch: Sequence[ToolDecision]) -> list[Move]:
         ids = [d.tool_id for d in batch]
         records = self._records.get(ids)
-        creds = self._state.credentials(ids)
+        creds = self._state.credentials.of(ids)
         moves = []
         for d in batch:
             rec = records.get(d.tool_id)

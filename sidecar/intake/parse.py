@@ -37,11 +37,10 @@ from sidecar.model import (
     ConstraintSpec,
     Failure,
     StepReport,
-    check_json_value,
-    check_tool_id,
 )
 from sidecar.neutralize import neutralize
 from sidecar.redact import MASK, is_sensitive_key, redact, redact_text
+from sidecar.validate import check_json_value, check_tool_id
 
 # The seed's three messages, verbatim.
 TOO_SHORT = "An abandoned chain must contain at least two tools."
@@ -300,13 +299,13 @@ class _StepCache:
         try:
             key = json.dumps([step.tool, step.arguments, step.output, step.error], default=str)
         except (TypeError, ValueError, RecursionError):
-            return _redacted(step)
+            return redact_step(step)
         with self._lock:
             found = self._steps.get(key)
             if found is not None:
                 self._steps.move_to_end(key)
                 return found
-        found = _redacted(step)
+        found = redact_step(step)
         with self._lock:
             self._steps[key] = found
             while len(self._steps) > self._size:
@@ -314,7 +313,8 @@ class _StepCache:
         return found
 
 
-def _redacted(step: Step) -> Step:
+def redact_step(step: Step) -> Step:
+    """A step with every secret of its arguments, output and error masked."""
     error = redact_text(step.error) if step.error is not None else None
     return Step(step.tool, redact(dict(step.arguments)), redact(step.output), error)
 

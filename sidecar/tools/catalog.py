@@ -21,14 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.errors import InvalidInput, SecretValueError, ToolFormatError
-from sidecar.model import (
-    TOOL_TYPE_PATTERN,
-    CredentialRef,
-    Tool,
-    check_json_value,
-    check_tool_id,
-)
+from sidecar.model import CredentialRef, Tool
 from sidecar.redact import looks_like_secret
+from sidecar.validate import TOOL_TYPE_PATTERN, check_json_value, check_tool_id
 
 MAX_DESCRIPTION = 8_192
 MAX_SCHEMA_BYTES = 65_536

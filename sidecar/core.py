@@ -1,0 +1,585 @@
+"""The sidecar library: one object that the CLI, the HTTP API and the MCP server share.
+
+    from sidecar import Sidecar
+    with Sidecar.open(home=".sidecar") as sc:
+        sc.add_tools(load_tool_file("tools.jsonl"))
+        sc.report({"topology": [...], "outcome": "abandoned", ...})
+        sc.search("extract prices", k=5, after=["search_api", "html_parser"],
+                  context={"payload_bytes": 7_200_000})
+        sc.check(["search_api", "html_parser", "llm_extractor"])
+
+:class:`Sidecar` is a switchboard: it wires the parts together and exposes them —
+``sc.tools`` (the active tools), ``sc.lookup``, ``sc.intake``, ``sc.rules`` (both rule
+kinds, their status and the checks), ``sc.eviction``, ``sc.journal``, ``sc.ledger``
+(revocations), ``sc.archive`` (audit, digest, status, maintenance), ``sc.recovery``,
+``sc.state`` (the repositories) — and its methods, the ones every shell calls, are thin
+delegates that check their arguments (:mod:`sidecar.validate`) and are the one boundary
+where a store's own errors become the library's (:func:`boundary`).
+
+``Sidecar.open(..., read_only=True)`` opens a home for reading: it never writes, never
+recovers, and fails on a home that does not exist.  Opened for writing (the default),
+the process owns the home (see :mod:`sidecar.home`), finishes moves a crash
+interrupted and compiles archived chains the state missed; when that recovery cannot
+run (an unwritable cold store), reads keep working and writes that move tools fail with
+:class:`~sidecar.errors.Degraded` until a retry succeeds.
+
+Heavy parts open on first use: Chroma when the hot index is first touched, the
+embedding model when text is first embedded.  ``check``, ``audit`` and ``digest`` need
+neither.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
+
+from cold_store import ColdStoreError, PointerError, RecordNotFound, RecordQuarantined
+from indexes import ActiveIndex, Embedder, ToolIndexError
+from sidecar import validate
+from sidecar.audit import Archive
+from sidecar.errors import (
+    ColdStoreUnavailable,
+    IndexUnavailable,
+    InvalidInput,
+    NotFound,
+    SidecarError,
+    StateUnavailable,
+)
+from sidecar.eviction import (
+    EvictionReport,
+    Evictor,
+    Journal,
+    Ledger,
+    Mandate,
+    Policy,
+    RestoreResult,
+    Revoker,
+    ToolDecision,
+    make_revoker,
+)
+from sidecar.home import Home
+from sidecar.hot import HotIndex
+from sidecar.intake import Intake, StepPolicy
+from sidecar.intake.parse import redacted_steps, steps_of, task_text
+from sidecar.limits import INTAKE_CHUNK, MANDATE_STATUSES, CheckMode
+from sidecar.lookup import Lookup
+from sidecar.memory import Step, Thresholds
+from sidecar.model import (
+    CallCheck,
+    ChainReport,
+    CheckResult,
+    IntakeResult,
+    LookupResult,
+    StepReport,
+    Tool,
+)
+from sidecar.principals import LOCAL, Principals, ReportRate, Role, check_source
+from sidecar.recovery import Recovery, health
+from sidecar.redact import redact, redact_text
+from sidecar.results import (
+    ArchiveMaintenance,
+    ArchiveStatus,
+    AuditRecord,
+    ConstraintChange,
+    ConstraintView,
+    Digest,
+    Forgotten,
+    Health,
+    Recovered,
+    RevocationRun,
+)
+from sidecar.rules import Lifecycle, Rules
+from sidecar.settings import Settings
+from sidecar.tools import AddToolsResult, Fields, SyncResult, ToolRecords, Tools
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def boundary(fn: Callable[P, R]) -> Callable[P, R]:
+    """The one place where the stores' errors become the library's: Chroma and the
+    model (:class:`IndexUnavailable`), the Parquet archive (:class:`NotFound`,
+    :class:`InvalidInput`, :class:`ColdStoreUnavailable`) and SQLite or the disk
+    (:class:`StateUnavailable`; the state's backends raise it themselves, and the cold
+    store's key index is SQLite too)."""
+
+    @functools.wraps(fn)
+    def mapped(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except SidecarError:
+            raise
+        except ToolIndexError as exc:
+            raise IndexUnavailable(str(exc)) from exc
+        except RecordNotFound as exc:
+            raise NotFound(str(exc)) from exc
+        except PointerError as exc:
+            raise InvalidInput(str(exc)) from exc
+        except (RecordQuarantined, ColdStoreError) as exc:
+            raise ColdStoreUnavailable(str(exc)) from exc
+        except sqlite3.Error as exc:
+            raise StateUnavailable(f"the state database cannot serve this: {exc}") from exc
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT):
+                raise StateUnavailable(f"the home cannot be written: {exc.strerror}") from exc
+            raise
+
+    return mapped
+
+
+class Sidecar:
+    """The hot index, the cold archive and the rules, behind one API."""
+
+    def __init__(
+        self, settings: Settings, embedder: Embedder | None = None, read_only: bool = False
+    ) -> None:
+        self.settings = settings
+        self.read_only = read_only
+        self._home = Home(settings, writable=not read_only)
+        self.state = self._home.state
+        self.cold = self._home.cold
+        self.principals = Principals.load(settings.tokens_path, None)
+        self.trusted = settings.trusted | self.principals.trusted()
+        self._rate = ReportRate(settings.report_rate)
+        self.records = ToolRecords(self.state)
+        self.rules = Rules(
+            self.state,
+            Lifecycle(settings.retire_after, settings.constraint_max_age_days),
+            Thresholds(trusted=self.trusted),
+            settings.missing_field,
+            settings.max_warnings_per_tool,
+        )
+        self.journal = Journal(self.state)
+        self.ledger = Ledger(self.state)
+        self.hot = HotIndex(settings, read_only, embedder, self._opened)
+        self.lookup = Lookup(self.state, self.rules, Fields(self.records), settings)
+        self.tools = Tools(
+            self.records, self.state, self.hot.get, self._home.hot_write, self._cold_tools
+        )
+        after = self._evict_after_report if settings.evict_on_report else None
+        self.intake = _intake(settings, self._home, self.records, self.rules, after)
+        self.eviction = _evictor(settings, self._home, self.hot, self.records, self.rules)
+        self.recovery = Recovery(self.journal, self.eviction, read_only)
+        self.archive = Archive(
+            self.cold, self.state, self.journal, self.rules, self.records, self.recovery
+        )
+        self.recovered_on_open = 0
+        if not read_only:
+            self.intake.reconcile()
+            self.recovered_on_open = self.maintain()
+
+    @classmethod
+    def open(
+        cls, embedder: Embedder | None = None, read_only: bool = False, **overrides: Any
+    ) -> Sidecar:
+        """Open with settings from the environment, then ``overrides`` (e.g. ``home=``)."""
+        return cls(Settings.load(**overrides), embedder, read_only)
+
+    def __enter__(self) -> Sidecar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.hot.close()
+        self._home.close()
+
+    # ---- parts -----------------------------------------------------------------------
+    @property
+    def embedder(self) -> Embedder:
+        return self.hot.embedder
+
+    @property
+    def index(self) -> ActiveIndex:
+        """The hot index, opened on first use."""
+        return self.hot.get()
+
+    @property
+    def degraded(self) -> str | None:
+        return self.recovery.degraded
+
+    def _opened(self, index: ActiveIndex) -> None:
+        if self.read_only:
+            self.tools.check_complete(index)
+        else:
+            self.tools.sync_records(index)
+
+    def _cold_tools(self) -> frozenset[str]:
+        return self.lookup.cold_tools(self.state.revisions.revisions()[1])
+
+    # ---- ownership and recovery -------------------------------------------------------
+    @boundary
+    def maintain(self) -> int:
+        """Finish moves a crash (or an unwritable store) interrupted; returns how many."""
+        return self.recovery.maintain()
+
+    def announce_server(self, url: str) -> None:
+        self._home.announce_server(url)
+
+    def withdraw_server(self) -> None:
+        self._home.withdraw_server()
+
+    @boundary
+    def warm_up(self) -> int:
+        """Open the hot index and load the model now, not on the first request;
+        returns the number of active tools."""
+        return self.hot.warm_up()
+
+    @boundary
+    def health(self) -> Health:
+        """Readiness: the hot index answers, the cold store and state are writable, no
+        interrupted move is stuck."""
+        return health(
+            self.hot.get, self.records.count, self.cold, self.settings.home, self.recovery
+        )
+
+    # ---- tools --------------------------------------------------------------------
+    @boundary
+    def add_tools(
+        self, tools: Sequence[Tool], progress: Callable[[int], None] | None = None
+    ) -> AddToolsResult:
+        """Upsert tools into the hot index (credentials go to the state)."""
+        self.recovery.writable()
+        return self.tools.add(tools, progress)
+
+    @boundary
+    def sync_tools(self, source: str, tools: Sequence[Tool]) -> SyncResult:
+        """Make the hot index hold exactly ``source``'s current tools (an upstream MCP
+        server's ``tools/list``): new ones added, changed ones re-embedded, ones it no
+        longer lists gone from the hot index.  An evicted tool it still lists stays out
+        (it comes back only by ``restore``)."""
+        self.recovery.writable()
+        return self.tools.sync(source, tools)
+
+    def hidden_tools(self) -> set[str]:
+        """Tools never to be listed or called: evicted, or with their move begun."""
+        return set(self._cold_tools())
+
+    @boundary
+    def list_tools(self) -> list[Tool]:
+        return self.tools.active()
+
+    @boundary
+    def get_tools(self, tool_ids: Iterable[str]) -> dict[str, Tool]:
+        return self.tools.get(tool_ids)
+
+    # ---- lookup -------------------------------------------------------------------
+    @boundary
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        after: Sequence[str] = (),
+        context: Mapping[str, Any] | None = None,
+        steps: Sequence[Step | Mapping[str, Any]] | None = None,
+        task_input: str | None = None,
+    ) -> LookupResult:
+        """Top-k active tools for ``query``, never one that would complete a fatal
+        sequence after the executed prefix ``after`` under ``context``.
+
+        ``steps`` (the session so far: tool, arguments, output, error) stand for
+        ``after`` when it is not given, and add warnings to the hits whose learned
+        failure conditions the session already holds what they need for.
+
+        The answer is ``abstained`` when even the best hit is below the
+        ``abstain_below`` similarity: no active tool fits, the hits are only the best
+        candidates."""
+        text = validate.query_text(query)
+        done = redacted_steps(steps_of(steps))  # as the memory learned them
+        executed = (
+            validate.tool_list(after, "after") if after or not done else tuple(s.tool for s in done)
+        )
+        ctx, k = validate.context_values(context), validate.k_value(k)
+        task = task_text(task_input)
+        return self.lookup.search_text(
+            self.index, text, k, executed, ctx, done, task and redact_text(task)
+        )
+
+    @boundary
+    def search_vector(
+        self,
+        vector: Sequence[float],
+        k: int = 5,
+        after: Sequence[str] = (),
+        context: Mapping[str, Any] | None = None,
+    ) -> LookupResult:
+        """:meth:`search` for a caller that embeds its own query (same model and
+        dimension as the index): the dense ranking alone (BM25 and the completed
+        chains need the query's text)."""
+        import numpy as np
+
+        executed = validate.tool_list(after, "after")
+        ctx, k = validate.context_values(context), validate.k_value(k)
+        return self.lookup.search(self.index, np.asarray(vector), k, executed, ctx)
+
+    @boundary
+    def check(
+        self,
+        plan: Sequence[str],
+        mode: CheckMode = "sequence",
+        context: Mapping[str, Any] | None = None,
+    ) -> CheckResult:
+        return self.rules.check(
+            validate.tool_list(plan, "plan"),
+            validate.check_mode(mode),
+            validate.context_values(context),
+        )
+
+    @boundary
+    def check_call(
+        self,
+        steps: Sequence[Step | Mapping[str, Any]],
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        task_input: str | None = None,
+        context: Mapping[str, Any] | None = None,
+    ) -> CallCheck:
+        """Before a call: ``allow``, ``warn`` or ``block`` ``tool(arguments)`` after the
+        session's ``steps``, with every reason (the learned condition or the fatal
+        sequence that holds, its evidence and its pointer)."""
+        done = steps_of(steps)
+        name = validate.check_tool_id(tool, "next.tool")
+        args = validate.call_arguments(arguments)
+        # compared with what the memory learned, redacted as it was: no secret of the
+        # call is matched raw or quoted back in a reason
+        task = task_text(task_input)
+        return self.rules.check_call(
+            redacted_steps(done),
+            name,
+            redact(args),
+            task and redact_text(task),
+            validate.context_values(context),
+        )
+
+    def matcher_size(self) -> int:
+        """Active constraints compiled into the matcher."""
+        return len(self.rules.matcher())
+
+    # ---- intake -------------------------------------------------------------------
+    @boundary
+    def report(
+        self,
+        report: ChainReport | StepReport | Mapping[str, Any],
+        source: str = LOCAL,
+        role: Role = "operator",
+    ) -> IntakeResult:
+        """Run one report through the decision boundary (never raises for a bad
+        report: it comes back ``rejected`` with the reason).  ``source``: who reports
+        (evidence counts per source; a shell passes its caller's name); hand-written
+        conditions need the ``operator`` role."""
+        return self.report_many([report], source=source, role=role)[0]
+
+    @boundary
+    def report_many(
+        self,
+        reports: Iterable[ChainReport | StepReport | Mapping[str, Any]],
+        chunk: int = INTAKE_CHUNK,
+        progress: Callable[[int], None] | None = None,
+        source: str = LOCAL,
+        role: Role = "operator",
+    ) -> list[IntakeResult]:
+        """:meth:`report` for many reports, archiving each chunk as one cold file; a
+        chunk that fails changes nothing.  ``progress`` hears the reports done so far
+        after each chunk.  An untrusted source may send at most ``report_rate`` reports
+        a minute (:class:`~sidecar.errors.RateLimited`)."""
+        self.recovery.writable()
+        check_source(source)
+        items = list(reports)
+        if source not in self.trusted:
+            self._rate.take(source, len(items))
+        return self.intake.report_many(items, chunk, source, role == "operator", progress)
+
+    @boundary
+    def forget(self, source: str, since: float | None = None) -> Forgotten:
+        """Remove what ``source`` reported (since ``since``, a Unix time, when given)
+        and derive again what rested on it: the conditions it taught, the sessions it
+        counted toward sightings, dead ends and contradictions."""
+        self.recovery.writable()
+        check_source(source)
+        when = validate.since(since)
+        memory = self.rules.conditions.forget(source, when)
+        sequences = self.intake.forget(source, when)
+        return Forgotten(
+            source=source,
+            sessions=len(memory.sessions | sequences.sessions),
+            conditions=memory.conditions,
+            constraints=sequences.constraints,
+            tools=tuple(sorted(memory.tools)),
+        )
+
+    def trusted_sources(self) -> frozenset[str]:
+        return self.trusted
+
+    def _evict_after_report(self) -> str:
+        try:
+            evicted = self.evict().evicted
+        except SidecarError as exc:
+            return f"; eviction skipped: {exc}"
+        return f"; evicted {', '.join(d.tool_id for d in evicted) or 'nothing'}"
+
+    # ---- eviction -----------------------------------------------------------------
+    @boundary
+    def decide(self, min_chains: int | None = None) -> list[ToolDecision]:
+        """What an eviction would do now, per prefix tool, with the chains behind it
+        (``min_chains`` overrides the ``evict_min_chains`` setting)."""
+        return self.eviction.decide(validate.min_chains(min_chains))
+
+    @boundary
+    def evict(
+        self,
+        dry_run: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+        min_chains: int | None = None,
+    ) -> EvictionReport:
+        """Run the decision and the moves (raises :class:`~sidecar.errors.Busy` if one
+        is running).  ``min_chains`` overrides the ``evict_min_chains`` setting."""
+        need = validate.min_chains(min_chains)
+        if dry_run:
+            self.recovery.writable()
+            return self.eviction.run(dry_run=True, progress=progress, min_chains=need)
+        self.recovery.moves_ready()
+        return self.recovery.moving(
+            lambda: self.eviction.run(dry_run=False, progress=progress, min_chains=need)
+        )
+
+    def eviction_running(self) -> bool:
+        return self.eviction.running()
+
+    @boundary
+    def recover(self) -> Recovered:
+        """Finish moves a crash interrupted, and rebuild the active tools the hot index
+        lost (from the state's records)."""
+        self.recovery.writable()
+        _ = self.index  # opening it rebuilds active tools the hot index lost
+        done = self.recovered_on_open + self.eviction.recover()
+        self.recovered_on_open = 0
+        self.recovery.degraded = None
+        return Recovered(done)
+
+    @boundary
+    def restore(self, tool_id: str, reason: str, lift_constraints: bool = False) -> RestoreResult:
+        """Bring an evicted tool back from cold storage into the hot index."""
+        validate.check_tool_id(tool_id)
+        why = validate.reason(reason, "a restore needs a reason (what was fixed)")
+        self.recovery.moves_ready()
+
+        def lift(chains: Sequence[str]) -> list[str]:
+            if not lift_constraints:
+                return []
+            return [
+                c for c in chains if self.rules.sequences.set_status(c, True, f"restore: {why}")
+            ]
+
+        return self.eviction.restore(tool_id, why, lift)
+
+    # ---- rules ----------------------------------------------------------------------
+    @boundary
+    def constraints(self, include_lifted: bool = False) -> list[ConstraintView]:
+        """The rules: fatal sequences and learned call conditions, each with its status,
+        support, contradictions and when it was first and last confirmed.  Retired and
+        lifted ones are listed only with ``include_lifted``."""
+        return self.rules.views(include_lifted)
+
+    @boundary
+    def constraint(self, constraint_id: str) -> ConstraintView:
+        """One rule, whatever its status (a chain id or a call condition id)."""
+        return self.rules.view(constraint_id)
+
+    @boundary
+    def lift(self, constraint_id: str, reason: str) -> ConstraintChange:
+        """Stop enforcing a rule (and its family); the record stays for audit."""
+        self.recovery.writable()
+        why = validate.reason(reason, "lifting a constraint needs a reason")
+        return self.rules.set_status(constraint_id, True, why)
+
+    @boundary
+    def reinstate(self, constraint_id: str, reason: str) -> ConstraintChange:
+        """Enforce a lifted or retired rule again; only contradictions met from now on
+        count against it."""
+        self.recovery.writable()
+        why = validate.reason(reason, "reinstating a constraint needs a reason")
+        return self.rules.set_status(constraint_id, False, why)
+
+    # ---- revocations ----------------------------------------------------------------
+    @boundary
+    def mandates(self, status: str | None = None) -> list[Mandate]:
+        """Revocation mandates, all or those with ``status``."""
+        if status is not None and status not in MANDATE_STATUSES:
+            raise InvalidInput(f"status must be one of {', '.join(MANDATE_STATUSES)}")
+        return self.ledger.mandates(status)
+
+    def mandate_counts(self) -> dict[str, int]:
+        return self.ledger.counts()
+
+    @boundary
+    def run_revocations(self, revoker: Revoker | None = None) -> RevocationRun:
+        self.recovery.writable()
+        used = revoker or make_revoker(
+            self.settings.revoker, self.settings.revocation_allow_link_local
+        )
+        return RevocationRun(used.name, self.ledger.run(used))
+
+    # ---- the archive ------------------------------------------------------------------
+    @boundary
+    def audit(self, pointer: str) -> AuditRecord:
+        """The full cold record behind a chain or tool pointer, JSON columns decoded."""
+        return self.archive.audit(pointer)
+
+    @boundary
+    def digest(self) -> Digest:
+        return self.archive.digest()
+
+    @boundary
+    def maintain_archive(self, retention_hours: float | None = None) -> ArchiveMaintenance:
+        """Compact, checkpoint and vacuum the cold tables (see
+        :meth:`sidecar.audit.Archive.maintain`)."""
+        self.recovery.writable()
+        return self.archive.maintain(retention_hours)
+
+    @boundary
+    def status(self, verify: bool = False) -> ArchiveStatus:
+        """Counts, quarantined and damaged files, and health."""
+        return self.archive.status(verify)
+
+
+def _intake(
+    settings: Settings,
+    home: Home,
+    records: ToolRecords,
+    rules: Rules,
+    after_archive: Callable[[], str] | None,
+) -> Intake:
+    return Intake(
+        home.state,
+        home.cold,
+        records,
+        rules,
+        settings.reproduce_threshold,
+        StepPolicy(settings.max_step_bytes, settings.keep_outputs),
+        after_archive=after_archive,
+        crash_at=settings.crash_at,
+    )
+
+
+def _evictor(
+    settings: Settings, home: Home, hot: HotIndex, records: ToolRecords, rules: Rules
+) -> Evictor:
+    return Evictor(
+        index=hot.get,
+        records=records,
+        state=home.state,
+        rules=rules,
+        journal=Journal(home.state),
+        cold_tools=home.cold.tools,
+        lock=home.evict_lock,
+        hot_write=home.hot_write,
+        policy=Policy(settings.evict_min_chains, settings.evict_batch_size, settings.crash_at),
+        count_tokens=hot.token_counter,
+    )
+
+
+__all__ = ["Sidecar", "boundary"]

@@ -1,0 +1,279 @@
+"""Intake, step 3: a planned batch committed, all or nothing.
+
+The memory learns first (it is idempotent per session, so a batch sent again after a
+failure further on teaches nothing twice).  Then, when the batch archives chains, its
+counters are staged in the state, its chains published to the cold store as one file,
+and only after that are the counters and the compiled rules applied, in one
+transaction.  A batch that fails before its publish leaves no trace; one interrupted
+after it (a crash) is completed from its staged counters by the next
+:meth:`Committer.reconcile`, whoever runs it first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from cold_store import ColdStore, ColdStoreError, CommitFailed, SchemaError, make_pointer
+from sidecar.intake import archive
+from sidecar.intake.archive import CallEvidence
+from sidecar.intake.counters import Counters, apply
+from sidecar.intake.parse import parse_condition
+from sidecar.intake.plan import Archival, Plan
+from sidecar.model import CredentialRef, IntakeResult
+from sidecar.rules import Rules
+from sidecar.storage.sequences import CompiledChain
+from sidecar.storage.state import State
+from sidecar.tools.records import ToolRecords, tool_from_record
+
+STALE_STAGED_S = 600.0
+"""A staged batch whose chains are still not published after this long never will be
+(its process died, or its publish failed): its counters are dropped."""
+
+
+class Committer:
+    def __init__(
+        self,
+        state: State,
+        cold: ColdStore,
+        records: ToolRecords,
+        rules: Rules,
+        after_archive: Callable[[], str] | None = None,
+        crash_at: str | None = None,
+    ) -> None:
+        """``after_archive``: run after a batch archived chains (the eviction, when the
+        home evicts on report), returns a note for the answers."""
+        self._state = state
+        self._cold = cold
+        self._records = records
+        self._rules = rules
+        self._after_archive = after_archive
+        self._crash_at = crash_at
+        self._snaps: dict[str, tuple[Any, str | None, list[CredentialRef]]] = {}
+        self._snaps_rev = -1
+
+    def commit(self, plan: Plan) -> list[IntakeResult]:
+        pointers = {
+            (a.report.topology[-1], a.calls.normalized_signature): make_pointer(
+                "chains", a.chain_id
+            )
+            for a in plan.archive
+            if a.calls is not None
+        }
+        self._rules.conditions.learn(plan.sessions, plan.manual, pointers, plan.source)
+        suffix = self._archive(plan) if plan.archive else self._count(plan.counters)
+        for a in plan.archive:
+            if a.calls is None:
+                plan.results[a.position] = IntakeResult(
+                    "archived",
+                    a.chain_id,
+                    make_pointer("chains", a.chain_id),
+                    f"deterministic: {a.why}{suffix}",
+                )
+        for i, notes in plan.summaries.items():
+            plan.results[i] = _session_answer(plan, i, notes, suffix)
+        self.reconcile()  # a replay may find a chain whose constraint a crash lost
+        self._rules.sequences.compiled()
+        return [r for r in plan.results if r is not None]
+
+    def _count(self, counters: Counters) -> str:
+        with self._state.tx() as tx:
+            apply(tx, self._state, self._rules, counters, time.time())
+        return ""
+
+    def _archive(self, plan: Plan) -> str:
+        """Stage, publish, apply; returns the note of what ran after archiving."""
+        now = datetime.now(UTC)
+        rows = self._rows(plan.archive, now)
+        staged = uuid.uuid4().hex
+        with self._state.tx() as tx:
+            ids = [a.chain_id for a in plan.archive]
+            self._state.staging.stage(tx, staged, ids, plan.counters.to_json(), time.time())
+        if self._crash_at == "after_intake_staged":
+            os.kill(os.getpid(), signal.SIGKILL)  # testing only (SIDECAR_CRASH_AT)
+        try:
+            self._cold.chains.append(rows, batch=f"intake-{staged}")
+        except (CommitFailed, SchemaError):
+            with self._state.tx() as tx:
+                self._state.staging.drop(tx, staged)  # nothing was published
+            raise
+        chains = [compiled(a, now.timestamp()) for a in plan.archive]
+        self._apply(chains, staged, plan.counters)
+        return self._after_archive() if self._after_archive is not None else ""
+
+    def _apply(
+        self, chains: Sequence[CompiledChain], staged: str | None, counters: Counters | None
+    ) -> None:
+        """Compile chains with the counters of the ``staged`` batch (unless another
+        process applied them already), in one transaction: the write lock is held, so
+        whoever takes the staged row applies its counters; before the new rules, so
+        that a completed run of the same batch is found among the runs before them."""
+        now = time.time()
+        with self._state.tx() as tx:
+            if staged is not None:
+                taken = self._state.staging.take(tx, staged)
+                if taken is not None:
+                    apply(tx, self._state, self._rules, counters or Counters.from_json(taken), now)
+            self._rules.sequences.compile(tx, chains, now)
+
+    # ---- the cold rows -----------------------------------------------------------------
+    def _rows(self, accepted: Sequence[Archival], now: datetime) -> list[dict[str, Any]]:
+        tools = sorted({t for a in accepted for t in a.report.topology})
+        snapshots, types, credentials = self._snapshots(tools)
+        return [
+            archive.cold_row(
+                cid=a.chain_id,
+                report=a.report,
+                kind="deterministic",
+                classification=a.classification,
+                tool_types=[types.get(t, "unknown") for t in a.report.topology],
+                snapshots={t: snapshots.get(t) for t in a.report.topology},
+                credentials={t: credentials.get(t, []) for t in a.report.topology},
+                occurrences=a.sessions,
+                now=now,
+                calls=self._with_conditions(a.calls, a.report.topology[-1]),
+            )
+            for a in accepted
+        ]
+
+    def _with_conditions(self, calls: CallEvidence | None, tool: str) -> CallEvidence | None:
+        """The conditions known for this failure when it is archived (learning ran
+        first), beside its evidence."""
+        if calls is None:
+            return None
+        known = [
+            c.to_dict()
+            for c in self._rules.conditions.enforced(tool)
+            if c.signature == calls.normalized_signature
+        ]
+        return replace(calls, conditions=tuple(known))
+
+    def _snapshots(
+        self, tool_ids: Sequence[str]
+    ) -> tuple[dict[str, Any], dict[str, str], dict[str, list[CredentialRef]]]:
+        """Redacted records of the tools (``None`` for tools not registered), their
+        types and credentials, from the state (the hot index is not needed).  Kept from
+        batch to batch until the hot-index revision moves (a tool added, changed or
+        moved)."""
+        rev = self._state.revisions.revisions()[1]
+        if rev != self._snaps_rev:
+            self._snaps, self._snaps_rev = {}, rev
+        wanted = [t for t in dict.fromkeys(tool_ids) if t not in self._snaps]
+        records = self._records.get(wanted)
+        held = self._state.credentials.of(wanted)
+        for tool_id in wanted:
+            rec = records.get(tool_id)
+            if rec is None:
+                self._snaps[tool_id] = (None, None, held.get(tool_id, []))
+                continue
+            tool = tool_from_record(rec)  # records are stored redacted
+            snap = tool.to_dict()
+            snap.pop("credentials")
+            self._snaps[tool_id] = (snap, tool.tool_type, held.get(tool_id, []))
+        snaps: dict[str, Any] = {}
+        types: dict[str, str] = {}
+        creds: dict[str, list[CredentialRef]] = {}
+        for tool_id in tool_ids:
+            snap, tool_type, refs = self._snaps[tool_id]
+            snaps[tool_id] = snap
+            creds[tool_id] = refs
+            if tool_type is not None:
+                types[tool_id] = tool_type
+        return snaps, types, creds
+
+    # ---- after a crash -------------------------------------------------------------------
+    def reconcile(self) -> list[str]:
+        """Complete every batch a crash interrupted after its publish (its staged
+        counters), and compile every archived chain the rules miss (a crash between the
+        cold append and the compile); returns their ids."""
+        if not self._state.writable:
+            return []
+        repaired = self._complete_staged()
+        chains = self._cold.chains
+        if chains.count() == self._state.sequences.count():
+            return repaired
+        known = self._state.sequences.ids()
+        for cid in chains.all_keys():
+            if cid in known:
+                continue
+            try:
+                row = chains.get(cid)
+            except ColdStoreError:
+                continue  # quarantined: reported by status, nothing to compile
+            self._apply([compiled_row(row)], None, None)
+            repaired.append(cid)
+        return repaired
+
+    def _complete_staged(self) -> list[str]:
+        """Apply the counters of staged batches whose chains are published (applying
+        twice counts nothing twice: every counter is keyed by session); forget those
+        that never will be."""
+        chains = self._cold.chains
+        repaired: list[str] = []
+        for batch in self._state.staging.staged():
+            if all(chains.contains(c) for c in batch.chain_ids):
+                rows = []
+                for cid in batch.chain_ids:
+                    try:
+                        rows.append(chains.get(cid))
+                    except ColdStoreError:
+                        continue  # quarantined since: reported by status
+                known = self._state.sequences.ids()
+                repaired += [r["chain_id"] for r in rows if r["chain_id"] not in known]
+                self._apply([compiled_row(r) for r in rows], batch.batch_id, None)
+            elif time.time() - batch.staged_at > STALE_STAGED_S:
+                with self._state.tx() as tx:
+                    self._state.staging.drop(tx, batch.batch_id)
+        return repaired
+
+
+def compiled(a: Archival, archived_at: float) -> CompiledChain:
+    """The rule an archived chain makes, from the batch that archived it."""
+    report = a.report
+    assert report.failure is not None and report.constraint is not None
+    return CompiledChain(
+        chain_id=a.chain_id,
+        sequence=tuple(report.topology),
+        rule=report.constraint.rule,
+        signature=report.failure.signature,
+        when=tuple(report.constraint.when),
+        gapped=report.constraint.gapped,
+        pointer=make_pointer("chains", a.chain_id),
+        archived_at=archived_at,
+        kind="call" if a.calls is not None else "sequence",
+    )
+
+
+def compiled_row(row: Mapping[str, Any]) -> CompiledChain:
+    """The rule an archived chain makes, from its cold record."""
+    condition = json.loads(row["condition_json"])
+    topology = tuple(row["topology"])
+    return CompiledChain(
+        chain_id=row["chain_id"],
+        sequence=topology,
+        rule=row["rule"],
+        signature=row["terminal_signature"],
+        when=tuple(parse_condition(c, i, topology) for i, c in enumerate(condition["when"])),
+        gapped=bool(row["gapped"]),
+        pointer=make_pointer("chains", row["chain_id"]),
+        archived_at=row["archived_at"].timestamp(),
+        kind="call" if row.get("source") == "steps" else "sequence",
+    )
+
+
+def _session_answer(plan: Plan, i: int, notes: list[str], suffix: str) -> IntakeResult:
+    archived = [a for a in plan.archive if a.position == i and a.calls is not None]
+    reason = "; ".join(notes) + suffix
+    if not archived:
+        return IntakeResult("recorded", reason=f"session recorded: {reason}")
+    last = archived[-1]
+    return IntakeResult(
+        "archived", last.chain_id, make_pointer("chains", last.chain_id), f"session: {reason}"
+    )

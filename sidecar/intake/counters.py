@@ -1,0 +1,66 @@
+"""What an intake batch counts, applied in one transaction: the successes it brings,
+the failures its sessions met, and the sessions behind each archived chain.
+
+A batch that archives chains stages its counters before the chains are published (the
+state keeps them as JSON, :meth:`Counters.to_json`), and whoever first sees the
+publication done applies them, once (:func:`apply`).  Every counter is keyed by
+session, so applying a batch twice counts nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from sidecar.rules import Rules
+from sidecar.storage.base import Connection
+from sidecar.storage.sightings import Sighted
+from sidecar.storage.state import State
+from sidecar.storage.usage import Usage
+
+
+@dataclass
+class Counters:
+    usage: list[Usage] = field(default_factory=list)
+    sighted: list[Sighted] = field(default_factory=list)
+    """``(topology, signature, session_key)``: a session met a failure."""
+    chain_sessions: list[tuple[str, str]] = field(default_factory=list)
+    """``(chain_id, session_key)``: a session behind an archived chain."""
+    succeeded: list[tuple[str, str]] = field(default_factory=list)
+    """``(tool_id, session_key)``: a call of the tool returned without error, whatever
+    the session's outcome (usage evidence for eviction)."""
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "usage": [[u.key, u.topology, list(u.contradicts), u.session] for u in self.usage],
+                "sighted": [[list(t), sig, who] for t, sig, who in self.sighted],
+                "chain_sessions": [list(c) for c in self.chain_sessions],
+                "succeeded": [list(c) for c in self.succeeded],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Counters:
+        data = json.loads(text)
+        return cls(
+            [
+                Usage(u[0], tuple(u[1]) if u[1] is not None else None, tuple(u[2]), *u[3:])
+                for u in data["usage"]
+            ],
+            [(tuple(t), sig, who) for t, sig, who in data["sighted"]],
+            [(cid, who) for cid, who in data["chain_sessions"]],
+            [(tool, who) for tool, who in data.get("succeeded", [])],
+        )
+
+
+def apply(tx: Connection, state: State, rules: Rules, counters: Counters, now: float) -> None:
+    """Count completed runs and the contradictions they bring, record sightings and the
+    sessions behind archived chains; whatever a session already counted (a replayed
+    report) is not counted again."""
+    contradicted = state.usage.record(tx, counters.usage, now)
+    rules.sequences.contradict(tx, contradicted, now)
+    state.sightings.record(tx, counters.sighted, counters.chain_sessions, now)
+    state.usage.record_successes(tx, counters.succeeded, now)
+    # a new session meeting an archived chain confirms it
+    rules.sequences.confirm(tx, [cid for cid, _session in counters.chain_sessions], now)

@@ -1,0 +1,138 @@
+"""Every rule the sidecar enforces, of both kinds, behind one object: their status, the
+operators' lifts and reinstatements, the compiled matcher, and the checks.
+
+Lookup, intake, eviction and the façade ask here; nothing else computes a rule's status
+or decides a verdict.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sidecar.errors import NotFound
+from sidecar.limits import CheckMode
+from sidecar.memory import Step, Thresholds, Trace
+from sidecar.model import CallCheck, CheckResult
+from sidecar.neutralize import shown
+from sidecar.results import ConstraintChange, ConstraintView
+from sidecar.rules.conditions import ConditionBook
+from sidecar.rules.ids import rule_id
+from sidecar.rules.lifecycle import ENFORCED, Lifecycle
+from sidecar.rules.matcher import ConstraintMatcher, MissingField
+from sidecar.rules.sequences import SequenceBook
+from sidecar.rules.verdict import condition_reasons, sequence_reasons, verdict
+from sidecar.rules.views import condition_view, sequence_view
+from sidecar.storage.state import State
+
+
+class Rules:
+    def __init__(
+        self,
+        state: State,
+        lifecycle: Lifecycle,
+        thresholds: Thresholds,
+        missing_field: MissingField = "block",
+        warning_sample: int = 3,
+    ) -> None:
+        self._state = state
+        self.lifecycle = lifecycle
+        self.sequences = SequenceBook(state, lifecycle)
+        self.conditions = ConditionBook(state, lifecycle, thresholds)
+        self._missing_field = missing_field
+        self._warning_sample = warning_sample
+        self._lock = threading.Lock()
+        self._matcher: ConstraintMatcher | None = None
+        self._matcher_rev = -1
+
+    # ---- the compiled fatal sequences ------------------------------------------------------
+    def matcher(self, rev: int | None = None) -> ConstraintMatcher:
+        """The fatal sequences in force, compiled, at constraints revision ``rev`` (read
+        now if not given)."""
+        rev = self._state.revisions.revisions()[0] if rev is None else rev
+        with self._lock:
+            if self._matcher is None or rev != self._matcher_rev:
+                self._matcher = ConstraintMatcher(
+                    self.sequences.in_force(),
+                    missing_field=self._missing_field,
+                    warning_sample=self._warning_sample,
+                )
+                self._matcher_rev = rev
+            return self._matcher
+
+    # ---- checks ------------------------------------------------------------------------------
+    def check(self, plan: tuple[str, ...], mode: CheckMode, context: dict[str, Any]) -> CheckResult:
+        return self.matcher().check(plan, context, mode)
+
+    def check_call(
+        self,
+        steps: Sequence[Step],
+        tool: str,
+        arguments: Mapping[str, Any],
+        task_input: str | None,
+        context: dict[str, Any],
+    ) -> CallCheck:
+        """Before ``tool(arguments)`` after ``steps``: the call conditions that hold and
+        the fatal sequences it would complete, one verdict."""
+        found = self.conditions.reasons(steps, tool, arguments, task_input)
+        reasons = condition_reasons(found, self.conditions.states()) if found else []
+        blocked, conditional = self.matcher().next_steps(tuple(s.tool for s in steps), context)
+        reasons += sequence_reasons(blocked.get(tool, []), conditional.get(tool, []))
+        return verdict(reasons)
+
+    def hints(self, trace: Trace | None, tool: str, task_input: str | None) -> list[str]:
+        """A lookup's warnings for a tool the session may call next."""
+        if trace is None:
+            return []
+        return [
+            f"may fail: {shown(r.explanation)}; {r.observed}"
+            for r in self.conditions.may_apply(trace, tool, task_input)
+        ]
+
+    # ---- status, for people --------------------------------------------------------------------
+    def views(self, include_lifted: bool = False) -> list[ConstraintView]:
+        """Fatal sequences and call conditions, each with its status, support,
+        contradictions and when it was first and last confirmed; retired and lifted ones
+        only with ``include_lifted``."""
+        now = time.time()
+        sessions = self._state.sightings.chain_sessions()
+        out: list[ConstraintView] = []
+        for c in self.sequences.chains():
+            status = self.sequences.status(c, now)
+            if status in ENFORCED or include_lifted:
+                out.append(sequence_view(c, status, len(sessions.get(c.chain_id, ())) or 1))
+        for st in sorted(self.conditions.states().values(), key=lambda x: x.valid_from):
+            if st.status in ENFORCED or include_lifted:
+                out.append(condition_view(st))
+        return out
+
+    def view(self, constraint_id: str) -> ConstraintView:
+        """One rule, whatever its status."""
+        rid = rule_id(constraint_id)
+        found = [v for v in self.views(include_lifted=True) if v.chain_id == rid.value]
+        if not found:
+            raise NotFound(f"no constraint {rid.value!r}")
+        return found[0]
+
+    def enforced_count(self) -> int:
+        """Call conditions a check applies now (active or contested)."""
+        return self.conditions.enforced_count()
+
+    # ---- operators -----------------------------------------------------------------------------
+    def set_status(self, constraint_id: str, lifted: bool, reason: str) -> ConstraintChange:
+        """Lift (stop enforcing, the record stays for audit) or reinstate a rule of
+        either kind, with its family; only contradictions met from now on count
+        against a reinstated one."""
+        rid = rule_id(constraint_id)
+        status = "lifted" if lifted else "active"
+        if rid.kind == "sequence":
+            found = self.sequences.set_status(rid.value, lifted, reason)
+        else:
+            found = self.conditions.set_status(rid.value, lifted)
+            if found:
+                self.sequences.log(rid.value, status, reason)
+        if not found:
+            raise NotFound(f"no constraint {rid.value!r}")
+        return ConstraintChange(rid.value, status)

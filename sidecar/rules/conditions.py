@@ -1,0 +1,239 @@
+"""Learned (and hand-written) call conditions as rules: what derivation produces now,
+with what it forgets kept beside: when each condition was first and last confirmed, the
+operators' lifts and reinstatements, and the last form of a condition that left (its
+evidence no longer holds), so that it can be read and reinstated.
+
+Learning and forgetting run the learner (:mod:`sidecar.rules.learner`) and record what
+its conditions now are, in one transaction.  A lift covers the condition's family
+(:mod:`sidecar.rules.families`).  Status follows :mod:`sidecar.rules.lifecycle`,
+counting only the contradictions :meth:`~sidecar.memory.Thresholds.contradictions` lets
+count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from sidecar.memory import (
+    FailureCondition,
+    FailureMemory,
+    Reason,
+    Session,
+    Step,
+    Thresholds,
+    Trace,
+    may_apply,
+    reasons_for,
+)
+from sidecar.memory.predicate import token
+from sidecar.rules import families
+from sidecar.rules.learner import Learner, Unlearned
+from sidecar.rules.lifecycle import ENFORCED, Lifecycle, Status
+from sidecar.storage.base import Connection
+from sidecar.storage.state import State
+
+
+def predicate_key(condition: FailureCondition) -> str:
+    """The tool and predicate of a condition (values only for ``==``, as in its id)."""
+    p = condition.predicate
+    ident = [condition.tool, p.feature, p.op]
+    if p.op == "==":
+        ident.append(token(p.value))
+    return hashlib.sha256("\x1f".join(ident).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ConditionState:
+    """A learned (or hand-written) condition with its lifecycle."""
+
+    condition: FailureCondition
+    status: Status
+    valid_from: float
+    last_seen: float
+    invalid_at: float | None
+    pointer: str | None
+
+
+class ConditionBook:
+    def __init__(self, state: State, lifecycle: Lifecycle, thresholds: Thresholds) -> None:
+        self._state = state
+        self._lifecycle = lifecycle
+        self._thresholds = thresholds
+        self._learner = Learner(state)
+        self._lock = threading.RLock()
+        self._states: dict[str, ConditionState] = {}
+        self._states_rev = -1
+
+    @property
+    def thresholds(self) -> Thresholds:
+        return self._thresholds
+
+    def memory(self) -> FailureMemory:
+        return self._learner.memory()
+
+    # ---- learning and forgetting ---------------------------------------------------------
+    def learn(
+        self,
+        sessions: Sequence[Session],
+        manual: Sequence[FailureCondition] = (),
+        pointers: Mapping[tuple[str, str], str] | None = None,
+        source: str = "local",
+    ) -> None:
+        """Teach the memory these sessions (and hand-written conditions, from ``source``),
+        then record what its conditions now are, in one transaction.  ``pointers``: for
+        a (tool, normalized signature), the cold record of its latest failing call."""
+        if not sessions and not manual:
+            return
+        now = time.time()
+        with self._learner.lock, self._state.tx() as tx:
+            learned = self._learner.learn(tx, sessions, manual, source, now)
+            if learned is not None:
+                self._sync(tx, learned.tools, pointers or {}, now)
+
+    def forget(self, source: str, since: float | None = None) -> Unlearned:
+        """Remove everything ``source`` taught the memory (since ``since``, when given)
+        and derive again what rested on it."""
+        with self._learner.lock, self._state.tx() as tx:
+            unlearned = self._learner.forget(tx, source, since)
+            if unlearned is None:
+                return Unlearned(frozenset(), 0, frozenset())
+            self._sync(tx, unlearned.tools, {}, time.time())
+            return unlearned
+
+    def _sync(
+        self,
+        tx: Connection,
+        tools: Iterable[str],
+        pointers: Mapping[tuple[str, str], str],
+        now: float,
+    ) -> None:
+        repo = self._state.conditions
+        memory = self._learner.memory()
+        lifts = [(cid, key, w) for cid, key, w in repo.lifted_families(tx)]
+        for tool in sorted(tools):
+            current = {c.condition_id: c for c in memory.conditions(tool)}
+            known = repo.known(tx, tool)
+            for cid, c in current.items():
+                record = json.dumps(c.to_dict(), separators=(",", ":"))
+                pointer = pointers.get((c.tool, c.signature))
+                against = self._thresholds.contradictions(c)
+                if cid not in known:
+                    lifted = families.covered(predicate_key(c), families.words(c.signature), lifts)
+                    repo.insert(
+                        tx, cid, tool, c.signature, record, pointer, now, c.support, against,
+                        lifted,
+                    )  # fmt: skip
+                    continue
+                confirmed = c.support > known[cid][0]
+                repo.update(tx, cid, record, c.support, against, pointer, confirmed, now)
+                repo.retire_if_contradicted(tx, cid, self._lifecycle.retire_after, now)
+            # derivation dropped it (its value succeeded since, its confidence fell, or the
+            # evidence it rested on was forgotten): it retires, its last form readable
+            repo.mark_gone(
+                tx,
+                [cid for cid, (_s, present) in known.items() if present and cid not in current],
+                now,
+            )
+        self._states_rev = -1
+
+    # ---- the conditions and their lifecycle ----------------------------------------------
+    def states(self) -> dict[str, ConditionState]:
+        """Every condition ever learned or written, by id, with its status."""
+        with self._lock:
+            self._learner.memory()
+            if self._states_rev == self._learner.revision and self._states:
+                return self._states
+            now = time.time()
+            out: dict[str, ConditionState] = {}
+            for row in self._state.conditions.rows():
+                status = self._lifecycle.status(
+                    row.lifted, row.contradictions, row.baseline, row.last_seen, now
+                )
+                if not row.present and status != "lifted":
+                    status = "retired"
+                condition = FailureCondition.from_dict(json.loads(row.record))
+                out[row.condition_id] = ConditionState(
+                    condition, status, row.valid_from, row.last_seen, row.invalid_at, row.pointer
+                )
+            self._states, self._states_rev = out, self._learner.revision
+            return out
+
+    def enforced(self, tool: str) -> list[FailureCondition]:
+        """The conditions a check of ``tool`` applies: active ones as they are, contested
+        ones as warnings only."""
+        memory = self._learner.memory()
+        states = self.states()
+        out: list[FailureCondition] = []
+        for c in memory.conditions(tool):
+            st = states.get(c.condition_id)
+            status = st.status if st is not None else "active"
+            if status not in ENFORCED:
+                continue
+            out.append(c if status == "active" else replace(c, warn_only=True))
+        return out
+
+    def enforced_count(self) -> int:
+        """Learned and hand-written conditions a check applies now (active or contested)."""
+        return sum(st.status in ENFORCED for st in self.states().values())
+
+    def tools(self) -> set[str]:
+        return set(self._learner.memory().tools())
+
+    def set_status(self, condition_id: str, lifted: bool) -> bool:
+        """Lift the condition's whole family, or reinstate it (counting only
+        contradictions from now on); returns whether the condition exists."""
+        repo = self._state.conditions
+        now = time.time()
+        with self._learner.lock, self._state.tx() as tx:
+            raw = repo.record(tx, condition_id)
+            if raw is None:
+                return False
+            condition = FailureCondition.from_dict(json.loads(raw))
+            key, of = predicate_key(condition), families.words(condition.signature)
+            peers = [
+                (cid, predicate_key(c), families.words(c.signature))
+                for cid, record in repo.records_of(tx, condition.tool)
+                for c in (FailureCondition.from_dict(json.loads(record)),)
+            ]
+            members = families.members(key, of, peers)
+            if lifted:
+                repo.lift_family(tx, condition_id, key, of, now)
+                repo.set_lifted(tx, members)
+            else:
+                # the family is enforced again, whichever of its members was lifted
+                for cid in families.members(key, of, repo.lifted_families(tx)):
+                    repo.unlift_family(tx, cid)
+                repo.reinstate(tx, members, condition_id, now)
+                if condition_id not in {
+                    c.condition_id for c in self._learner.memory().conditions()
+                }:
+                    self._learner.keep(tx, condition, now)
+            self._learner.moved(tx)
+            self._states_rev = -1
+            return True
+
+    # ---- checks --------------------------------------------------------------------------
+    def reasons(
+        self,
+        steps: Sequence[Step] | Trace,
+        tool: str,
+        arguments: Mapping[str, object],
+        task_input: str | None,
+    ) -> list[Reason]:
+        """The conditions of ``tool`` that hold for this call, each at its level."""
+        return reasons_for(
+            self.enforced(tool), steps, tool, arguments, task_input, self._thresholds
+        )
+
+    def may_apply(
+        self, steps: Sequence[Step] | Trace, tool: str, task_input: str | None
+    ) -> list[Reason]:
+        """Block-level conditions that the session already holds what they need for (a
+        lookup's warnings: any-level hints would flag too many successful calls)."""
+        found = may_apply(self.enforced(tool), steps, tool, task_input, self._thresholds)
+        return [r for r in found if r.level == "block"]

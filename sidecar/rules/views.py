@@ -1,0 +1,54 @@
+"""Rules as people see them: one :class:`~sidecar.results.ConstraintView` per rule."""
+
+from __future__ import annotations
+
+from sidecar.model import ArchivedConstraint
+from sidecar.results import ConstraintView
+from sidecar.rules.conditions import ConditionState
+
+
+def sequence_view(
+    c: ArchivedConstraint, status: str, sessions: int, sources: tuple[str, ...] = ()
+) -> ConstraintView:
+    return ConstraintView(
+        chain_id=c.chain_id,
+        sequence=c.sequence,
+        rule=c.rule,
+        expected_failure=c.signature,
+        pointer=c.pointer,
+        status=status,
+        archived_at=c.archived_at,
+        kind="sequence",
+        valid_from=c.archived_at,
+        last_seen=c.last_seen,
+        invalid_at=c.invalid_at if status == "retired" else None,
+        support=sessions,
+        contradictions=c.contradictions,
+        sessions=sessions,
+        sources=sources,
+    )
+
+
+def condition_view(st: ConditionState) -> ConstraintView:
+    c = st.condition
+    return ConstraintView(
+        chain_id=c.condition_id,
+        sequence=(c.tool,),
+        rule=c.explanation,
+        expected_failure=c.signature,
+        pointer=st.pointer,
+        status=st.status,
+        archived_at=st.valid_from,
+        kind="call",
+        valid_from=st.valid_from,
+        last_seen=st.last_seen,
+        invalid_at=st.invalid_at if st.status == "retired" else None,
+        support=c.support,
+        contradictions=c.contradictions,
+        confidence=c.confidence,
+        condition=c.to_dict(),
+        sessions=c.session_count or c.support,
+        sources=c.sources,
+        chance=c.chance if c.source == "learned" else None,
+        confirmations=c.confirmations if c.source == "learned" else None,
+    )

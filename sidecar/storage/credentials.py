@@ -1,0 +1,60 @@
+"""Credential references of the active tools (kept out of the hot index): key ids,
+vault paths, OAuth clients and scopes; never secret values."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import ClassVar
+
+from sidecar.model import CredentialRef
+from sidecar.storage.base import Connection, Database
+
+CHUNK = 500
+"""Ids per ``IN (...)`` list."""
+
+
+class CredentialRepository:
+    SCHEMA: ClassVar[str] = """
+CREATE TABLE IF NOT EXISTS tool_credentials (
+    tool_id TEXT NOT NULL, ref TEXT NOT NULL, scopes TEXT NOT NULL,
+    provider TEXT, revocation_endpoint TEXT,
+    PRIMARY KEY (tool_id, ref)
+);
+"""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def replace(self, tx: Connection, tool_id: str, creds: Sequence[CredentialRef]) -> None:
+        """The tool's credential references are exactly ``creds`` from now on."""
+        tx.execute("DELETE FROM tool_credentials WHERE tool_id=?", (tool_id,))
+        tx.executemany(
+            "INSERT INTO tool_credentials VALUES (?, ?, ?, ?, ?)",
+            [
+                (tool_id, c.ref, json.dumps(list(c.scopes)), c.provider, c.revocation_endpoint)
+                for c in creds
+            ],
+        )
+
+    def drop(self, tx: Connection, tool_ids: Iterable[str]) -> None:
+        tx.executemany("DELETE FROM tool_credentials WHERE tool_id=?", [(t,) for t in tool_ids])
+
+    def in_use(self, tx: Connection, ref: str) -> bool:
+        """Whether an active tool still holds ``ref``."""
+        row = tx.execute("SELECT 1 FROM tool_credentials WHERE ref=? LIMIT 1", (ref,))
+        return row.fetchone() is not None
+
+    def of(self, tool_ids: Iterable[str]) -> dict[str, list[CredentialRef]]:
+        wanted = list(dict.fromkeys(tool_ids))
+        out: dict[str, list[CredentialRef]] = {t: [] for t in wanted}
+        for start in range(0, len(wanted), CHUNK):
+            chunk = wanted[start : start + CHUNK]
+            rows = self._db.execute(
+                "SELECT tool_id, ref, scopes, provider, revocation_endpoint FROM tool_credentials "
+                f"WHERE tool_id IN ({','.join('?' * len(chunk))}) ORDER BY tool_id, ref",
+                chunk,
+            ).fetchall()
+            for tool_id, r, s, p, e in rows:
+                out[tool_id].append(CredentialRef(r, tuple(json.loads(s)), p, e))
+        return out

@@ -1,0 +1,93 @@
+"""The state: every repository on one database.
+
+Each repository owns its tables, its statements and its migrations; the rest of the
+sidecar sees only their methods and the domain types they return.  A unit of work that
+spans several repositories opens one write transaction (:meth:`State.tx`) and hands its
+connection to each repository's writes, so that it commits, or rolls back, whole.
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import AbstractContextManager
+
+from sidecar.storage.base import Connection, Database, Lock
+from sidecar.storage.conditions import ConditionRepository
+from sidecar.storage.credentials import CredentialRepository
+from sidecar.storage.mandates import MandateRepository
+from sidecar.storage.moves import MoveRepository
+from sidecar.storage.revisions import RevisionRepository
+from sidecar.storage.schema import Migration
+from sidecar.storage.sequences import SequenceRepository
+from sidecar.storage.sightings import SightingRepository, sessions_from_counts
+from sidecar.storage.staging import StagingRepository
+from sidecar.storage.tools import ToolRepository
+from sidecar.storage.usage import UsageRepository
+
+REPOSITORIES = (
+    RevisionRepository,
+    CredentialRepository,
+    ToolRepository,
+    UsageRepository,
+    SightingRepository,
+    SequenceRepository,
+    StagingRepository,
+    ConditionRepository,
+    MoveRepository,
+    MandateRepository,
+)
+SCHEMAS: tuple[str, ...] = tuple(r.SCHEMA for r in REPOSITORIES)
+"""Every repository's tables, created when a state is opened for writing."""
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "sightings count sessions, not reports", sessions_from_counts),
+)
+"""The schema's versions (see :mod:`sidecar.storage.schema`), oldest first."""
+
+
+class State:
+    """The repositories of one state database."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.revisions = RevisionRepository(db, uuid.uuid4().hex)
+        self.credentials = CredentialRepository(db)
+        self.tools = ToolRepository(db)
+        self.usage = UsageRepository(db)
+        self.sightings = SightingRepository(db)
+        self.sequences = SequenceRepository(db)
+        self.staging = StagingRepository(db)
+        self.conditions = ConditionRepository(db)
+        self.moves = MoveRepository(db)
+        self.mandates = MandateRepository(db)
+
+    @property
+    def writable(self) -> bool:
+        return self._db.writable
+
+    @property
+    def location(self) -> str:
+        return self._db.location
+
+    @property
+    def dialect(self) -> str:
+        return self._db.dialect
+
+    @property
+    def database(self) -> Database:
+        """The database itself: for the storage layer's own work (copying a state,
+        tests of the backends); the rest of the sidecar uses the repositories."""
+        return self._db
+
+    def tx(self) -> AbstractContextManager[Connection]:
+        """A write transaction that excludes every other writer of the state."""
+        return self._db.tx()
+
+    def lock(self, name: str, purpose: str) -> Lock:
+        """A lock for singleton work across every process of the state."""
+        return self._db.advisory_lock(name, purpose)
+
+    def change_token(self) -> object | None:
+        return self._db.change_token()
+
+    def close(self) -> None:
+        self._db.close()
