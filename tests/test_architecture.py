@@ -35,10 +35,13 @@ def docstring_lines(node: ast.AST) -> set[int]:
         body = getattr(inner, "body", None)
         if isinstance(body, list) and body:
             first = body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                if isinstance(first.value.value, str):
-                    assert first.end_lineno is not None
-                    out.update(range(first.lineno, first.end_lineno + 1))
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                assert first.end_lineno is not None
+                out.update(range(first.lineno, first.end_lineno + 1))
     return out
 
 
