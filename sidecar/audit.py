@@ -138,4 +138,5 @@ class Archive:
                 QuarantinedView(q.name, str(q.path), q.reason) for q in self._cold.verify(verify)
             ),
             call_conditions=self._rules.enforced_count(),
+            ignored_contradictions=self._rules.ignored_contradictions(),
         )

@@ -401,14 +401,22 @@ class Sidecar:
         self.recovery.writable()
         check_source(source)
         when = validate.since(since)
+        unfounded = set(self.eviction.unfounded())
         memory = self.rules.conditions.forget(source, when)
         sequences = self.intake.forget(source, when)
+        restored = [t for t in self.eviction.unfounded() if t not in unfounded]
+        if restored:
+            self.recovery.moves_ready()
+            why = f"forgotten: the evidence of its eviction came from {source}"
+            for tool in restored:
+                self.eviction.restore(tool, why, lambda _chains: [])
         return Forgotten(
             source=source,
             sessions=len(memory.sessions | sequences.sessions),
             conditions=memory.conditions,
             constraints=sequences.constraints,
             tools=tuple(sorted(memory.tools)),
+            restored=tuple(restored),
         )
 
     def trusted_sources(self) -> frozenset[str]:

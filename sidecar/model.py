@@ -158,6 +158,18 @@ class ArchivedConstraint:
     invalid_at: float | None = None
     contested: bool = False
     """Set by the matcher's builder: a contested constraint warns, never blocks."""
+    sources: tuple[str, ...] = ()
+    """Who reported the sessions behind it (see :mod:`sidecar.rules.standing`)."""
+    unconfirmed: bool = False
+    """Its evidence is not independent (one untrusted source): it warns, never blocks,
+    withholds or evicts."""
+    ignored: int = 0
+    """Contradictions recorded but not counted: they came from sources without the
+    standing to contest it."""
+
+    @property
+    def warn_only(self) -> bool:
+        return self.contested or self.unconfirmed
 
     @property
     def prefix(self) -> tuple[str, ...]:

@@ -34,6 +34,9 @@ class ArchiveStatus:
     call_conditions: int = 0
     """Learned (or hand-written) call conditions that checks enforce: active, or
     contested (warn only); ``constraints list`` shows them beside the sequences."""
+    ignored_contradictions: int = 0
+    """Successes from untrusted sources that matched a rule a trusted source stands
+    behind, set aside (see ``constraints show``)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,12 @@ class ConstraintView:
     chance: float | None = None
     """How likely chance alone explains a learned condition."""
     confirmations: int | None = None
+    independent: bool = True
+    """Whether its evidence came from two sources, or a trusted one: only then may it
+    block, withhold or evict; otherwise it warns."""
+    ignored_contradictions: int = 0
+    """Successes that matched it from sources without the standing to contest it:
+    recorded and shown, they change no verdict."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +123,9 @@ class Forgotten:
     """Archived chains no longer enforced (they stay in the archive, for audit)."""
     tools: tuple[str, ...]
     """Tools whose learned conditions were derived again."""
+    restored: tuple[str, ...] = ()
+    """Evicted tools whose eviction rested on what was forgotten: brought back (their
+    open revocation mandates cancelled, recorded as such)."""
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,7 @@ def create_app(
     api.state.sidecar = sc
     api.state.metrics = metrics
     api.state.max_body_bytes = max_body_bytes
+    api.state.traces = traces
     for router in ROUTERS:
         api.include_router(router)
     api.include_router(otlp_router(traces, max_body_bytes=otlp_body, large=large))

@@ -24,7 +24,7 @@ reusable is simply kept by the next run.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -62,15 +62,19 @@ def decide(
     completed: Mapping[str, int],
     restored_at: Mapping[str, float],
     min_chains: int = DEFAULT_EVICT_MIN_CHAINS,
-    sessions: Mapping[str, Sequence[float]] | None = None,
+    sessions: Mapping[str, Sequence[float | tuple[str, float]]] | None = None,
+    independent: Callable[[set[str]], bool] | None = None,
 ) -> list[ToolDecision]:
     """One decision per prefix tool that is in the hot index, sorted by tool id.
 
-    ``sessions``: for each chain, when each distinct session met it (by default, one
-    session when it was archived).  A tool is evicted once ``min_chains`` dead-end
-    sessions drive it; after an operator's restore, only sessions since count: the
-    restore says the old evidence no longer holds.  A tool is never a prefix tool of
-    its own failure (a session that retried a call is not a dead end through it)."""
+    ``sessions``: for each chain, when each distinct session met it, with the session's
+    source (by default, one session of the local source when it was archived).  A tool
+    is evicted once ``min_chains`` dead-end sessions drive it, and ``independent`` says
+    their sources are enough (two sources, or a trusted one: see
+    :mod:`sidecar.rules.standing`); after an operator's restore, only sessions since
+    count: the restore says the old evidence no longer holds.  A tool is never a prefix
+    tool of its own failure (a session that retried a call is not a dead end through
+    it)."""
     if min_chains < 1:
         raise ValueError(f"min_chains must be at least 1, got {min_chains}")
     drivers: dict[str, list[ArchivedConstraint]] = {}
@@ -78,13 +82,18 @@ def decide(
         for tool in dict.fromkeys(c.prefix):
             if tool != c.terminal:
                 drivers.setdefault(tool, []).append(c)
-    met = sessions or {}
+    met = {cid: [_entry(e) for e in found] for cid, found in (sessions or {}).items()}
+    judge = independent or (lambda _sources: True)
     return [
         _decide_tool(tool, drivers[tool], pinned, completed.get(tool, 0),
-                     restored_at.get(tool), min_chains, met)
+                     restored_at.get(tool), min_chains, met, judge)
         for tool in sorted(drivers)
         if tool in active
     ]  # fmt: skip
+
+
+def _entry(found: float | tuple[str, float]) -> tuple[str, float]:
+    return found if isinstance(found, tuple) else ("local", float(found))
 
 
 def _decide_tool(
@@ -94,16 +103,19 @@ def _decide_tool(
     uses: int,
     since: float | None,
     min_chains: int,
-    met: Mapping[str, Sequence[float]],
+    met: Mapping[str, Sequence[tuple[str, float]]],
+    independent: Callable[[set[str]], bool],
 ) -> ToolDecision:
     ids = tuple(sorted(c.chain_id for c in chains))
     latest = max(c.archived_at for c in chains)
-    counted = sum(
-        1
+    dead_ends = [
+        (source, at)
         for c in chains
-        for at in (met.get(c.chain_id) or (c.archived_at,))
+        for source, at in (met.get(c.chain_id) or (("local", c.archived_at),))
         if since is None or at > since
-    )
+    ]
+    counted = len(dead_ends)
+    sources = {source for source, _ in dead_ends}
     if tool in pinned:
         return ToolDecision(tool, "keep", "pinned by an operator", ids, uses, True)
     if uses:
@@ -114,6 +126,12 @@ def _decide_tool(
     if counted < min_chains:
         after = " since its restore" if since is not None else ""
         why = f"{counted} dead-end session(s) through it{after}; eviction needs {min_chains}"
+        return ToolDecision(tool, "keep", why, ids)
+    if not independent(sources):
+        why = (
+            f"{counted} dead-end session(s) through it, all from {', '.join(sorted(sources))}: "
+            "eviction needs two sources or a trusted one"
+        )
         return ToolDecision(tool, "keep", why, ids)
     return ToolDecision(tool, "evict", "appears only in abandoned chains", ids)
 

@@ -33,8 +33,9 @@ from sidecar.eviction.decision import (
     decide,
 )
 from sidecar.eviction.journal import Journal, move_id
-from sidecar.model import CredentialRef
+from sidecar.model import ArchivedConstraint, CredentialRef
 from sidecar.rules import Rules
+from sidecar.rules.standing import source_of
 from sidecar.settings import CRASH_POINTS
 from sidecar.storage import Lock
 from sidecar.storage.moves import Move
@@ -91,24 +92,43 @@ class Evictor:
     def decide(self, min_chains: int | None = None) -> list[ToolDecision]:
         """The decision for every prefix tool that is active; ``min_chains`` overrides
         the policy for this call."""
-        need = self._policy.min_chains if min_chains is None else min_chains
         # the dead ends: fatal sequences in force, and failing calls reported with their
         # steps; a retired or lifted one no longer drives anything
         constraints = self._rules.sequences.in_force(("sequence", "call"))
         candidates = {t for c in constraints for t in c.prefix}
         records = self._records.get(candidates) if candidates else {}
         pinned = {i for i, r in records.items() if r.metadata.get("pinned")}
-        completed = self._state.usage.tool_uses(records)
+        return self._decide(constraints, set(records), pinned, min_chains)
+
+    def _decide(
+        self,
+        constraints: list[ArchivedConstraint],
+        tools: set[str],
+        pinned: set[str],
+        min_chains: int | None,
+    ) -> list[ToolDecision]:
         sessions = self._state.sightings.chain_sessions()
         return decide(
             constraints,
-            set(records),
+            tools,
             pinned,
-            completed,
+            self._state.usage.tool_uses(tools),
             self._journal.restored_at(),
-            need,
-            {cid: [at for _who, at in met] for cid, met in sessions.items()},
+            self._policy.min_chains if min_chains is None else min_chains,
+            {cid: [(source_of(k), at) for k, at in met] for cid, met in sessions.items()},
+            self._rules.standing.independent,
         )
+
+    def unfounded(self) -> list[str]:
+        """Evicted tools whose eviction the evidence no longer carries (its sessions
+        forgotten, its rules lifted or retired): the decision, made again over them,
+        keeps them."""
+        evicted = set(self._journal.evicted())
+        if not evicted:
+            return []
+        constraints = self._rules.sequences.in_force(("sequence", "call"))
+        decisions = self._decide(constraints, evicted, set(), None)
+        return sorted(evicted - {d.tool_id for d in decisions if d.action == "evict"})
 
     # ---- runs ---------------------------------------------------------------------
     def run(

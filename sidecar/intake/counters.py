@@ -10,6 +10,7 @@ session, so applying a batch twice counts nothing twice.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 
 from sidecar.rules import Rules
@@ -58,8 +59,10 @@ def apply(tx: Connection, state: State, rules: Rules, counters: Counters, now: f
     """Count completed runs and the contradictions they bring, record sightings and the
     sessions behind archived chains; whatever a session already counted (a replayed
     report) is not counted again."""
-    contradicted = state.usage.record(tx, counters.usage, now)
+    fresh = state.usage.record(tx, counters.usage, now)
+    contradicted = Counter(cid for u in fresh for cid in u.contradicts)
     rules.sequences.contradict(tx, contradicted, now)
+    rules.sequences.alert(tx, fresh)
     state.sightings.record(tx, counters.sighted, counters.chain_sessions, now)
     state.usage.record_successes(tx, counters.succeeded, now)
     # a new session meeting an archived chain confirms it

@@ -138,7 +138,7 @@ class Lookup:
                 warnings=tuple(
                     (
                         self._rules.hints(trace, h.id, task_input)
-                        + conditional.get(h.id, [])
+                        + [str(hint) for hint in conditional.get(h.id, [])]
                         + matcher.warnings(executed, h.id, limit)
                     )[:limit]
                 ),

@@ -86,6 +86,9 @@ class FailureCondition:
     confirmations: int = 0
     contradiction_sources: tuple[str, ...] = ()
     """The sources of the successes that contradict it."""
+    ignored: int = 0
+    """Successes that match it, recorded but not counted: a trusted source stands behind
+    it and only untrusted sources contradicted it."""
 
     @property
     def condition_id(self) -> str:
@@ -129,6 +132,7 @@ class FailureCondition:
             "chance": self.chance,
             "confirmations": self.confirmations,
             "contradiction_sources": list(self.contradiction_sources),
+            "ignored": self.ignored,
             "explanation": self.explanation,
         }
 
@@ -172,6 +176,7 @@ class FailureCondition:
             contradiction_sources=_names(
                 data.get("contradiction_sources"), "contradiction_sources"
             )[:MAX_EXAMPLE_SESSIONS],
+            ignored=_count(data.get("ignored", 0), "ignored"),
         )
         explanation = data.get("explanation")
         if not isinstance(explanation, str) or not explanation:

@@ -21,7 +21,8 @@ from sidecar.memory.families import family_for
 from sidecar.memory.independence import Situations
 from sidecar.memory.params import LearnParams
 from sidecar.memory.predicate import Predicate, token
-from sidecar.memory.stats import ToolStats, source_names
+from sidecar.memory.stats import SOURCE_BITS, ToolStats, source_bit, source_names
+from sidecar.memory.verdict import is_trusted
 
 
 @dataclass
@@ -42,6 +43,15 @@ class Judging:
     rules: Rules
     params: LearnParams
     sources: list[str]
+    trusted: frozenset[str] = frozenset()
+
+    def trusted_mask(self) -> int:
+        """The bits of the trusted sources (:func:`~sidecar.memory.stats.source_bit`)."""
+        mask = 0
+        for i, name in enumerate(self.sources[:SOURCE_BITS]):
+            if is_trusted(name, self.trusted):
+                mask |= source_bit(i)
+        return mask
 
 
 def derive_conditions(group: Group, judging: Judging) -> list[FailureCondition]:
@@ -74,6 +84,7 @@ def derive_conditions(group: Group, judging: Judging) -> list[FailureCondition]:
     ]
     failing = situations.count()
     counts = {key: family_for(p.feature).counts(p, stats) for key, (p, _c) in evidence.items()}
+    ignored = _ignored(evidence, counts, records, judging)
     supports = {key: situations.count(calls) for key, (_p, calls) in evidence.items()}
     # a feature is tried when one of its predicates could beat chance at all: the
     # units it marks (failing situations and successes) are at most half of them;
@@ -93,10 +104,35 @@ def derive_conditions(group: Group, judging: Judging) -> list[FailureCondition]:
     for key, (predicate, holding) in evidence.items():
         condition = _condition(
             group, predicate, records, sorted(holding), supports[key], counts[key],
-            trial, key in aligned, named, judging,
+            trial, key in aligned, named, judging, ignored.get(key, 0),
         )  # fmt: skip
         if condition is not None:
             out.append(condition)
+    return out
+
+
+def _ignored(
+    evidence: Mapping[tuple[str, str, str], tuple[Predicate, set[int]]],
+    counts: dict[tuple[str, str, str], tuple[int, int, int]],
+    records: list[FailureRecord],
+    judging: Judging,
+) -> dict[tuple[str, str, str], int]:
+    """Against a candidate a trusted source stands behind (one of the failing calls it
+    holds for came from one), successes only untrusted sources reported are not
+    counted: they leave its contradictions and its success units, and are kept as
+    ``ignored`` (rewrites ``counts``; returns the ignored per candidate).  Successes
+    whose sources are not known (a prerequisite's absence) still count."""
+    if not judging.trusted:
+        return {}
+    trusted = judging.trusted_mask()
+    out: dict[tuple[str, str, str], int] = {}
+    for key, (_predicate, holding) in evidence.items():
+        contradictions, mask, units = counts[key]
+        if not contradictions or not mask or mask & trusted:
+            continue
+        if any(is_trusted(records[i].source, judging.trusted) for i in holding):
+            counts[key] = (0, mask, max(0, units - contradictions))
+            out[key] = contradictions
     return out
 
 
@@ -111,6 +147,7 @@ def _condition(
     aligned: bool,
     named: set[str],
     judging: Judging,
+    ignored: int = 0,
 ) -> FailureCondition | None:
     family_ = family_for(predicate.feature)
     stats = judging.stats
@@ -147,6 +184,7 @@ def _condition(
         chance=round(p, 6),
         confirmations=support if confirmed else 0,
         contradiction_sources=source_names(mask, judging.sources)[:MAX_EXAMPLE_SESSIONS],
+        ignored=ignored,
     )
     return replace(condition, explanation=explain(condition))
 

@@ -81,6 +81,16 @@ class FailureMemory:
         self._manual: list[FailureCondition] = []
         self._sources: list[str] = []
         self._cache: dict[str, list[FailureCondition]] = {}
+        self._trusted: frozenset[str] = frozenset()
+
+    def judged_by(self, trusted: frozenset[str]) -> FailureMemory:
+        """Derive conditions knowing which sources are trusted: against a condition a
+        trusted source stands behind, successes only untrusted sources reported are
+        recorded (``ignored``), not counted.  Returns the memory itself."""
+        if trusted != self._trusted:
+            self._trusted = trusted
+            self._cache.clear()
+        return self
 
     # ---- intake ---------------------------------------------------------------------
     def add_session(self, session: Session, start: int = 0) -> None:
@@ -227,6 +237,7 @@ class FailureMemory:
             self._rules,
             self.params,
             self._sources,
+            self._trusted,
         )
 
     # ---- persistence ----------------------------------------------------------------

@@ -38,6 +38,14 @@ TRUSTED: frozenset[str] = frozenset({"local"})
 """Sources trusted by default: the process itself (and the home's own token)."""
 
 
+def is_trusted(source: str, trusted: frozenset[str]) -> bool:
+    """Whether ``source`` is trusted; a name in ``trusted`` ending with ``:`` stands for
+    every source it prefixes (``gateway:`` for the gateway's observations)."""
+    if source in trusted:
+        return True
+    return any(t.endswith(":") and source.startswith(t) for t in trusted)
+
+
 @dataclass(frozen=True)
 class Thresholds:
     min_support_block: int = 2
@@ -80,9 +88,8 @@ class Thresholds:
     def blocks(self, condition: FailureCondition) -> bool:
         """Whether a learned condition's evidence is enough to block (see the module
         docstring)."""
-        sources = set(condition.sources)
-        independent = condition.source_count >= self.min_sources_block or bool(
-            sources & self.trusted
+        independent = condition.source_count >= self.min_sources_block or any(
+            is_trusted(s, self.trusted) for s in condition.sources
         )
         against = self.contradictions(condition)
         return (
@@ -104,7 +111,8 @@ class Thresholds:
         several sources (or their sources are not known); none when one other source
         alone brought them."""
         against = set(condition.contradiction_sources)
-        if len(against) != 1 or against & self.trusted or against & set(condition.sources):
+        trusted = any(is_trusted(s, self.trusted) for s in against)
+        if len(against) != 1 or trusted or against & set(condition.sources):
             return condition.contradictions
         return 0
 

@@ -76,6 +76,8 @@ NODE_BYTES = 400
 estimate, measured with ``sys.getsizeof`` on CPython 3.11-3.13."""
 INGEST_CHUNK = 512
 """Spans taken per hold of the lock."""
+SEP = "\x1f"
+"""Between a sender's name and the trace or session id it names."""
 DELIVERY_BATCH = 500
 """Sessions handed to a sink that takes many at once (one intake batch in the library)."""
 
@@ -132,6 +134,7 @@ class _Node:
 @dataclass
 class _Trace:
     serial: int
+    source: str = ""
     nodes: dict[str, _Node] = field(default_factory=dict)
     last_seen: float = 0.0
     root_at: float | None = None
@@ -278,7 +281,11 @@ class TraceAssembler:
 
     # ---- intake --------------------------------------------------------------------
     def receive(
-        self, body: bytes, content_type: str, content_encoding: str | None = None
+        self,
+        body: bytes,
+        content_type: str,
+        content_encoding: str | None = None,
+        source: str = "",
     ) -> Receipt:
         """Decode and take one OTLP/HTTP body, in this process: :func:`prepare_request`,
         then :meth:`take`.  Raises what :func:`prepare_request` raises (nothing taken);
@@ -289,7 +296,7 @@ class TraceAssembler:
         except SidecarError as exc:
             self.failed(exc)
             raise
-        return self.take(prepared)
+        return self.take(prepared, source)
 
     def started(self, large: bool = False) -> None:
         """Count a request (:meth:`receive` does; a caller preparing it elsewhere calls
@@ -305,15 +312,17 @@ class TraceAssembler:
         elif isinstance(exc, BodyTooLarge):
             self._count("too_large_bodies")
 
-    def take(self, prepared: PreparedRequest) -> Receipt:
-        """Keep a prepared request's spans, if the memory limit lets them in."""
+    def take(self, prepared: PreparedRequest, source: str = "") -> Receipt:
+        """Keep a prepared request's spans, if the memory limit lets them in.  ``source``:
+        who sent them (the token's name): its traces and sessions are its own, never
+        merged with another sender's, and what they teach is attributed to it."""
         media = prepared.media
         admitted, reports = self._admit(sum(p.node.size for p in prepared.items))
         if not admitted:
             with self._lock:
                 self.stats.refused_spans += len(prepared.items)
             return self.refused(media, reports)
-        reports += self._ingest(prepared.items, prepared.rejected)
+        reports += self._ingest(prepared.items, prepared.rejected, source)
         reports += self.expire()
         message = "; ".join(prepared.reasons)
         return Receipt(
@@ -324,11 +333,12 @@ class TraceAssembler:
             reports,
         )
 
-    def ingest(self, spans: Iterable[SpanRecord]) -> list[Report]:
+    def ingest(self, spans: Iterable[SpanRecord], source: str = "") -> list[Report]:
         """Take decoded spans (as :meth:`receive` does, whatever the memory limit);
         returns the sessions this finished (a root arrived with no grace, or room was
         made)."""
-        return self._ingest([prepare_span(s, self.limits.max_chars) for s in spans], 0)
+        prepared = [prepare_span(s, self.limits.max_chars) for s in spans]
+        return self._ingest(prepared, 0, source)
 
     def expire(self) -> list[Report]:
         """Close the traces and sessions whose time is up."""
@@ -480,31 +490,35 @@ class TraceAssembler:
         self._pending_bytes += sum(_held(r) for r in reports)
 
     # ---- taking spans --------------------------------------------------------------
-    def _ingest(self, prepared: Sequence[_Prepared], rejected: int) -> list[Report]:
+    def _ingest(
+        self, prepared: Sequence[_Prepared], rejected: int, source: str = ""
+    ) -> list[Report]:
         reports: list[Report] = []
         with self._lock:
             self.stats.rejected += rejected
         for start in range(0, len(prepared), INGEST_CHUNK):
             with self._lock:
-                taken = self._ingest_chunk(prepared[start : start + INGEST_CHUNK])
+                taken = self._ingest_chunk(prepared[start : start + INGEST_CHUNK], source)
                 self._pending(taken)
             reports += taken
         return reports
 
-    def _ingest_chunk(self, chunk: Sequence[_Prepared]) -> list[Report]:
+    def _ingest_chunk(self, chunk: Sequence[_Prepared], source: str = "") -> list[Report]:
         reports: list[Report] = []
         now = self._clock()
         rooted: list[str] = []
         for item in chunk:
             node = item.node
             self.stats.spans += 1
-            trace = self._traces.get(item.trace_id)
+            # one sender's trace is its own: another cannot add spans to it
+            trace_key = f"{source}{SEP}{item.trace_id}" if source else item.trace_id
+            trace = self._traces.get(trace_key)
             if trace is None:
                 self._serial += 1
-                trace = self._traces[item.trace_id] = _Trace(self._serial)
+                trace = self._traces[trace_key] = _Trace(self._serial, source)
                 reports += self._make_room()
             trace.last_seen = now
-            self._traces.move_to_end(item.trace_id)
+            self._traces.move_to_end(trace_key)
             if len(trace.nodes) >= self.limits.max_spans_per_trace:
                 self._drop(f"more than {self.limits.max_spans_per_trace} spans in one trace")
                 continue
@@ -523,8 +537,8 @@ class TraceAssembler:
             self._trace_bytes += node.size
             if node.parent is None and trace.root_at is None:
                 trace.root_at = now
-                self._rooted.append((now, item.trace_id, trace.serial))
-                rooted.append(item.trace_id)
+                self._rooted.append((now, trace_key, trace.serial))
+                rooted.append(trace_key)
         if self.limits.root_grace_s == 0:
             for trace_id in rooted:
                 if trace_id in self._traces:
@@ -558,10 +572,11 @@ class TraceAssembler:
         keys: list[str] = []
         for _start, node_id, step in sorted(calls, key=lambda c: (c[0], c[1])):
             hint = hints.get(node_id) or trace_hint
-            key = f"hint:{hint}" if hint else own
+            # a named session is its sender's: another's spans naming it open their own
+            key = f"hint:{trace.source}{SEP}{hint}" if hint else own
             if key not in keys:
                 keys.append(key)
-            reports += self._sessions.record(key, step, _size(step))
+            reports += self._sessions.record(key, step, _size(step), trace.source)
         for key in keys:
             report = self._sessions.close(key) if key == own else self._sessions.report(key)
             if report is not None:

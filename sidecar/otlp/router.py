@@ -32,6 +32,7 @@ from sidecar.otlp.spans import (
     inflates_past,
     status_body,
 )
+from sidecar.principals import principal_of
 
 MAX_BODY_BYTES = 16 * 1_048_576
 SMALL_BODY_BYTES = 1_048_576
@@ -50,11 +51,13 @@ def otlp_router(
     router = APIRouter()
     lane: Lane = large if large is not None else ThreadLane()
 
-    async def take(body: bytes, content_type: str, encoding: str | None) -> Receipt:
+    async def take(body: bytes, content_type: str, encoding: str | None, source: str) -> Receipt:
         import anyio
 
         if not await anyio.to_thread.run_sync(inflates_past, body, encoding, SMALL_BODY_BYTES):
-            return await anyio.to_thread.run_sync(assembler.receive, body, content_type, encoding)
+            return await anyio.to_thread.run_sync(
+                assembler.receive, body, content_type, encoding, source
+            )
         assembler.started(large=True)
         try:
             prepared = await lane.prepare(body, content_type, encoding, assembler.limits)
@@ -65,7 +68,7 @@ def otlp_router(
         except SidecarError as exc:
             assembler.failed(exc)
             raise
-        return await anyio.to_thread.run_sync(assembler.take, prepared)
+        return await anyio.to_thread.run_sync(assembler.take, prepared, source)
 
     @router.post(
         path,
@@ -85,7 +88,10 @@ def otlp_router(
             if len(body) > max_body_bytes:
                 return _status(media, 413, RESOURCE_EXHAUSTED, "body too large")
         try:
-            receipt = await take(bytes(body), content_type, request.headers.get("content-encoding"))
+            who = principal_of(request.scope)
+            source = who.name if who is not None else ""
+            encoding = request.headers.get("content-encoding")
+            receipt = await take(bytes(body), content_type, encoding, source)
         except UnsupportedMediaType as exc:
             return _status(media, 415, INVALID_ARGUMENT, str(exc))
         except BodyTooLarge as exc:

@@ -63,12 +63,15 @@ class Report:
     """Why the session ended; ``None`` when it stays open (reported after a trace)."""
     size: int
     """Estimated bytes of its steps, held until it is delivered."""
+    source: str = ""
+    """Who sent its spans (the token's name; empty: not known)."""
 
 
 @dataclass
 class _Session:
     session_id: str
     last_active: float
+    source: str = ""
     steps: list[Step] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
     reported: int = 0
@@ -103,19 +106,19 @@ class SessionBook:
     def __contains__(self, key: object) -> bool:
         return key in self._sessions
 
-    def record(self, key: str, step: Step, size: int) -> list[Report]:
-        """Append ``step``; returns the reports this forced (the session reached
-        ``max_steps``, or another was evicted to make room)."""
+    def record(self, key: str, step: Step, size: int, source: str = "") -> list[Report]:
+        """Append ``step`` (sent by ``source``); returns the reports this forced (the
+        session reached ``max_steps``, or another was evicted to make room)."""
         out: list[Report] = []
         session = self._sessions.get(key)
         if session is None:
-            session = self._open(key)
+            session = self._open(key, source)
             out += self._make_room()
         elif len(session.steps) >= self.limits.max_steps:
             report = self._end(key, "full")
             out += [report] if report else []
             self.stats.restarted += 1
-            session = self._open(key)
+            session = self._open(key, source)
         session.steps.append(step)
         session.sizes.append(size)
         self.bytes += size
@@ -166,9 +169,9 @@ class SessionBook:
         return [r for k in list(self._sessions) if (r := self._end(k, "shutdown")) is not None]
 
     # ---- internals
-    def _open(self, key: str) -> _Session:
+    def _open(self, key: str, source: str = "") -> _Session:
         self.stats.opened += 1
-        session = self._sessions[key] = _Session(uuid.uuid4().hex, self._clock())
+        session = self._sessions[key] = _Session(uuid.uuid4().hex, self._clock(), source)
         return session
 
     def _make_room(self) -> list[Report]:
@@ -207,5 +210,11 @@ class SessionBook:
         session.reported = len(session.steps)
         self.stats.reports += 1
         return Report(
-            session.session_id, tuple(session.steps), outcome, None, why, sum(session.sizes)
+            session.session_id,
+            tuple(session.steps),
+            outcome,
+            None,
+            why,
+            sum(session.sizes),
+            session.source,
         )

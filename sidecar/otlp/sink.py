@@ -1,18 +1,25 @@
 """The OTLP intake's sink over the library: sessions reported to a
 :class:`~sidecar.core.Sidecar` in batches (one :meth:`~sidecar.core.Sidecar.report_many`
-per batch: one intake transaction and at most one cold file, where one report per
-session would cost one of each).  A session the library rejects is counted as refused,
-the rest of its batch is taken."""
+per sender and batch: one intake transaction and at most one cold file, where one report
+per session would cost one of each).  Each session is attributed to the token that sent
+its spans (its name is the source), so a sender's rate limit, trust and ``forget``
+reach what it sent through OTLP as through any other route.  A session the library
+rejects is counted as refused, the rest of its batch is taken; a sender over its rate
+limit has its sessions refused, the others' are taken."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from sidecar.core import Sidecar
+from sidecar.errors import RateLimited
 from sidecar.gateway.backend import Outcome, Step
 from sidecar.otlp.sessions import Report
 from sidecar.principals import OTLP
+
+log = logging.getLogger("sidecar.otlp")
 
 
 class LibrarySink:
@@ -26,8 +33,19 @@ class LibrarySink:
 
     def report_sessions(self, reports: Sequence[Report]) -> int:
         """Report ``reports``; returns how many the library took."""
-        results = self.sc.report_many([_report(r) for r in reports], source=OTLP)
-        return sum(r.status != "rejected" for r in results)
+        by_source: dict[str, list[Report]] = {}
+        for report in reports:
+            by_source.setdefault(report.source or OTLP, []).append(report)
+        taken = 0
+        for source, mine in sorted(by_source.items()):
+            try:
+                results = self.sc.report_many([_report(r) for r in mine], source=source)
+            except RateLimited as exc:
+                log.warning('{"event": "report_refused", "source": "%s", "code": "%s"}',
+                            source, exc.code)  # fmt: skip
+                continue
+            taken += sum(r.status != "rejected" for r in results)
+        return taken
 
 
 def _report(report: Report) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from sidecar.rules.ids import rule_id
 from sidecar.rules.lifecycle import ENFORCED, Lifecycle
 from sidecar.rules.matcher import ConstraintMatcher, MissingField
 from sidecar.rules.sequences import SequenceBook
+from sidecar.rules.standing import Standing
 from sidecar.rules.verdict import condition_reasons, sequence_reasons, verdict
 from sidecar.rules.views import condition_view, sequence_view
 from sidecar.storage.state import State
@@ -39,7 +40,8 @@ class Rules:
     ) -> None:
         self._state = state
         self.lifecycle = lifecycle
-        self.sequences = SequenceBook(state, lifecycle)
+        self.standing = Standing(thresholds.trusted)
+        self.sequences = SequenceBook(state, lifecycle, self.standing)
         self.conditions = ConditionBook(state, lifecycle, thresholds)
         self._missing_field = missing_field
         self._warning_sample = warning_sample
@@ -105,7 +107,13 @@ class Rules:
                 out.append(sequence_view(c, status, len(sessions.get(c.chain_id, ())) or 1))
         for st in sorted(self.conditions.states().values(), key=lambda x: x.valid_from):
             if st.status in ENFORCED or include_lifted:
-                out.append(condition_view(st))
+                cond = st.condition
+                independent = (
+                    cond.source == "manual"
+                    or cond.source_count >= self.standing.min_sources
+                    or self.standing.independent(cond.sources)
+                )
+                out.append(condition_view(st, independent))
         return out
 
     def view(self, constraint_id: str) -> ConstraintView:
@@ -115,6 +123,12 @@ class Rules:
         if not found:
             raise NotFound(f"no constraint {rid.value!r}")
         return found[0]
+
+    def ignored_contradictions(self) -> int:
+        """Contradictions set aside, over every rule in force."""
+        sequences = sum(c.ignored for c in self.matcher().constraints)
+        states = self.conditions.states().values()
+        return sequences + sum(st.condition.ignored for st in states if st.status in ENFORCED)
 
     def enforced_count(self) -> int:
         """Call conditions a check applies now (active or contested)."""

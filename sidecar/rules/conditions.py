@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,6 +37,8 @@ from sidecar.rules.learner import Learner, Unlearned
 from sidecar.rules.lifecycle import ENFORCED, Lifecycle, Status
 from sidecar.storage.base import Connection
 from sidecar.storage.state import State
+
+AUDIT = logging.getLogger("sidecar.audit")
 
 
 def predicate_key(condition: FailureCondition) -> str:
@@ -64,10 +67,12 @@ class ConditionBook:
         self._state = state
         self._lifecycle = lifecycle
         self._thresholds = thresholds
-        self._learner = Learner(state)
+        self._learner = Learner(state, thresholds.trusted)
         self._lock = threading.RLock()
         self._states: dict[str, ConditionState] = {}
         self._states_rev = -1
+        self.alerts = 0
+        """Contradictions this process set aside (for ``/metrics``)."""
 
     @property
     def thresholds(self) -> Thresholds:
@@ -119,6 +124,7 @@ class ConditionBook:
             current = {c.condition_id: c for c in memory.conditions(tool)}
             known = repo.known(tx, tool)
             for cid, c in current.items():
+                self._alert(c, known.get(cid))
                 record = json.dumps(c.to_dict(), separators=(",", ":"))
                 pointer = pointers.get((c.tool, c.signature))
                 against = self._thresholds.contradictions(c)
@@ -134,12 +140,24 @@ class ConditionBook:
                 repo.retire_if_contradicted(tx, cid, self._lifecycle.retire_after, now)
             # derivation dropped it (its value succeeded since, its confidence fell, or the
             # evidence it rested on was forgotten): it retires, its last form readable
-            repo.mark_gone(
-                tx,
-                [cid for cid, (_s, present) in known.items() if present and cid not in current],
-                now,
-            )
+            gone = [
+                cid for cid, (_s, present, _r) in known.items() if present and cid not in current
+            ]
+            repo.mark_gone(tx, gone, now)
         self._states_rev = -1
+
+    def _alert(self, c: FailureCondition, before: tuple[int, bool, str] | None) -> None:
+        """Untrusted successes set aside against a condition a trusted source stands
+        behind: said in the audit log when there are more of them than before."""
+        was = int(json.loads(before[2]).get("ignored", 0)) if before else 0
+        if c.ignored > was:
+            self.alerts += c.ignored - was
+            AUDIT.warning(
+                "contradiction ignored: %d success(es) from %s (untrusted) matched condition "
+                "%s of %s, which %s stand(s) behind",
+                c.ignored - was, ", ".join(c.contradiction_sources) or "untrusted sources",
+                c.condition_id, c.tool, ", ".join(c.sources),
+            )  # fmt: skip
 
     # ---- the conditions and their lifecycle ----------------------------------------------
     def states(self) -> dict[str, ConditionState]:

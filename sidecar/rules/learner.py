@@ -43,8 +43,9 @@ class Unlearned:
 
 
 class Learner:
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: State, trusted: frozenset[str] = frozenset()) -> None:
         self._state = state
+        self._trusted = trusted
         self._lock = threading.RLock()
         self._memory = FailureMemory()
         self._revision = -1
@@ -73,7 +74,8 @@ class Learner:
             rev = self._stored_revision()
             if rev != self._revision:
                 raw = self._state.conditions.snapshot()
-                self._memory = self._load(json.loads(raw)) if raw else FailureMemory()
+                memory = self._load(json.loads(raw)) if raw else FailureMemory()
+                self._memory = memory.judged_by(self._trusted)
                 self._revision = rev
             return self._memory
 
@@ -89,7 +91,7 @@ class Learner:
             return memory
 
     def _rebuild(self, tx: Connection | None = None) -> FailureMemory:
-        memory = FailureMemory()
+        memory = FailureMemory().judged_by(self._trusted)
         for kind, payload in self._state.conditions.evidence(tx):
             if kind == "session":
                 memory.fold(json.loads(payload))

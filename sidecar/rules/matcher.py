@@ -177,6 +177,20 @@ class _Hit:
     matched: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Hint:
+    """A fatal sequence a next tool would complete, that does not block: ``contested``
+    or ``unconfirmed`` (it warns), or ``conditional`` (its condition does not hold
+    under this context)."""
+
+    text: str
+    constraint: ArchivedConstraint
+    standing: Literal["contested", "unconfirmed", "conditional"]
+
+    def __str__(self) -> str:
+        return self.text
+
+
 class ConstraintMatcher:
     """Compiled fatal sequences; immutable once built (rebuild to add constraints)."""
 
@@ -194,7 +208,8 @@ class ConstraintMatcher:
         self._prefix_first: list[int] = [-1]
         for idx, c in enumerate(self.constraints):
             (self._gapped if c.gapped else self._contig).insert(c.sequence, idx, warning_sample)
-            self._insert_prefix(c.prefix, idx)
+            if not c.unconfirmed:  # the seed's check blocks only on independent evidence
+                self._insert_prefix(c.prefix, idx)
         self._contig.build()
         self._next_cache: dict[Any, Any] = {}
         self._has_gapped = len(self._gapped.children) > 1
@@ -272,11 +287,8 @@ class ConstraintMatcher:
         for hit in self._matches(plan):
             c = hit.constraint
             applies, why = evaluate(c.when, context, self.missing_field)
-            if applies and c.contested:
-                warnings.append(
-                    f"plan contains contested fatal sequence {'>'.join(c.sequence)} "
-                    f"({c.contradictions} completed run(s) contradict it; {c.pointer})"
-                )
+            if applies and c.warn_only:
+                warnings.append(f"plan contains {standing(c)}")
             elif applies:
                 collisions.append(
                     Collision(
@@ -327,7 +339,7 @@ class ConstraintMatcher:
     # ---- lookup -------------------------------------------------------------------
     def next_steps(
         self, after: Sequence[str], context: Mapping[str, Any] | None = None
-    ) -> tuple[dict[str, list[tuple[ArchivedConstraint, str]]], dict[str, list[str]]]:
+    ) -> tuple[dict[str, list[tuple[ArchivedConstraint, str]]], dict[str, list[Hint]]]:
         """After executing ``after``: the tools that would complete a fatal sequence under
         ``context`` (to withhold, with the constraint and why), and the tools that would
         complete one only under another context (to warn about).  Answers are cached per
@@ -338,9 +350,9 @@ class ConstraintMatcher:
         except TypeError:  # unhashable context values: no caching
             key = None
         if key is not None and key in self._next_cache:
-            cached: tuple[dict[str, list[tuple[ArchivedConstraint, str]]], dict[str, list[str]]] = (
-                self._next_cache[key]
-            )
+            cached: tuple[
+                dict[str, list[tuple[ArchivedConstraint, str]]], dict[str, list[Hint]]
+            ] = self._next_cache[key]
             return cached
         answer = self._next_steps(after, context)
         if key is not None:
@@ -351,26 +363,27 @@ class ConstraintMatcher:
 
     def _next_steps(
         self, after: Sequence[str], context: Mapping[str, Any]
-    ) -> tuple[dict[str, list[tuple[ArchivedConstraint, str]]], dict[str, list[str]]]:
+    ) -> tuple[dict[str, list[tuple[ArchivedConstraint, str]]], dict[str, list[Hint]]]:
         blocked: dict[str, list[tuple[ArchivedConstraint, str]]] = {}
-        conditional: dict[str, list[str]] = {}
+        conditional: dict[str, list[Hint]] = {}
         for tool, idxs in self._completions_after(after):
             for idx in idxs:
                 c = self.constraints[idx]
                 applies, why = evaluate(c.when, context, self.missing_field)
-                if applies and c.contested:
-                    conditional.setdefault(tool, []).append(
-                        f"completes contested fatal sequence {'>'.join(c.sequence)} "
-                        f"({c.contradictions} completed run(s) contradict it; {c.pointer})"
+                if applies and c.warn_only:
+                    hint = Hint(
+                        f"completes {standing(c)}", c, "contested" if c.contested else "unconfirmed"
                     )
+                    conditional.setdefault(tool, []).append(hint)
                 elif applies:
                     blocked.setdefault(tool, []).append((c, why))
                 else:
-                    conditional.setdefault(tool, []).append(
+                    text = (
                         f"completes fatal sequence {'>'.join(c.sequence)} when "
                         f"{' and '.join(w.describe() for w in c.when)} "
                         f"({c.pointer}); now {why}"
                     )
+                    conditional.setdefault(tool, []).append(Hint(text, c, "conditional"))
         return blocked, conditional
 
     def completions(self, after: Sequence[str]) -> dict[str, list[ArchivedConstraint]]:
@@ -422,3 +435,19 @@ class ConstraintMatcher:
                 f"{'>'.join(c.sequence)}{cond} ({c.pointer})"
             )
         return out
+
+
+def standing(c: ArchivedConstraint) -> str:
+    """Why a fatal sequence in force only warns: a contested one (completed runs
+    contradict it), or an unconfirmed one (one untrusted source reported it)."""
+    seq = ">".join(c.sequence)
+    if c.contested:
+        return (
+            f"contested fatal sequence {seq} "
+            f"({c.contradictions} completed run(s) contradict it; {c.pointer})"
+        )
+    who = ", ".join(c.sources) or "one source"
+    return (
+        f"unconfirmed fatal sequence {seq} (reported by {who} only: a block needs two "
+        f"sources or a trusted one; {c.pointer})"
+    )

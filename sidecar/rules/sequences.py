@@ -11,6 +11,7 @@ contains it (evidence counts the same whatever its order).  Its status follows
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,9 +20,14 @@ from dataclasses import replace
 from sidecar.model import ArchivedConstraint
 from sidecar.rules import families
 from sidecar.rules.lifecycle import ENFORCED, Lifecycle, Status
+from sidecar.rules.standing import LOCAL, Standing, source_of
 from sidecar.storage.base import Connection
 from sidecar.storage.sequences import CompiledChain
 from sidecar.storage.state import State
+from sidecar.storage.usage import Usage
+
+AUDIT = logging.getLogger("sidecar.audit")
+"""What an operator should see when someone's evidence is set aside."""
 
 
 def contains(topology: Sequence[str], sequence: Sequence[str]) -> bool:
@@ -31,10 +37,13 @@ def contains(topology: Sequence[str], sequence: Sequence[str]) -> bool:
 
 
 class SequenceBook:
-    def __init__(self, state: State, lifecycle: Lifecycle) -> None:
+    def __init__(self, state: State, lifecycle: Lifecycle, standing: Standing) -> None:
         self._state = state
         self._lifecycle = lifecycle
+        self._standing = standing
         self._fatal = FatalIndex()
+        self.alerts = 0
+        """Contradictions this process ignored (for ``/metrics``)."""
 
     @property
     def retire_after(self) -> int:
@@ -42,7 +51,47 @@ class SequenceBook:
 
     # ---- reading -----------------------------------------------------------------------
     def chains(self, kinds: Sequence[str] = ("sequence",)) -> list[ArchivedConstraint]:
-        return self._state.sequences.chains(kinds)
+        """Every archived chain of ``kinds``, lifted ones included, in archive order, each
+        judged: who stands behind it, whether that is independent evidence, and which
+        of its contradictions count (:mod:`sidecar.rules.standing`)."""
+        raw = self._state.sequences.chains(kinds)
+        if not raw:
+            return raw
+        sessions = self._state.sightings.chain_sessions()
+        against = self._state.usage.contradictions()
+        reinstated = self._state.sequences.reinstated()
+        return [
+            self._judged(
+                c,
+                sessions.get(c.chain_id, []),
+                against.get(c.chain_id, []),
+                reinstated.get(c.chain_id),
+            )
+            for c in raw
+        ]
+
+    def _judged(
+        self,
+        c: ArchivedConstraint,
+        sessions: Sequence[tuple[str, float]],
+        against: Sequence[tuple[str, float]],
+        since: float | None,
+    ) -> ArchivedConstraint:
+        # a chain compiled with no session recorded (a home from before sessions were
+        # kept) is the process's own
+        sources = self._standing.sources_of(k for k, _ in sessions) or (LOCAL,)
+        judged = self._standing.against(sources, [(source_of(k), at) for k, at in against], since)
+        counted = judged.counted
+        retire = self.retire_after
+        return replace(
+            c,
+            contradictions=len(counted),
+            baseline=0,
+            invalid_at=counted[retire - 1] if len(counted) >= retire else None,
+            sources=sources,
+            unconfirmed=not self._standing.independent(sources),
+            ignored=judged.ignored,
+        )
 
     def status(self, c: ArchivedConstraint, now: float | None = None) -> Status:
         when = time.time() if now is None else now
@@ -114,6 +163,32 @@ class SequenceBook:
 
     def contradict(self, tx: Connection, counts: Mapping[str, int], now: float) -> None:
         self._state.sequences.contradict(tx, counts, self.retire_after, now)
+
+    def alert(self, tx: Connection, fresh: Sequence[Usage]) -> None:
+        """Successes from untrusted sources that contradict a rule a trusted source stands
+        behind: recorded (they stay in the usage evidence, and show as ignored), counted
+        for no verdict, and said in the audit log."""
+        by_chain: dict[str, list[str]] = {}
+        for u in fresh:
+            source = source_of(u.session)
+            if self._standing.is_trusted(source):
+                continue
+            for cid in u.contradicts:
+                by_chain.setdefault(cid, []).append(source)
+        if not by_chain:
+            return
+        behind = self._state.sightings.behind(tx, by_chain)
+        for cid, sources in sorted(by_chain.items()):
+            backing = self._standing.sources_of(behind.get(cid, ())) or (LOCAL,)
+            if any(self._standing.is_trusted(b) for b in backing):
+                self.alerts += len(sources)
+                AUDIT.warning(
+                    "contradiction ignored: %s (untrusted) contradicted fatal sequence %s, "
+                    "which %s stand(s) behind",
+                    ", ".join(sorted(set(sources))),
+                    cid,
+                    ", ".join(backing),
+                )
 
     def uncontradict(self, tx: Connection, chain_ids: Iterable[str]) -> None:
         self._state.sequences.uncontradict(tx, chain_ids, self.retire_after)

@@ -1,14 +1,23 @@
-"""Who stands behind a rule, and whose evidence counts against it.
+"""Who stands behind a rule, and whose evidence counts against it: one rule for every
+kind of evidence.
 
 Every session key names its source (``src:<name>/...``; the local source's keys carry
-no prefix).  A rule's sources are those of the sessions behind it.  Evidence is
-*independent* when it comes from two sources, or from one trusted source; only
-independent evidence makes a rule block, withhold or evict.
+no prefix).  A rule's sources are those of the sessions behind it.
+
+- Evidence is *independent* when it comes from two sources, or from one trusted source
+  (the process itself, an operator, a token marked trusted, the gateway's own
+  observations).  Only independent evidence makes a rule block, withhold or evict;
+  otherwise the rule warns.
+- A success that matches a rule *contradicts* it.  Against a rule a trusted source
+  stands behind, only a trusted source's contradictions count; against any other, they
+  count when they come from a trusted source, from one of the rule's own sources, or
+  from two sources or more: no single other source contests a rule alone.  The others
+  are recorded, shown and alerted on, and change no verdict.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sidecar.storage.filters import SOURCE_PREFIX
@@ -31,15 +40,62 @@ def session_filter_prefix(source: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class Against:
+    """The contradictions of one rule, as they count."""
+
+    counted: tuple[float, ...]
+    """When each counted contradiction arrived, in order."""
+    ignored: int
+    """Contradictions recorded but not counted (no standing to contest the rule)."""
+    ignored_sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Standing:
     trusted: frozenset[str]
-    """Sources whose word alone is enough (the process itself, trusted tokens)."""
+    """Sources whose word alone is enough; a name ending with ``:`` stands for every
+    source it prefixes (``gateway:`` for the gateway's observations of every token)."""
     min_sources: int = 2
     """Untrusted sources it takes to make evidence independent."""
 
+    def is_trusted(self, source: str) -> bool:
+        if source in self.trusted:
+            return True
+        return any(t.endswith(":") and source.startswith(t) for t in self.trusted)
+
     def independent(self, sources: Iterable[str]) -> bool:
         found = set(sources)
-        return len(found) >= self.min_sources or bool(found & self.trusted)
+        return len(found) >= self.min_sources or any(self.is_trusted(s) for s in found)
 
     def sources_of(self, session_keys: Iterable[str]) -> tuple[str, ...]:
         return tuple(sorted({source_of(k) for k in session_keys}))
+
+    def against(
+        self,
+        backing: Iterable[str],
+        contradictions: Sequence[tuple[str, float]],
+        since: float | None = None,
+    ) -> Against:
+        """Which of a rule's contradictions ``(source, when)`` count, those met after
+        ``since`` (a reinstatement) only."""
+        entries = [(s, at) for s, at in contradictions if since is None or at > since]
+        if not entries:
+            return Against((), 0)
+        own = set(backing)
+        if any(self.is_trusted(s) for s in own):
+            counted = [(s, at) for s, at in entries if self.is_trusted(s)]
+        else:
+            sources = {s for s, _ in entries}
+            standing = (
+                len(sources) >= self.min_sources
+                or any(self.is_trusted(s) for s in sources)
+                or bool(sources & own)
+            )
+            counted = entries if standing else []
+        kept = {id(e) for e in counted}
+        ignored = [e for e in entries if id(e) not in kept]
+        return Against(
+            tuple(sorted(at for _, at in counted)),
+            len(ignored),
+            tuple(sorted({s for s, _ in ignored})),
+        )

@@ -14,6 +14,7 @@ from sidecar.memory import Reason, decide
 from sidecar.model import ArchivedConstraint, CallCheck, CheckReason
 from sidecar.neutralize import shown
 from sidecar.rules.conditions import ConditionState
+from sidecar.rules.matcher import Hint
 
 
 def condition_reasons(
@@ -37,10 +38,10 @@ def condition_reasons(
 
 
 def sequence_reasons(
-    blocked: Sequence[tuple[ArchivedConstraint, str]], conditional: Sequence[str]
+    blocked: Sequence[tuple[ArchivedConstraint, str]], hints: Sequence[Hint]
 ) -> list[CheckReason]:
     """The fatal sequences a call would complete (``blocked``, with why), and the
-    contested ones it would complete (``conditional``: warnings)."""
+    contested or unconfirmed ones it would complete (warnings)."""
     out = [
         CheckReason(
             "block",
@@ -53,9 +54,17 @@ def sequence_reasons(
         for c, why in blocked
     ]
     out += [
-        CheckReason("warn", "", "sequence", text, "", None, "contested")
-        for text in conditional
-        if "contested" in text
+        CheckReason(
+            "warn",
+            h.constraint.chain_id,
+            "sequence",
+            h.text,
+            "",
+            h.constraint.pointer,
+            h.standing,
+        )
+        for h in hints
+        if h.standing != "conditional"
     ]
     return out
 

@@ -7,9 +7,7 @@ from sidecar.results import ConstraintView
 from sidecar.rules.conditions import ConditionState
 
 
-def sequence_view(
-    c: ArchivedConstraint, status: str, sessions: int, sources: tuple[str, ...] = ()
-) -> ConstraintView:
+def sequence_view(c: ArchivedConstraint, status: str, sessions: int) -> ConstraintView:
     return ConstraintView(
         chain_id=c.chain_id,
         sequence=c.sequence,
@@ -25,11 +23,13 @@ def sequence_view(
         support=sessions,
         contradictions=c.contradictions,
         sessions=sessions,
-        sources=sources,
+        sources=c.sources,
+        independent=not c.unconfirmed,
+        ignored_contradictions=c.ignored,
     )
 
 
-def condition_view(st: ConditionState) -> ConstraintView:
+def condition_view(st: ConditionState, independent: bool = True) -> ConstraintView:
     c = st.condition
     return ConstraintView(
         chain_id=c.condition_id,
@@ -51,4 +51,6 @@ def condition_view(st: ConditionState) -> ConstraintView:
         sources=c.sources,
         chance=c.chance if c.source == "learned" else None,
         confirmations=c.confirmations if c.source == "learned" else None,
+        independent=independent,
+        ignored_contradictions=c.ignored,
     )

@@ -182,12 +182,14 @@ CREATE TABLE IF NOT EXISTS learned_steps (
             for c, r, p, v, s, n, lf, b, pr, inv in rows
         ]
 
-    def known(self, tx: Connection, tool: str) -> dict[str, tuple[int, bool]]:
-        """Per stored condition of ``tool``: its support and whether it is present."""
+    def known(self, tx: Connection, tool: str) -> dict[str, tuple[int, bool, str]]:
+        """Per stored condition of ``tool``: its support, whether it is present, and its
+        record as last derived."""
         return {
-            cid: (int(support), bool(present))
-            for cid, support, present in tx.execute(
-                "SELECT condition_id, support, present FROM conditions WHERE tool=?", (tool,)
+            cid: (int(support), bool(present), str(record))
+            for cid, support, present, record in tx.execute(
+                "SELECT condition_id, support, present, record FROM conditions WHERE tool=?",
+                (tool,),
             )
         }
 

@@ -115,6 +115,14 @@ CREATE TABLE IF NOT EXISTS lifted_chain_families (
         ).fetchall()
         return [{"detail": r, "at": at} for r, at in rows]
 
+    def reinstated(self) -> dict[str, float]:
+        """When each chain was last reinstated (by an operator, or with its family)."""
+        rows = self._db.execute(
+            "SELECT chain_id, MAX(at) FROM constraint_events WHERE action='active' "
+            "GROUP BY chain_id"
+        )
+        return {cid: float(at) for cid, at in rows}
+
     # ---- compiling ---------------------------------------------------------------------
     def insert(self, tx: Connection, chains: Sequence[CompiledChain], lifted: set[str]) -> int:
         """Insert chains (absent ones), in order after every stored one; those named in
@@ -183,11 +191,12 @@ CREATE TABLE IF NOT EXISTS lifted_chain_families (
         RevisionRepository.bump(tx, "constraints_rev")
 
     def confirm(self, tx: Connection, chain_ids: Iterable[str], now: float) -> None:
-        """A new session meeting an archived chain confirms it."""
-        tx.executemany(
-            "UPDATE constraint_evidence SET last_seen=? WHERE chain_id=?",
-            [(now, cid) for cid in chain_ids],
-        )
+        """A new session meeting an archived chain confirms it (and may change who
+        stands behind it: the rules in force are read again)."""
+        rows = [(now, cid) for cid in chain_ids]
+        tx.executemany("UPDATE constraint_evidence SET last_seen=? WHERE chain_id=?", rows)
+        if rows:
+            RevisionRepository.bump(tx, "constraints_rev")
 
     # ---- status and families -----------------------------------------------------------
     def set_status(self, tx: Connection, chain_id: str, status: str) -> bool:

@@ -101,6 +101,21 @@ CREATE TABLE IF NOT EXISTS chain_sessions (
             out.setdefault(cid, []).append((session, float(at)))
         return out
 
+    def behind(self, tx: Connection, chain_ids: Iterable[str]) -> dict[str, list[str]]:
+        """The sessions behind each chain."""
+        out: dict[str, list[str]] = {}
+        wanted = list(dict.fromkeys(chain_ids))
+        for start in range(0, len(wanted), CHUNK):
+            chunk = wanted[start : start + CHUNK]
+            rows = tx.execute(
+                "SELECT chain_id, session_key FROM chain_sessions "
+                f"WHERE chain_id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            )
+            for cid, session in rows:
+                out.setdefault(cid, []).append(session)
+        return out
+
     def forget(self, tx: Connection, which: SessionFilter) -> ForgottenSightings:
         where, args = which.where()
         sessions = {

@@ -78,10 +78,10 @@ CREATE TABLE IF NOT EXISTS tool_successes (
         self._db = db
 
     # ---- writes ------------------------------------------------------------------------
-    def record(self, tx: Connection, usage: Iterable[Usage], now: float) -> dict[str, int]:
-        """Count each session's success once (a replay counts nothing); returns, per
-        chain, the contradictions the fresh ones bring."""
-        contradicted: dict[str, int] = {}
+    def record(self, tx: Connection, usage: Iterable[Usage], now: float) -> list[Usage]:
+        """Count each session's success once (a replay counts nothing); returns the
+        successes counted now."""
+        fresh_ones: list[Usage] = []
         for u in usage:
             fresh = tx.execute(
                 "INSERT OR IGNORE INTO usage_sessions VALUES (?, ?)", (u.key, now)
@@ -95,9 +95,8 @@ CREATE TABLE IF NOT EXISTS tool_successes (
             )
             if u.topology:
                 self._complete(tx, u.topology, now)
-            for cid in u.contradicts:
-                contradicted[cid] = contradicted.get(cid, 0) + 1
-        return contradicted
+            fresh_ones.append(u)
+        return fresh_ones
 
     def record_successes(
         self, tx: Connection, succeeded: Iterable[tuple[str, str]], now: float
@@ -207,6 +206,19 @@ CREATE TABLE IF NOT EXISTS tool_successes (
             "WHERE topology IS NOT NULL ORDER BY usage_key"
         ).fetchall()
         return [(k, tuple(json.loads(t)), s) for k, t, s in rows]
+
+    def contradictions(self) -> dict[str, list[tuple[str, float]]]:
+        """Per chain, each contradiction a counted success brought: its session and
+        when it arrived (one entry per contradiction)."""
+        out: dict[str, list[tuple[str, float]]] = {}
+        rows = self._db.execute(
+            "SELECT session_key, contradicts, seen_at FROM usage_evidence "
+            "WHERE contradicts != '[]' ORDER BY seen_at, usage_key"
+        )
+        for session, contradicts, at in rows:
+            for cid in json.loads(contradicts):
+                out.setdefault(cid, []).append((session, float(at)))
+        return out
 
     def completed_chain_count(self, tool_id: str) -> int:
         """Distinct completed chains that used ``tool_id``."""

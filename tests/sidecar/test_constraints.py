@@ -160,7 +160,8 @@ def test_next_steps_split_blocked_from_conditional() -> None:
     assert set(blocked) == {"c"}
     blocked, conditional = m.next_steps(["a", "b"], {"payload_bytes": 1})
     assert blocked == {} and "c" in conditional
-    assert "does not hold" in conditional["c"][0]
+    assert "does not hold" in conditional["c"][0].text
+    assert conditional["c"][0].standing == "conditional"
     assert m.next_steps(["a"], {"payload_bytes": 6e6}) == ({}, {})
 
 

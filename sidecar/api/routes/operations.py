@@ -50,6 +50,7 @@ def prometheus(sc: Lib, meter: Meter) -> str:
             "active_call_conditions": {"": status.call_conditions},
             "archived_chains": {"": status.chains},
             "evicted_tools": {"": status.evicted_tools},
+            "contradictions_ignored": {"": status.ignored_contradictions},
         }
 
     return meter.render(gauges)
