@@ -52,7 +52,12 @@ class Archive:
         try:
             row = self._cold.resolve(pointer)
         except RecordNotFound as exc:
-            raise NotFound(f"nothing archived at {pointer}") from exc
+            waiting = self._state.pending.get(key)
+            if waiting is None:
+                raise NotFound(f"nothing archived at {pointer}") from exc
+            view = archive.audit_view(waiting, pointer)
+            view["published"] = False  # acknowledged, on its way to the archive
+            return AuditRecord(view)
         return AuditRecord(archive.audit_view(row, pointer))
 
     def _audit_tool(self, key: str, pointer: str) -> AuditRecord:
@@ -139,4 +144,5 @@ class Archive:
             ),
             call_conditions=self._rules.enforced_count(),
             ignored_contradictions=self._rules.ignored_contradictions(),
+            pending_records=self._state.pending.count(),
         )

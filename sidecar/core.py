@@ -168,7 +168,6 @@ class Sidecar:
         )
         self.recovered_on_open = 0
         if not read_only:
-            self.intake.reconcile()
             self.recovered_on_open = self.maintain()
 
     @classmethod
@@ -185,6 +184,7 @@ class Sidecar:
         self.close()
 
     def close(self) -> None:
+        self.intake.close()
         self.hot.close()
         self._home.close()
 
@@ -214,7 +214,10 @@ class Sidecar:
     # ---- ownership and recovery -------------------------------------------------------
     @boundary
     def maintain(self) -> int:
-        """Finish moves a crash (or an unwritable store) interrupted; returns how many."""
+        """Finish moves a crash (or an unwritable store) interrupted, and publish the
+        acknowledged records that wait for the archive; returns how many moves finished."""
+        if not self.read_only:
+            self.intake.reconcile()
         return self.recovery.maintain()
 
     def announce_server(self, url: str) -> None:
@@ -234,7 +237,12 @@ class Sidecar:
         """Readiness: the hot index answers, the cold store and state are writable, no
         interrupted move is stuck."""
         return health(
-            self.hot.get, self.records.count, self.cold, self.settings.home, self.recovery
+            self.hot.get,
+            self.records.count,
+            self.cold,
+            self.settings.home,
+            self.recovery,
+            self.intake.publisher.error,
         )
 
     # ---- tools --------------------------------------------------------------------
@@ -570,6 +578,7 @@ def _intake(
         StepPolicy(settings.max_step_bytes, settings.keep_outputs),
         after_archive=after_archive,
         crash_at=settings.crash_at,
+        group_publish=home.cold.backend != "parquet",
     )
 
 

@@ -122,6 +122,7 @@ def health(
     cold: ColdStore,
     home: Path,
     recovery: Recovery,
+    publishing: str | None = None,
 ) -> Health:
     """Readiness: the hot index answers, the cold store and state are writable, no
     interrupted move is stuck."""
@@ -136,6 +137,8 @@ def health(
         checks["cold_store"] = f"unavailable: {plain(exc)}"
     if checks["cold_store"] == "ok" and damaged:
         checks["cold_store"] = f"{len(damaged)} file(s) not as published: {damaged[0].reason}"
+    if checks["cold_store"] == "ok" and publishing:
+        checks["cold_store"] = publishing  # acknowledged records wait for the archive
     checks["state"] = writable_dirs(home)
     checks["journal"] = recovery.journal_check()
     return Health(all(v == "ok" for v in checks.values()), checks)

@@ -37,6 +37,9 @@ class ArchiveStatus:
     ignored_contradictions: int = 0
     """Successes from untrusted sources that matched a rule a trusted source stands
     behind, set aside (see ``constraints show``)."""
+    pending_records: int = 0
+    """Cold records acknowledged and not yet in the archive (published shortly; a
+    pointer to one resolves meanwhile)."""
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
 """Intake, step 3: a planned batch committed, all or nothing.
 
 The memory learns first (it is idempotent per session, so a batch sent again after a
-failure further on teaches nothing twice).  Then, when the batch archives chains, its
-counters are staged in the state, its chains published to the cold store as one file,
-and only after that are the counters and the compiled rules applied, in one
-transaction.  A batch that fails before its publish leaves no trace; one interrupted
-after it (a crash) is completed from its staged counters by the next
-:meth:`Committer.reconcile`, whoever runs it first.
+failure further on teaches nothing twice).  Then, in one transaction, the batch's
+counters are applied, the chains it archives compiled into rules, and their cold
+records kept as pending: once that commits, the batch is durable and in force, and it
+is acknowledged.  The records reach the archive through the publisher
+(:mod:`sidecar.intake.publish`): at once beside a local folder, in group commits beside
+a Delta table.  A crash before the transaction commits leaves no trace (the same batch
+sent again counts once: every counter is keyed by session); one after it leaves records
+pending, which the next :meth:`Committer.reconcile` publishes, whoever runs it first.
 """
 
 from __future__ import annotations
@@ -15,18 +17,18 @@ import json
 import os
 import signal
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from cold_store import ColdStore, ColdStoreError, CommitFailed, SchemaError, make_pointer
+from cold_store import ColdStore, ColdStoreError, make_pointer
 from sidecar.intake import archive
 from sidecar.intake.archive import CallEvidence
 from sidecar.intake.counters import Counters, apply
 from sidecar.intake.parse import parse_condition
 from sidecar.intake.plan import Archival, Plan
+from sidecar.intake.publish import Publisher
 from sidecar.model import CredentialRef, IntakeResult
 from sidecar.rules import Rules
 from sidecar.storage.sequences import CompiledChain
@@ -45,6 +47,7 @@ class Committer:
         cold: ColdStore,
         records: ToolRecords,
         rules: Rules,
+        publisher: Publisher,
         after_archive: Callable[[], str] | None = None,
         crash_at: str | None = None,
     ) -> None:
@@ -52,6 +55,7 @@ class Committer:
         home evicts on report), returns a note for the answers."""
         self._state = state
         self._cold = cold
+        self._publisher = publisher
         self._records = records
         self._rules = rules
         self._after_archive = after_archive
@@ -68,7 +72,30 @@ class Committer:
             if a.calls is not None
         }
         self._rules.conditions.learn(plan.sessions, plan.manual, pointers, plan.source)
-        suffix = self._archive(plan) if plan.archive else self._count(plan.counters)
+        stamp = datetime.now(UTC)
+        rows = self._rows(plan.archive, stamp) if plan.archive else []
+        chains = [compiled(a, stamp.timestamp()) for a in plan.archive]
+        now = time.time()
+        # counted before the new rules are compiled: a completed run of the same batch is
+        # then among the runs that came before them
+        with self._state.tx() as tx:
+            apply(tx, self._state, self._rules, plan.counters, now)
+            if chains:
+                self._rules.sequences.compile(tx, chains, now)
+                self._publisher.queue(tx, rows, now)
+        if self._crash_at == "after_intake_staged":
+            os.kill(os.getpid(), signal.SIGKILL)  # testing only (SIDECAR_CRASH_AT)
+        self._rules.sequences.compiled()
+        suffix = ""
+        if rows:
+            self._publisher.queued()
+            if self._after_archive is not None:
+                suffix = self._after_archive()
+        self._answer(plan, suffix)
+        return [r for r in plan.results if r is not None]
+
+    @staticmethod
+    def _answer(plan: Plan, suffix: str) -> None:
         for a in plan.archive:
             if a.calls is None:
                 plan.results[a.position] = IntakeResult(
@@ -79,42 +106,13 @@ class Committer:
                 )
         for i, notes in plan.summaries.items():
             plan.results[i] = _session_answer(plan, i, notes, suffix)
-        self.reconcile()  # a replay may find a chain whose constraint a crash lost
-        self._rules.sequences.compiled()
-        return [r for r in plan.results if r is not None]
-
-    def _count(self, counters: Counters) -> str:
-        with self._state.tx() as tx:
-            apply(tx, self._state, self._rules, counters, time.time())
-        return ""
-
-    def _archive(self, plan: Plan) -> str:
-        """Stage, publish, apply; returns the note of what ran after archiving."""
-        now = datetime.now(UTC)
-        rows = self._rows(plan.archive, now)
-        staged = uuid.uuid4().hex
-        with self._state.tx() as tx:
-            ids = [a.chain_id for a in plan.archive]
-            self._state.staging.stage(tx, staged, ids, plan.counters.to_json(), time.time())
-        if self._crash_at == "after_intake_staged":
-            os.kill(os.getpid(), signal.SIGKILL)  # testing only (SIDECAR_CRASH_AT)
-        try:
-            self._cold.chains.append(rows, batch=f"intake-{staged}")
-        except (CommitFailed, SchemaError):
-            with self._state.tx() as tx:
-                self._state.staging.drop(tx, staged)  # nothing was published
-            raise
-        chains = [compiled(a, now.timestamp()) for a in plan.archive]
-        self._apply(chains, staged, plan.counters)
-        return self._after_archive() if self._after_archive is not None else ""
 
     def _apply(
         self, chains: Sequence[CompiledChain], staged: str | None, counters: Counters | None
     ) -> None:
-        """Compile chains with the counters of the ``staged`` batch (unless another
-        process applied them already), in one transaction: the write lock is held, so
-        whoever takes the staged row applies its counters; before the new rules, so
-        that a completed run of the same batch is found among the runs before them."""
+        """Compile chains, with the counters of a ``staged`` batch of a home written
+        before batches were acknowledged in the state (unless another process applied
+        them already), in one transaction."""
         now = time.time()
         with self._state.tx() as tx:
             if staged is not None:
@@ -190,11 +188,13 @@ class Committer:
 
     # ---- after a crash -------------------------------------------------------------------
     def reconcile(self) -> list[str]:
-        """Complete every batch a crash interrupted after its publish (its staged
-        counters), and compile every archived chain the rules miss (a crash between the
-        cold append and the compile); returns their ids."""
+        """Publish what was acknowledged and not published (a crash, an unwritable
+        store); complete every batch of an earlier sidecar that a crash interrupted
+        after its publish (its staged counters), and compile every archived chain the
+        rules miss; returns the ids of those compiled."""
         if not self._state.writable:
             return []
+        self._publisher.publish()
         repaired = self._complete_staged()
         chains = self._cold.chains
         if chains.count() == self._state.sequences.count():

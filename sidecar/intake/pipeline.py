@@ -24,6 +24,7 @@ from typing import Any
 from cold_store import ColdStore
 from sidecar.intake.commit import Committer
 from sidecar.intake.plan import Planner
+from sidecar.intake.publish import Publisher
 from sidecar.intake.sessions import StepPolicy
 from sidecar.limits import INTAKE_CHUNK
 from sidecar.model import ChainReport, IntakeResult, StepReport
@@ -54,11 +55,17 @@ class Intake:
         steps: StepPolicy | None = None,
         after_archive: Callable[[], str] | None = None,
         crash_at: str | None = None,
+        group_publish: bool = False,
     ) -> None:
+        """``group_publish``: cold records reach the archive in group commits, from a
+        thread of their own (a shared Delta table); else after each batch."""
         self._state = state
         self._rules = rules
-        self._planner = Planner(state, cold, rules, reproduce_threshold, steps or StepPolicy())
-        self._committer = Committer(state, cold, records, rules, after_archive, crash_at)
+        self.publisher = Publisher(state, cold, group_publish)
+        self._planner = Planner(state, rules, reproduce_threshold, steps or StepPolicy())
+        self._committer = Committer(
+            state, cold, records, rules, self.publisher, after_archive, crash_at
+        )
 
     def report_many(
         self,
@@ -88,6 +95,9 @@ class Intake:
 
     def _batch(self, reports: Sequence[Report], source: str, operator: bool) -> list[IntakeResult]:
         return self._committer.commit(self._planner.plan(reports, source, operator))
+
+    def close(self) -> None:
+        self.publisher.close()
 
     def reconcile(self) -> list[str]:
         """Finish what a crash interrupted (see :meth:`Committer.reconcile`)."""

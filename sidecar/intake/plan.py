@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cold_store import ColdStore, make_pointer
+from cold_store import make_pointer
 from sidecar.classify import Classification, classify
 from sidecar.errors import InvalidInput
 from sidecar.intake.archive import CallEvidence, chain_id
@@ -120,13 +120,11 @@ class Planner:
     def __init__(
         self,
         state: State,
-        cold: ColdStore,
         rules: Rules,
         reproduce_threshold: int,
         steps: StepPolicy,
     ) -> None:
         self._state = state
-        self._cold = cold
         self._rules = rules
         self._threshold = reproduce_threshold
         self._steps = steps
@@ -144,7 +142,8 @@ class Planner:
         plan.sightings = self._state.sightings.sessions_of(
             (c.report.topology, c.signature) for c in chains
         )
-        plan.stored = self._cold.chains.contains_many(c.chain_id for c in chains)
+        # an archived chain is a compiled rule: the state says so, in one read
+        plan.stored = self._state.sequences.known(c.chain_id for c in chains)
         fatal = self._rules.sequences.fatal()
         for i, item in enumerate(items):
             refusal = conditions_refused(item, operator)
@@ -233,7 +232,7 @@ class Planner:
         seen = self._sight(plan, (step.tool,), normalized, who)
         cid = call_chain_id(who, j, step.tool, step.error)
         plan.counters.chain_sessions.append((cid, who))
-        if cid in plan.archived_now or self._cold.chains.contains(cid):
+        if cid in plan.archived_now or self._state.sequences.known([cid]):
             return f"{where}: already archived (replayed report) as {make_pointer('chains', cid)}"
         if verdict.kind == "unknown" and seen < self._threshold:
             return (

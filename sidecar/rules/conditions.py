@@ -144,6 +144,7 @@ class ConditionBook:
                 cid for cid, (_s, present, _r) in known.items() if present and cid not in current
             ]
             repo.mark_gone(tx, gone, now)
+        repo.bump_conditions(tx)
         self._states_rev = -1
 
     def _alert(self, c: FailureCondition, before: tuple[int, bool, str] | None) -> None:
@@ -164,7 +165,8 @@ class ConditionBook:
         """Every condition ever learned or written, by id, with its status."""
         with self._lock:
             self._learner.memory()
-            if self._states_rev == self._learner.revision and self._states:
+            revision = self._learner.marks()[2]
+            if self._states_rev == revision and self._states:
                 return self._states
             now = time.time()
             out: dict[str, ConditionState] = {}
@@ -178,7 +180,7 @@ class ConditionBook:
                 out[row.condition_id] = ConditionState(
                     condition, status, row.valid_from, row.last_seen, row.invalid_at, row.pointer
                 )
-            self._states, self._states_rev = out, self._learner.revision
+            self._states, self._states_rev = out, revision
             return out
 
     def enforced(self, tool: str) -> list[FailureCondition]:
@@ -231,7 +233,7 @@ class ConditionBook:
                     c.condition_id for c in self._learner.memory().conditions()
                 }:
                     self._learner.keep(tx, condition, now)
-            self._learner.moved(tx)
+            repo.bump_conditions(tx)
             self._states_rev = -1
             return True
 

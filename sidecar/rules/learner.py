@@ -1,20 +1,26 @@
 """The learner of :mod:`sidecar.memory`, kept in the state.
 
 **The evidence log is the truth.**  Every session the memory learns from is kept as what
-the learner derives from it (features of its calls, never raw outputs), with its source
-and when it arrived; so are hand-written conditions.  The learner itself is a fold of
-that log: a snapshot, rewritten in the transaction that appends to the log, with a
-revision that tells another process to reload it.  Because the fold does not depend on
-order, forgetting a source is a delete and a fold of what remains, and gives exactly the
-memory that source's evidence never reached.
+the learner derives from it (features of its calls, never raw outputs), with its source,
+when it arrived and a sequence number; so are hand-written conditions.  The learner is a
+fold of that log, and the fold does not depend on order.  So each process keeps its own
+learner in memory and brings it up to date by folding the rows after the last one it
+folded (one read, of what is new); a process starting up loads the last checkpoint and
+folds what came after it.  Forgetting a source deletes its rows and starts a new
+*generation*: every process then folds the log again, and gets exactly the memory that
+source's evidence never reached.
+
+The marks that say whether the learner is up to date (the log's last sequence number,
+its generation, the conditions' revision) are read in one small read per request.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,6 +30,8 @@ from sidecar.storage.state import State
 
 PART = "\x1f"
 """Between a session's key and the first step of a part of it learned later."""
+CHECKPOINT_EVERY = 1000
+"""Log rows folded between two checkpoints of the learner."""
 
 
 @dataclass(frozen=True)
@@ -45,61 +53,61 @@ class Unlearned:
 class Learner:
     def __init__(self, state: State, trusted: frozenset[str] = frozenset()) -> None:
         self._state = state
+        self._repo = state.conditions
         self._trusted = trusted
         self._lock = threading.RLock()
-        self._memory = FailureMemory()
-        self._revision = -1
+        self._memory = FailureMemory().judged_by(trusted)
+        self._seq = 0
+        """The last log row folded."""
+        self._generation = -1
+        """The log's generation the memory is a fold of (-1: nothing loaded yet)."""
+        self._checkpointed = 0
         self._token: object | None = None
-        self._read = 0
-        """The stored revision as last read, and the database's change token then."""
+        self._marks: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def lock(self) -> threading.RLock:
         return self._lock
 
-    @property
-    def revision(self) -> int:
-        return self._revision
-
-    def _stored_revision(self) -> int:
+    def marks(self) -> tuple[int, int, int]:
+        """The log's last sequence number, its generation and the conditions' revision,
+        read again unless the database says nothing was written since."""
         token = self._state.change_token()
-        if token is not None and token == self._token:
-            return self._read
-        self._token, self._read = token, self._state.conditions.revision()
-        return self._read
+        if token is None or token != self._token:
+            self._token, self._marks = token, self._repo.marks()
+        return self._marks
 
     def memory(self) -> FailureMemory:
-        """The learner as the state has it now (reloaded when another writer moved it)."""
+        """The learner as the state has it now."""
         with self._lock:
-            rev = self._stored_revision()
-            if rev != self._revision:
-                raw = self._state.conditions.snapshot()
-                memory = self._load(json.loads(raw)) if raw else FailureMemory()
-                self._memory = memory.judged_by(self._trusted)
-                self._revision = rev
+            seq, generation, _conditions = self.marks()
+            if generation != self._generation:
+                self._reload(generation)
+            elif seq > self._seq:
+                self._tail()
             return self._memory
 
-    def _load(self, snapshot: Mapping[str, Any]) -> FailureMemory:
-        try:
-            return FailureMemory.from_dict(snapshot)
-        except ValueError:
-            # a snapshot of an earlier format: the log is the truth, fold it again (a
-            # home from before the log keeps its hand-written conditions)
-            memory = self._rebuild()
-            for raw in snapshot.get("manual", ()):
-                memory.add_condition(FailureCondition.from_dict(raw))
-            return memory
+    def _reload(self, generation: int, tx: Connection | None = None) -> None:
+        memory, seq = FailureMemory(), 0
+        found = self._repo.checkpoint()
+        if found is not None and found[2] == generation:
+            # a checkpoint of an earlier format is left aside: the log is folded again
+            with contextlib.suppress(ValueError):
+                memory, seq = FailureMemory.from_dict(json.loads(found[0])), found[1]
+        self._memory = memory.judged_by(self._trusted)
+        self._seq = self._checkpointed = seq
+        self._generation = generation
+        self._tail(tx)
 
-    def _rebuild(self, tx: Connection | None = None) -> FailureMemory:
-        memory = FailureMemory().judged_by(self._trusted)
-        for kind, payload in self._state.conditions.evidence(tx):
+    def _tail(self, tx: Connection | None = None) -> None:
+        for seq, kind, payload in self._repo.log_after(self._seq, tx):
             if kind == "session":
-                memory.fold(json.loads(payload))
+                self._memory.fold(json.loads(payload))
             else:
-                memory.add_condition(FailureCondition.from_dict(json.loads(payload)))
-        return memory
+                self._memory.add_condition(FailureCondition.from_dict(json.loads(payload)))
+            self._seq = seq
 
-    # ---- learning, inside the caller's transaction ----------------------------------------
+    # ---- writing, inside the caller's transaction ----------------------------------------
     def learn(
         self,
         tx: Connection,
@@ -110,48 +118,61 @@ class Learner:
     ) -> Learned | None:
         """Take in sessions (each once; sent again longer, its new steps only) and
         hand-written conditions; ``None`` when nothing was new."""
-        repo = self._state.conditions
         memory = self.memory()
-        fresh: list[dict[str, Any]] = []
+        rows: list[tuple[str, str, str, str]] = []
+        touched: set[str] = set()
         for s in dict((s.session_id, s) for s in sessions).values():
-            start = repo.learn_from(tx, s.session_id, _digests(s.steps), now)
+            start = self._repo.learn_from(tx, s.session_id, _digests(s.steps), now)
             if start is None:
                 continue
             derived = memory.derive(s, start)
             key = s.session_id if not start else f"{s.session_id}{PART}{start}"
-            if repo.append(tx, key, s.source, "session", _json(derived), now):
-                fresh.append(derived)
-        written: list[FailureCondition] = []
+            rows.append((key, s.source, "session", _json(derived)))
+            touched |= {f["tool"] for f in derived["failures"]} | set(derived["successes"])
         for condition in manual:
             condition = replace(condition, sources=condition.sources or (source,))
             key = f"condition:{condition.condition_id}:{condition.sources[0]}"
-            payload = _json(condition.to_dict())
-            if repo.append(tx, key, condition.sources[0], "condition", payload, now):
-                written.append(condition)
-        if not fresh and not written:
+            rows.append((key, condition.sources[0], "condition", _json(condition.to_dict())))
+            touched.add(condition.tool)
+        fresh = self._repo.fresh(tx, [r[0] for r in rows])
+        rows = [r for r in rows if r[0] in fresh]
+        if not rows:
             return None
-        touched = {f["tool"] for d in fresh for f in d["failures"]}
-        touched |= {t for d in fresh for t in d["successes"]}
-        touched |= {c.tool for c in written}
-        for derived in fresh:
-            memory.fold(derived)
-        for condition in written:
-            memory.add_condition(condition)
-        self._write(tx, memory)
+        self._append(tx, rows, now)
         return Learned(frozenset(touched))
+
+    def _append(
+        self, tx: Connection, rows: Sequence[tuple[str, str, str, str]], now: float
+    ) -> None:
+        self._repo.append(tx, rows, now)
+        # the rows other processes committed before these are visible now: fold them,
+        # then these
+        _seq, generation, _conditions = self._repo.marks(tx)
+        if generation != self._generation:
+            self._reload(generation, tx)
+        else:
+            self._tail(tx)
+        if self._seq - self._checkpointed >= CHECKPOINT_EVERY:
+            self._checkpoint(tx)
+
+    def _checkpoint(self, tx: Connection) -> None:
+        snapshot = _json(self._memory.to_dict())
+        self._repo.write_checkpoint(tx, snapshot, self._seq, self._generation)
+        self._checkpointed = self._seq
 
     def forget(self, tx: Connection, source: str, since: float | None) -> Unlearned | None:
         """Remove everything ``source`` taught (since ``since``) and fold the rest again;
         ``None`` when it had taught nothing."""
         before = self.memory()
-        removed = self._state.conditions.remove_source(tx, source, since)
+        removed = self._repo.remove_source(tx, source, since)
         if not removed:
             return None
         sessions = frozenset(key.split(PART, 1)[0] for kind, key in removed if kind == "session")
-        self._state.conditions.unlearn(tx, sessions)
-        memory = self._rebuild(tx)
-        tools = frozenset(before.tools()) | frozenset(memory.tools())
-        self._write(tx, memory)
+        self._repo.unlearn(tx, sessions)
+        _seq, generation, _conditions = self._repo.marks(tx)
+        self._reload(generation, tx)
+        self._checkpoint(tx)
+        tools = frozenset(before.tools()) | frozenset(self._memory.tools())
         return Unlearned(sessions, len(removed) - len(sessions), tools)
 
     def keep(self, tx: Connection, condition: FailureCondition, now: float) -> None:
@@ -159,20 +180,8 @@ class Learner:
         produces), kept in the log as hand-written."""
         kept = replace(condition, source="manual", sources=("operator",))
         key = f"reinstated:{condition.condition_id}"
-        self._state.conditions.append(tx, key, "operator", "condition", _json(kept.to_dict()), now)
-        self._memory.add_condition(kept)
-        self._state.conditions.set_snapshot(tx, _json(self._memory.to_dict()))
-
-    def moved(self, tx: Connection) -> None:
-        """Move the revision without a new snapshot (a lift or reinstatement changed what
-        the conditions' states say)."""
-        self._revision = max(self._revision, self._state.conditions.revision(tx)) + 1
-        self._state.conditions.set_revision(tx, self._revision)
-
-    def _write(self, tx: Connection, memory: FailureMemory) -> None:
-        self._revision = max(self._revision, self._state.conditions.revision(tx)) + 1
-        self._state.conditions.write(tx, _json(memory.to_dict()), self._revision)
-        self._memory = memory
+        if self._repo.fresh(tx, [key]):
+            self._append(tx, [(key, "operator", "condition", _json(kept.to_dict()))], now)
 
 
 def _digests(steps: Sequence[Step]) -> list[str]:

@@ -1,11 +1,15 @@
-"""The call memory in the state: the evidence log it is a fold of, the learner's snapshot,
-and every condition it ever derived with its lifecycle.
+"""The call memory in the state: the evidence log it is a fold of, a checkpoint of the
+learner, and every condition it ever derived with its lifecycle.
 
-- ``memory_evidence``: every session the memory learned from, as what the learner
-  derived from it (never raw outputs), and every hand-written condition, with its source
-  and arrival time: the truth, folded in any order;
-- ``call_memory``: the learner's snapshot (a fold of the log) and its revision, which
-  tells another process to reload it;
+- ``memory_log``: every session the memory learned from, as what the learner derived
+  from it (never raw outputs), and every hand-written condition, with its source, its
+  arrival time and its *sequence number*: the truth, folded in any order.  Sequence
+  numbers are handed out under a lock on their counter that is held until the
+  transaction commits, so rows become visible in sequence order: a reader that has
+  folded every row up to ``n`` need only read the rows after ``n`` to be up to date;
+- ``memory_checkpoint``: a checkpoint of the learner (a fold of the log up to a sequence
+  number, within one *generation*: forgetting removes rows and starts a new one), so
+  that a process starting up folds only what came after it;
 - ``learned_sessions`` / ``learned_steps``: which sessions were learned, and how many of
   their steps (a session sent again longer teaches its new steps only);
 - ``conditions``: what derivation forgets: when each condition was first and last
@@ -42,9 +46,15 @@ class StoredCondition:
 
 class ConditionRepository:
     SCHEMA: ClassVar[str] = """
-CREATE TABLE IF NOT EXISTS call_memory (
-    id INTEGER PRIMARY KEY CHECK (id = 1), snapshot TEXT NOT NULL, revision INTEGER NOT NULL
+CREATE TABLE IF NOT EXISTS memory_checkpoint (
+    id INTEGER PRIMARY KEY CHECK (id = 1), snapshot TEXT NOT NULL, seq INTEGER NOT NULL,
+    generation INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS memory_log (
+    seq INTEGER PRIMARY KEY, evidence_key TEXT NOT NULL UNIQUE, source TEXT NOT NULL,
+    kind TEXT NOT NULL, received_at REAL NOT NULL, payload TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS memory_log_source ON memory_log(source, received_at);
 CREATE TABLE IF NOT EXISTS conditions (
     condition_id TEXT PRIMARY KEY, tool TEXT NOT NULL, signature TEXT NOT NULL,
     record TEXT NOT NULL, pointer TEXT, valid_from REAL NOT NULL, last_seen REAL NOT NULL,
@@ -54,11 +64,6 @@ CREATE TABLE IF NOT EXISTS conditions (
 );
 CREATE INDEX IF NOT EXISTS conditions_tool ON conditions(tool);
 CREATE TABLE IF NOT EXISTS learned_sessions (session_key TEXT PRIMARY KEY, at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS memory_evidence (
-    evidence_key TEXT PRIMARY KEY, source TEXT NOT NULL, kind TEXT NOT NULL,
-    received_at REAL NOT NULL, payload TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS memory_evidence_source ON memory_evidence(source, received_at);
 CREATE TABLE IF NOT EXISTS lifted_families (
     condition_id TEXT PRIMARY KEY, predicate_key TEXT NOT NULL, words TEXT NOT NULL,
     at REAL NOT NULL
@@ -71,31 +76,24 @@ CREATE TABLE IF NOT EXISTS learned_steps (
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    # ---- the snapshot ------------------------------------------------------------------
-    def revision(self, conn: Connection | None = None) -> int:
+    # ---- the checkpoint ----------------------------------------------------------------
+    def checkpoint(self) -> tuple[str, int, int] | None:
+        """The learner's checkpoint: its snapshot, the last sequence number it folded,
+        and its generation."""
         try:
-            row = (conn or self._db).execute("SELECT revision FROM call_memory WHERE id=1")
-            found = row.fetchone()
+            row = self._db.execute(
+                "SELECT snapshot, seq, generation FROM memory_checkpoint WHERE id=1"
+            ).fetchone()
         except MissingTable:
-            return 0  # a home written before this memory existed, opened read-only
-        return int(found[0]) if found else 0
+            return None  # a home written before the log existed, opened read-only
+        return (str(row[0]), int(row[1]), int(row[2])) if row else None
 
-    def snapshot(self) -> str | None:
-        row = self._db.execute("SELECT snapshot FROM call_memory WHERE id=1").fetchone()
-        return str(row[0]) if row else None
-
-    def write(self, tx: Connection, snapshot: str, revision: int) -> None:
+    def write_checkpoint(self, tx: Connection, snapshot: str, seq: int, generation: int) -> None:
         tx.execute(
-            "INSERT INTO call_memory VALUES (1, ?, ?) ON CONFLICT(id) DO UPDATE "
-            "SET snapshot=excluded.snapshot, revision=excluded.revision",
-            (snapshot, revision),
+            "INSERT INTO memory_checkpoint VALUES (1, ?, ?, ?) ON CONFLICT(id) DO UPDATE "
+            "SET snapshot=excluded.snapshot, seq=excluded.seq, generation=excluded.generation",
+            (snapshot, seq, generation),
         )
-
-    def set_revision(self, tx: Connection, revision: int) -> None:
-        tx.execute("UPDATE call_memory SET revision=? WHERE id=1", (revision,))
-
-    def set_snapshot(self, tx: Connection, snapshot: str) -> None:
-        tx.execute("UPDATE call_memory SET snapshot=? WHERE id=1", (snapshot,))
 
     # ---- the evidence log --------------------------------------------------------------
     def learn_from(
@@ -124,49 +122,120 @@ CREATE TABLE IF NOT EXISTS learned_steps (
         )
         return int(known[0])
 
-    def append(
-        self, tx: Connection, key: str, source: str, kind: str, payload: str, now: float
-    ) -> bool:
-        """Add a piece of evidence once per key; returns whether it is new."""
-        return bool(
-            tx.execute(
-                "INSERT INTO memory_evidence VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT(evidence_key) DO NOTHING",
-                (key, source, kind, now, payload),
-            ).rowcount
-        )
+    def fresh(self, tx: Connection, keys: Sequence[str]) -> set[str]:
+        """The evidence keys the log does not hold yet."""
+        held: set[str] = set()
+        for start in range(0, len(keys), 500):
+            chunk = list(keys[start : start + 500])
+            held.update(
+                r[0]
+                for r in tx.execute(
+                    "SELECT evidence_key FROM memory_log "
+                    f"WHERE evidence_key IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                )
+            )
+        return set(keys) - held
 
-    def evidence(self, conn: Connection | None = None) -> list[tuple[str, str]]:
-        """``(kind, payload)`` of the whole log, in key order."""
+    def append(self, tx: Connection, rows: Sequence[tuple[str, str, str, str]], now: float) -> int:
+        """Add ``(key, source, kind, payload)`` rows whose keys the log lacks (see
+        :meth:`fresh`), numbered after every row before them; returns the sequence
+        number of the last one.  The counter's row stays locked until the transaction
+        commits, so no later row can become visible before these."""
+        top = self._allocate(tx, len(rows))
+        first = top - len(rows) + 1
+        tx.executemany(
+            "INSERT INTO memory_log VALUES (?, ?, ?, ?, ?, ?)",
+            [(first + i, k, src, kind, now, p) for i, (k, src, kind, p) in enumerate(rows)],
+        )
+        return top
+
+    @staticmethod
+    def _allocate(tx: Connection, n: int) -> int:
+        tx.execute(
+            "INSERT INTO meta VALUES ('evidence_seq', ?) ON CONFLICT(key) "
+            "DO UPDATE SET value = CAST(meta.value AS INTEGER) + ?",
+            (str(n), n),
+        )
+        (top,) = tx.execute(
+            "SELECT CAST(value AS INTEGER) FROM meta WHERE key='evidence_seq'"
+        ).fetchone()
+        return int(top)
+
+    def log_after(self, seq: int, conn: Connection | None = None) -> list[tuple[int, str, str]]:
+        """``(seq, kind, payload)`` of the log's rows after ``seq``, in order."""
+        db = conn or self._db
         try:
-            rows = (
+            rows = db.execute(
+                "SELECT seq, kind, payload FROM memory_log WHERE seq > ? ORDER BY seq", (seq,)
+            ).fetchall()
+        except MissingTable:
+            return self._legacy_log(db) if seq == 0 else []
+        return [(int(n), k, p) for n, k, p in rows]
+
+    @staticmethod
+    def _legacy_log(db: Connection | Database) -> list[tuple[int, str, str]]:
+        """A home written before the log was numbered, opened read-only: its evidence in
+        key order (numbered as migration 2 would number it)."""
+        try:
+            rows = db.execute(
+                "SELECT kind, payload FROM memory_evidence ORDER BY evidence_key"
+            ).fetchall()
+        except MissingTable:
+            return []
+        return [(i + 1, k, p) for i, (k, p) in enumerate(rows)]
+
+    def marks(self, conn: Connection | None = None) -> tuple[int, int, int]:
+        """The log's last sequence number, its generation and the conditions' revision,
+        in one read."""
+        try:
+            rows = dict(
                 (conn or self._db)
-                .execute("SELECT kind, payload FROM memory_evidence ORDER BY evidence_key")
+                .execute(
+                    "SELECT key, value FROM meta WHERE key IN "
+                    "('evidence_seq', 'evidence_generation', 'conditions_rev')"
+                )
                 .fetchall()
             )
         except MissingTable:
-            return []  # a home written before the log existed, opened read-only
-        return [(k, p) for k, p in rows]
+            return 0, 0, 0
+        return (
+            int(rows.get("evidence_seq", 0)),
+            int(rows.get("evidence_generation", 0)),
+            int(rows.get("conditions_rev", 0)),
+        )
 
     def remove_source(
         self, tx: Connection, source: str, since: float | None
     ) -> list[tuple[str, str]]:
-        """Delete a source's evidence (since ``since``); returns ``(kind, key)`` of each."""
+        """Delete a source's evidence (since ``since``); returns ``(kind, key)`` of each,
+        and starts a new generation of the log when anything went."""
         where, args = "source=?", list[Any]([source])
         if since is not None:
             where += " AND received_at >= ?"
             args.append(since)
-        rows = tx.execute(
-            f"SELECT kind, evidence_key FROM memory_evidence WHERE {where}", args
-        ).fetchall()
-        tx.execute(f"DELETE FROM memory_evidence WHERE {where}", args)
-        return [(k, key) for k, key in rows]
+        rows = tx.execute(f"SELECT kind, evidence_key FROM memory_log WHERE {where}", args)
+        found = [(k, key) for k, key in rows.fetchall()]
+        if found:
+            tx.execute(f"DELETE FROM memory_log WHERE {where}", args)
+            tx.execute(
+                "INSERT INTO meta VALUES ('evidence_generation', '1') ON CONFLICT(key) "
+                "DO UPDATE SET value = CAST(meta.value AS INTEGER) + 1"
+            )
+        return found
 
     def unlearn(self, tx: Connection, sessions: Iterable[str]) -> None:
         """As if never reported: the same sessions sent again teach again."""
         for key in sessions:
             tx.execute("DELETE FROM learned_sessions WHERE session_key=?", (key,))
             tx.execute("DELETE FROM learned_steps WHERE session_key=?", (key,))
+
+    def bump_conditions(self, tx: Connection) -> None:
+        """The conditions' stored lifecycle changed: readers load it again."""
+        tx.execute(
+            "INSERT INTO meta VALUES ('conditions_rev', '1') ON CONFLICT(key) "
+            "DO UPDATE SET value = CAST(meta.value AS INTEGER) + 1"
+        )
 
     # ---- the conditions ------------------------------------------------------------------
     def rows(self) -> list[StoredCondition]:
@@ -274,3 +343,25 @@ CREATE TABLE IF NOT EXISTS learned_steps (
 
     def unlift_family(self, tx: Connection, cid: str) -> None:
         tx.execute("DELETE FROM lifted_families WHERE condition_id=?", (cid,))
+
+
+def numbered_log(db: Database) -> None:
+    """Migration 2: the evidence log numbered (``memory_evidence`` becomes ``memory_log``,
+    in key order), and the learner's old snapshot dropped (the log is folded again)."""
+    if db.has_table("memory_evidence"):
+        rows = db.execute(
+            "SELECT evidence_key, source, kind, received_at, payload FROM memory_evidence "
+            "ORDER BY evidence_key"
+        ).fetchall()
+        db.executemany(
+            "INSERT INTO memory_log VALUES (?, ?, ?, ?, ?, ?)",
+            [(i + 1, *row) for i, row in enumerate(rows)],
+        )
+        db.execute(
+            "INSERT INTO meta VALUES ('evidence_seq', ?) ON CONFLICT(key) "
+            "DO UPDATE SET value=excluded.value",
+            (str(len(rows)),),
+        )
+        db.execute("DROP TABLE memory_evidence")
+    if db.has_table("call_memory"):
+        db.execute("DROP TABLE call_memory")

@@ -78,7 +78,12 @@ CREATE TABLE IF NOT EXISTS lifted_chain_families (
     def count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM constraints").fetchone()[0])
 
-    def present(self, tx: Connection, ids: Iterable[str]) -> set[str]:
+    def known(self, ids: Iterable[str]) -> set[str]:
+        """The chains of ``ids`` that are compiled (archived, or acknowledged and waiting
+        for the archive)."""
+        return self.present(self._db, ids)
+
+    def present(self, tx: Connection | Database, ids: Iterable[str]) -> set[str]:
         wanted = list(dict.fromkeys(ids))
         found: set[str] = set()
         for start in range(0, len(wanted), CHUNK):

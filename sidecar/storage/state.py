@@ -12,10 +12,11 @@ import uuid
 from contextlib import AbstractContextManager
 
 from sidecar.storage.base import Connection, Database, Lock
-from sidecar.storage.conditions import ConditionRepository
+from sidecar.storage.conditions import ConditionRepository, numbered_log
 from sidecar.storage.credentials import CredentialRepository
 from sidecar.storage.mandates import MandateRepository
 from sidecar.storage.moves import MoveRepository
+from sidecar.storage.pending import PendingRepository
 from sidecar.storage.revisions import RevisionRepository
 from sidecar.storage.schema import Migration
 from sidecar.storage.sequences import SequenceRepository
@@ -35,11 +36,13 @@ REPOSITORIES = (
     ConditionRepository,
     MoveRepository,
     MandateRepository,
+    PendingRepository,
 )
 SCHEMAS: tuple[str, ...] = tuple(r.SCHEMA for r in REPOSITORIES)
 """Every repository's tables, created when a state is opened for writing."""
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "sightings count sessions, not reports", sessions_from_counts),
+    Migration(2, "the call memory's evidence log numbered", numbered_log),
 )
 """The schema's versions (see :mod:`sidecar.storage.schema`), oldest first."""
 
@@ -59,6 +62,7 @@ class State:
         self.conditions = ConditionRepository(db)
         self.moves = MoveRepository(db)
         self.mandates = MandateRepository(db)
+        self.pending = PendingRepository(db)
 
     @property
     def writable(self) -> bool:
