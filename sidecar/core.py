@@ -303,9 +303,11 @@ class Sidecar:
         )
         ctx, k = validate.context_values(context), validate.k_value(k)
         task = task_text(task_input)
-        return self.lookup.search_text(
-            self.index, text, k, executed, ctx, done, task and redact_text(task)
-        )
+        index = self.index
+        with self.state.revisions.pinned():
+            return self.lookup.search_text(
+                index, text, k, executed, ctx, done, task and redact_text(task)
+            )
 
     @boundary
     def search_vector(
@@ -331,11 +333,10 @@ class Sidecar:
         mode: CheckMode = "sequence",
         context: Mapping[str, Any] | None = None,
     ) -> CheckResult:
-        return self.rules.check(
-            validate.tool_list(plan, "plan"),
-            validate.check_mode(mode),
-            validate.context_values(context),
-        )
+        tools, how = validate.tool_list(plan, "plan"), validate.check_mode(mode)
+        ctx = validate.context_values(context)
+        with self.state.revisions.pinned():
+            return self.rules.check(tools, how, ctx)
 
     @boundary
     def check_call(
@@ -355,13 +356,11 @@ class Sidecar:
         # compared with what the memory learned, redacted as it was: no secret of the
         # call is matched raw or quoted back in a reason
         task = task_text(task_input)
-        return self.rules.check_call(
-            redacted_steps(done),
-            name,
-            redact(args),
-            task and redact_text(task),
-            validate.context_values(context),
-        )
+        ctx = validate.context_values(context)
+        with self.state.revisions.pinned():
+            return self.rules.check_call(
+                redacted_steps(done), name, redact(args), task and redact_text(task), ctx
+            )
 
     def matcher_size(self) -> int:
         """Active constraints compiled into the matcher."""

@@ -73,7 +73,7 @@ class Lookup:
 
     def completed_chains(self) -> list[tuple[tuple[str, ...], int]]:
         """Completed chains and their runs, read again when a completed run was counted."""
-        rev = self._state.usage.revision()
+        rev = self._state.revisions.current().usage
         with self._lock:
             if rev != self._chains_rev:
                 self._chains = self._state.usage.completed_topologies()

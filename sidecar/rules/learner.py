@@ -62,20 +62,17 @@ class Learner:
         self._generation = -1
         """The log's generation the memory is a fold of (-1: nothing loaded yet)."""
         self._checkpointed = 0
-        self._token: object | None = None
-        self._marks: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def lock(self) -> threading.RLock:
         return self._lock
 
     def marks(self) -> tuple[int, int, int]:
-        """The log's last sequence number, its generation and the conditions' revision,
-        read again unless the database says nothing was written since."""
-        token = self._state.change_token()
-        if token is None or token != self._token:
-            self._token, self._marks = token, self._repo.marks()
-        return self._marks
+        """The log's last sequence number, its generation and the conditions' revision
+        (read with every other revision: :meth:`~sidecar.storage.revisions.
+        RevisionRepository.current`)."""
+        now = self._state.revisions.current()
+        return now.evidence, now.generation, now.conditions
 
     def memory(self) -> FailureMemory:
         """The learner as the state has it now."""

@@ -5,14 +5,46 @@ and the state's key-value settings (``meta``).
   ``tools_writes`` remembers which process made each of the last revisions, so that a
   process can tell its own writes (its in-memory copies followed them) from others';
 - ``constraints_rev`` moves whenever the fatal sequences in force may have changed;
-- ``usage_rev`` moves whenever a completed run is counted.
+- ``usage_rev`` moves whenever a completed run is counted;
+- ``evidence_seq`` and ``evidence_generation``: the call memory's log (see
+  :mod:`sidecar.storage.conditions`); ``conditions_rev``: its conditions' lifecycle.
+
+All of them are read in one small read (:meth:`RevisionRepository.current`), and a
+request reads them once (:meth:`RevisionRepository.pinned`): a request that starts after
+a commit, on any process, sees it, at the cost of that one read.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import ClassVar
 
-from sidecar.storage.base import Connection, Database
+from sidecar.storage.base import Connection, Database, MissingTable
+
+COUNTERS = (
+    "constraints_rev",
+    "tools_rev",
+    "usage_rev",
+    "evidence_seq",
+    "evidence_generation",
+    "conditions_rev",
+)
+
+
+@dataclass(frozen=True)
+class Revisions:
+    constraints: int = 0
+    tools: int = 0
+    usage: int = 0
+    evidence: int = 0
+    """The call memory's last log row."""
+    generation: int = 0
+    """The call memory's log generation (forgetting starts a new one)."""
+    conditions: int = 0
+
 
 TOOLS_WRITES_KEPT = 4096
 """Hot-index revisions remembered with their writer; a process that fell further behind
@@ -29,7 +61,8 @@ CREATE TABLE IF NOT EXISTS tools_writes (rev INTEGER PRIMARY KEY, writer TEXT NO
         self._db = db
         self.writer = writer
         """This process's name in ``tools_writes``."""
-        self._cache: tuple[object, tuple[int, int]] | None = None
+        self._cache: tuple[object, Revisions] | None = None
+        self._pin = threading.local()
 
     # ---- settings ----------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
@@ -61,20 +94,54 @@ CREATE TABLE IF NOT EXISTS tools_writes (rev INTEGER PRIMARY KEY, writer TEXT NO
         return int(row[0]) if row else 0
 
     def revisions(self) -> tuple[int, int]:
-        """The constraints revision and the hot-index revision, in one read; kept while
-        the database's change token says no process can have written since."""
+        """The constraints revision and the hot-index revision."""
+        now = self.current()
+        return now.constraints, now.tools
+
+    def current(self) -> Revisions:
+        """Every revision, in one read: the one a :meth:`pinned` request read first, else
+        the one cached while the database's change token says no process can have
+        written since, else read now."""
+        pinned = getattr(self._pin, "value", None)
+        if pinned is not None:
+            return pinned  # type: ignore[no-any-return]
         token = self._db.change_token()
         cached = self._cache
         if token is not None and cached is not None and cached[0] == token:
-            return cached[1]
-        rows = dict(
-            self._db.execute(
-                "SELECT key, value FROM meta WHERE key IN ('constraints_rev', 'tools_rev')"
-            ).fetchall()
-        )
-        revisions = int(rows.get("constraints_rev", 0)), int(rows.get("tools_rev", 0))
-        self._cache = (token, revisions)
-        return revisions
+            found = cached[1]
+        else:
+            found = self._read()
+            self._cache = (token, found)
+        if getattr(self._pin, "active", False):
+            self._pin.value = found
+        return found
+
+    def _read(self) -> Revisions:
+        marks = ",".join("?" * len(COUNTERS))
+        try:
+            rows = dict(
+                self._db.execute(
+                    f"SELECT key, value FROM meta WHERE key IN ({marks})", COUNTERS
+                ).fetchall()
+            )
+        except MissingTable:
+            return Revisions()
+        return Revisions(*(int(rows.get(k, 0)) for k in COUNTERS))
+
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Within the block (one request, in this thread), :meth:`current` reads once:
+        every part of the request judges from the same revisions.  Writes made inside it
+        are not seen by it (its own, made through a transaction, are followed by the
+        parts that made them)."""
+        outer = getattr(self._pin, "active", False)
+        self._pin.active = True
+        try:
+            yield
+        finally:
+            if not outer:
+                self._pin.active = False
+                self._pin.value = None
 
     def bump_tools(self, tx: Connection) -> None:
         """Move the hot-index revision inside a transaction, recording that this process

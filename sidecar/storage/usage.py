@@ -248,8 +248,3 @@ CREATE TABLE IF NOT EXISTS tool_successes (
             ):
                 out[tool] += int(n)
         return out
-
-    def revision(self) -> int:
-        """Changes whenever a completed run is counted or uncounted."""
-        row = self._db.execute("SELECT value FROM meta WHERE key='usage_rev'").fetchone()
-        return int(row[0]) if row else 0
