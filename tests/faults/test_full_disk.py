@@ -12,7 +12,7 @@ import pytest
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar
-from sidecar.errors import ColdStoreUnavailable, StateUnavailable
+from sidecar.errors import StateUnavailable
 from sidecar.model import Tool
 from sidecar.tools.records import embedding_text
 from tests.faults.faults import small_disk
@@ -74,19 +74,24 @@ def full_tmpfs(home: Path) -> None:
     with Server(home) as server:
         before = visible_files(home)
         ballast = fill(home)
-        refused = server.post("/v1/reports", {"reports": [NEW_CHAIN]})
-        assert refused.status_code == 503, refused.text
-        error = refused.json()["error"]
-        assert error["code"] in ("cold_store_unavailable", "state_unavailable"), error
-        assert any(word in error["message"] for word in FULL), error
+        answer = server.post("/v1/reports", {"reports": [NEW_CHAIN]})
+        if answer.status_code == 200:
+            # the state had room (SQLite's pages), the archive not: acknowledged, its
+            # record waits in the state for the space to come back
+            assert state_rows(home, "SELECT COUNT(*) FROM archive_pending") == [(1,)]
+        else:
+            assert answer.status_code == 503, answer.text
+            error = answer.json()["error"]
+            assert error["code"] in ("cold_store_unavailable", "state_unavailable"), error
+            assert any(word in error["message"] for word in FULL), error
+            # nothing half-written where readers look
+            assert visible_files(home) == before
+            assert state_rows(home, "SELECT COUNT(*) FROM archive_pending") == [(0,)]
         added = server.post("/v1/tools", {"tools": [NEW_TOOL]})
         assert added.status_code == 503, added.text
         ready = server.get("/readyz")
         assert ready.status_code == 503 and "No space left" in ready.text, ready.text
-        # nothing half-written where readers look
-        assert visible_files(home) == before
         assert state_rows(home, "PRAGMA quick_check") == [("ok",)]
-        assert state_rows(home, "SELECT COUNT(*) FROM intake_staged") == [(0,)]
         # reads keep working, from the server and from a CLI through it
         hits = server.post("/v1/search", {"query": "tool number", "k": 5})
         assert hits.status_code == 200 and len(hits.json()["hits"]) == 5
@@ -116,33 +121,39 @@ def enospc_at_the_write_layer(home: Path, monkeypatch: pytest.MonkeyPatch) -> No
     with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
         before = visible_files(home)
 
-        def no_space(*_args: object, **_kw: object) -> None:
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        monkeypatch.setattr("cold_store.local.publish", no_space)
-        with pytest.raises(ColdStoreUnavailable, match="No space left"):
-            sc.report(NEW_CHAIN)
-        monkeypatch.undo()
-
         def disk_full(*_args: object, **_kw: object) -> None:
             raise sqlite3.OperationalError("database or disk is full")
 
-        monkeypatch.setattr(type(sc.state.staging), "stage", disk_full)
+        # the state cannot take the batch: nothing of it anywhere
+        monkeypatch.setattr(type(sc.state.pending), "enqueue", disk_full)
         with pytest.raises(StateUnavailable, match="disk is full"):
             sc.report(NEW_CHAIN)
         monkeypatch.undo()
         assert visible_files(home) == before
-        assert state_rows(home, "SELECT COUNT(*) FROM intake_staged") == [(0,)]
+        assert state_rows(home, "SELECT COUNT(*) FROM archive_pending") == [(0,)]
         assert len(sc.search("tool number", k=5).hits) == 5
         assert not sc.check(["t000", "t001", "t019"]).safe
+
+        def no_space(*_args: object, **_kw: object) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        # the state took it, the archive cannot: acknowledged, its record waits
+        monkeypatch.setattr("cold_store.local.publish", no_space)
         result = sc.report(NEW_CHAIN)
         assert result.status == "archived", result
+        assert "No space left" in sc.health().checks["cold_store"]
+        assert sc.status().pending_records == 1
+        assert sc.audit(str(result.pointer))["published"] is False
+        monkeypatch.undo()
+        sc.maintain()  # the space is back: published
+        assert sc.status().pending_records == 0
+        assert "published" not in sc.audit(str(result.pointer))
         sc.add_tools(sc.get_tools(["t000"]).values())  # a hot write works again too
     check_home(home, world["tools"], [*chains, str(result.chain_id)])
 
 
 def test_enospc_at_the_write_layer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Injects: ENOSPC at the cold store's publish, then "database or disk is full" at
-    the state's intake write, in process: the branch :func:`test_a_full_disk` takes on a
+    """Injects: "database or disk is full" at the state's intake write, then ENOSPC at
+    the cold store's publish, in process: the branch :func:`test_a_full_disk` takes on a
     machine that may not mount, run everywhere."""
     enospc_at_the_write_layer(tmp_path / "home", monkeypatch)

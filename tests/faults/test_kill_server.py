@@ -140,37 +140,32 @@ def _post_quietly(server: Server, path: str) -> None:
         server.post(path, {})
 
 
-KILL_AFTER_PUBLISH = """
+KILL_BEFORE_PUBLISH = """
 import os, signal, sys
-from sidecar.intake import Intake
+from sidecar.intake.publish import Publisher
 
-compile_rows = Intake.compile
+def die(self):
+    # the batch committed in the state (counters, rules, records pending), not published
+    os.kill(os.getpid(), signal.SIGKILL)
 
-def compile_or_die(self, rows, *args, **kwargs):
-    # a batch's own compile (not a reconcile's): the chains are published, nothing else
-    if args and args[0] is not None:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return compile_rows(self, rows, *args, **kwargs)
-
-Intake.compile = compile_or_die
+Publisher.queued = die
 from sidecar.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_sigkill_between_a_batch_publish_and_its_counters(tmp_path: Path) -> None:
-    """Injects: SIGKILL at the one step where a report batch is in two stores at once:
-    its chains published to the cold store, its counters (completed runs, sightings,
-    sessions) and constraints not yet written to the state.  The server runs a patched
-    ``Intake.compile`` that kills the process the moment a batch calls it.
+def test_sigkill_between_a_batch_commit_and_its_publication(tmp_path: Path) -> None:
+    """Injects: SIGKILL at the one step where a report batch is in one store and not the
+    other: committed in the state (its counters, its rules, its chains' records pending)
+    and not yet appended to the cold store.  The server runs a patched
+    ``Publisher.queued`` that kills the process the moment a batch committed.
 
     After a restart, with nothing sent again, the batch is whole: both chains compiled
     and each in the cold store once, its completed run counted once, its unknown
-    failure sighted once (the owner completes it from the counters it staged before the
-    publish)."""
+    failure sighted once (the owner publishes what was pending)."""
     home = tmp_path / "home"
     world = build_world(home, n_tools=81, chains=1)
-    killed = Server(home, python=KILL_AFTER_PUBLISH)
+    killed = Server(home, python=KILL_BEFORE_PUBLISH)
     with killed:
         try:
             response = killed.post("/v1/reports", {"reports": batch(7)})
