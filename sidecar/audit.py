@@ -4,6 +4,7 @@ digest, the archive's status, and its maintenance."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from cold_store import RecordNotFound, RecordQuarantined, make_pointer, parse_pointer
 from cold_store.delta import DEFAULT_VACUUM_RETENTION, MIN_VACUUM_RETENTION
@@ -75,16 +76,27 @@ class Archive:
         shown = make_pointer("tools", move)
         try:
             view = archive.audit_view(self._cold.tools.get(move), shown)
-        except (RecordNotFound, RecordQuarantined) as exc:
-            intent = self._journal.snapshot(move)
-            if intent is None:
-                if isinstance(exc, RecordNotFound):
-                    raise NotFound(f"nothing archived at {pointer}") from exc
-                raise
-            view = archive.intent_view(intent, move, shown, str(exc))
+        except RecordNotFound as exc:
+            waiting = self._state.pending.get(move)
+            if waiting is not None:
+                view = archive.audit_view(waiting, shown)
+                view["published"] = False  # acknowledged, on its way to the archive
+            else:
+                view = self._intent(move, shown, exc, pointer)
+        except RecordQuarantined as exc:
+            view = self._intent(move, shown, exc, pointer)
         view["restores"] = self._journal.restores(view["tool_id"])
         view["variants_added"] = self._rules.sequences.events(move, "variant_added")
         return AuditRecord(view)
+
+    def _intent(self, move: str, shown: str, exc: Exception, pointer: str) -> dict[str, Any]:
+        """The journal's intent of a move, when its cold record cannot be read."""
+        intent = self._journal.snapshot(move)
+        if intent is None:
+            if isinstance(exc, RecordNotFound):
+                raise NotFound(f"nothing archived at {pointer}") from exc
+            raise exc
+        return archive.intent_view(intent, move, shown, str(exc))
 
     def digest(self) -> Digest:
         entries = [

@@ -64,6 +64,7 @@ from sidecar.home import Home
 from sidecar.hot import HotIndex
 from sidecar.intake import Intake, StepPolicy
 from sidecar.intake.parse import redacted_steps, steps_of, task_text
+from sidecar.intake.publish import Publisher
 from sidecar.limits import INTAKE_CHUNK, MANDATE_STATUSES, CheckMode
 from sidecar.lookup import Lookup
 from sidecar.memory import Step, Thresholds
@@ -161,7 +162,9 @@ class Sidecar:
         )
         after = self._evict_after_report if settings.evict_on_report else None
         self.intake = _intake(settings, self._home, self.records, self.rules, after)
-        self.eviction = _evictor(settings, self._home, self.hot, self.records, self.rules)
+        self.eviction = _evictor(
+            settings, self._home, self.hot, self.records, self.rules, self.intake.publisher
+        )
         self.recovery = Recovery(self.journal, self.eviction, read_only)
         self.archive = Archive(
             self.cold, self.state, self.journal, self.rules, self.records, self.recovery
@@ -582,7 +585,12 @@ def _intake(
 
 
 def _evictor(
-    settings: Settings, home: Home, hot: HotIndex, records: ToolRecords, rules: Rules
+    settings: Settings,
+    home: Home,
+    hot: HotIndex,
+    records: ToolRecords,
+    rules: Rules,
+    publisher: Publisher,
 ) -> Evictor:
     return Evictor(
         index=hot.get,
@@ -595,6 +603,7 @@ def _evictor(
         hot_write=home.hot_write,
         policy=Policy(settings.evict_min_chains, settings.evict_batch_size, settings.crash_at),
         count_tokens=hot.token_counter,
+        publisher=publisher,
     )
 
 

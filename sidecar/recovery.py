@@ -9,7 +9,6 @@ readiness says why.
 from __future__ import annotations
 
 import logging
-import re
 import sqlite3
 import tempfile
 from collections.abc import Callable
@@ -20,21 +19,13 @@ from cold_store import ColdStore, ColdStoreError
 from indexes import ActiveIndex, ToolIndexError
 from sidecar.errors import Busy, Degraded, InvalidInput, SidecarError
 from sidecar.eviction import Evictor, Journal
+from sidecar.faults import FAILURES, plain
 from sidecar.redact import redact_text
 from sidecar.results import Health
 from sidecar.storage import DatabaseError
 
 T = TypeVar("T")
 log = logging.getLogger("sidecar")
-_ESCAPES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-FAILURES = (SidecarError, ColdStoreError, ToolIndexError, sqlite3.Error, OSError)
-"""What a move may fail with, whatever the store."""
-
-
-def plain(exc: BaseException) -> str:
-    """An error's text, redacted and without terminal escape codes (the object store's
-    client colours its messages)."""
-    return redact_text(_ESCAPES.sub("", str(exc)))
 
 
 class Recovery:

@@ -33,6 +33,7 @@ from sidecar.eviction.decision import (
     decide,
 )
 from sidecar.eviction.journal import Journal, move_id
+from sidecar.intake.publish import Publisher
 from sidecar.model import ArchivedConstraint, CredentialRef
 from sidecar.rules import Rules
 from sidecar.rules.standing import source_of
@@ -63,6 +64,7 @@ class Evictor:
         hot_write: Callable[[], AbstractContextManager[None]],
         policy: Policy,
         count_tokens: Callable[[], tuple[str, Callable[[str], int]]],
+        publisher: Publisher,
         crash_hook: Callable[[str], None] | None = None,
     ) -> None:
         """``index`` opens the hot index on first use; ``lock`` makes the eviction
@@ -78,6 +80,7 @@ class Evictor:
         self._hot_write = hot_write
         self._policy = policy
         self._count_tokens = count_tokens
+        self._publisher = publisher
         self._crash_hook = crash_hook
 
     def lock(self) -> Lock:
@@ -228,12 +231,8 @@ class Evictor:
 
     def _complete(self, moves: Sequence[Move], rows: Sequence[dict[str, Any]]) -> int:
         ids = [m.move_id for m in moves]
-        # the batch is named by its moves: a replica that replays these moves after
-        # their holder died appends nothing, however far the first attempt got
-        batch = hashlib.sha256("|".join(sorted(ids)).encode()).hexdigest()[:32]
-        self._cold.append(list(rows), batch=f"moves-{batch}")
+        self._archive(ids, rows)
         self._crash("after_cold")
-        self._journal.advance(ids, "archived")
         fresh = [m for m in moves if self._journal.status(m.move_id) in ("intent", "archived")]
         mandates = self._journal.release_credentials(
             fresh, "credential no longer used by any active tool after eviction"
@@ -248,6 +247,24 @@ class Evictor:
         self._journal.finish(moves, {m.move_id: make_pointer("tools", m.move_id) for m in moves})
         self._crash("after_done")
         return mandates
+
+    def _archive(self, ids: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
+        """The moves' records into the archive, and the moves ``archived``.  Beside a
+        local folder, appended at once (a store that refuses them stops the moves).
+        Beside a shared Delta table, acknowledged in the state with the step and
+        published in the publisher's group commits: a move then waits on no round trip
+        to the object store.  Either way a replayed move appends nothing twice (the
+        batch, and the records, are named by the moves)."""
+        if self._publisher.group:
+            now = time.time()
+            with self._state.tx() as tx:
+                self._publisher.queue(tx, rows, now, "tools", "record_id")
+                self._state.moves.advance(tx, ids, "archived", now)
+            self._publisher.queued()
+            return
+        batch = hashlib.sha256("|".join(sorted(ids)).encode()).hexdigest()[:32]
+        self._cold.append(list(rows), batch=f"moves-{batch}")
+        self._journal.advance(ids, "archived")
 
     def _cold_row(self, move: Move, count_tokens: Callable[[str], int]) -> dict[str, Any]:
         snap = move.snapshot

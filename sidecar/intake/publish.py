@@ -28,7 +28,7 @@ from typing import Any
 
 from cold_store import ColdStore
 from sidecar.errors import Busy
-from sidecar.recovery import FAILURES, plain
+from sidecar.faults import FAILURES, plain
 from sidecar.storage.base import Connection
 from sidecar.storage.state import State
 
@@ -52,9 +52,17 @@ class Publisher:
         self.error: str | None = None
         """Why the last publication failed (``None`` after one succeeded)."""
 
-    def queue(self, tx: Connection, rows: Sequence[Mapping[str, Any]], now: float) -> None:
-        """Keep a batch's chain records, inside the transaction that commits the batch."""
-        self._state.pending.enqueue(tx, "chains", "chain_id", rows, now)
+    def queue(
+        self,
+        tx: Connection,
+        rows: Sequence[Mapping[str, Any]],
+        now: float,
+        table: str = "chains",
+        key: str = "chain_id",
+    ) -> None:
+        """Keep records of a cold table, inside the transaction that acknowledges them
+        (an intake batch's chains; a move's tool records)."""
+        self._state.pending.enqueue(tx, table, key, rows, now)
 
     def queued(self) -> None:
         """After a batch committed: publish now, or wake the group publisher."""
