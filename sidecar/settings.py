@@ -284,9 +284,16 @@ def validate(s: Settings) -> Settings:
     if s.database_url is not None and not s.database_url.startswith(
         ("postgresql://", "postgres://")
     ):
+        # never echoed: a libpq "host=... password=..." string has no "://" to cut at
+        scheme = s.database_url.split("://")[0] if "://" in s.database_url else None
+        got = (
+            f"{scheme!r}://..."
+            if scheme and scheme.isalnum()
+            else "something else (a libpq 'key=value' string is written as a URL: "
+            "postgresql://user:password@host:port/database)"
+        )
         raise ConfigError(
-            "database_url must start with postgresql:// (or postgres://), got "
-            f"{s.database_url.split('://')[0]!r}://..."
+            f"database_url must be a URL starting with postgresql:// (or postgres://), got {got}"
         )
     if s.cold_url is not None:
         from cold_store.errors import BadLocation
