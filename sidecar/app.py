@@ -92,6 +92,7 @@ from sidecar.model import (
     check_text,
     check_tool_id,
 )
+from sidecar.paging import DEFAULT_LIMIT, ToolPage
 from sidecar.principals import LOCAL, Principals, ReportRate, Role, check_source
 from sidecar.ranking import query_views
 from sidecar.redact import redact, redact_text
@@ -428,6 +429,16 @@ class Sidecar:
     @boundary
     def list_tools(self) -> list[Tool]:
         return self._tools.active()
+
+    @boundary
+    def list_tools_page(
+        self, cursor: str | None = None, limit: int = DEFAULT_LIMIT, agent: bool = False
+    ) -> ToolPage:
+        """One page of :meth:`list_tools`, in id order; its ``next_cursor`` gives the
+        next.  ``agent``: only what a lookup could show an agent (no tool evicted or
+        withheld from every lookup, no credentials: see :mod:`sidecar.paging`)."""
+        hidden = self._cold_tools() | (self._lookup.withheld_at_start() if agent else set())
+        return self._tools.page(cursor, limit, hidden, "agent" if agent else "operator")
 
     @boundary
     def get_tools(self, tool_ids: Iterable[str]) -> dict[str, Tool]:

@@ -151,6 +151,16 @@ class ToolRecords:
         ).fetchall()
         return [IndexRecord(t, d, json.loads(m)) for t, d, m in rows]
 
+    def page(self, after: str | None, limit: int) -> list[IndexRecord]:
+        """Up to ``limit`` records in id order, after the id ``after`` (from the start
+        when ``None``)."""
+        rows = self._state.db.execute(
+            "SELECT tool_id, document, metadata FROM hot_tools WHERE tool_id > ? "
+            "ORDER BY tool_id LIMIT ?",
+            ("" if after is None else after, limit),
+        ).fetchall()
+        return [IndexRecord(t, d, json.loads(m)) for t, d, m in rows]
+
     def ids(self) -> set[str]:
         return {r[0] for r in self._state.db.execute("SELECT tool_id FROM hot_tools")}
 

@@ -9,7 +9,7 @@ only ``restore`` brings one back.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 
@@ -17,6 +17,7 @@ from indexes import ActiveIndex, IndexRecord
 from sidecar.errors import InvalidInput
 from sidecar.journal import Journal
 from sidecar.model import Tool
+from sidecar.paging import ToolPage, View, check_limit, decode_cursor, page_of
 from sidecar.registry import (
     AddToolsResult,
     SyncResult,
@@ -133,6 +134,27 @@ class Tools:
         records = [r for r in records if r.id not in moving]
         creds = self._state.credentials(r.id for r in records)
         return [tool_from_record(r, creds.get(r.id, ())) for r in records]
+
+    def page(self, cursor: str | None, limit: int, hidden: Collection[str], view: View) -> ToolPage:
+        """A page of :meth:`active` (see :mod:`sidecar.paging`), ``hidden`` left out."""
+        after = decode_cursor(cursor)
+        limit = check_limit(limit)
+        if self._state.meta(REGISTRY_MIGRATED) is None:
+            everything = self.active()  # an old home, read: its index is the list
+
+            def fetch(start: str | None, n: int) -> list[Tool]:
+                return [t for t in everything if start is None or t.tool_id > start][:n]
+
+        else:
+            moving = self._journal.in_flight_tools()
+
+            def fetch(start: str | None, n: int) -> list[Tool]:
+                records = self._records.page(start, n)
+                creds = self._state.credentials(r.id for r in records)
+                return [tool_from_record(r, creds.get(r.id, ())) for r in records]
+
+            hidden = set(hidden) | moving
+        return page_of(fetch, after, limit, hidden, view)
 
     def get(self, tool_ids: Iterable[str]) -> dict[str, Tool]:
         records = self._records.get(tool_ids)
