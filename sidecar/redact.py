@@ -142,6 +142,8 @@ class Rule:
     or (:data:`SCANS`) a function of the whole text."""
     least: int = 0
     """The fewest characters a match spans: a shorter text skips the rule."""
+    needs: tuple[str, ...] = ()
+    """Lower-case texts of which every match holds one: a text holding none skips it."""
 
 
 def _least_width(pattern: re.Pattern[str]) -> int:
@@ -335,7 +337,9 @@ def _members(text: str) -> str:
 def _shape_mask(shape: Shape) -> Any:
     def when(match: re.Match[str]) -> bool:
         value = next((match.group(g) for g in shape.groups if match.group(g) is not None), "")
-        return MASK not in value and (shape.keep is None or shape.keep(value))
+        if MASK in value:
+            return False
+        return shape.keep is None or shape.keep(value, match.string[: match.start()])
 
     return _masking(*shape.groups, when=when)
 
@@ -348,7 +352,8 @@ def _compile() -> tuple[Rule, ...]:
     rules.append(Rule("json member", _MEMBER, _members, _least_width(_MEMBER)))
     for shape in SHAPES:  # before "name=value": a quoted value is masked whole
         pattern = re.compile(shape.pattern)
-        rules.append(Rule(shape.name, pattern, _shape_mask(shape), _least_width(pattern)))
+        least = _least_width(pattern)
+        rules.append(Rule(shape.name, pattern, _shape_mask(shape), least, shape.needs))
     for name, source, replace in _CONTEXT_RULES:
         pattern = re.compile(source)
         rules.append(Rule(name, pattern, replace, _least_width(pattern)))
@@ -375,8 +380,9 @@ def redact_text(text: str) -> str:
     document = _json_document(text)
     if document is not None:
         return document
+    lowered = text.lower()  # masks add none of the needles: the original's will do
     for rule in RULES:
-        if len(text) >= rule.least:
+        if len(text) >= rule.least and (not rule.needs or any(n in lowered for n in rule.needs)):
             text = apply_rule(rule, text)
     return text
 

@@ -71,19 +71,30 @@ def secret_shaped(value: str) -> bool:
     )
 
 
-def _a_password(value: str) -> bool:
+def _a_password(value: str, _before: str = "") -> bool:
     """After a password's noun ("password X is invalid"): any word but error prose."""
     word = word_of(value)
     return word not in WHY_WORDS and word not in _DESCRIBING
 
 
-def _secret_value(value: str) -> bool:
+def _secret_value(value: str, _before: str = "") -> bool:
     return word_of(value) not in WHY_WORDS and secret_shaped(value)
 
 
-def _not_ids(value: str) -> bool:
+def _not_ids(value: str, _before: str = "") -> bool:
     """``docker -u 1000:1000`` is a user and a group, not a password."""
     return not value.isdigit()
+
+
+_NAME_BEFORE = re.compile(r"(?<![/\\.\w])[A-Za-z][\w.\-]{0,63}$")
+_SECRET_NAME = re.compile(r"(?i)pass|pwd|secret|token|auth|key|credential")
+
+
+def _secret_name(_value: str, before: str) -> bool:
+    """Whether the name before ``=`` names a secret (``password``, ``PGPASSWORD``,
+    ``client_secret``, ``AccountKey``)."""
+    name = _NAME_BEFORE.search(before[-64:].rstrip(" \t"))
+    return name is not None and _SECRET_NAME.search(name.group(0)) is not None
 
 
 @dataclass(frozen=True)
@@ -92,8 +103,12 @@ class Shape:
     pattern: str
     groups: tuple[int, ...]
     """The groups that may hold the secret: the first that matched is masked."""
-    keep: Callable[[str], bool] | None = None
-    """Whether that group's text is a secret (``None``: always)."""
+    keep: Callable[[str, str], bool] | None = None
+    """Whether that group's text is a secret, given it and the text before the match
+    (``None``: always)."""
+    needs: tuple[str, ...] = ()
+    """Lower-case texts of which every match holds one: a text holding none is skipped
+    without running the pattern (most texts are ordinary)."""
 
 
 _QUOTED = r"'(?:\\.|[^'\\\n]){1,512}'|\"(?:\\.|[^\"\\\n]){1,512}\"|\{[^}\n]{1,512}\}"
@@ -116,13 +131,16 @@ SHAPES: tuple[Shape, ...] = (
         "url userinfo with a slash",
         r"(?<=://)([^/\s:@]*:(?!\d{1,5}/)[^\s@/]*/[^\s@]*)@(?=[^/\s@:]+)",
         (1,),
+        needs=("://",),
     ),
     Shape(
-        # libpq: password='a b\'c'; ODBC: Password={a;b}; a quoted value whole
+        # libpq: password='a b\'c'; ODBC: Password={a;b}; a quoted value whole (the
+        # match starts at "=": the name before it is read by _secret_name)
         "quoted name=value secret",
-        r"(?i)(?<![/\\.\w])((?:[a-z][\w.\-]{0,63}?)?(?:pass|pwd|secret|token|auth|key|"
-        rf"credential)[\w.\-]{{0,63}}?)\s*=\s*({_QUOTED})",
-        (2,),
+        rf"(?<=[\w.\-])[ \t]{{0,2}}=[ \t]*({_QUOTED})",
+        (1,),
+        _secret_name,
+        ("=",),
     ),
     Shape(
         "curl -u user:password",
@@ -131,30 +149,54 @@ SHAPES: tuple[Shape, ...] = (
         r"[^\s:'\"]{1,128}:([^\s'\"]{1,256}))",
         (1, 2, 3),
         _not_ids,
+        ("-u",),
     ),
-    Shape("sshpass -p password", rf"\bsshpass\b[^\n]{{0,64}}?\s-p\s*(?:{_VALUE})", (1, 2, 3)),
+    Shape(
+        "sshpass -p password",
+        rf"\bsshpass\b[^\n]{{0,64}}?\s-p\s*(?:{_VALUE})",
+        (1, 2, 3),
+        needs=("sshpass",),
+    ),
     Shape(
         "mysql -ppassword",
         r"\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlcheck|mysqlshow|mariadb|"
         r"mariadb-dump)\b[^\n]{0,128}?\s-p"
         r"(?:'([^'\n]{1,256})'|\"([^\"\n]{1,256})\"|([^\s'\"]{1,256}))",
         (1, 2, 3),
+        needs=("mysql", "mariadb"),
     ),
     Shape(
         "--password value",
         rf"(?i)(?<![\w-])--(?!no-){_FLAG_NAMES}\s+(?!-)(?:{_VALUE})",
         (1, 2, 3),
-        lambda v: word_of(v) not in WHY_WORDS,
+        lambda v, _b: word_of(v) not in WHY_WORDS,
+        ("--",),
     ),
-    Shape("redis-cli -a password", rf"\bredis-cli\b[^\n]{{0,128}}?\s-a\s+(?:{_VALUE})", (1, 2, 3)),
-    Shape("openssl pass:password", r"(?<![\w-])-pass(?:in|out)?\s+pass:(\S{1,256})", (1,)),
-    Shape("smbclient -U user%password", r"(?<![\w-])-U\s*[^\s%'\"]{1,128}%(\S{1,256})", (1,)),
+    Shape(
+        "redis-cli -a password",
+        rf"\bredis-cli\b[^\n]{{0,128}}?\s-a\s+(?:{_VALUE})",
+        (1, 2, 3),
+        needs=("redis-cli",),
+    ),
+    Shape(
+        "openssl pass:password",
+        r"(?<![\w-])-pass(?:in|out)?\s+pass:(\S{1,256})",
+        (1,),
+        needs=("pass:",),
+    ),
+    Shape(
+        "smbclient -U user%password",
+        r"(?<![\w-])-U\s*[^\s%'\"]{1,128}%(\S{1,256})",
+        (1,),
+        needs=("%",),
+    ),
     Shape(
         # login failed, password X is invalid
         "password named before its failure",
         rf"(?i)\b(?:{_PASSWORD_NOUNS})\s+{_NOT_A_VALUE}([^\s\"'`,;]{{3,128}})\s+{_IS_FAILED}",
         (1,),
         _a_password,
+        ("pass", "pwd"),
     ),
     Shape(
         "secret named before its failure",
@@ -162,6 +204,7 @@ SHAPES: tuple[Shape, ...] = (
         rf"([^\s\"'`,;]{{3,128}})\s+{_IS_FAILED}",
         (1,),
         _secret_value,
+        ("pin", "api", "secret", "token"),
     ),
     Shape(
         # invalid password X
@@ -171,6 +214,7 @@ SHAPES: tuple[Shape, ...] = (
         r"from|with|please|try|again|when|while)\b)([^\s\"'`,;]{2,127}[^\s\"'`,;.:])",
         (1,),
         _secret_value,
+        ("pass", "pwd", "pin", "api", "secret", "token"),
     ),
 )
 

@@ -965,7 +965,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 import httpx
 
                 headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-                posted = httpx.post(f"{url}/v1/traces", content=otlp_body(g), headers=headers)
+                posted = httpx.post(
+                    f"{url}/v1/traces", content=otlp_body(g), headers=headers, timeout=120
+                )
                 assert posted.status_code == 200, posted.text
                 wait_for(lambda: otlp_archived(sc), "the OTLP session to be archived")
                 answers = answers_of(sc, g, url, reason_args)
