@@ -34,6 +34,7 @@ from sidecar.limits import (
 )
 from sidecar.memory import Step
 from sidecar.model import CallCheck, CheckResult, IntakeResult, LookupResult, Tool
+from sidecar.paging import DEFAULT_LIMIT, MAX_LIMIT, ToolPage
 from sidecar.results import (
     ArchiveMaintenance,
     ArchiveStatus,
@@ -95,6 +96,8 @@ class RemoteSidecar:
         self._token_source = token_source or ("given" if token else "none found")
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
         self._limit: int | None = None
+        self.page_size = MAX_LIMIT
+        """Tools asked for per page when :meth:`list_tools` walks the catalog."""
 
     def close(self) -> None:
         self._http.close()
@@ -178,7 +181,18 @@ class RemoteSidecar:
         return AddToolsResult(tuple(added), tuple(updated), tuple(warnings))
 
     def list_tools(self) -> list[Tool]:
-        return self._get(list[Tool], "/v1/tools", "tools")
+        """Every page of ``GET /v1/tools``, followed to the end."""
+        tools: list[Tool] = []
+        cursor: str | None = None
+        while True:
+            page = self.list_tools_page(cursor, self.page_size)
+            tools += page.tools
+            if page.next_cursor is None:
+                return tools
+            cursor = page.next_cursor
+
+    def list_tools_page(self, cursor: str | None = None, limit: int = DEFAULT_LIMIT) -> ToolPage:
+        return self._get(ToolPage, "/v1/tools", cursor=cursor, limit=limit)
 
     def search(
         self,

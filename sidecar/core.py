@@ -77,6 +77,7 @@ from sidecar.model import (
     StepReport,
     Tool,
 )
+from sidecar.paging import DEFAULT_LIMIT, ToolPage
 from sidecar.principals import LOCAL, Principals, ReportRate, Role, check_source
 from sidecar.recovery import Recovery, health
 from sidecar.redact import redact, redact_text
@@ -273,6 +274,16 @@ class Sidecar:
     @boundary
     def list_tools(self) -> list[Tool]:
         return self.tools.active()
+
+    @boundary
+    def list_tools_page(
+        self, cursor: str | None = None, limit: int = DEFAULT_LIMIT, agent: bool = False
+    ) -> ToolPage:
+        """One page of :meth:`list_tools`, in id order; its ``next_cursor`` gives the
+        next.  ``agent``: only what a lookup could show an agent (no tool evicted or
+        withheld from every lookup, no credentials: see :mod:`sidecar.paging`)."""
+        hidden = self._cold_tools() | (self.lookup.withheld_at_start() if agent else set())
+        return self.tools.page(cursor, limit, hidden, "agent" if agent else "operator")
 
     @boundary
     def get_tools(self, tool_ids: Iterable[str]) -> dict[str, Tool]:

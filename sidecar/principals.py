@@ -17,6 +17,14 @@ Tokens are configured in one JSON file (``SIDECAR_TOKENS_FILE``, else the home's
       {"name": "ops", "role": "operator", "token_sha256": "..."}
     ]}
 
+A token is compared as it is once its surrounding whitespace is stripped, and is checked
+in that form when it is read: one that is empty or shorter than :data:`MIN_TOKEN`
+characters, the same token in two entries (or in an entry and ``SIDECAR_TOKEN``), and a
+``token_sha256`` of the empty token are refused at start (:class:`~sidecar.errors.
+ConfigError`), so that no entry can make an empty or blank ``Authorization: Bearer``
+anyone; an empty presented token matches nothing.  A token's *name* is no secret: a
+refusal names it.
+
 The home's single token of before (``SIDECAR_TOKEN`` or the ``token`` file) still works:
 it is an operator, and what it reports is the ``local`` source's, like what the process
 reports through the library itself.  A named token's *name* is the source of everything
@@ -49,6 +57,8 @@ LOCAL = "local"
 GATEWAY = "gateway"
 OTLP = "otlp"
 RESERVED = frozenset({LOCAL, GATEWAY, OTLP})
+MIN_TOKEN = 16
+"""The fewest characters of a token, once its surrounding whitespace is stripped."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,24 @@ def _digest(token: str | bytes) -> bytes:
     return hashlib.sha256(raw.strip()).digest()
 
 
+EMPTY_DIGEST = _digest(b"")
+
+
+def check_token(token: str, where: str) -> str:
+    """``token`` as it is compared (its surrounding whitespace stripped), or
+    :class:`~sidecar.errors.ConfigError` naming ``where`` when that is empty or shorter
+    than :data:`MIN_TOKEN` characters."""
+    stripped = token.strip()
+    if not stripped:
+        raise ConfigError(f"{where} is empty once its whitespace is stripped: set a real token")
+    if len(stripped) < MIN_TOKEN:
+        raise ConfigError(
+            f"{where} has {len(stripped)} characters once its whitespace is stripped; a token "
+            f"needs {MIN_TOKEN} or more"
+        )
+    return stripped
+
+
 class Principals:
     """The tokens a server accepts, each with its principal."""
 
@@ -97,14 +125,17 @@ class Principals:
         self._entries = list(entries)
         names = [p.name for p, _ in self._entries]
         if len(set(names)) != len(names):
-            raise ConfigError("tokens: each token needs a name of its own")
+            raise ConfigError("each token needs a name of its own")
+        _refuse_shared(self._entries)
 
     @classmethod
     def load(cls, path: Path | None, token: str | None) -> Principals:
-        """The operator's single ``token`` (when set) and the tokens of ``path`` (when
-        the file exists)."""
+        """The operator's single ``token`` (when given: ``None`` means none) and the
+        tokens of ``path`` (when the file exists; whether a named file must exist is the
+        settings' to check)."""
         entries: list[tuple[Principal, bytes]] = []
-        if token:
+        if token is not None:
+            check_token(token, "the operator's token ($SIDECAR_TOKEN or the home's token file)")
             entries.append((THE_OPERATOR, _digest(token)))
         if path is not None and path.exists():
             entries += _read(path)
@@ -112,8 +143,10 @@ class Principals:
 
     def authenticate(self, presented: bytes) -> Principal | None:
         """The principal of a presented bearer token (compared by digest, in constant
-        time per entry, every entry compared), or ``None``."""
+        time per entry, every entry compared), or ``None``; an empty one is nobody's."""
         digest = _digest(presented)
+        if hmac.compare_digest(digest, EMPTY_DIGEST):
+            return None
         found: Principal | None = None
         for principal, expected in self._entries:
             if hmac.compare_digest(digest, expected) and found is None:
@@ -125,6 +158,27 @@ class Principals:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _refuse_shared(entries: list[tuple[Principal, bytes]]) -> None:
+    """One token is one principal: the same token under two names would be the first
+    one's (and with two roles, the stronger role could hide behind the weaker name)."""
+    first: dict[bytes, Principal] = {}
+    for principal, digest in entries:
+        if digest == EMPTY_DIGEST:
+            raise ConfigError(f"the token named {principal.name!r} is the empty token")
+        other = first.setdefault(digest, principal)
+        if other is principal:
+            continue
+        if other.role != principal.role:
+            raise ConfigError(
+                f"among the tokens, {other.name!r} and {principal.name!r} are one token with "
+                f"two roles ({other.role} and {principal.role}): give each its own token"
+            )
+        raise ConfigError(
+            f"among the tokens, {other.name!r} and {principal.name!r} are the same token: "
+            "give each its own"
+        )
 
 
 def _read(path: Path) -> list[tuple[Principal, bytes]]:
@@ -158,10 +212,12 @@ def _entry(row: Any, where: str) -> tuple[Principal, bytes]:
     hashed, plain = row.get("token_sha256"), row.get("token")
     if isinstance(hashed, str) and re.fullmatch(r"[0-9a-fA-F]{64}", hashed):
         digest = bytes.fromhex(hashed)
-    elif isinstance(plain, str) and len(plain) >= 16:
-        digest = _digest(plain)
+    elif isinstance(plain, str):
+        digest = _digest(check_token(plain, f"{where}: 'token'"))
     else:
-        raise ConfigError(f"{where}: needs 'token_sha256' (64 hex digits) or a 'token' of 16+")
+        raise ConfigError(
+            f"{where}: needs 'token_sha256' (64 hex digits) or a 'token' of {MIN_TOKEN}+"
+        )
     return Principal(name, role, trusted), digest
 
 

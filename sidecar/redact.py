@@ -42,9 +42,13 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from sidecar.secretshapes import SHAPES, Shape, secret_shaped
+from sidecar.secretshapes import WHY_WORDS as _NOT_SECRETS
+from sidecar.secretshapes import word_of as _word_value
 
 MASK = "[REDACTED]"
 
@@ -138,6 +142,8 @@ class Rule:
     or (:data:`SCANS`) a function of the whole text."""
     least: int = 0
     """The fewest characters a match spans: a shorter text skips the rule."""
+    needs: tuple[str, ...] = ()
+    """Lower-case texts of which every match holds one: a text holding none skips it."""
 
 
 def _least_width(pattern: re.Pattern[str]) -> int:
@@ -172,28 +178,6 @@ def _masking(*groups: int, when: Callable[[re.Match[str]], bool] = lambda m: Tru
     return replace
 
 
-_NOT_SECRETS = frozenset(
-    (
-        "required", "invalid", "missing", "expired", "incorrect", "wrong", "empty", "null",
-        "none", "nil", "undefined", "unset", "set", "present", "absent", "valid", "revoked",
-        "disabled", "enabled", "correct", "unknown", "blank", "optional", "mandatory",
-        "needed", "too", "not", "being", "already", "no", "weak", "short", "long",
-        "malformed", "unsupported", "unavailable", "locked", "inactive", "active", "ok",
-        "good", "bad", "reset", "changed", "updated", "accepted", "rejected", "denied",
-        "deprecated", "different", "same", "hidden", "stored", "saved", "encrypted",
-        "hashed", "only", "must", "should", "will", "can", "cannot", "has", "have", "a",
-        "an", "the", "of", "in", "on", "for", "to", "and", "or", "this", "that", "it",
-        "now", "false", "true", "provided", "given", "supplied", "received", "used", "sent",
-    )
-)  # fmt: skip
-"""Words that follow a secret's name in error messages ("password is required",
-"token: expired") and are no secret."""
-
-
-def _word_value(text: str) -> str:
-    return text.strip(".,;:!?)(").lower()
-
-
 def _query_name(match: re.Match[str]) -> bool:
     name = match.group(1)
     return key_strength(name) > 0 or "".join(_WORD.findall(name)).lower() in _QUERY_NAMES
@@ -211,20 +195,11 @@ def _pair_name(match: re.Match[str]) -> bool:
     return strength == 2 and _word_value(match.group(4)) not in _NOT_SECRETS
 
 
-def _secret_shaped(value: str) -> bool:
-    core = value.strip(".,;:!?)(")
-    return (
-        any(c.isdigit() for c in core)
-        or any(not c.isalnum() for c in core)
-        or (any(c.isupper() for c in core[1:]) and any(c.islower() for c in core))
-    )
-
-
 def _phrase_value(match: re.Match[str]) -> bool:
     value = match.group(4)
     if MASK in value or _word_value(value) in _NOT_SECRETS:
         return False
-    return match.group(1) is not None or _secret_shaped(value)
+    return match.group(1) is not None or secret_shaped(value)
 
 
 _NOUNS = (
@@ -281,7 +256,8 @@ _SIMPLE_RULES: tuple[tuple[str, str, int, int], ...] = (
     ("token", r"(?i)\btoken\s+((?=\S*\d)[A-Za-z0-9._~+/\-]{16,}=*)", 0, 1),
     ("basic auth", r"(?i)\bbasic\s+([A-Za-z0-9+/]{8,}=*)", 0, 1),
     # through the last "@" before the host: a password may itself hold "@"
-    ("url userinfo", r"(?<=://)([^/\s:@]+:[^/\s]*)@(?=[^/\s@:]+)", 0, 1),
+    # (a user name may be empty: redis://:password@host)
+    ("url userinfo", r"(?<=://)([^/\s:@]*:[^/\s]*)@(?=[^/\s@:]+)", 0, 1),
     # the name=value pairs of the header, not the rest of its line
     (
         "cookie header",
@@ -358,12 +334,26 @@ def _members(text: str) -> str:
     return "".join([*out, text[last:]]) if out else text
 
 
+def _shape_mask(shape: Shape) -> Any:
+    def when(match: re.Match[str]) -> bool:
+        value = next((match.group(g) for g in shape.groups if match.group(g) is not None), "")
+        if MASK in value:
+            return False
+        return shape.keep is None or shape.keep(value, match.string[: match.start()])
+
+    return _masking(*shape.groups, when=when)
+
+
 def _compile() -> tuple[Rule, ...]:
     rules: list[Rule] = []
     for name, source, flags, group in _SIMPLE_RULES:
         pattern = re.compile(source, flags)
         rules.append(Rule(name, pattern, group, _least_width(pattern)))
     rules.append(Rule("json member", _MEMBER, _members, _least_width(_MEMBER)))
+    for shape in SHAPES:  # before "name=value": a quoted value is masked whole
+        pattern = re.compile(shape.pattern)
+        least = _least_width(pattern)
+        rules.append(Rule(shape.name, pattern, _shape_mask(shape), least, shape.needs))
     for name, source, replace in _CONTEXT_RULES:
         pattern = re.compile(source)
         rules.append(Rule(name, pattern, replace, _least_width(pattern)))
@@ -390,10 +380,20 @@ def redact_text(text: str) -> str:
     document = _json_document(text)
     if document is not None:
         return document
+    lowered = text.lower()  # masks add none of the needles: the original's will do
     for rule in RULES:
-        if len(text) >= rule.least:
+        if len(text) >= rule.least and (not rule.needs or any(n in lowered for n in rule.needs)):
             text = apply_rule(rule, text)
     return text
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each of the known ``secrets`` masked wherever it appears (longest
+    first; see :func:`sidecar.secretshapes.url_secrets`), then redacted."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret:
+            text = text.replace(secret, MASK)
+    return redact_text(text)
 
 
 def _json_document(text: str) -> str | None:

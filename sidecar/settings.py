@@ -166,7 +166,8 @@ SETTINGS: dict[str, str] = {
     "constraint_max_age_days": "retire constraints no failure confirmed for this long (0: off)",
     "max_step_bytes": "largest stored arguments or output of one reported step, as JSON",
     "keep_outputs": "keep reported steps' outputs in the cold record (true/false)",
-    "tokens_file": "JSON file of named tokens with roles (default: the home's tokens.json)",
+    "tokens_file": "JSON file of named tokens with roles (default: the home's tokens.json); "
+    "named and missing is an error",
     "trusted_sources": "comma-separated sources whose evidence alone may make a learned block",
     "report_rate": "reports a minute each untrusted source may send (0: no limit)",
     "otlp_conversation_idle_s": "seconds a conversation seen in traces stays open for its "
@@ -283,9 +284,16 @@ def validate(s: Settings) -> Settings:
     if s.database_url is not None and not s.database_url.startswith(
         ("postgresql://", "postgres://")
     ):
+        # never echoed: a libpq "host=... password=..." string has no "://" to cut at
+        scheme = s.database_url.split("://")[0] if "://" in s.database_url else None
+        got = (
+            f"{scheme!r}://..."
+            if scheme and scheme.isalnum()
+            else "something else (a libpq 'key=value' string is written as a URL: "
+            "postgresql://user:password@host:port/database)"
+        )
         raise ConfigError(
-            "database_url must start with postgresql:// (or postgres://), got "
-            f"{s.database_url.split('://')[0]!r}://..."
+            f"database_url must be a URL starting with postgresql:// (or postgres://), got {got}"
         )
     if s.cold_url is not None:
         from cold_store.errors import BadLocation
@@ -321,4 +329,8 @@ def validate(s: Settings) -> Settings:
             raise ConfigError(f"trusted_sources: {name!r} is not a source name")
     model_cache = None if s.model_cache is None else Path(s.model_cache)
     tokens = None if s.tokens_file is None else Path(s.tokens_file)
+    if tokens is not None and not tokens.is_file():
+        # named but absent: serving without the tokens the operator meant is refused,
+        # not done silently with the operator's token alone
+        raise ConfigError(f"tokens_file: {tokens} is not a file (SIDECAR_TOKENS_FILE names it)")
     return replace(s, home=Path(s.home), model_cache=model_cache, tokens_file=tokens)

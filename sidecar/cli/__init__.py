@@ -19,6 +19,7 @@ may not do this; 13 a source reported faster than its rate.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -52,12 +53,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except SidecarError as exc:  # the one place errors become exit codes
+        message = _shown(str(exc), args)
         if args.json:
-            error = {"error": {"code": exc.code, "message": str(exc)}}
+            error = {"error": {"code": exc.code, "message": message}}
             print(json.dumps(error), file=sys.stderr)
         else:
-            print(f"sidecar: error: {exc}", file=sys.stderr)
+            print(f"sidecar: error: {message}", file=sys.stderr)
         return exc.exit_code
+
+
+def _shown(message: str, args: argparse.Namespace) -> str:
+    """An error as printed: redacted, and with every part of the database passwords this
+    command was given masked (a parser's error quotes what it choked on, which may be a
+    password no pattern would know as one)."""
+    from sidecar.redact import scrub
+    from sidecar.secretshapes import url_secrets
+
+    urls = (os.environ.get("SIDECAR_DATABASE_URL"), getattr(args, "to_database", None))
+    return scrub(message, [s for url in urls for s in url_secrets(url)])
 
 
 if __name__ == "__main__":

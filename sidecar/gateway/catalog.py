@@ -22,39 +22,31 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sidecar.gateway.backend import Step
+from sidecar.toolnames import MAX_NAME, suffixed, tool_id_for
 
 if TYPE_CHECKING:
     from mcp.types import Tool
 
 log = logging.getLogger("sidecar.gateway")
 
-MAX_NAME = 128
-VALID_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
-_INVALID_RUN = re.compile(r"[^A-Za-z0-9_.\-]+")
-
 
 def valid_name(name: str) -> str:
-    """``name`` when MCP accepts it, else the valid name it is mapped to."""
-    if VALID_NAME.fullmatch(name):
-        return name
-    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:6]
-    stem = _INVALID_RUN.sub("_", name).strip("_") or "tool"
-    return f"{stem[: MAX_NAME - 7]}_{digest}"
+    """``name`` when MCP accepts it, else the valid name it is mapped to (the mapping the
+    OTLP intake shares: :func:`sidecar.toolnames.tool_id_for`)."""
+    return tool_id_for(name)
 
 
 def _fit(name: str) -> str:
     """A prefixed name cut to the grammar's length, with a digest when cut."""
     if len(name) <= MAX_NAME:
         return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:6]
-    return f"{name[: MAX_NAME - 7]}_{digest}"
+    return suffixed(name, name)
 
 
 @dataclass(frozen=True)

@@ -8,19 +8,28 @@ long line is parsed by :func:`sidecar.gateway.bulk.parse_line` in slices.  A lin
 ``max_line`` bytes is dropped (the request it answered then ends at its timeout) and
 reported as a parse error, so an upstream cannot make the gateway hold unbounded output.
 Starting, stopping and killing the process (its whole tree) are the SDK's.
+
+The upstream's stderr is read here too, line by line, and written to the gateway's own
+stderr redacted (:class:`StderrLines`): an upstream that logs its connection string, a
+command line or a private key does not put them in the gateway's log.  A line over
+:data:`MAX_STDERR_LINE` bytes is replaced by a note.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
+import subprocess
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 
 from sidecar.gateway.bulk import parse_line
+from sidecar.redact import MASK, redact_text
 
 if TYPE_CHECKING:
     from mcp import StdioServerParameters
@@ -30,6 +39,45 @@ log = logging.getLogger("sidecar.gateway")
 
 class LineTooLong(ValueError):
     """An upstream line longer than the transport takes."""
+
+
+MAX_STDERR_LINE = 65_536
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY-----")
+
+
+class StderrLines:
+    """An upstream's stderr as the gateway writes it: each line redacted, and every line
+    of a private key block masked (one line alone does not look like a key)."""
+
+    def __init__(self) -> None:
+        self._in_key = False
+
+    def shown(self, line: bytes | LineTooLong) -> str:
+        if isinstance(line, LineTooLong):
+            return f"[an upstream stderr line over {MAX_STDERR_LINE} bytes was dropped]"
+        text = line.decode("utf-8", "replace").rstrip("\r")
+        if self._in_key:
+            self._in_key = _PEM_END.search(text) is None
+            return MASK
+        self._in_key = bool(_PEM_BEGIN.search(text)) and not _PEM_END.search(text)
+        return redact_text(text)
+
+
+async def copy_stderr(stream: Any, errlog: TextIO) -> None:
+    """Write ``stream`` (an upstream's stderr) to ``errlog``, redacted, until it ends;
+    the write runs in a thread so that a stalled log never holds the event loop."""
+    seen = StderrLines()
+
+    def write(text: str) -> None:
+        errlog.write(text + "\n")
+        errlog.flush()
+
+    with contextlib.suppress(
+        anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError
+    ):
+        async for line in lines(stream, MAX_STDERR_LINE):
+            await anyio.to_thread.run_sync(write, seen.shown(line))
 
 
 async def lines(stream: Any, max_line: int) -> AsyncIterator[bytes | LineTooLong]:
@@ -73,7 +121,7 @@ async def stdio_transport(
         command=command,
         args=server.args,
         env=sdk.get_default_environment() | (server.env or {}),
-        errlog=errlog,
+        errlog=cast(TextIO, subprocess.PIPE),  # read by copy_stderr, redacted
         cwd=server.cwd,
     )
     # no awaits before the task group: a cancellation here would leak the process
@@ -125,6 +173,9 @@ async def stdio_transport(
     async with anyio.create_task_group() as tg:
         tg.start_soon(reader)
         tg.start_soon(writer)
+        stderr = getattr(process, "stderr", None)  # Windows' fallback process has none
+        if stderr is not None:
+            tg.start_soon(copy_stderr, stderr, errlog)
         try:
             yield read_stream, write_stream
         finally:

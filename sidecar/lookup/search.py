@@ -71,6 +71,12 @@ class Lookup:
                 self._cold_rev = tools_rev
             return self._cold
 
+    def withheld_at_start(self) -> frozenset[str]:
+        """Tools a lookup with no executed prefix and no context withholds (a fatal
+        sequence of one step)."""
+        blocked, _ = self._rules.matcher().next_steps((), {})
+        return frozenset(blocked)
+
     def completed_chains(self) -> list[tuple[tuple[str, ...], int]]:
         """Completed chains and their runs, read again when a completed run was counted."""
         rev = self._state.revisions.current().usage

@@ -28,21 +28,20 @@ does; JSON nested deeper than :data:`~sidecar.model.MAX_DEPTH` levels is refused
 (:class:`~sidecar.otlp.spans.MalformedPayload`, the request answers 400), as the
 library would refuse it; text that cannot be stored (a lone surrogate) and numbers that
 are not finite are replaced.  A tool name outside the library's grammar (1-128 of
-``A-Z a-z 0-9 _ - .``) is mapped to one by :func:`tool_id`.
+``A-Z a-z 0-9 _ - .``) is mapped to an id of its own by :func:`tool_id`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
 from sidecar.model import MAX_DEPTH, TOOL_ID_PATTERN
 from sidecar.otlp.spans import MalformedPayload, SpanRecord
+from sidecar.toolnames import tool_id_for
 
 SESSION_KEYS = (
     "mcp.session.id",
@@ -54,7 +53,6 @@ _MCP_SPAN_NAME = re.compile(r"^(?:MCP send )?tools/call (\S+)$")
 DEFAULT_MAX_CHARS = 4_096
 CUT_MARGIN = 1_024
 """Characters read past the cap, so that a secret straddling it is still recognised."""
-_NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
 @dataclass(frozen=True)
@@ -103,19 +101,17 @@ def tool_call(span: SpanRecord, max_chars: int = DEFAULT_MAX_CHARS) -> ToolCall 
 
 def tool_id(name: str) -> tuple[str | None, str | None]:
     """The library's id for a span's tool name, and what was done to it: ``(name,
-    None)`` when it is valid; ``(mapped, "renamed")`` when characters outside the
-    grammar were replaced by ``_`` (``fs/read file`` -> ``fs_read_file``) or it was cut
-    to 128 characters (with a digest of the whole, so that two long names stay two);
-    ``(None, reason)`` when nothing usable is left."""
+    None)`` when it is valid; ``(mapped, "renamed")`` for any other name, mapped as the
+    gateway maps an upstream's (:func:`sidecar.toolnames.tool_id_for`: ``fs/read file``
+    -> ``fs_read_file_`` and a digest of the whole), so that a look-alike of a real tool
+    (``get/order``, ``refund`` with a zero-width space, fullwidth letters) is a
+    tool of its own, never the real one; ``(None, reason)`` when the name holds no letter
+    or digit at all."""
     if TOOL_ID_PATTERN.fullmatch(name):
         return name, None
-    mapped = _NOT_IN_NAMES.sub("_", unicodedata.normalize("NFKC", name)).strip("_")
-    if not mapped.strip("._-"):
+    if not any(ch.isalnum() for ch in name):
         return None, "no letter or digit"
-    if len(mapped) > 128:
-        digest = hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()[:8]
-        mapped = f"{mapped[:119]}-{digest}"
-    return mapped, "renamed"
+    return tool_id_for(name), "renamed"
 
 
 def session_hint(span: SpanRecord) -> str | None:

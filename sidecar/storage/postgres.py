@@ -59,6 +59,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sidecar.errors import Busy, UnsafeStorage
+from sidecar.redact import scrub
+from sidecar.secretshapes import url_secrets
 from sidecar.storage.base import Connection, Database, DatabaseError, MissingTable, Row, statements
 
 if TYPE_CHECKING:
@@ -133,7 +135,9 @@ def failure(exc: Exception) -> DatabaseError:
 
 
 def display(url: str) -> str:
-    """The URL without its password, for messages."""
+    """The URL without its password, for messages: no part of the password appears even
+    when the URL is not what it seems (a password holding ``/`` or ``@`` that was not
+    percent-encoded makes a parser read pieces of it as the host, port or database)."""
     from psycopg.conninfo import conninfo_to_dict
 
     try:
@@ -143,7 +147,13 @@ def display(url: str) -> str:
     host = info.get("host", "localhost")
     port = info.get("port", "5432")
     user = f"{info['user']}@" if info.get("user") else ""
-    return f"postgresql://{user}{host}:{port}/{info.get('dbname', '')}"
+    return safe(f"postgresql://{user}{host}:{port}/{info.get('dbname', '')}", url)
+
+
+def safe(text: str, url: str) -> str:
+    """``text`` (a message about the database at ``url``) with every part of the URL's
+    password masked, and redacted (see :func:`sidecar.secretshapes.url_secrets`)."""
+    return scrub(text, url_secrets(url))
 
 
 class _Rows:
@@ -182,7 +192,10 @@ class PostgresDatabase(Database):
         try:
             params: dict[str, Any] = dict(conninfo_to_dict(url))
         except psycopg.Error as exc:
-            raise DatabaseError(f"SIDECAR_DATABASE_URL cannot be parsed: {exc}") from None
+            # the parser quotes the piece it choked on, often the password itself
+            raise DatabaseError(
+                safe(f"the database URL cannot be parsed: {str(exc).strip()}", url)
+            ) from None
         params.setdefault("connect_timeout", CONNECT_TIMEOUT)
         # a connection whose server went silent is found dead in about 40 s, not the
         # kernel's two hours (the server side of a lock's connection: see PgLock)
@@ -224,9 +237,11 @@ class PostgresDatabase(Database):
         try:
             conn = self._psycopg.connect(autocommit=True, **self._params)
         except self._psycopg.Error as exc:
+            # not chained: a traceback would print the driver's words unmasked
+            detail = safe(str(exc).strip(), self.url)
             raise DatabaseError(
-                f"cannot reach the state database {self.location}: {str(exc).strip()}"
-            ) from exc
+                f"cannot reach the state database {self.location}: {detail}"
+            ) from None
         if not self.writable:
             try:
                 conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 
 from indexes import ActiveIndex, IndexRecord
 from sidecar.errors import IndexUnavailable, InvalidInput
 from sidecar.model import Tool
+from sidecar.paging import ToolPage, View, check_limit, decode_cursor, page_of
 from sidecar.storage.state import State
 from sidecar.tools.records import (
     AddToolsResult,
@@ -153,6 +154,27 @@ class Tools:
         records = [r for r in records if r.id not in moving]
         creds = self._state.credentials.of(r.id for r in records)
         return [tool_from_record(r, creds.get(r.id, ())) for r in records]
+
+    def page(self, cursor: str | None, limit: int, hidden: Collection[str], view: View) -> ToolPage:
+        """A page of :meth:`active` (see :mod:`sidecar.paging`), ``hidden`` left out."""
+        after = decode_cursor(cursor)
+        limit = check_limit(limit)
+        if self._state.revisions.meta(REGISTRY_MIGRATED) is None:
+            everything = self.active()  # an old home, read: its index is the list
+
+            def fetch(start: str | None, n: int) -> list[Tool]:
+                return [t for t in everything if start is None or t.tool_id > start][:n]
+
+        else:
+            moving = self._state.moves.in_flight_tools()
+
+            def fetch(start: str | None, n: int) -> list[Tool]:
+                records = self._records.page(start, n)
+                creds = self._state.credentials.of(r.id for r in records)
+                return [tool_from_record(r, creds.get(r.id, ())) for r in records]
+
+            hidden = set(hidden) | moving
+        return page_of(fetch, after, limit, hidden, view)
 
     def get(self, tool_ids: Iterable[str]) -> dict[str, Tool]:
         records = self._records.get(tool_ids)

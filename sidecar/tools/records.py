@@ -122,8 +122,10 @@ class ToolRecords:
     def all(self) -> list[IndexRecord]:
         return self._repo.all()
 
-    def page(self, after: str, limit: int) -> list[IndexRecord]:
-        return self._repo.page(after, limit)
+    def page(self, after: str | None, limit: int) -> list[IndexRecord]:
+        """Up to ``limit`` records in id order, after the id ``after`` (from the start
+        when ``None``)."""
+        return self._repo.page("" if after is None else after, limit)
 
     def ids(self) -> set[str]:
         return self._repo.ids()

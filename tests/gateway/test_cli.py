@@ -119,3 +119,71 @@ def test_serving_is_printed_once_it_serves_and_sigterm_stops_it_cleanly(tmp_path
     )
     assert report.returncode == 0, report.stderr
     assert "exchange" in report.stdout
+
+
+NOISY = """
+import runpy, sys
+for line in {lines!r}:
+    sys.stderr.write(line + "\\n")
+sys.stderr.flush()
+sys.argv = [{shop!r}]
+runpy.run_path({shop!r}, run_name="__main__")
+"""
+
+
+def test_an_upstreams_stderr_reaches_the_gateways_log_redacted(tmp_path: Path) -> None:
+    """An upstream that logs its connection string, a command line and a private key on
+    stderr: before, the gateway handed it its own stderr, so they reached the gateway's
+    log as written; now each line passes through the redactor."""
+    secrets = {
+        "url": "Pw4UrlZx81Kq2Lm0Nb7V",
+        "sshpass": "Pw4SshYt62Rr9Qe3Wc5X",
+        "login": "Pw4LogUi39Op1As7Df0G",
+        "pem": "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7",
+    }
+    lines = [
+        "ctx-kept upstream starting",
+        f"connecting to postgresql://shop:{secrets['url']}@db.internal:5432/shop",
+        f"running sshpass -p {secrets['sshpass']} ssh deploy@10.0.0.5 uptime",
+        f"login failed, password {secrets['login']} is invalid",
+        "-----BEGIN PRIVATE KEY-----",
+        secrets["pem"],
+        "-----END PRIVATE KEY-----",
+        "ctx-kept upstream ready",
+    ]
+    noisy = tmp_path / "noisy_shop.py"
+    noisy.write_text(NOISY.format(lines=lines, shop=SHOP))
+    proc = subprocess.Popen(
+        [SIDECAR, "--home", str(tmp_path / "home"), "gateway", "--port", "0",
+         f"shop={sys.executable} {noisy}"],
+        env=_env(tmp_path),
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        seen: list[str] = []
+        while not (seen and seen[-1].startswith("sidecar gateway serving")):
+            line = proc.stderr.readline()
+            assert line, "".join(seen)
+            seen.append(line)
+        url = seen[-1].split()[3]
+
+        async def call() -> None:
+            async with mcp_session(url) as s:
+                await s.call_tool("get_order", {"order_id": "#W1"})
+
+        anyio.run(call)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == EXIT_OK
+        log = "".join(seen) + proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+    assert log.count("ctx-kept upstream") == 2, log  # the upstream's lines came through
+    leaked = [name for name, value in secrets.items() if value in log]
+    assert not leaked, log
+    assert "db.internal:5432/shop" in log and "[REDACTED]" in log

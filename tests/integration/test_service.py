@@ -15,6 +15,7 @@ from indexes import HashingEmbedder
 from sidecar import InvalidInput, Sidecar
 from sidecar.api import create_app, serve, token_for
 from sidecar.demo import demo_tools
+from sidecar.errors import ConfigError
 from tests.sidecar.helpers import abandoned
 
 TOKEN = "test-token-0123456789"
@@ -215,8 +216,16 @@ def test_the_token_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert token and path.read_text().strip() == token
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert token_for(tmp_path) == token  # stable
-    monkeypatch.setenv("SIDECAR_TOKEN", "from-env")
-    assert token_for(tmp_path) == "from-env"
+    monkeypatch.setenv("SIDECAR_TOKEN", " from-env-0123456789\n")
+    assert token_for(tmp_path) == "from-env-0123456789"  # as it is compared
+    for blank in (" " * 16, "short"):
+        monkeypatch.setenv("SIDECAR_TOKEN", blank)
+        with pytest.raises(ConfigError, match="SIDECAR_TOKEN"):
+            token_for(tmp_path)
+    monkeypatch.delenv("SIDECAR_TOKEN")
+    path.write_text("   \n")  # a token file emptied by hand: refused, not served without
+    with pytest.raises(ConfigError, match="token file"):
+        token_for(tmp_path)
 
 
 def test_non_loopback_without_a_token_refuses_to_start(

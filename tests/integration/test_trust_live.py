@@ -1,6 +1,8 @@
 """The poisoning probes against a real ``sidecar serve`` with named tokens: one agent's
 fabricated sessions never block, a second source does, ``sidecar forget`` undoes one,
-and an agent may neither write a condition by hand nor act as an operator."""
+and an agent may neither write a condition by hand nor act as an operator.  Tokens that
+would let anyone in (blank, short, shared by two entries, one token with two roles, a
+named tokens file that is missing) stop the server at start."""
 
 from __future__ import annotations
 
@@ -98,7 +100,10 @@ def test_poisoning_probes_on_a_running_server(server: tuple[str, Path, dict[str,
     hand = {**fabricated(9, "alice"), "constraint": {"conditions": [condition]}}
     (result,) = post(url, alice, "/v1/reports", {"reports": [hand]}).json()["results"]
     assert result["status"] == "rejected"
-    assert post(url, alice, "/v1/evictions", {}).status_code == 403
+    refused = post(url, alice, "/v1/evictions", {})
+    assert refused.status_code == 403
+    # the token's name is no secret: the refusal says whose token it was
+    assert "'alice' holds an agent token" in refused.json()["error"]["message"]
     assert post(url, alice, "/v1/sources/alice/forget", {}).status_code == 403
     # over MCP too: an agent may not forget; the operator's forget restores the verdict
     post(url, bob, "/v1/reports", {"reports": [fabricated(1, "bob")]})
@@ -127,3 +132,98 @@ def mcp_call(url: str, token: str, tool: str, arguments: dict[str, Any]) -> Any:
             return await session.call_tool(tool, arguments)
 
     return asyncio.run(once())
+
+
+def _entry(name: str, role: str, token: str) -> dict[str, str]:
+    return {"name": name, "role": role, "token": token}
+
+
+REAL = "a-real-token-0123456789"
+BAD_TOKENS: dict[str, tuple[dict[str, str], list[dict[str, str]] | None, str]] = {
+    # (environment, tokens file entries, what the refusal says)
+    "SIDECAR_TOKEN of spaces": ({"SIDECAR_TOKEN": " " * 16}, None, "SIDECAR_TOKEN is empty"),
+    "SIDECAR_TOKEN short once stripped": (
+        {"SIDECAR_TOKEN": "  short-token  " + " " * 8},
+        None,
+        "SIDECAR_TOKEN has 11 characters",
+    ),
+    "a tokens-file entry of spaces": (
+        {"SIDECAR_TOKEN": REAL},
+        [_entry("ws", "agent", " " * 16)],
+        "entry 0: 'token' is empty",
+    ),
+    "a tokens-file entry short once stripped": (
+        {"SIDECAR_TOKEN": REAL},
+        [_entry("pad", "agent", "      padded-short      ")],  # 24 with its spaces
+        "entry 0: 'token' has 12 characters",
+    ),
+    "one token, two roles": (
+        {"SIDECAR_TOKEN": REAL},
+        [_entry("a", "agent", "y" * 20), _entry("b", "operator", "y" * 20 + "  ")],
+        "'a' and 'b' are one token with two roles",
+    ),
+    "one token in two entries": (
+        {"SIDECAR_TOKEN": REAL},
+        [_entry("a", "agent", "y" * 20), _entry("b", "agent", "y" * 20)],
+        "'a' and 'b' are the same token",
+    ),
+    "the operator's token in the tokens file": (
+        {"SIDECAR_TOKEN": REAL},
+        [_entry("a", "agent", REAL)],
+        "'local' and 'a' are one token with two roles",
+    ),
+    "a named tokens file that is missing": (
+        {"SIDECAR_TOKEN": REAL, "SIDECAR_TOKENS_FILE": "/nonexistent/tokens.json"},
+        None,
+        "tokens_file: /nonexistent/tokens.json is not a file",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_TOKENS))
+def test_tokens_that_would_let_anyone_in_stop_the_server_at_start(
+    tmp_path: Path, case: str
+) -> None:
+    """Before: a blank token was stripped only once compared, so an empty ``Authorization:
+    Bearer`` was the operator (or the blank entry's agent); a duplicate token was the
+    first entry's, whatever role the second gave it; a named tokens file that was missing
+    was ignored and the server ran with the operator's token alone."""
+    extra, entries, says = BAD_TOKENS[case]
+    home = tmp_path / "home"
+    home.mkdir()
+    if entries is not None:
+        (home / "tokens.json").write_text(json.dumps({"tokens": entries}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    env |= {"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": "hashing", **extra}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [str(BIN / "sidecar"), "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, "neither served nor stopped"
+            try:
+                httpx.get(f"{url}/livez", timeout=2)
+            except httpx.HTTPError:
+                time.sleep(0.1)
+                continue
+            # it serves: show what an empty bearer gets
+            empty = httpx.post(
+                f"{url}/v1/evictions", json={"dry_run": True}, headers={"Authorization": "Bearer"}
+            )
+            pytest.fail(f"served; an empty bearer got HTTP {empty.status_code} {empty.text[:120]}")
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        stderr = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 2, stderr  # ConfigError's exit code
+    assert says and says in stderr, stderr
+    assert not (home / "server.json").exists()

@@ -15,6 +15,7 @@ import pytest
 from sidecar import Sidecar
 from sidecar.errors import ConfigError, NotFound
 from sidecar.settings import Settings
+from sidecar.toolnames import tool_id_for
 from tests.otlp.bodies import agent_turn, request, trace_id
 from tests.otlp.conftest import TOKEN, eventually
 
@@ -86,7 +87,8 @@ def test_metrics_count_renamed_and_dropped_tool_spans(served: tuple[str, Sidecar
         {"tool": "srv:write", "arguments": {"path": "/a"}, "error": "Permission denied: /a"},
     ]
     assert _post(url, request(agent_turn(trace_id(0), None, calls))).status_code == 200
-    eventually(lambda: "srv_write" in sc.hidden_tools() | {c.sequence[0] for c in sc.constraints()})
+    mapped = tool_id_for("srv:write")
+    eventually(lambda: mapped in sc.hidden_tools() | {c.sequence[0] for c in sc.constraints()})
     assert _metric(url, "sidecar_otlp_tool_names_renamed_total") == 2
     assert _metric(url, 'sidecar_otlp_spans_total{outcome="dropped"}') == 1
     reason = 'sidecar_otlp_dropped_spans_total{reason="unusable tool name (no letter or digit)"}'
@@ -148,3 +150,55 @@ def test_a_large_request_is_prepared_in_a_worker_process(served: tuple[str, Side
     assert answer.status_code == 400 and "nested" in answer.json()["message"]
     assert _metric(url, "sidecar_otlp_large_requests_total") == 2
     assert _metric(url, 'sidecar_otlp_requests_total{outcome="malformed"}') == 1
+
+
+LOOK_ALIKES = (
+    "exchange\u200b",  # a zero-width space
+    "\uff45\uff58\uff43\uff48\uff41\uff4e\uff47\uff45",  # fullwidth
+    "\u0435xchange",  # a Cyrillic e
+    "exchange/",
+    "srv:exchange",
+)
+
+
+def test_look_alike_tool_names_in_spans_never_teach_the_real_tool(
+    served: tuple[str, Sidecar],
+) -> None:
+    """Before: the intake folded each of these names onto ``exchange``, so failing spans
+    under look-alike names made a learned block of the real tool for every agent.  Now
+    each is a tool of its own, counted as renamed, and the real tool is untouched."""
+    url, sc = served
+    sc.report_many([_delivered(n) for n in range(10)])  # the background successes
+    n = 0
+    for name in LOOK_ALIKES:
+        for order in ("#W1", "#W2", "#W5"):
+            calls = [
+                {"tool": "get_order", "arguments": {"order_id": order},
+                 "result": {"order_id": order, "status": "pending"}},
+                {"tool": name, "arguments": {"order_id": order, "item": "hat"},
+                 "error": "Non-delivered order cannot be exchanged"},
+            ]  # fmt: skip
+            assert _post(url, request(agent_turn(trace_id(n), None, calls))).status_code == 200
+            n += 1
+    mapped = {tool_id_for(name) for name in LOOK_ALIKES}
+    assert len(mapped) == len(LOOK_ALIKES) and "exchange" not in mapped
+    eventually(lambda: mapped <= {c.sequence[-1] for c in sc.constraints() if c.kind == "call"})
+    assert _metric(url, "sidecar_otlp_tool_names_renamed_total") == len(LOOK_ALIKES) * 3
+    steps = [{"tool": "get_order", "arguments": {"order_id": "#W7"},
+              "output": {"order_id": "#W7", "status": "pending"}}]  # fmt: skip
+    assert sc.check_call(steps, "exchange", {"order_id": "#W7", "item": "hat"}).decision == "allow"
+    assert all("exchange" not in c.sequence for c in sc.constraints(include_lifted=True))
+
+
+def _delivered(n: int) -> dict[str, Any]:
+    order = f"#D{100 + n}"
+    return {
+        "steps": [
+            {"tool": "get_order", "arguments": {"order_id": order},
+             "output": {"order_id": order, "status": "delivered"}},
+            {"tool": "exchange", "arguments": {"order_id": order, "item": "hat"},
+             "output": {"order_id": order, "status": "exchange requested"}},
+        ],
+        "outcome": "completed",
+        "session_id": f"delivered-{n}",
+    }  # fmt: skip

@@ -16,6 +16,7 @@ from sidecar.gateway.backend import Step
 from sidecar.gateway.memory import MemoryBackend
 from sidecar.otlp import AssemblerLimits
 from sidecar.otlp.tools import CUT_MARGIN
+from sidecar.toolnames import tool_id_for
 from tests.otlp.bodies import agent_turn, request, span, span_id, tool_span, trace_id
 from tests.otlp.conftest import Collector, eventually, run_collector
 
@@ -156,7 +157,10 @@ def test_unusual_tool_names_are_mapped_or_dropped_and_counted(collector: Collect
     assert _post(collector, request(agent_turn(trace_id(0), None, calls))).status_code == 200
     eventually(lambda: len(collector.backend.reports) == 1)
     [report] = collector.backend.reports
-    assert [s.tool for s in report.steps] == ["get_order", "fs_read", "crm_lookup", "exchange"]
+    # each a tool of its own: "get order" is not the tool get_order
+    mapped = [tool_id_for(n) for n in ("get order", "fs/read", "crm:lookup")]
+    assert [s.tool for s in report.steps] == [*mapped, "exchange"]
+    assert mapped[0].startswith("get_order_") and mapped[0] != "get_order"
     stats = collector.assembler.stats
     assert stats.renamed_tools == 3
     assert stats.dropped == {"unusable tool name (no letter or digit)": 1}

@@ -357,3 +357,96 @@ def test_password_phrases(text: str) -> None:
 def test_error_prose_about_secrets_is_kept(text: str) -> None:
     """Validation errors name secrets all the time; they are what the memory learns."""
     assert redact_text(text) == text
+
+
+# ---- connection strings, command lines, login failures ---------------------------------
+PW = "Xk9pQ2mLw7vB"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"redis://:{PW}@cache.internal:6379/0",
+        f"rediss://default:{PW}@cache.internal:6380",
+        f"postgresql://app:{PW}@db.internal:5432/app",
+        f"connect postgresql://app:ab/{PW}@db.internal/app failed",
+        f"amqp://guest:{PW}@rabbit:5672/vhost",
+        f"mongodb+srv://admin:{PW}@cluster0.ab1cd.mongodb.net/test?retryWrites=true",
+        f"mysql://root:{PW}@localhost:3306/app",
+        f"ftp://anonymous:{PW}@ftp.example.com/pub",
+        f"connect failed: host=db port=5432 user=app password={PW} dbname=app",
+        f"host=db user=app password='{PW[:4]} {PW[4:]}' dbname=app",
+        f"host=db password='it\\'s {PW}' dbname=app",
+        f"Server=tcp:db,1433;Database=app;User ID=app;Password={{{PW};x}};Encrypt=true",
+        f"curl -u admin:{PW} https://api.example.com/",
+        f"curl -s --user 'admin:{PW[:5]} {PW[5:]}' https://api.example.com/",
+        f"curl --proxy-user proxy:{PW} -x http://proxy:3128 https://x",
+        f"sshpass -p {PW} ssh deploy@host",
+        f"sshpass -e -p '{PW[:6]} {PW[6:]}' scp a host:b",
+        f"mysql -h db -u root -p{PW} app",
+        f"mysqldump -uroot -p'{PW}' app > dump.sql",
+        f"mysql -u root --password {PW} app",
+        f"gh auth login --with-token --token {PW}",
+        f"az login --service-principal -u app --client-secret {PW}",
+        f"redis-cli -h cache -a {PW} ping",
+        f"openssl pkcs12 -in k.p12 -passin pass:{PW}",
+        f"smbclient //srv/share -U alice%{PW}",
+        f"login failed, password {PW} is invalid",
+        f"Login failed: password {PW} is incorrect for user bob",
+        "login failed: password hunter2 is wrong",
+        f"invalid password {PW} for user bob",
+        f"Rejected token {PW}: try again",
+        f"api key {PW} is not valid",
+    ],
+)
+def test_secrets_in_the_shapes_deployments_write(text: str) -> None:
+    out = redact_text(text)
+    secret = PW if PW in text else "hunter2"
+    pieces = [secret] if secret in text else [PW[:4], PW[4:], PW[:5], PW[5:], PW[:6], PW[6:]]
+    assert MASK in out and not any(p in out for p in pieces if p in text), out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "docker run -u 1000:1000 app",
+        "ps -u root",
+        "see http://localhost:8080/@user for details",
+        "https://medium.com/@alice/post-1",
+        "ssh://git@github.com:org/repo.git",
+        "postgres://db.internal:5432/app",
+        "password hash is invalid",
+        "the password field is invalid",
+        "password confirmation is incorrect",
+        "token signature is invalid",
+        "Invalid token format",
+        "wrong password, try again",
+        "incorrect password entered",
+        "Invalid password provided",
+        "invalid token for user bob",
+        "pin code is invalid",
+        "psql --no-password app",
+        "sidecar serve --token-file tokens.json",
+        "mysql -u root -p app",
+        "curl -u user https://example.com/",
+        "npm install @scope/pkg",
+        "git log --author=bob",
+    ],
+)
+def test_ordinary_text_near_those_shapes_is_kept(text: str) -> None:
+    assert redact_text(text) == text
+
+
+def test_the_secrets_of_a_connection_string_as_messages_quote_them() -> None:
+    from sidecar.redact import scrub
+    from sidecar.secretshapes import url_secrets
+
+    url = "postgresql://app:pa/ss w0rd%zz@db.internal:5432/app?sslmode=require"
+    secrets = url_secrets(url)
+    assert "pa/ss w0rd%zz" in secrets and "w0rd%zz" in secrets and "pa" not in secrets
+    message = 'cannot parse "pa/ss w0rd%zz": invalid percent-encoded token "w0rd%zz"'
+    assert "w0rd" not in scrub(message, secrets)
+    dsn = "host=db user=app password='a b\\'cdef' dbname=app"
+    assert "a b\\'cdef" in url_secrets(dsn)
+    assert url_secrets("postgresql://app@db/app?password=Zz9yY8xX7w") == ("Zz9yY8xX7w",)
+    assert url_secrets("postgresql://db/app") == () and url_secrets(None) == ()

@@ -17,6 +17,7 @@ from sidecar import Sidecar, Tool
 from sidecar.api import create_app
 from sidecar.errors import ConfigError, RateLimited
 from sidecar.principals import Principals, ReportRate
+from sidecar.settings import Settings
 from tests.sidecar.test_call_memory import REFUSAL, exchange, good_session, lookup
 
 OPERATOR = "operator-token-0123456789"
@@ -193,16 +194,32 @@ def test_a_tokens_file_is_checked_when_it_is_read(tmp_path: Path) -> None:
         {"tokens": [{"name": "a", "role": "agent", "token": "short"}]},
         {"tokens": [{"name": "a", "token": "x" * 20}, {"name": "a", "token": "y" * 20}]},
         {"no": "tokens"},
-    ):
+        # checked once stripped, as it is compared
+        {"tokens": [{"name": "a", "role": "agent", "token": " " * 16}]},
+        {"tokens": [{"name": "a", "role": "agent", "token": "\t short \n" + " " * 10}]},
+        {"tokens": [{"name": "a", "token": "x" * 20}, {"name": "b", "token": f" {'x' * 20} "}]},
+        {"tokens": [{"name": "a", "token": "x" * 20},
+                    {"name": "b", "role": "operator",
+                     "token_sha256": hashlib.sha256(b"x" * 20).hexdigest().upper()}]},
+        {"tokens": [{"name": "a", "token_sha256": hashlib.sha256(b"").hexdigest()}]},
+        {"tokens": [{"name": "a", "token": OPERATOR}]},  # the operator's own token
+    ):  # fmt: skip
         path.write_text(json.dumps(bad))
         with pytest.raises(ConfigError):
-            Principals.load(path, None)
+            Principals.load(path, OPERATOR)
     principals = Principals.load(tokens_file(path), OPERATOR)
     alice = principals.authenticate(TOKENS["alice"].encode())
     assert alice is not None and (alice.role, alice.trusted) == ("agent", False)
     operator = principals.authenticate(OPERATOR.encode())
     assert operator is not None and operator.operator and operator.trusted
     assert principals.authenticate(b"nobody") is None
+    for empty in (b"", b"   ", b"\t"):
+        assert principals.authenticate(empty) is None
+    for blank in ("", " " * 16, "short"):
+        with pytest.raises(ConfigError):
+            Principals.load(None, blank)
+    with pytest.raises(ConfigError, match="tokens_file"):
+        Settings.load(env={"SIDECAR_TOKENS_FILE": str(tmp_path / "missing.json")})
 
 
 def test_a_source_over_its_rate_is_told_when_to_come_back(tmp_path: Path) -> None:

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
-from sidecar.api.deps import Lib, Operator
+from sidecar.api.deps import Caller, Lib, Operator
 from sidecar.api.models import ToolsIn
+from sidecar.paging import DEFAULT_LIMIT, MAX_LIMIT
 from sidecar.tools.catalog import load_tools
-from sidecar.wire import dump, dump_dict
+from sidecar.wire import dump_dict
 
 router = APIRouter(tags=["tools"])
 
@@ -18,5 +19,19 @@ def add_tools(body: ToolsIn, sc: Lib, _who: Operator) -> dict[str, Any]:
 
 
 @router.get("/v1/tools")
-def list_tools(sc: Lib) -> dict[str, Any]:
-    return {"tools": dump(sc.list_tools())}
+def list_tools(
+    sc: Lib,
+    who: Caller,
+    cursor: Annotated[
+        str | None,
+        Query(max_length=256, description="`next_cursor` of the page before (none: the first)"),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="tools on this page")] = (
+        DEFAULT_LIMIT
+    ),
+) -> dict[str, Any]:
+    """The active tools, a page at a time in tool-id order: follow `next_cursor` until it
+    is null.  An operator's token sees every active tool as stored; an agent's sees what
+    a lookup could show it: no tool evicted or withheld from every lookup, and no
+    credential references nor pins (`view` says which)."""
+    return dump_dict(sc.list_tools_page(cursor, limit, agent=not who.operator))
