@@ -33,7 +33,7 @@ from sidecar.limits import (
 )
 from sidecar.memory import Step
 from sidecar.model import CallCheck, CheckResult, IntakeResult, LookupResult, Tool
-from sidecar.registry import AddToolsResult
+from sidecar.registry import AddToolsResult, SyncResult
 from sidecar.results import (
     ArchiveMaintenance,
     ArchiveStatus,
@@ -180,6 +180,15 @@ class RemoteSidecar:
     def list_tools(self) -> list[Tool]:
         return self._get(list[Tool], "/v1/tools", "tools")
 
+    def sync_tools(self, source: str, tools: Sequence[Tool]) -> SyncResult:
+        """One request: the sync of a source is all-or-nothing (a catalog over the
+        server's body limit is :class:`BodyTooLarge`)."""
+        body = {"source": source, "tools": [t.to_dict() for t in tools]}
+        return self._post(SyncResult, "/v1/tools/sync", body)
+
+    def hidden_tools(self) -> set[str]:
+        return set(self.call("GET", "/v1/tools/hidden")["tools"])
+
     def search(
         self,
         query: str,
@@ -231,11 +240,13 @@ class RemoteSidecar:
         reports: Iterable[Any],
         chunk: int = INTAKE_CHUNK,
         progress: Callable[[int], None] | None = None,
+        source: str | None = None,
     ) -> list[IntakeResult]:
         """One request per batch of at most ``chunk`` reports under the server's body
         limit (each request is all-or-nothing on the server).  A report that cannot be
         sent (over the limit alone, or a number JSON has no form for) comes back
-        ``rejected`` with the reason, in its place."""
+        ``rejected`` with the reason, in its place.  ``source``: the source the reports
+        are attributed to (an operator's token only; by default the token's name)."""
         items = list(reports)
         out: list[IntakeResult | None] = [None] * len(items)
         parts: list[bytes] = []
@@ -249,10 +260,11 @@ class RemoteSidecar:
                     "rejected", reason="not JSON: a number that is not finite, or a value "
                     "JSON has no form for",
                 )  # fmt: skip
+        tail = (b',"source":' + encode(source) if source else b"") + b"}"
         limit, done = self._body_limit(), len(items) - len(sendable)
         most = max(1, min(chunk, MAX_REPORTS_PER_REQUEST))
-        for group in packed("reports", parts, limit, most):
-            body = b'{"reports":[' + b",".join(parts[j] for j in group) + b"]}"
+        for group in packed("reports", parts, limit - len(tail) + 1, most):
+            body = b'{"reports":[' + b",".join(parts[j] for j in group) + b"]" + tail
             if len(body) > limit:
                 out[sendable[group[0]]] = IntakeResult(
                     "rejected",

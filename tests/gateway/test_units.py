@@ -255,8 +255,8 @@ def test_a_mapped_name_routes_to_the_original_and_every_view_is_checked() -> Non
 
 
 def test_the_strictest_verdict_wins_with_every_reason_once() -> None:
+    from sidecar.gateway.answers import strictest as _strictest
     from sidecar.gateway.backend import Reason, Verdict
-    from sidecar.gateway.server import _strictest
 
     r1, r2 = Reason("r1", "e", "ev"), Reason("r2", "e", "ev")
     merged = _strictest([Verdict("warn", (r1,)), Verdict("block", (r2, r1)), Verdict.allow()])
