@@ -4,6 +4,7 @@ the in-memory backend's learning."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -157,6 +158,11 @@ def test_upstream_specs() -> None:
     for bad in ("noequals", "=cmd", "x=", "bad name=cmd", "x=cmd 'unclosed"):
         with pytest.raises(UpstreamSpecError):
             Upstream.parse(bad)
+    # plain `python` is the gateway's own interpreter (its virtual environment's)
+    for python in ("python", "python3"):
+        shop = Upstream.parse(f"shop={python} examples/shop_server.py")
+        assert shop.command == (sys.executable, "examples/shop_server.py")
+    assert Upstream.parse("x=/usr/bin/python3 s.py").command[0] == "/usr/bin/python3"
 
 
 def test_memory_backend_learns_the_shared_condition_and_is_contested_by_a_success() -> None:
