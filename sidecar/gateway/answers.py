@@ -95,7 +95,9 @@ def warned(
         update[CONTEST_META_KEY] = {"sampled": True, "note": CONTEST_NOTE}
     changes: dict[str, Any] = {"meta": {**(result.meta or {}), **update}}
     if text:
-        block = types.TextContent(type="text", text=warning_text(tool, verdict.reasons, sampled))
+        # on a line of its own, even where a client joins the blocks with nothing between
+        text = "\n" + warning_text(tool, verdict.reasons, sampled)
+        block = types.TextContent(type="text", text=text)
         changes["content"] = [*result.content, block]
     return result.model_copy(update=changes)
 

@@ -176,3 +176,30 @@ def test_the_warning_text_can_be_turned_off() -> None:
     warned = anyio.run(main)
     assert WARNINGS_META_KEY in (warned.meta or {})  # the _meta entry stays
     assert WARNING_PREFIX not in text_of(warned)
+
+
+def test_an_instrumented_agents_calls_are_one_session_by_the_trace_its_client_propagates() -> None:
+    """With OpenTelemetry active, the ``mcp`` client puts the current trace context in
+    each request's ``_meta``: calls in sessions of their own, under one agent span, are
+    one session, and the upstream sees the same trace."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("agent")  # no global provider: this test's own
+    backend = MemoryBackend()
+    gateway = build_gateway(backend, [shop_stdio()], token=TOKEN, idle_timeout_s=3.0)
+
+    async def main() -> tuple[str, Any]:
+        async with serving(gateway) as url:
+            with tracer.start_as_current_span("invoke_agent shop") as span:
+                trace = format(span.get_span_context().trace_id, "032x")
+                await call(url, "get_order", {"order_id": "#W3"})
+                seen = await call(url, "trace_context", {})
+                await call(url, "exchange", {"order_id": "#W1", "item": "hat"})
+            await eventually(lambda: len(backend.reports) == 1)
+        return trace, seen
+
+    trace, seen = anyio.run(main)
+    assert trace in seen.structured_content["traceparent"]
+    [report] = backend.reports
+    assert [s.tool for s in report.steps] == ["get_order", "trace_context", "exchange"]
+    assert gateway.linker.stats["declared"] == 3
