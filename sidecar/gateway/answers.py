@@ -96,8 +96,8 @@ def warned(
     changes: dict[str, Any] = {"meta": {**(result.meta or {}), **update}}
     if text:
         # on a line of its own, even where a client joins the blocks with nothing between
-        text = "\n" + warning_text(tool, verdict.reasons, sampled)
-        block = types.TextContent(type="text", text=text)
+        shown = "\n" + warning_text(tool, verdict.reasons, sampled)
+        block = types.TextContent(type="text", text=shown)
         changes["content"] = [*result.content, block]
     return result.model_copy(update=changes)
 
