@@ -57,7 +57,19 @@ def _run(python: str, example: str, tmp_path: Path, *args: str) -> str:
 
 @pytest.mark.parametrize("mode", ["session", "stateless"])
 def test_the_plain_mcp_client(tmp_path: Path, mode: str) -> None:
-    _run(sys.executable, "gateway_agent.py", tmp_path, "--mode", mode)
+    out = _run(sys.executable, "gateway_agent.py", tmp_path, "--mode", mode).splitlines()
+    # what the READMEs show is what the agent printed
+    from tests.integration.test_readme import blocks, matches
+
+    for readme, title in (
+        (ROOT / "README.md", "## No code"),
+        (EXAMPLES / "README.md", "## The MCP"),
+    ):
+        text = readme.read_text()
+        start = text.index(title)
+        part = text[start : text.find("\n## ", start + 1)]
+        [shown] = [lines for lang, lines in blocks(part) if lang == "text"]
+        assert matches(shown, out), (readme, "\n".join(out))
 
 
 def test_an_opentelemetry_instrumented_agent(tmp_path: Path) -> None:
