@@ -173,6 +173,11 @@ class CallPath:
             record(step_from_error(name, arguments, message, settings.max_chars))
             return answers.error(message[:500]), False
         self.stats.forwarded += 1
+        record(await self._evidence(name, arguments, result))
+        return result, True
+
+    async def _evidence(self, name: str, arguments: dict[str, Any], result: CallToolResult) -> Step:
+        """The step a forwarded call's result becomes (on a worker thread when large)."""
         build = functools.partial(
             step_from_result,
             name,
@@ -180,13 +185,11 @@ class CallPath:
             structured=result.structured_content,
             content=result.content,
             is_error=result.is_error,
-            max_chars=settings.max_chars,
+            max_chars=self.settings.max_chars,
         )
         if result_size(result.structured_content, result.content) <= INLINE_EVIDENCE_CHARS:
-            record(build())
-        else:
-            record(await self._workers.heavy(build))
-        return result, True
+            return build()
+        return await self._workers.heavy(build)
 
     def record(self, link: Link, step: Step, sampled: bool = False) -> None:
         """``step`` joins the session ``link`` names."""

@@ -30,73 +30,83 @@ MAX_K = 50
 MAX_TASK = 2_000
 
 
+def _closed(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
 @functools.cache
 def own_tools() -> dict[str, Tool]:
+    return {SEARCH_TOOLS: _search_tool(), CALL_TOOL: _call_tool(), REPORT_OUTCOME: _report_tool()}
+
+
+def _search_tool() -> Tool:
     from mcp.types import Tool, ToolAnnotations
 
-    def closed(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": properties,
-            "required": required,
-            "additionalProperties": False,
-        }
+    return Tool(
+        name=SEARCH_TOOLS,
+        description="Find tools for a task. Tools known to fail after what this session "
+        "has already run are left out; risky ones carry warnings. Returns each tool's "
+        "name, description and inputSchema: run one with call_tool.",
+        input_schema=_closed(
+            {
+                "query": {"type": "string", "description": "what the tool should do"},
+                "k": {
+                    "type": ["integer", "null"],
+                    "minimum": 1,
+                    "maximum": MAX_K,
+                    "description": "how many tools (null: 5)",
+                },
+            },
+            ["query"],
+        ),
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
 
-    return {
-        SEARCH_TOOLS: Tool(
-            name=SEARCH_TOOLS,
-            description="Find tools for a task. Tools known to fail after what this session "
-            "has already run are left out; risky ones carry warnings. Returns each tool's "
-            "name, description and inputSchema: run one with call_tool.",
-            input_schema=closed(
-                {
-                    "query": {"type": "string", "description": "what the tool should do"},
-                    "k": {
-                        "type": ["integer", "null"],
-                        "minimum": 1,
-                        "maximum": MAX_K,
-                        "description": "how many tools (null: 5)",
-                    },
+
+def _call_tool() -> Tool:
+    from mcp.types import Tool
+
+    return Tool(
+        name=CALL_TOOL,
+        description="Run a tool found with search_tools: its name, and its arguments as "
+        'one JSON object written as text, e.g. {"order_id": "#W1"}.',
+        input_schema=_closed(
+            {
+                "name": {"type": "string", "description": "the tool's name"},
+                "arguments": {
+                    "type": ["string", "null"],
+                    "description": "the tool's arguments: a JSON object, as text "
+                    '(null or "{}": none)',
                 },
-                ["query"],
-            ),
-            annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+            },
+            ["name", "arguments"],
         ),
-        CALL_TOOL: Tool(
-            name=CALL_TOOL,
-            description="Run a tool found with search_tools: its name, and its arguments as "
-            'one JSON object written as text, e.g. {"order_id": "#W1"}.',
-            input_schema=closed(
-                {
-                    "name": {"type": "string", "description": "the tool's name"},
-                    "arguments": {
-                        "type": ["string", "null"],
-                        "description": "the tool's arguments: a JSON object, as text "
-                        '(null or "{}": none)',
-                    },
-                },
-                ["name", "arguments"],
-            ),
+    )
+
+
+def _report_tool() -> Tool:
+    from mcp.types import Tool, ToolAnnotations
+
+    return Tool(
+        name=REPORT_OUTCOME,
+        description="Say how this session's task ended: 'completed' or 'abandoned' "
+        "(gave up). Failed paths are remembered so later sessions avoid them.",
+        input_schema=_closed(
+            {
+                "outcome": {"type": "string", "enum": ["completed", "abandoned"]},
+                "task": {"type": ["string", "null"], "description": "the task, in a sentence"},
+            },
+            ["outcome"],
         ),
-        REPORT_OUTCOME: Tool(
-            name=REPORT_OUTCOME,
-            description="Say how this session's task ended: 'completed' or 'abandoned' "
-            "(gave up). Failed paths are remembered so later sessions avoid them.",
-            input_schema=closed(
-                {
-                    "outcome": {"type": "string", "enum": ["completed", "abandoned"]},
-                    "task": {
-                        "type": ["string", "null"],
-                        "description": "the task, in a sentence",
-                    },
-                },
-                ["outcome"],
-            ),
-            annotations=ToolAnnotations(
-                read_only_hint=False, idempotent_hint=False, open_world_hint=False
-            ),
+        annotations=ToolAnnotations(
+            read_only_hint=False, idempotent_hint=False, open_world_hint=False
         ),
-    }
+    )
 
 
 def call_tool_target(arguments: dict[str, Any]) -> tuple[str, dict[str, Any]] | CallToolResult:
