@@ -125,6 +125,7 @@ def build_server(handlers: Handlers, name: str) -> Server[Any]:
     from mcp import types
 
     relay = handlers.relay
+    lists = relay.listings
     connections = handlers.connections
 
     async def on_list_tools(ctx: Ctx, params: types.PaginatedRequestParams | None) -> Any:
@@ -149,14 +150,14 @@ def build_server(handlers: Handlers, name: str) -> Server[Any]:
         instructions=INSTRUCTIONS,
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
-        on_list_resources=keyed(relay.list_resources, with_params=False),
-        on_list_resource_templates=keyed(relay.list_templates, with_params=False),
-        on_read_resource=keyed(relay.read_resource),
-        on_subscribe_resource=keyed(relay.subscribe),
-        on_unsubscribe_resource=keyed(relay.unsubscribe),
-        on_list_prompts=keyed(relay.list_prompts, with_params=False),
-        on_get_prompt=keyed(relay.get_prompt),
-        on_completion=keyed(relay.complete),
+        on_list_resources=keyed(lists.list_resources, with_params=False),
+        on_list_resource_templates=keyed(lists.list_templates, with_params=False),
+        on_read_resource=keyed(lists.read_resource),
+        on_subscribe_resource=keyed(lists.subscribe),
+        on_unsubscribe_resource=keyed(lists.unsubscribe),
+        on_list_prompts=keyed(lists.list_prompts, with_params=False),
+        on_get_prompt=keyed(lists.get_prompt),
+        on_completion=keyed(lists.complete),
         get_tool_input_schema=handlers.input_schema,
     )
     # registered here, not as on_set_logging_level, which warns that 2026-07-28 drops
