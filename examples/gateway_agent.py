@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-from shop_gateway import arguments, scenario, target
+from shop_gateway import Call, arguments, scenario, target
 
 
 @contextlib.asynccontextmanager
@@ -51,28 +51,25 @@ def _text(result: Any) -> str:
 
 
 async def run(url: str, token: str, mode: str) -> list[str]:
-    async def call(s: Any, name: str, args: dict[str, Any]) -> tuple[str, bool]:
-        if s is None:  # a client that opens a session for every call
-            async with session(url, token) as alone:
-                result = await alone.call_tool(name, args)
-        else:
+    async def alone(name: str, args: dict[str, Any]) -> tuple[str, bool]:
+        async with session(url, token) as s:  # a client that opens a session per call
             result = await s.call_tool(name, args)
         return _text(result), bool(result.is_error)
 
-    async def task(order: str) -> tuple[str, bool]:
-        async with contextlib.AsyncExitStack() as stack:
-            s = (
-                None
-                if mode == "stateless"
-                else await stack.enter_async_context(session(url, token))
-            )
-            await call(s, "get_order", {"order_id": order})
-            text, is_error = await call(s, "exchange", {"order_id": order, "item": "blue shirt"})
-            outcome = "abandoned" if is_error else "completed"
-            await call(s, "report_outcome", {"outcome": outcome, "task": f"exchange {order}"})
-        return text, is_error
+    @contextlib.asynccontextmanager
+    async def per_task() -> AsyncIterator[Call]:
+        if mode == "stateless":
+            yield alone
+            return
+        async with session(url, token) as s:  # one session for the task
 
-    return await scenario(task)
+            async def call(name: str, args: dict[str, Any]) -> tuple[str, bool]:
+                result = await s.call_tool(name, args)
+                return _text(result), bool(result.is_error)
+
+            yield call
+
+    return await scenario(per_task)
 
 
 def main() -> int:

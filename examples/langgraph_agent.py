@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-from shop_gateway import arguments, scenario, target
+from shop_gateway import Call, arguments, scenario, target
 
 _ids = itertools.count()
 
@@ -72,22 +72,15 @@ async def run(url: str, token: str, mode: str) -> list[str]:
     shared = graph(await client.get_tools()) if mode == "stateless" else None
 
     @contextlib.asynccontextmanager
-    async def tools() -> AsyncIterator[Any]:
-        if shared is not None:
-            yield shared  # each call opens (and closes) a session of its own
+    async def per_task() -> AsyncIterator[Call]:
+        if shared is not None:  # each call opens (and closes) a session of its own
+            yield lambda name, args: call(shared, name, args)
             return
         async with client.session("shop") as session:  # one session for the task
-            yield graph(await load_mcp_tools(session))
+            agent = graph(await load_mcp_tools(session))
+            yield lambda name, args: call(agent, name, args)
 
-    async def task(order: str) -> tuple[str, bool]:
-        async with tools() as node:
-            await call(node, "get_order", {"order_id": order})
-            text, is_error = await call(node, "exchange", {"order_id": order, "item": "blue shirt"})
-            outcome = "abandoned" if is_error else "completed"
-            await call(node, "report_outcome", {"outcome": outcome, "task": f"exchange {order}"})
-        return text, is_error
-
-    return await scenario(task)
+    return await scenario(per_task)
 
 
 def main() -> int:

@@ -19,12 +19,14 @@ run's session with the ``Sidecar-Session`` header.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-from shop_gateway import arguments, scenario, target
+from shop_gateway import Call, arguments, scenario, target
 
 
 def _text(output: Any) -> str:
@@ -45,11 +47,9 @@ async def run(url: str, token: str) -> list[str]:
             t.name: MCPUtil.to_function_tool(t, server, convert_schemas_to_strict=True)
             for t in listed
         }
-        loose = [name for name, tool in tools.items() if not tool.strict_json_schema]
-        print(
-            f"tools (strict): {', '.join(sorted(tools))}"
-            + (f"; not strict: {loose}" if loose else "")
-        )
+        loose = sorted(name for name, tool in tools.items() if not tool.strict_json_schema)
+        strict = ", ".join(sorted(set(tools) - set(loose)))
+        print(f"tools (strict): {strict}" + (f"; not strict: {', '.join(loose)}" if loose else ""))
         calls = iter(range(1_000_000))
 
         async def call(name: str, args: dict[str, Any]) -> tuple[str, bool]:
@@ -63,14 +63,11 @@ async def run(url: str, token: str) -> list[str]:
             text = _text(await tools[name].on_invoke_tool(context, payload))
             return text, not text.startswith("{")
 
-        async def task(order: str) -> tuple[str, bool]:
-            await call("get_order", {"order_id": order})
-            text, is_error = await call("exchange", {"order_id": order, "item": "blue shirt"})
-            outcome = "abandoned" if is_error else "completed"
-            await call("report_outcome", {"outcome": outcome, "task": f"exchange {order}"})
-            return text, is_error
+        @contextlib.asynccontextmanager
+        async def connection() -> AsyncIterator[Call]:
+            yield call  # one MCP session for the connection: report_outcome ends a task's
 
-        return await scenario(task)
+        return await scenario(connection)
 
 
 def main() -> int:

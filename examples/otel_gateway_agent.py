@@ -18,12 +18,14 @@ to ``sidecar serve``'s ``/v1/traces`` as ``otel_agent.py`` does.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 from gateway_agent import session
-from shop_gateway import arguments, scenario, target
+from shop_gateway import Call, arguments, scenario, target
 
 
 async def run(url: str, token: str) -> list[str]:
@@ -41,16 +43,13 @@ async def run(url: str, token: str) -> list[str]:
         text = "\n".join(getattr(block, "text", "") for block in result.content)
         return text, bool(result.is_error)
 
-    async def task(order: str) -> tuple[str, bool]:
+    @contextlib.asynccontextmanager
+    async def traced() -> AsyncIterator[Call]:
         attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "shop"}
         with tracer.start_as_current_span("invoke_agent shop", attributes=attributes):
-            await call("get_order", {"order_id": order})
-            text, is_error = await call("exchange", {"order_id": order, "item": "blue shirt"})
-            outcome = "abandoned" if is_error else "completed"
-            await call("report_outcome", {"outcome": outcome, "task": f"exchange {order}"})
-        return text, is_error
+            yield call
 
-    return await scenario(task)
+    return await scenario(traced)
 
 
 def main() -> int:

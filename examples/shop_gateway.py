@@ -24,7 +24,9 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 WARM_UP = ["#W3", "#W4", "#W6", "#W7", "#W8", "#W9", "#W10", "#W11", "#W12", "#W13"]
@@ -32,9 +34,11 @@ RUNS = [("#W1", "pending"), ("#W2", "pending"), ("#W1", "pending"), ("#W3", "del
 WARNING = "[sidecar warning]"
 REFUSED = "Refused:"
 
-Task = Callable[[str], Awaitable[tuple[str, bool]]]
-"""An agent's task on one order: the text its framework handed the agent for the
-exchange, and whether the framework marked it an error."""
+Call = Callable[[str, dict[str, Any]], Awaitable[tuple[str, bool]]]
+"""One tool call through an agent's framework: the text the framework hands the model,
+and whether it marked it an error."""
+Session = Callable[[], AbstractAsyncContextManager[Call]]
+"""What a task runs in: a framework's session (or none), yielding how to call a tool."""
 
 
 def sidecar_command() -> str:
@@ -101,14 +105,24 @@ def ended(text: str, is_error: bool) -> str:
     return "failed" if is_error else "done"
 
 
-async def scenario(task: Task) -> list[str]:
+async def task(session: Session, order: str) -> tuple[str, bool]:
+    """Look the order up, try the exchange, say how it ended: what the exchange showed."""
+    async with session() as call:
+        await call("get_order", {"order_id": order})
+        text, is_error = await call("exchange", {"order_id": order, "item": "blue shirt"})
+        outcome = "abandoned" if is_error else "completed"
+        await call("report_outcome", {"outcome": outcome, "task": f"exchange {order}"})
+    return text, is_error
+
+
+async def scenario(session: Session) -> list[str]:
     """The warm-up, then the four runs; prints what the agent saw, returns how each
     exchange ended."""
-    warm = [ended(*await task(order)) for order in WARM_UP]
+    warm = [ended(*await task(session, order)) for order in WARM_UP]
     print(f"warm-up: {warm.count('done')} of {len(warm)} exchanges of delivered orders done")
     out = []
     for number, (order, status) in enumerate(RUNS, 1):
-        text, is_error = await task(order)
+        text, is_error = await task(session, order)
         how = ended(text, is_error)
         out.append(how)
         print(f"run {number}, {order} ({status}): exchange {how}")

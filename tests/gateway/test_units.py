@@ -338,7 +338,7 @@ def test_a_paused_clock_does_not_run_out() -> None:
 
 
 def test_template_patterns_match_what_the_template_expands_to() -> None:
-    from sidecar.gateway.relay import template_pattern
+    from sidecar.gateway.listings import template_pattern
 
     simple = template_pattern("test://template/{id}/data")
     assert simple.fullmatch("test://template/123/data")
