@@ -33,6 +33,7 @@ from sidecar.limits import (
 )
 from sidecar.memory import Step
 from sidecar.model import CallCheck, CheckResult, IntakeResult, LookupResult, Tool
+from sidecar.principals import LOCAL
 from sidecar.registry import AddToolsResult, SyncResult
 from sidecar.results import (
     ArchiveMaintenance,
@@ -240,13 +241,14 @@ class RemoteSidecar:
         reports: Iterable[Any],
         chunk: int = INTAKE_CHUNK,
         progress: Callable[[int], None] | None = None,
-        source: str | None = None,
+        source: str = LOCAL,
     ) -> list[IntakeResult]:
         """One request per batch of at most ``chunk`` reports under the server's body
         limit (each request is all-or-nothing on the server).  A report that cannot be
         sent (over the limit alone, or a number JSON has no form for) comes back
         ``rejected`` with the reason, in its place.  ``source``: the source the reports
-        are attributed to (an operator's token only; by default the token's name)."""
+        are attributed to (another than the token's own needs an operator's token); the
+        default leaves it to the server: the token's name."""
         items = list(reports)
         out: list[IntakeResult | None] = [None] * len(items)
         parts: list[bytes] = []
@@ -260,7 +262,7 @@ class RemoteSidecar:
                     "rejected", reason="not JSON: a number that is not finite, or a value "
                     "JSON has no form for",
                 )  # fmt: skip
-        tail = (b',"source":' + encode(source) if source else b"") + b"}"
+        tail = (b',"source":' + encode(source) if source != LOCAL else b"") + b"}"
         limit, done = self._body_limit(), len(items) - len(sendable)
         most = max(1, min(chunk, MAX_REPORTS_PER_REQUEST))
         for group in packed("reports", parts, limit - len(tail) + 1, most):
