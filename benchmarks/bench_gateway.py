@@ -402,7 +402,8 @@ def schema_tokens(dataset: Path, seed: int, queries: int) -> dict[str, Any]:
     from benchmarks.datasets import seal_tools, toolbench
     from indexes import MiniLMEmbedder
     from sidecar.gateway.memory import MemoryBackend
-    from sidecar.gateway.server import CALL_TOOL, REPORT_OUTCOME, SEARCH_TOOLS, _own_tools
+    from sidecar.gateway.own_tools import CALL_TOOL, REPORT_OUTCOME, SEARCH_TOOLS
+    from sidecar.gateway.own_tools import own_tools as _own_tools
 
     tokenizer = MiniLMEmbedder()
     own = _own_tools()

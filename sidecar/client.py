@@ -35,6 +35,7 @@ from sidecar.limits import (
 from sidecar.memory import Step
 from sidecar.model import CallCheck, CheckResult, IntakeResult, LookupResult, Tool
 from sidecar.paging import DEFAULT_LIMIT, MAX_LIMIT, ToolPage
+from sidecar.principals import LOCAL
 from sidecar.results import (
     ArchiveMaintenance,
     ArchiveStatus,
@@ -47,7 +48,7 @@ from sidecar.results import (
     Recovered,
     RevocationRun,
 )
-from sidecar.tools.records import AddToolsResult
+from sidecar.tools.records import AddToolsResult, SyncResult
 from sidecar.wire import load
 
 T = TypeVar("T")
@@ -194,6 +195,15 @@ class RemoteSidecar:
     def list_tools_page(self, cursor: str | None = None, limit: int = DEFAULT_LIMIT) -> ToolPage:
         return self._get(ToolPage, "/v1/tools", cursor=cursor, limit=limit)
 
+    def sync_tools(self, source: str, tools: Sequence[Tool]) -> SyncResult:
+        """One request: the sync of a source is all-or-nothing (a catalog over the
+        server's body limit is :class:`BodyTooLarge`)."""
+        body = {"source": source, "tools": [t.to_dict() for t in tools]}
+        return self._post(SyncResult, "/v1/tools/sync", body)
+
+    def hidden_tools(self) -> set[str]:
+        return set(self.call("GET", "/v1/tools/hidden")["tools"])
+
     def search(
         self,
         query: str,
@@ -245,11 +255,14 @@ class RemoteSidecar:
         reports: Iterable[Any],
         chunk: int = INTAKE_CHUNK,
         progress: Callable[[int], None] | None = None,
+        source: str = LOCAL,
     ) -> list[IntakeResult]:
         """One request per batch of at most ``chunk`` reports under the server's body
         limit (each request is all-or-nothing on the server).  A report that cannot be
         sent (over the limit alone, or a number JSON has no form for) comes back
-        ``rejected`` with the reason, in its place."""
+        ``rejected`` with the reason, in its place.  ``source``: the source the reports
+        are attributed to (another than the token's own needs an operator's token); the
+        default leaves it to the server: the token's name."""
         items = list(reports)
         out: list[IntakeResult | None] = [None] * len(items)
         parts: list[bytes] = []
@@ -263,10 +276,11 @@ class RemoteSidecar:
                     "rejected", reason="not JSON: a number that is not finite, or a value "
                     "JSON has no form for",
                 )  # fmt: skip
+        tail = (b',"source":' + encode(source) if source != LOCAL else b"") + b"}"
         limit, done = self._body_limit(), len(items) - len(sendable)
         most = max(1, min(chunk, MAX_REPORTS_PER_REQUEST))
-        for group in packed("reports", parts, limit, most):
-            body = b'{"reports":[' + b",".join(parts[j] for j in group) + b"]}"
+        for group in packed("reports", parts, limit - len(tail) + 1, most):
+            body = b'{"reports":[' + b",".join(parts[j] for j in group) + b"]" + tail
             if len(body) > limit:
                 out[sendable[group[0]]] = IntakeResult(
                     "rejected",

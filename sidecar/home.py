@@ -177,8 +177,9 @@ class Home:
             url = server_url(self.path)
             if url:
                 raise Busy(
-                    f"a sidecar server owns {self.path} ({url}); send this through it "
-                    f"with --url {url}",
+                    f"a sidecar server owns {self.path} ({url}); go through it: the CLI "
+                    f"does so by itself (or with --url {url}), Python with "
+                    f"RemoteSidecar({url!r}, token) (the token is {self.path / 'token'})",
                     exc.holder,
                 ) from None
             raise

@@ -8,6 +8,7 @@ API.  Served over streamable HTTP inside the HTTP app (``/mcp``) or over stdio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mcp.server import MCPServer
@@ -17,6 +18,7 @@ from mcp.types import ToolAnnotations
 
 from sidecar.errors import SidecarError
 from sidecar.limits import CheckMode
+from sidecar.mcp_arguments import JsonObject, Next, Report, Steps, steps_of
 from sidecar.principals import THE_PROCESS, Principal, principal_of
 from sidecar.redact import redact_text
 from sidecar.wire import dump_dict
@@ -24,8 +26,6 @@ from sidecar.wire import dump_dict
 if TYPE_CHECKING:
     from sidecar.client import RemoteSidecar
     from sidecar.core import Sidecar
-
-Scalar = str | int | float | bool | None
 
 INSTRUCTIONS = (
     "Failure memory for tool selection. Call search_tools with what you have already "
@@ -50,14 +50,20 @@ def build_mcp(sc: Sidecar | RemoteSidecar) -> MCPServer:
     """An MCP server whose tools call ``sc``: the library, or a running sidecar over HTTP
     (``sidecar mcp`` beside a server)."""
     server = MCPServer(name="tool-chain-sidecar", instructions=INSTRUCTIONS, log_level="WARNING")
+    _lookup_tools(server, sc)
+    _report_tools(server, sc)
+    return server
 
-    def call(fn: Any) -> dict[str, Any]:
-        try:
-            return dump_dict(fn())
-        except SidecarError as exc:
-            # a clear, redacted message for the agent; the MCP layer marks it an error
-            raise ToolError(f"{exc.code}: {redact_text(str(exc))}") from None
 
+def _answer(fn: Callable[[], Any]) -> dict[str, Any]:
+    try:
+        return dump_dict(fn())
+    except SidecarError as exc:
+        # a clear, redacted message for the agent; the MCP layer marks it an error
+        raise ToolError(f"{exc.code}: {redact_text(str(exc))}") from None
+
+
+def _lookup_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
     @server.tool(
         title="Search tools",
         description="Semantic tool lookup that withholds continuations known to fail "
@@ -70,12 +76,13 @@ def build_mcp(sc: Sidecar | RemoteSidecar) -> MCPServer:
         query: str,
         k: int = 5,
         after: list[str] | None = None,
-        context: dict[str, Scalar] | None = None,
-        steps: list[dict[str, Any]] | None = None,
+        context: JsonObject | None = None,
+        steps: Steps = None,
         task_input: str | None = None,
     ) -> dict[str, Any]:
-        return call(
-            lambda: sc.search(query, k, after or [], context, steps=steps, task_input=task_input)
+        session = None if steps is None else steps_of(steps)
+        return _answer(
+            lambda: sc.search(query, k, after or [], context, steps=session, task_input=task_input)
         )
 
     @server.tool(
@@ -88,24 +95,31 @@ def build_mcp(sc: Sidecar | RemoteSidecar) -> MCPServer:
     def check_plan(
         plan: list[str] | None = None,
         mode: CheckMode = "sequence",
-        context: dict[str, Scalar] | None = None,
-        steps: list[dict[str, Any]] | None = None,
-        next: dict[str, Any] | None = None,
+        context: JsonObject | None = None,
+        steps: Steps = None,
+        next: Next = None,
         task_input: str | None = None,
     ) -> dict[str, Any]:
         if next is not None:
-            return call(
-                lambda: sc.check_call(
-                    steps or [],
-                    str(next.get("tool", "")),
-                    next.get("arguments") or {},
-                    task_input,
-                    context,
-                )
-            )
+            call = (steps_of(steps), next.tool, next.arguments or {}, task_input, context)
+            return _answer(lambda: sc.check_call(*call))
         if plan is None:
             raise ToolError("invalid_input: give a plan, or steps and next (the call to check)")
-        return call(lambda: sc.check(plan, mode=mode, context=context))
+        return _answer(lambda: sc.check(plan, mode=mode, context=context))
+
+    @server.tool(
+        title="Audit chain",
+        description="The full archived record behind a cold storage pointer.",
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+    def audit_chain(pointer: str) -> dict[str, Any]:
+        return _answer(lambda: sc.audit(pointer))
+
+
+def _report_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
+    from sidecar.client import RemoteSidecar
+
+    remote = isinstance(sc, RemoteSidecar)
 
     @server.tool(
         title="Report chain",
@@ -119,13 +133,12 @@ def build_mcp(sc: Sidecar | RemoteSidecar) -> MCPServer:
             open_world_hint=False,
         ),
     )
-    def report_chain(report: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        who = caller(ctx)
-        from sidecar.client import RemoteSidecar
-
+    def report_chain(report: Report, ctx: Context) -> dict[str, Any]:
+        body = report.plain()
         if isinstance(sc, RemoteSidecar):
-            return call(lambda: sc.report(report))  # the server names its own caller
-        return call(lambda: sc.report(report, source=who.name, role=who.role))
+            return _answer(lambda: sc.report(body))  # the server names its own caller
+        who = caller(ctx)
+        return _answer(lambda: sc.report(body, source=who.name, role=who.role))
 
     @server.tool(
         title="Forget a source",
@@ -140,20 +153,6 @@ def build_mcp(sc: Sidecar | RemoteSidecar) -> MCPServer:
         ),
     )
     def forget_source(source: str, ctx: Context, since: float | None = None) -> dict[str, Any]:
-        from sidecar.client import RemoteSidecar
-
-        if isinstance(sc, RemoteSidecar):
-            return call(lambda: sc.forget(source, since))  # the server checks the role
-        if caller(ctx).role != "operator":
+        if not remote and caller(ctx).role != "operator":  # a server checks the role itself
             raise ToolError("forbidden: forgetting a source needs an operator token")
-        return call(lambda: sc.forget(source, since))
-
-    @server.tool(
-        title="Audit chain",
-        description="The full archived record behind a cold storage pointer.",
-        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
-    )
-    def audit_chain(pointer: str) -> dict[str, Any]:
-        return call(lambda: sc.audit(pointer))
-
-    return server
+        return _answer(lambda: sc.forget(source, since))

@@ -77,6 +77,8 @@ class Settings:
     gateway_contest_rate: float = 0.1
     gateway_contest_budget: int = 1
     gateway_contest_scope: ContestScope = "safe"
+    gateway_warning_text: bool = True
+    gateway_link_window: float = 120.0
 
     @property
     def model_cache_path(self) -> Path:
@@ -185,6 +187,10 @@ SETTINGS: dict[str, str] = {
     "success can contest the block (0: never)",
     "gateway_contest_budget": "blocked calls forwarded per rule per hour, at most",
     "gateway_contest_scope": "'safe' (only tools annotated read-only or non-destructive) or 'all'",
+    "gateway_warning_text": "a warned gateway call's result carries the warning as text the "
+    "model reads, besides _meta (true/false)",
+    "gateway_link_window": "seconds an inferred gateway session (calls linked by the values "
+    "their outputs showed) may still be joined; it is reported that long after its last call",
 }
 
 
@@ -196,6 +202,7 @@ def _parse(name: str, raw: str) -> Any:
         "chain_weight",
         "gateway_call_timeout",
         "gateway_contest_rate",
+        "gateway_link_window",
         "otlp_conversation_idle_s",
     ):
         try:
@@ -222,7 +229,13 @@ def _parse(name: str, raw: str) -> Any:
             raise ConfigError(f"SIDECAR_{name.upper()} must be an integer, got {raw!r}") from None
     if name in ("home", "model_cache", "tokens_file"):
         return Path(raw)
-    if name in ("evict_on_report", "keep_outputs", "revocation_allow_link_local", "hybrid"):
+    if name in (
+        "evict_on_report",
+        "keep_outputs",
+        "revocation_allow_link_local",
+        "hybrid",
+        "gateway_warning_text",
+    ):
         if raw.lower() in ("1", "true", "yes", "on"):
             return True
         if raw.lower() in ("0", "false", "no", "off"):
@@ -318,6 +331,9 @@ def validate(s: Settings) -> Settings:
     budget = s.gateway_contest_budget
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise ConfigError(f"gateway_contest_budget must be an integer >= 0, got {budget!r}")
+    window = s.gateway_link_window
+    if isinstance(window, bool) or not isinstance(window, int | float) or not 0 < window < 1e6:
+        raise ConfigError(f"gateway_link_window must be a number > 0, got {window!r}")
     if s.gateway_contest_scope not in ("safe", "all"):
         raise ConfigError(
             f"gateway_contest_scope must be 'safe' or 'all', got {s.gateway_contest_scope!r}"

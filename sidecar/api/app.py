@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sidecar.api.docs import add_docs
-from sidecar.api.gate import ASGIApp, Gate, envelope
+from sidecar.api.gate import PUBLIC, ASGIApp, Gate, envelope
 from sidecar.api.routes import ROUTERS
 from sidecar.core import Sidecar
 from sidecar.errors import RateLimited, SidecarError
@@ -106,7 +106,7 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    add_docs(api)
+    add_docs(api, PUBLIC)
     api.state.sidecar = sc
     api.state.metrics = metrics
     api.state.max_body_bytes = max_body_bytes

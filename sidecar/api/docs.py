@@ -9,7 +9,9 @@ without the token: they hold no data.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from importlib import resources
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
@@ -25,10 +27,17 @@ def asset_folder() -> str:
     return str(resources.files("fastapi_offline") / "static")
 
 
-def add_docs(api: FastAPI) -> None:
+BEARER = "bearer"
+"""The OpenAPI security scheme every route but the public ones requires."""
+
+
+def add_docs(api: FastAPI, public: Iterable[str] = ()) -> None:
     """``/docs`` (Swagger UI) and ``/redoc`` on ``api``, whose ``FastAPI`` was made with
-    ``docs_url=None, redoc_url=None``."""
+    ``docs_url=None, redoc_url=None``.  The OpenAPI document declares the bearer token
+    (so that Swagger UI's *Authorize* sends it with every "Try it out"), required by
+    every operation but those of the ``public`` paths."""
     api.mount(ASSETS, StaticFiles(directory=asset_folder()), name="docs-assets")
+    _declare_bearer(api, frozenset(public))
     openapi = api.openapi_url or "/openapi.json"
 
     @api.get("/docs", include_in_schema=False)
@@ -39,6 +48,7 @@ def add_docs(api: FastAPI) -> None:
             swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
             swagger_css_url=f"{ASSETS}/swagger-ui.css",
             swagger_favicon_url=f"{ASSETS}/favicon.png",
+            swagger_ui_parameters={"persistAuthorization": True},
         )
 
     @api.get("/redoc", include_in_schema=False)
@@ -50,3 +60,28 @@ def add_docs(api: FastAPI) -> None:
             redoc_favicon_url=f"{ASSETS}/favicon.png",
             with_google_fonts=False,
         )
+
+
+def _declare_bearer(api: FastAPI, public: frozenset[str]) -> None:
+    build = api.openapi
+
+    def openapi() -> dict[str, Any]:
+        if api.openapi_schema is None:
+            schema = build()
+            schema.setdefault("components", {})["securitySchemes"] = {
+                BEARER: {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the token in the sidecar home's `token` file (or "
+                    "$SIDECAR_TOKEN), or a named token",
+                }
+            }
+            schema["security"] = [{BEARER: []}]
+            for path, item in schema.get("paths", {}).items():
+                if path in public:
+                    for operation in item.values():
+                        operation["security"] = []
+            api.openapi_schema = schema
+        return api.openapi_schema
+
+    api.openapi = openapi  # type: ignore[method-assign]

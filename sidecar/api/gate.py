@@ -2,9 +2,11 @@
 
 In this order: it times every request for ``/metrics`` (labelled by route template,
 so no request can add a series), refuses bodies over the limit with 413 before reading
-them whole, requires the bearer token on every route but the public ones (compared in
-constant time, never logged), and sends ``/mcp`` to the MCP transport (which checks
-``Origin`` and ``Host`` against loopback).
+them whole (it reads and drops up to :data:`DRAIN_BYTES` of such a body first, so that a
+client that sends its whole body before reading the answer, as Python's ``urllib`` and
+``httpx`` do, reads the 413 instead of a broken pipe), requires the bearer token on
+every route but the public ones (compared in constant time, never logged), and sends
+``/mcp`` to the MCP transport (which checks ``Origin`` and ``Host`` against loopback).
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ def is_public(path: str) -> bool:
 
 
 UNMATCHED = "(unmatched)"
+DRAIN_BYTES = 32 * 1_048_576
+"""Bytes of a refused body read and dropped before the 413 is sent; past them (or
+:data:`DRAIN_S`) the connection is closed after the answer."""
+DRAIN_S = 10.0
 
 
 def envelope(
@@ -167,8 +173,32 @@ class Gate:
         return None, principal
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        await _drain(receive)
         message = f"request body over {limit} bytes"
-        await envelope(BodyTooLarge.status, BodyTooLarge.code, message)(scope, receive, send)
+        response = envelope(
+            BodyTooLarge.status, BodyTooLarge.code, message, {"Connection": "close"}
+        )
+        await response(scope, _disconnected, send)
+
+
+async def _drain(receive: Receive) -> None:
+    """Read and drop what is left of a refused body, up to :data:`DRAIN_BYTES` within
+    :data:`DRAIN_S`."""
+    import anyio
+
+    read = 0
+    with anyio.move_on_after(DRAIN_S):
+        while read <= DRAIN_BYTES:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            read += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
+
+
+async def _disconnected() -> Message:
+    return {"type": "http.disconnect"}
 
 
 async def _read_capped(receive: Receive, limit: int) -> tuple[bytes, bool]:

@@ -64,6 +64,17 @@ class SearchIn(Body):
 
 class ReportsIn(Body):
     reports: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_REPORTS_PER_REQUEST)
+    source: str | None = Field(
+        default=None,
+        max_length=64,
+        description="operators only: the source the reports are attributed to (e.g. "
+        "'gateway', for what an MCP gateway observed); by default the token's name",
+    )
+
+
+class SyncIn(Body):
+    source: str = Field(min_length=1, max_length=64)
+    tools: list[dict[str, Any]] = Field(max_length=MAX_TOOLS_PER_REQUEST)
 
 
 class CheckIn(Body):

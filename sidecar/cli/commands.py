@@ -511,54 +511,6 @@ def serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def gateway(args: argparse.Namespace) -> int:
-    """An MCP gateway in front of upstream MCP servers, with this home's memory."""
-    import anyio
-
-    from sidecar.api.serve import bind, token_for
-    from sidecar.gateway import build_gateway
-    from sidecar.gateway.contest import ContestPolicy
-    from sidecar.gateway.library import LibraryBackend
-    from sidecar.gateway.serving import serve_on
-
-    with open_local(args) as sc:
-        home = home_of(args)
-        settings = sc.settings
-        timeout = (
-            args.call_timeout if args.call_timeout is not None else settings.gateway_call_timeout
-        )
-        gw = build_gateway(
-            LibraryBackend(sc),
-            args.upstream,
-            expose=args.expose,
-            pins=args.pin,
-            idle_timeout_s=args.idle_timeout,
-            report_clean=True,
-            token=None if args.stdio or args.no_token else token_for(home),
-            call_timeout_s=timeout or None,
-            json_response=args.json_response,
-            contest=ContestPolicy(
-                rate=settings.gateway_contest_rate,
-                budget=settings.gateway_contest_budget,
-                scope=settings.gateway_contest_scope,
-            ),
-        )
-        if args.stdio:
-            gw.run_stdio()
-            return EXIT_OK
-        sock = bind(args.host, args.port)
-
-        def announce(url: str) -> None:
-            where = "no token" if gw.token is None else f"token: {home / 'token'} or $SIDECAR_TOKEN"
-            status(f"sidecar gateway serving {url} ({where})")
-
-        try:
-            anyio.run(serve_on, gw, sock, announce)
-        finally:
-            sock.close()
-    return EXIT_OK
-
-
 def mcp(args: argparse.Namespace) -> int:
     """MCP over stdio, on the home (or, beside a server that owns it, or with --url, on
     that server: every call goes through it over HTTP)."""

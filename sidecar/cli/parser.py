@@ -11,6 +11,7 @@ from typing import Any
 
 from sidecar import __version__
 from sidecar.cli import commands as cmd
+from sidecar.cli import gateway as gateway_command
 from sidecar.limits import CHECK_MODES, MANDATE_STATUSES, MAX_BODY_BYTES, MAX_K
 
 
@@ -393,7 +394,7 @@ def serving_commands(command: Command) -> None:
     gw.add_argument("--stdio", action="store_true", help="serve MCP over stdio instead of HTTP")
     gw.add_argument("--host", default="127.0.0.1")
     gw.add_argument("--port", type=port_int, default=8766, help="port (default 8766; 0: any)")
-    gw.set_defaults(func=cmd.gateway)
+    gw.set_defaults(func=gateway_command.gateway)
     command("demo", "walk through the sediment fallacy and its prevention").set_defaults(
         func=cmd.demo
     )

@@ -94,9 +94,10 @@ class Catalog:
                 if name in routes or name in self._reserved:
                     continue  # a prefixed name that itself collides: first listed wins
                 routes[name] = Route(name, upstream, tool.name, base, prefixed)
-                exposed[name] = (
-                    tool if name == tool.name else tool.model_copy(update={"name": name})
-                )
+                update: dict[str, Any] = {} if name == tool.name else {"name": name}
+                if _takes_nothing(tool.input_schema):
+                    update["input_schema"] = {**tool.input_schema, "additionalProperties": False}
+                exposed[name] = tool.model_copy(update=update) if update else tool
         self._routes, self._exposed = routes, exposed
 
     def _note_mapped(self, upstream: str, name: str, mapped: str) -> None:
@@ -172,6 +173,18 @@ class Catalog:
 
     def mark_synced(self, upstream: str, definitions: list[dict[str, Any]]) -> None:
         self._synced[upstream] = _digest(definitions)
+
+
+def _takes_nothing(schema: dict[str, Any]) -> bool:
+    """An object schema that declares no property and says nothing of others: a tool
+    with no parameters, listed as MCP recommends it (``additionalProperties: false``), the
+    form OpenAI's strict mode can take."""
+    return (
+        schema.get("type") == "object"
+        and not schema.get("properties")
+        and "additionalProperties" not in schema
+        and not any(k in schema for k in ("anyOf", "oneOf", "allOf", "$ref", "patternProperties"))
+    )
 
 
 def _digest(definitions: list[dict[str, Any]]) -> str:

@@ -1,20 +1,23 @@
 """The gateway's backend over the library: what :class:`~sidecar.gateway.backend.
-GatewayBackend` asks, answered by a :class:`~sidecar.core.Sidecar` (and nothing else of
-it: the gateway is a shell like the HTTP API)."""
+GatewayBackend` asks, answered by a :class:`~sidecar.core.Sidecar` in this process, or by
+a running sidecar over HTTP (:class:`~sidecar.client.RemoteSidecar`: a gateway beside
+``sidecar serve`` on the same home, so that its evidence reaches the one memory).  It
+uses their public methods and nothing else: the gateway is a shell like the HTTP API."""
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
-from sidecar.core import Sidecar
 from sidecar.errors import InvalidInput, SidecarError
 from sidecar.gateway.backend import Hit, Outcome, Reason, Step, SyncResult, Verdict
 from sidecar.memory import Step as MemoryStep
-from sidecar.model import Tool
+from sidecar.model import CallCheck, IntakeResult, LookupResult, Tool
 from sidecar.principals import GATEWAY
 from sidecar.tools.catalog import parse_tool
+from sidecar.tools.records import SyncResult as LibrarySync
 
 log = logging.getLogger("sidecar.gateway")
 
@@ -23,8 +26,25 @@ def _steps(steps: list[Step]) -> list[MemoryStep]:
     return [MemoryStep(s.tool, dict(s.arguments), s.output, s.error) for s in steps]
 
 
+class Memory(Protocol):
+    """What the backend uses of :class:`~sidecar.core.Sidecar` (and of
+    :class:`~sidecar.client.RemoteSidecar`, which has the same methods over HTTP)."""
+
+    def sync_tools(self, source: str, tools: Sequence[Tool]) -> LibrarySync: ...
+
+    def hidden_tools(self) -> set[str]: ...
+
+    def search(self, query: str, k: int = 5, *, steps: Any = None) -> LookupResult: ...
+
+    def check_call(
+        self, steps: Any, tool: str, arguments: Mapping[str, Any] | None = None
+    ) -> CallCheck: ...
+
+    def report_many(self, reports: Iterable[Any], *, source: str) -> list[IntakeResult]: ...
+
+
 class LibraryBackend:
-    def __init__(self, sc: Sidecar, source: str = GATEWAY) -> None:
+    def __init__(self, sc: Memory, source: str = GATEWAY) -> None:
         """``source``: who the sessions it reports are attributed to."""
         self.sc = sc
         self.source = source

@@ -33,8 +33,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import re
-from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_args
@@ -44,6 +42,8 @@ if TYPE_CHECKING:
     from mcp_types import LoggingLevel, ServerCapabilities
 
     from sidecar.gateway.upstream import UpstreamLink
+
+from sidecar.gateway.listings import Listings, not_offered
 
 log = logging.getLogger("sidecar.gateway")
 
@@ -70,12 +70,6 @@ class RelayStats:
     client_requests_refused: int = 0
 
 
-@dataclass(frozen=True)
-class _PromptRoute:
-    upstream: str
-    name: str
-
-
 class Relay:
     def __init__(
         self,
@@ -89,10 +83,7 @@ class Relay:
         self.stats = RelayStats()
         self._ids = itertools.count()
         self._inflight: dict[str, dict[int, _Origin]] = {}  # upstream -> requests
-        self._uris: dict[str, str] = {}  # resource uri -> upstream
-        self._templates: list[tuple[re.Pattern[str], str, str]] = []  # regex, upstream, tpl
-        self._prompts: dict[str, _PromptRoute] = {}
-        self._subs: dict[tuple[str, str], set[str]] = {}  # (upstream, uri) -> sessions
+        self.listings = Listings(self)
         self._levels: dict[str, str] = {}  # session -> its level
         self._upstream_level: dict[str, str] = {}
 
@@ -187,188 +178,6 @@ class Relay:
             except CallTimedOut as exc:
                 raise MCPError(code=REQUEST_TIMEOUT, message=str(exc)) from None
 
-    # ---- resources --------------------------------------------------------------------
-    async def list_resources(self, session: str, ctx: Any) -> Any:
-        from mcp import types
-
-        items: list[Any] = []
-        routes: dict[str, str] = {}
-        for name in await self._each("resources"):
-            async for resource in self.links[name].pages(
-                "resources/list",
-                types.ListResourcesRequest,
-                types.ListResourcesResult,
-                "resources",
-                self.timeout_s,
-            ):
-                uri = str(resource.uri)
-                if uri not in routes:
-                    routes[uri] = name
-                    items.append(resource)
-        self._uris = routes
-        return types.ListResourcesResult(resources=items)
-
-    async def list_templates(self, session: str, ctx: Any) -> Any:
-        from mcp import types
-
-        items: list[Any] = []
-        templates: list[tuple[re.Pattern[str], str, str]] = []
-        for name in await self._each("resources"):
-            async for template in self.links[name].pages(
-                "resources/templates/list",
-                types.ListResourceTemplatesRequest,
-                types.ListResourceTemplatesResult,
-                "resource_templates",
-                self.timeout_s,
-            ):
-                templates.append(
-                    (template_pattern(template.uri_template), name, template.uri_template)
-                )
-                items.append(template)
-        self._templates = templates
-        return types.ListResourceTemplatesResult(resource_templates=items)
-
-    def _owners(self, uri: str) -> list[str]:
-        exact = self._uris.get(uri)
-        if exact is not None:
-            return [exact]
-        matched = [name for pattern, name, _ in self._templates if pattern.fullmatch(uri)]
-        rest = [n for n in self.with_capability("resources") if n not in matched]
-        return list(dict.fromkeys(matched)) + rest
-
-    async def read_resource(self, session: str, ctx: Any, params: Any) -> Any:
-        from mcp import types
-        from mcp.shared.exceptions import MCPError
-
-        uri = str(params.uri)
-        first_error: MCPError | None = None
-        for name in self._owners(uri):
-            try:
-                return await self.forward(
-                    name,
-                    session,
-                    ctx,
-                    types.ReadResourceRequest(params=params),
-                    types.ReadResourceResult,
-                )
-            except MCPError as exc:
-                first_error = first_error or exc
-        raise first_error or _not_offered("resources")
-
-    async def subscribe(self, session: str, ctx: Any, params: Any) -> Any:
-        from mcp import types
-
-        uri = str(params.uri)
-        owners = [n for n in self._owners(uri) if self._can_subscribe(n)]
-        if not owners:
-            raise _not_offered("resource subscriptions")
-        upstream = owners[0]
-        holders = self._subs.setdefault((upstream, uri), set())
-        if not holders:
-            await self.forward(
-                upstream, session, ctx, types.SubscribeRequest(params=params), types.EmptyResult
-            )
-        holders.add(session)
-        return types.EmptyResult()
-
-    async def unsubscribe(self, session: str, ctx: Any, params: Any) -> Any:
-        from mcp import types
-
-        uri = str(params.uri)
-        for (upstream, subscribed), holders in list(self._subs.items()):
-            if subscribed != uri or session not in holders:
-                continue
-            holders.discard(session)
-            if not holders:
-                del self._subs[(upstream, uri)]
-                await self.forward(
-                    upstream,
-                    session,
-                    ctx,
-                    types.UnsubscribeRequest(params=params),
-                    types.EmptyResult,
-                )
-        return types.EmptyResult()
-
-    def _can_subscribe(self, upstream: str) -> bool:
-        caps = self.links[upstream].capabilities
-        return caps is not None and caps.resources is not None and bool(caps.resources.subscribe)
-
-    # ---- prompts ----------------------------------------------------------------------
-    async def list_prompts(self, session: str, ctx: Any) -> Any:
-        from mcp import types
-
-        listed: list[tuple[str, Any]] = []
-        for name in await self._each("prompts"):
-            async for prompt in self.links[name].pages(
-                "prompts/list",
-                types.ListPromptsRequest,
-                types.ListPromptsResult,
-                "prompts",
-                self.timeout_s,
-            ):
-                listed.append((name, prompt))
-        counts = Counter(p.name for _, p in listed)
-        routes: dict[str, _PromptRoute] = {}
-        prompts = []
-        for upstream, prompt in listed:
-            exposed = f"{upstream}_{prompt.name}" if counts[prompt.name] > 1 else prompt.name
-            if exposed in routes:
-                continue
-            routes[exposed] = _PromptRoute(upstream, prompt.name)
-            prompts.append(
-                prompt if exposed == prompt.name else prompt.model_copy(update={"name": exposed})
-            )
-        self._prompts = routes
-        return types.ListPromptsResult(prompts=prompts)
-
-    async def _prompt_route(self, session: str, ctx: Any, name: str) -> _PromptRoute:
-        if name not in self._prompts:
-            await self.list_prompts(session, ctx)  # a client may get a prompt it never listed
-        route = self._prompts.get(name)
-        if route is not None:
-            return route
-        offered = self.with_capability("prompts")
-        if not offered:
-            raise _not_offered("prompts")
-        return _PromptRoute(offered[0], name)  # the upstream's own "not found"
-
-    async def get_prompt(self, session: str, ctx: Any, params: Any) -> Any:
-        from mcp import types
-
-        route = await self._prompt_route(session, ctx, params.name)
-        upstream_params = params.model_copy(update={"name": route.name})
-        return await self.forward(
-            route.upstream,
-            session,
-            ctx,
-            types.GetPromptRequest(params=upstream_params),
-            types.GetPromptResult,
-        )
-
-    # ---- completion -------------------------------------------------------------------
-    async def complete(self, session: str, ctx: Any, params: Any) -> Any:
-        from mcp import types
-
-        ref = params.ref
-        upstream: str | None = None
-        if isinstance(ref, types.PromptReference):
-            route = await self._prompt_route(session, ctx, ref.name)
-            upstream = route.upstream
-            params = params.model_copy(update={"ref": ref.model_copy(update={"name": route.name})})
-        else:
-            if not self._templates:
-                await self.list_templates(session, ctx)
-            upstream = next((u for _, u, tpl in self._templates if tpl == ref.uri), None)
-        offered = self.with_capability("completions")
-        if upstream is None or upstream not in offered:
-            if not offered:
-                raise _not_offered("completions")
-            upstream = upstream if upstream in offered else offered[0]
-        return await self.forward(
-            upstream, session, ctx, types.CompleteRequest(params=params), types.CompleteResult
-        )
-
     # ---- logging ----------------------------------------------------------------------
     async def set_level(self, session: str, ctx: Any, level: LoggingLevel) -> Any:
         from mcp import types
@@ -409,8 +218,7 @@ class Relay:
         if isinstance(message, types.LoggingMessageNotification):
             await self._log(upstream, message)
         elif isinstance(message, types.ResourceUpdatedNotification):
-            uri = str(message.params.uri)
-            for session in sorted(self._subs.get((upstream, uri), ())):
+            for session in self.listings.subscribers(upstream, str(message.params.uri)):
                 await self._send_to_session(session, message)
         elif isinstance(
             message, types.ResourceListChangedNotification | types.PromptListChangedNotification
@@ -490,24 +298,14 @@ class Relay:
     async def session_closed(self, session: str) -> None:
         """Drop what ``session`` held: its subscriptions (unsubscribed upstream when no
         other session holds them) and its log level."""
-        from mcp import types
-
         self._levels.pop(session, None)
-        for (upstream, uri), holders in list(self._subs.items()):
-            if session not in holders:
-                continue
-            holders.discard(session)
-            if holders:
-                continue
-            del self._subs[(upstream, uri)]
-            request = types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri))
-            with contextlib.suppress(Exception):
-                await self.links[upstream].request(request, types.EmptyResult, timeout=5)
+        await self.listings.session_closed(session)
 
-    async def _each(self, kind: str) -> list[str]:
+    async def each(self, kind: str) -> list[str]:
+        """The upstreams that offer ``kind``; an MCP error when none does."""
         names = self.with_capability(kind)
         if not names:
-            raise _not_offered(kind)
+            raise not_offered(kind)
         return names
 
     def snapshot(self) -> dict[str, Any]:
@@ -516,34 +314,5 @@ class Relay:
             "notifications": self.stats.notifications,
             "client_requests": self.stats.client_requests,
             "client_requests_refused": self.stats.client_requests_refused,
-            "subscriptions": len(self._subs),
+            "subscriptions": self.listings.subscriptions,
         }
-
-
-def template_pattern(template: str) -> re.Pattern[str]:
-    """A regular expression for the URIs an RFC 6570 template expands to: a simple
-    ``{var}`` is one path segment, a reserved ``{+var}`` / fragment ``{#var}`` anything, a
-    query ``{?a,b}`` / ``{&a}`` an optional query part."""
-    out: list[str] = []
-    pos = 0
-    for match in re.finditer(r"\{([+#./;?&]?)([^}]*)\}", template):
-        out.append(re.escape(template[pos : match.start()]))
-        op = match.group(1)
-        if op in ("+", "#"):
-            out.append(".*")
-        elif op in ("?", "&"):
-            out.append(r"(?:[?&][^#]*)?")
-        elif op in (".", "/", ";"):
-            out.append(r"(?:[./;][^/?#]*)*")
-        else:
-            out.append(r"[^/?#]*")
-        pos = match.end()
-    out.append(re.escape(template[pos:]))
-    return re.compile("".join(out))
-
-
-def _not_offered(what: str) -> Exception:
-    from mcp.shared.exceptions import MCPError
-    from mcp_types import METHOD_NOT_FOUND
-
-    return MCPError(code=METHOD_NOT_FOUND, message=f"no upstream of this gateway offers {what}")

@@ -13,12 +13,40 @@ from __future__ import annotations
 import signal
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
 import anyio
 
-if TYPE_CHECKING:
-    from sidecar.gateway.server import Gateway
+
+class Servable(Protocol):
+    """What serving needs of a gateway (:class:`~sidecar.gateway.server.Gateway`)."""
+
+    token: str | None
+    path: str
+
+    @property
+    def asgi_app(self) -> Any: ...
+
+    def lifespan(self) -> AbstractAsyncContextManager[Any]: ...
+
+
+def serve_http(gateway: Servable, host: str = "127.0.0.1", port: int = 8766) -> None:
+    """Serve ``gateway`` on ``host:port`` until interrupted (SIGINT or SIGTERM).  A
+    non-loopback ``host`` needs a token.  Raises what stops it from serving (an upstream
+    unreachable at start: :class:`~sidecar.errors.UpstreamUnavailable`) before it
+    serves."""
+    from sidecar.api.serve import bind
+    from sidecar.errors import GatewayError
+    from sidecar.gateway.security import is_loopback
+
+    if not is_loopback(host) and not gateway.token:
+        raise GatewayError(f"refusing to bind {host} (not loopback) without a token")
+    sock = bind(host, port)
+    try:
+        anyio.run(serve_on, gateway, sock, None)
+    finally:
+        sock.close()
 
 
 def url_of(sock: socket.socket, path: str) -> str:
@@ -28,7 +56,7 @@ def url_of(sock: socket.socket, path: str) -> str:
 
 
 async def serve_on(
-    gateway: Gateway, sock: socket.socket, announce: Callable[[str], None] | None = None
+    gateway: Servable, sock: socket.socket, announce: Callable[[str], None] | None = None
 ) -> None:
     """Serve ``gateway`` on the listening ``sock`` until SIGINT or SIGTERM.  A socket
     not bound to loopback needs the gateway to have a token."""

@@ -66,7 +66,9 @@ class Upstream:
 
     @classmethod
     def parse(cls, spec: str) -> Upstream:
-        """``NAME=URL`` or ``NAME=COMMAND ARGS...`` (shell-style quoting)."""
+        """``NAME=URL`` or ``NAME=COMMAND ARGS...`` (shell-style quoting).  A command that
+        is plain ``python`` (or ``python3``) runs this interpreter, the one the gateway
+        runs in (its virtual environment), whatever ``PATH`` says."""
         name, sep, rest = spec.partition("=")
         rest = rest.strip()
         if not sep or not name.strip() or not rest:
@@ -77,6 +79,8 @@ class Upstream:
             argv = tuple(shlex.split(rest))
         except ValueError as exc:
             raise UpstreamSpecError(f"upstream {name}: {exc}") from exc
+        if argv and argv[0] in ("python", "python3") and sys.executable:
+            argv = (sys.executable, *argv[1:])
         return cls(name.strip(), command=argv)
 
     @property

@@ -5,10 +5,12 @@ SIGINT does."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -187,3 +189,72 @@ def test_an_upstreams_stderr_reaches_the_gateways_log_redacted(tmp_path: Path) -
     leaked = [name for name, value in secrets.items() if value in log]
     assert not leaked, log
     assert "db.internal:5432/shop" in log and "[REDACTED]" in log
+
+
+def _serving_gateway(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [SIDECAR, *args, "gateway", "--port", "0", f"shop={sys.executable} {SHOP}"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    return proc, proc.stderr.readline()
+
+
+async def _failing_session(url: str, order: str) -> None:
+    async with mcp_session(url) as s:
+        await s.call_tool("get_order", {"order_id": order})
+        await s.call_tool("exchange", {"order_id": order, "item": "x"})
+        await s.call_tool("report_outcome", {"outcome": "abandoned"})
+
+
+def test_beside_a_running_server_the_gateway_goes_through_it(tmp_path: Path) -> None:
+    """On a home a server owns, ``sidecar gateway`` sends its checks and its evidence to
+    that server (as the other commands do); with ``--url`` from another home too: what
+    it saw is in the server's one memory, attributed to the gateway."""
+    from sidecar.home import server_url
+
+    home, env = tmp_path / "home", _env(tmp_path)
+    server = subprocess.Popen(
+        [SIDECAR, "--home", str(home), "serve", "--port", "0"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    started: list[subprocess.Popen[str]] = []
+    try:
+        for _ in range(600):
+            if (url := server_url(home)) is not None:
+                break
+            assert server.poll() is None, "the server exited"
+            time.sleep(0.1)
+        assert url is not None
+        beside, said = _serving_gateway(["--home", str(home)], env)
+        started.append(beside)
+        assert (
+            said.startswith("sidecar gateway serving ") and f"memory: the sidecar at {url}" in said
+        )
+        anyio.run(_failing_session, said.split()[3], "#W1")
+        other = ["--home", str(tmp_path / "elsewhere"), "--url", url]
+        by_url, said = _serving_gateway(other, env)
+        started.append(by_url)
+        assert f"memory: the sidecar at {url}" in said, said
+        anyio.run(_failing_session, said.split()[3], "#W2")
+        listed = subprocess.run(
+            [SIDECAR, "--home", str(home), "--json", "constraints", "list", "--all"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        for proc in [*started, server]:
+            proc.terminate()
+            proc.wait(timeout=60)
+            if proc.stderr is not None:
+                proc.stderr.close()
+    assert listed.returncode == 0, listed.stderr
+    views = [v for v in json.loads(listed.stdout)["constraints"] if v["kind"] == "call"]
+    rule = next(v for v in views if "status 'pending'" in v["rule"])
+    assert rule["sessions"] == 2 and rule["sources"] == ["gateway"]

@@ -37,6 +37,7 @@ def test_a_sample_of_a_poisoned_block_succeeds_and_contests_it() -> None:
     async def main() -> dict[str, Any]:
         async with serving(gateway) as url:
             async with mcp_session(url) as s:
+                await s.list_tools()  # a client that keeps its session (its context known)
                 sampled = await s.call_tool("get_order", {"order_id": "#W3"})
             await eventually(lambda: len(backend.reports) == 3)
             async with mcp_session(url) as s:

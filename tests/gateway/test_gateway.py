@@ -94,6 +94,7 @@ def test_clean_sessions_are_not_reported_but_declared_ones_are() -> None:
     async def main() -> dict[str, Any]:
         async with serving(gateway) as url:
             async with mcp_session(url) as s:
+                await s.list_tools()  # a client that keeps its session: it ends with it
                 await s.call_tool("get_order", {"order_id": "#W3"})
             await eventually(lambda: gateway.book.stats.unreported == 1)
             async with mcp_session(url) as s:

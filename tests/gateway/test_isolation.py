@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from sidecar.gateway import Upstream, build_gateway
-from sidecar.gateway import server as gateway_server
+from sidecar.gateway import calls as gateway_server
 from sidecar.gateway.catalog import valid_name
 from sidecar.gateway.memory import MemoryBackend
 from tests.gateway.conftest import TOKEN, eventually, mcp_session, serving, text_of

@@ -4,6 +4,7 @@ the in-memory backend's learning."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -157,6 +158,11 @@ def test_upstream_specs() -> None:
     for bad in ("noequals", "=cmd", "x=", "bad name=cmd", "x=cmd 'unclosed"):
         with pytest.raises(UpstreamSpecError):
             Upstream.parse(bad)
+    # plain `python` is the gateway's own interpreter (its virtual environment's)
+    for python in ("python", "python3"):
+        shop = Upstream.parse(f"shop={python} examples/shop_server.py")
+        assert shop.command == (sys.executable, "examples/shop_server.py")
+    assert Upstream.parse("x=/usr/bin/python3 s.py").command[0] == "/usr/bin/python3"
 
 
 def test_memory_backend_learns_the_shared_condition_and_is_contested_by_a_success() -> None:
@@ -256,8 +262,8 @@ def test_a_mapped_name_routes_to_the_original_and_every_view_is_checked() -> Non
 
 
 def test_the_strictest_verdict_wins_with_every_reason_once() -> None:
+    from sidecar.gateway.answers import strictest as _strictest
     from sidecar.gateway.backend import Reason, Verdict
-    from sidecar.gateway.server import _strictest
 
     r1, r2 = Reason("r1", "e", "ev"), Reason("r2", "e", "ev")
     merged = _strictest([Verdict("warn", (r1,)), Verdict("block", (r2, r1)), Verdict.allow()])
@@ -333,7 +339,7 @@ def test_a_paused_clock_does_not_run_out() -> None:
 
 
 def test_template_patterns_match_what_the_template_expands_to() -> None:
-    from sidecar.gateway.relay import template_pattern
+    from sidecar.gateway.listings import template_pattern
 
     simple = template_pattern("test://template/{id}/data")
     assert simple.fullmatch("test://template/123/data")

@@ -43,6 +43,13 @@ def test_the_library_agent_blocks_the_exchange_it_learned_fails(tmp_path: Path) 
     looked_up = lines[check + 4]
     assert looked_up.startswith("4. look up the next step: ")
     assert "cancel_order" in looked_up
+    # and all of it is what examples/README.md shows
+    from tests.integration.test_readme import blocks, matches
+
+    text = (EXAMPLES / "README.md").read_text()
+    part = text[text.index("## The library") : text.index("\n## ", text.index("## The library"))]
+    [shown] = [block for lang, block in blocks(part) if lang == "text"]
+    assert matches(shown, lines), proc.stdout
     assert lines[-1] == "5. check exchange_item on the delivered #W31: allow"
     # --home kept what it learned, and the pointer it printed leads to the record
     with Sidecar.open(home=home, read_only=True) as sc:

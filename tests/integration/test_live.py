@@ -372,3 +372,29 @@ def test_a_stop_signal_shuts_the_server_down_cleanly(
     assert not (home / "server.json").exists()
     with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:  # the lock is free
         assert sc.list_tools() == []
+
+
+@pytest.mark.parametrize("client", ["urllib", "httpx"])
+def test_an_oversized_body_gets_its_413_from_clients_that_send_it_whole(
+    server: Server, client: str
+) -> None:
+    """Python's standard library and httpx send the whole body before they read the
+    answer: the server reads and drops it (bounded), so they read the 413, not a broken
+    pipe."""
+    import urllib.error
+    import urllib.request
+
+    body = json.dumps({"query": "x" * 2_000_000}).encode()
+    headers = {**server.headers, "content-type": "application/json"}
+    url = f"{server.url}/v1/search"
+    if client == "urllib":
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        status, answer = refused.value.code, json.loads(refused.value.read())
+        refused.value.close()
+    else:
+        response = httpx.post(url, content=body, headers=headers, timeout=60)
+        status, answer = response.status_code, response.json()
+    assert status == 413
+    assert answer["error"]["code"] == "body_too_large"

@@ -11,6 +11,7 @@ holding only ``...`` for any number of lines.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shlex
@@ -197,3 +198,38 @@ def test_the_matcher_both_ways() -> None:
     assert matches(['{"a": 1,', ' "b": 2}'], ['{"a": 1, "b": 2}'])  # wrapped in the README
     cmds = commands(["echo 'a", "b' | tr -d x", "# ab", "ls \\", "  -l", "# out"])
     assert cmds == [("echo 'a\nb' | tr -d x", ["ab"]), ("ls \\\n  -l", ["out"])]
+
+
+def test_the_library_snippets_run_as_written(tmp_path: Path) -> None:
+    """The library's snippet prints what the README shows; beside a running server it is
+    refused with a message that says what to do there, and the ``RemoteSidecar`` snippet
+    that follows it runs as written and answers from the same memory."""
+    snippets = blocks(section("The library"))
+    (local, local_out), (remote, remote_out) = [
+        (code, shown)
+        for (lang, code), (_, shown) in itertools.pairwise(snippets)
+        if lang == "python"
+    ]
+    (tmp_path / "local.py").write_text("\n".join(local))
+    (tmp_path / "remote.py").write_text("\n".join(remote))
+    env = environment(tmp_path / ".sidecar")
+    env.pop("SIDECAR_HOME")  # the snippets name their home: ./.sidecar
+    python = str(BIN / "python")
+    done = run(f"{python} local.py", tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    assert matches(local_out, done.stdout.splitlines()), done.stdout
+    with serving(tmp_path / ".sidecar", {**env, "SIDECAR_HOME": str(tmp_path / ".sidecar")}):
+        refused = run(f"{python} local.py", tmp_path, env)
+        assert refused.returncode != 0 and "Busy" in refused.stderr
+        assert "RemoteSidecar(" in refused.stderr and "server.json" not in refused.stderr
+        done = run(f"{python} remote.py", tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    assert matches(remote_out, done.stdout.splitlines()), done.stdout
+
+
+def test_the_gateways_exit_code_is_the_one_the_table_gives() -> None:
+    from sidecar.errors import EXIT_GATEWAY
+
+    said = re.findall(r"the gateway exits (\d+)", section("No code: the MCP gateway"))
+    table = re.findall(r"(\d+) `gateway`: it cannot serve", section("The CLI"))
+    assert said == table == [str(EXIT_GATEWAY)]

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Query
 
 from sidecar.api.deps import Caller, Lib, Operator
 from sidecar.api.models import ForgetIn, MaintainIn, ReasonIn, ReportsIn
+from sidecar.errors import Forbidden
 from sidecar.limits import MAX_POINTER
 from sidecar.wire import dump, dump_dict
 
@@ -14,7 +15,13 @@ router = APIRouter(tags=["archive"])
 
 @router.post("/v1/reports")
 def reports(body: ReportsIn, sc: Lib, who: Caller) -> dict[str, Any]:
-    return {"results": dump(sc.report_many(body.reports, source=who.name, role=who.role))}
+    if body.source is not None and body.source != who.name and not who.operator:
+        raise Forbidden(
+            f"only an operator may attribute reports to another source; the token "
+            f"{who.name!r} is an {who.role}'s"
+        )
+    source = body.source or who.name
+    return {"results": dump(sc.report_many(body.reports, source=source, role=who.role))}
 
 
 @router.get("/v1/audit")

@@ -5,7 +5,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from sidecar.api.deps import Caller, Lib, Operator
-from sidecar.api.models import ToolsIn
+from sidecar.api.models import SyncIn, ToolsIn
 from sidecar.paging import DEFAULT_LIMIT, MAX_LIMIT
 from sidecar.tools.catalog import load_tools
 from sidecar.wire import dump_dict
@@ -35,3 +35,15 @@ def list_tools(
     a lookup could show it: no tool evicted or withheld from every lookup, and no
     credential references nor pins (`view` says which)."""
     return dump_dict(sc.list_tools_page(cursor, limit, agent=not who.operator))
+
+
+@router.post("/v1/tools/sync")
+def sync_tools(body: SyncIn, sc: Lib, _who: Operator) -> dict[str, Any]:
+    """Make the hot index hold exactly ``source``'s tools (an MCP gateway's upstream)."""
+    return dump_dict(sc.sync_tools(body.source, load_tools([body.tools], "request")))
+
+
+@router.get("/v1/tools/hidden")
+def hidden_tools(sc: Lib) -> dict[str, Any]:
+    """Tools never to be listed or called: evicted, or with their move begun."""
+    return {"tools": sorted(sc.hidden_tools())}
