@@ -78,7 +78,7 @@ from sidecar.model import (
     Tool,
 )
 from sidecar.paging import DEFAULT_LIMIT, ToolPage
-from sidecar.principals import LOCAL, Principals, ReportRate, Role, check_source
+from sidecar.principals import GATEWAY, LOCAL, Principals, ReportRate, Role, check_source
 from sidecar.recovery import Recovery, health
 from sidecar.redact import redact, redact_text
 from sidecar.results import (
@@ -410,8 +410,11 @@ class Sidecar:
         self.recovery.writable()
         check_source(source)
         items = list(reports)
-        if source not in self.trusted:
-            self._rate.take(source, len(items))
+        # the limit is the token's, whatever the route (the gateway reports a named
+        # token's sessions as gateway:<name>)
+        token = source.removeprefix(f"{GATEWAY}:")
+        if token not in self.trusted:
+            self._rate.take(token, len(items))
         return self.intake.report_many(items, chunk, source, role == "operator", progress)
 
     @boundary
@@ -423,8 +426,19 @@ class Sidecar:
         check_source(source)
         when = validate.since(since)
         unfounded = set(self.eviction.unfounded())
-        memory = self.rules.conditions.forget(source, when)
-        sequences = self.intake.forget(source, when)
+        # a token's evidence, whatever the route: what it reported, and what the gateway
+        # observed of its calls
+        names = [source] if source.startswith(f"{GATEWAY}:") else [source, f"{GATEWAY}:{source}"]
+        sessions: set[str] = set()
+        conditions = constraints = 0
+        tools: set[str] = set()
+        for name in names:
+            memory = self.rules.conditions.forget(name, when)
+            sequences = self.intake.forget(name, when)
+            sessions |= memory.sessions | sequences.sessions
+            conditions += memory.conditions
+            constraints += sequences.constraints
+            tools |= memory.tools
         restored = [t for t in self.eviction.unfounded() if t not in unfounded]
         if restored:
             self.recovery.moves_ready()
@@ -433,10 +447,10 @@ class Sidecar:
                 self.eviction.restore(tool, why, lambda _chains: [])
         return Forgotten(
             source=source,
-            sessions=len(memory.sessions | sequences.sessions),
-            conditions=memory.conditions,
-            constraints=sequences.constraints,
-            tools=tuple(sorted(memory.tools)),
+            sessions=len(sessions),
+            conditions=conditions,
+            constraints=constraints,
+            tools=tuple(sorted(tools)),
             restored=tuple(restored),
         )
 

@@ -47,6 +47,7 @@ def gateway(args: argparse.Namespace) -> int:
 def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for: Any) -> Any:
     from sidecar.gateway import build_gateway
     from sidecar.gateway.contest import ContestPolicy
+    from sidecar.principals import Principals
     from sidecar.settings import Settings
 
     settings = Settings.load(home=home)
@@ -59,6 +60,9 @@ def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for:
         idle_timeout_s=args.idle_timeout,
         report_clean=True,
         token=None if args.stdio or args.no_token else token_for(home),
+        principals=None
+        if args.stdio or args.no_token
+        else Principals.load(settings.tokens_path, None),
         call_timeout_s=timeout or None,
         json_response=args.json_response,
         warning_text=settings.gateway_warning_text,

@@ -94,7 +94,13 @@ class GatewayBackend(Protocol):
         ...
 
     def report_session(
-        self, session_id: str, steps: list[Step], outcome: Outcome, task_input: str | None
+        self,
+        session_id: str,
+        steps: list[Step],
+        outcome: Outcome,
+        task_input: str | None,
+        source: str = "",
     ) -> None:
-        """Take a finished session's steps as evidence."""
+        """Take a finished session's steps as evidence; ``source``: the named token its
+        calls came with (``""``: the home's token, or none)."""
         ...

@@ -93,8 +93,16 @@ class LibraryBackend:
         )
 
     def report_session(
-        self, session_id: str, steps: list[Step], outcome: Outcome, task_input: str | None
+        self,
+        session_id: str,
+        steps: list[Step],
+        outcome: Outcome,
+        task_input: str | None,
+        source: str = "",
     ) -> None:
+        """A session of a named token's calls is that token's, as the gateway observed
+        it (``gateway:<name>``: its own observations, which the agent cannot forge);
+        the home's token's are the backend's ``source``."""
         report = {
             "steps": [
                 {"tool": s.tool, "arguments": s.arguments, "output": s.output, "error": s.error}
@@ -104,6 +112,7 @@ class LibraryBackend:
             "session_id": session_id,
             "task_input": task_input,
         }
-        (result,) = self.sc.report_many([report], source=self.source)
+        who = f"{GATEWAY}:{source}" if source else self.source
+        (result,) = self.sc.report_many([report], source=who)
         if result.status == "rejected":
             raise SidecarError(f"session {session_id} was not taken: {result.reason}")

@@ -190,11 +190,19 @@ def new_connection(principal: str) -> ConnectionState:
     return ConnectionState(f"conn:{uuid.uuid4().hex}", principal)
 
 
-def principal_of(authorization: str | None, client_name: str | None) -> str:
-    """Who calls: a digest of the bearer token presented (never the token), and the name
-    the client gave itself."""
+def principal_of(authorization: str | None, client_name: str | None, token_name: str = "") -> str:
+    """Who calls: the named token's name (when it was one), a digest of the bearer token
+    presented (never the token), and the name the client gave itself."""
     token = hashlib.sha256((authorization or "").encode()).hexdigest()[:16]
-    return f"{token}/{(client_name or '')[:64]}"
+    key = f"{token}/{(client_name or '')[:64]}"
+    return f"{token_name}@{key}" if token_name else key
+
+
+def token_name(principal: str) -> str:
+    """The named token a principal (:func:`principal_of`) called with (``""``: the
+    home's token, or none)."""
+    name, at, _rest = principal.partition("@")
+    return name if at and "/" not in name else ""
 
 
 # ---- what a request declares ----------------------------------------------------------

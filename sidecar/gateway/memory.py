@@ -163,7 +163,12 @@ class MemoryBackend:
         return Verdict(decision, tuple(ordered))
 
     def report_session(
-        self, session_id: str, steps: list[Step], outcome: Outcome, task_input: str | None
+        self,
+        session_id: str,
+        steps: list[Step],
+        outcome: Outcome,
+        task_input: str | None,
+        source: str = "",
     ) -> None:
         with self._lock:
             self.reports.append(Report(session_id, tuple(steps), outcome, task_input))

@@ -25,6 +25,7 @@ from sidecar.gateway.linking import (
     principal_of,
 )
 from sidecar.gateway.relay import Relay
+from sidecar.gateway.security import PRINCIPAL_HEADER
 
 if TYPE_CHECKING:
     from mcp import types
@@ -117,7 +118,11 @@ def _principal(ctx: ServerRequestContext[Any, Any], headers: Mapping[str, str]) 
     connection = getattr(ctx.session, "_connection", None)
     params = getattr(connection, "client_params", None)
     name = getattr(getattr(params, "client_info", None), "name", None)
-    return principal_of(headers.get("authorization"), name if isinstance(name, str) else None)
+    return principal_of(
+        headers.get("authorization"),
+        name if isinstance(name, str) else None,
+        headers.get(PRINCIPAL_HEADER.decode(), ""),
+    )
 
 
 def build_server(handlers: Handlers, name: str) -> Server[Any]:

@@ -14,6 +14,8 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from sidecar.principals import Principals
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -44,18 +46,34 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class BearerGate:
-    """Refuses every HTTP request without the bearer token with 401; lifespan and other
-    scopes pass through."""
+PRINCIPAL_HEADER = b"x-sidecar-principal"
+"""The name of the named token a request was authenticated with, set by the gate (one
+a client sends is dropped): whose sessions the gateway reports them as."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        if not token:
+
+class BearerGate:
+    """Refuses every HTTP request without a bearer token it knows with 401: the home's
+    token, or a named token (``principals``), whose name it passes on
+    (:data:`PRINCIPAL_HEADER`); lifespan and other scopes pass through."""
+
+    def __init__(
+        self, app: ASGIApp, token: str | None, principals: Principals | None = None
+    ) -> None:
+        if not token and not (principals and len(principals)):
             raise ValueError("a bearer token is required")
         self.app = app
-        self._token = token.encode()
+        self._token = token.encode() if token else None
+        self._principals = principals
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self._authorized(scope):
+        name: str | None = ""
+        if scope["type"] == "http":
+            headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != PRINCIPAL_HEADER]
+            scope = {**scope, "headers": headers}
+            name = self._authorized(scope)
+            if name:
+                scope["headers"] = [*headers, (PRINCIPAL_HEADER, name.encode())]
+        if scope["type"] == "http" and name is None:
             body = json.dumps(
                 {
                     "error": {
@@ -79,9 +97,17 @@ class BearerGate:
             return
         await self.app(scope, receive, send)
 
-    def _authorized(self, scope: Scope) -> bool:
+    def _authorized(self, scope: Scope) -> str | None:
+        """The caller: ``""`` for the home's token, a named token's name, ``None`` for
+        anyone else."""
         header = next(
             (v for k, v in scope.get("headers", []) if k.lower() == b"authorization"), b""
         )
         scheme, _, value = header.partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), self._token)
+        value = value.strip()
+        if scheme.lower() != b"bearer" or not value:
+            return None
+        if self._token is not None and hmac.compare_digest(value, self._token):
+            return ""
+        found = self._principals.authenticate(value) if self._principals else None
+        return found.name if found is not None else None

@@ -55,6 +55,7 @@ from sidecar.gateway.sessions import SessionBook, SessionLimits
 from sidecar.gateway.syncing import CatalogSync
 from sidecar.gateway.upstream import Upstream, UpstreamLink
 from sidecar.gateway.workers import GatewayStats, Reporter, Workers
+from sidecar.principals import Principals
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
@@ -87,6 +88,9 @@ class GatewayOptions:
     pins: frozenset[str] = frozenset()
     limits: SessionLimits = field(default_factory=SessionLimits)
     token: str | None = None
+    principals: Principals | None = None
+    """Named tokens the gateway also accepts; each session is reported as its token's
+    (``gateway:<name>``)."""
     max_chars: int = DEFAULT_MAX_CHARS
     refresh_s: float = 30.0
     path: str = "/mcp"
@@ -206,7 +210,9 @@ class Gateway:
             )
             present_http_responses(self._server.session_manager)
             app.router.lifespan_context = self._app_lifespan
-            self._asgi = BearerGate(app, self.token) if self.token else app
+            principals = self.options.principals
+            guarded = self.token or (principals is not None and len(principals) > 0)
+            self._asgi = BearerGate(app, self.token, principals) if guarded else app
         return self._asgi
 
     @contextlib.asynccontextmanager

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sidecar.gateway.backend import Outcome, Step
-from sidecar.gateway.linking import output_values
+from sidecar.gateway.linking import output_values, token_name
 
 EndReason = Literal["closed", "idle", "evicted", "declared", "shutdown"]
 MAX_VALUES = 1_024
@@ -70,6 +70,8 @@ class SessionReport:
     task_input: str | None
     ended: EndReason
     dropped_steps: int = 0
+    source: str = ""
+    """The named token its calls came with (``""``: the home's token, or none)."""
 
 
 @dataclass
@@ -290,7 +292,13 @@ class SessionBook:
         self.stats.reported += 1
         self._count(why)
         return SessionReport(
-            session.report_id, tuple(session.steps), outcome, task_input, why, session.dropped
+            session.report_id,
+            tuple(session.steps),
+            outcome,
+            task_input,
+            why,
+            session.dropped,
+            token_name(session.principal),
         )
 
     def _count(self, why: EndReason) -> None:

@@ -9,6 +9,7 @@ on the way out waits (bounded) for the reports still in flight.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -107,7 +108,7 @@ class Reporter:
     async def report(self, report: SessionReport, scheduled: bool = False) -> None:
         try:
             await self._workers.write(
-                self._backend.report_session,
+                functools.partial(self._backend.report_session, source=report.source),
                 report.session_id,
                 list(report.steps),
                 report.outcome,

@@ -21,9 +21,14 @@ class RecordingBackend(MemoryBackend):
         self.path = path
 
     def report_session(
-        self, session_id: str, steps: list[Step], outcome: Any, task_input: str | None
+        self,
+        session_id: str,
+        steps: list[Step],
+        outcome: Any,
+        task_input: str | None,
+        source: str = "",
     ) -> None:
-        super().report_session(session_id, steps, outcome, task_input)
+        super().report_session(session_id, steps, outcome, task_input, source)
         line = {"outcome": outcome, "steps": [asdict(s) for s in steps], "task": task_input}
         with self.path.open("a") as handle:
             handle.write(json.dumps(line) + "\n")

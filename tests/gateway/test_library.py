@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from indexes import HashingEmbedder
@@ -124,3 +125,41 @@ def test_a_schema_change_upstream_is_picked_up_by_the_hot_index(tmp_path: Path) 
         tools = {t.tool_id: t for t in sc.list_tools()}
         assert "slow" not in tools  # gone upstream: gone from the hot index
         assert "reason" in tools["exchange"].input_schema["required"]
+
+
+def test_a_named_tokens_sessions_are_its_own_and_forgotten_with_it(tmp_path: Path) -> None:
+    """The gateway accepts the home's named tokens; what it observes of a token's calls is
+    that token's evidence (``gateway:<name>``), forgotten with the token, and a token it
+    does not know is refused."""
+    from sidecar.principals import Principals
+    from tests.sidecar.test_trust import TOKENS, tokens_file
+
+    principals = Principals.load(tokens_file(tmp_path / "tokens.json"), None)
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        gateway = build_gateway(
+            LibraryBackend(sc), [shop_stdio()], token=TOKEN, principals=principals,
+            report_clean=True,
+        )  # fmt: skip
+
+        def sources() -> set[str]:
+            return {s for v in sc.constraints() if v.kind == "call" for s in v.sources}
+
+        async def main() -> None:
+            async with serving(gateway) as url:
+                for n in (1, 2):
+                    async with mcp_session(url, token=TOKENS["alice"]) as s:
+                        await s.call_tool("get_order", {"order_id": f"#W{n}"})
+                        await s.call_tool("exchange", {"order_id": f"#W{n}", "item": "hat"})
+                await eventually(lambda: "gateway:alice" in sources())
+                async with httpx.AsyncClient() as http:
+                    refused = await http.post(
+                        url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                        headers={"authorization": "Bearer not-a-token-0123456789"},
+                    )  # fmt: skip
+                assert refused.status_code == 401
+
+        anyio.run(main)
+        assert sources() == {"gateway:alice"}
+        forgotten = sc.forget("alice")
+        assert forgotten.sessions >= 2
+        assert sources() == set()
