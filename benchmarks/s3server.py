@@ -1,6 +1,10 @@
 """An S3 server for the tests, the benchmarks and ``python -m benchmarks.cluster``, in
 its own process: moto's, on 127.0.0.1 and a port the OS chose.  It honours conditional
-writes (``If-None-Match: *``), which Delta's commits rely on.
+writes (``If-None-Match: *``), which Delta's commits rely on, atomically: moto checks
+the condition and stores the object in two steps, on one thread per request, so two
+writers racing for one Delta version could both be told they created it (the second
+overwriting the first's commit: a batch acknowledged and lost); here a lock holds the
+check and the store together, as S3 itself does (:func:`atomic_conditional_writes`).
 
 Run as ``python -m benchmarks.s3server``: prints ``port <n>`` once listening, then reads
 commands on stdin: ``stop`` (the port refuses connections; the objects are kept),
@@ -10,11 +14,14 @@ commands on stdin: ``stop`` (the port refuses connections; the objects are kept)
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import subprocess
 import sys
+import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +29,38 @@ ACCESS = {"aws_access_key_id": "test-key", "aws_secret_access_key": "test-secret
 REGION = "us-east-1"
 
 
+def atomic_conditional_writes() -> None:
+    """Make moto's conditional writes atomic in this process.
+
+    moto 5 answers ``PUT`` (and ``CompleteMultipartUpload``) with ``If-None-Match: *`` by
+    looking the key up, then storing the object: two requests for one key on two of the
+    server's threads can both pass the look-up, and both are answered 200.  A lock
+    around every conditional write to a key makes the look-up and the store one step.
+    Unconditional writes (data files) are not serialised."""
+    from moto.s3.responses import S3Response
+
+    lock = threading.Lock()
+
+    def guarded(handler: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(handler)
+        def write(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.headers.get("If-None-Match") is None and self.headers.get("If-Match") is None:
+                return handler(self, *args, **kwargs)
+            with lock:
+                return handler(self, *args, **kwargs)
+
+        return write
+
+    if not getattr(S3Response, "_atomic_conditional_writes", False):
+        S3Response._key_response_put = guarded(S3Response._key_response_put)
+        S3Response._key_response_post = guarded(S3Response._key_response_post)
+        S3Response._atomic_conditional_writes = True
+
+
 def main() -> None:
     from moto.server import ThreadedMotoServer
 
+    atomic_conditional_writes()
     # it ends with its stdin, i.e. with its parent: a Ctrl-C meant for the parent must
     # not stop it while the parent still needs it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
