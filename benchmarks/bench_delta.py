@@ -189,7 +189,7 @@ def _step(
 
 
 def _files(store: ColdStore) -> int:
-    files = getattr(store.chains, "_files", None)  # the Delta table's key cache
+    files = getattr(getattr(store.chains, "_cache", None), "files", None)  # Delta: the key cache
     if files is not None:
         return len(files)
     assert store.root is not None

@@ -45,13 +45,13 @@ def inject(
     fault: Callable[[Commit, pa.Table, str], None],
 ) -> None:
     """Run ``fault(real_commit, data, app_id)`` in place of the table's next commit."""
-    real = table._commit
+    real = table._appender._commit
 
     def once(data: pa.Table, app_id: str) -> None:
-        monkeypatch.setattr(table, "_commit", real)
+        monkeypatch.setattr(table._appender, "_commit", real)
         fault(real, data, app_id)
 
-    monkeypatch.setattr(table, "_commit", once)
+    monkeypatch.setattr(table._appender, "_commit", once)
 
 
 # ---- racing writers ---------------------------------------------------------------------
@@ -203,7 +203,7 @@ def test_the_key_cache_follows_another_process_s_compaction(delta_backend: Backe
     assert reader.chains.count() == 5
     assert reader.check_footers() == [] and reader.quarantined() == []
     (merged,) = delta_backend.data_files("chains")
-    assert delta_table(reader)._keys["c3"][0] == merged.removeprefix("chains/")
+    assert delta_table(reader)._cache.keys["c3"][0] == merged.removeprefix("chains/")
 
 
 def test_a_reader_with_a_stale_cache_resolves_after_a_compaction(delta_backend: Backend) -> None:
