@@ -139,7 +139,9 @@ class ParquetTable:
             added.append(rel)
         return added
 
-    def _index_file(self, rel: str, keys: Sequence[str], groups: Sequence[int]) -> None:
+    def _index_file(
+        self, rel: str, keys: Sequence[str], groups: Sequence[int], batches: Sequence[str] = ()
+    ) -> None:
         """Index ``keys`` (in file order) of a file whose row groups hold ``groups`` rows,
         with the file's size and checksum as published.  A key already indexed keeps its
         first copy, unless that copy was quarantined."""
@@ -147,7 +149,7 @@ class ParquetTable:
         if len(positions) != len(keys):
             raise SchemaError(f"{rel}: {len(keys)} keys but {len(positions)} rows in row groups")
         size, digest = _fingerprint(self.dir / rel)
-        self._index.add_file(rel, keys, positions, size, digest)
+        self._index.add_file(rel, keys, positions, size, digest, batches)
 
     def _quarantine(self, rel: str, reason: str) -> Path:
         """Move an unreadable file aside (only when writable; a reader leaves it in place
@@ -218,38 +220,60 @@ class ParquetTable:
         """Store rows whose key is new, one new immutable file per partition value.
 
         Every row is validated before anything is published: a bad row raises
-        :class:`SchemaError` and no file of the call is written.  ``batch`` is accepted
-        for the :class:`~cold_store.base.ColdTable` interface and not recorded: one
-        process writes this table, so skipping stored keys already makes a replayed
-        batch write nothing.
+        :class:`SchemaError` and no file of the call is written.  ``batch``, when
+        given, is recorded with the rows (:meth:`committed_batches`); one process writes
+        this table, so skipping stored keys is what makes a replayed batch write nothing.
         """
+        return self._append([(batch, rows)])[0]
+
+    def append_batches(
+        self, batches: Mapping[str, Sequence[Mapping[str, Any]]]
+    ) -> dict[str, AppendResult]:
+        """Store several batches at once, each under its own id (see
+        :meth:`ColdTable.append_batches`)."""
+        results = self._append(list(batches.items()))
+        return dict(zip(batches, results, strict=True))
+
+    def committed_batches(self, batches: Iterable[str]) -> set[str]:
+        return self._index.committed(list(batches))
+
+    def _append(
+        self, batches: list[tuple[str | None, Sequence[Mapping[str, Any]]]]
+    ) -> list[AppendResult]:
         if not self.writable:
             raise CommitFailed(f"cold table {self.name!r} was opened read-only")
+        rows = [row for _batch, part in batches for row in part]
         checks.check_keys(rows, self.key)
         stored = self.contains_many(row[self.key] for row in rows)
-        fresh, skipped = checks.fresh_rows(rows, self.key, stored)
+        fresh, _skipped = checks.fresh_rows(rows, self.key, stored)
         checks.check_partition(list(fresh.values()), self.partition_by)
         by_partition: dict[str, list[Mapping[str, Any]]] = {}
         for row in fresh.values():
             by_partition.setdefault(row[self.partition_by], []).append(row)
         tables = {value: self._to_table(part) for value, part in sorted(by_partition.items())}
+        names = [b for b, _part in batches if b is not None]
         files: list[str] = []
-        for value, table in tables.items():
-            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-            rel = f"{self.partition_by}={value}/part-{stamp}-{uuid.uuid4().hex}.parquet"
-            try:
-                publish(self.dir / rel, functools.partial(self._write, table))
-            except (pa.ArrowException, OSError) as exc:
-                raise CommitFailed(f"publishing to {self.name!r} failed: {exc}") from exc
-            try:
-                groups = [len(b) for b in table.to_batches(max_chunksize=self.row_group_size)]
-                self._index_file(rel, table.column(self.key).to_pylist(), groups)
-            except sqlite3.Error as exc:
-                raise CommitStateUnknown(
-                    f"{rel} is published but not indexed ({exc}); reopen the table to reconcile"
-                ) from exc
-            files.append(rel)
-        return AppendResult(tuple(fresh), tuple(skipped), tuple(files))
+        for number, (value, table) in enumerate(tables.items(), start=1):
+            last = number == len(tables)  # its index entry records the batches
+            files.append(self._publish(value, table, names if last else []))
+        shares = checks.shares(batches, self.key, fresh, tuple(files))
+        return [AppendResult(*share) for share in shares]
+
+    def _publish(self, value: str, table: pa.Table, batches: Sequence[str]) -> str:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        rel = f"{self.partition_by}={value}/part-{stamp}-{uuid.uuid4().hex}.parquet"
+        try:
+            publish(self.dir / rel, functools.partial(self._write, table))
+        except (pa.ArrowException, OSError) as exc:
+            raise CommitFailed(f"publishing to {self.name!r} failed: {exc}") from exc
+        try:
+            groups = [len(b) for b in table.to_batches(max_chunksize=self.row_group_size)]
+            self._index_file(rel, table.column(self.key).to_pylist(), groups, batches)
+        except sqlite3.Error as exc:
+            raise CommitStateUnknown(
+                f"{rel} is published but not indexed ({exc}); reopen the table to reconcile"
+            ) from exc
+        return rel
 
     def _to_table(self, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
         return checks.to_arrow(rows, self.schema, self.name, self.key)

@@ -28,6 +28,7 @@ CREATE TABLE IF NOT EXISTS files (
 CREATE TABLE IF NOT EXISTS fingerprints (
     name TEXT PRIMARY KEY, size INTEGER NOT NULL, sha256 TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS batches (id TEXT PRIMARY KEY, file TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS keys (
     key TEXT PRIMARY KEY,
     file TEXT NOT NULL,
@@ -102,10 +103,11 @@ class KeyIndex:
         positions: list[tuple[int, int]],
         size: int,
         digest: str,
+        batches: Sequence[str] = (),
     ) -> None:
         """Index ``keys`` at ``positions`` (row group, row) of file ``rel``, with the
-        file's size and checksum as published.  A key already indexed keeps its first
-        copy, unless that copy was quarantined."""
+        file's size and checksum as published, and record ``batches`` as committed.  A
+        key already indexed keeps its first copy, unless that copy was quarantined."""
         with self.lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -122,6 +124,10 @@ class KeyIndex:
                     "row_group=excluded.row_group, row=excluded.row "
                     "WHERE keys.file IN (SELECT name FROM files WHERE status='quarantined')",
                     [(k, rel, g, r) for k, (g, r) in zip(keys, positions, strict=True)],
+                )
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO batches(id, file) VALUES (?, ?)",
+                    [(b, rel) for b in batches],
                 )
                 self._db.execute("COMMIT")
             except BaseException:
@@ -168,6 +174,19 @@ class KeyIndex:
                 "SELECT name, reason FROM files WHERE status='quarantined' ORDER BY seq"
             )
         ]
+
+    def committed(self, batches: Sequence[str]) -> set[str]:
+        """Those of ``batches`` recorded by an append."""
+        try:
+            return {
+                str(row[0])
+                for row in self._db.execute(
+                    f"SELECT id FROM batches WHERE id IN ({','.join('?' * len(batches))})",
+                    list(batches),
+                )
+            }
+        except sqlite3.OperationalError:  # an index written before batches were recorded
+            return set()
 
     # ---- keys ---------------------------------------------------------------------
     def file_of(self, key: str) -> str | None:

@@ -16,8 +16,8 @@ errors cross into this package's in one place (:mod:`.boundary`).
 
 from __future__ import annotations
 
-import functools
 import threading
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -73,10 +73,8 @@ class DeltaColdTable:
             self._cache,
             self._refresh,
             self._sync,
+            self._files.read_bytes,
             self._lock,
-            schema,
-            name,
-            key,
             row_group_size,
         )
         self._log.open()
@@ -100,9 +98,7 @@ class DeltaColdTable:
             self._files.forget(path)
         if any(p not in self._cache.files for p in current):
             self._files.files_changed()  # made again with the new files' sizes
-        for path, (_keys, _groups, _names, footer) in self._cache.add(
-            current, self._files.read_keys
-        ):
+        for path, (_keys, _groups, _names, footer) in self._cache.add(current, self._files.keys):
             self._files.remember_footer(path, footer)
         self._cache.version = self._log.version
 
@@ -134,17 +130,36 @@ class DeltaColdTable:
         is written.  ``batch`` names the rows (a replayed batch is the same rows): it
         is recorded in the commit as an application transaction; stored keys are what
         makes a replay write nothing."""
+        name = batch or uuid.uuid4().hex
+        return self.append_batches({name: rows})[name]
+
+    def append_batches(
+        self, batches: Mapping[str, Sequence[Mapping[str, Any]]]
+    ) -> dict[str, AppendResult]:
+        """Store several batches, each under its own id, in one commit (a group commit:
+        one log entry for many callers' rows), all or nothing.  A key already stored,
+        or named by an earlier batch of the call, is skipped in that batch's result;
+        every batch id is recorded in the commit, so :meth:`committed_batches` tells
+        afterwards which committed."""
         if not self.writable:
             raise CommitFailed(f"cold table {self.name!r} was opened read-only")
+        rows = [row for part in batches.values() for row in part]
         checks.check_keys(rows, self.key)
         checks.check_partition(rows, self.partition_by)
-        every = checks.to_arrow(rows, self.schema, self.name, self.key)  # all checked up front
-        return self._appender.append(rows, every, batch)
+        every = self._to_arrow(rows)  # all checked up front
+        return self._appender.append(list(batches.items()), every, self._to_arrow, self.key)
+
+    def _to_arrow(self, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+        return checks.to_arrow(rows, self.schema, self.name, self.key)
 
     def committed(self, batch: str) -> bool:
         """Whether an append naming ``batch`` has committed (a read of the log)."""
+        return batch in self.committed_batches([batch])
+
+    def committed_batches(self, batches: Iterable[str]) -> set[str]:
+        """Those of ``batches`` an append has committed (a read of the log)."""
         self._refresh()
-        return self._log.committed(batch)
+        return {b for b in batches if self._log.committed(b)}
 
     # ---- reads --------------------------------------------------------------------
     def contains(self, key: str) -> bool:
@@ -183,17 +198,18 @@ class DeltaColdTable:
                     raise RecordQuarantined(self.name, key, f"{self.uri}/{lost}", reason)
                 continue
             path, group, row = hit
-
-            def read(path: str = path, group: int = group, row: int = row) -> dict[str, Any]:
-                data = self._files.read_row_group(path, group)
-                return checks.complete(data.slice(row, 1).to_pylist()[0], self.schema)
-
-            got = self._files.read(path, read)
-            if isinstance(got, Damaged):
-                if got.reason == MISSING and not fresh:
+            data = self._files.row_group(path, group)
+            if isinstance(data, Damaged):
+                if data.reason == MISSING and not fresh:
                     continue  # compacted away and vacuumed since the cache looked
-                reason = got.reason
-            elif got.get(self.key) == key:
+                reason = data.reason
+            elif (
+                row < data.num_rows
+                and (got := checks.complete(data.slice(row, 1).to_pylist()[0], self.schema)).get(
+                    self.key
+                )
+                == key
+            ):
                 return got
             else:
                 reason = "the cache points at a row holding another key"
@@ -212,9 +228,7 @@ class DeltaColdTable:
             files = self._cache.readable_files()
         for path, entry in files:
             read = None if wanted is None else [c for c in wanted if c in entry.names]
-            data = self._files.read(
-                path, functools.partial(self._files.read_table, path, read), "unreadable on scan"
-            )
+            data = self._files.table(path, read, "unreadable on scan")
             if isinstance(data, Damaged):
                 self._mark_unreadable(path, data.reason)
                 continue
@@ -233,9 +247,7 @@ class DeltaColdTable:
             files = [(p, f.rows) for p, f in self._cache.readable_files()]
         bad: list[str] = []
         for path, rows in files:
-            footer = self._files.read(
-                path, functools.partial(self._files.read_footer, path), "unreadable on verify"
-            )
+            footer = self._files.footer(path, "unreadable on verify", kept=False)
             if isinstance(footer, Damaged):
                 reason = footer.reason
             elif (found := footer.num_rows) == rows:
@@ -265,7 +277,7 @@ class DeltaColdTable:
                 damaged.append(QuarantinedFile(path, where, why))
                 continue
             if deep:
-                data = self._files.read(path, functools.partial(self._files.read_table, path, None))
+                data = self._files.table(path, None, "unreadable")
                 if isinstance(data, Damaged):
                     damaged.append(QuarantinedFile(path, where, data.reason))
                 elif data.column(self.key).to_pylist() != entry.keys:

@@ -190,6 +190,60 @@ def test_many_rows_span_several_row_groups_and_each_resolves(backend: Backend) -
     assert store.chains.count() == 2500
 
 
+# ---- group commits: several callers' batches at once ---------------------------------------
+def test_append_batches_stores_several_batches_at_once_and_reports_each(backend: Backend) -> None:
+    store = backend.open()
+    store.chains.append([chain_row("old")], batch="earlier")
+
+    results = store.chains.append_batches(
+        {
+            "s1": [chain_row("a1"), chain_row("a2")],
+            "s2": [chain_row("b1"), chain_row("old")],  # one key already stored
+            "s3": [chain_row("a2"), chain_row("c1")],  # one key of an earlier batch
+        }
+    )
+
+    assert {b: (r.written, r.skipped) for b, r in results.items()} == {
+        "s1": (("a1", "a2"), ()),
+        "s2": (("b1",), ("old",)),
+        "s3": (("c1",), ("a2",)),
+    }
+    if backend.is_delta:  # one commit: one file holds every batch's rows
+        assert len({f for r in results.values() for f in r.files}) == 1
+    assert sorted(store.chains.all_keys()) == ["a1", "a2", "b1", "c1", "old"]
+    assert store.chains.get("c1") == chain_row("c1")
+    assert store.chains.committed_batches(["s1", "s2", "s3", "earlier", "never"]) == {
+        "s1",
+        "s2",
+        "s3",
+        "earlier",
+    }
+    # another process sees the same
+    assert backend.open().chains.committed_batches(["s2", "never"]) == {"s2"}
+
+
+def test_a_replayed_group_commit_writes_nothing(backend: Backend) -> None:
+    store = backend.open()
+    batches = {"s1": [chain_row("a1")], "s2": [chain_row("b1"), chain_row("b2")]}
+    store.chains.append_batches(batches)
+
+    again = store.chains.append_batches(batches)
+
+    assert {b: r.written for b, r in again.items()} == {"s1": (), "s2": ()}
+    assert {b: r.skipped for b, r in again.items()} == {"s1": ("a1",), "s2": ("b1", "b2")}
+    assert store.chains.count() == 3
+
+
+def test_a_bad_row_in_one_batch_of_a_group_commit_writes_no_batch(backend: Backend) -> None:
+    store = backend.open()
+    with pytest.raises(SchemaError):
+        store.chains.append_batches(
+            {"s1": [chain_row("a1")], "s2": [{**chain_row("b1"), "occurrences": "many"}]}
+        )
+    assert store.chains.count() == 0
+    assert store.chains.committed_batches(["s1", "s2"]) == set()
+
+
 # ---- other stores, other processes ------------------------------------------------------
 def test_a_store_opened_later_sees_everything(backend: Backend) -> None:
     first = backend.open()
