@@ -20,7 +20,6 @@ copies are skipped by :meth:`ParquetTable.scan`.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import os
 import shutil
@@ -58,6 +57,31 @@ def _fingerprint(path: Path) -> tuple[int, str]:
             digest.update(block)
             size += len(block)
     return size, digest.hexdigest()
+
+
+def _drop_if_stale(path: Path) -> None:
+    # A temp file this old belongs to a writer that died before publishing.
+    with contextlib.suppress(FileNotFoundError):
+        if time.time() - path.stat().st_mtime > STALE_TEMP_SECONDS:
+            path.unlink()
+
+
+def _publish_file(
+    folder: Path, partition_by: str, value: str, table: pa.Table, row_group_size: int
+) -> str:
+    """Publish ``table`` as a new immutable file of partition ``value``; its name
+    relative to ``folder``."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    rel = f"{partition_by}={value}/part-{stamp}-{uuid.uuid4().hex}.parquet"
+
+    def write(handle: Any) -> None:
+        pq.write_table(table, handle, row_group_size=row_group_size, compression="zstd")
+
+    try:
+        publish(folder / rel, write)
+    except (pa.ArrowException, OSError) as exc:
+        raise CommitFailed(f"publishing to {folder.name!r} failed: {exc}") from exc
+    return rel
 
 
 class ParquetTable:
@@ -106,17 +130,10 @@ class ParquetTable:
             for fname in files:
                 path = Path(folder) / fname
                 if is_temp(path):
-                    self._drop_if_stale(path)
+                    _drop_if_stale(path)
                 elif fname.endswith(".parquet"):
                     found.append(path)
         return sorted(found)
-
-    @staticmethod
-    def _drop_if_stale(path: Path) -> None:
-        # A temp file this old belongs to a writer that died before publishing.
-        with contextlib.suppress(FileNotFoundError):
-            if time.time() - path.stat().st_mtime > STALE_TEMP_SECONDS:
-                path.unlink()
 
     def reconcile(self) -> list[str]:
         """Index every published file the index does not know yet; returns their names."""
@@ -260,12 +277,7 @@ class ParquetTable:
         return [AppendResult(*share) for share in shares]
 
     def _publish(self, value: str, table: pa.Table, batches: Sequence[str]) -> str:
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        rel = f"{self.partition_by}={value}/part-{stamp}-{uuid.uuid4().hex}.parquet"
-        try:
-            publish(self.dir / rel, functools.partial(self._write, table))
-        except (pa.ArrowException, OSError) as exc:
-            raise CommitFailed(f"publishing to {self.name!r} failed: {exc}") from exc
+        rel = _publish_file(self.dir, self.partition_by, value, table, self.row_group_size)
         try:
             groups = [len(b) for b in table.to_batches(max_chunksize=self.row_group_size)]
             self._index_file(rel, table.column(self.key).to_pylist(), groups, batches)
@@ -277,9 +289,6 @@ class ParquetTable:
 
     def _to_table(self, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
         return checks.to_arrow(rows, self.schema, self.name, self.key)
-
-    def _write(self, table: pa.Table, handle: Any) -> None:
-        pq.write_table(table, handle, row_group_size=self.row_group_size, compression="zstd")
 
     # ---- reads --------------------------------------------------------------------
     def contains(self, key: str) -> bool:

@@ -30,7 +30,7 @@ def faulty_server() -> Iterator[S3Server]:
 def test_writers_meeting_faults_at_every_step_lose_nothing_and_store_nothing_twice(
     faulty_server: S3Server,
 ) -> None:
-    workers, appends, size = 4, 6, 3
+    workers, appends, size = 4, 4, 2
     location = f"s3://{faulty_server.new_bucket()}/cold"
     faulty_server.set_faults(False)
     ColdStore(location, s3=faulty_server.options()).close()  # the tables exist
