@@ -20,7 +20,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -29,6 +30,7 @@ from deltalake.fs import DeltaStorageHandler
 
 from cold_store.delta.boundary import MISSING, STORE_ERRORS, Damaged, raise_store_error
 from cold_store.errors import StoreUnavailable
+from cold_store.publish import publish
 
 _FETCH_THREADS = 8
 FOOTERS_KEPT = 512
@@ -352,6 +354,35 @@ class DataFiles:
         with self._handler().open_input_stream(path) as stream:
             whole: bytes = stream.read()
         return whole
+
+    def _any_fs(self) -> pafs.FileSystem:
+        return self.fs if not self.remote else pafs.PyFileSystem(self._handler())
+
+    def listing(self, folder: str) -> list[str]:
+        """The names of the files in ``folder`` of the table (none when it is absent)."""
+        selector = pafs.FileSelector(folder, allow_not_found=True)
+        infos = self._any_fs().get_file_info(selector)
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Create a file of the table whole: on a folder through a temp name and a
+        rename, so that a reader never sees part of it; on S3 by one PUT."""
+        if not self.remote:
+
+            def whole(handle: BinaryIO) -> None:
+                handle.write(data)
+
+            publish(Path(self.uri) / path, whole)
+            return
+        # deltalake's stream takes bytes, not the pyarrow buffers a NativeFile passes on
+        stream: Any = self._handler()._handler.open_output_stream(path, None)
+        try:
+            stream.write(data)
+        finally:
+            stream.close()
+
+    def delete(self, path: str) -> None:
+        self._any_fs().delete_file(path)
 
     def file_info(self, path: str) -> pafs.FileInfo:
         try:

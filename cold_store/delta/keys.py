@@ -99,6 +99,15 @@ class KeyCache:
             self._next_seq += 1
         return indexed
 
+    def take(self, path: str, entry: CachedFile, located: list[tuple[str, int, int]]) -> None:
+        """Index a file whose keys are already known: (key, row group, row) each."""
+        entry.seq = self._next_seq
+        self._next_seq += 1
+        self.files[path] = entry
+        for k, g, r in located:
+            self.keys.setdefault(k, (path, g, r))
+            self.lost.pop(k, None)
+
     def mark_unreadable(self, path: str, reason: str) -> None:
         self.unreadable[path] = reason
         entry = self.files.get(path)

@@ -27,9 +27,9 @@ import pyarrow.fs as pafs
 
 from cold_store import rows as checks
 from cold_store.base import AppendResult, Maintenance, QuarantinedFile
-from cold_store.delta import maintain
+from cold_store.delta import maintain, snapshot
 from cold_store.delta.append import Appender
-from cold_store.delta.boundary import MISSING, Damaged
+from cold_store.delta.boundary import MISSING, STORE_ERRORS, Damaged, raise_store_error
 from cold_store.delta.files import DataFiles
 from cold_store.delta.keys import KeyCache
 from cold_store.delta.log import TableLog
@@ -96,6 +96,9 @@ class DeltaColdTable:
         current = self._log.files()
         for path in self._cache.forget_gone(current):
             self._files.forget(path)
+        if not self._cache.files and current:  # this process's first look
+            snapshot.load(self._files, self._cache, current, self._log.version)
+            self._files.files_changed()
         if any(p not in self._cache.files for p in current):
             self._files.files_changed()  # made again with the new files' sizes
         for path, (_keys, _groups, _names, footer) in self._cache.add(current, self._files.keys):
@@ -312,10 +315,15 @@ class DeltaColdTable:
             return maintain.done(self.name, self.version, added, removed)
 
     def checkpoint(self) -> Maintenance:
-        """A checkpoint of the current version; see :func:`.maintain.checkpoint`."""
+        """A checkpoint of the current version (see :func:`.maintain.checkpoint`), and a
+        snapshot of the key cache beside it (:mod:`.snapshot`)."""
         with self._lock:
             self._writable()
             maintain.checkpoint(self._log.writable_table(), self.uri)
+            try:
+                snapshot.write(self._files, self._cache)
+            except STORE_ERRORS as exc:
+                raise_store_error(exc, f"writing the key snapshot of {self.uri}")
             return maintain.done(self.name, self.version)
 
     def vacuum(self, retention: timedelta | None = None) -> Maintenance:

@@ -25,8 +25,9 @@ from cold_store import (
 )
 from cold_store.delta import MIN_VACUUM_RETENTION, DeltaColdTable
 from cold_store.delta.append import FAILED_ATTEMPTS, NONCE
+from cold_store.delta.files import DataFiles
 from cold_store.schemas import CHAINS
-from tests.cold_store.backends import Backend, committed_rows
+from tests.cold_store.backends import Backend, committed_rows, garbage
 from tests.cold_store.helpers import chain_row
 from tests.cold_store.test_contract import run_writers
 from tests.cold_store.writer import own_keys, shared_keys
@@ -412,5 +413,106 @@ def test_an_outage_fails_visibly_and_loses_nothing(s3_server: Any, tmp_path: Pat
         assert store.chains.append([chain_row("c2")]).written == ("c2",)
         assert sorted(store.chains.all_keys()) == ["c1", "c2"]
         assert store.health() == "ok"
+    finally:
+        store.close()
+
+
+# ---- the key snapshot -----------------------------------------------------------------------
+def _counting_key_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The data files whose keys any table of this process reads from now on."""
+    read: list[str] = []
+    real = DataFiles._keys_of_file
+
+    def counted(self: DataFiles, path: str) -> Any:
+        read.append(path)
+        return real(self, path)
+
+    monkeypatch.setattr(DataFiles, "_keys_of_file", counted)
+    return read
+
+
+def test_a_store_opened_after_a_checkpoint_loads_the_keys_from_the_snapshot(
+    delta_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = delta_backend.open()
+    for i in range(4):
+        store.chains.append([chain_row(f"c{i}"), chain_row(f"d{i}")])
+    store.checkpoint()
+    store.chains.append([chain_row("late")])
+    assert any(n.endswith(".parquet") for n in delta_backend.data_files_under("chains/_key_index"))
+    late_file = delta_backend.file_holding("chains", "late").removeprefix("chains/")
+    read = _counting_key_reads(monkeypatch)
+
+    fresh = delta_backend.open()
+
+    assert read == [late_file]  # only the file committed after the snapshot
+    expected = [f"{p}{i}" for i in range(4) for p in "cd"] + ["late"]
+    assert fresh.chains.all_keys() == expected
+    assert fresh.chains.count() == 9 and fresh.chains.contains("d2")
+    assert fresh.chains.get("d2") == chain_row("d2")
+    assert sorted(r["chain_id"] for r in fresh.chains.scan(["chain_id"])) == sorted(expected)
+    assert fresh.verify(deep=True) == []
+    # and it appends as any store does
+    assert fresh.chains.append([chain_row("c1"), chain_row("new")]).written == ("new",)
+
+
+def test_a_snapshot_of_files_compacted_away_since_is_not_trusted_for_them(
+    delta_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = delta_backend.open()
+    for i in range(3):
+        store.chains.append([chain_row(f"c{i}")])
+    store.checkpoint()
+    store.compact()  # the snapshot now names three files the table no longer has
+    read = _counting_key_reads(monkeypatch)
+
+    fresh = delta_backend.open()
+
+    (merged,) = read  # the compacted file, the one file the table now names
+    assert fresh.chains.count() == 3
+    assert {delta_table(fresh)._cache.keys[f"c{i}"][0] for i in range(3)} == {merged}
+    assert fresh.chains.get("c1") == chain_row("c1")
+
+
+def test_a_damaged_snapshot_is_ignored(delta_backend: Backend) -> None:
+    store = delta_backend.open()
+    store.chains.append([chain_row("c1"), chain_row("c2")])
+    store.checkpoint()
+    (name,) = [
+        n for n in delta_backend.data_files_under("chains/_key_index") if n.endswith("parquet")
+    ]
+    delta_backend.damage(f"chains/_key_index/{name}", garbage)
+
+    fresh = delta_backend.open()
+
+    assert sorted(fresh.chains.all_keys()) == ["c1", "c2"]
+    assert fresh.chains.get("c2") == chain_row("c2")
+
+
+def test_checkpoints_keep_the_two_newest_snapshots(delta_backend: Backend) -> None:
+    store = delta_backend.open()
+    for i in range(4):
+        store.chains.append([chain_row(f"c{i}")])
+        store.checkpoint()
+
+    names = [
+        n for n in delta_backend.data_files_under("chains/_key_index") if n.endswith("parquet")
+    ]
+
+    assert [int(n[:20]) for n in names] == [3, 4]
+
+
+def test_vacuum_leaves_the_snapshot_alone(tmp_path: Path) -> None:
+    store = ColdStore(f"delta+file://{tmp_path / 'cold'}")
+    try:
+        store.chains.append([chain_row("c1")])
+        store.checkpoint()
+        (snap,) = (tmp_path / "cold" / "chains" / "_key_index").glob("*.parquet")
+        stamp = time.time() - 400 * 3600
+        os.utime(snap, (stamp, stamp))
+
+        store.vacuum()
+
+        assert snap.exists()
     finally:
         store.close()
