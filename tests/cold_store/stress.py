@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from cold_store import (
@@ -38,9 +36,8 @@ from cold_store import (
     StoreUnavailable,
 )
 from tests.cold_store.backends import ACCESS, REGION
-from tests.cold_store.helpers import chain_row
+from tests.cold_store.helpers import chain_row, run_together
 
-ROOT = Path(__file__).resolve().parents[2]
 TRIES = 30
 """Tries of one batch before a writer gives up on it (reported: a liveness failure)."""
 RETRIED = (CommitFailed, CommitStateUnknown, StoreUnavailable)
@@ -166,34 +163,12 @@ def run_writers(
     location: str, endpoint: str, workers: int, appends: int, size: int, seed: int
 ) -> list[dict[str, Any]]:
     """Start the writers, let them all go at once, return what each printed."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.cold_store.stress", location, endpoint]
-            + [str(v) for v in (w, appends, size, seed)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-        )
+    commands = [
+        ["-m", "tests.cold_store.stress", location, endpoint]
+        + [str(v) for v in (w, appends, size, seed)]
         for w in range(workers)
     ]
-    try:
-        for proc in procs:
-            assert proc.stdout is not None
-            assert proc.stdout.readline().strip() == "ready"
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        outputs = [proc.communicate(timeout=1800)[0] for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    if [p.returncode for p in procs] != [0] * workers:
-        raise RuntimeError(f"a writer failed: {[p.returncode for p in procs]}")
-    return [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+    return [json.loads(line) for line in run_together(commands)]
 
 
 def check(

@@ -9,8 +9,6 @@ status checks and skipped by reads."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,10 +23,8 @@ from cold_store import (
 )
 from cold_store.schemas import CHAINS
 from tests.cold_store.backends import Backend, garbage, torn
-from tests.cold_store.helpers import OTHER_DAY, chain_row
+from tests.cold_store.helpers import OTHER_DAY, chain_row, run_together
 from tests.cold_store.writer import own_keys, shared_keys
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def tool_row(record_id: str) -> dict[str, object]:
@@ -285,44 +281,14 @@ def run_writers(backend: Backend, workers: int, batches: int, size: int) -> list
     """Start ``workers`` writer processes on the backend's store, let them all go at
     once, and return what each reported written."""
     endpoint = backend.server.endpoint if backend.server is not None else "-"
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.cold_store.writer",
-                backend.location,
-                endpoint,
-                str(w),
-                str(batches),
-                str(size),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-        )
+    args = [backend.location, endpoint]
+    commands = [
+        ["-m", "tests.cold_store.writer", *args, str(w), str(batches), str(size)]
         for w in range(workers)
     ]
-    try:
-        for proc in procs:
-            assert proc.stdout is not None
-            assert proc.stdout.readline().strip() == "ready"
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        outputs = [proc.communicate(timeout=300)[0] for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert [p.returncode for p in procs] == [0] * workers
-    return [json.loads(out.strip().splitlines()[-1])["written"] for out in outputs]
+    return [json.loads(line)["written"] for line in run_together(commands, timeout=300)]
 
 
-@pytest.mark.integration
 def test_concurrent_writer_processes_lose_nothing(backend: Backend) -> None:
     workers, batches, size = 3, 4, 5
     backend.open()  # creates the tables, as the first sidecar to start would
