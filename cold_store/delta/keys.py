@@ -83,28 +83,22 @@ class KeyCache:
             facts = current[path]
             if isinstance(found, str):
                 self.unreadable[path] = found
-                self.files[path] = CachedFile(
-                    self._next_seq, facts.size, facts.rows, [], [], frozenset()
-                )
+                self.files[path] = CachedFile(-1, facts.size, facts.rows, [], [], frozenset())
+                self.files[path].seq = self._next_seq
+                self._next_seq += 1
             else:
                 keys, groups, names, _footer = found
-                self.files[path] = CachedFile(
-                    self._next_seq, facts.size, len(keys), keys, groups, names
-                )
-                offsets = [(g, r) for g, n in enumerate(groups) for r in range(n)]
-                for k, (g, r) in zip(keys, offsets, strict=True):
-                    self.keys.setdefault(k, (path, g, r))
-                    self.lost.pop(k, None)
+                self.take(path, CachedFile(-1, facts.size, len(keys), keys, groups, names))
                 indexed.append((path, found))
-            self._next_seq += 1
         return indexed
 
-    def take(self, path: str, entry: CachedFile, located: list[tuple[str, int, int]]) -> None:
-        """Index a file whose keys are already known: (key, row group, row) each."""
+    def take(self, path: str, entry: CachedFile) -> None:
+        """Index a file whose keys (in file order) and row groups are known."""
         entry.seq = self._next_seq
         self._next_seq += 1
         self.files[path] = entry
-        for k, g, r in located:
+        offsets = [(g, r) for g, n in enumerate(entry.groups) for r in range(n)]
+        for k, (g, r) in zip(entry.keys, offsets, strict=True):
             self.keys.setdefault(k, (path, g, r))
             self.lost.pop(k, None)
 

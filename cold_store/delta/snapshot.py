@@ -2,14 +2,14 @@
 written beside the table at each checkpoint, so that a process opening the table loads
 its keys in one read instead of reading the key column of every data file.
 
-``<table>/_key_index/<version>.parquet`` holds, in file order, every key of the files of
-that version (columns ``key``, ``file``, ``group``, ``row``; each file's size, row
-groups and columns in the schema's metadata).  Delta ignores folders whose name starts
-with ``_``.  A snapshot is only a cache: data files never change, so its entries for
-the files the loaded version still names are true; files committed since it was
-written are read as before, and a snapshot that is missing, unreadable or of another
-table's files is ignored.  Maintenance (one process at a time) writes it and keeps the
-two newest.
+``<table>/_key_index/<version>.parquet`` holds every key of the files of that version,
+file after file, each in file order (one column, ``key``); the schema's metadata says
+where each file's keys start and each file's size, rows per row group and columns.
+Delta ignores folders whose name starts with ``_``.  A snapshot is only a cache: data
+files never change, so its entries for the files the loaded version still names are
+true; files committed since it was written are read as before, and a snapshot that is
+missing, unreadable or of another table's files is ignored.  Maintenance (one process
+at a time) writes it and keeps the two newest.
 """
 
 from __future__ import annotations
@@ -29,18 +29,12 @@ from cold_store.errors import ColdStoreError
 
 FOLDER = "_key_index"
 KEPT = 2
-_SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.string(), nullable=False),
-        pa.field("file", pa.dictionary(pa.int32(), pa.string()), nullable=False),
-        pa.field("group", pa.int32(), nullable=False),
-        pa.field("row", pa.int32(), nullable=False),
-    ]
-)
+_SCHEMA = pa.schema([pa.field("key", pa.string(), nullable=False)])
 
 
 @dataclass(frozen=True)
 class _FileEntry:
+    start: int
     size: int
     groups: list[int]
     names: list[str]
@@ -53,30 +47,19 @@ def _name(version: int) -> str:
 def write(files: DataFiles, cache: KeyCache) -> str:
     """Write the snapshot of ``cache`` (at ``cache.version``); returns its path.  Older
     snapshots beyond the newest :data:`KEPT` are deleted."""
-    readable = cache.readable_files()
     keys: list[str] = []
-    paths: list[str] = []
-    groups: list[int] = []
-    rows: list[int] = []
     meta: dict[str, dict[str, object]] = {}
-    for path, entry in readable:
-        offsets = [(g, r) for g, n in enumerate(entry.groups) for r in range(n)]
+    for path, entry in cache.readable_files():
+        meta[path] = {
+            "start": len(keys),
+            "size": entry.size,
+            "groups": entry.groups,
+            "names": sorted(entry.names),
+        }
         keys.extend(entry.keys)
-        paths.extend([path] * len(entry.keys))
-        groups.extend(g for g, _r in offsets)
-        rows.extend(r for _g, r in offsets)
-        meta[path] = {"size": entry.size, "groups": entry.groups, "names": sorted(entry.names)}
-    table = pa.table(
-        [
-            pa.array(keys),
-            pa.array(paths).dictionary_encode(),
-            pa.array(groups, pa.int32()),
-            pa.array(rows, pa.int32()),
-        ],
-        schema=_SCHEMA.with_metadata({"files": json.dumps(meta), "version": str(cache.version)}),
-    )
+    schema = _SCHEMA.with_metadata({"files": json.dumps(meta), "version": str(cache.version)})
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(pa.table([pa.array(keys, pa.string())], schema=schema), sink, compression="zstd")
     path = f"{FOLDER}/{_name(cache.version)}"
     files.write_bytes(path, sink.getvalue().to_pybytes())
     for old in files.listing(FOLDER)[:-KEPT]:
@@ -96,31 +79,21 @@ def load(files: DataFiles, cache: KeyCache, current: dict[str, FileFacts], versi
             return 0
         data = pq.read_table(pa.BufferReader(files.read_bytes(f"{FOLDER}/{usable[-1]}")))
         entries = {
-            path: _FileEntry(int(e["size"]), list(e["groups"]), list(e["names"]))
+            path: _FileEntry(int(e["start"]), int(e["size"]), list(e["groups"]), list(e["names"]))
             for path, e in json.loads(data.schema.metadata[b"files"]).items()
         }
-    except (*STORE_ERRORS, ColdStoreError, KeyError, ValueError):
+    except (*STORE_ERRORS, ColdStoreError, KeyError, TypeError, ValueError):
         return 0  # only a cache: the files' own keys are read instead
-    keys = data.column("key").to_pylist()
-    paths = data.column("file").to_pylist()
-    groups = data.column("group").to_pylist()
-    rows = data.column("row").to_pylist()
-    by_file: dict[str, list[int]] = {}
-    for i, path in enumerate(paths):
-        by_file.setdefault(path, []).append(i)
+    column = data.column("key")
     taken = 0
-    for path in sorted(by_file, key=lambda p: current[p].added_at if p in current else 0):
-        entry = entries.get(path)
+    for path, entry in sorted(entries.items(), key=lambda item: item[1].start):
         facts = current.get(path)
-        if entry is None or facts is None or facts.size != entry.size:
+        rows = sum(entry.groups)
+        if facts is None or facts.size != entry.size or entry.start + rows > len(column):
             continue  # compacted away since, or not this table's file
-        at = by_file[path]
+        keys = column.slice(entry.start, rows).to_pylist()
         cache.take(
-            path,
-            CachedFile(
-                -1, entry.size, len(at), [keys[i] for i in at], entry.groups, frozenset(entry.names)
-            ),
-            [(keys[i], groups[i], rows[i]) for i in at],
+            path, CachedFile(-1, entry.size, rows, keys, entry.groups, frozenset(entry.names))
         )
         taken += 1
     return taken
