@@ -30,6 +30,7 @@ from __future__ import annotations
 import random
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -334,11 +335,16 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
 # ---- commits: the cost of one append as the rows per commit grow ------------------------
 COMMIT_STORES = ("parquet", "delta", "s3")
 COMMIT_SIZES = (1, 10, 100, 1000)
+SHAPES = ("one batch", "group of 1-row batches")
 
 
 def commit_costs(quick: bool, seed: int = 7) -> dict[str, Any]:
     """Each size appended ``rounds`` times per store and shape (one batch, or a group
-    commit of one-row batches), after 2,000 chains already stored."""
+    commit of one-row batches), after 2,000 chains already stored.  Then three more
+    rounds on another S3 table reached through the test server's proxy (without
+    faults), which counts each append's requests by step."""
+    from benchmarks.s3server import FaultSpec, S3Server
+
     started = time.perf_counter()
     rounds = 8 if quick else 20
     rng = random.Random(seed)
@@ -349,11 +355,16 @@ def commit_costs(quick: bool, seed: int = 7) -> dict[str, Any]:
         return [make_row(next(counter), rng, day) for _ in range(n)]
 
     samples: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-commits-") as tmp, s3_location() as s3:
+    requests: dict[str, dict[str, float]] = {}
+    server = S3Server(faults=FaultSpec())
+    with tempfile.TemporaryDirectory(prefix="bench-commits-") as tmp:
         locations: dict[str, tuple[str, S3Options | None]] = {
             "parquet": (str(Path(tmp) / "parquet"), None),
             "delta": (f"delta+file://{Path(tmp) / 'delta'}", None),
-            "s3": s3,
+            "s3": (
+                f"s3://{server.new_bucket()}/bench",
+                server.options(endpoint_url=server.direct_endpoint),
+            ),
         }
         stores = {name: ColdStore(loc, s3=opts) for name, (loc, opts) in locations.items()}
         try:
@@ -363,25 +374,21 @@ def commit_costs(quick: bool, seed: int = 7) -> dict[str, Any]:
             turn = 0
             for r in range(rounds):
                 for n in COMMIT_SIZES:
-                    for shape in ("one batch", "group of 1-row batches"):
+                    for shape in SHAPES:
                         batch = rows_of(n)
                         for name in _rotated(COMMIT_STORES, turn):
-                            _append_timed(
-                                stores[name], batch, shape, f"{name}/{n}/{shape}", r, samples
-                            )
+                            label = f"{name}/{n}/{shape}"
+                            _append_timed(stores[name], batch, shape, label, r, samples)
                         turn += 1
+            requests = _count_requests(server, rows_of, rounds=3)
         finally:
             for store in stores.values():
                 store.close()
+            server.close()
     points = [
-        {
-            "rows": n,
-            "shape": shape,
-            "store": name,
-            **summary(samples[f"{name}/{n}/{shape}"]),
-        }
+        {"rows": n, "shape": shape, "store": name, **summary(samples[f"{name}/{n}/{shape}"])}
         for n in COMMIT_SIZES
-        for shape in ("one batch", "group of 1-row batches")
+        for shape in SHAPES
         for name in COMMIT_STORES
     ]
     return {
@@ -394,7 +401,31 @@ def commit_costs(quick: bool, seed: int = 7) -> dict[str, Any]:
         "machine": machine(),
         "params": {"rounds": rounds, "sizes": list(COMMIT_SIZES), "seed": seed},
         "points": points,
+        "s3_requests_per_append": requests,
         "timings_s": {"total": round(time.perf_counter() - started, 1)},
+    }
+
+
+def _count_requests(server: Any, rows_of: Any, rounds: int) -> dict[str, dict[str, float]]:
+    """Requests per append to S3, by step, through the server's proxy (untimed: the
+    timed store talks to the server directly)."""
+    store = ColdStore(f"s3://{server.new_bucket()}/counted", s3=server.options())
+    counted: dict[str, Counter[str]] = {}
+    try:
+        store.chains.append(rows_of(2000), batch="seed")
+        for r in range(rounds):
+            for n in COMMIT_SIZES:
+                for shape in SHAPES:
+                    label = f"s3/{n}/{shape}"
+                    before = Counter(server.request_counts())
+                    _append_timed(store, rows_of(n), shape, label, r, {})
+                    after = Counter(server.request_counts())
+                    counted.setdefault(label, Counter()).update(after - before)
+    finally:
+        store.close()
+    return {
+        label: {step: round(count / rounds, 1) for step, count in sorted(c.items())}
+        for label, c in counted.items()
     }
 
 
@@ -418,7 +449,7 @@ def commits_markdown(result: dict[str, Any]) -> str:
     by = {(p["rows"], p["shape"], p["store"]): p["p50_ms"] for p in result["points"]}
     rows = []
     for n in result["params"]["sizes"]:
-        for shape in ("one batch", "group of 1-row batches"):
+        for shape in SHAPES:
             folder, s3, local = (by[(n, shape, s)] for s in ("delta", "s3", "parquet"))
             rows.append(
                 [
@@ -448,6 +479,23 @@ def commits_markdown(result: dict[str, Any]) -> str:
                     "S3 ms per row",
                 ],
                 rows,
+            ),
+            "",
+            "Requests to S3 per append (mean, by step; through the test server's proxy):",
+            "",
+            md_table(
+                ["rows per commit", "shape", "requests", "by step"],
+                [
+                    [
+                        n,
+                        shape,
+                        round(sum(steps.values()), 1),
+                        ", ".join(f"{k} {v}" for k, v in steps.items()),
+                    ]
+                    for n in result["params"]["sizes"]
+                    for shape in SHAPES
+                    for steps in [result["s3_requests_per_append"].get(f"s3/{n}/{shape}", {})]
+                ],
             ),
             "",
         ]

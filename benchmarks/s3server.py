@@ -15,8 +15,9 @@ the log entry, reading back) meets them.
 Run as ``python -m benchmarks.s3server [--faults SPEC]``: prints ``port <n>`` once
 listening, then reads commands on stdin: ``stop`` (the port refuses connections; the
 objects are kept), ``start`` (listening again on the same port), ``faults on`` /
-``faults off``, ``stats`` (prints the faults injected so far as one JSON line); end of
-input ends it.  :class:`S3Server` runs it as a child process and drives it.
+``faults off``, ``stats`` (prints the faults injected so far as one JSON line),
+``requests`` (the requests relayed so far, by step); end of input ends it.
+:class:`S3Server` runs it as a child process and drives it.
 """
 
 from __future__ import annotations
@@ -123,6 +124,8 @@ class FaultProxy:
         self.spec = spec
         self.enabled = True
         self.counts: Counter[str] = Counter()
+        self.requests: Counter[str] = Counter()
+        """Every request relayed, by step."""
         self._random = random.Random(spec.seed)
         self._lock = threading.Lock()
         proxy = self
@@ -156,6 +159,8 @@ class FaultProxy:
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else b""
         step = step_of(handler.command, handler.path)
+        with self._lock:
+            self.requests[step] += 1
         delay, fail, lose = self._draw(step)
         if delay:
             self._count(f"{step}: delayed")
@@ -233,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
             proxy.enabled = command == "faults on"
         elif command == "stats":
             print(json.dumps(dict(proxy.counts) if proxy else {}), flush=True)
+        elif command == "requests":
+            print(json.dumps(dict(proxy.requests) if proxy else {}), flush=True)
         print(f"ok {command}", flush=True)
     if proxy is not None:
         proxy.close()
@@ -284,6 +291,11 @@ class S3Server:
     def set_faults(self, on: bool) -> None:
         """Turn the proxy's faults on or off (a server without faults ignores it)."""
         self._command("faults on" if on else "faults off")
+
+    def request_counts(self) -> dict[str, int]:
+        """The requests the proxy relayed so far, by step (a server with faults only)."""
+        counts: dict[str, int] = json.loads(self._command("requests")[0])
+        return counts
 
     def fault_counts(self) -> dict[str, int]:
         """The faults injected so far, by step and kind."""
