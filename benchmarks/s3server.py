@@ -142,6 +142,10 @@ class FaultProxy:
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _relay
 
         class Server(ThreadingHTTPServer):
+            # socketserver's default backlog of 5 leaves many writers' connections
+            # unanswered in SYN-SENT while the proxy is busy
+            request_queue_size = 128
+
             def handle_error(self, request: Any, client_address: Any) -> None:
                 pass  # a client that reset or gave up on a reply: no traceback per case
 
