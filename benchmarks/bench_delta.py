@@ -11,6 +11,18 @@ sidecar's maintenance would: a compaction (Delta's optimize) then a checkpoint; 
 run is timed.  At each step of the growth every store resolves the same random
 pointers, and a freshly opened store's first lookup (the key cache built from the
 table) is timed.  Emits JSON.
+
+Two more questions, each its own mode:
+
+- ``--commits``: what does one append cost as the rows per commit grow (1, 10, 100,
+  1,000), on a Delta table in a folder against one on S3 (and the local Parquet table),
+  as one batch, and as a group commit of one-row batches (``append_batches``: one commit
+  carrying that many callers' batches, each its own id)?  Appends are interleaved
+  round-robin across stores and sizes.
+- ``--stress``: do many writer processes on one Delta table on S3, meeting injected
+  delays, 503s and lost replies at every step of a commit (``tests/cold_store/stress.py``
+  through ``benchmarks/s3server.py``'s fault proxy), lose any acknowledged row or store
+  one twice?
 """
 
 from __future__ import annotations
@@ -18,19 +30,21 @@ from __future__ import annotations
 import random
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_store import make_row
 from benchmarks.common import (
+    emit,
     machine,
     md_table,
     md_targets,
     pyplot,
-    quick_main,
     ratio,
     save_figure,
     summary,
@@ -189,14 +203,23 @@ def _step(
 
 
 def _files(store: ColdStore) -> int:
-    files = getattr(store.chains, "_files", None)  # the Delta table's key cache
+    files = getattr(getattr(store.chains, "_cache", None), "files", None)  # Delta: the key cache
     if files is not None:
         return len(files)
     assert store.root is not None
     return len(list((store.root / "chains").rglob("*.parquet")))
 
 
-def run(quick: bool, seed: int = 7) -> dict[str, Any]:
+def run(quick: bool, seed: int = 7, mode: str = "growth") -> dict[str, Any]:
+    """``mode``: ``growth`` (the default), ``commits`` or ``stress`` (see the module)."""
+    if mode == "commits":
+        return commit_costs(quick, seed)
+    if mode == "stress":
+        return stress(quick, seed)
+    return growth(quick, seed)
+
+
+def growth(quick: bool, seed: int = 7) -> dict[str, Any]:
     """100k chains in 500-chain batches (200 appends per store) either way, maintained
     every 50 appends; quick resolves fewer pointers at fewer steps."""
     started = time.perf_counter()
@@ -219,6 +242,10 @@ def run(quick: bool, seed: int = 7) -> dict[str, Any]:
 
 
 def markdown(result: dict[str, Any]) -> str:
+    if result.get("mode_of_run") == "commits":
+        return commits_markdown(result)
+    if result.get("mode_of_run") == "stress":
+        return stress_markdown(result)
     rows = [
         [
             f"{point['chains']:,}",
@@ -285,6 +312,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
+    if "points" not in result:
+        return []
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     xs = [p["chains"] for p in result["points"]]
@@ -303,8 +332,304 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     return [save_figure(plt, fig, out_dir / "delta.png")]
 
 
+# ---- commits: the cost of one append as the rows per commit grow ------------------------
+COMMIT_STORES = ("parquet", "delta", "s3")
+COMMIT_SIZES = (1, 10, 100, 1000)
+SHAPES = ("one batch", "group of 1-row batches")
+
+
+def commit_costs(quick: bool, seed: int = 7) -> dict[str, Any]:
+    """Each size appended ``rounds`` times per store and shape (one batch, or a group
+    commit of one-row batches), after 2,000 chains already stored.  Then three more
+    rounds on another S3 table reached through the test server's proxy (without
+    faults), which counts each append's requests by step."""
+    from benchmarks.s3server import FaultSpec, S3Server
+
+    started = time.perf_counter()
+    rounds = 8 if quick else 20
+    rng = random.Random(seed)
+    day = datetime(2026, 11, 1, tzinfo=UTC)
+    counter = iter(range(10**9))
+
+    def rows_of(n: int) -> list[dict[str, Any]]:
+        return [make_row(next(counter), rng, day) for _ in range(n)]
+
+    samples: dict[str, list[float]] = {}
+    requests: dict[str, dict[str, float]] = {}
+    server = S3Server(faults=FaultSpec())
+    with tempfile.TemporaryDirectory(prefix="bench-commits-") as tmp:
+        locations: dict[str, tuple[str, S3Options | None]] = {
+            "parquet": (str(Path(tmp) / "parquet"), None),
+            "delta": (f"delta+file://{Path(tmp) / 'delta'}", None),
+            "s3": (
+                f"s3://{server.new_bucket()}/bench",
+                server.options(endpoint_url=server.direct_endpoint),
+            ),
+        }
+        stores = {name: ColdStore(loc, s3=opts) for name, (loc, opts) in locations.items()}
+        try:
+            seedling = rows_of(2000)
+            for store in stores.values():
+                store.chains.append(seedling, batch="seed")
+            turn = 0
+            for r in range(rounds):
+                for n in COMMIT_SIZES:
+                    for shape in SHAPES:
+                        batch = rows_of(n)
+                        for name in _rotated(COMMIT_STORES, turn):
+                            label = f"{name}/{n}/{shape}"
+                            _append_timed(stores[name], batch, shape, label, r, samples)
+                        turn += 1
+            requests = _count_requests(server, rows_of, rounds=3)
+        finally:
+            for store in stores.values():
+                store.close()
+            server.close()
+    points = [
+        {"rows": n, "shape": shape, "store": name, **summary(samples[f"{name}/{n}/{shape}"])}
+        for n in COMMIT_SIZES
+        for shape in SHAPES
+        for name in COMMIT_STORES
+    ]
+    return {
+        "benchmark": "delta",
+        "mode_of_run": "commits",
+        "question": (
+            "one append of N rows (1, 10, 100, 1,000) on a Delta table in a folder vs on S3 "
+            "(moto), as one batch or as a group commit of one-row batches"
+        ),
+        "machine": machine(),
+        "params": {"rounds": rounds, "sizes": list(COMMIT_SIZES), "seed": seed},
+        "points": points,
+        "s3_requests_per_append": requests,
+        "timings_s": {"total": round(time.perf_counter() - started, 1)},
+    }
+
+
+def _count_requests(server: Any, rows_of: Any, rounds: int) -> dict[str, dict[str, float]]:
+    """Requests per append to S3, by step, through the server's proxy (untimed: the
+    timed store talks to the server directly)."""
+    store = ColdStore(f"s3://{server.new_bucket()}/counted", s3=server.options())
+    counted: dict[str, Counter[str]] = {}
+    try:
+        store.chains.append(rows_of(2000), batch="seed")
+        for r in range(rounds):
+            for n in COMMIT_SIZES:
+                for shape in SHAPES:
+                    label = f"s3/{n}/{shape}"
+                    before = Counter(server.request_counts())
+                    _append_timed(store, rows_of(n), shape, label, r, {})
+                    after = Counter(server.request_counts())
+                    counted.setdefault(label, Counter()).update(after - before)
+    finally:
+        store.close()
+    return {
+        label: {step: round(count / rounds, 1) for step, count in sorted(c.items())}
+        for label, c in counted.items()
+    }
+
+
+def _append_timed(
+    store: ColdStore,
+    rows: list[dict[str, Any]],
+    shape: str,
+    label: str,
+    round_: int,
+    samples: dict[str, list[float]],
+) -> None:
+    start = time.perf_counter()
+    if shape == "one batch":
+        store.chains.append(rows, batch=f"{label}/{round_}")
+    else:
+        store.chains.append_batches({f"{label}/{round_}/{i}": [row] for i, row in enumerate(rows)})
+    samples.setdefault(label, []).append((time.perf_counter() - start) * 1000.0)
+
+
+def commits_markdown(result: dict[str, Any]) -> str:
+    by = {(p["rows"], p["shape"], p["store"]): p["p50_ms"] for p in result["points"]}
+    rows = []
+    for n in result["params"]["sizes"]:
+        for shape in SHAPES:
+            folder, s3, local = (by[(n, shape, s)] for s in ("delta", "s3", "parquet"))
+            rows.append(
+                [
+                    n,
+                    shape,
+                    local,
+                    folder,
+                    s3,
+                    ratio(s3, folder, 2),
+                    round(folder / n, 3),
+                    round(s3 / n, 3),
+                ]
+            )
+    return "\n".join(
+        [
+            "## Cost of one append as the rows per commit grow",
+            "",
+            md_table(
+                [
+                    "rows per commit",
+                    "shape",
+                    "local Parquet p50 ms",
+                    "Delta folder p50 ms",
+                    "Delta S3 p50 ms",
+                    "S3 / folder",
+                    "folder ms per row",
+                    "S3 ms per row",
+                ],
+                rows,
+            ),
+            "",
+            "Requests to S3 per append (mean, by step; through the test server's proxy):",
+            "",
+            md_table(
+                ["rows per commit", "shape", "requests", "by step"],
+                [
+                    [
+                        n,
+                        shape,
+                        round(sum(steps.values()), 1),
+                        ", ".join(f"{k} {v}" for k, v in steps.items()),
+                    ]
+                    for n in result["params"]["sizes"]
+                    for shape in SHAPES
+                    for steps in [result["s3_requests_per_append"].get(f"s3/{n}/{shape}", {})]
+                ],
+            ),
+            "",
+        ]
+    )
+
+
+# ---- stress: many writers, faults at every step ------------------------------------------
+STRESS_FAULTS = {
+    "every step": "delay=0.2,max_delay_s=0.05,fail=0.05,lose_reply=0.05",
+    "the log entry's put": "fail=0.2,lose_reply=0.3,only=log write",
+}
+
+
+def stress(quick: bool, seed: int = 7) -> dict[str, Any]:
+    """Quick: 6 writers x 12 appends; full: 8 writers x 40 appends; 4 chains a batch;
+    once with faults at every step, once with faults only at the log entry's put."""
+    started = time.perf_counter()
+    workers, appends, size = (6, 12, 4) if quick else (8, 40, 4)
+    phases = [
+        _stress_phase(where, spec, seed, workers, appends, size)
+        for where, spec in STRESS_FAULTS.items()
+    ]
+    ok = all(p["report"]["ok"] for p in phases)
+    bad = sum(len(p["report"]["lost"]) + len(p["report"]["written_twice"]) for p in phases)
+    return {
+        "benchmark": "delta",
+        "mode_of_run": "stress",
+        "question": (
+            "many writer processes on one Delta table on S3 with faults injected at every "
+            "step of a commit: is every acknowledged row stored, exactly once?"
+        ),
+        "machine": machine(),
+        "params": {"workers": workers, "appends": appends, "size": size},
+        "phases": phases,
+        "targets": [target("stress: acknowledged rows lost, or stored twice", "none", bad, ok)],
+        "timings_s": {"total": round(time.perf_counter() - started, 1)},
+    }
+
+
+def _stress_phase(
+    where: str, faults: str, seed: int, workers: int, appends: int, size: int
+) -> dict[str, Any]:
+    from benchmarks.s3server import FaultSpec, S3Server
+    from tests.cold_store.backends import Backend, committed_rows
+    from tests.cold_store.stress import check, run_writers
+
+    started = time.perf_counter()
+    spec = FaultSpec.parse(f"seed={seed},{faults}")
+    server = S3Server(faults=spec)
+    try:
+        location = f"s3://{server.new_bucket()}/stress"
+        server.set_faults(False)
+        ColdStore(location, s3=server.options()).close()
+        server.set_faults(True)
+        outputs = run_writers(location, server.endpoint, workers, appends, size, seed)
+        server.set_faults(False)
+        faults_seen = server.fault_counts()
+        store = ColdStore(location, s3=server.options())
+        try:
+            backend = Backend("s3", location, server.options(), server)
+            report = check(
+                store, committed_rows(backend, "chains"), outputs, workers, appends, size
+            )
+        finally:
+            store.close()
+    finally:
+        server.close()
+    report.faults = faults_seen
+    report.seconds = round(time.perf_counter() - started, 1)
+    return {"where": where, "faults": spec.text(), "report": {**asdict(report), "ok": report.ok}}
+
+
+def stress_markdown(result: dict[str, Any]) -> str:
+    p = result["params"]
+    lines = [
+        "## Stress: writers meeting faults at every step of a commit",
+        "",
+        f"{p['workers']} writer processes x {p['appends']} appends of {p['size']} chains "
+        "(every third a batch all writers replay; some group commits of two batches); "
+        "each failed call retried with the same batch.",
+        "",
+        md_table(
+            [
+                "faults at",
+                "expected keys",
+                "stored",
+                "rows (copies included)",
+                "acknowledged",
+                "lost",
+                "reported written twice",
+                "gave up",
+                "bad reads",
+                "errors met",
+                "s",
+            ],
+            [
+                [
+                    ph["where"],
+                    r["expected"],
+                    r["stored"],
+                    r["rows"],
+                    r["acknowledged"],
+                    len(r["lost"]),
+                    len(r["written_twice"]),
+                    len(r["gave_up"]),
+                    len(r["bad_reads"]),
+                    ", ".join(f"{k} {v}" for k, v in sorted(r["errors"].items())) or "none",
+                    r["seconds"],
+                ]
+                for ph in result["phases"]
+                for r in [ph["report"]]
+            ],
+        ),
+        "",
+    ]
+    for ph in result["phases"]:
+        faults = sorted(ph["report"]["faults"].items(), key=lambda kv: -kv[1])
+        lines += [f"Faults injected, {ph['where']} (`{ph['faults']}`):", ""]
+        lines += [md_table(["step: kind", "requests"], faults), ""]
+    return "\n".join([*lines, md_targets(result["targets"]), ""])
+
+
 def main(argv: list[str] | None = None) -> None:
-    quick_main(run, __doc__, argv)
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--out", type=Path)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--commits", dest="mode", action="store_const", const="commits")
+    mode.add_argument("--stress", dest="mode", action="store_const", const="stress")
+    args = parser.parse_args(argv)
+    emit(run(args.quick, args.seed, args.mode or "growth"), args.out)
 
 
 if __name__ == "__main__":

@@ -142,6 +142,22 @@ def build_parser() -> argparse.ArgumentParser:
         one = sub.add_parser(name, parents=parents, help=text, description=text)
         if name in ("failures", "all"):
             _domain_options(one)
+        if name == "delta":
+            mode = one.add_mutually_exclusive_group()
+            mode.add_argument(
+                "--commits",
+                dest="delta_mode",
+                action="store_const",
+                const="commits",
+                help="the cost of one append as the rows per commit grow, folder vs S3",
+            )
+            mode.add_argument(
+                "--stress",
+                dest="delta_mode",
+                action="store_const",
+                const="stress",
+                help="many writers on S3 with faults injected at every step of a commit",
+            )
     return parser
 
 
@@ -178,6 +194,8 @@ def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[st
             "bfcl_runs": args.bfcl_runs,
             "bfcl_seed": args.bfcl_seed,
         }
+    elif name == "delta" and getattr(args, "delta_mode", None):
+        options |= {"mode": args.delta_mode}
     elif name in ("embed", "serve", "gateway", "retrieval"):
         options |= {"dataset": args.dataset.resolve()}
     progress(f"{name} ({'quick' if args.quick else 'full'}) starting")

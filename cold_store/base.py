@@ -59,6 +59,21 @@ class ColdTable(Protocol):
         race with it."""
         ...
 
+    def append_batches(
+        self, batches: Mapping[str, Sequence[Mapping[str, Any]]]
+    ) -> dict[str, AppendResult]:
+        """Store several callers' batches at once, each under its own id (on Delta: one
+        commit, all or nothing), and return each batch's result.  A key already stored,
+        or named by an earlier batch of the call, is skipped in that batch's result.
+        The ids are recorded with the rows: after a :class:`CommitStateUnknown`,
+        :meth:`committed_batches` tells which batches are stored (a batch whose rows
+        were all stored already records nothing: a retry of it writes nothing)."""
+        ...
+
+    def committed_batches(self, batches: Iterable[str]) -> set[str]:
+        """Those of ``batches`` an append has recorded."""
+        ...
+
     def contains(self, key: str) -> bool: ...
 
     def contains_many(self, keys: Iterable[str]) -> set[str]: ...

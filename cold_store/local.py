@@ -10,22 +10,20 @@ Layout under the store root::
     <name>.index.sqlite                                   key -> (file, row group, row)
     quarantine/<name>/...                                  files that could not be read
 
-The Parquet files are the truth; the SQLite index is a cache that makes key lookups
-read one row group of one file.  A file published but not yet indexed (a crash between
-the two steps) is indexed when the table is next opened, so nothing is lost and a key
-is never indexed twice: the first published copy wins, later copies are skipped by
-:meth:`ParquetTable.scan`.
+The Parquet files are the truth; the SQLite index (:mod:`cold_store.local_index`) is a
+cache that makes key lookups read one row group of one file.  A file published but not
+yet indexed (a crash between the two steps) is indexed when the table is next opened, so
+nothing is lost and a key is never indexed twice: the first published copy wins, later
+copies are skipped by :meth:`ParquetTable.scan`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import os
 import shutil
 import sqlite3
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -45,29 +43,10 @@ from cold_store.errors import (
     RecordQuarantined,
     SchemaError,
 )
+from cold_store.local_index import KeyIndex
 from cold_store.publish import is_temp, make_dirs, publish
 
 STALE_TEMP_SECONDS = 600.0
-
-_INDEX_DDL = """
-CREATE TABLE IF NOT EXISTS files (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    name TEXT NOT NULL UNIQUE,
-    rows INTEGER NOT NULL,
-    status TEXT NOT NULL DEFAULT 'ok',
-    reason TEXT,
-    indexed_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS fingerprints (
-    name TEXT PRIMARY KEY, size INTEGER NOT NULL, sha256 TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS keys (
-    key TEXT PRIMARY KEY,
-    file TEXT NOT NULL,
-    row_group INTEGER NOT NULL,
-    row INTEGER NOT NULL
-);
-"""
 
 
 def _fingerprint(path: Path) -> tuple[int, str]:
@@ -80,27 +59,29 @@ def _fingerprint(path: Path) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def _read_only(path: Path, no_writer: Callable[[], bool] | None) -> sqlite3.Connection:
-    """A read-only connection to an index.  A WAL database needs its ``-shm`` file,
-    which a reader creates or maps; where that fails (a read-only mount, a full disk, a
-    ``-shm`` a failed writer left torn) and ``no_writer()`` says no process writes the
-    store, the file is read as immutable."""
-    db = sqlite3.connect(
-        f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
-    )
+def _drop_if_stale(path: Path) -> None:
+    # A temp file this old belongs to a writer that died before publishing.
+    with contextlib.suppress(FileNotFoundError):
+        if time.time() - path.stat().st_mtime > STALE_TEMP_SECONDS:
+            path.unlink()
+
+
+def _publish_file(
+    folder: Path, partition_by: str, value: str, table: pa.Table, row_group_size: int
+) -> str:
+    """Publish ``table`` as a new immutable file of partition ``value``; its name
+    relative to ``folder``."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    rel = f"{partition_by}={value}/part-{stamp}-{uuid.uuid4().hex}.parquet"
+
+    def write(handle: Any) -> None:
+        pq.write_table(table, handle, row_group_size=row_group_size, compression="zstd")
+
     try:
-        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-    except sqlite3.OperationalError:
-        if no_writer is None or not no_writer():
-            raise
-        db.close()
-        db = sqlite3.connect(
-            f"file:{path}?mode=ro&immutable=1",
-            uri=True,
-            isolation_level=None,
-            check_same_thread=False,
-        )
-    return db
+        publish(folder / rel, write)
+    except (pa.ArrowException, OSError) as exc:
+        raise CommitFailed(f"publishing to {folder.name!r} failed: {exc}") from exc
+    return rel
 
 
 class ParquetTable:
@@ -130,36 +111,17 @@ class ParquetTable:
         self.dir = self.root / name
         self.quarantine_dir = self.root / "quarantine" / name
         self.writable = writable
-        self._no_writer = no_writer
-        self._db = self._connect(self.root / f"{name}.index.sqlite")
+        if writable:
+            make_dirs(self.dir)
+        self._index = KeyIndex(self.root / f"{name}.index.sqlite", writable, no_writer)
         self._unreadable: dict[str, str] = {}
         """Files a read-only table found unreadable (it cannot quarantine them): left in
         place, reported by :meth:`quarantined`, skipped by every read."""
-        # one connection may serve several threads: index writes take turns
-        self._lock = threading.RLock()
         if writable:
             self.reconcile()
 
-    def _connect(self, path: Path) -> sqlite3.Connection:
-        if not self.writable and not path.exists():
-            # nothing was ever archived here: an empty index, in memory
-            db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-            db.executescript(_INDEX_DDL)
-            return db
-        if not self.writable:
-            db = _read_only(path, self._no_writer)
-            db.execute("PRAGMA busy_timeout=10000")
-            return db
-        make_dirs(self.dir)
-        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA busy_timeout=10000")
-        db.executescript(_INDEX_DDL)
-        return db
-
     def close(self) -> None:
-        self._db.close()
+        self._index.close()
 
     # ---- index maintenance --------------------------------------------------------
     def _data_files(self) -> list[Path]:
@@ -168,21 +130,14 @@ class ParquetTable:
             for fname in files:
                 path = Path(folder) / fname
                 if is_temp(path):
-                    self._drop_if_stale(path)
+                    _drop_if_stale(path)
                 elif fname.endswith(".parquet"):
                     found.append(path)
         return sorted(found)
 
-    @staticmethod
-    def _drop_if_stale(path: Path) -> None:
-        # A temp file this old belongs to a writer that died before publishing.
-        with contextlib.suppress(FileNotFoundError):
-            if time.time() - path.stat().st_mtime > STALE_TEMP_SECONDS:
-                path.unlink()
-
     def reconcile(self) -> list[str]:
         """Index every published file the index does not know yet; returns their names."""
-        known = {row[0] for row in self._db.execute("SELECT name FROM files")}
+        known = self._index.file_names()
         added: list[str] = []
         for path in self._data_files():
             rel = path.relative_to(self.dir).as_posix()
@@ -201,7 +156,9 @@ class ParquetTable:
             added.append(rel)
         return added
 
-    def _index_file(self, rel: str, keys: Sequence[str], groups: Sequence[int]) -> None:
+    def _index_file(
+        self, rel: str, keys: Sequence[str], groups: Sequence[int], batches: Sequence[str] = ()
+    ) -> None:
         """Index ``keys`` (in file order) of a file whose row groups hold ``groups`` rows,
         with the file's size and checksum as published.  A key already indexed keeps its
         first copy, unless that copy was quarantined."""
@@ -209,37 +166,7 @@ class ParquetTable:
         if len(positions) != len(keys):
             raise SchemaError(f"{rel}: {len(keys)} keys but {len(positions)} rows in row groups")
         size, digest = _fingerprint(self.dir / rel)
-        with self._lock:
-            self._index_locked(rel, keys, positions, size, digest)
-
-    def _index_locked(
-        self,
-        rel: str,
-        keys: Sequence[str],
-        positions: list[tuple[int, int]],
-        size: int,
-        digest: str,
-    ) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            self._db.execute(
-                "INSERT OR IGNORE INTO files(name, rows, indexed_at) VALUES (?, ?, ?)",
-                (rel, len(keys), time.time()),
-            )
-            self._db.execute(
-                "INSERT OR REPLACE INTO fingerprints VALUES (?, ?, ?)", (rel, size, digest)
-            )
-            self._db.executemany(
-                "INSERT INTO keys(key, file, row_group, row) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(key) DO UPDATE SET file=excluded.file, "
-                "row_group=excluded.row_group, row=excluded.row "
-                "WHERE keys.file IN (SELECT name FROM files WHERE status='quarantined')",
-                [(k, rel, g, r) for k, (g, r) in zip(keys, positions, strict=True)],
-            )
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+        self._index.add_file(rel, keys, positions, size, digest, batches)
 
     def _quarantine(self, rel: str, reason: str) -> Path:
         """Move an unreadable file aside (only when writable; a reader leaves it in place
@@ -252,28 +179,15 @@ class ParquetTable:
         make_dirs(target.parent)
         if source.exists():
             shutil.move(str(source), str(target))
-        with self._lock:
-            self._mark_quarantined(rel, reason)
+        self._index.mark_quarantined(rel, reason)
         return target
-
-    def _mark_quarantined(self, rel: str, reason: str) -> None:
-        self._db.execute(
-            "INSERT INTO files(name, rows, status, reason, indexed_at) "
-            "VALUES (?, 0, 'quarantined', ?, ?) "
-            "ON CONFLICT(name) DO UPDATE SET status='quarantined', reason=excluded.reason",
-            (rel, reason, time.time()),
-        )
 
     def verify(self, deep: bool = False) -> list[QuarantinedFile]:
         """Readable-looking files that are not what was published: missing, of another
         size, or (``deep``: every byte read) of another checksum.  Reported, not moved;
         a read of one quarantines it."""
-        rows = self._db.execute(
-            "SELECT f.name, p.size, p.sha256 FROM files f LEFT JOIN fingerprints p "
-            "ON p.name = f.name WHERE f.status='ok' ORDER BY f.seq"
-        ).fetchall()
         damaged: list[QuarantinedFile] = []
-        for name, size, digest in rows:
+        for name, size, digest in self._index.fingerprints():
             path = self.dir / name
             try:
                 actual = path.stat().st_size
@@ -289,10 +203,9 @@ class ParquetTable:
         return damaged
 
     def quarantined(self) -> list[QuarantinedFile]:
-        rows = self._db.execute(
-            "SELECT name, reason FROM files WHERE status='quarantined' ORDER BY seq"
-        ).fetchall()
-        moved = [QuarantinedFile(n, self.quarantine_dir / n, r or "") for n, r in rows]
+        moved = [
+            QuarantinedFile(n, self.quarantine_dir / n, r) for n, r in self._index.quarantined()
+        ]
         left = [
             QuarantinedFile(n, self.dir / n, f"{r} (left in place: the store is open read-only)")
             for n, r in self._unreadable.items()
@@ -304,12 +217,8 @@ class ParquetTable:
         torn or overwritten file is found now, not when one of its records is next read.
         Unreadable files are quarantined (left in place and skipped, read-only); returns
         their names."""
-        with self._lock:
-            files = self._db.execute(
-                "SELECT name, rows FROM files WHERE status='ok' ORDER BY seq"
-            ).fetchall()
         bad: list[str] = []
-        for rel, rows in files:
+        for rel, rows in self._index.ok_files():
             if rel in self._unreadable:
                 continue
             try:
@@ -328,103 +237,84 @@ class ParquetTable:
         """Store rows whose key is new, one new immutable file per partition value.
 
         Every row is validated before anything is published: a bad row raises
-        :class:`SchemaError` and no file of the call is written.  ``batch`` is accepted
-        for the :class:`~cold_store.base.ColdTable` interface and not recorded: one
-        process writes this table, so skipping stored keys already makes a replayed
-        batch write nothing.
+        :class:`SchemaError` and no file of the call is written.  ``batch``, when
+        given, is recorded with the rows (:meth:`committed_batches`); one process writes
+        this table, so skipping stored keys is what makes a replayed batch write nothing.
         """
+        return self._append([(batch, rows)])[0]
+
+    def append_batches(
+        self, batches: Mapping[str, Sequence[Mapping[str, Any]]]
+    ) -> dict[str, AppendResult]:
+        """Store several batches at once, each under its own id (see
+        :meth:`ColdTable.append_batches`)."""
+        results = self._append(list(batches.items()))
+        return dict(zip(batches, results, strict=True))
+
+    def committed_batches(self, batches: Iterable[str]) -> set[str]:
+        return self._index.committed(list(batches))
+
+    def _append(
+        self, batches: list[tuple[str | None, Sequence[Mapping[str, Any]]]]
+    ) -> list[AppendResult]:
         if not self.writable:
             raise CommitFailed(f"cold table {self.name!r} was opened read-only")
+        rows = [row for _batch, part in batches for row in part]
         checks.check_keys(rows, self.key)
         stored = self.contains_many(row[self.key] for row in rows)
-        fresh, skipped = checks.fresh_rows(rows, self.key, stored)
+        fresh, _skipped = checks.fresh_rows(rows, self.key, stored)
         checks.check_partition(list(fresh.values()), self.partition_by)
         by_partition: dict[str, list[Mapping[str, Any]]] = {}
         for row in fresh.values():
             by_partition.setdefault(row[self.partition_by], []).append(row)
         tables = {value: self._to_table(part) for value, part in sorted(by_partition.items())}
+        names = [b for b, _part in batches if b is not None]
         files: list[str] = []
-        for value, table in tables.items():
-            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-            rel = f"{self.partition_by}={value}/part-{stamp}-{uuid.uuid4().hex}.parquet"
-            try:
-                publish(self.dir / rel, functools.partial(self._write, table))
-            except (pa.ArrowException, OSError) as exc:
-                raise CommitFailed(f"publishing to {self.name!r} failed: {exc}") from exc
-            try:
-                groups = [len(b) for b in table.to_batches(max_chunksize=self.row_group_size)]
-                self._index_file(rel, table.column(self.key).to_pylist(), groups)
-            except sqlite3.Error as exc:
-                raise CommitStateUnknown(
-                    f"{rel} is published but not indexed ({exc}); reopen the table to reconcile"
-                ) from exc
-            files.append(rel)
-        return AppendResult(tuple(fresh), tuple(skipped), tuple(files))
+        for number, (value, table) in enumerate(tables.items(), start=1):
+            last = number == len(tables)  # its index entry records the batches
+            files.append(self._publish(value, table, names if last else []))
+        shares = checks.shares(batches, self.key, fresh, tuple(files))
+        return [AppendResult(*share) for share in shares]
+
+    def _publish(self, value: str, table: pa.Table, batches: Sequence[str]) -> str:
+        rel = _publish_file(self.dir, self.partition_by, value, table, self.row_group_size)
+        try:
+            groups = [len(b) for b in table.to_batches(max_chunksize=self.row_group_size)]
+            self._index_file(rel, table.column(self.key).to_pylist(), groups, batches)
+        except sqlite3.Error as exc:
+            raise CommitStateUnknown(
+                f"{rel} is published but not indexed ({exc}); reopen the table to reconcile"
+            ) from exc
+        return rel
 
     def _to_table(self, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
         return checks.to_arrow(rows, self.schema, self.name, self.key)
-
-    def _write(self, table: pa.Table, handle: Any) -> None:
-        pq.write_table(table, handle, row_group_size=self.row_group_size, compression="zstd")
 
     # ---- reads --------------------------------------------------------------------
     def contains(self, key: str) -> bool:
         """Whether ``key`` is stored in a readable file (a quarantined copy does not
         count, so the record can be archived again)."""
-        hit = self._db.execute(
-            "SELECT k.file FROM keys k JOIN files f ON f.name = k.file "
-            "WHERE k.key=? AND f.status='ok'",
-            (key,),
-        ).fetchone()
-        return hit is not None and hit[0] not in self._unreadable
+        rel = self._index.file_of(key)
+        return rel is not None and rel not in self._unreadable
 
     def contains_many(self, keys: Iterable[str]) -> set[str]:
-        """The subset of ``keys`` stored in readable files (one read per 500 keys)."""
-        wanted = list(dict.fromkeys(keys))
-        found: set[str] = set()
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start : start + 500]
-            rows = self._db.execute(
-                "SELECT k.key, k.file FROM keys k JOIN files f ON f.name = k.file "
-                f"WHERE f.status='ok' AND k.key IN ({','.join('?' * len(chunk))})",
-                chunk,
-            )
-            found.update(key for key, file in rows if file not in self._unreadable)
-        return found
+        """The subset of ``keys`` stored in readable files."""
+        found = self._index.files_of(list(dict.fromkeys(keys)))
+        return {key for key, rel in found if rel not in self._unreadable}
 
     def count(self) -> int:
         """Keys stored in readable files."""
         if not self._unreadable:
-            return int(
-                self._db.execute(
-                    "SELECT COUNT(*) FROM keys k JOIN files f ON f.name = k.file "
-                    "WHERE f.status='ok'"
-                ).fetchone()[0]
-            )
-        per_file = self._db.execute(
-            "SELECT k.file, COUNT(*) FROM keys k JOIN files f ON f.name = k.file "
-            "WHERE f.status='ok' GROUP BY k.file"
-        ).fetchall()
-        return sum(int(n) for rel, n in per_file if rel not in self._unreadable)
+            return self._index.count()
+        return sum(n for rel, n in self._index.count_by_file() if rel not in self._unreadable)
 
     def all_keys(self) -> list[str]:
         """Every indexed key, in publication order."""
-        return [
-            key
-            for key, rel in self._db.execute(
-                "SELECT k.key, k.file FROM keys k JOIN files f ON f.name = k.file "
-                "WHERE f.status='ok' ORDER BY f.seq, k.row_group, k.row"
-            )
-            if rel not in self._unreadable
-        ]
+        return [key for key, rel in self._index.keys_in_order() if rel not in self._unreadable]
 
     def get(self, key: str) -> dict[str, Any]:
         """The full row stored under ``key``; reads one row group of one file."""
-        hit = self._db.execute(
-            "SELECT k.file, k.row_group, k.row, f.status, f.reason FROM keys k "
-            "JOIN files f ON f.name = k.file WHERE k.key=?",
-            (key,),
-        ).fetchone()
+        hit = self._index.lookup(key)
         if hit is None:
             raise RecordNotFound(self.name, key)
         rel, group, row, status, reason = hit
@@ -464,8 +354,7 @@ class ParquetTable:
         if wanted is not None and self.key not in wanted:
             wanted.append(self.key)
         seen: set[str] = set()
-        files = self._db.execute("SELECT name FROM files WHERE status='ok' ORDER BY seq").fetchall()
-        for (rel,) in files:
+        for rel, _rows in self._index.ok_files():
             if rel in self._unreadable:
                 continue
             try:

@@ -4,7 +4,7 @@ backend accepts, every backend accepts (so an archive can move between them)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Collection, Container, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -80,3 +80,24 @@ def complete(row: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:
     if list(row) != schema.names and set(schema.names) <= set(row):
         return {name: row[name] for name in schema.names}
     return row
+
+
+def shares(
+    batches: Sequence[tuple[object, Sequence[Mapping[str, Any]]]],
+    key: str,
+    written: Collection[str],
+    files: tuple[str, ...],
+) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
+    """Each batch's share of one append that stored ``written`` in ``files``: (keys
+    written, keys skipped, files), a key written counted for the first batch naming it."""
+    left = set(written)
+    out: list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = []
+    for _batch, part in batches:
+        mine: list[str] = []
+        other: list[str] = []
+        for row in part:
+            value = row[key]
+            (mine if value in left else other).append(value)
+            left.discard(value)
+        out.append((tuple(mine), tuple(other), files if mine else ()))
+    return out

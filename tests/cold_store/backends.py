@@ -42,7 +42,8 @@ class Backend:
 
     # ---- reaching past the store --------------------------------------------------
     def data_files(self, table: str) -> list[str]:
-        """The table's data files (committed or not), as names relative to the store."""
+        """The table's data files (committed or not), as names relative to the store
+        (not the files under ``_``-folders: the log, the key snapshots)."""
         if self.kind == "s3":
             prefix = f"{self._prefix()}/{table}/"
             listing = self._client().list_objects_v2(Bucket=self.bucket, Prefix=prefix)
@@ -50,13 +51,14 @@ class Backend:
             return sorted(
                 k[len(self._prefix()) + 1 :]
                 for k in keys
-                if k.endswith(".parquet") and "/_delta_log/" not in k
+                if k.endswith(".parquet") and "/_" not in "/" + k[len(prefix) :]
             )
         root = self._root()
         return sorted(
             p.relative_to(root).as_posix()
             for p in (root / table).rglob("*.parquet")
-            if "_delta_log" not in p.parts and not p.name.startswith(".")
+            if not any(part.startswith("_") for part in p.relative_to(root / table).parts)
+            and not p.name.startswith(".")
         )
 
     def data_files_under(self, folder: str) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ import pyarrow.parquet as pq
 from cold_store.publish import publish
 from cold_store.schemas import CHAINS
 
+ROOT = Path(__file__).resolve().parents[2]
 DAY = "2024-05-01"
 OTHER_DAY = "2024-05-02"
 
@@ -86,3 +89,36 @@ def tear(path: Path) -> None:
     """Cut a file in half, as a crash during an in-place write would."""
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
+
+
+def run_together(commands: list[list[str]], timeout: float = 1800) -> list[str]:
+    """Start one process per command (each prints ``ready``, then waits for a line on
+    stdin), let them all go at once, and return the last line each printed; every one
+    must exit 0."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        for command in commands
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outputs = [proc.communicate(timeout=timeout)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    codes = [p.returncode for p in procs]
+    assert codes == [0] * len(procs), f"a process failed: {codes}"
+    return [out.strip().splitlines()[-1] for out in outputs]

@@ -9,8 +9,6 @@ status checks and skipped by reads."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,10 +23,8 @@ from cold_store import (
 )
 from cold_store.schemas import CHAINS
 from tests.cold_store.backends import Backend, garbage, torn
-from tests.cold_store.helpers import OTHER_DAY, chain_row
+from tests.cold_store.helpers import OTHER_DAY, chain_row, run_together
 from tests.cold_store.writer import own_keys, shared_keys
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def tool_row(record_id: str) -> dict[str, object]:
@@ -190,6 +186,60 @@ def test_many_rows_span_several_row_groups_and_each_resolves(backend: Backend) -
     assert store.chains.count() == 2500
 
 
+# ---- group commits: several callers' batches at once ---------------------------------------
+def test_append_batches_stores_several_batches_at_once_and_reports_each(backend: Backend) -> None:
+    store = backend.open()
+    store.chains.append([chain_row("old")], batch="earlier")
+
+    results = store.chains.append_batches(
+        {
+            "s1": [chain_row("a1"), chain_row("a2")],
+            "s2": [chain_row("b1"), chain_row("old")],  # one key already stored
+            "s3": [chain_row("a2"), chain_row("c1")],  # one key of an earlier batch
+        }
+    )
+
+    assert {b: (r.written, r.skipped) for b, r in results.items()} == {
+        "s1": (("a1", "a2"), ()),
+        "s2": (("b1",), ("old",)),
+        "s3": (("c1",), ("a2",)),
+    }
+    if backend.is_delta:  # one commit: one file holds every batch's rows
+        assert len({f for r in results.values() for f in r.files}) == 1
+    assert sorted(store.chains.all_keys()) == ["a1", "a2", "b1", "c1", "old"]
+    assert store.chains.get("c1") == chain_row("c1")
+    assert store.chains.committed_batches(["s1", "s2", "s3", "earlier", "never"]) == {
+        "s1",
+        "s2",
+        "s3",
+        "earlier",
+    }
+    # another process sees the same
+    assert backend.open().chains.committed_batches(["s2", "never"]) == {"s2"}
+
+
+def test_a_replayed_group_commit_writes_nothing(backend: Backend) -> None:
+    store = backend.open()
+    batches = {"s1": [chain_row("a1")], "s2": [chain_row("b1"), chain_row("b2")]}
+    store.chains.append_batches(batches)
+
+    again = store.chains.append_batches(batches)
+
+    assert {b: r.written for b, r in again.items()} == {"s1": (), "s2": ()}
+    assert {b: r.skipped for b, r in again.items()} == {"s1": ("a1",), "s2": ("b1", "b2")}
+    assert store.chains.count() == 3
+
+
+def test_a_bad_row_in_one_batch_of_a_group_commit_writes_no_batch(backend: Backend) -> None:
+    store = backend.open()
+    with pytest.raises(SchemaError):
+        store.chains.append_batches(
+            {"s1": [chain_row("a1")], "s2": [{**chain_row("b1"), "occurrences": "many"}]}
+        )
+    assert store.chains.count() == 0
+    assert store.chains.committed_batches(["s1", "s2"]) == set()
+
+
 # ---- other stores, other processes ------------------------------------------------------
 def test_a_store_opened_later_sees_everything(backend: Backend) -> None:
     first = backend.open()
@@ -231,44 +281,14 @@ def run_writers(backend: Backend, workers: int, batches: int, size: int) -> list
     """Start ``workers`` writer processes on the backend's store, let them all go at
     once, and return what each reported written."""
     endpoint = backend.server.endpoint if backend.server is not None else "-"
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.cold_store.writer",
-                backend.location,
-                endpoint,
-                str(w),
-                str(batches),
-                str(size),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-        )
+    args = [backend.location, endpoint]
+    commands = [
+        ["-m", "tests.cold_store.writer", *args, str(w), str(batches), str(size)]
         for w in range(workers)
     ]
-    try:
-        for proc in procs:
-            assert proc.stdout is not None
-            assert proc.stdout.readline().strip() == "ready"
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        outputs = [proc.communicate(timeout=300)[0] for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert [p.returncode for p in procs] == [0] * workers
-    return [json.loads(out.strip().splitlines()[-1])["written"] for out in outputs]
+    return [json.loads(line)["written"] for line in run_together(commands, timeout=300)]
 
 
-@pytest.mark.integration
 def test_concurrent_writer_processes_lose_nothing(backend: Backend) -> None:
     workers, batches, size = 3, 4, 5
     backend.open()  # creates the tables, as the first sidecar to start would

@@ -1,0 +1,18 @@
+"""The Delta backend of the cold store: one logical table as a Delta table on a local
+folder or on S3, written by any number of processes (:class:`DeltaColdTable`).
+
+Appends are idempotent by key, exactly, under racing writers (:mod:`.append`); lookups
+by key read one row group of one file (:mod:`.keys`, :mod:`.files`); maintenance is
+compaction, checkpoints and vacuum (:mod:`.maintain`).
+"""
+
+from cold_store.delta.append import COMMIT_ATTEMPTS
+from cold_store.delta.maintain import DEFAULT_VACUUM_RETENTION, MIN_VACUUM_RETENTION
+from cold_store.delta.table import DeltaColdTable
+
+__all__ = [
+    "COMMIT_ATTEMPTS",
+    "DEFAULT_VACUUM_RETENTION",
+    "MIN_VACUUM_RETENTION",
+    "DeltaColdTable",
+]
