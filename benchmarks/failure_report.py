@@ -323,7 +323,8 @@ def prequential_section(result: Mapping[str, Any]) -> list[str]:
          ", ".join(str(cell(f["first_repeat"])) for f in s["firsts"]),
          ", ".join(str(cell(f["first_correct_block"])) for f in s["firsts"]),
          ", ".join(str(cell(f["first_wrong_block"])) for f in s["firsts"]),
-         s["disagreements"], s["seconds"]]
+         s["disagreements"], s["seconds"], cell(s["timing"]["check_ms_p50"]),
+         cell(s["timing"]["report_ms_p50_first_50"]), cell(s["timing"]["report_ms_p50_last_50"])]
         for label, s in streams.items()
     ]  # fmt: skip
     curve = [
@@ -360,6 +361,9 @@ def prequential_section(result: Mapping[str, Any]) -> list[str]:
                 "first wrong block",
                 "library / memory disagreements (calls)",
                 "seconds",
+                "check p50 ms",
+                "report p50 ms, first 50 runs",
+                "last 50 runs",
             ],
             firsts,
         ),

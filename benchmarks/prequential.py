@@ -112,6 +112,9 @@ class Replayed:
     disagreements: int
     """Calls where the library and the memory beside it decided differently."""
     seconds: float
+    check_ms: list[float]
+    report_ms: list[float]
+    """The deciding system's time to check each call, and to take in each run."""
 
 
 def replay_stream(
@@ -126,6 +129,8 @@ def replay_stream(
     seen: set[tuple[str, str]] = set()
     arrivals: list[Arrival] = []
     disagreements = 0
+    check_ms: list[float] = []
+    report_ms: list[float] = []
     try:
         if stream.prior:
             sessions = [corpus.runs[i].session() for i in stream.prior]
@@ -139,8 +144,11 @@ def replay_stream(
             before: list[Step] = []
             for j, step in enumerate(run.steps):
                 call = Step(step.tool, step.arguments)
+                t0 = time.perf_counter()
                 mine = memory.check(before, call, run.told_before[j])
+                t1 = time.perf_counter()
                 verdict = library.check(before, call, run.told_before[j]) if library else mine
+                check_ms.append((time.perf_counter() - (t1 if library else t0)) * 1000.0)
                 disagreements += verdict.decision != mine.decision
                 failed = step.error is not None
                 repeat = failed and (step.tool, signature_of(step.error or "")) in seen
@@ -149,14 +157,18 @@ def replay_stream(
                                                        run.succeeded, check)))  # fmt: skip
                 before.append(step)
             session = run.session()
+            t0 = time.perf_counter()
             if library is not None:
                 library.report([session])
+            t1 = time.perf_counter()
             memory.learn(session)
+            report_ms.append(((t1 - t0) if library else (time.perf_counter() - t1)) * 1000.0)
             seen |= _failures(session)
     finally:
         if library is not None:
             library.close()
-    return Replayed(stream, arrivals, disagreements, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    return Replayed(stream, arrivals, disagreements, seconds, check_ms, report_ms)
 
 
 def _failures(session: Any) -> set[tuple[str, str]]:
@@ -247,8 +259,23 @@ def figures(corpus: Corpus, replayed: Sequence[Replayed], thresholds: Thresholds
             "disagreements": sum(p.disagreements for p in parts),
             "calls": len(calls),
             "seconds": round(sum(p.seconds for p in parts), 1),
+            "timing": _timing(parts),
         }
     return out
+
+
+def _timing(parts: Sequence[Replayed]) -> dict[str, Any]:
+    """The check's p50, and taking in a run at the start and at the end of the stream
+    (the first and the last 50 runs): what learning costs as the memory grows."""
+
+    def p50(values: Sequence[float]) -> float | None:
+        return round(statistics.median(values), 3) if values else None
+
+    return {
+        "check_ms_p50": p50([v for p in parts for v in p.check_ms]),
+        "report_ms_p50_first_50": p50([v for p in parts for v in p.report_ms[:50]]),
+        "report_ms_p50_last_50": p50([v for p in parts for v in p.report_ms[-50:]]),
+    }
 
 
 def _median(values: Sequence[int | None]) -> float | None:

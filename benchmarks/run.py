@@ -170,9 +170,9 @@ def _domain_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prequential",
         choices=("sidecar", "call_memory", "none"),
-        default="sidecar",
-        help="failures: runs arriving one by one through the library (default), the memory "
-        "alone (faster), or not replayed",
+        default=None,
+        help="failures: runs arriving one by one through the library (the default of --full), "
+        "the memory alone (the default of --quick: ten times faster), or not replayed",
     )
 
 
