@@ -196,9 +196,7 @@ def test_every_benchmark_has_a_case() -> None:
     assert set(CASES) == set(MODULES)
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=marks) for n, (_, marks) in CASES.items()]
-)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=marks) for n, (_, marks) in CASES.items()])
 def test_the_benchmark_runs_to_its_end(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
