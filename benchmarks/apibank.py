@@ -107,18 +107,15 @@ def build(seed: int = 0, runs: int = RUNS_PER_DIALOGUE, data: Path = DATA) -> li
 
 def tools(data: Path = DATA) -> list[Any]:
     """API-Bank's descriptions of the tools the dialogues call, as sidecar tools."""
-    from sidecar.catalog import load_tools
+    from sidecar import Tool
 
     described = json.loads((data / "tools.json").read_text())
-    defs = [
-        {"type": "function", "function": {
-            "name": name, "description": d["description"],
-            "parameters": {"type": "object", "properties": {
-                p: {"type": "string", "description": str(v.get("description", ""))}
-                for p, v in d["parameters"].items()}}}}
+    return [
+        Tool(name, d["description"], "function", {"type": "object", "properties": {
+            p: {"type": "string", "description": str(v.get("description", ""))}
+            for p, v in d["parameters"].items()}})
         for name, d in described.items()
     ]  # fmt: skip
-    return load_tools([defs], str(data / "tools.json"))
 
 
 def load(seed: int = 0, runs: int = RUNS_PER_DIALOGUE, data: Path = DATA) -> Corpus:
