@@ -113,9 +113,8 @@ def embed(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
     mp.setattr(m, "LOOKUP_TOOLS", 500)
     mp.setattr(m, "QUICK_SIZES", (500,))
     smaller(mp, m, "startup_part", runs=1)
-    smaller(mp, m, "embedding_part", repeat=3)
-    smaller(mp, m, "lookup_part", repeat=3)
-    smaller(mp, m, "crossover_part", repeat=3)
+    # the timed parts keep their repeats: each times one query per call of a sample
+    # drawn for the quick size
     return ["--dataset", str(DEFAULT_DATASETS)]
 
 
@@ -133,7 +132,7 @@ def gateway(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
 
     smaller(mp, m, "overhead", calls=10)
     smaller(mp, m, "schema_tokens", queries=2)
-    smaller(mp, m, "isolation", calls=40, phases=1)
+    smaller(mp, m, "isolation", calls=80, phases=2)
     smaller(mp, m, "otlp_throughput", bodies=1, traces_per_body=5)
     return ["--dataset", str(DEFAULT_DATASETS)]
 
