@@ -76,39 +76,42 @@ from benchmarks.failure_domains import (
     parse_domains,
     pooled_splits,
 )
+from benchmarks.failure_metrics import (
+    FAMILY_KEYS,
+    GOAL_NAMES,
+    GOALS,
+    HEADLINE,
+    Call,
+    assess_targets,
+    by_domain,
+    decisions_of,
+    family_figures,
+    headline,
+    hint_figures,
+    met,
+    metrics,
+    misses,
+    unblocked,
+    without_family,
+)
 from benchmarks.failure_systems import (
     CallMemory,
-    Check,
     SequenceMemory,
     decide,
     learned_failures,
     make_systems,
 )
+from benchmarks.prequential import CHECKPOINTS, first_block_targets, replay_all
+from benchmarks.prequential import figures as stream_figures
 from benchmarks.tau2 import Corpus, Run
 from sidecar.memory import FAMILIES, FailureMemory, LearnParams, Step, Thresholds, Trace, assess
 from sidecar.memory import normalize_signature as signature_of
 
+__all__ = ["FAMILY_KEYS", "GOALS", "GOAL_NAMES", "HEADLINE", "Call", "hint_figures", "met",
+           "metrics"]  # fmt: skip
 FOLDS = 5
 QUICK_SEEDS = 1
 FULL_SEEDS = 5
-Decision = tuple[str, tuple[str, ...]]
-
-
-@dataclass(frozen=True)
-class Call:
-    seed: int
-    fold: int
-    run: int
-    """Index of the run in the corpus."""
-    step: int
-    failed: bool
-    repeat: bool
-    """A failure whose (tool, normalized signature) occurred in training."""
-    run_succeeded: bool
-    check: Check
-    hinted: str | None = None
-    """``call_memory``: the level of the strongest "may apply" hint a lookup of the tool
-    would have carried here (``None``: no hint)."""
 
 
 @dataclass
@@ -287,202 +290,13 @@ def _trained(
     return row
 
 
-# ---- metrics -----------------------------------------------------------------------------
-def metrics(calls: Sequence[Call], decisions: Sequence[Decision]) -> dict[str, Any]:
-    """The figures of one system over ``calls`` (``decisions`` aligned with them)."""
-    pairs = list(zip(calls, decisions, strict=True))
-    repeats = [d for c, d in pairs if c.repeat]
-    failures = [d for c, d in pairs if c.failed]
-    blocked = [c for c, d in pairs if d[0] == "block"]
-    ok_calls = [(c, d) for c, d in pairs if c.run_succeeded]
-    ok_runs = {(c.seed, c.run) for c, _ in ok_calls}
-    wrong_runs = {(c.seed, c.run) for c, d in ok_calls if d[0] == "block" and not c.failed}
-    any_block_runs = {(c.seed, c.run) for c, d in ok_calls if d[0] == "block"}
-    warned = sum(d[0] == "warn" for _, d in ok_calls)
-    contradicted = {i for c, d in pairs if d[0] == "block" and not c.failed for i in d[1]}
-    really_failed = sum(c.failed for c in blocked)
-    return {
-        "calls": len(calls),
-        "failures": len(failures),
-        "failures_caught": sum(d[0] != "allow" for d in failures),
-        "repeats": len(repeats),
-        "repeats_caught": sum(d[0] != "allow" for d in repeats),
-        "repeats_blocked": sum(d[0] == "block" for d in repeats),
-        "catch_rate": _share(sum(d[0] != "allow" for d in repeats), len(repeats)),
-        "block_catch_rate": _share(sum(d[0] == "block" for d in repeats), len(repeats)),
-        "blocks": len(blocked),
-        "blocks_failed": really_failed,
-        "block_precision": _share(really_failed, len(blocked)),
-        "successful_runs": len(ok_runs),
-        "successful_runs_wrongly_blocked": len(wrong_runs),
-        "successful_runs_wrongly_blocked_share": _share(len(wrong_runs), len(ok_runs)),
-        "successful_runs_any_block": len(any_block_runs),
-        "successful_runs_any_block_share": _share(len(any_block_runs), len(ok_runs)),
-        "calls_in_successful_runs": len(ok_calls),
-        "warned_calls_in_successful_runs": warned,
-        "warned_share_in_successful_runs": _share(warned, len(ok_calls)),
-        "constraints_contradicted_on_held_out": len(contradicted),
-    }
-
-
-def _share(part: int, whole: int) -> float | None:
-    return round(part / whole, 4) if whole else None
-
-
-HEADLINE = (
-    "repeats",
-    "catch_rate",
-    "block_catch_rate",
-    "block_precision",
-    "blocks",
-    "successful_runs_wrongly_blocked_share",
-    "warned_share_in_successful_runs",
-)
-
-
-def headline(m: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: m[k] for k in HEADLINE}
-
-
-def family_figures(calls: Sequence[Call], thresholds: Thresholds) -> dict[str, dict[str, int]]:
-    """Per family: the repeats its conditions flag and block, the failing calls it blocks,
-    and its blocks and warnings on calls that did not fail."""
-    out: dict[str, dict[str, int]] = {}
-    for family in FAMILIES:
-        row: Counter[str] = Counter()
-        for call in calls:
-            levels = {thresholds.level(c) for c in call.check.holding if c.family == family}
-            top = "block" if "block" in levels else "warn" if "warn" in levels else None
-            if top is None:
-                continue
-            if call.repeat:
-                row["repeats_flagged"] += 1
-                row["repeats_blocked"] += top == "block"
-            if call.failed:
-                row["failures_blocked"] += top == "block"
-            else:
-                row[f"{top}s_on_ok_calls"] += 1
-                row[f"{top}s_on_ok_calls_in_successful_runs"] += call.run_succeeded
-        out[family] = {k: row[k] for k in FAMILY_KEYS}
-    return out
-
-
-FAMILY_KEYS = (
-    "repeats_flagged",
-    "repeats_blocked",
-    "failures_blocked",
-    "blocks_on_ok_calls",
-    "warns_on_ok_calls",
-    "blocks_on_ok_calls_in_successful_runs",
-    "warns_on_ok_calls_in_successful_runs",
-)
-
-
-def without_family(calls: Sequence[Call], family: str, thresholds: Thresholds) -> dict[str, Any]:
-    decisions = [
-        decide([c for c in call.check.holding if c.family != family], thresholds) for call in calls
-    ]
-    return headline(metrics(calls, decisions))
-
-
 SWEEP: tuple[Thresholds, ...] = tuple(
     Thresholds(s, c, 0.0, w) for s in (1, 2, 3) for c in (0, 1) for w in (0.34, 0.5, 0.67, 1.01)
 )
 """(min support to block, max contradictions to block, -, min confidence to warn)."""
 
 
-def hint_figures(calls: Sequence[Call]) -> dict[str, Any]:
-    """The lookup hints: for the tool about to be called, before its arguments exist,
-    whether a condition may apply (any level; block level only)."""
-    repeats = [c for c in calls if c.repeat]
-    ok = [c for c in calls if c.run_succeeded and not c.failed]
-    out: dict[str, Any] = {}
-    for name, levels in (("any", ("warn", "block")), ("block_level", ("block",))):
-        hinted_repeats = sum(c.hinted in levels for c in repeats)
-        out[name] = {
-            "repeats_hinted": hinted_repeats,
-            "repeats_hinted_share": _share(hinted_repeats, len(repeats)),
-            "ok_calls_in_successful_runs_hinted_share": _share(
-                sum(c.hinted in levels for c in ok), len(ok)
-            ),
-        }
-    return out
-
-
-def misses(corpus: Corpus, calls: Sequence[Call]) -> list[dict[str, Any]]:
-    """Real repeats by (domain, tool, signature): how many, how many flagged, blocked."""
-    rows: dict[tuple[str, str, str], Counter[str]] = defaultdict(Counter)
-    for call in calls:
-        if call.repeat:
-            run = corpus.runs[call.run]
-            step = run.steps[call.step]
-            row = rows[(run.domain, step.tool, signature_of(step.error or ""))]
-            row["repeats"] += 1
-            row["caught"] += call.check.decision != "allow"
-            row["blocked"] += call.check.decision == "block"
-    return [
-        {"domain": domain, "tool": tool, "signature": sig,
-         **{k: row[k] for k in ("repeats", "caught", "blocked")}}
-        for (domain, tool, sig), row in sorted(rows.items(), key=lambda kv: -kv[1]["repeats"])
-    ]  # fmt: skip
-
-
-GOALS = {
-    "block_precision": (">= 0.95", lambda v: v >= 0.95),
-    "catch_rate": (">= 0.6", lambda v: v >= 0.6),
-    "block_catch_rate": (">= 0.4", lambda v: v >= 0.4),
-    "successful_runs_wrongly_blocked_share": ("<= 0.01", lambda v: v <= 0.01),
-    "warned_share_in_successful_runs": ("<= 0.05", lambda v: v <= 0.05),
-}
-"""The targets every domain is held to, and the pooled figures too."""
-GOAL_NAMES = {
-    "block_precision": "block precision",
-    "catch_rate": "real repeats caught before the call (warn or block)",
-    "block_catch_rate": "real repeats blocked before the call",
-    "successful_runs_wrongly_blocked_share": "successful runs with a wrongly blocked call",
-    "warned_share_in_successful_runs": "warned calls in successful runs",
-}
-
-
-def met(key: str, value: Any) -> bool | None:
-    """Whether a figure meets its goal; ``None`` when there is nothing to judge (no
-    repeats, no blocks)."""
-    return None if value is None else bool(GOALS[key][1](value))
-
-
-def assess_targets(
-    m: Mapping[str, Any],
-    name: str = "call_memory",
-    impossible: int | None = None,
-    any_block: bool = False,
-    note: str = "",
-) -> list[dict[str, Any]]:
-    out = [target(f"{name}: {GOAL_NAMES[k]}", goal, m[k], met(k, m[k]), note)
-           for k, (goal, _) in GOALS.items()]  # fmt: skip
-    if any_block:
-        anyblock = m["successful_runs_any_block_share"]
-        out.append(
-            target(f"{name}: successful runs with any blocked call", "<= 0.01", anyblock,
-                   None if anyblock is None else anyblock <= 0.01,
-                   "includes blocks of calls that really failed in a run that then recovered")
-        )  # fmt: skip
-    if impossible is not None:
-        out.append(
-            target(f"{name}: successful runs made impossible by eviction", "= 0", impossible,
-                   impossible == 0, "eviction after each pooled fold's training")
-        )  # fmt: skip
-    return out
-
-
 # ---- per domain, left out ----------------------------------------------------------------
-def decisions_of(calls: Sequence[Call]) -> list[Decision]:
-    return [(c.check.decision, c.check.constraints) for c in calls]
-
-
-def by_domain(corpus: Corpus, calls: Sequence[Call], domain: str) -> list[Call]:
-    return [c for c in calls if corpus.runs[c.run].domain == domain]
-
-
 def domain_figures(
     corpus: Corpus, replayed: Replay, domains: Sequence[str], names: Sequence[str]
 ) -> dict[str, dict[str, Any]]:
@@ -547,6 +361,7 @@ def lodo_figures(
         "per_fold": per_fold,
         "learned": learned,
         "misses": misses(corpus, mine),
+        "not_blocked": unblocked(corpus, mine, thresholds),
     }
 
 
@@ -650,10 +465,17 @@ def run(
     domains: str | Sequence[str] | None = None,
     bfcl_runs: int | None = None,
     bfcl_seed: int = 0,
+    apibank_runs: int | None = None,
+    prequential: str | None = None,
 ) -> dict[str, Any]:
+    """``prequential``: through what the runs arriving one by one are checked and
+    reported: ``sidecar`` (the library: ``check_call``, then ``report``; the default of
+    the full size), ``call_memory`` (the memory alone: the same learner without the
+    library's persistence and redaction, ten times faster; the default of the quick
+    size), or ``none`` (not replayed)."""
     started = time.perf_counter()
     chosen = parse_domains(domains)
-    corpus, corpus_notes = load_domains(dataset, chosen, bfcl_seed, bfcl_runs)
+    corpus, corpus_notes = load_domains(dataset, chosen, bfcl_seed, bfcl_runs, apibank_runs)
     seed_list = [seed + i for i in range(seeds or (QUICK_SEEDS if quick else FULL_SEEDS))]
     progress(
         f"failures: {len(corpus.runs)} runs ({', '.join(chosen)}), {folds} folds, seeds {seed_list}"
@@ -695,6 +517,8 @@ def run(
     if len(chosen) > 1:
         lodo_replayed = lodo_replay(corpus, chosen, seed_list, folds, situation)
         lodo = lodo_figures(corpus, lodo_replayed, chosen, defaults)
+    through = prequential or ("call_memory" if quick else "sidecar")
+    preq = prequential_figures(corpus, chosen, seed_list, through, defaults)
     replay_timing = {name: summary(ms) for name, ms in result.timings_ms.items()}
     synthetic = synthetic_timing(corpus, repeat=50 if quick else 300)
     per_domain_targets: list[dict[str, Any]] = []
@@ -752,6 +576,11 @@ def run(
         "eviction_by_domain": impossible_by_domain,
         "learned": result.trained,
         "misses": misses(corpus, mine),
+        "not_blocked": {
+            "pooled_folds": unblocked(corpus, mine, defaults),
+            **({"leave_one_domain_out": lodo["not_blocked"]} if lodo else {}),
+        },
+        "prequential": preq,
         "timing": {
             "replay_check_ms": replay_timing,
             "index_step_ms": summary(result.index_ms["call_memory"]),
@@ -773,9 +602,30 @@ def run(
             ),
             *assess_targets(systems["call_memory"], "call_memory, pooled folds", any_block=True),
             *per_domain_targets,
+            *first_block_targets(preq.get("streams", {})),
             *timing_targets,
         ],
         "timings_s": {"total": round(time.perf_counter() - started, 1)},
+    }
+
+
+def prequential_figures(
+    corpus: Corpus, domains: Sequence[str], seeds: Sequence[int], through: str, t: Thresholds
+) -> dict[str, Any]:
+    """The runs arriving one by one (:mod:`benchmarks.prequential`), through the library
+    or the memory alone, or nothing when ``through`` is ``none``."""
+    if through == "none":
+        return {"note": "not replayed (prequential='none')"}
+    if through not in ("sidecar", "call_memory"):
+        raise ValueError(f"prequential is sidecar, call_memory or none; got {through!r}")
+    replayed = replay_all(corpus, domains, seeds, through)
+    return {
+        "protocol": "runs arrive one at a time; each call is checked before its run is "
+        "reported; a real repeat is a failing call whose (tool, signature) occurred in a run "
+        "that arrived before it",
+        "through": through,
+        "checkpoints": list(CHECKPOINTS),
+        "streams": stream_figures(corpus, replayed, t),
     }
 
 
@@ -819,7 +669,8 @@ def main(argv: list[str] | None = None) -> None:
     if lost:
         raise SystemExit(f"bench_failures: missing {', '.join(lost)} (datasets: {dataset})")
     result = run(args.quick, args.seed, dataset, args.folds, args.seeds, args.domains,
-                 args.bfcl_runs, args.bfcl_seed)  # fmt: skip
+                 args.bfcl_runs, args.bfcl_seed, args.apibank_runs,
+                 args.prequential)  # fmt: skip
     words = sys.argv[1:] if argv is None else argv
     result["command"] = " ".join(["python -m benchmarks.bench_failures", *words])
     if args.markdown:
@@ -851,7 +702,24 @@ def add_domain_options(parser: argparse.ArgumentParser) -> None:
         help="bfcl: mutation runs per scenario (default 3)",
     )
     parser.add_argument(
-        "--bfcl-seed", type=int, default=0, help="bfcl: the seed of the mutations (default 0)"
+        "--bfcl-seed",
+        type=int,
+        default=0,
+        help="bfcl, apibank: the seed of the mutations (default 0)",
+    )
+    parser.add_argument(
+        "--apibank-runs",
+        type=int,
+        default=None,
+        help="apibank: mutation runs per dialogue (default 1)",
+    )
+    parser.add_argument(
+        "--prequential",
+        choices=("sidecar", "call_memory", "none"),
+        default=None,
+        help="runs arriving one by one, checked and reported through the library (the "
+        "default of --full), the memory alone (ten times faster; the default of --quick), "
+        "or not replayed",
     )
 
 

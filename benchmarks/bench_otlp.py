@@ -250,6 +250,8 @@ class _Large:
         self.proc.terminate()
         self.proc.wait(timeout=60)
         self.reader.join(timeout=60)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 def _metrics(server: Server) -> dict[str, float]:
@@ -264,11 +266,15 @@ def _metrics(server: Server) -> dict[str, float]:
     return out
 
 
+QUICK, FULL = (80, 2), (250, 3)
+"""(the small exporter's requests per phase, rounds of a phase alone and one beside)."""
+
+
 def run(quick: bool, seed: int = 7) -> dict[str, Any]:
     import httpx
 
     del seed  # nothing random here
-    per_phase, rounds = (80, 2) if quick else (250, 3)
+    per_phase, rounds = QUICK if quick else FULL
     started = time.perf_counter()
     alone: list[float] = []
     loaded: list[float] = []

@@ -266,12 +266,14 @@ def seal_tools(
 
     folder = root / SEAL_DIR
     notes: Counter[str] = Counter()
-    rows = [json.loads(line) for line in (folder / "tool.jsonl").open(encoding="utf-8")]
+    with (folder / "tool.jsonl").open(encoding="utf-8") as lines:
+        rows = [json.loads(line) for line in lines]
     notes["renamed_tools"] = sum(_seal_name(r["api_name"]) != r["api_name"] for r in rows)
     raw_tasks: list[tuple[str, str, tuple[str, ...]]] = []
     for split in SEAL_SPLITS:
-        for line in (folder / split).open(encoding="utf-8"):
-            item = json.loads(line)
+        with (folder / split).open(encoding="utf-8") as lines:
+            items = [json.loads(line) for line in lines]
+        for item in items:
             calls = [_seal_name(str(c["api"])) for c in item.get("calling", [])]
             chain = collapse_repeats(calls)
             notes["repeated_consecutive_calls_merged"] += len(calls) - len(chain)

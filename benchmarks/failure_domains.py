@@ -1,11 +1,13 @@
 """The development domains of ``bench_failures`` and the splits it replays over them.
 
-Domains: ``retail`` and ``telecom`` (real τ²-bench agent runs, :mod:`benchmarks.tau2`)
-and ``bfcl`` (BFCL's simulators, ground truths and seeded mutations,
-:mod:`benchmarks.bfcl`).  Their runs are put in one corpus, the τ² runs in their file's
-order (so that τ² alone replays as before) and the ``bfcl`` runs after them, each
-keeping its domain; tool names are the systems' own (``get_order_details`` is a retail tool
-and a TradingBot one: the pooled memory sees one tool).
+Domains: ``retail`` and ``telecom`` (real τ²-bench agent runs, :mod:`benchmarks.tau2`),
+``bfcl`` (BFCL's simulators, ground truths and seeded mutations, :mod:`benchmarks.bfcl`)
+and ``apibank`` (API-Bank's dialogues, ground truths and seeded mutations,
+:mod:`benchmarks.apibank`).  Their runs are put in one corpus, the τ² runs in their
+file's order (so that τ² alone replays as before), then the ``bfcl`` runs, then the
+``apibank`` runs, each keeping its domain; tool names are the systems' own
+(``get_order_details`` is a retail tool and a TradingBot one: the pooled memory sees one
+tool).
 
 Splits, always by task (all runs of a task on one side):
 
@@ -30,7 +32,7 @@ from typing import Any
 
 from benchmarks.tau2 import Corpus, Run
 
-DOMAINS = ("retail", "telecom", "bfcl")
+DOMAINS = ("retail", "telecom", "bfcl", "apibank")
 TAU2_DOMAINS = ("retail", "telecom")
 
 
@@ -46,7 +48,7 @@ class Split:
 
 
 def parse_domains(text: str | Sequence[str] | None) -> tuple[str, ...]:
-    """``"retail,bfcl"`` (or a list) as domains in corpus order; ``None``: all three."""
+    """``"retail,bfcl"`` (or a list) as domains in corpus order; ``None``: all of them."""
     if text is None:
         return DOMAINS
     names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text)]
@@ -58,17 +60,23 @@ def parse_domains(text: str | Sequence[str] | None) -> tuple[str, ...]:
 
 def missing(dataset: Path, domains: Sequence[str]) -> list[str]:
     """What the selected domains need and is not there."""
-    from benchmarks import bfcl, tau2
+    from benchmarks import apibank, bfcl, tau2
 
     lost = tau2.missing_files(dataset) if set(domains) & set(TAU2_DOMAINS) else []
-    return lost + (bfcl.missing_files() if "bfcl" in domains else [])
+    lost += bfcl.missing_files() if "bfcl" in domains else []
+    return lost + (apibank.missing_files() if "apibank" in domains else [])
 
 
 def load_domains(
-    dataset: Path, domains: Sequence[str], bfcl_seed: int = 0, bfcl_runs: int | None = None
+    dataset: Path,
+    domains: Sequence[str],
+    bfcl_seed: int = 0,
+    bfcl_runs: int | None = None,
+    apibank_runs: int | None = None,
 ) -> tuple[Corpus, dict[str, Any]]:
-    """The selected domains' runs as one corpus, and what each loader counted."""
-    from benchmarks import bfcl, tau2
+    """The selected domains' runs as one corpus, and what each loader counted (the
+    ``apibank`` mutations take ``bfcl_seed`` too)."""
+    from benchmarks import apibank, bfcl, tau2
 
     runs: list[Run] = []
     tools: dict[str, Any] = {}
@@ -85,6 +93,12 @@ def load_domains(
         # a name two systems share keeps its first definition: one tool in the index
         tools |= {t.tool_id: t for t in corpus.tools if t.tool_id not in tools}
         notes["bfcl"] = {**corpus.notes, "seed": bfcl_seed, "runs_per_scenario": kept}
+    if "apibank" in domains:
+        kept = apibank.RUNS_PER_DIALOGUE if apibank_runs is None else apibank_runs
+        corpus = apibank.load(bfcl_seed, kept)
+        runs += corpus.runs
+        tools |= {t.tool_id: t for t in corpus.tools if t.tool_id not in tools}
+        notes["apibank"] = {**corpus.notes, "seed": bfcl_seed, "runs_per_dialogue": kept}
     notes["domains"] = list(domains)
     notes["runs_by_domain"] = dict(Counter(r.domain for r in runs))
     notes["successful_runs_by_domain"] = dict(Counter(r.domain for r in runs if r.succeeded))

@@ -117,7 +117,9 @@ def markdown(result: Mapping[str, Any]) -> str:
             "",
             md_table(["domain", "tool", "signature", "repeats", "caught", "blocked"], miss_rows),
             "",
+            *not_blocked_section(result),
             *hints_section(result),
+            *prequential_section(result),
             timing_line(result["timing"]),
             "",
             md_targets(result["targets"]),
@@ -275,6 +277,113 @@ def learned_rows(result: Mapping[str, Any]) -> list[list[Any]]:
     ]
 
 
+def miss_rows(rows: Sequence[Mapping[str, Any]], scope: str) -> list[list[Any]]:
+    out = []
+    for m in rows:
+        reasons = "<br>".join(f"{n}x {text}" for text, n in m["reasons"])
+        out.append([scope, m["domain"], m["tool"], m["signature"], m["not_blocked"],
+                    m["warned"], reasons])  # fmt: skip
+    return out
+
+
+MISS_HEAD = ["calls of", "domain", "tool", "signature", "not blocked", "warned",
+             "reason lines (the strongest condition that held; most frequent first)"]  # fmt: skip
+
+
+def not_blocked_section(result: Mapping[str, Any]) -> list[str]:
+    found = result.get("not_blocked") or {}
+    rows = miss_rows(found.get("pooled_folds", []), "pooled folds")
+    rows += miss_rows(found.get("leave_one_domain_out", []), "every domain left out")
+    return [
+        "### Real repeats not blocked, most frequent first, with their reason lines",
+        "",
+        md_table(MISS_HEAD, rows),
+        "",
+    ]
+
+
+PREQ_KEYS = (
+    "repeats",
+    "catch_rate",
+    "block_catch_rate",
+    "block_precision",
+    "successful_runs_wrongly_blocked_share",
+    "warned_share_in_successful_runs",
+)
+
+
+def prequential_section(result: Mapping[str, Any]) -> list[str]:
+    preq = result.get("prequential") or {}
+    head = ["### Learning as it happens (prequential)", ""]
+    if "streams" not in preq:
+        return [*head, preq.get("note", "not replayed"), ""]
+    streams = preq["streams"]
+    firsts = [
+        [label, s["sessions"], s["prior_sessions"],
+         ", ".join(str(cell(f["first_repeat"])) for f in s["firsts"]),
+         ", ".join(str(cell(f["first_correct_block"])) for f in s["firsts"]),
+         ", ".join(str(cell(f["first_wrong_block"])) for f in s["firsts"]),
+         s["disagreements"], s["seconds"], cell(s["timing"]["check_ms_p50"]),
+         cell(s["timing"]["report_ms_p50_first_50"]), cell(s["timing"]["report_ms_p50_last_50"])]
+        for label, s in streams.items()
+    ]  # fmt: skip
+    curve = [
+        [label, row["after"], *(cell(row["cumulative"][k]) for k in PREQ_KEYS),
+         cell(row["window"]["catch_rate"]), cell(row["window"]["block_catch_rate"])]
+        for label, s in streams.items()
+        for row in s["curve"]
+    ]  # fmt: skip
+    families = [
+        [label, family, *(s["families"][family][k] for k in FAMILY_DOMAIN_KEYS)]
+        for label, s in streams.items()
+        if s["kind"] in ("alone", "pooled")
+        for family in FAMILIES
+        if any(s["families"][family][k] for k in FAMILY_DOMAIN_KEYS)
+    ]
+    misses = [row for label, s in streams.items() if s["kind"] in ("alone", "pooled")
+              for row in miss_rows(s["misses"][:5], label)]  # fmt: skip
+    return [
+        *head,
+        f"Protocol: {preq['protocol']}. Checked and reported through: `{preq['through']}`. "
+        "Streams: each domain alone from an empty memory (seeded order), in time order where "
+        "the runs have start times, after every other domain was reported, and every domain "
+        "mixed.",
+        "",
+        "Firsts (position of the run in its stream, per seed; `-`: never):",
+        "",
+        md_table(
+            [
+                "stream",
+                "sessions",
+                "reported before",
+                "first real repeat",
+                "first correct block",
+                "first wrong block",
+                "library / memory disagreements (calls)",
+                "seconds",
+                "check p50 ms",
+                "report p50 ms, first 50 runs",
+                "last 50 runs",
+            ],
+            firsts,
+        ),
+        "",
+        "The learning curve: figures over the first N sessions of each stream (seeds pooled), "
+        "and the catch and block rates over the sessions since the checkpoint before:",
+        "",
+        md_table(["stream", "after", *PREQ_KEYS, "window: caught", "window: blocked"], curve),
+        "",
+        "Families (each domain alone, and pooled):",
+        "",
+        md_table(["stream", "family", *FAMILY_DOMAIN_KEYS], families),
+        "",
+        "Real repeats not blocked, most frequent first (each domain alone, and pooled):",
+        "",
+        md_table(MISS_HEAD, misses),
+        "",
+    ]
+
+
 def hints_section(result: Mapping[str, Any]) -> list[str]:
     hints = result["lookup_hints"]
     return [
@@ -339,4 +448,31 @@ def plot(result: Mapping[str, Any], out_dir: Path) -> list[Path]:
     ax.set_ylim(0, 1.05)
     ax.set_title(f"Failure memories on held-out runs ({', '.join(result['params']['domains'])})")
     ax.legend()
-    return [save_figure(plt, fig, out_dir / "failures.png")]
+    return [save_figure(plt, fig, out_dir / "failures.png"), *learning_plot(plt, result, out_dir)]
+
+
+def learning_plot(plt: Any, result: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """The learning curves: repeats caught and blocked, and warned calls in successful
+    runs, over the first N sessions of each stream."""
+    streams = (result.get("prequential") or {}).get("streams")
+    if not streams:
+        return []
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4), sharex=True)
+    panels = (
+        ("real repeats caught", "catch_rate"),
+        ("real repeats blocked", "block_catch_rate"),
+        ("warned calls, successful runs", "warned_share_in_successful_runs"),
+    )
+    for ax, (title, key) in zip(axes, panels, strict=True):
+        for label, s in streams.items():
+            points = [(r["after"], r["cumulative"][key]) for r in s["curve"]
+                      if r["cumulative"][key] is not None]  # fmt: skip
+            if points:
+                style = "--" if s["kind"] == "after_others" else "-"
+                ax.plot(*zip(*points, strict=True), style, marker="o", label=label)
+        ax.set_xscale("log")
+        ax.set_title(title)
+        ax.set_xlabel("sessions arrived")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Learning as it happens: figures over the first N sessions")
+    return [save_figure(plt, fig, out_dir / "failures_learning.png")]

@@ -238,23 +238,23 @@ class SidecarLibrary:
         self.evicted: set[str] = set()
 
     def learn(self, session: Session) -> None:
-        self._pending.append(
-            {
-                "steps": [s.to_dict() for s in session.steps],
-                "outcome": session.outcome,
-                "task_input": session.task_input,
-                "session_id": session.session_id,
-            }
-        )
+        self._pending.append(_report(session))
 
     def after_training(self) -> None:
         """Report the training sessions (in their order, as one batch), then evict."""
-        results = self.sc.report_many(self._pending)
+        self._send(self._pending)
+        self._pending = []
+        self.evicted = {d.tool_id for d in self.sc.evict().evicted}
+
+    def report(self, sessions: Sequence[Session]) -> None:
+        """Report ``sessions`` now, in their order, as one batch."""
+        self._send([_report(s) for s in sessions])
+
+    def _send(self, reports: list[dict[str, Any]]) -> None:
+        results = self.sc.report_many(reports)
         rejected = [r.reason for r in results if r.status == "rejected"]
         if rejected:
             raise RuntimeError(f"the library rejected training sessions: {rejected[:3]}")
-        self._pending = []
-        self.evicted = {d.tool_id for d in self.sc.evict().evicted}
 
     def check(self, before: Sequence[Step], call: Step, told: str | None) -> Check:
         verdict = self.sc.check_call(before, call.tool, call.arguments, told)
@@ -264,3 +264,13 @@ class SidecarLibrary:
     def close(self) -> None:
         self.sc.close()
         self._dir.cleanup()
+
+
+def _report(session: Session) -> dict[str, Any]:
+    """A session as the library takes a report of it."""
+    return {
+        "steps": [s.to_dict() for s in session.steps],
+        "outcome": session.outcome,
+        "task_input": session.task_input,
+        "session_id": session.session_id,
+    }

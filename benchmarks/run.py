@@ -125,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
         "store": "cold archive append throughput and pointer resolution",
         "delta": "Delta cold store (local, S3 on moto) vs the local Parquet table to 100k chains",
         "startup": "sidecar --help start-up time and lookup-process memory",
-        "failures": "repeat failures caught before the call, τ² runs and BFCL simulators",
+        "failures": "repeat failures caught before the call (folds, and runs arriving one by "
+        "one): τ² runs, BFCL simulators, API-Bank dialogues",
         "embed": "ONNX query embedding, query cache and exact tier vs torch and raw Chroma",
         "serve": "server ready, tools add and HTTP vs library lookup: ONNX default vs torch",
         "gateway": "MCP gateway overhead, schema tokens saved by --expose search, OTLP intake",
@@ -167,13 +168,28 @@ def _domain_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--domains",
         default=None,
-        help="failures: comma-separated, of retail,telecom,bfcl (default: all; 'retail' to "
-        "choose defaults on retail alone)",
+        help="failures: comma-separated, of retail,telecom,bfcl,apibank (default: all; "
+        "'retail' to choose defaults on retail alone)",
     )
     parser.add_argument(
         "--bfcl-runs", type=int, default=None, help="failures: bfcl mutation runs per scenario"
     )
-    parser.add_argument("--bfcl-seed", type=int, default=0, help="failures: bfcl mutation seed")
+    parser.add_argument(
+        "--bfcl-seed", type=int, default=0, help="failures: bfcl and apibank mutation seed"
+    )
+    parser.add_argument(
+        "--apibank-runs",
+        type=int,
+        default=None,
+        help="failures: apibank mutation runs per dialogue",
+    )
+    parser.add_argument(
+        "--prequential",
+        choices=("sidecar", "call_memory", "none"),
+        default=None,
+        help="failures: runs arriving one by one through the library (the default of --full), "
+        "the memory alone (the default of --quick: ten times faster), or not replayed",
+    )
 
 
 def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
@@ -193,6 +209,8 @@ def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[st
             "domains": args.domains,
             "bfcl_runs": args.bfcl_runs,
             "bfcl_seed": args.bfcl_seed,
+            "apibank_runs": args.apibank_runs,
+            "prequential": args.prequential,
         }
     elif name == "delta" and getattr(args, "delta_mode", None):
         options |= {"mode": args.delta_mode}

@@ -42,6 +42,9 @@ class Run:
     steps: tuple[Step, ...]
     told_before: tuple[str, ...]
     """What the agent had been told before each step (user turns, or the ticket)."""
+    started: str | None = None
+    """When the run started (ISO 8601), where the data says: the order of arrival of a
+    prequential replay in time order."""
 
     @property
     def succeeded(self) -> bool:
@@ -77,7 +80,7 @@ def load(dataset: Path) -> Corpus:
             raw = json.loads(line)
             steps: list[Step] = []
             before: list[str] = []
-            texts = told.get(raw["sim_id"], ([], ""))
+            texts = told.get(raw["sim_id"], ([], "", None))
             for call in raw["calls"]:
                 if call["requestor"] != "assistant":
                     notes["user_calls_dropped"] += 1
@@ -101,6 +104,7 @@ def load(dataset: Path) -> Corpus:
                     reward=float(raw["reward"] or 0.0),
                     steps=tuple(steps),
                     told_before=tuple(before),
+                    started=texts[2],
                 )
             )
     notes["runs"] = len(runs)
@@ -121,9 +125,12 @@ def _tools(path: Path) -> list[Any]:
     return load_tools([defs], str(path))
 
 
-def _told_texts(folder: Path) -> dict[str, tuple[list[tuple[int, str]], str]]:
-    """sim id -> (user turns as (message index, text), the task ticket)."""
-    out: dict[str, tuple[list[tuple[int, str]], str]] = {}
+Told = tuple[list[tuple[int, str]], str, str | None]
+
+
+def _told_texts(folder: Path) -> dict[str, Told]:
+    """sim id -> (user turns as (message index, text), the task ticket, the start time)."""
+    out: dict[str, Told] = {}
     if not folder.is_dir():
         return out
     for path in sorted(folder.glob("*.json")):
@@ -137,12 +144,13 @@ def _told_texts(folder: Path) -> dict[str, tuple[list[tuple[int, str]], str]]:
                 if m.get("role") == "user" and m.get("content")
             ]
             ticket = tickets.get(str(sim.get("task_id")), "") if solo else ""
-            out[str(sim.get("id"))] = (turns, ticket)
+            start = sim.get("start_time")
+            out[str(sim.get("id"))] = (turns, ticket, str(start) if start else None)
     return out
 
 
-def _text_before(texts: tuple[list[tuple[int, str]], str], msg_idx: Any) -> str:
-    turns, ticket = texts
+def _text_before(texts: Told, msg_idx: Any) -> str:
+    turns, ticket, _ = texts
     limit = msg_idx if isinstance(msg_idx, int) else 0
     parts = [ticket] if ticket else []
     parts += [text for i, text in turns if i < limit]

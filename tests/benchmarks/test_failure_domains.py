@@ -88,7 +88,7 @@ def test_pooled_splits_hold_out_each_task_once_per_seed() -> None:
 
 
 def test_parse_domains() -> None:
-    assert parse_domains(None) == ("retail", "telecom", "bfcl")
+    assert parse_domains(None) == ("retail", "telecom", "bfcl", "apibank")
     assert parse_domains("bfcl,retail") == ("retail", "bfcl")
     assert parse_domains(["telecom"]) == ("telecom",)
     with pytest.raises(ValueError, match="airline"):
@@ -155,7 +155,8 @@ def test_a_whole_run_reports_each_domain_and_each_domain_left_out(
 ) -> None:
     monkeypatch.setattr(bench_failures, "LEARN_SWEEP", {})
     tau2_file(tmp_path)
-    result = run(True, dataset=tmp_path, folds=2, domains="retail,bfcl", bfcl_runs=1)
+    result = run(True, dataset=tmp_path, folds=2, domains="retail,bfcl", bfcl_runs=1,
+                 prequential="call_memory")  # fmt: skip
     assert result["params"]["domains"] == ["retail", "bfcl"]
     assert result["corpus"]["runs_by_domain"] == {"retail": 8, "bfcl": 130}
     assert set(result["per_domain"]) == {"retail", "bfcl"}
@@ -171,6 +172,25 @@ def test_a_whole_run_reports_each_domain_and_each_domain_left_out(
     text = markdown(result)
     assert "### Leave one domain out" in text and "### Targets by domain" in text
     assert "| bfcl | call_memory |" in text
-    single = run(True, dataset=tmp_path, folds=2, domains="bfcl", bfcl_runs=1)
+    # the runs arriving one by one (through the library: tests/benchmarks/test_prequential.py)
+    preq = result["prequential"]
+    assert preq["through"] == "call_memory"
+    streams = preq["streams"]
+    assert set(streams) == {"retail alone", "bfcl alone", "retail after the others",
+                            "bfcl after the others", "pooled"}  # fmt: skip
+    bfcl_alone = streams["bfcl alone"]
+    assert bfcl_alone["sessions"] == 130 and bfcl_alone["prior_sessions"] == 0
+    assert [r["after"] for r in bfcl_alone["curve"]] == [10, 25, 50, 100, 130]
+    last = bfcl_alone["curve"][-1]["cumulative"]
+    assert last["repeats"] > 0 and last["catch_rate"] is not None
+    assert streams["retail after the others"]["prior_sessions"] == 130
+    assert bfcl_alone["firsts"][0]["first_repeat"] is not None
+    assert any("first correct block" in n for n in names)
+    assert "### Learning as it happens (prequential)" in text
+    assert "| bfcl alone | 130 |" in text
+    assert result["not_blocked"]["pooled_folds"] is not None
+    single = run(True, dataset=tmp_path, folds=2, domains="bfcl", bfcl_runs=1,
+                 prequential="none")  # fmt: skip
     assert "note" in single["leave_one_domain_out"]
     assert "nothing to leave out" in markdown(single)
+    assert "not replayed" in markdown(single)

@@ -1,0 +1,270 @@
+"""The figures ``bench_failures`` reports for a system's calls, whatever the protocol
+(pooled folds, a domain left out, runs arriving one by one): what a *real repeat* is,
+the catch and block rates, block precision, the cost to successful runs, the families
+behind them, the misses, and the targets they are held to."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.common import target
+from benchmarks.failure_systems import Check, decide
+from benchmarks.tau2 import Corpus
+from sidecar.memory import FAMILIES, Thresholds
+from sidecar.memory import normalize_signature as signature_of
+
+Decision = tuple[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Call:
+    seed: int
+    fold: int
+    run: int
+    """Index of the run in the corpus."""
+    step: int
+    failed: bool
+    repeat: bool
+    """A failure whose (tool, normalized signature) occurred in training."""
+    run_succeeded: bool
+    check: Check
+    hinted: str | None = None
+    """``call_memory``: the level of the strongest "may apply" hint a lookup of the tool
+    would have carried here (``None``: no hint)."""
+
+
+def metrics(calls: Sequence[Call], decisions: Sequence[Decision]) -> dict[str, Any]:
+    """The figures of one system over ``calls`` (``decisions`` aligned with them)."""
+    pairs = list(zip(calls, decisions, strict=True))
+    repeats = [d for c, d in pairs if c.repeat]
+    failures = [d for c, d in pairs if c.failed]
+    blocked = [c for c, d in pairs if d[0] == "block"]
+    ok_calls = [(c, d) for c, d in pairs if c.run_succeeded]
+    ok_runs = {(c.seed, c.run) for c, _ in ok_calls}
+    wrong_runs = {(c.seed, c.run) for c, d in ok_calls if d[0] == "block" and not c.failed}
+    any_block_runs = {(c.seed, c.run) for c, d in ok_calls if d[0] == "block"}
+    warned = sum(d[0] == "warn" for _, d in ok_calls)
+    contradicted = {i for c, d in pairs if d[0] == "block" and not c.failed for i in d[1]}
+    really_failed = sum(c.failed for c in blocked)
+    return {
+        "calls": len(calls),
+        "failures": len(failures),
+        "failures_caught": sum(d[0] != "allow" for d in failures),
+        "repeats": len(repeats),
+        "repeats_caught": sum(d[0] != "allow" for d in repeats),
+        "repeats_blocked": sum(d[0] == "block" for d in repeats),
+        "catch_rate": _share(sum(d[0] != "allow" for d in repeats), len(repeats)),
+        "block_catch_rate": _share(sum(d[0] == "block" for d in repeats), len(repeats)),
+        "blocks": len(blocked),
+        "blocks_failed": really_failed,
+        "block_precision": _share(really_failed, len(blocked)),
+        "successful_runs": len(ok_runs),
+        "successful_runs_wrongly_blocked": len(wrong_runs),
+        "successful_runs_wrongly_blocked_share": _share(len(wrong_runs), len(ok_runs)),
+        "successful_runs_any_block": len(any_block_runs),
+        "successful_runs_any_block_share": _share(len(any_block_runs), len(ok_runs)),
+        "calls_in_successful_runs": len(ok_calls),
+        "warned_calls_in_successful_runs": warned,
+        "warned_share_in_successful_runs": _share(warned, len(ok_calls)),
+        "constraints_contradicted_on_held_out": len(contradicted),
+    }
+
+
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+HEADLINE = (
+    "repeats",
+    "catch_rate",
+    "block_catch_rate",
+    "block_precision",
+    "blocks",
+    "successful_runs_wrongly_blocked_share",
+    "warned_share_in_successful_runs",
+)
+
+
+def headline(m: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: m[k] for k in HEADLINE}
+
+
+def family_figures(calls: Sequence[Call], thresholds: Thresholds) -> dict[str, dict[str, int]]:
+    """Per family: the repeats its conditions flag and block, the failing calls it blocks,
+    and its blocks and warnings on calls that did not fail."""
+    out: dict[str, dict[str, int]] = {}
+    for family in FAMILIES:
+        row: Counter[str] = Counter()
+        for call in calls:
+            levels = {thresholds.level(c) for c in call.check.holding if c.family == family}
+            top = "block" if "block" in levels else "warn" if "warn" in levels else None
+            if top is None:
+                continue
+            if call.repeat:
+                row["repeats_flagged"] += 1
+                row["repeats_blocked"] += top == "block"
+            if call.failed:
+                row["failures_blocked"] += top == "block"
+            else:
+                row[f"{top}s_on_ok_calls"] += 1
+                row[f"{top}s_on_ok_calls_in_successful_runs"] += call.run_succeeded
+        out[family] = {k: row[k] for k in FAMILY_KEYS}
+    return out
+
+
+FAMILY_KEYS = (
+    "repeats_flagged",
+    "repeats_blocked",
+    "failures_blocked",
+    "blocks_on_ok_calls",
+    "warns_on_ok_calls",
+    "blocks_on_ok_calls_in_successful_runs",
+    "warns_on_ok_calls_in_successful_runs",
+)
+
+
+def without_family(calls: Sequence[Call], family: str, thresholds: Thresholds) -> dict[str, Any]:
+    decisions = [
+        decide([c for c in call.check.holding if c.family != family], thresholds) for call in calls
+    ]
+    return headline(metrics(calls, decisions))
+
+
+def hint_figures(calls: Sequence[Call]) -> dict[str, Any]:
+    """The lookup hints: for the tool about to be called, before its arguments exist,
+    whether a condition may apply (any level; block level only)."""
+    repeats = [c for c in calls if c.repeat]
+    ok = [c for c in calls if c.run_succeeded and not c.failed]
+    out: dict[str, Any] = {}
+    for name, levels in (("any", ("warn", "block")), ("block_level", ("block",))):
+        hinted_repeats = sum(c.hinted in levels for c in repeats)
+        out[name] = {
+            "repeats_hinted": hinted_repeats,
+            "repeats_hinted_share": _share(hinted_repeats, len(repeats)),
+            "ok_calls_in_successful_runs_hinted_share": _share(
+                sum(c.hinted in levels for c in ok), len(ok)
+            ),
+        }
+    return out
+
+
+def misses(corpus: Corpus, calls: Sequence[Call]) -> list[dict[str, Any]]:
+    """Real repeats by (domain, tool, signature): how many, how many flagged, blocked."""
+    rows: dict[tuple[str, str, str], Counter[str]] = defaultdict(Counter)
+    for call in calls:
+        if call.repeat:
+            run = corpus.runs[call.run]
+            step = run.steps[call.step]
+            row = rows[(run.domain, step.tool, signature_of(step.error or ""))]
+            row["repeats"] += 1
+            row["caught"] += call.check.decision != "allow"
+            row["blocked"] += call.check.decision == "block"
+    return [
+        {"domain": domain, "tool": tool, "signature": sig,
+         **{k: row[k] for k in ("repeats", "caught", "blocked")}}
+        for (domain, tool, sig), row in sorted(rows.items(), key=lambda kv: -kv[1]["repeats"])
+    ]  # fmt: skip
+
+
+GOALS = {
+    "block_precision": (">= 0.97", lambda v: v >= 0.97),
+    "catch_rate": (">= 0.7", lambda v: v >= 0.7),
+    "block_catch_rate": (">= 0.5", lambda v: v >= 0.5),
+    "successful_runs_wrongly_blocked_share": ("<= 0.005", lambda v: v <= 0.005),
+    "warned_share_in_successful_runs": ("<= 0.05", lambda v: v <= 0.05),
+}
+"""The targets every domain is held to, and the pooled figures too (issue 26)."""
+GOAL_NAMES = {
+    "block_precision": "block precision",
+    "catch_rate": "real repeats caught before the call (warn or block)",
+    "block_catch_rate": "real repeats blocked before the call",
+    "successful_runs_wrongly_blocked_share": "successful runs with a wrongly blocked call",
+    "warned_share_in_successful_runs": "warned calls in successful runs",
+}
+
+
+def met(key: str, value: Any) -> bool | None:
+    """Whether a figure meets its goal; ``None`` when there is nothing to judge (no
+    repeats, no blocks)."""
+    return None if value is None else bool(GOALS[key][1](value))
+
+
+def assess_targets(
+    m: Mapping[str, Any],
+    name: str = "call_memory",
+    impossible: int | None = None,
+    any_block: bool = False,
+    note: str = "",
+) -> list[dict[str, Any]]:
+    out = [target(f"{name}: {GOAL_NAMES[k]}", goal, m[k], met(k, m[k]), note)
+           for k, (goal, _) in GOALS.items()]  # fmt: skip
+    if any_block:
+        anyblock = m["successful_runs_any_block_share"]
+        out.append(
+            target(f"{name}: successful runs with any blocked call", "<= 0.005", anyblock,
+                   None if anyblock is None else anyblock <= 0.005,
+                   "includes blocks of calls that really failed in a run that then recovered")
+        )  # fmt: skip
+    if impossible is not None:
+        out.append(
+            target(f"{name}: successful runs made impossible by eviction", "= 0", impossible,
+                   impossible == 0, "eviction after each pooled fold's training")
+        )  # fmt: skip
+    return out
+
+
+def decisions_of(calls: Sequence[Call]) -> list[Decision]:
+    return [(c.check.decision, c.check.constraints) for c in calls]
+
+
+def by_domain(corpus: Corpus, calls: Sequence[Call], domain: str) -> list[Call]:
+    return [c for c in calls if corpus.runs[c.run].domain == domain]
+
+
+def unblocked(
+    corpus: Corpus, calls: Sequence[Call], thresholds: Thresholds, top: int = 10
+) -> list[dict[str, Any]]:
+    """The most frequent real repeats not blocked, by (domain, tool, signature): how
+    many, how many warned, and the reason lines the memory had for them (the strongest
+    condition that held, with its level; or none held)."""
+    rows: dict[tuple[str, str, str], Counter[str]] = defaultdict(Counter)
+    example: dict[str, str] = {}
+    for call in calls:
+        if not call.repeat or call.check.decision == "block":
+            continue
+        run = corpus.runs[call.run]
+        step = run.steps[call.step]
+        row = rows[(run.domain, step.tool, signature_of(step.error or ""))]
+        row["not_blocked"] += 1
+        row["warned"] += call.check.decision == "warn"
+        line = reason_line(call.check.holding, thresholds)
+        # the same condition with other counts is one reason: grouped without them
+        key = _EVIDENCE.sub("", line)
+        row[f"reason:{key}"] += 1
+        example.setdefault(key, line)
+    ranked = sorted(rows.items(), key=lambda kv: -kv[1]["not_blocked"])[:top]
+    return [
+        {"domain": domain, "tool": tool, "signature": sig, "not_blocked": row["not_blocked"],
+         "warned": row["warned"],
+         "reasons": [[example[k[7:]], n] for k, n in row.most_common()
+                     if k.startswith("reason:")][:3]}
+        for (domain, tool, sig), row in ranked
+    ]  # fmt: skip
+
+
+_EVIDENCE = re.compile(r" \(\d+ situations?, .*\)$")
+
+
+def reason_line(holding: Sequence[Any], thresholds: Thresholds) -> str:
+    """The strongest condition that held for a call, as a reason line with its level
+    under ``thresholds`` ("below warn" when it held at neither)."""
+    if not holding:
+        return "no learned condition held"
+    rank = {"block": 2, "warn": 1, None: 0}
+    best = max(holding, key=lambda c: (rank[thresholds.level(c)], c.confidence))
+    level = thresholds.level(best) or "below warn"
+    return f"{level} [{best.family}]: {best.explanation}"
