@@ -86,6 +86,11 @@ class FailureCondition:
     confirmations: int = 0
     contradiction_sources: tuple[str, ...] = ()
     """The sources of the successes that contradict it."""
+    stated: str = ""
+    """The numbers of the failure messages it rests on: which expression equalled
+    which stated number, in how many situations (empty: none)."""
+    aligned: int = 0
+    """How many of the message's numbers it rests on."""
 
     @property
     def condition_id(self) -> str:
@@ -129,6 +134,8 @@ class FailureCondition:
             "chance": self.chance,
             "confirmations": self.confirmations,
             "contradiction_sources": list(self.contradiction_sources),
+            "stated": self.stated,
+            "aligned": self.aligned,
             "explanation": self.explanation,
         }
 
@@ -172,6 +179,8 @@ class FailureCondition:
             contradiction_sources=_names(
                 data.get("contradiction_sources"), "contradiction_sources"
             )[:MAX_EXAMPLE_SESSIONS],
+            stated=str(data.get("stated") or ""),
+            aligned=_count(data.get("aligned", 0), "aligned"),
         )
         explanation = data.get("explanation")
         if not isinstance(explanation, str) or not explanation:
@@ -246,7 +255,10 @@ def evidence_line(condition: FailureCondition) -> str:
             f"confirmed by {c.confirmations} of {c.support}" if c.confirmations else "unconfirmed"
         )
         tried = n(c.candidates, "candidate feature")
-        line += f"; {confirmed}; {one_in(c.chance)} among {tried}"
+        among = "from what the messages state" if c.aligned else f"among {tried}"
+        line += f"; {confirmed}; {one_in(c.chance)} {among}"
+    if c.stated:
+        line += f"; {c.stated}"
     return line
 
 

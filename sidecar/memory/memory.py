@@ -43,6 +43,7 @@ from sidecar.classify import Kind
 from sidecar.memory.candidates import (
     FailureRecord,
     Rules,
+    message_evidence,
     named_values,
 )
 from sidecar.memory.conditions import (
@@ -64,7 +65,27 @@ from sidecar.memory.stats import (
 )
 from sidecar.memory.trace import Trace
 
-FORMAT = 2
+FORMAT = 3
+
+
+def _success(
+    successes: dict[str, SessionSuccesses],
+    trace: Trace,
+    tool: str,
+    session: str,
+    features: Mapping[str, Any],
+) -> None:
+    """Fold one successful call into its session's successes of its tool: the tallied
+    features' values, and the profiled ones whole."""
+    folded = successes.get(tool)
+    if folded is None:
+        before = frozenset(t for t in trace.succeeded if t != tool)
+        folded = successes[tool] = SessionSuccesses(prior=before, session=session)
+    families = {name: family_for(name) for name in features}
+    folded.add({k: v for k, v in features.items() if families[k].tallied})
+    folded.profile(
+        {k: v for k, v in features.items() if families[k].profiled and isinstance(v, float)}
+    )
 
 
 class FailureMemory:
@@ -109,11 +130,7 @@ class FailureMemory:
                 if name.startswith(("obj:", "entry:")):
                     cardinality.setdefault(name, set()).update(token(v) for v in items_of(value))
             if step.error is None:
-                folded = successes.get(step.tool)
-                if folded is None:
-                    before = frozenset(t for t in trace.succeeded if t != step.tool)
-                    folded = successes[step.tool] = SessionSuccesses(prior=before)
-                folded.add({k: v for k, v in view.features.items() if family_for(k).tallied})
+                _success(successes, trace, step.tool, session.session_id, view.features)
             else:
                 kind = failure_kind(step.error)
                 if kind != "transient":
@@ -122,6 +139,7 @@ class FailureMemory:
                         position=position,
                         features=view.features,
                         named=named_values(view.features, step.arguments, step.error, view.amounts),
+                        said=message_evidence(step.error),
                         marks=view.marks if independent else [],
                         text=list(signature) if signature else None,
                         source=session.source,

@@ -26,9 +26,10 @@ from typing import Any, Literal
 
 from sidecar.memory.conditions import FailureCondition, confidence
 from sidecar.memory.evidence import Step
-from sidecar.memory.families import family_for
+from sidecar.memory.families import Family, build_call, family_for
 from sidecar.memory.features import call_features
 from sidecar.memory.trace import Trace
+from sidecar.memory.values import FeatureValue
 
 Decision = Literal["allow", "warn", "block"]
 Level = Literal["warn", "block"]
@@ -160,11 +161,13 @@ def assess(
     features = call_features(before, tool, arguments, task_input)
     reasons: list[Reason] = []
     tokens: dict[str, tuple[str, ...]] = {}
+    earlier: dict[str, dict[str, FeatureValue]] = {}
     for condition, level in relevant:
         if condition.holds(features, tokens):
-            observed = family_for(condition.predicate.feature).observed(
-                condition.predicate, features
-            )
+            family = family_for(condition.predicate.feature)
+            if family.context_free and _held_before(condition, family, before, earlier):
+                continue  # the same tool succeeded here with a call it holds for
+            observed = family.observed(condition.predicate, features)
             reasons.append(
                 Reason(condition.condition_id, condition.family, level,
                        condition.explanation, observed)
@@ -174,6 +177,29 @@ def assess(
     reasons.sort(key=lambda r: (r.level != "block", r.family))
     decision: Decision = "block" if reasons[0].level == "block" else "warn"
     return Verdict(decision, tuple(reasons))
+
+
+def _held_before(
+    condition: FailureCondition,
+    family: Family,
+    before: Sequence[Step] | Trace,
+    earlier: dict[str, dict[str, FeatureValue]],
+) -> bool:
+    """Whether ``condition`` holds for a call of its tool that succeeded earlier in the
+    session, read by ``family`` from its arguments alone (``earlier``: those readings,
+    by family and step, kept for the other conditions of this check)."""
+    steps = before.steps if isinstance(before, Trace) else before
+    for index, step in enumerate(steps):
+        if step.tool != condition.tool or step.error is not None:
+            continue
+        key = f"{family.name}\x1f{index}"
+        found = earlier.get(key)
+        if found is None:
+            found = earlier[key] = {}
+            family.extract(build_call(Trace(), step.tool, step.arguments, None), found)
+        if condition.holds(found):
+            return True
+    return False
 
 
 def may_apply(

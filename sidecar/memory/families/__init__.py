@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from sidecar.memory.families.base import Call, Family, Features, Rules, build_call
 
+
 def discover(path: Iterable[str], package: str) -> list[Family]:
     """The ``FAMILY`` of every module of a package but ``base``, in module-name order."""
     found: list[Family] = []

@@ -684,3 +684,59 @@ def test_a_call_that_undid_the_state_holds_when_it_came_before() -> None:
     assert any("logout succeeded earlier" in r.explanation for r in undone.reasons)
     plain = [step("balance", {"account": "acct_5"}, {"balance": 1.0})]
     assert verdict(memory, plain, "transfer", args).decision == "allow"
+
+
+def test_a_prerequisite_rule_never_blocks_a_tool_that_succeeded_here_without_it() -> None:
+    memory = learned(login_world())
+    assert any(c.family == "prerequisite" for c in memory.conditions("transfer"))
+    args = {"account": "acct_5", "amount": 5.0}
+    # the transfer already went through in this session with no login before it: the
+    # session itself shows the rule does not apply here
+    done = [
+        step("balance", {"account": "acct_5"}, {"balance": 1.0}),
+        step("transfer", {"account": "acct_5", "amount": 1.0}, {"ok": True}),
+    ]
+    again = verdict(memory, done, "transfer", args)
+    assert "prerequisite" not in families(again)
+    assert again.decision != "block"
+
+
+def test_a_missing_prerequisite_needs_two_situations() -> None:
+    sessions = login_world()
+    one = [s for s in sessions if not s.session_id.startswith("out-")] + [
+        s for s in sessions if s.session_id == "out-0"
+    ]
+    memory = learned(one)
+    assert not [c for c in memory.conditions("transfer") if c.family == "prerequisite"]
+
+
+def test_a_value_condition_does_not_fire_on_a_value_that_succeeded_in_the_session() -> None:
+    memory = learned(account_world())
+    miss = {"email": "zed9@example.com"}
+    assert verdict(memory, [], "find_account", miss).decision != "allow"
+    # the same address was found earlier in this session: the session contradicts it
+    found = [step("find_account", miss, "user_9")]
+    assert verdict(memory, found, "find_account", miss).decision == "allow"
+
+
+def test_a_message_quoting_the_entry_points_at_its_state() -> None:
+    def status(sessions: list[Session]) -> FailureCondition:
+        memory = learned(sessions)
+        found = [
+            c for c in memory.conditions("book") if c.predicate.feature == "entry:flights.status"
+        ]
+        assert found
+        return min(found, key=lambda c: c.chance)
+
+    def quoting(s: Session) -> Session:
+        last = s.steps[-1]
+        if last.error is None:
+            return s
+        wanted = last.arguments["flights"][0]
+        text = f"Error: flight {wanted['flight_number']} not available on date {wanted['date']}"
+        return replace(s, steps=(*s.steps[:-1], replace(last, error=text)))
+
+    plain = status(booking_world())
+    quoted = status([quoting(s) for s in booking_world()])
+    assert quoted.candidates == plain.candidates  # the same features were tried
+    assert quoted.chance < plain.chance  # but the message quoted the entry

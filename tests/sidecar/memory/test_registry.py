@@ -33,6 +33,7 @@ EXPECTED = (
     "keyed_entry",
     "computed",
     "prerequisite",
+    "stated",
 )
 
 
