@@ -64,7 +64,7 @@ def derive_conditions(group: Group, judging: Judging) -> list[FailureCondition]:
     for proposed in group_candidates(group.tool, records, stats, where):
         p = proposed.predicate
         key = (p.feature, str(p.op), token(p.value))
-        evidence[key] = (p, set(proposed.calls))
+        evidence.setdefault(key, (p, set()))[1].update(proposed.calls)
         if proposed.chance is not None:
             stated[key] = proposed
     named = {n for r in records for n in r.named}

@@ -14,8 +14,10 @@ A learned condition *blocks* only when its failure is deterministic, it is not
 
 A hand-written condition blocks on its author's word (kind deterministic, not
 ``warn_only``).  Any other condition whose confidence reaches ``min_confidence_warn``
-*warns*.  The defaults were chosen on one domain's runs (τ²-bench retail) and are
-reported unchanged on the others by ``benchmarks.bench_failures``.
+*warns*, when its predicate holds in a larger share of the failing situations than of
+the success units (:func:`informative`).  The defaults were chosen on one domain's runs
+(τ²-bench retail) and are reported unchanged on the others by
+``benchmarks.bench_failures``.
 """
 
 from __future__ import annotations
@@ -74,7 +76,9 @@ class Thresholds:
                 return "block"
             if self.blocks(condition):
                 return "block"
-        if condition.source == "manual" or condition.confidence >= self.min_confidence_warn:
+        if condition.source == "manual":
+            return "warn"
+        if condition.confidence >= self.min_confidence_warn and informative(condition):
             return "warn"
         return None
 
@@ -108,6 +112,15 @@ class Thresholds:
         if len(against) != 1 or against & self.trusted or against & set(condition.sources):
             return condition.contradictions
         return 0
+
+
+def informative(condition: FailureCondition) -> bool:
+    """Whether a learned condition's predicate holds in a larger share of its failure's
+    situations than of the success units where it could be read (a warning must carry
+    information: one as frequent among successes says nothing about this call)."""
+    if not condition.units or not condition.failing:
+        return True
+    return condition.support / condition.failing > condition.contradictions / condition.units
 
 
 DEFAULT_THRESHOLDS = Thresholds()

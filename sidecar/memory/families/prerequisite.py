@@ -6,10 +6,11 @@ tool that had succeeded before failing calls may have undone the state the call 
 
 Either is proposed only when the failing calls it explains are at least
 :data:`MIN_SITUATIONS` situations: one failure without a login says little about a
-prerequisite.  And a prerequisite rule never holds for a call whose tool already
-succeeded in the session without the prerequisite before it (``prior:<own>``: the tools
-that had succeeded before the tool's own first success there): the session itself
-showed the tool does not need it.
+prerequisite; and an undoing call only when no success of the tool came after it.  A
+prerequisite rule never holds for a call whose tool already succeeded in the session
+without the prerequisite before it (``prior:<own>``: the tools that had succeeded before
+the tool's own first success there): the session itself showed the tool does not need
+it.
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ class Prerequisite(Family):
     ) -> list[Candidate]:
         """``prior:T == False`` for a tool ``T`` that had succeeded before (nearly)
         every success of this tool, with the failing calls in whose session it had not;
-        ``prior:T == True`` for a tool that had succeeded before failing calls; each
-        when those calls are :data:`MIN_SITUATIONS` situations or more."""
+        ``prior:T == True`` for a tool that had succeeded before failing calls and
+        before no success; each when those calls are :data:`MIN_SITUATIONS` situations
+        or more."""
         out: list[Candidate] = []
 
         def propose(predicate: Predicate, held: list[int]) -> None:
@@ -79,6 +81,8 @@ class Prerequisite(Family):
                 propose(missing, lacking)
         earlier = {t for f in calls for t in _earlier(f.features)} - {tool}
         for done in sorted(earlier):
+            if stats.with_prior(done)[0]:
+                continue  # the tool succeeded after it: it undid nothing the tool needs
             preceded = [i for i, f in enumerate(calls) if done in _earlier(f.features)]
             propose(Predicate(f"{FEATURE}:{done}", "==", True), preceded)
         return out

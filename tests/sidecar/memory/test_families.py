@@ -740,3 +740,22 @@ def test_a_message_quoting_the_entry_points_at_its_state() -> None:
     quoted = status([quoting(s) for s in booking_world()])
     assert quoted.candidates == plain.candidates  # the same features were tried
     assert quoted.chance < plain.chance  # but the message quoted the entry
+
+
+def test_an_undoing_call_is_not_one_the_tool_succeeded_after() -> None:
+    sessions = logout_world()
+    # a session where the transfer went through after a logout and a new login
+    sessions.append(
+        session(
+            "again",
+            step("balance", {"account": "acct_77"}, {"balance": 10.0}),
+            step("logout", {}, {"ok": True}),
+            step("login", {"user": "u_77"}, {"token": "t_77"}),
+            step("transfer", {"account": "acct_77", "amount": 5.0}, {"ok": True}),
+        )
+    )
+    memory = learned(sessions)
+    undoing = [c for c in memory.conditions("transfer") if c.predicate.feature == "prior:logout"]
+    assert not undoing
+    assert [c for c in learned(logout_world()).conditions("transfer")
+            if c.predicate.feature == "prior:logout"]  # fmt: skip
