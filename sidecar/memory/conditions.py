@@ -250,7 +250,7 @@ def evidence_line(condition: FailureCondition) -> str:
         parts.append(n(c.source_count, "source"))
     parts.append(n(c.contradictions, "success", "successes"))
     line = ", ".join(parts)
-    if c.candidates:
+    if c.candidates or c.aligned:
         confirmed = (
             f"confirmed by {c.confirmations} of {c.support}" if c.confirmations else "unconfirmed"
         )

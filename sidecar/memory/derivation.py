@@ -139,7 +139,9 @@ def _condition(
         # what the message states bounds chance as well as the contrast does
         p = min(p, stated.chance)
         left_out = min(left_out, 1.0 if stated.confirm is None else stated.confirm)
-    confirmed = support > 1 and left_out <= judging.params.confirm_chance
+    # one situation confirms nothing, unless two numbers its message states do
+    several = support > 1 or (stated is not None and stated.aligned >= 2)
+    confirmed = several and left_out <= judging.params.confirm_chance
     condition = FailureCondition(
         tool=group.tool,
         signature=group.signature,

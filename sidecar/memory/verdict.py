@@ -3,7 +3,9 @@
 A learned condition *blocks* only when its failure is deterministic, it is not
 ``warn_only``, and its evidence is independent, uncontested and unlikely to be chance:
 
-- at least ``min_support_block`` independent situations support it;
+- at least ``min_support_block`` independent situations support it, and its confidence
+  reaches ``min_confidence_block`` (when it rests on two numbers its failure messages
+  state, ``min_support_stated`` situations, whatever its confidence);
 - its failures came from at least ``min_sources_block`` sources, or from one of the
   ``trusted`` sources;
 - at most ``max_contradictions_block`` successes contradict it (successes counted only
@@ -45,6 +47,9 @@ TRUSTED: frozenset[str] = frozenset({"local"})
 class Thresholds:
     min_support_block: int = 2
     """Independent situations."""
+    min_support_stated: int = 1
+    """Independent situations, for a condition resting on two numbers its failure
+    messages state (its chance and confirmation come from those numbers)."""
     max_contradictions_block: int = 0
     min_confidence_block: float = 0.6
     min_confidence_warn: float = 0.5
@@ -90,17 +95,17 @@ class Thresholds:
             sources & self.trusted
         )
         against = self.contradictions(condition)
+        # a condition resting on two numbers its messages state draws its weight from
+        # them: its situations are not what makes it likely
+        stated = condition.aligned >= 2
+        judged = bool(condition.candidates) or stated  # hand-written ones are not
         return (
             independent
-            and condition.support >= self.min_support_block
+            and condition.support >= (self.min_support_stated if stated else self.min_support_block)
             and against <= self.max_contradictions_block
-            and confidence(condition.support, against) >= self.min_confidence_block
-            and (not condition.candidates or condition.chance <= self.max_chance_block)
-            and (
-                not self.require_confirmation
-                or not condition.candidates
-                or condition.confirmations > 0
-            )
+            and (stated or confidence(condition.support, against) >= self.min_confidence_block)
+            and (not judged or condition.chance <= self.max_chance_block)
+            and (not self.require_confirmation or not judged or condition.confirmations > 0)
         )
 
     def contradictions(self, condition: FailureCondition) -> int:

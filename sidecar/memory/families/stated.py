@@ -378,7 +378,8 @@ def _accidents(calls: Sequence[Failing], slot: int) -> dict[int, float]:
 
 def _bound(sides: Sequence[Mapping[int, float]], tried: int) -> tuple[float, float]:
     """The chance both sides' equalities are accidents of one of ``tried`` expressions,
-    and the same with the situation that weighs most left out."""
+    and the same with the situation that weighs most left out (in one situation: with
+    either number left out, what the other alone leaves to chance)."""
 
     def total(leave: int | None) -> float:
         chance = 0.0
@@ -391,7 +392,10 @@ def _bound(sides: Sequence[Mapping[int, float]], tried: int) -> tuple[float, flo
         return min(1.0, chance)
 
     situations = {s for side in sides for s in side}
-    return total(None), max((total(s) for s in situations), default=1.0)
+    if len(situations) == 1:
+        # one situation: each number alone must make its expression no accident
+        return total(None), min(1.0, max(tried * p for side in sides for p in side.values()))
+    return total(None), max(total(s) for s in situations)
 
 
 def _matched(calls: Sequence[Failing], labels: Sequence[str], slot: int) -> str:

@@ -67,13 +67,21 @@ def test_an_expression_equal_to_the_stated_numbers_in_two_situations_blocks() ->
                                                      right).reasons)  # fmt: skip
 
 
-def test_one_situation_warns_but_never_blocks() -> None:
+def test_one_situation_blocks_only_on_numbers_unlikely_to_match_by_accident() -> None:
+    # 274.5 and 250.5: four digits each, about 1 in 9,000 for one expression
     memory = learned(short_payments()[:1])
     [condition] = stated(memory)
-    assert condition.support == 1 and condition.confirmations == 0
-    assert Thresholds().level(condition) == "warn"
+    assert condition.support == 1 and condition.confirmations == 1
+    assert condition.chance <= 0.05
     before, short = proposal(paid_right=False)
     verdict = assess(memory.conditions("book"), before, "book", short)
+    assert [r.level for r in verdict.reasons if r.family == "stated"] == ["block"]
+    assert "in 1 situation" in verdict.reasons[0].explanation
+    # 300 and 250: three digits, 1 in 900; one situation of such numbers only warns
+    plain = learned([booking("p1", [flight("HAT111", "2024-05-01", 150.0)], "economy", 2, 250.0)])
+    [weak] = stated(plain)
+    assert weak.chance > 0.05 and Thresholds().level(weak) == "warn"
+    verdict = assess(plain.conditions("book"), before, "book", short)
     assert [r.level for r in verdict.reasons if r.family == "stated"] == ["warn"]
 
 
