@@ -68,6 +68,17 @@ from sidecar.memory.trace import Trace
 FORMAT = 3
 
 
+def _kept(features: Mapping[str, Any], said: Mapping[str, Any]) -> dict[str, Any]:
+    """A failing call's features as its record keeps them: a profiled family's only when
+    the family read something in the call's message (what they are aligned with)."""
+    out: dict[str, Any] = {}
+    for name, value in features.items():
+        family = family_for(name)
+        if not family.profiled or family.name in said:
+            out[name] = value
+    return out
+
+
 def _success(
     successes: dict[str, SessionSuccesses],
     trace: Trace,
@@ -134,12 +145,13 @@ class FailureMemory:
             else:
                 kind = failure_kind(step.error)
                 if kind != "transient":
+                    said = message_evidence(step.error)
                     record = FailureRecord(
                         session=session.session_id,
                         position=position,
-                        features=view.features,
+                        features=_kept(view.features, said),
                         named=named_values(view.features, step.arguments, step.error, view.amounts),
-                        said=message_evidence(step.error),
+                        said=said,
                         marks=view.marks if independent else [],
                         text=list(signature) if signature else None,
                         source=session.source,
