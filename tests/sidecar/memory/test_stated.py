@@ -5,11 +5,14 @@ does not), on the booking desk of :mod:`tests.sidecar.memory.booking`."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sidecar.memory import FailureCondition, FailureMemory, Thresholds, assess
 from sidecar.memory.families.base import build_call
 from sidecar.memory.families.stated import accident, expressions, stated_numbers
+from sidecar.memory.stats import MAX_PROFILES
 from sidecar.memory.trace import Trace
 from tests.sidecar.memory.booking import booking, flight, search, user
 from tests.sidecar.memory.world import learned, session, step
@@ -185,3 +188,31 @@ def test_the_expressions_of_a_call() -> None:
     assert found[EXPRESSION] == 300.0
     assert found["price*amount"] == 50.0
     assert found["last:balance"] == 55.5
+
+
+def test_a_stated_condition_and_the_success_sample_survive_a_snapshot() -> None:
+    sessions = [
+        *short_payments(),
+        booking("s1", [flight("HAT601", "2024-05-02", 288.15)], "economy", 2),
+        booking("s2", [flight("HAT602", "2024-05-03", 199.99)], "business", 1),
+    ]
+    memory = learned(sessions)
+    restored = FailureMemory.from_dict(json.loads(json.dumps(memory.to_dict())))
+    assert [c.to_dict() for c in restored.conditions()] == [
+        c.to_dict() for c in memory.conditions()
+    ]
+    [condition] = stated(restored)
+    assert condition.units == 2  # the two successes, judged from the kept sample
+    again = FailureCondition.from_dict(json.loads(json.dumps(condition.to_dict())))
+    assert again == condition and again.stated == condition.stated
+
+
+def test_the_success_sample_does_not_depend_on_order() -> None:
+    sessions = [
+        booking(f"o{n}", [flight(f"HAT7{n:02d}", "2024-05-02", 100.0 + n)], "economy", 1 + n % 3)
+        for n in range(MAX_PROFILES + 20)
+    ]
+    forward, backward = learned(sessions), learned(list(reversed(sessions)))
+    kept = forward.to_dict()["tools"]["book"]["profiles"]
+    assert len(kept) == MAX_PROFILES
+    assert kept == backward.to_dict()["tools"]["book"]["profiles"]
