@@ -1,7 +1,9 @@
 """Verdicts before a call, and the "may apply" hints of a lookup.
 
-A learned condition *blocks* only when its failure is deterministic, it is not
-``warn_only``, and its evidence is independent, uncontested and unlikely to be chance:
+A learned condition *blocks* only when its failure is deterministic (or of unknown kind
+and reproduced: two independent situations or more, contrasted with successes), it is
+not ``warn_only``, and its evidence is independent, uncontested and unlikely to be
+chance:
 
 - at least ``min_support_block`` independent situations support it, and its confidence
   reaches ``min_confidence_block`` (when it rests on two numbers its failure messages
@@ -80,6 +82,12 @@ class Thresholds:
             if condition.source == "manual":
                 return "block"
             if self.blocks(condition):
+                return "block"
+        elif condition.kind == "unknown" and not condition.warn_only:
+            # a failure of unknown kind that recurred in independent situations under the
+            # same predicate, against successes, is deterministic by reproduction
+            reproduced = condition.support >= 2 and condition.candidates > 0
+            if condition.source == "learned" and reproduced and self.blocks(condition):
                 return "block"
         if condition.source == "manual":
             return "warn"

@@ -759,3 +759,25 @@ def test_an_undoing_call_is_not_one_the_tool_succeeded_after() -> None:
     assert not undoing
     assert [c for c in learned(logout_world()).conditions("transfer")
             if c.predicate.feature == "prior:logout"]  # fmt: skip
+
+
+# ---- numeric arguments -------------------------------------------------------------------
+NOT_POSITIVE = "Error: Price and amount must be positive values."
+
+
+def test_an_amount_beyond_any_seen_to_succeed_holds_and_one_within_does_not() -> None:
+    sessions = [
+        session(f"buy-{n}", step("buy", {"symbol": f"S{n}_x", "amount": 5 + 7 * n}, {"ok": True}))
+        for n in range(SUCCESSES)
+    ]
+    sessions += [
+        session(f"bad-{n}", step("buy", {"symbol": f"B{n}_x", "amount": a}, error=NOT_POSITIVE))
+        for n, a in enumerate((0, -3, -10))
+    ]
+    memory = learned(sessions)
+    below = verdict(memory, [], "buy", {"symbol": "Z9_x", "amount": -1})
+    assert below.decision == "block" and "amount" in families(below)
+    assert any("the argument amount is below 5" in r.explanation for r in below.reasons)
+    assert verdict(memory, [], "buy", {"symbol": "Z9_x", "amount": 40}).decision == "allow"
+    f = call_features([], "buy", {"symbol": "Z9_x", "amount": 40, "flag": True})
+    assert f["arg:amount"] == 40.0 and "arg:flag" not in f and "arg:symbol" not in f

@@ -34,6 +34,7 @@ EXPECTED = (
     "computed",
     "prerequisite",
     "stated",
+    "amount",
 )
 
 

@@ -38,7 +38,10 @@ def test_levels() -> None:
     assert t.level(condition(contradictions=1, confidence=0.6)) == "warn"
     assert t.level(condition(contradictions=3, confidence=0.43)) is None
     assert t.level(condition(warn_only=True)) == "warn"
-    assert t.level(condition(kind="unknown")) == "warn"
+    # a failure of unknown kind reproduced in independent situations, against successes
+    assert t.level(condition(kind="unknown")) == "block"
+    assert t.level(condition(kind="unknown", support=1, confidence=0.5)) == "warn"
+    assert t.level(condition(kind="unknown", candidates=0, units=0)) == "warn"
     assert t.level(condition(kind="transient")) is None
     assert t.level(condition(source="manual", support=0, confidence=1.0)) == "block"
     assert Thresholds(min_support_block=4).level(condition()) == "warn"
