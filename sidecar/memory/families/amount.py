@@ -1,7 +1,8 @@
 """Numeric arguments as quantities (``arg:{a}``): an amount, a price, a count passed to
 the tool, beyond anything seen to succeed (``amount < 1``: every success paid at least
 one; ``insurance_cost > 500``).  Thresholds only: an exact number is a remembered value
-(:mod:`~sidecar.memory.families.bad_value`), not a quantity's validity.
+(:mod:`~sidecar.memory.families.bad_value`), not a quantity's validity; and an argument
+named as an identifier (``id``, ``order_id``) holds a name, not a quantity.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class Amount(Family):
     def extract(self, call: Call, out: Features) -> None:
         for name in call.names:
             value = number(call.arguments[name])
-            if value is not None:
+            if value is not None and not _identifier(name):
                 out[f"{PREFIX}:{name}"] = value
 
     def candidates(
@@ -51,6 +52,11 @@ class Amount(Family):
             f"the argument {predicate.rest} is {more} {predicate.value!r}, "
             "beyond any seen to succeed"
         )
+
+
+def _identifier(name: str) -> bool:
+    low = name.lower()
+    return low == "id" or low.endswith(("_id", "id", "_ids"))
 
 
 FAMILY = Amount()

@@ -779,5 +779,6 @@ def test_an_amount_beyond_any_seen_to_succeed_holds_and_one_within_does_not() ->
     assert below.decision == "block" and "amount" in families(below)
     assert any("the argument amount is below 5" in r.explanation for r in below.reasons)
     assert verdict(memory, [], "buy", {"symbol": "Z9_x", "amount": 40}).decision == "allow"
-    f = call_features([], "buy", {"symbol": "Z9_x", "amount": 40, "flag": True})
+    f = call_features([], "buy", {"symbol": "Z9_x", "amount": 40, "flag": True, "order_id": 123})
     assert f["arg:amount"] == 40.0 and "arg:flag" not in f and "arg:symbol" not in f
+    assert "arg:order_id" not in f  # an identifier, not a quantity
