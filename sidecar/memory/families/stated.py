@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any, ClassVar
 
 from sidecar.memory.chance import one_in
@@ -262,18 +263,29 @@ def _count(features: Mapping[str, FeatureValue]) -> int:
 def _compared(predicate: Predicate, values: Mapping[str, Any]) -> str | None:
     """How the two sides compare: ``=`` when a pair of their expressions is equal,
     ``<>`` when pairs differ both ways, else the one order (``None``: one is missing)."""
-    xs, _, ys = predicate.rest.partition("?")
+    xs, ys = _sides(predicate.rest)
     found: set[str] = set()
-    for x in xs.split("|"):
-        for y in ys.split("|"):
-            a = values.get(f"{NUM}:{x}", values.get(x))
-            b = values.get(f"{NUM}:{y}", values.get(y))
+    for x in xs:
+        for y in ys:
+            a = values.get(x[0], values.get(x[1]))
+            b = values.get(y[0], values.get(y[1]))
             if not isinstance(a, float) or not isinstance(b, float):
                 return None
             found.add(compare(a, b))
     if "=" in found or len(found) == 1:
         return "=" if "=" in found else found.pop()  # a pair that is equal says no
     return "<>"  # both orders: a mismatch, and neither order alone
+
+
+@lru_cache(maxsize=4096)
+def _sides(rest: str) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """The two sides of ``said:{X}|{X2}?{Y}``, each label as (feature name, label): parsed
+    once per condition, not once per check."""
+    xs, _, ys = rest.partition("?")
+    return (
+        tuple((f"{NUM}:{x}", x) for x in xs.split("|")),
+        tuple((f"{NUM}:{y}", y) for y in ys.split("|")),
+    )
 
 
 def compare(a: float, b: float) -> str:
