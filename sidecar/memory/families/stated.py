@@ -167,7 +167,14 @@ class Stated(Family):
     ) -> bool:
         if predicate.prefix != SAID:
             return False
-        found = _compared(predicate, features)
+        if tokens is None:
+            found = _compared(predicate.rest, features)
+        else:  # one comparison per call, whatever the conditions that share it
+            key = f"{SAID}\x1f{predicate.rest}"
+            cached = tokens.get(key)
+            if cached is None:
+                cached = tokens[key] = (_compared(predicate.rest, features) or "",)
+            found = cached[0] or None
         return found is not None and predicate.holds(found)
 
     def observed(self, predicate: Predicate, features: Mapping[str, FeatureValue]) -> str:
@@ -177,7 +184,7 @@ class Stated(Family):
 
     def counts(self, predicate: Predicate, stats: ToolStats) -> tuple[int, int, int]:
         def test(values: Mapping[str, float]) -> bool | None:
-            found = _compared(predicate, values)
+            found = _compared(predicate.rest, values)
             return None if found is None else predicate.holds(found)
 
         return stats.profiled(test)
@@ -260,16 +267,19 @@ def _count(features: Mapping[str, FeatureValue]) -> int:
     return sum(1 for name in features if name.startswith(f"{NUM}:"))
 
 
-def _compared(predicate: Predicate, values: Mapping[str, Any]) -> str | None:
-    """How the two sides compare: ``=`` when a pair of their expressions is equal,
-    ``<>`` when pairs differ both ways, else the one order (``None``: one is missing)."""
-    xs, ys = _sides(predicate.rest)
+def _compared(rest: str, values: Mapping[str, Any]) -> str | None:
+    """How the two sides of ``said:{rest}`` compare in ``values`` (a call's features or
+    a success's profile): ``=`` when a pair of their expressions is equal, ``<>`` when
+    pairs differ both ways, else the one order (``None``: one is missing)."""
+    xs, ys = _sides(rest)
     found: set[str] = set()
     for x in xs:
+        a = values.get(x)
+        if a.__class__ is not float:
+            return None
         for y in ys:
-            a = values.get(x[0], values.get(x[1]))
-            b = values.get(y[0], values.get(y[1]))
-            if not isinstance(a, float) or not isinstance(b, float):
+            b = values.get(y)
+            if b.__class__ is not float:
                 return None
             found.add(compare(a, b))
     if "=" in found or len(found) == 1:
@@ -278,14 +288,11 @@ def _compared(predicate: Predicate, values: Mapping[str, Any]) -> str | None:
 
 
 @lru_cache(maxsize=4096)
-def _sides(rest: str) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
-    """The two sides of ``said:{X}|{X2}?{Y}``, each label as (feature name, label): parsed
-    once per condition, not once per check."""
+def _sides(rest: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The feature names of the two sides of ``said:{X}|{X2}?{Y}``: parsed once per
+    condition, not once per check."""
     xs, _, ys = rest.partition("?")
-    return (
-        tuple((f"{NUM}:{x}", x) for x in xs.split("|")),
-        tuple((f"{NUM}:{y}", y) for y in ys.split("|")),
-    )
+    return tuple(f"{NUM}:{x}" for x in xs.split("|")), tuple(f"{NUM}:{y}" for y in ys.split("|"))
 
 
 def compare(a: float, b: float) -> str:
