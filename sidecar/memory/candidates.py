@@ -14,11 +14,12 @@ failures from the successes by chance (:mod:`sidecar.memory.chance`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.memory.families import Rules, families, family_for
+from sidecar.memory.families.base import Candidate, Failing
 from sidecar.memory.predicate import Predicate, token
 from sidecar.memory.stats import ToolStats
 from sidecar.memory.values import FeatureValue
@@ -39,6 +40,9 @@ class FailureRecord:
     text: list[int] | None = None
     """MinHash of the task text (:func:`sidecar.memory.independence.minhash`)."""
     source: str = "local"
+    said: dict[str, Any] = field(default_factory=dict)
+    """What each family read in the failure message (:meth:`Family.message`), by
+    family name: the numbers it states, for one."""
 
     @property
     def identity(self) -> str:
@@ -56,6 +60,16 @@ def named_values(
     out: list[str] = []
     for family in families():
         out += family.named(features, arguments, error, amounts or {})
+    return out
+
+
+def message_evidence(error: str) -> dict[str, Any]:
+    """What each family reads in a failure message, by family name."""
+    out: dict[str, Any] = {}
+    for family in families():
+        said = family.message(error)
+        if said is not None:
+            out[family.name] = said
     return out
 
 
@@ -92,12 +106,16 @@ def candidates(
 
 
 def group_candidates(
-    tool: str, records: list[FailureRecord], stats: ToolStats
-) -> list[tuple[Predicate, list[int]]]:
-    """The predicates a group proposes as a whole, every family asked."""
-    calls = [r.features for r in records]
-    out: list[tuple[Predicate, list[int]]] = []
+    tool: str, records: list[FailureRecord], stats: ToolStats, situations: Sequence[int]
+) -> list[Candidate]:
+    """The predicates a group proposes as a whole, every family asked (``situations``:
+    each record's situation)."""
+    out: list[Candidate] = []
     for family in families():
+        calls = [
+            Failing(r.features, r.said.get(family.name), s)
+            for r, s in zip(records, situations, strict=True)
+        ]
         out += family.group_candidates(tool, calls, stats)
     return out
 
@@ -116,6 +134,7 @@ __all__ = [
     "absent",
     "candidates",
     "group_candidates",
+    "message_evidence",
     "named_values",
     "observe",
 ]

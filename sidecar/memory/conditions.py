@@ -89,6 +89,11 @@ class FailureCondition:
     ignored: int = 0
     """Successes that match it, recorded but not counted: a trusted source stands behind
     it and only untrusted sources contradicted it."""
+    stated: str = ""
+    """The numbers of the failure messages it rests on: which expression equalled
+    which stated number, in how many situations (empty: none)."""
+    aligned: int = 0
+    """How many of the message's numbers it rests on."""
 
     @property
     def condition_id(self) -> str:
@@ -133,6 +138,8 @@ class FailureCondition:
             "confirmations": self.confirmations,
             "contradiction_sources": list(self.contradiction_sources),
             "ignored": self.ignored,
+            "stated": self.stated,
+            "aligned": self.aligned,
             "explanation": self.explanation,
         }
 
@@ -177,6 +184,8 @@ class FailureCondition:
                 data.get("contradiction_sources"), "contradiction_sources"
             )[:MAX_EXAMPLE_SESSIONS],
             ignored=_count(data.get("ignored", 0), "ignored"),
+            stated=str(data.get("stated") or ""),
+            aligned=_count(data.get("aligned", 0), "aligned"),
         )
         explanation = data.get("explanation")
         if not isinstance(explanation, str) or not explanation:
@@ -246,12 +255,15 @@ def evidence_line(condition: FailureCondition) -> str:
         parts.append(n(c.source_count, "source"))
     parts.append(n(c.contradictions, "success", "successes"))
     line = ", ".join(parts)
-    if c.candidates:
+    if c.candidates or c.aligned:
         confirmed = (
             f"confirmed by {c.confirmations} of {c.support}" if c.confirmations else "unconfirmed"
         )
         tried = n(c.candidates, "candidate feature")
-        line += f"; {confirmed}; {one_in(c.chance)} among {tried}"
+        among = "from what the messages state" if c.aligned else f"among {tried}"
+        line += f"; {confirmed}; {one_in(c.chance)} {among}"
+    if c.stated:
+        line += f"; {c.stated}"
     return line
 
 

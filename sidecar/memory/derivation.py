@@ -18,6 +18,7 @@ from sidecar.memory.candidates import FailureRecord, Rules, candidates, group_ca
 from sidecar.memory.chance import chance, without_one
 from sidecar.memory.conditions import MAX_EXAMPLE_SESSIONS, FailureCondition, confidence, explain
 from sidecar.memory.families import family_for
+from sidecar.memory.families.base import Candidate
 from sidecar.memory.independence import Situations
 from sidecar.memory.params import LearnParams
 from sidecar.memory.predicate import Predicate, token
@@ -60,6 +61,7 @@ def derive_conditions(group: Group, judging: Judging) -> list[FailureCondition]:
     records = sorted(group.failures, key=lambda r: r.identity)
     situations = Situations([(r.session, r.marks, r.text) for r in records])
     evidence: dict[tuple[str, str, str], tuple[Predicate, set[int]]] = {}
+    stated: dict[tuple[str, str, str], Candidate] = {}
     limit = judging.params.max_observations_per_group
     for name, value, calls in observe(records, limit):
         for predicate in candidates(name, value, stats, judging.cardinality, judging.rules):
@@ -68,9 +70,13 @@ def derive_conditions(group: Group, judging: Judging) -> list[FailureCondition]:
                 evidence[key][1].update(calls)
             else:
                 evidence[key] = (predicate, set(calls))
-    for proposed, held in group_candidates(group.tool, records, stats):
-        key = (proposed.feature, str(proposed.op), token(proposed.value))
-        evidence[key] = (proposed, set(held))
+    where = [situations.find(i) for i in range(len(records))]
+    for proposed in group_candidates(group.tool, records, stats, where):
+        p = proposed.predicate
+        key = (p.feature, str(p.op), token(p.value))
+        evidence.setdefault(key, (p, set()))[1].update(proposed.calls)
+        if proposed.chance is not None:
+            stated[key] = proposed
     named = {n for r in records for n in r.named}
     named |= {
         p.feature
@@ -88,11 +94,12 @@ def derive_conditions(group: Group, judging: Judging) -> list[FailureCondition]:
     supports = {key: situations.count(calls) for key, (_p, calls) in evidence.items()}
     # a feature is tried when one of its predicates could beat chance at all: the
     # units it marks (failing situations and successes) are at most half of them;
-    # filtering on that margin alone does not bias the test of association
+    # filtering on that margin alone does not bias the test of association (one the
+    # messages bound is judged by that bound: not one more test the others pay for)
     tried = {
         key[0]
         for key in evidence
-        if supports[key] + counts[key][0] <= (failing + counts[key][2]) / 2
+        if key not in stated and supports[key] + counts[key][0] <= (failing + counts[key][2]) / 2
     }
     trial = Trial(
         failing=failing,
@@ -104,7 +111,7 @@ def derive_conditions(group: Group, judging: Judging) -> list[FailureCondition]:
     for key, (predicate, holding) in evidence.items():
         condition = _condition(
             group, predicate, records, sorted(holding), supports[key], counts[key],
-            trial, key in aligned, named, judging, ignored.get(key, 0),
+            trial, key in aligned, named, judging, ignored.get(key, 0), stated.get(key),
         )  # fmt: skip
         if condition is not None:
             out.append(condition)
@@ -148,6 +155,7 @@ def _condition(
     named: set[str],
     judging: Judging,
     ignored: int = 0,
+    stated: Candidate | None = None,
 ) -> FailureCondition | None:
     family_ = family_for(predicate.feature)
     stats = judging.stats
@@ -163,7 +171,14 @@ def _condition(
     named_family = trial.named if aligned else 0
     args = (support, trial.failing, contradictions, units, trial.candidates)
     p = chance(*args, named_family=named_family)
-    confirmed = without_one(*args, named_family=named_family) <= judging.params.confirm_chance
+    left_out = without_one(*args, named_family=named_family)
+    if stated is not None and stated.chance is not None:
+        # what the message states bounds chance as well as the contrast does
+        p = min(p, stated.chance)
+        left_out = min(left_out, 1.0 if stated.confirm is None else stated.confirm)
+    # one situation confirms nothing, unless two numbers its message states do
+    several = support > 1 or (stated is not None and stated.aligned >= 2)
+    confirmed = several and left_out <= judging.params.confirm_chance
     condition = FailureCondition(
         tool=group.tool,
         signature=group.signature,
@@ -185,6 +200,8 @@ def _condition(
         confirmations=support if confirmed else 0,
         contradiction_sources=source_names(mask, judging.sources)[:MAX_EXAMPLE_SESSIONS],
         ignored=ignored,
+        stated=stated.note if stated is not None else "",
+        aligned=stated.aligned if stated is not None else 0,
     )
     return replace(condition, explanation=explain(condition))
 

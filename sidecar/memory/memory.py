@@ -43,6 +43,7 @@ from sidecar.classify import Kind
 from sidecar.memory.candidates import (
     FailureRecord,
     Rules,
+    message_evidence,
     named_values,
 )
 from sidecar.memory.conditions import (
@@ -64,7 +65,38 @@ from sidecar.memory.stats import (
 )
 from sidecar.memory.trace import Trace
 
-FORMAT = 2
+FORMAT = 3
+
+
+def _kept(features: Mapping[str, Any], said: Mapping[str, Any]) -> dict[str, Any]:
+    """A failing call's features as its record keeps them: a profiled family's only when
+    the family read something in the call's message (what they are aligned with)."""
+    out: dict[str, Any] = {}
+    for name, value in features.items():
+        family = family_for(name)
+        if not family.profiled or family.name in said:
+            out[name] = value
+    return out
+
+
+def _success(
+    successes: dict[str, SessionSuccesses],
+    trace: Trace,
+    tool: str,
+    session: str,
+    features: Mapping[str, Any],
+) -> None:
+    """Fold one successful call into its session's successes of its tool: the tallied
+    features' values, and the profiled ones whole."""
+    folded = successes.get(tool)
+    if folded is None:
+        before = frozenset(t for t in trace.succeeded if t != tool)
+        folded = successes[tool] = SessionSuccesses(prior=before, session=session)
+    families = {name: family_for(name) for name in features}
+    folded.add({k: v for k, v in features.items() if families[k].tallied})
+    folded.profile(
+        {k: v for k, v in features.items() if families[k].profiled and isinstance(v, float)}
+    )
 
 
 class FailureMemory:
@@ -119,19 +151,17 @@ class FailureMemory:
                 if name.startswith(("obj:", "entry:")):
                     cardinality.setdefault(name, set()).update(token(v) for v in items_of(value))
             if step.error is None:
-                folded = successes.get(step.tool)
-                if folded is None:
-                    before = frozenset(t for t in trace.succeeded if t != step.tool)
-                    folded = successes[step.tool] = SessionSuccesses(prior=before)
-                folded.add({k: v for k, v in view.features.items() if family_for(k).tallied})
+                _success(successes, trace, step.tool, session.session_id, view.features)
             else:
                 kind = failure_kind(step.error)
                 if kind != "transient":
+                    said = message_evidence(step.error)
                     record = FailureRecord(
                         session=session.session_id,
                         position=position,
-                        features=view.features,
+                        features=_kept(view.features, said),
                         named=named_values(view.features, step.arguments, step.error, view.amounts),
+                        said=said,
                         marks=view.marks if independent else [],
                         text=list(signature) if signature else None,
                         source=session.source,

@@ -18,11 +18,18 @@ Per tool, per feature:
 - ``prior``: a tally, per other tool, of the successes it had succeeded before (the
   first success of this one in the session): a prerequisite every success had, or a
   call that never came before a success;
-- ``present``: a tally, per feature, of the successes that had it at all.
+- ``present``: a tally, per feature, of the successes that had it at all;
+- ``profiles``: the features of the families kept whole (a profiled family's, such as
+  the quantities a failure message may state) of a bounded sample of successful calls,
+  the calls of smallest hash: a predicate relating two of them, proposed after the
+  successes were folded, is judged against this sample.
 """
 
 from __future__ import annotations
 
+import bisect
+import hashlib
+import json
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +40,10 @@ from sidecar.memory.values import FeatureValue
 
 MAX_TEXTS = 20_000
 """Task-text fingerprints kept per tool; sessions beyond count as units of their own."""
+MAX_PROFILES = 96
+"""Successful calls whose profiled features a tool keeps (those of smallest hash)."""
+MAX_PROFILE_SIZE = 96
+"""Features one profile keeps, at most."""
 
 
 def items_of(value: FeatureValue) -> list[Any]:
@@ -51,12 +62,17 @@ class SessionSuccesses:
     tokens: dict[str, set[str]] = field(default_factory=dict)
     numbers: dict[str, list[float]] = field(default_factory=dict)
     prior: frozenset[str] = frozenset()
+    session: str = ""
+    profiles: list[dict[str, float]] = field(default_factory=list)
+    """The profiled features of each successful call (distinct ones)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "tokens": {k: sorted(v) for k, v in self.tokens.items()},
             "numbers": self.numbers,
             "prior": sorted(self.prior),
+            "session": self.session,
+            "profiles": self.profiles,
         }
 
     @classmethod
@@ -65,7 +81,15 @@ class SessionSuccesses:
             tokens={k: set(v) for k, v in data["tokens"].items()},
             numbers={k: list(v) for k, v in data["numbers"].items()},
             prior=frozenset(data["prior"]),
+            session=str(data.get("session", "")),
+            profiles=[dict(p) for p in data.get("profiles", ())],
         )
+
+    def profile(self, values: Mapping[str, float]) -> None:
+        """Keep one successful call's profiled features."""
+        kept = dict(sorted(values.items())[:MAX_PROFILE_SIZE])
+        if kept and kept not in self.profiles:
+            self.profiles.append(kept)
 
     def add(self, features: Mapping[str, FeatureValue]) -> None:
         """Fold in one successful call's tallied features (the caller leaves out those
@@ -99,6 +123,10 @@ class ToolStats:
     present: dict[str, list[int]] = field(default_factory=dict)
     """feature -> tally of the successes that had it (a predicate on a feature is judged
     against the successes where the feature could be read)."""
+    profiles: list[list[Any]] = field(default_factory=list)
+    """``[hash, unit mark, source mask, {feature: number}]`` of at most
+    :data:`MAX_PROFILES` successful calls, those of smallest hash (a 64-bit hash of the
+    unit and the values: order-free), sorted by it."""
     _decoded: dict[str, list[Any]] = field(default_factory=dict, repr=False, compare=False)
 
     def record(
@@ -140,6 +168,21 @@ class ToolStats:
                 bounds[0], bounds[1] = min(bounds[0], low), max(bounds[1], high)
         for tool in session.prior:
             tally(self.prior.setdefault(tool, new_tally()), mark, source_bit)
+        unit = mark if mark is not None else token_hash(f"s\x1f{session.session}")
+        for values in session.profiles:
+            self._keep_profile(values, unit, source_bit)
+
+    def _keep_profile(self, values: dict[str, float], unit: int, source_bit: int) -> None:
+        text = json.dumps([unit, values], sort_keys=True)
+        key = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+        at = bisect.bisect_left(self.profiles, key, key=lambda p: int(p[0]))
+        if at < len(self.profiles) and self.profiles[at][0] == key:
+            self.profiles[at][2] |= source_bit  # the same call seen again
+            return
+        if at >= MAX_PROFILES:
+            return
+        self.profiles.insert(at, [key, unit, source_bit, values])
+        del self.profiles[MAX_PROFILES:]
 
     # ---- queries --------------------------------------------------------------------
     @property
@@ -155,8 +198,6 @@ class ToolStats:
         """The values of ``feature`` seen succeeding (decoded once per change)."""
         found = self._decoded.get(feature)
         if found is None:
-            import json
-
             found = [json.loads(k) for k in self.values.get(feature, {})]
             self._decoded[feature] = found
         return found
@@ -175,6 +216,22 @@ class ToolStats:
         if ceiling is not None and token_hash(key) >= ceiling:
             return None
         return False
+
+    def profiled(self, test: Callable[[Mapping[str, float]], bool | None]) -> tuple[int, int, int]:
+        """Over the kept profiles: the success units where ``test`` holds, their sources'
+        mask, and the units where it could be judged (``test`` gave ``None`` elsewhere)."""
+        held: set[int] = set()
+        judged: set[int] = set()
+        mask = 0
+        for _key, unit, bits, values in self.profiles:
+            verdict = test(values)
+            if verdict is None:
+                continue
+            judged.add(unit)
+            if verdict:
+                held.add(unit)
+                mask |= bits
+        return len(held), mask, len(judged)
 
     def contradictions(self, predicate: Predicate) -> tuple[int, int]:
         """Success sessions the predicate matches, and the mask of their sources.
@@ -215,6 +272,7 @@ class ToolStats:
             "extremes": self.extremes,
             "prior": self.prior,
             "present": self.present,
+            "profiles": self.profiles,
         }
 
     @classmethod
@@ -227,6 +285,7 @@ class ToolStats:
             extremes={k: list(v) for k, v in data["extremes"].items()},
             prior=dict(data["prior"]),
             present=dict(data["present"]),
+            profiles=[list(p) for p in data.get("profiles", ())],
         )
 
 

@@ -85,6 +85,9 @@ class Trace:
         """Tool -> positions of its failed steps."""
         self.succeeded: dict[str, int] = {}
         """Tool -> position of its first successful step."""
+        self.numbers: dict[str, float] = {}
+        """Field name -> the latest number an earlier output gave it, the most recently
+        given last (a balance fetched before the call)."""
         for step in steps:
             self.add(step)
 
@@ -132,6 +135,7 @@ class Trace:
         # the hot loop of indexing: exact type tests (the data is decoded JSON) rather
         # than helper calls per value
         seen = self._seen
+        numbers = self.numbers
         stack: list[Any] = [root]
         while stack:
             node = stack.pop()
@@ -158,12 +162,18 @@ class Trace:
                 elif kind is str or kind is int:
                     key = value if kind is str else str(value)
                     seen.add(key)
+                    if kind is int:
+                        numbers.pop(field, None)
+                        numbers[field] = float(value)
                     if ID_TOKEN.fullmatch(value) if kind is str else abs(value) >= 100:
                         if first:
                             self._offer(key, "2", 2, seq, field, node)
                         else:
                             rank = 3 if _id_named(field) else 4
                             self._offer(key, field, rank, seq, field, node)
+                elif kind is float:
+                    numbers.pop(field, None)
+                    numbers[field] = value
                 first = False
 
     def _offer(

@@ -1,9 +1,13 @@
 """Verdicts before a call, and the "may apply" hints of a lookup.
 
-A learned condition *blocks* only when its failure is deterministic, it is not
-``warn_only``, and its evidence is independent, uncontested and unlikely to be chance:
+A learned condition *blocks* only when its failure is deterministic (or of unknown kind
+and reproduced: two independent situations or more, contrasted with successes), it is
+not ``warn_only``, and its evidence is independent, uncontested and unlikely to be
+chance:
 
-- at least ``min_support_block`` independent situations support it;
+- at least ``min_support_block`` independent situations support it, and its confidence
+  reaches ``min_confidence_block`` (when it rests on two numbers its failure messages
+  state, ``min_support_stated`` situations, whatever its confidence);
 - its failures came from at least ``min_sources_block`` sources, or from one of the
   ``trusted`` sources;
 - at most ``max_contradictions_block`` successes contradict it (successes counted only
@@ -14,8 +18,10 @@ A learned condition *blocks* only when its failure is deterministic, it is not
 
 A hand-written condition blocks on its author's word (kind deterministic, not
 ``warn_only``).  Any other condition whose confidence reaches ``min_confidence_warn``
-*warns*.  The defaults were chosen on one domain's runs (τ²-bench retail) and are
-reported unchanged on the others by ``benchmarks.bench_failures``.
+*warns*, when its predicate holds in a larger share of the failing situations than of
+the success units (:func:`informative`).  The defaults were chosen on one domain's runs
+(τ²-bench retail) and are reported unchanged on the others by
+``benchmarks.bench_failures``.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ from typing import Any, Literal
 
 from sidecar.memory.conditions import FailureCondition, confidence
 from sidecar.memory.evidence import Step
-from sidecar.memory.families import family_for
+from sidecar.memory.families import Family, build_call, family_for
 from sidecar.memory.features import call_features
 from sidecar.memory.trace import Trace
+from sidecar.memory.values import FeatureValue
 
 Decision = Literal["allow", "warn", "block"]
 Level = Literal["warn", "block"]
@@ -50,6 +57,9 @@ def is_trusted(source: str, trusted: frozenset[str]) -> bool:
 class Thresholds:
     min_support_block: int = 2
     """Independent situations."""
+    min_support_stated: int = 1
+    """Independent situations, for a condition resting on two numbers its failure
+    messages state (its chance and confirmation come from those numbers)."""
     max_contradictions_block: int = 0
     min_confidence_block: float = 0.6
     min_confidence_warn: float = 0.5
@@ -81,7 +91,15 @@ class Thresholds:
                 return "block"
             if self.blocks(condition):
                 return "block"
-        if condition.source == "manual" or condition.confidence >= self.min_confidence_warn:
+        elif condition.kind == "unknown" and not condition.warn_only:
+            # a failure of unknown kind that recurred in independent situations under the
+            # same predicate, against successes, is deterministic by reproduction
+            reproduced = condition.support >= 2 and condition.candidates > 0
+            if condition.source == "learned" and reproduced and self.blocks(condition):
+                return "block"
+        if condition.source == "manual":
+            return "warn"
+        if condition.confidence >= self.min_confidence_warn and informative(condition):
             return "warn"
         return None
 
@@ -92,17 +110,17 @@ class Thresholds:
             is_trusted(s, self.trusted) for s in condition.sources
         )
         against = self.contradictions(condition)
+        # a condition resting on two numbers its messages state draws its weight from
+        # them: its situations are not what makes it likely
+        stated = condition.aligned >= 2
+        judged = bool(condition.candidates) or stated  # hand-written ones are not
         return (
             independent
-            and condition.support >= self.min_support_block
+            and condition.support >= (self.min_support_stated if stated else self.min_support_block)
             and against <= self.max_contradictions_block
-            and confidence(condition.support, against) >= self.min_confidence_block
-            and (not condition.candidates or condition.chance <= self.max_chance_block)
-            and (
-                not self.require_confirmation
-                or not condition.candidates
-                or condition.confirmations > 0
-            )
+            and (stated or confidence(condition.support, against) >= self.min_confidence_block)
+            and (not judged or condition.chance <= self.max_chance_block)
+            and (not self.require_confirmation or not judged or condition.confirmations > 0)
         )
 
     def contradictions(self, condition: FailureCondition) -> int:
@@ -115,6 +133,15 @@ class Thresholds:
         if len(against) != 1 or trusted or against & set(condition.sources):
             return condition.contradictions
         return 0
+
+
+def informative(condition: FailureCondition) -> bool:
+    """Whether a learned condition's predicate holds in a larger share of its failure's
+    situations than of the success units where it could be read (a warning must carry
+    information: one as frequent among successes says nothing about this call)."""
+    if not condition.units or not condition.failing:
+        return True
+    return condition.support / condition.failing > condition.contradictions / condition.units
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -188,17 +215,42 @@ def reasons_for(
     features = call_features(before, tool, arguments, task_input)
     reasons: list[Reason] = []
     tokens: dict[str, tuple[str, ...]] = {}
+    earlier: dict[str, dict[str, FeatureValue]] = {}
     for condition, level in relevant:
         if condition.holds(features, tokens):
-            observed = family_for(condition.predicate.feature).observed(
-                condition.predicate, features
-            )
+            family = family_for(condition.predicate.feature)
+            if family.context_free and _held_before(condition, family, before, earlier):
+                continue  # the same tool succeeded here with a call it holds for
+            observed = family.observed(condition.predicate, features)
             reasons.append(
                 Reason(condition.condition_id, condition.family, level,
                        condition.explanation, observed)
             )  # fmt: skip
     reasons.sort(key=lambda r: (r.level != "block", r.family))
     return reasons
+
+
+def _held_before(
+    condition: FailureCondition,
+    family: Family,
+    before: Sequence[Step] | Trace,
+    earlier: dict[str, dict[str, FeatureValue]],
+) -> bool:
+    """Whether ``condition`` holds for a call of its tool that succeeded earlier in the
+    session, read by ``family`` from its arguments alone (``earlier``: those readings,
+    by family and step, kept for the other conditions of this check)."""
+    steps = before.steps if isinstance(before, Trace) else before
+    for index, step in enumerate(steps):
+        if step.tool != condition.tool or step.error is not None:
+            continue
+        key = f"{family.name}\x1f{index}"
+        found = earlier.get(key)
+        if found is None:
+            found = earlier[key] = {}
+            family.extract(build_call(Trace(), step.tool, step.arguments, None), found)
+        if condition.holds(found):
+            return True
+    return False
 
 
 def may_apply(

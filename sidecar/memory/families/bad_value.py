@@ -31,6 +31,7 @@ class BadValue(Family):
     rank: ClassVar[int] = 0
     prefixes: ClassVar[tuple[str, ...]] = ("value", "elem")
     remembered_values: ClassVar[bool] = True
+    context_free: ClassVar[bool] = True
 
     def extract(self, call: Call, out: Features) -> None:
         out["value:*"] = canonical(dict(call.arguments))

@@ -5,7 +5,8 @@ object an argument names, a computed quantity...).  It owns, for its feature pre
 
 - :meth:`Family.extract`: the features of a call, read from the shared :class:`Call`;
 - :meth:`Family.candidates`: the predicates one observed value of a failing call
-  proposes (and :meth:`Family.group_candidates` for predicates a whole group proposes);
+  proposes (and :meth:`Family.group_candidates` for predicates a whole group proposes,
+  given what each failing call's message said, :meth:`Family.message`);
 - :meth:`Family.describe`: the predicate in words, for reason lines;
 - :meth:`Family.holds` and :meth:`Family.observed`: how a predicate is tested against a
   call's features, and what the call showed;
@@ -29,6 +30,35 @@ from sidecar.memory.trace import ObjectView, Trace
 from sidecar.memory.values import FeatureValue, is_id_like, is_scalar, key_of
 
 Features = dict[str, FeatureValue]
+
+
+@dataclass(frozen=True)
+class Failing:
+    """One failing call of a group as :meth:`Family.group_candidates` reads it."""
+
+    features: Mapping[str, FeatureValue]
+    said: Any = None
+    """What the family read in the call's failure message (:meth:`Family.message`)."""
+    situation: int = 0
+    """The call's situation: calls of one situation are one piece of evidence."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A predicate a group proposes as a whole, with the failing calls it holds for.
+
+    ``chance``, when given, bounds how likely chance explains the condition (evidence
+    other than the contrast with successes: a number the failure message states,
+    equalled in every situation); ``confirm`` is that bound with the situation that
+    weighs most left out; ``aligned`` counts the message's numbers the predicate rests
+    on and ``note`` says which, for the reason line."""
+
+    predicate: Predicate
+    calls: list[int]
+    chance: float | None = None
+    confirm: float | None = None
+    aligned: int = 0
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -147,6 +177,14 @@ class Family:
     tallied: ClassVar[bool] = True
     """Values of its features are tallied per success (``False``: the family keeps its
     own statistics, as the prerequisites do)."""
+    context_free: ClassVar[bool] = False
+    """Its features are read from the arguments alone: a call of the same tool that
+    succeeded earlier in the session can be read the same way, and a condition that
+    holds for it is contradicted by the session itself (it does not fire)."""
+    profiled: ClassVar[bool] = False
+    """Its features are kept whole per successful call, in a bounded sample of calls
+    (:attr:`~sidecar.memory.stats.ToolStats.profiles`): a predicate over two of them is
+    judged against the successes it could not be tallied for."""
 
     def extract(self, call: Call, out: Features) -> None:
         raise NotImplementedError
@@ -191,11 +229,16 @@ class Family:
         return True
 
     def group_candidates(
-        self, tool: str, calls: Sequence[Mapping[str, FeatureValue]], stats: ToolStats
-    ) -> list[tuple[Predicate, list[int]]]:
+        self, tool: str, calls: Sequence[Failing], stats: ToolStats
+    ) -> list[Candidate]:
         """Predicates a group of failing calls proposes as a whole, with the calls
         each holds for (beyond the values each call showed)."""
         return []
+
+    def message(self, error: str) -> Any:
+        """What the family reads in a failing call's message, kept with the call (JSON;
+        ``None``: nothing)."""
+        return None
 
     def holds(
         self,

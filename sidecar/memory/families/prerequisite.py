@@ -3,6 +3,14 @@
 before (nearly) every success of this one is a prerequisite a failing call may lack; a
 tool that had succeeded before failing calls may have undone the state the call needs
 (a logout, a mode switch back).
+
+Either is proposed only when the failing calls it explains are at least
+:data:`MIN_SITUATIONS` situations: one failure without a login says little about a
+prerequisite; and an undoing call only when no success of the tool came after it.  A
+prerequisite rule never holds for a call whose tool already succeeded in the session
+without the prerequisite before it (``prior:<own>``: the tools that had succeeded before
+the tool's own first success there): the session itself showed the tool does not need
+it.
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from sidecar.memory.families.base import Call, Family, Features, Rules
+from sidecar.memory.families.base import Call, Candidate, Failing, Family, Features, Rules
 from sidecar.memory.predicate import Predicate
 from sidecar.memory.stats import ToolStats
 from sidecar.memory.values import FeatureValue, Scalar
@@ -19,7 +27,12 @@ from sidecar.memory.values import FeatureValue, Scalar
 PREREQUISITE_SHARE = 0.8
 """A tool is a prerequisite candidate when at least this share of the successes had it
 succeed before them."""
+MIN_SITUATIONS = 2
+"""Failing situations a prerequisite (or an undoing call) must explain to be proposed."""
 FEATURE = "prior"
+OWN = f"{FEATURE}:<own>"
+"""The tools that had succeeded before the tool's own first success in the session
+(absent until it succeeded there)."""
 
 
 class Prerequisite(Family):
@@ -29,7 +42,11 @@ class Prerequisite(Family):
     tallied: ClassVar[bool] = False
 
     def extract(self, call: Call, out: Features) -> None:
-        out[FEATURE] = list[Scalar](sorted(call.trace.succeeded))
+        succeeded = call.trace.succeeded
+        out[FEATURE] = list[Scalar](sorted(succeeded))
+        own = succeeded.get(call.tool)
+        if own is not None:
+            out[OWN] = list[Scalar](sorted(t for t, at in succeeded.items() if at < own))
 
     def candidates(
         self,
@@ -42,22 +59,32 @@ class Prerequisite(Family):
         return ()  # proposed by the group: see group_candidates
 
     def group_candidates(
-        self, tool: str, calls: Sequence[Mapping[str, FeatureValue]], stats: ToolStats
-    ) -> list[tuple[Predicate, list[int]]]:
+        self, tool: str, calls: Sequence[Failing], stats: ToolStats
+    ) -> list[Candidate]:
         """``prior:T == False`` for a tool ``T`` that had succeeded before (nearly)
         every success of this tool, with the failing calls in whose session it had not;
-        ``prior:T == True`` for a tool that had succeeded before failing calls."""
-        out: list[tuple[Predicate, list[int]]] = []
+        ``prior:T == True`` for a tool that had succeeded before failing calls and
+        before no success; each when those calls are :data:`MIN_SITUATIONS` situations
+        or more."""
+        out: list[Candidate] = []
+
+        def propose(predicate: Predicate, held: list[int]) -> None:
+            if len({calls[i].situation for i in held}) >= MIN_SITUATIONS:
+                out.append(Candidate(predicate, held))
+
         if stats.units:
             for done in sorted(stats.prior):
                 if done == tool or stats.with_prior(done)[0] < PREREQUISITE_SHARE * stats.units:
                     continue
-                lacking = [i for i, f in enumerate(calls) if done not in _earlier(f)]
-                if lacking:
-                    out.append((Predicate(f"{FEATURE}:{done}", "==", False), lacking))
-        for done in sorted({t for f in calls for t in _earlier(f)} - {tool}):
-            preceded = [i for i, f in enumerate(calls) if done in _earlier(f)]
-            out.append((Predicate(f"{FEATURE}:{done}", "==", True), preceded))
+                missing = Predicate(f"{FEATURE}:{done}", "==", False)
+                lacking = [i for i, f in enumerate(calls) if self.holds(missing, f.features, None)]
+                propose(missing, lacking)
+        earlier = {t for f in calls for t in _earlier(f.features)} - {tool}
+        for done in sorted(earlier):
+            if stats.with_prior(done)[0]:
+                continue  # the tool succeeded after it: it undid nothing the tool needs
+            preceded = [i for i, f in enumerate(calls) if done in _earlier(f.features)]
+            propose(Predicate(f"{FEATURE}:{done}", "==", True), preceded)
         return out
 
     def holds(
@@ -66,6 +93,10 @@ class Prerequisite(Family):
         features: Mapping[str, FeatureValue],
         tokens: dict[str, tuple[str, ...]] | None,
     ) -> bool:
+        if predicate.value is False and OWN in features:
+            own = features[OWN]
+            if predicate.rest not in (own if isinstance(own, list) else []):
+                return False  # the tool succeeded here before without it
         return predicate.holds(predicate.rest in _earlier(features))
 
     def observed(self, predicate: Predicate, features: Mapping[str, FeatureValue]) -> str:

@@ -17,6 +17,7 @@ class ValueShape(Family):
     name: ClassVar[str] = "value_shape"
     rank: ClassVar[int] = 2
     prefixes: ClassVar[tuple[str, ...]] = ("shape",)
+    context_free: ClassVar[bool] = True
 
     def extract(self, call: Call, out: Features) -> None:
         for name, keys in call.keys_of.items():

@@ -684,3 +684,101 @@ def test_a_call_that_undid_the_state_holds_when_it_came_before() -> None:
     assert any("logout succeeded earlier" in r.explanation for r in undone.reasons)
     plain = [step("balance", {"account": "acct_5"}, {"balance": 1.0})]
     assert verdict(memory, plain, "transfer", args).decision == "allow"
+
+
+def test_a_prerequisite_rule_never_blocks_a_tool_that_succeeded_here_without_it() -> None:
+    memory = learned(login_world())
+    assert any(c.family == "prerequisite" for c in memory.conditions("transfer"))
+    args = {"account": "acct_5", "amount": 5.0}
+    # the transfer already went through in this session with no login before it: the
+    # session itself shows the rule does not apply here
+    done = [
+        step("balance", {"account": "acct_5"}, {"balance": 1.0}),
+        step("transfer", {"account": "acct_5", "amount": 1.0}, {"ok": True}),
+    ]
+    again = verdict(memory, done, "transfer", args)
+    assert "prerequisite" not in families(again)
+    assert again.decision != "block"
+
+
+def test_a_missing_prerequisite_needs_two_situations() -> None:
+    sessions = login_world()
+    one = [s for s in sessions if not s.session_id.startswith("out-")] + [
+        s for s in sessions if s.session_id == "out-0"
+    ]
+    memory = learned(one)
+    assert not [c for c in memory.conditions("transfer") if c.family == "prerequisite"]
+
+
+def test_a_value_condition_does_not_fire_on_a_value_that_succeeded_in_the_session() -> None:
+    memory = learned(account_world())
+    miss = {"email": "zed9@example.com"}
+    assert verdict(memory, [], "find_account", miss).decision != "allow"
+    # the same address was found earlier in this session: the session contradicts it
+    found = [step("find_account", miss, "user_9")]
+    assert verdict(memory, found, "find_account", miss).decision == "allow"
+
+
+def test_a_message_quoting_the_entry_points_at_its_state() -> None:
+    def status(sessions: list[Session]) -> FailureCondition:
+        memory = learned(sessions)
+        found = [
+            c for c in memory.conditions("book") if c.predicate.feature == "entry:flights.status"
+        ]
+        assert found
+        return min(found, key=lambda c: c.chance)
+
+    def quoting(s: Session) -> Session:
+        last = s.steps[-1]
+        if last.error is None:
+            return s
+        wanted = last.arguments["flights"][0]
+        text = f"Error: flight {wanted['flight_number']} not available on date {wanted['date']}"
+        return replace(s, steps=(*s.steps[:-1], replace(last, error=text)))
+
+    plain = status(booking_world())
+    quoted = status([quoting(s) for s in booking_world()])
+    assert quoted.candidates == plain.candidates  # the same features were tried
+    assert quoted.chance < plain.chance  # but the message quoted the entry
+
+
+def test_an_undoing_call_is_not_one_the_tool_succeeded_after() -> None:
+    sessions = logout_world()
+    # a session where the transfer went through after a logout and a new login
+    sessions.append(
+        session(
+            "again",
+            step("balance", {"account": "acct_77"}, {"balance": 10.0}),
+            step("logout", {}, {"ok": True}),
+            step("login", {"user": "u_77"}, {"token": "t_77"}),
+            step("transfer", {"account": "acct_77", "amount": 5.0}, {"ok": True}),
+        )
+    )
+    memory = learned(sessions)
+    undoing = [c for c in memory.conditions("transfer") if c.predicate.feature == "prior:logout"]
+    assert not undoing
+    assert [c for c in learned(logout_world()).conditions("transfer")
+            if c.predicate.feature == "prior:logout"]  # fmt: skip
+
+
+# ---- numeric arguments -------------------------------------------------------------------
+NOT_POSITIVE = "Error: Price and amount must be positive values."
+
+
+def test_an_amount_beyond_any_seen_to_succeed_holds_and_one_within_does_not() -> None:
+    sessions = [
+        session(f"buy-{n}", step("buy", {"symbol": f"S{n}_x", "amount": 5 + 7 * n}, {"ok": True}))
+        for n in range(SUCCESSES)
+    ]
+    sessions += [
+        session(f"bad-{n}", step("buy", {"symbol": f"B{n}_x", "amount": a}, error=NOT_POSITIVE))
+        for n, a in enumerate((0, -3, -10))
+    ]
+    memory = learned(sessions)
+    below = verdict(memory, [], "buy", {"symbol": "Z9_x", "amount": -1})
+    assert below.decision == "block" and "amount" in families(below)
+    assert any("the argument amount is below 5" in r.explanation for r in below.reasons)
+    assert verdict(memory, [], "buy", {"symbol": "Z9_x", "amount": 40}).decision == "allow"
+    f = call_features([], "buy", {"symbol": "Z9_x", "amount": 40, "flag": True, "order_id": 123})
+    assert f["arg:amount"] == 40.0 and "arg:flag" not in f and "arg:symbol" not in f
+    assert "arg:order_id" not in f  # an identifier, not a quantity

@@ -24,6 +24,8 @@ ERRORS = (
     "Error: Item not found",
     "Error: Closed item cannot be changed",
     "Error: The counts should match",
+    "Error: the amount does not add up, total is 25 but paid 12.5",
+    "Error: asked for 2 but only 3 held",
     "HTTP 503 Service Unavailable",
     "it went sideways",
 )
@@ -40,11 +42,14 @@ ids = st.sampled_from(IDS)
 
 @st.composite
 def calls(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
-    tool = draw(st.sampled_from(("get", "change", "swap")))
+    tool = draw(st.sampled_from(("get", "change", "swap", "pay")))
     if tool == "get":
         return tool, {"item_id": draw(ids)}
     if tool == "change":
         return tool, {"item_id": draw(ids), "qty": draw(st.integers(0, 5))}
+    if tool == "pay":
+        return tool, {"item_ids": draw(st.lists(ids, max_size=3)),
+                      "amount": draw(st.sampled_from((10.0, 12.5, 25.0)))}  # fmt: skip
     return tool, {
         "item_ids": draw(st.lists(ids, max_size=3)),
         "new_ids": draw(st.lists(ids, max_size=3)),
@@ -62,6 +67,7 @@ def outputs(draw: st.DrawFn) -> Any:
         "item_id": draw(ids),
         "state": draw(st.sampled_from(STATES)),
         "count": draw(st.integers(0, 4)),
+        "price": draw(st.sampled_from((12.5, 25.0))),
         "parts": [{"part_id": p} for p in draw(st.lists(ids, max_size=2))],
     }
     return json.dumps(obj)

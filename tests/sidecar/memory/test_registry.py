@@ -33,6 +33,8 @@ EXPECTED = (
     "keyed_entry",
     "computed",
     "prerequisite",
+    "stated",
+    "amount",
 )
 
 

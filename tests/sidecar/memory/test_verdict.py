@@ -38,7 +38,10 @@ def test_levels() -> None:
     assert t.level(condition(contradictions=1, confidence=0.6)) == "warn"
     assert t.level(condition(contradictions=3, confidence=0.43)) is None
     assert t.level(condition(warn_only=True)) == "warn"
-    assert t.level(condition(kind="unknown")) == "warn"
+    # a failure of unknown kind reproduced in independent situations, against successes
+    assert t.level(condition(kind="unknown")) == "block"
+    assert t.level(condition(kind="unknown", support=1, confidence=0.5)) == "warn"
+    assert t.level(condition(kind="unknown", candidates=0, units=0)) == "warn"
     assert t.level(condition(kind="transient")) is None
     assert t.level(condition(source="manual", support=0, confidence=1.0)) == "block"
     assert Thresholds(min_support_block=4).level(condition()) == "warn"
@@ -126,3 +129,14 @@ def test_argument_only_conditions_are_not_hinted() -> None:
         predicate=Predicate("shape:order_id", "not_in", ("#A9",)), family="value_shape"
     )
     assert may_apply([size, shape], [get_order(order("#A1"))], "refund_order") == []
+
+
+def test_a_warning_needs_its_predicate_likelier_among_failures_than_successes() -> None:
+    t = Thresholds()
+    # 8 of 10 failing situations, 4 of 5 successes: as frequent either way, no warning
+    same = condition(support=8, failing=10, contradictions=4, units=5, confidence=0.62,
+                     chance=1.0, confirmations=0)  # fmt: skip
+    assert t.level(same) is None
+    assert t.level(replace(same, contradictions=3, confidence=0.67)) == "warn"
+    # with no success to compare with, the failures alone speak
+    assert t.level(replace(same, contradictions=0, units=0, confidence=0.89)) == "warn"
