@@ -508,9 +508,9 @@ TORCH_CHILD = "from indexes import MiniLMEmbedder\nMiniLMEmbedder().embed(['weat
 HELP_CHILD = (
     "import contextlib, io, json, sys\n"
     "sys.argv = ['sidecar', '--help']\n"
-    "import sidecar.cli\n"
+    "import sidecar.shells.cli\n"
     "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
-    "    sidecar.cli.main()\n"
+    "    sidecar.shells.cli.main()\n"
     f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
 )
 

@@ -105,14 +105,14 @@ def serve(role: str, args: list[str]) -> None:
     elif role == "gateway-lag":
         _serve_gateway_with_lag(int(args[0]), Path(args[1]), Path(args[2]), args[3:])
     elif role.startswith("gateway-"):
-        from sidecar.gateway import build_gateway
-        from sidecar.gateway.memory import MemoryBackend
+        from sidecar.agents.gateway import build_gateway
+        from sidecar.agents.gateway.standalone import StandaloneBackend
 
         spec = args[-1]
         inline = role.endswith("-inline")
         if role.startswith("gateway-http"):
             gateway = build_gateway(
-                MemoryBackend(),
+                StandaloneBackend(),
                 [spec],
                 token=TOKEN,
                 inline_checks=inline,
@@ -120,7 +120,7 @@ def serve(role: str, args: list[str]) -> None:
             )
             uvicorn.run(gateway.asgi_app, host="127.0.0.1", port=int(args[0]), log_level="warning")
         else:
-            build_gateway(MemoryBackend(), [spec], inline_checks=inline).run_stdio()
+            build_gateway(StandaloneBackend(), [spec], inline_checks=inline).run_stdio()
     elif role in ("fastmcp-http", "fastmcp-stdio"):
         _serve_fastmcp(role, args)
     elif role in ("relay-http", "relay-stdio"):
@@ -401,9 +401,9 @@ async def _open_all(contexts: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
 def schema_tokens(dataset: Path, seed: int, queries: int) -> dict[str, Any]:
     from benchmarks.datasets import seal_tools, toolbench
     from indexes import MiniLMEmbedder
-    from sidecar.gateway.memory import MemoryBackend
-    from sidecar.gateway.own_tools import CALL_TOOL, REPORT_OUTCOME, SEARCH_TOOLS
-    from sidecar.gateway.own_tools import own_tools as _own_tools
+    from sidecar.agents.gateway.own_tools import CALL_TOOL, REPORT_OUTCOME, SEARCH_TOOLS
+    from sidecar.agents.gateway.own_tools import own_tools as _own_tools
+    from sidecar.agents.gateway.standalone import StandaloneBackend
 
     tokenizer = MiniLMEmbedder()
     own = _own_tools()
@@ -424,7 +424,7 @@ def schema_tokens(dataset: Path, seed: int, queries: int) -> dict[str, Any]:
             for t in corpus.tools
         ]
         all_listing = tokens([json.dumps(d) for d in definitions] + [shown(own[REPORT_OUTCOME])])
-        backend = MemoryBackend()
+        backend = StandaloneBackend()
         backend.sync_tools("catalog", definitions)
         by_name = {d["name"]: d for d in definitions}
         rng = random.Random(f"bench-gateway:{seed}:{corpus.name}")
@@ -510,10 +510,10 @@ def _serve_gateway_with_lag(port: int, home: Path, lag_file: Path, specs: list[s
 
     from indexes import HashingEmbedder
     from sidecar import Sidecar
-    from sidecar.api.serve import bind
-    from sidecar.gateway import build_gateway
-    from sidecar.gateway.library import LibraryBackend
-    from sidecar.gateway.serving import serve_on
+    from sidecar.agents.gateway import build_gateway
+    from sidecar.agents.gateway.library import LibraryBackend
+    from sidecar.agents.gateway.serving import serve_on
+    from sidecar.shells.api.serve import bind
 
     samples: list[tuple[float, float]] = []
 
@@ -737,8 +737,8 @@ def otlp_throughput(bodies: int, traces_per_body: int, seed: int) -> dict[str, A
         ExportTraceServiceRequest,
     )
 
-    from sidecar.gateway.memory import MemoryBackend
-    from sidecar.otlp import AssemblerLimits, TraceAssembler, decode
+    from sidecar.agents.gateway.standalone import StandaloneBackend
+    from sidecar.agents.otlp import AssemblerLimits, TraceAssembler, decode
 
     rng = random.Random(f"bench-gateway-otlp:{seed}")
     requests = [_synthetic_request(rng, traces_per_body) for _ in range(bodies)]
@@ -769,7 +769,7 @@ def otlp_throughput(bodies: int, traces_per_body: int, seed: int) -> dict[str, A
     for round_no in range(rounds + 1):
         shift = round_no % len(kinds)
         for kind in kinds[shift:] + kinds[:shift]:
-            assembler = TraceAssembler(MemoryBackend(), limits)
+            assembler = TraceAssembler(StandaloneBackend(), limits)
             for body in encoded[kind]:
                 t0 = time.perf_counter()
                 floor(kind)(body)
@@ -801,7 +801,7 @@ def otlp_throughput(bodies: int, traces_per_body: int, seed: int) -> dict[str, A
         }
     for kind, payloads in encoded.items():
         profile = cProfile.Profile()
-        assembler = TraceAssembler(MemoryBackend(), limits)
+        assembler = TraceAssembler(StandaloneBackend(), limits)
         profile.enable()
         for body in payloads:
             assembler.deliver(assembler.receive(body, media[kind]).reports)

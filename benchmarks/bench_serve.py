@@ -200,7 +200,11 @@ def sidecar_argv() -> list[str]:
     script = Path(sys.executable).with_name("sidecar")
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "import sys; from sidecar.cli import main; sys.exit(main())"]
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from sidecar.shells.cli import main; sys.exit(main())",
+    ]
 
 
 def server_env(home: Path, embedder: str, cache: Path) -> dict[str, str]:

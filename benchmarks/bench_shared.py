@@ -75,8 +75,8 @@ from benchmarks.pgserver import PostgresServer, free_port
 if TYPE_CHECKING:
     from indexes import Embedder
     from sidecar import Sidecar
-    from sidecar.client import RemoteSidecar
     from sidecar.model import Tool
+    from sidecar.shells.client import RemoteSidecar
 
 TOKEN = "bench-shared-token"
 """Every server of the run takes this bearer token (``SIDECAR_TOKEN``)."""
@@ -315,7 +315,7 @@ class Replica:
             time.sleep(0.1)
 
     def client(self) -> RemoteSidecar:
-        from sidecar.client import RemoteSidecar
+        from sidecar.shells.client import RemoteSidecar
 
         return RemoteSidecar(self.url, TOKEN, timeout=120)
 

@@ -69,7 +69,7 @@ def child(mode: str, home: str) -> None:
     """Runs in the measured process; prints one JSON line."""
     hits = 0
     if mode == "cli_import":
-        import sidecar.cli  # noqa: F401
+        import sidecar.shells.cli  # noqa: F401
     elif mode in ("index_lookup", "index_lookup_with_model"):
         if mode == "index_lookup":
             embedder = _stand_in()
@@ -119,7 +119,7 @@ def measure_process(mode: str, home: Path) -> dict[str, Any]:
 
 def sidecar_argv() -> list[str]:
     script = Path(sys.executable).parent / "sidecar"
-    return [str(script), "--help"] if script.exists() else [_python(), "-m", "sidecar.cli"]
+    return [str(script), "--help"] if script.exists() else [_python(), "-m", "sidecar.shells.cli"]
 
 
 def startup(repeat: int) -> dict[str, Any]:

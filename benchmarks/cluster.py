@@ -45,7 +45,7 @@ import httpx
 
 from benchmarks.pgserver import PostgresServer, free_port
 from benchmarks.s3server import S3Server
-from sidecar.client import RemoteSidecar
+from sidecar.shells.client import RemoteSidecar
 
 Cold = Literal["s3", "delta"]
 SCRIPT = str(Path(sys.executable).with_name("sidecar"))

@@ -19,7 +19,7 @@ _EXPORTS = {
     "Degraded": "sidecar.errors",
     "Digest": "sidecar.results",
     "EvictionReport": "sidecar.eviction",
-    "RemoteSidecar": "sidecar.client",
+    "RemoteSidecar": "sidecar.shells.client",
     "RestoreResult": "sidecar.eviction",
     "ArchivedConstraint": "sidecar.model",
     "ChainReport": "sidecar.model",

@@ -269,11 +269,10 @@ def compiled_row(row: Mapping[str, Any]) -> CompiledChain:
 
 
 def _session_answer(plan: Plan, i: int, notes: list[str], suffix: str) -> IntakeResult:
-    archived = [a for a in plan.archive if a.position == i and a.calls is not None]
+    archived = [a.chain_id for a in plan.archive if a.position == i and a.calls is not None]
     reason = "; ".join(notes) + suffix
-    if not archived:
+    # a replayed session answers as it was first answered: its chain is archived
+    last = archived[-1] if archived else plan.replayed.get(i)
+    if last is None:
         return IntakeResult("recorded", reason=f"session recorded: {reason}")
-    last = archived[-1]
-    return IntakeResult(
-        "archived", last.chain_id, make_pointer("chains", last.chain_id), f"session: {reason}"
-    )
+    return IntakeResult("archived", last, make_pointer("chains", last), f"session: {reason}")

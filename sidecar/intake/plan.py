@@ -84,6 +84,9 @@ class Plan:
     archived_now: set[str] = field(default_factory=set)
     stored: set[str] = field(default_factory=set)
     """Chains of the batch's abandoned reports that the archive holds already."""
+    replayed: dict[int, str] = field(default_factory=dict)
+    """Per session report position, the last chain of its failing calls that the state
+    holds already (the report was sent before): its answer names it."""
 
 
 @dataclass(frozen=True)
@@ -233,6 +236,7 @@ class Planner:
         cid = call_chain_id(who, j, step.tool, step.error)
         plan.counters.chain_sessions.append((cid, who))
         if cid in plan.archived_now or self._state.sequences.known([cid]):
+            plan.replayed[i] = cid
             return f"{where}: already archived (replayed report) as {make_pointer('chains', cid)}"
         if verdict.kind == "unknown" and seen < self._threshold:
             return (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 
-from sidecar.otlp import AssemblerLimits, TraceAssembler
+from sidecar.agents.otlp import AssemblerLimits, TraceAssembler
 
 
 def test_otlp_is_a_registered_benchmark() -> None:

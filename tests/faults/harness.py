@@ -66,7 +66,7 @@ def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
 class Server:
     """``sidecar serve --port 0`` on ``home``; its URL comes from the home's
     ``server.json``.  ``python`` runs the server through ``python -c CODE`` instead of
-    the console script (CODE must end by running :func:`sidecar.cli.main`), for the
+    the console script (CODE must end by running :func:`sidecar.shells.cli.main`), for the
     scenarios that need to kill it at one exact step."""
 
     def __init__(

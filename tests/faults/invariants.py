@@ -143,7 +143,7 @@ def check_home(home: Path, tools: Collection[str], archived: Collection[str] = (
 
 def assert_not_served(sc: Any, cold: set[str]) -> None:
     """A listing and lookups aimed at cold tools return none of them (``sc``: the
-    library or a :class:`~sidecar.client.RemoteSidecar`)."""
+    library or a :class:`~sidecar.shells.client.RemoteSidecar`)."""
     listed = {t.tool_id for t in sc.list_tools()}
     assert not listed & cold, listed & cold
     queries = [f"tool number {t}" for t in sorted(cold)[:LOOKUPS]] + ["tool number"]

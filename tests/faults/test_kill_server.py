@@ -149,7 +149,7 @@ def die(self):
     os.kill(os.getpid(), signal.SIGKILL)
 
 Publisher.queued = die
-from sidecar.cli import main
+from sidecar.shells.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

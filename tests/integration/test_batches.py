@@ -11,6 +11,7 @@ import pty
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -92,7 +93,14 @@ def test_tools_go_in_batches_too(small: Server, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "300 tool(s) added, 0 updated"
     assert requests_to(small, "/v1/tools") - before >= 3
-    listed = httpx.get(f"{small.url}/v1/tools", headers=small.headers).json()["tools"]
+    listed: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:  # the listing comes a page at a time
+        params = {"cursor": cursor} if cursor else {}
+        page = httpx.get(f"{small.url}/v1/tools", headers=small.headers, params=params).json()
+        listed += page["tools"]
+        if not (cursor := page.get("next_cursor")):
+            break
     assert len([t for t in listed if t["tool_id"].startswith("tool_")]) == 300
 
 

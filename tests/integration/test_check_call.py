@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
-from sidecar.api import create_app
+from sidecar.shells.api import create_app
 from tests.sidecar.test_call_memory import exchange, failing_session, lookup, teach
 
 SCRIPT = str(Path(sys.executable).with_name("sidecar"))
@@ -132,7 +132,7 @@ def test_a_warn_exits_4(tmp_path: Path) -> None:
 
 
 def test_mcp(tmp_path: Path) -> None:
-    from sidecar.mcp_server import build_mcp
+    from sidecar.shells.mcp_server import build_mcp
 
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path) as sc:
         sc.add_tools([Tool("get_order", "look up an order"), Tool("exchange_items", "exchange")])

@@ -78,7 +78,7 @@ def loaded(tmp_path: Path) -> Path:
 def test_help_answers_without_loading_heavy_libraries(tmp_path: Path) -> None:
     probe = (
         "import sys, contextlib, io\n"
-        "from sidecar.cli import main\n"
+        "from sidecar.shells.cli import main\n"
         "from sidecar import Sidecar\n"
         f"missing = main(['--home', {str(tmp_path / 'typo')!r}, 'check', 'a,b'])\n"
         f"Sidecar.open(home={str(tmp_path)!r}).close()\n"
@@ -284,7 +284,7 @@ def test_demo_shows_the_fallacy_then_prevents_it(tmp_path: Path) -> None:
 def test_help_imports_neither_pyarrow_nor_numpy() -> None:
     probe = (
         "import sys, contextlib, io\n"
-        "from sidecar.cli import main\n"
+        "from sidecar.shells.cli import main\n"
         "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
         "    main(['--help'])\n"
         "print([m for m in ('pyarrow', 'numpy', 'chromadb', 'torch') if m in sys.modules])\n"
@@ -299,7 +299,7 @@ def test_a_sidecar_process_runs_numpy_on_one_blas_thread(preset: str | None, exp
     core.  An operator's OPENBLAS_NUM_THREADS wins."""
     probe = (
         "import contextlib, io\n"
-        "from sidecar.cli import main\n"
+        "from sidecar.shells.cli import main\n"
         "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
         "    main(['--help'])\n"
         "import numpy\n"

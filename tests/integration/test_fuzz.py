@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, settings
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar
-from sidecar.api import create_app
 from sidecar.demo import demo_tools
+from sidecar.shells.api import create_app
 from tests.sidecar.helpers import abandoned
 
 TOKEN = "fuzz-token-0123456789"

@@ -691,8 +691,8 @@ def otlp_body(g: Garden) -> bytes:
 
 def gateway_inputs(sc: Sidecar, g: Garden) -> None:
     """A session as the MCP gateway records it (its evidence functions, its backend)."""
-    from sidecar.gateway.evidence import step_from_error, step_from_result
-    from sidecar.gateway.library import LibraryBackend
+    from sidecar.agents.gateway.evidence import step_from_error, step_from_result
+    from sidecar.agents.gateway.library import LibraryBackend
 
     steps = [
         step_from_result(
@@ -806,7 +806,7 @@ def serving(sc: Sidecar) -> Iterator[str]:
 
     import uvicorn
 
-    from sidecar.api import create_app
+    from sidecar.shells.api import create_app
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -1440,8 +1440,8 @@ def test_failure_text_shown_to_other_agents_is_neutralized(tmp_path: Path) -> No
     keeps it (redacted) for audit."""
     from starlette.testclient import TestClient
 
-    from sidecar.api import create_app
     from sidecar.neutralize import REMOVED
+    from sidecar.shells.api import create_app
 
     error = f"Error: Non-delivered order cannot be exchanged.\n{INJECTION}"
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:

@@ -13,9 +13,9 @@ from starlette.testclient import TestClient
 
 from indexes import HashingEmbedder
 from sidecar import InvalidInput, Sidecar
-from sidecar.api import create_app, serve, token_for
 from sidecar.demo import demo_tools
 from sidecar.errors import ConfigError
+from sidecar.shells.api import create_app, serve, token_for
 from tests.sidecar.helpers import abandoned
 
 TOKEN = "test-token-0123456789"
@@ -317,6 +317,6 @@ def test_the_docs_pages_load_nothing_from_elsewhere(client: TestClient) -> None:
         assert named and all(u.startswith("/") for u in named), named
         for url in named:
             assert client.get(url).status_code == 200, url
-    from sidecar.api.gate import is_public
+    from sidecar.shells.api.gate import is_public
 
     assert is_public("/docs/assets/swagger-ui.css") and not is_public("/docs/assets/../v1/tools")

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar
-from sidecar.api import create_app
+from sidecar.shells.api import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = str(Path(sys.executable).with_name("sidecar"))

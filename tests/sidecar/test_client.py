@@ -8,8 +8,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from sidecar.client import RemoteSidecar
 from sidecar.errors import StateUnavailable
+from sidecar.shells.client import RemoteSidecar
 
 
 def remote(status: int, body: object) -> RemoteSidecar:

@@ -15,9 +15,9 @@ from starlette.testclient import TestClient
 from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar import errors as E
-from sidecar.api import create_app
-from sidecar.cli import main
 from sidecar.errors import SidecarError, error_table, from_code
+from sidecar.shells.api import create_app
+from sidecar.shells.cli import main
 
 DOCUMENTED_EXITS = {1, 2, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}
 CLASSES = sorted(error_table().values(), key=lambda c: c.code)
@@ -82,13 +82,13 @@ def test_the_four_surfaces_agree(
     def backend(*_a: Any, **_k: Any) -> Iterator[Sidecar]:
         yield sc
 
-    monkeypatch.setattr("sidecar.cli.commands.backend", backend)
+    monkeypatch.setattr("sidecar.shells.cli.commands.backend", backend)
     assert main(["archive", "status", "--json"]) == cls.exit_code
     assert f'"code": "{cls.code}"' in capsys.readouterr().err
     # MCP: a tool error that starts with the code
     from mcp.server.mcpserver.exceptions import ToolError
 
-    from sidecar.mcp_server import build_mcp
+    from sidecar.shells.mcp_server import build_mcp
 
     server = build_mcp(sc)
     with pytest.raises(ToolError) as raised:

@@ -14,9 +14,9 @@ from starlette.testclient import TestClient
 
 from indexes import HashingEmbedder
 from sidecar import RemoteSidecar, Sidecar, Tool
-from sidecar.api import create_app
 from sidecar.errors import InvalidInput
 from sidecar.model import CredentialRef
+from sidecar.shells.api import create_app
 from tests.sidecar.helpers import abandoned
 from tests.sidecar.test_trust import OPERATOR, TOKENS, tokens_file
 

@@ -15,8 +15,8 @@ from starlette.testclient import TestClient
 
 from indexes import HashingEmbedder
 from sidecar import RemoteSidecar, Sidecar
-from sidecar.api import create_app
 from sidecar.demo import demo_tools
+from sidecar.shells.api import create_app
 from tests.sidecar.helpers import abandoned
 
 SHELL_METHODS = sorted(

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.gateway.catalog import valid_name
-from sidecar.otlp.tools import tool_id
+from sidecar.agents.gateway.catalog import valid_name
+from sidecar.agents.otlp.tools import tool_id
 from sidecar.toolnames import VALID_NAME, tool_id_for
 
 REAL = ("refund", "get_order", "exchange_items", "transfer_funds", "delete_user")

@@ -16,9 +16,9 @@ from starlette.testclient import TestClient
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
-from sidecar.api import create_app
 from sidecar.model import CredentialRef
-from tests.otlp.bodies import agent_turn, request, trace_id
+from sidecar.shells.api import create_app
+from tests.agents.otlp.bodies import agent_turn, request, trace_id
 from tests.sidecar.helpers import abandoned, completed
 from tests.sidecar.test_call_memory import REFUSAL, exchange, good_session, lookup
 from tests.sidecar.test_trust import OPERATOR, TOKENS, fabricated, post, tokens_file, verdict

@@ -1,0 +1,115 @@
+"""What an agent is shown of a verdict: a refusal (an ``isError`` result naming the rule),
+or a forwarded result that carries the warning.
+
+A warning travels twice: as ``_meta["sidecar/warnings"]`` (structured, for clients that
+read ``_meta``) and, unless turned off, as a short text block appended to the result's
+content, because most clients hand the model the content alone (``langchain-mcp-adapters``
+and the OpenAI Agents SDK drop ``_meta``): a warning only in ``_meta`` is a warning the
+model never sees.  Every text shown is neutralized (:func:`sidecar.neutralize.neutralize`):
+a rule's evidence is failure text another party wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sidecar.agents.gateway.backend import Decision, Reason, Verdict
+from sidecar.neutralize import neutralize
+
+if TYPE_CHECKING:
+    from mcp.types import CallToolResult
+
+WARNINGS_META_KEY = "sidecar/warnings"
+CONTEST_META_KEY = "sidecar/contest"
+WARNING_PREFIX = "[sidecar warning]"
+"""How the warning block starts (what a client or a test can look for)."""
+SHOWN_REASONS = 3
+"""Reasons spelled out in a warning block; the rest are counted."""
+REASON_CHARS = 400
+_SEVERITY: dict[Decision, int] = {"allow": 0, "warn": 1, "block": 2}
+CONTEST_NOTE = (
+    "the memory would have refused this call; it was forwarded as a sample, so that its "
+    "outcome can confirm or contest the rule"
+)
+
+
+def strictest(verdicts: Sequence[Verdict]) -> Verdict:
+    """The strictest of ``verdicts``, with every reason once (the strictest first)."""
+    ordered = sorted(verdicts, key=lambda v: -_SEVERITY[v.decision])
+    if not ordered:
+        return Verdict.allow()
+    if len(ordered) == 1:
+        return ordered[0]
+    reasons: list[Reason] = []
+    seen: set[tuple[str, str, str | None]] = set()
+    for verdict in ordered:
+        for reason in verdict.reasons:
+            key = (reason.rule, reason.evidence, reason.pointer)
+            if key not in seen:
+                seen.add(key)
+                reasons.append(reason)
+    return Verdict(ordered[0].decision, tuple(reasons))
+
+
+def error(text: str) -> CallToolResult:
+    from mcp import types
+
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def refusal(tool: str, reasons: Sequence[Reason]) -> CallToolResult:
+    """The answer to a blocked call: not run, and why."""
+    lines = [f"Refused: {tool} was not run, because calls like this one failed before."]
+    for r in reasons:
+        line = f"- rule: {_shown(r.rule)}. {_shown(r.explanation)} Evidence: {_shown(r.evidence)}"
+        lines.append(line + (f" (record: {r.pointer})" if r.pointer else ""))
+    return error("\n".join(lines))
+
+
+def warning_text(tool: str, reasons: Sequence[Reason], sampled: bool = False) -> str:
+    """The short block a warned call's result carries for the model to read."""
+    head = (
+        f"{WARNING_PREFIX} {tool} was run, but calls like this one failed before"
+        + (f" ({CONTEST_NOTE})" if sampled else "")
+        + ":"
+    )
+    lines = [head]
+    for r in reasons[:SHOWN_REASONS]:
+        text = f"{_shown(r.rule)}: {_shown(r.explanation)}"
+        lines.append(f"- {neutralize(text, REASON_CHARS, one_line=True)}")
+    if len(reasons) > SHOWN_REASONS:
+        lines.append(f"- and {len(reasons) - SHOWN_REASONS} more rule(s)")
+    return "\n".join(lines)
+
+
+def warned(
+    result: CallToolResult, tool: str, verdict: Verdict, sampled: bool, text: bool
+) -> CallToolResult:
+    """``result`` of a forwarded call the memory warned about (or sampled): the reasons
+    in ``_meta`` and, with ``text``, in a text block after the content."""
+    from mcp import types
+
+    update: dict[str, Any] = {WARNINGS_META_KEY: [reason_dict(r) for r in verdict.reasons]}
+    if sampled:
+        update[CONTEST_META_KEY] = {"sampled": True, "note": CONTEST_NOTE}
+    changes: dict[str, Any] = {"meta": {**(result.meta or {}), **update}}
+    if text:
+        # on a line of its own, even where a client joins the blocks with nothing between
+        shown = "\n" + warning_text(tool, verdict.reasons, sampled)
+        block = types.TextContent(type="text", text=shown)
+        changes["content"] = [*result.content, block]
+    return result.model_copy(update=changes)
+
+
+def reason_dict(reason: Reason) -> dict[str, Any]:
+    return {
+        "rule": reason.rule,
+        "explanation": reason.explanation,
+        "evidence": reason.evidence,
+        "pointer": reason.pointer,
+    }
+
+
+def _shown(text: str) -> str:
+    return neutralize(text, REASON_CHARS, one_line=True)

@@ -1,0 +1,106 @@
+"""What the gateway asks of the failure memory: a narrow protocol and its values.
+
+The gateway never reaches into the library; it calls these five methods from worker
+threads (they may block on storage): the reads (``hidden_tools``, ``search``,
+``check_call``) one at a time, and the writes (``sync_tools``, ``report_session``) one at
+a time, a read and a write possibly at once, so that a slow write never delays another
+session's check.  Any object with these methods serves, e.g.
+:class:`~sidecar.agents.gateway.standalone.StandaloneBackend` (in memory, for tests and
+demonstrations) or an adapter over :class:`~sidecar.Sidecar`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Decision = Literal["allow", "warn", "block"]
+Outcome = Literal["completed", "abandoned", "unknown"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One executed tool call of a session: its output, or the error it ended with."""
+
+    tool: str
+    arguments: dict[str, Any]
+    output: Any | None = None
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What a :meth:`GatewayBackend.sync_tools` call changed, by tool name."""
+
+    added: tuple[str, ...] = ()
+    updated: tuple[str, ...] = ()
+    gone: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Hit:
+    tool_id: str
+    score: float
+    description: str
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a call is warned about or blocked: the rule, the evidence behind it, and where
+    the full record lives (a cold storage pointer, when there is one)."""
+
+    rule: str
+    explanation: str
+    evidence: str
+    pointer: str | None = None
+    rule_id: str = ""
+    """A stable id of the rule (a constraint id), for budgets kept per rule."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    reasons: tuple[Reason, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def allow(cls) -> Verdict:
+        return cls("allow")
+
+
+@runtime_checkable
+class GatewayBackend(Protocol):
+    def sync_tools(self, source: str, tools: list[dict[str, Any]]) -> SyncResult:
+        """Make ``source``'s tools in the hot index exactly ``tools`` (MCP ``Tool`` dicts:
+        ``name``, ``description``, ``inputSchema``): new ones added, changed ones
+        re-embedded, missing ones marked gone."""
+        ...
+
+    def hidden_tools(self) -> set[str]:
+        """Tools that must never be listed or called (evicted)."""
+        ...
+
+    def search(self, query: str, k: int, steps: list[Step]) -> list[Hit]:
+        """Up to ``k`` tools for ``query`` after the session's ``steps``; withheld tools
+        are absent."""
+        ...
+
+    def check_call(self, steps: list[Step], tool: str, arguments: dict[str, Any]) -> Verdict:
+        """Whether ``tool(arguments)`` should run after ``steps``."""
+        ...
+
+    def report_session(
+        self,
+        session_id: str,
+        steps: list[Step],
+        outcome: Outcome,
+        task_input: str | None,
+        source: str = "",
+    ) -> None:
+        """Take a finished session's steps as evidence; ``source``: the named token its
+        calls came with (``""``: the home's token, or none)."""
+        ...

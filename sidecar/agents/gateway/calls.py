@@ -1,0 +1,206 @@
+"""The guarded ``tools/call``: checked against the memory in the state of the session it
+belongs to, then refused, forwarded as a sample, or forwarded; what came back becomes a
+step of that session.
+
+``check_call(steps so far, tool, arguments)`` first, under every name the tool has had
+(:mod:`sidecar.agents.gateway.catalog`).  ``block``: an ``isError`` result naming the rule, its
+evidence and its pointer, not forwarded (but for a bounded sample,
+:mod:`sidecar.agents.gateway.contest`); ``warn``: forwarded, the reasons in the result
+(:mod:`sidecar.agents.gateway.answers`); ``allow``: forwarded.  A call the upstream does not
+answer within ``call_timeout_s`` is answered with an ``isError`` result saying so (and
+cancelled upstream).  Each forwarded call becomes a bounded, redacted step of its
+session (:mod:`sidecar.agents.gateway.evidence`; a large result is taken on a worker thread, so
+it never holds up another session).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sidecar.agents.gateway import answers
+from sidecar.agents.gateway.backend import GatewayBackend, Step, Verdict
+from sidecar.agents.gateway.catalog import Catalog, Route
+from sidecar.agents.gateway.contest import Contest
+from sidecar.agents.gateway.evidence import result_size, step_from_error, step_from_result
+from sidecar.agents.gateway.linking import Link
+from sidecar.agents.gateway.relay import Relay
+from sidecar.agents.gateway.sessions import SessionBook
+from sidecar.agents.gateway.upstream import CallTimedOut, UpstreamLink, is_link_failure
+from sidecar.agents.gateway.workers import GatewayStats, Reporter, Workers
+
+if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
+    from mcp.types import CallToolResult
+
+INLINE_EVIDENCE_CHARS = 2_048
+"""Results up to this size become evidence on the event loop (a fraction of a
+millisecond); larger ones on a worker thread."""
+
+
+@dataclass(frozen=True)
+class CallSettings:
+    max_chars: int
+    call_timeout_s: float | None
+    warning_text: bool = True
+    """A warned call's result carries the warning as text too (not only in ``_meta``)."""
+
+
+class CallPath:
+    """The guarded call, over the parts of the gateway it uses."""
+
+    def __init__(
+        self,
+        backend: GatewayBackend,
+        catalog: Catalog,
+        book: SessionBook,
+        links: Mapping[str, UpstreamLink],
+        relay: Relay,
+        contest: Contest,
+        run: tuple[Workers, Reporter, GatewayStats],
+        settings: CallSettings,
+    ) -> None:
+        self._backend = backend
+        self._catalog = catalog
+        self._book = book
+        self._links = links
+        self._relay = relay
+        self._contest = contest
+        self._workers, self._reporter, self.stats = run
+        self.settings = settings
+
+    def names(self, exposed: str) -> set[str]:
+        """Every name the memory may know the tool ``exposed`` by (:mod:`.catalog`)."""
+        route = self._catalog.route(exposed)
+        return {exposed} if route is None else {exposed, route.plain, route.prefixed}
+
+    async def call(
+        self,
+        link: Link,
+        name: str,
+        arguments: dict[str, Any],
+        meta: dict[str, Any] | None = None,
+        ctx: ServerRequestContext[Any, Any] | None = None,
+        client: str | None = None,
+    ) -> CallToolResult:
+        """The guarded call of tool ``name`` in the session ``link`` names (``ctx``: the
+        client's request, to relay progress and the upstream's requests to; ``client``:
+        the key the relay knows that client by)."""
+        self.stats.calls += 1
+        route = self._catalog.route(name)
+        if route is None:
+            return answers.error(f"tool not available: {name}")
+        steps = self._book.steps(link.key)
+        hidden, verdict = await self._workers.checked(self._guard, steps, name, arguments)
+        if hidden:
+            self.stats.refused_hidden += 1
+            return answers.error(f"tool not available: {name}")
+        sampled = False
+        if verdict.decision == "block":
+            sampled = self._contest.sample(self._catalog.tool(name), verdict.reasons)
+            if not sampled:
+                self.stats.blocked += 1
+                return answers.refusal(name, verdict.reasons)
+            self.stats.contest_samples += 1
+        record = functools.partial(self.record, link, sampled=sampled)
+        result, forwarded = await self._forward(
+            route, client or link.key, name, arguments, meta, ctx, record
+        )
+        if not forwarded or verdict.decision == "allow":
+            return result
+        self.stats.warned += 1
+        return answers.warned(result, name, verdict, sampled, self.settings.warning_text)
+
+    def _guard(
+        self, steps: list[Step], name: str, arguments: dict[str, Any]
+    ) -> tuple[bool, Verdict]:
+        # one worker-thread hop for every question
+        if self.names(name) & self._backend.hidden_tools():
+            return True, Verdict.allow()
+        verdicts = [
+            self._backend.check_call(view_steps, tool, arguments)
+            for view_steps, tool in self._catalog.views(steps, name)
+        ]
+        return False, answers.strictest(verdicts)
+
+    async def _forward(
+        self,
+        route: Route,
+        client: str,
+        name: str,
+        arguments: dict[str, Any],
+        meta: dict[str, Any] | None,
+        ctx: ServerRequestContext[Any, Any] | None,
+        record: Callable[[Step], None],
+    ) -> tuple[CallToolResult, bool]:
+        """The upstream's result (and ``True``), or the gateway's own error when the
+        upstream did not answer (and ``False``)."""
+        from mcp.shared.exceptions import MCPError
+
+        settings = self.settings
+        try:
+            with contextlib.ExitStack() as stack:
+                on_progress = None
+                if ctx is not None:
+                    stack.enter_context(self._relay.origin(route.upstream, client, ctx))
+                    on_progress = self._relay.progress_to(ctx)
+                result = await self._links[route.upstream].call_tool(
+                    route.name,
+                    arguments,
+                    meta,
+                    timeout=settings.call_timeout_s,
+                    on_progress=on_progress,
+                )
+        except CallTimedOut as exc:
+            self.stats.timeouts += 1
+            error = f"timed out after {exc.timeout:g} s"
+            record(step_from_error(name, arguments, error, settings.max_chars))
+            return answers.error(
+                f"upstream {route.upstream}: {name} did not answer within {exc.timeout:g} s "
+                "(the gateway's call timeout, SIDECAR_GATEWAY_CALL_TIMEOUT); the call was "
+                "cancelled upstream"
+            ), False
+        except Exception as exc:
+            self.stats.upstream_errors += 1
+            if isinstance(exc, MCPError) and not is_link_failure(exc):
+                # the upstream answered with a protocol error: the caller gets it as is
+                record(step_from_error(name, arguments, exc.error.message, settings.max_chars))
+                raise
+            message = f"upstream {route.upstream} failed: {_exception_text(exc)}"
+            record(step_from_error(name, arguments, message, settings.max_chars))
+            return answers.error(message[:500]), False
+        self.stats.forwarded += 1
+        record(await self._evidence(name, arguments, result))
+        return result, True
+
+    async def _evidence(self, name: str, arguments: dict[str, Any], result: CallToolResult) -> Step:
+        """The step a forwarded call's result becomes (on a worker thread when large)."""
+        build = functools.partial(
+            step_from_result,
+            name,
+            arguments,
+            structured=result.structured_content,
+            content=result.content,
+            is_error=result.is_error,
+            max_chars=self.settings.max_chars,
+        )
+        if result_size(result.structured_content, result.content) <= INLINE_EVIDENCE_CHARS:
+            return build()
+        return await self._workers.heavy(build)
+
+    def record(self, link: Link, step: Step, sampled: bool = False) -> None:
+        """``step`` joins the session ``link`` names."""
+        self._reporter.schedule(
+            *self._book.record(link.key, step, link.principal, inferred=link.inferred)
+        )
+        if sampled:
+            self._book.flag(link.key)  # a sample's outcome is evidence, even a success
+
+
+def _exception_text(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _exception_text(exc.exceptions[0])
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

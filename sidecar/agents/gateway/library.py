@@ -1,0 +1,118 @@
+"""The gateway's backend over the library: what :class:`~sidecar.agents.gateway.backend.
+GatewayBackend` asks, answered by a :class:`~sidecar.core.Sidecar` in this process, or by
+a running sidecar over HTTP (:class:`~sidecar.shells.client.RemoteSidecar`: a gateway beside
+``sidecar serve`` on the same home, so that its evidence reaches the one memory).  It
+uses their public methods and nothing else: the gateway is a shell like the HTTP API."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from sidecar.agents.gateway.backend import Hit, Outcome, Reason, Step, SyncResult, Verdict
+from sidecar.errors import InvalidInput, SidecarError
+from sidecar.memory import Step as MemoryStep
+from sidecar.model import CallCheck, IntakeResult, LookupResult, Tool
+from sidecar.principals import GATEWAY
+from sidecar.tools.catalog import parse_tool
+from sidecar.tools.records import SyncResult as LibrarySync
+
+log = logging.getLogger("sidecar.agents.gateway")
+
+
+def _steps(steps: list[Step]) -> list[MemoryStep]:
+    return [MemoryStep(s.tool, dict(s.arguments), s.output, s.error) for s in steps]
+
+
+class Memory(Protocol):
+    """What the backend uses of :class:`~sidecar.core.Sidecar` (and of
+    :class:`~sidecar.shells.client.RemoteSidecar`, which has the same methods over HTTP)."""
+
+    def sync_tools(self, source: str, tools: Sequence[Tool]) -> LibrarySync: ...
+
+    def hidden_tools(self) -> set[str]: ...
+
+    def search(self, query: str, k: int = 5, *, steps: Any = None) -> LookupResult: ...
+
+    def check_call(
+        self, steps: Any, tool: str, arguments: Mapping[str, Any] | None = None
+    ) -> CallCheck: ...
+
+    def report_many(self, reports: Iterable[Any], *, source: str) -> list[IntakeResult]: ...
+
+
+class LibraryBackend:
+    def __init__(self, sc: Memory, source: str = GATEWAY) -> None:
+        """``source``: who the sessions it reports are attributed to."""
+        self.sc = sc
+        self.source = source
+
+    def sync_tools(self, source: str, tools: list[dict[str, Any]]) -> SyncResult:
+        """A tool the hot index refuses (an oversized schema, a secret in a default...) is
+        left out with a warning: the gateway still lists and guards it, and one odd tool
+        never stops the sync of the others."""
+        taken: dict[str, Tool] = {}
+        for item in tools:
+            try:
+                tool = parse_tool(item)
+            except InvalidInput as exc:
+                log.warning(
+                    '{"event": "tool_not_indexed", "upstream": %s, "tool": %s, "why": %s}',
+                    json.dumps(source),
+                    json.dumps(str(item.get("name", ""))[:200]),
+                    json.dumps(str(exc)[:300]),
+                )
+                continue
+            taken[tool.tool_id] = tool
+        result = self.sc.sync_tools(source, list(taken.values()))
+        return SyncResult(result.added, result.updated, result.gone)
+
+    def hidden_tools(self) -> set[str]:
+        return self.sc.hidden_tools()
+
+    def search(self, query: str, k: int, steps: list[Step]) -> list[Hit]:
+        result = self.sc.search(query, k, steps=_steps(steps))
+        return [Hit(h.tool_id, h.score, h.description, h.warnings) for h in result.hits]
+
+    def check_call(self, steps: list[Step], tool: str, arguments: dict[str, Any]) -> Verdict:
+        verdict = self.sc.check_call(_steps(steps), tool, arguments)
+        return Verdict(
+            verdict.decision,
+            tuple(
+                Reason(
+                    rule=f"{r.kind} constraint {r.constraint_id} ({r.status})",
+                    explanation=r.explanation,
+                    evidence=r.evidence,
+                    pointer=r.pointer,
+                    rule_id=r.constraint_id,
+                )
+                for r in verdict.reasons
+            ),
+        )
+
+    def report_session(
+        self,
+        session_id: str,
+        steps: list[Step],
+        outcome: Outcome,
+        task_input: str | None,
+        source: str = "",
+    ) -> None:
+        """A session of a named token's calls is that token's, as the gateway observed
+        it (``gateway:<name>``: its own observations, which the agent cannot forge);
+        the home's token's are the backend's ``source``."""
+        report = {
+            "steps": [
+                {"tool": s.tool, "arguments": s.arguments, "output": s.output, "error": s.error}
+                for s in steps
+            ],
+            "outcome": outcome,
+            "session_id": session_id,
+            "task_input": task_input,
+        }
+        who = f"{GATEWAY}:{source}" if source else self.source
+        (result,) = self.sc.report_many([report], source=who)
+        if result.status == "rejected":
+            raise SidecarError(f"session {session_id} was not taken: {result.reason}")

@@ -1,0 +1,202 @@
+"""The gateway's own tools: ``search_tools`` and ``call_tool`` (with ``--expose search``)
+and ``report_outcome``.
+
+Their input schemas are closed objects whose every property has an explicit type, so
+that they convert under OpenAI's strict mode (the Agents SDK's
+``convert_schemas_to_strict=True``) with nothing lost: a strict schema cannot say "any
+object", so ``call_tool`` takes the tool's arguments as one JSON text (an object is
+accepted too, from clients that send one), and optional values may be ``null``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sidecar.agents.gateway.answers import error
+from sidecar.agents.gateway.backend import Hit, Outcome, Step
+
+if TYPE_CHECKING:
+    from mcp.types import CallToolResult, Tool
+
+    from sidecar.agents.gateway.catalog import Catalog
+
+SEARCH_TOOLS, CALL_TOOL, REPORT_OUTCOME = "search_tools", "call_tool", "report_outcome"
+OWN_TOOLS = frozenset({SEARCH_TOOLS, CALL_TOOL, REPORT_OUTCOME})
+MAX_K = 50
+MAX_TASK = 2_000
+
+
+def _closed(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+@functools.cache
+def own_tools() -> dict[str, Tool]:
+    return {SEARCH_TOOLS: _search_tool(), CALL_TOOL: _call_tool(), REPORT_OUTCOME: _report_tool()}
+
+
+def _search_tool() -> Tool:
+    from mcp.types import Tool, ToolAnnotations
+
+    return Tool(
+        name=SEARCH_TOOLS,
+        description="Find tools for a task. Tools known to fail after what this session "
+        "has already run are left out; risky ones carry warnings. Returns each tool's "
+        "name, description and inputSchema: run one with call_tool.",
+        input_schema=_closed(
+            {
+                "query": {"type": "string", "description": "what the tool should do"},
+                "k": {
+                    "type": ["integer", "null"],
+                    "minimum": 1,
+                    "maximum": MAX_K,
+                    "description": "how many tools (null: 5)",
+                },
+            },
+            ["query"],
+        ),
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+
+
+def _call_tool() -> Tool:
+    from mcp.types import Tool
+
+    return Tool(
+        name=CALL_TOOL,
+        description="Run a tool found with search_tools: its name, and its arguments as "
+        'one JSON object written as text, e.g. {"order_id": "#W1"}.',
+        input_schema=_closed(
+            {
+                "name": {"type": "string", "description": "the tool's name"},
+                "arguments": {
+                    "type": ["string", "null"],
+                    "description": "the tool's arguments: a JSON object, as text "
+                    '(null or "{}": none)',
+                },
+            },
+            ["name", "arguments"],
+        ),
+    )
+
+
+def _report_tool() -> Tool:
+    from mcp.types import Tool, ToolAnnotations
+
+    return Tool(
+        name=REPORT_OUTCOME,
+        description="Say how this session's task ended: 'completed' or 'abandoned' "
+        "(gave up). Failed paths are remembered so later sessions avoid them.",
+        input_schema=_closed(
+            {
+                "outcome": {"type": "string", "enum": ["completed", "abandoned"]},
+                "task": {"type": ["string", "null"], "description": "the task, in a sentence"},
+            },
+            ["outcome"],
+        ),
+        annotations=ToolAnnotations(
+            read_only_hint=False, idempotent_hint=False, open_world_hint=False
+        ),
+    )
+
+
+def call_tool_target(arguments: dict[str, Any]) -> tuple[str, dict[str, Any]] | CallToolResult:
+    """The tool ``call_tool`` names and its arguments, or the error to answer."""
+    inner = arguments.get("name")
+    raw = arguments.get("arguments")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            return error("call_tool: `arguments` is not valid JSON (give a JSON object as text)")
+    inner_args = {} if raw is None else raw
+    if not isinstance(inner, str) or not isinstance(inner_args, dict):
+        return error("call_tool needs `name` (a string) and `arguments` (a JSON object)")
+    if inner in OWN_TOOLS:
+        return error(f"call {inner} directly")
+    return inner, inner_args
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What ``report_outcome`` did: the report, if one was made, and how many steps it
+    held (or why none was made)."""
+
+    reported: bool
+    steps: int
+    note: str | None = None
+
+
+class OwnTools:
+    """``search_tools`` and ``report_outcome``, over the parts of the gateway they use."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        steps: Callable[[str | None], list[Step]],
+        search: Callable[[str, int, list[Step]], Awaitable[list[Hit]]],
+        declare: Callable[[str | None, Outcome, str | None], Awaitable[Declared]],
+    ) -> None:
+        self._catalog = catalog
+        self._steps = steps
+        self._search = search
+        self._declare = declare
+
+    async def search(self, session: str | None, arguments: dict[str, Any]) -> CallToolResult:
+        query = arguments.get("query")
+        k = arguments.get("k")
+        k = 5 if k is None else k
+        if not isinstance(query, str) or not query.strip():
+            return error("search_tools needs a non-empty `query`")
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
+            return error(f"`k` must be an integer from 1 to {MAX_K}")
+        hits = await self._search(query, k, self._steps(session))
+        found = []
+        for hit in hits:
+            tool = self._catalog.tool(hit.tool_id)
+            if tool is None:
+                continue  # the index knows a tool no upstream lists any more
+            found.append(
+                {
+                    "name": hit.tool_id,
+                    "description": tool.description or hit.description,
+                    "inputSchema": tool.input_schema,
+                    "score": hit.score,
+                    "warnings": list(hit.warnings),
+                }
+            )
+        return structured({"tools": found})
+
+    async def report_outcome(
+        self, session: str | None, arguments: dict[str, Any]
+    ) -> CallToolResult:
+        outcome = arguments.get("outcome")
+        task = arguments.get("task")
+        if outcome not in ("completed", "abandoned"):
+            return error("`outcome` must be 'completed' or 'abandoned'")
+        if task is not None and not isinstance(task, str):
+            return error("`task` must be a string")
+        done = await self._declare(session, outcome, task[:MAX_TASK] if task else None)
+        payload: dict[str, Any] = {"reported": done.reported, "outcome": outcome}
+        payload["steps"] = done.steps
+        if done.note:
+            payload["note"] = done.note
+        return structured(payload)
+
+
+def structured(payload: dict[str, Any]) -> CallToolResult:
+    from mcp import types
+
+    text = json.dumps(payload, ensure_ascii=False, default=str)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structured_content=payload
+    )

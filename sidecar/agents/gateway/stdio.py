@@ -1,0 +1,185 @@
+"""The transport to a stdio upstream: the SDK's process handling, with a reader that
+takes a large message without holding the event loop.
+
+The SDK's reader joins each chunk of the upstream's output to everything before it and
+splits the lot again (for a 20 MB line, some 300 copies of up to 20 MB), then parses the
+line in one go.  Here the chunks of a line are kept apart until its end is seen, and a
+long line is parsed by :func:`sidecar.agents.gateway.bulk.parse_line` in slices.  A line over
+``max_line`` bytes is dropped (the request it answered then ends at its timeout) and
+reported as a parse error, so an upstream cannot make the gateway hold unbounded output.
+Starting, stopping and killing the process (its whole tree) are the SDK's.
+
+The upstream's stderr is read here too, line by line, and written to the gateway's own
+stderr redacted (:class:`StderrLines`): an upstream that logs its connection string, a
+command line or a private key does not put them in the gateway's log.  A line over
+:data:`MAX_STDERR_LINE` bytes is replaced by a note.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import subprocess
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, TextIO, cast
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+from sidecar.agents.gateway.bulk import parse_line
+from sidecar.redact import MASK, redact_text
+
+if TYPE_CHECKING:
+    from mcp import StdioServerParameters
+
+log = logging.getLogger("sidecar.agents.gateway")
+
+
+class LineTooLong(ValueError):
+    """An upstream line longer than the transport takes."""
+
+
+MAX_STDERR_LINE = 65_536
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY-----")
+
+
+class StderrLines:
+    """An upstream's stderr as the gateway writes it: each line redacted, and every line
+    of a private key block masked (one line alone does not look like a key)."""
+
+    def __init__(self) -> None:
+        self._in_key = False
+
+    def shown(self, line: bytes | LineTooLong) -> str:
+        if isinstance(line, LineTooLong):
+            return f"[an upstream stderr line over {MAX_STDERR_LINE} bytes was dropped]"
+        text = line.decode("utf-8", "replace").rstrip("\r")
+        if self._in_key:
+            self._in_key = _PEM_END.search(text) is None
+            return MASK
+        self._in_key = bool(_PEM_BEGIN.search(text)) and not _PEM_END.search(text)
+        return redact_text(text)
+
+
+async def copy_stderr(stream: Any, errlog: TextIO) -> None:
+    """Write ``stream`` (an upstream's stderr) to ``errlog``, redacted, until it ends;
+    the write runs in a thread so that a stalled log never holds the event loop."""
+    seen = StderrLines()
+
+    def write(text: str) -> None:
+        errlog.write(text + "\n")
+        errlog.flush()
+
+    with contextlib.suppress(
+        anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError
+    ):
+        async for line in lines(stream, MAX_STDERR_LINE):
+            await anyio.to_thread.run_sync(write, seen.shown(line))
+
+
+async def lines(stream: Any, max_line: int) -> AsyncIterator[bytes | LineTooLong]:
+    """The lines of a byte stream, without their newline; a line over ``max_line`` bytes
+    comes as :class:`LineTooLong` once its end is seen."""
+    pending: list[bytes] = []
+    size = 0
+    async for chunk in stream:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            piece = chunk[start:end]
+            start = end + 1
+            if size + len(piece) > max_line:
+                yield LineTooLong(f"an upstream message over {max_line} bytes was dropped")
+            elif pending:
+                pending.append(piece)
+                yield b"".join(pending)
+            else:
+                yield piece
+            pending, size = [], 0
+        rest = chunk[start:]
+        if rest:
+            size += len(rest)
+            if size <= max_line:
+                pending.append(rest)
+            else:
+                pending = []  # past the bound: counted, not kept
+
+
+@contextlib.asynccontextmanager
+async def stdio_transport(
+    server: StdioServerParameters, errlog: TextIO, max_line: int
+) -> AsyncIterator[tuple[Any, Any]]:
+    """Start ``server`` and yield its (read, write) message streams, as the SDK's
+    ``stdio_client`` does."""
+    from mcp.client import stdio as sdk
+    from mcp.shared.message import SessionMessage
+
+    command = await sdk._get_executable_command(server.command)
+    process = await sdk._create_platform_compatible_process(
+        command=command,
+        args=server.args,
+        env=sdk.get_default_environment() | (server.env or {}),
+        errlog=cast(TextIO, subprocess.PIPE),  # read by copy_stderr, redacted
+        cwd=server.cwd,
+    )
+    # no awaits before the task group: a cancellation here would leak the process
+    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    stopping = False
+    writer_done = anyio.Event()
+
+    async def reader() -> None:
+        assert process.stdout is not None
+        try:
+            async with read_writer:
+                try:
+                    async for line in lines(process.stdout, max_line):
+                        message = line if isinstance(line, Exception) else await parse_line(line)
+                        try:
+                            await read_writer.send(message)
+                        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                            return
+                finally:
+                    await sdk._drain_stdout(process)
+        except anyio.ClosedResourceError:
+            pass  # our own shutdown closed the pipe under the read
+        except (anyio.BrokenResourceError, ConnectionError):
+            if not stopping:
+                log.warning('{"event": "upstream_read_failed", "command": "%s"}', server.command)
+
+    async def writer() -> None:
+        assert process.stdin is not None
+        try:
+            async with write_reader:
+                async for message in write_reader:
+                    text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await process.stdin.send((text + "\n").encode(server.encoding))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await read_writer.aclose()  # the session sees the end, not a hang
+        finally:
+            writer_done.set()
+
+    async def shutdown() -> None:
+        read_stream.close()
+        write_stream.close()
+        with anyio.move_on_after(0.5):
+            await writer_done.wait()
+        await sdk._stop_server_process(process)
+        await sdk._aclose_all(read_stream, write_stream, read_writer, write_reader)
+        await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reader)
+        tg.start_soon(writer)
+        stderr = getattr(process, "stderr", None)  # Windows' fallback process has none
+        if stderr is not None:
+            tg.start_soon(copy_stderr, stderr, errlog)
+        try:
+            yield read_stream, write_stream
+        finally:
+            stopping = True
+            with anyio.CancelScope(shield=True):  # every wait inside is bounded
+                await shutdown()
+            tg.cancel_scope.cancel()

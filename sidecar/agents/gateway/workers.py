@@ -1,0 +1,132 @@
+"""Where the gateway's work on the backend runs, and how finished sessions reach it.
+
+The backend may block on storage, so it is called from worker threads: reads (checks,
+searches) and writes (reports, syncs) on threads of their own, so that a slow write
+never holds up a session's check, and results too large to take on the event loop on a
+third.  :class:`Reporter` hands finished sessions to the backend in the background, and
+on the way out waits (bounded) for the reports still in flight.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+
+from sidecar.agents.gateway.backend import GatewayBackend
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from sidecar.agents.gateway.sessions import SessionBook, SessionReport
+
+log = logging.getLogger("sidecar.agents.gateway")
+T = TypeVar("T")
+DRAIN_S = 30.0
+"""How long the shutdown waits for reports still in flight."""
+
+
+@dataclass
+class GatewayStats:
+    calls: int = 0
+    forwarded: int = 0
+    blocked: int = 0
+    warned: int = 0
+    refused_hidden: int = 0
+    upstream_errors: int = 0
+    timeouts: int = 0
+    contest_samples: int = 0
+    syncs: int = 0
+    sync_failures: int = 0
+    reports: int = 0
+    report_failures: int = 0
+
+
+class Workers:
+    """The three worker-thread lanes (one thread each)."""
+
+    def __init__(self, inline_checks: bool = False) -> None:
+        self._reads = anyio.CapacityLimiter(1)
+        self._writes = anyio.CapacityLimiter(1)
+        self._heavy = anyio.CapacityLimiter(1)
+        self._inline_checks = inline_checks
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._reads)
+
+    async def write(self, fn: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._writes)
+
+    async def heavy(self, fn: Callable[[], T]) -> T:
+        return await anyio.to_thread.run_sync(fn, limiter=self._heavy)
+
+    async def checked(self, fn: Callable[..., T], *args: Any) -> T:
+        """A read on the call path: on the event loop for a backend whose checks never
+        block (``inline_checks``), which saves a thread hop per call."""
+        if self._inline_checks:
+            return fn(*args)
+        return await self.read(fn, *args)
+
+
+class Reporter:
+    """Finished sessions to :meth:`GatewayBackend.report_session`, in the background."""
+
+    def __init__(
+        self, backend: GatewayBackend, workers: Workers, book: SessionBook, stats: GatewayStats
+    ) -> None:
+        self._backend = backend
+        self._workers = workers
+        self._book = book
+        self._stats = stats
+        self._tg: TaskGroup | None = None
+        self._inflight = 0  # scheduled reports not yet handed to the backend
+
+    def start(self, tg: TaskGroup) -> None:
+        self._tg = tg
+        tg.start_soon(self._sweep)
+
+    async def stop(self) -> None:
+        """Every open session concluded and reported; reports in flight waited for."""
+        with anyio.CancelScope(shield=True):
+            for report in self._book.close_all():
+                await self.report(report)
+            with anyio.move_on_after(DRAIN_S):
+                while self._inflight:
+                    await anyio.sleep(0.01)
+        self._tg = None
+
+    def schedule(self, *reports: SessionReport | None) -> None:
+        for report in reports:
+            if report is not None and self._tg is not None:
+                self._inflight += 1
+                self._tg.start_soon(self.report, report, True)
+
+    async def report(self, report: SessionReport, scheduled: bool = False) -> None:
+        try:
+            await self._workers.write(
+                functools.partial(self._backend.report_session, source=report.source),
+                report.session_id,
+                list(report.steps),
+                report.outcome,
+                report.task_input,
+            )
+            self._stats.reports += 1
+        except Exception as exc:  # a failing backend must not take the gateway down
+            self._stats.report_failures += 1
+            log.error('{"event": "report_failed", "type": "%s"}', type(exc).__name__)
+        finally:
+            if scheduled:
+                self._inflight -= 1
+
+    async def _sweep(self) -> None:
+        limits = self._book.limits
+        shortest = min(limits.idle_timeout_s, limits.link_window_s)
+        interval = min(max(shortest / 4, 0.05), 5.0)
+        while True:
+            await anyio.sleep(interval)
+            for report in self._book.expire():
+                await self.report(report)

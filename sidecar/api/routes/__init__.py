@@ -1,5 +1,0 @@
-"""The HTTP API's routes, one router per concern; each route calls one library method."""
-
-from sidecar.api.routes import archive, eviction, lookup, operations, tools
-
-ROUTERS = (operations.router, tools.router, lookup.router, archive.router, eviction.router)

@@ -1,0 +1,155 @@
+"""The HTTP service: a FastAPI app over one :class:`~sidecar.core.Sidecar`, with the MCP
+server mounted at ``/mcp``, behind :class:`~sidecar.shells.api.gate.Gate`.
+
+Every error leaves as ``{"error": {"code", "message"}}``: the library's errors with the
+status their class declares (:mod:`sidecar.errors`), request-schema failures as 422,
+anything else as a 500 that names no internals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sidecar.core import Sidecar
+from sidecar.errors import RateLimited, SidecarError
+from sidecar.limits import MAX_BODY_BYTES
+from sidecar.metrics import Metrics
+from sidecar.principals import Principals
+from sidecar.redact import redact_text
+from sidecar.settings import Settings
+from sidecar.shells.api.docs import add_docs
+from sidecar.shells.api.gate import PUBLIC, ASGIApp, Gate, envelope
+from sidecar.shells.api.routes import ROUTERS
+
+log = logging.getLogger("sidecar.service")
+
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "127.0.0.1:*", "localhost:*", "[::1]:*"]
+LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+
+
+def create_app(
+    sc: Sidecar, token: str, max_body_bytes: int = MAX_BODY_BYTES, with_mcp: bool = True
+) -> ASGIApp:
+    metrics = Metrics()
+    mcp_app: ASGIApp | None = None
+    mcp_server = None
+    if with_mcp:
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        from sidecar.shells.mcp_server import build_mcp
+
+        mcp_server = build_mcp(sc)
+        mcp_app = mcp_server.streamable_http_app(
+            streamable_http_path="/mcp",
+            transport_security=TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=LOOPBACK_HOSTS,
+                allowed_origins=LOOPBACK_ORIGINS,
+            ),
+        )
+
+    from sidecar.agents.otlp import (
+        AssemblerLimits,
+        TraceAssembler,
+        otlp_router,
+        prometheus_lines,
+        sweep,
+    )
+    from sidecar.agents.otlp.lanes import ProcessLane
+    from sidecar.agents.otlp.sink import LibrarySink
+
+    # a stand-in for a library not opened yet (an OpenAPI document built at import) has
+    # no settings: the defaults then
+    settings = sc.settings if isinstance(sc, Sidecar) else Settings()
+    # an exporter's batch may be larger than an API request, and is not retried on 413
+    otlp_body = settings.otlp_max_request_bytes
+    limits = AssemblerLimits(
+        # every traced session is evidence: successes are what a failure is tested against
+        report_clean=True,
+        session_idle_s=settings.otlp_conversation_idle_s,
+        max_request_bytes=otlp_body,
+        max_memory_bytes=settings.otlp_max_memory_bytes,
+    )
+    traces = TraceAssembler(LibrarySink(sc), limits)
+    metrics.add_source(lambda: prometheus_lines(traces))
+    # a large trace request is parsed in a worker process, started on first use
+    large = ProcessLane()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        import anyio
+
+        async with contextlib.AsyncExitStack() as stack:
+            if mcp_server is not None:
+                await stack.enter_async_context(mcp_server.session_manager.run())
+            tasks = await stack.enter_async_context(anyio.create_task_group())
+            tasks.start_soon(sweep, traces)
+            try:
+                yield
+            finally:
+                tasks.cancel_scope.cancel()
+                # sessions still open are evidence too
+                await anyio.to_thread.run_sync(traces.deliver, traces.flush())
+                await anyio.to_thread.run_sync(large.close)
+
+    from sidecar import __version__
+
+    api = FastAPI(
+        title="tool-chain sidecar",
+        version=__version__,
+        description="Failure memory for agent tool retrieval. Every route but /livez and "
+        "the documentation needs `Authorization: Bearer <token>`.",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    add_docs(api, PUBLIC)
+    api.state.sidecar = sc
+    api.state.metrics = metrics
+    api.state.max_body_bytes = max_body_bytes
+    api.state.traces = traces
+    for router in ROUTERS:
+        api.include_router(router)
+    api.include_router(otlp_router(traces, max_body_bytes=otlp_body, large=large))
+    _error_handlers(api)
+    principals = (
+        Principals.load(sc.settings.tokens_path, token)
+        if isinstance(sc, Sidecar)
+        else Principals.load(None, token)
+    )
+    return Gate(api, mcp_app, principals, max_body_bytes, metrics, {"/v1/traces": otlp_body})
+
+
+def _error_handlers(api: FastAPI) -> None:
+    @api.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        message = f"{where}: {first.get('msg', 'invalid request')}" if where else "invalid request"
+        return envelope(422, "invalid_request", redact_text(message)[:500])
+
+    @api.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return envelope(exc.status_code, code, str(exc.detail))
+
+    @api.exception_handler(SidecarError)
+    async def _known(_request: Request, exc: SidecarError) -> JSONResponse:
+        headers = None
+        if isinstance(exc, RateLimited):
+            headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+        return envelope(exc.status, exc.code, redact_text(str(exc)), headers)
+
+    @api.exception_handler(Exception)
+    async def _unknown(_request: Request, exc: Exception) -> JSONResponse:
+        log.error(json.dumps({"event": "error", "type": type(exc).__name__}))
+        return envelope(500, "internal", "internal error; see the sidecar's log")

@@ -1,0 +1,231 @@
+"""The outer ASGI layer of the HTTP service.
+
+In this order: it times every request for ``/metrics`` (labelled by route template,
+so no request can add a series), refuses bodies over the limit with 413 before reading
+them whole (it reads and drops up to :data:`DRAIN_BYTES` of such a body first, so that a
+client that sends its whole body before reading the answer, as Python's ``urllib`` and
+``httpx`` do, reads the 413 instead of a broken pipe), requires the bearer token on
+every route but the public ones (compared in constant time, never logged), and sends
+``/mcp`` to the MCP transport (which checks ``Origin`` and ``Host`` against loopback).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from sidecar.errors import BodyTooLarge
+from sidecar.metrics import Metrics
+from sidecar.principals import PRINCIPAL, Principal, Principals
+from sidecar.redact import redact_text
+from sidecar.shells.api.docs import ASSETS
+
+log = logging.getLogger("sidecar.service")
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+PUBLIC = frozenset({"/livez", "/docs", "/redoc", "/openapi.json"})
+"""Routes served without the token: liveness, and the API's documentation (no data)."""
+PUBLIC_PREFIX = ASSETS + "/"
+"""The documentation pages' scripts and styles."""
+
+
+def is_public(path: str) -> bool:
+    """Whether ``path`` is served without the token (an asset path may not climb out of
+    its folder: the router never sees it as another route, and it is not even asked)."""
+    if path in PUBLIC:
+        return True
+    return path.startswith(PUBLIC_PREFIX) and ".." not in path.split("/")
+
+
+UNMATCHED = "(unmatched)"
+DRAIN_BYTES = 32 * 1_048_576
+"""Bytes of a refused body read and dropped before the 413 is sent; past them (or
+:data:`DRAIN_S`) the connection is closed after the answer."""
+DRAIN_S = 10.0
+
+
+def envelope(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"code": code, "message": message}}, status_code=status, headers=headers
+    )
+
+
+class Gate:
+    def __init__(
+        self,
+        api: ASGIApp,
+        mcp: ASGIApp | None,
+        principals: Principals,
+        limit: int,
+        metrics: Metrics,
+        limits: Mapping[str, int] | None = None,
+    ) -> None:
+        """``limits``: body limits of their own for some paths (the OTLP intake)."""
+        self.api = api
+        self.mcp = mcp
+        self.principals = principals
+        self.limit = limit
+        self.limits = dict(limits or {})
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.api(scope, receive, send)  # lifespan: runs the MCP session manager
+            return
+        started = time.perf_counter()
+        status_box = [500]
+
+        async def send_status(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status_box[0] = message["status"]
+            await send(message)
+
+        path = scope.get("path", "")
+        try:
+            await self._handle(scope, receive, send_status, path)
+        finally:
+            seconds = time.perf_counter() - started
+            route = self.route_label(scope)
+            self.metrics.observe(scope.get("method", ""), route, status_box[0], seconds)
+            log.info(
+                json.dumps(
+                    {
+                        "event": "request",
+                        "method": scope.get("method"),
+                        "path": redact_text(path)[:256],
+                        "status": status_box[0],
+                        "ms": round(seconds * 1000, 2),
+                    }
+                )
+            )
+
+    def route_label(self, scope: Scope) -> str:
+        """The template of the route that served the request (the router leaves it in
+        the scope: ``/v1/tools/{tool_id}/restore``), or one shared label: a bounded set,
+        whatever paths clients send."""
+        path = scope.get("path", "")
+        if self.mcp is not None and (path == "/mcp" or path.startswith("/mcp/")):
+            return "/mcp"
+        template = getattr(scope.get("route"), "path", None)
+        return template if isinstance(template, str) else UNMATCHED
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
+        if not is_public(path):
+            refusal, principal = self._refusal(headers.get("authorization"))
+            if refusal is not None:
+                await envelope(401, "unauthorized", refusal, {"WWW-Authenticate": "Bearer"})(
+                    scope, receive, send
+                )
+                return
+            # who asks: the routes and the MCP tools read it (the source of what it reports)
+            scope.setdefault("state", {})[PRINCIPAL] = principal
+        limit = self.limits.get(path, self.limit)
+        length = headers.get("content-length")
+        if length is not None:
+            try:
+                too_big = int(length) > limit
+            except ValueError:
+                too_big = True
+            if too_big:
+                await self._too_large(scope, receive, send, limit)
+                return
+        target = (
+            self.mcp
+            if self.mcp is not None and (path == "/mcp" or path.startswith("/mcp/"))
+            else self.api
+        )
+        if scope.get("method") in ("POST", "PUT", "PATCH"):
+            # read at most `limit` bytes (chunked bodies have no Content-Length), then
+            # replay them to the app
+            body, complete = await _read_capped(receive, limit)
+            if not complete:
+                await self._too_large(scope, receive, send, limit)
+                return
+            receive = _replay(body, receive)
+        await target(scope, receive, send)
+
+    def _refusal(self, header: bytes | None) -> tuple[str | None, Principal | None]:
+        """Why the request is not authorized (missing or wrong token), or the principal
+        its token names."""
+        if not header:
+            return (
+                "no bearer token: send Authorization: Bearer <token> (the token is in the "
+                "sidecar home's `token` file, or $SIDECAR_TOKEN, or a named token)"
+            ), None
+        scheme, _, value = header.partition(b" ")
+        if scheme.lower() != b"bearer":
+            return "the Authorization header must be `Bearer <token>`", None
+        principal = self.principals.authenticate(value.strip())
+        if principal is None:
+            return "the bearer token is wrong (it matches none of this sidecar's tokens)", None
+        return None, principal
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        await _drain(receive)
+        message = f"request body over {limit} bytes"
+        response = envelope(
+            BodyTooLarge.status, BodyTooLarge.code, message, {"Connection": "close"}
+        )
+        await response(scope, _disconnected, send)
+
+
+async def _drain(receive: Receive) -> None:
+    """Read and drop what is left of a refused body, up to :data:`DRAIN_BYTES` within
+    :data:`DRAIN_S`."""
+    import anyio
+
+    read = 0
+    with anyio.move_on_after(DRAIN_S):
+        while read <= DRAIN_BYTES:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            read += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
+
+
+async def _disconnected() -> Message:
+    return {"type": "http.disconnect"}
+
+
+async def _read_capped(receive: Receive, limit: int) -> tuple[bytes, bool]:
+    """The request body, or ``complete=False`` as soon as it passes ``limit``."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(parts), True  # client went away; the app will see it
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return b"", False
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(parts), True
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # e.g. http.disconnect
+
+    return replay

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query
+
+from sidecar.errors import Forbidden
+from sidecar.limits import MAX_POINTER
+from sidecar.shells.api.deps import Caller, Lib, Operator
+from sidecar.shells.api.models import ForgetIn, MaintainIn, ReasonIn, ReportsIn
+from sidecar.wire import dump, dump_dict
+
+router = APIRouter(tags=["archive"])
+
+
+@router.post("/v1/reports")
+def reports(body: ReportsIn, sc: Lib, who: Caller) -> dict[str, Any]:
+    if body.source is not None and body.source != who.name and not who.operator:
+        raise Forbidden(
+            f"only an operator may attribute reports to another source; the token "
+            f"{who.name!r} is an {who.role}'s"
+        )
+    source = body.source or who.name
+    return {"results": dump(sc.report_many(body.reports, source=source, role=who.role))}
+
+
+@router.get("/v1/audit")
+def audit(sc: Lib, pointer: str = Query(min_length=1, max_length=MAX_POINTER)) -> dict[str, Any]:
+    return dump_dict(sc.audit(pointer))
+
+
+@router.get("/v1/archive/digest")
+def digest(sc: Lib) -> dict[str, Any]:
+    return dump_dict(sc.digest())
+
+
+@router.get("/v1/archive/status")
+def archive_status(sc: Lib, verify: bool = False) -> dict[str, Any]:
+    return dump_dict(sc.status(verify))
+
+
+@router.post("/v1/archive/maintain")
+def maintain(body: MaintainIn, sc: Lib, _who: Operator) -> dict[str, Any]:
+    return dump_dict(sc.maintain_archive(body.retention_hours))
+
+
+@router.get("/v1/constraints")
+def constraints(sc: Lib, include_lifted: bool = False) -> dict[str, Any]:
+    return {"constraints": dump(sc.constraints(include_lifted))}
+
+
+@router.get("/v1/constraints/{constraint_id}")
+def constraint(constraint_id: str, sc: Lib) -> dict[str, Any]:
+    return dump_dict(sc.constraint(constraint_id))
+
+
+@router.post("/v1/constraints/{chain_id}/lift")
+def lift(chain_id: str, body: ReasonIn, sc: Lib, _who: Operator) -> dict[str, Any]:
+    return dump_dict(sc.lift(chain_id, body.reason))
+
+
+@router.post("/v1/constraints/{chain_id}/reinstate")
+def reinstate(chain_id: str, body: ReasonIn, sc: Lib, _who: Operator) -> dict[str, Any]:
+    return dump_dict(sc.reinstate(chain_id, body.reason))
+
+
+@router.post("/v1/sources/{source}/forget")
+def forget(source: str, body: ForgetIn, sc: Lib, _who: Operator) -> dict[str, Any]:
+    return dump_dict(sc.forget(source, body.since))

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from sidecar.paging import DEFAULT_LIMIT, MAX_LIMIT
+from sidecar.shells.api.deps import Caller, Lib, Operator
+from sidecar.shells.api.models import SyncIn, ToolsIn
+from sidecar.tools.catalog import load_tools
+from sidecar.wire import dump_dict
+
+router = APIRouter(tags=["tools"])
+
+
+@router.post("/v1/tools")
+def add_tools(body: ToolsIn, sc: Lib, _who: Operator) -> dict[str, Any]:
+    return dump_dict(sc.add_tools(load_tools([body.tools], "request")))
+
+
+@router.get("/v1/tools")
+def list_tools(
+    sc: Lib,
+    who: Caller,
+    cursor: Annotated[
+        str | None,
+        Query(max_length=256, description="`next_cursor` of the page before (none: the first)"),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="tools on this page")] = (
+        DEFAULT_LIMIT
+    ),
+) -> dict[str, Any]:
+    """The active tools, a page at a time in tool-id order: follow `next_cursor` until it
+    is null.  An operator's token sees every active tool as stored; an agent's sees what
+    a lookup could show it: no tool evicted or withheld from every lookup, and no
+    credential references nor pins (`view` says which)."""
+    return dump_dict(sc.list_tools_page(cursor, limit, agent=not who.operator))
+
+
+@router.post("/v1/tools/sync")
+def sync_tools(body: SyncIn, sc: Lib, _who: Operator) -> dict[str, Any]:
+    """Make the hot index hold exactly ``source``'s tools (an MCP gateway's upstream)."""
+    return dump_dict(sc.sync_tools(body.source, load_tools([body.tools], "request")))
+
+
+@router.get("/v1/tools/hidden")
+def hidden_tools(sc: Lib) -> dict[str, Any]:
+    """Tools never to be listed or called: evicted, or with their move begun."""
+    return {"tools": sorted(sc.hidden_tools())}

@@ -1,0 +1,75 @@
+"""``sidecar gateway``: an MCP gateway in front of upstream MCP servers, with the memory
+of this home, or of the server that owns it (or the one ``--url`` names)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from sidecar.errors import EXIT_OK
+from sidecar.shells.cli.commands import backend, home_of
+from sidecar.shells.cli.output import status
+
+
+def gateway(args: argparse.Namespace) -> int:
+    """An MCP gateway in front of upstream MCP servers, with this home's memory (or,
+    beside a server that owns the home, or with --url, that server's)."""
+    import anyio
+
+    from sidecar.agents.gateway.library import LibraryBackend
+    from sidecar.agents.gateway.serving import serve_on
+    from sidecar.shells.api.serve import bind, token_for
+
+    home = home_of(args)
+    with backend(args, write=True) as b:
+        through = getattr(b, "url", None)
+        gw = _build_gateway(args, LibraryBackend(b), home, token_for)
+        if args.stdio:
+            if through:
+                status(f"sidecar gateway: serving stdio, its memory the sidecar at {through}")
+            gw.run_stdio()
+            return EXIT_OK
+        sock = bind(args.host, args.port)
+
+        def announce(url: str) -> None:
+            where = "no token" if gw.token is None else f"token: {home / 'token'} or $SIDECAR_TOKEN"
+            memory = f"; memory: the sidecar at {through}" if through else ""
+            status(f"sidecar gateway serving {url} ({where}{memory})")
+
+        try:
+            anyio.run(serve_on, gw, sock, announce)
+        finally:
+            sock.close()
+    return EXIT_OK
+
+
+def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for: Any) -> Any:
+    from sidecar.agents.gateway import build_gateway
+    from sidecar.agents.gateway.contest import ContestPolicy
+    from sidecar.principals import Principals
+    from sidecar.settings import Settings
+
+    settings = Settings.load(home=home)
+    timeout = args.call_timeout if args.call_timeout is not None else settings.gateway_call_timeout
+    return build_gateway(
+        memory,
+        args.upstream,
+        expose=args.expose,
+        pins=args.pin,
+        idle_timeout_s=args.idle_timeout,
+        report_clean=True,
+        token=None if args.stdio or args.no_token else token_for(home),
+        principals=None
+        if args.stdio or args.no_token
+        else Principals.load(settings.tokens_path, None),
+        call_timeout_s=timeout or None,
+        json_response=args.json_response,
+        warning_text=settings.gateway_warning_text,
+        link_window_s=settings.gateway_link_window,
+        contest=ContestPolicy(
+            rate=settings.gateway_contest_rate,
+            budget=settings.gateway_contest_budget,
+            scope=settings.gateway_contest_scope,
+        ),
+    )

@@ -1,0 +1,417 @@
+"""The ``sidecar`` command line: one sub-parser per command, bound to its function in
+:mod:`sidecar.shells.cli.commands`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from sidecar import __version__
+from sidecar.limits import CHECK_MODES, MANDATE_STATUSES, MAX_BODY_BYTES, MAX_K
+from sidecar.shells.cli import commands as cmd
+from sidecar.shells.cli import gateway as gateway_command
+
+
+# ---- argument types -------------------------------------------------------------------
+def csv(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def context_pair(value: str) -> tuple[str, Any]:
+    """``key=value``; the value is read as JSON when it parses (a number, a boolean),
+    else as a string.  A number that is not finite is refused."""
+    key, sep, raw = value.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected key=value, got {value!r}")
+    try:
+        parsed = json.loads(raw)
+        if isinstance(parsed, dict | list):
+            parsed = raw
+    except json.JSONDecodeError:
+        parsed = raw
+    if isinstance(parsed, float) and not math.isfinite(parsed):
+        raise argparse.ArgumentTypeError(f"{key.strip()}: {raw!r} is not a finite number")
+    return key.strip(), parsed
+
+
+def json_object(raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc.msg}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return value
+
+
+def positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def k_int(raw: str) -> int:
+    value = positive_int(raw)
+    if value > MAX_K:
+        raise argparse.ArgumentTypeError(f"at most {MAX_K}, got {value}")
+    return value
+
+
+def port_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {raw!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535, got {value}")
+    return value
+
+
+# ---- the parser -----------------------------------------------------------------------
+def common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--home",
+        default=argparse.SUPPRESS,
+        help="sidecar home (default: $SIDECAR_HOME, else ./.sidecar)",
+    )
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
+    common.add_argument(
+        "--chroma-url",
+        default=argparse.SUPPRESS,
+        help="use the Chroma server at this http://host:port instead of the embedded store "
+        "(default: $SIDECAR_CHROMA_URL)",
+    )
+    common.add_argument(
+        "--url",
+        default=argparse.SUPPRESS,
+        help="talk to a running sidecar (default: $SIDECAR_URL, else the server that owns "
+        "the home; token from $SIDECAR_TOKEN or the home's token file)",
+    )
+    return common
+
+
+Command = Callable[..., argparse.ArgumentParser]
+"""``command(name, help, parent=sub)``: a sub-parser with the common options."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = common_options()
+    parser = argparse.ArgumentParser(
+        prog="sidecar",
+        description="Failure memory for agent tool retrieval: an active tool index, an "
+        "archive of abandoned tool chains, and constraint-aware lookup.",
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, help: str, parent: Any = sub, **kw: Any) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = parent.add_parser(name, help=help, parents=[common], **kw)
+        return p
+
+    tool_commands(command)
+    lookup_commands(command)
+    archive_commands(command)
+    eviction_commands(command)
+    serving_commands(command)
+    return parser
+
+
+def tool_commands(command: Command) -> None:
+    """The commands of the tool index."""
+    tools = command("tools", "manage the active tool index")
+    tools_sub = tools.add_subparsers(dest="tools_command", metavar="ACTION", required=True)
+    add = command(
+        "add",
+        "add or update tools from files (MCP tools/list, OpenAI function tools, or sidecar "
+        "JSON lines)",
+        tools_sub,
+    )
+    add.add_argument("files", nargs="+", metavar="FILE")
+    add.set_defaults(func=cmd.tools_add)
+    command("list", "list the active tools", tools_sub).set_defaults(func=cmd.tools_list)
+
+
+def lookup_commands(command: Command) -> None:
+    """The commands of lookups, checks and reports."""
+    search = command("search", "semantic tool lookup")
+    search.add_argument("query")
+    search.add_argument("-k", type=k_int, default=5, help="number of tools (default 5)")
+    search.add_argument(
+        "--after", type=csv, default=[], metavar="A,B", help="tools already executed, in order"
+    )
+    search.add_argument(
+        "--context",
+        type=context_pair,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="runtime context for conditions, e.g. payload_bytes=7200000 (repeatable)",
+    )
+    search.add_argument(
+        "--steps",
+        metavar="FILE",
+        help="the session so far (JSON: a list of {tool, arguments, output, error}, or a "
+        "report with `steps`; - for stdin): stands for --after and adds warnings",
+    )
+    search.add_argument("--task-input", metavar="TEXT", help="what the agent was asked")
+    search.set_defaults(func=cmd.search)
+
+    report = command(
+        "report",
+        "report sessions or chains (JSON lines) from FILE or - for stdin: one summary line "
+        "(archived, recorded, not archived, rejected), a progress bar on a terminal",
+    )
+    report.add_argument("file", metavar="FILE|-")
+    report.add_argument(
+        "--verbose", action="store_true", help="one line per report (--json: one JSON object)"
+    )
+    report.set_defaults(func=cmd.report)
+
+    check = command(
+        "check",
+        "check a plan (A,B,C) against the archive, or a call before it is made (--steps "
+        "FILE [--next TOOL] [--args JSON]: exit 0 allow, 4 warn, 3 block)",
+    )
+    check.add_argument("plan", type=csv, metavar="A,B,C", nargs="?")
+    check.add_argument("--mode", choices=CHECK_MODES, default="sequence")
+    check.add_argument(
+        "--context", type=context_pair, action="append", default=[], metavar="KEY=VALUE"
+    )
+    check.add_argument(
+        "--steps",
+        metavar="FILE",
+        help="the session so far (as for search); its `next`, if it has one, is the call to check",
+    )
+    check.add_argument(
+        "--next", metavar="TOOL", help="the call about to be made (default: the file's `next`)"
+    )
+    check.add_argument(
+        "--args",
+        type=json_object,
+        default=None,
+        metavar="JSON",
+        help="its arguments (default: the file's `next` arguments for the same tool, else {})",
+    )
+    check.add_argument("--task-input", metavar="TEXT", help="what the agent was asked")
+    check.set_defaults(func=cmd.check)
+
+
+def archive_commands(command: Command) -> None:
+    """The commands of the archive and its constraints."""
+    audit = command(
+        "audit",
+        "show an archived record: cold://chains/<chain_id> or cold://tools/<tool_id>",
+    )
+    audit.add_argument("pointer", metavar="POINTER")
+    audit.set_defaults(func=cmd.audit)
+
+    arch = command("archive", "the abandoned chain archive")
+    arch_sub = arch.add_subparsers(dest="archive_command", metavar="ACTION", required=True)
+    command("digest", "the archive digest", arch_sub).set_defaults(func=cmd.archive_digest)
+    st = command("status", "counts, quarantined and damaged files, health", arch_sub)
+    st.add_argument("--verify", action="store_true", help="checksum every cold file")
+    st.set_defaults(func=cmd.archive_status)
+    maint = command(
+        "maintain", "compact, checkpoint and vacuum a Delta archive (operator)", arch_sub
+    )
+    maint.add_argument(
+        "--retention-hours",
+        type=float,
+        default=None,
+        help="delete files no commit names only once this old (default 168, at least 1)",
+    )
+    maint.set_defaults(func=cmd.archive_maintain)
+
+
+def eviction_commands(command: Command) -> None:
+    """The commands of eviction, restores and revocations."""
+    evict = command("evict", "evict dead-end prefix tools to cold storage")
+    evict.add_argument("--dry-run", action="store_true", help="decide and report; change nothing")
+    evict.add_argument(
+        "--recover", action="store_true", help="only finish moves a crash interrupted"
+    )
+    evict.add_argument(
+        "--min-chains",
+        type=positive_int,
+        metavar="N",
+        help="dead-end sessions a tool must drive to be evicted, for this run "
+        "(default: SIDECAR_EVICT_MIN_CHAINS, 2)",
+    )
+    evict.add_argument("--verbose", action="store_true", help="name every evicted and kept tool")
+    evict.set_defaults(func=cmd.evict)
+
+    restore = command("restore", "bring an evicted tool back from cold storage")
+    restore.add_argument("tool_id", metavar="TOOL_ID")
+    restore.add_argument("--reason", required=True, help="what was fixed (kept for audit)")
+    restore.add_argument(
+        "--lift-constraints",
+        action="store_true",
+        help="also stop enforcing the chains that drove its eviction",
+    )
+    restore.set_defaults(func=cmd.restore)
+
+    rev = command("revocations", "credential revocation mandates")
+    rev.add_argument("--status", choices=MANDATE_STATUSES)
+    rev.set_defaults(func=cmd.revocations)
+    rev_sub = rev.add_subparsers(dest="revocations_command", metavar="ACTION")
+    command("run", "apply the configured revoker to due mandates", rev_sub).set_defaults(
+        func=cmd.revocations_run
+    )
+
+    cons = command("constraints", "archived negative constraints")
+    cons_sub = cons.add_subparsers(dest="constraints_command", metavar="ACTION", required=True)
+    cons_list = command("list", "list constraints", cons_sub)
+    cons_list.add_argument("--all", action="store_true", help="include lifted ones")
+    cons_list.set_defaults(func=cmd.constraints_list)
+    show = command("show", "one constraint, its evidence and its status", cons_sub)
+    show.add_argument("constraint_id", metavar="ID")
+    show.set_defaults(func=cmd.constraints_show)
+    lift = command(
+        "lift", "stop enforcing a constraint (a chain id, or a call condition id)", cons_sub
+    )
+    lift.add_argument("constraint_id", metavar="ID")
+    lift.add_argument("--reason", required=True, help="why (kept for audit)")
+    lift.add_argument(
+        "--reinstate", action="store_true", help="enforce it again instead (= reinstate)"
+    )
+    lift.set_defaults(func=cmd.constraints_lift)
+    reinstate = command("reinstate", "enforce a lifted or retired constraint again", cons_sub)
+    reinstate.add_argument("constraint_id", metavar="ID")
+    reinstate.add_argument("--reason", required=True, help="why (kept for audit)")
+    reinstate.set_defaults(func=cmd.constraints_reinstate)
+
+    forget = command("forget", "remove what one source reported, and derive again")
+    forget.add_argument(
+        "--source", required=True, help="a token's name, 'gateway', 'otlp' or 'local'"
+    )
+    forget.add_argument(
+        "--since",
+        type=since_time,
+        default=None,
+        help="only what arrived since: a Unix time or an ISO date/time (UTC if no zone)",
+    )
+    forget.set_defaults(func=cmd.forget)
+
+
+def since_time(text: str) -> float:
+    """A Unix time, or an ISO 8601 date or date and time (UTC unless it names a zone)."""
+    from datetime import UTC, datetime
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a Unix time or an ISO date/time, got {text!r}"
+        ) from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def serving_commands(command: Command) -> None:
+    """The commands of serving and the walk-through."""
+    serve = command("serve", "serve the HTTP API and MCP (streamable HTTP)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument(
+        "--port", type=port_int, default=8765, help="port (default 8765; 0: any free port)"
+    )
+    serve.add_argument(
+        "--max-body",
+        type=positive_int,
+        default=MAX_BODY_BYTES,
+        help="largest request body in bytes",
+    )
+    serve.add_argument(
+        "--demo-if-empty", action="store_true", help="load the demo catalog into an empty home"
+    )
+    serve.set_defaults(func=cmd.serve)
+
+    command(
+        "mcp",
+        "serve MCP over stdio (beside a running server, or with --url: through that server)",
+    ).set_defaults(func=cmd.mcp)
+
+    gw = command(
+        "gateway",
+        "an MCP server in front of upstream MCP servers: curated tools/list, every "
+        "tools/call checked against the failure memory, sessions reported with no code",
+    )
+    gw.add_argument(
+        "upstream",
+        nargs="+",
+        metavar="NAME=URL|NAME=COMMAND",
+        help="an upstream: NAME=http://host:port/mcp (streamable HTTP) or NAME='COMMAND "
+        "ARGS...' (stdio); tool names are prefixed NAME_ only when two upstreams clash",
+    )
+    gw.add_argument(
+        "--expose",
+        choices=["all", "search"],
+        default="all",
+        help="all: the upstreams' tools (evicted ones hidden); search: search_tools and "
+        "call_tool only (plus --pin tools)",
+    )
+    gw.add_argument("--pin", action="append", default=[], metavar="NAME", help="always listed")
+    gw.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="report a session after this many idle seconds (default 300)",
+    )
+    gw.add_argument(
+        "--call-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="answer a call the upstream has not answered in S seconds with an error "
+        "(default $SIDECAR_GATEWAY_CALL_TIMEOUT, 30; 0: no limit)",
+    )
+    gw.add_argument(
+        "--json-response",
+        action="store_true",
+        help="answer each request with one JSON body instead of an event stream (faster, "
+        "but relays no progress, log message, sampling or elicitation during a request)",
+    )
+    gw.add_argument(
+        "--no-token",
+        action="store_true",
+        help="serve HTTP without the bearer token (loopback only; for clients that cannot "
+        "send one)",
+    )
+    gw.add_argument("--stdio", action="store_true", help="serve MCP over stdio instead of HTTP")
+    gw.add_argument("--host", default="127.0.0.1")
+    gw.add_argument("--port", type=port_int, default=8766, help="port (default 8766; 0: any)")
+    gw.set_defaults(func=gateway_command.gateway)
+    command("demo", "walk through the sediment fallacy and its prevention").set_defaults(
+        func=cmd.demo
+    )
+    migrate = command(
+        "migrate",
+        "copy this home's local state into a PostgreSQL database and its archive into a "
+        "shared cold store (both empty)",
+    )
+    migrate.add_argument(
+        "--to-database",
+        metavar="URL",
+        help="postgresql://... of the database that will hold the state from now on",
+    )
+    migrate.add_argument(
+        "--to-cold",
+        metavar="URL",
+        help="s3://bucket/prefix or delta+file:///folder that will hold the archive "
+        "from now on (S3 endpoint and credentials from the AWS_* variables)",
+    )
+    migrate.set_defaults(func=cmd.migrate)

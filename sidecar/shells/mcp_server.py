@@ -1,0 +1,158 @@
+"""The MCP shell: lookup, plan checks, reports and audit for agents; forgetting a source
+for operators.
+
+Every tool calls the same :class:`~sidecar.core.Sidecar` methods as the CLI and the HTTP
+API.  Served over streamable HTTP inside the HTTP app (``/mcp``) or over stdio
+(``sidecar mcp``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+from sidecar.errors import SidecarError
+from sidecar.limits import CheckMode
+from sidecar.principals import THE_PROCESS, Principal, principal_of
+from sidecar.redact import redact_text
+from sidecar.shells.mcp_arguments import JsonObject, Next, Report, Steps, steps_of
+from sidecar.wire import dump_dict
+
+if TYPE_CHECKING:
+    from sidecar.core import Sidecar
+    from sidecar.shells.client import RemoteSidecar
+
+INSTRUCTIONS = (
+    "Failure memory for tool selection. Call search_tools with what you have already "
+    "executed (`steps` or `after`) and runtime facts (`context`): it never returns a "
+    "tool that would complete a known-fatal chain, and says what it withheld. Call "
+    "check_plan with `steps` and `next` before a call: a block means the same call "
+    "failed before in the same state. Report each session with report_chain so no "
+    "successor repeats its failures."
+)
+
+
+def caller(ctx: Context) -> Principal:
+    """Who calls: over HTTP the caller's token; over stdio, this process."""
+    try:
+        request = ctx.request_context.request
+    except ValueError:
+        request = None  # called outside a transport's request (in the same process)
+    return principal_of(getattr(request, "scope", None)) or THE_PROCESS
+
+
+def build_mcp(sc: Sidecar | RemoteSidecar) -> MCPServer:
+    """An MCP server whose tools call ``sc``: the library, or a running sidecar over HTTP
+    (``sidecar mcp`` beside a server)."""
+    server = MCPServer(name="tool-chain-sidecar", instructions=INSTRUCTIONS, log_level="WARNING")
+    _lookup_tools(server, sc)
+    _report_tools(server, sc)
+    return server
+
+
+def _answer(fn: Callable[[], Any]) -> dict[str, Any]:
+    try:
+        return dump_dict(fn())
+    except SidecarError as exc:
+        # a clear, redacted message for the agent; the MCP layer marks it an error
+        raise ToolError(f"{exc.code}: {redact_text(str(exc))}") from None
+
+
+def _lookup_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
+    @server.tool(
+        title="Search tools",
+        description="Semantic tool lookup that withholds continuations known to fail "
+        "after the executed prefix `after` under `context`; pass the session's `steps` "
+        "for warnings about calls known to fail in this state. `abstained: true` means no "
+        "tool fits well: the hits are only the closest candidates.",
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+    def search_tools(
+        query: str,
+        k: int = 5,
+        after: list[str] | None = None,
+        context: JsonObject | None = None,
+        steps: Steps = None,
+        task_input: str | None = None,
+    ) -> dict[str, Any]:
+        session = None if steps is None else steps_of(steps)
+        return _answer(
+            lambda: sc.search(query, k, after or [], context, steps=session, task_input=task_input)
+        )
+
+    @server.tool(
+        title="Check plan",
+        description="Before you act: check a planned tool sequence (`plan`) against archived "
+        "fatal sequences, or one call (`steps` so far, `next`: {tool, arguments}) against "
+        "learned failures: allow, warn (with reasons) or block (do not make the call).",
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+    def check_plan(
+        plan: list[str] | None = None,
+        mode: CheckMode = "sequence",
+        context: JsonObject | None = None,
+        steps: Steps = None,
+        next: Next = None,
+        task_input: str | None = None,
+    ) -> dict[str, Any]:
+        if next is not None:
+            call = (steps_of(steps), next.tool, next.arguments or {}, task_input, context)
+            return _answer(lambda: sc.check_call(*call))
+        if plan is None:
+            raise ToolError("invalid_input: give a plan, or steps and next (the call to check)")
+        return _answer(lambda: sc.check(plan, mode=mode, context=context))
+
+    @server.tool(
+        title="Audit chain",
+        description="The full archived record behind a cold storage pointer.",
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+    def audit_chain(pointer: str) -> dict[str, Any]:
+        return _answer(lambda: sc.audit(pointer))
+
+
+def _report_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
+    from sidecar.shells.client import RemoteSidecar
+
+    remote = isinstance(sc, RemoteSidecar)
+
+    @server.tool(
+        title="Report chain",
+        description="Report a session: its `steps` (tool, arguments, output, error) and "
+        "`outcome`, or a chain's `topology` (same JSON shape as `sidecar report`); "
+        "deterministic failures are archived and learned from.",
+        annotations=ToolAnnotations(
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=True,
+            open_world_hint=False,
+        ),
+    )
+    def report_chain(report: Report, ctx: Context) -> dict[str, Any]:
+        body = report.plain()
+        if isinstance(sc, RemoteSidecar):
+            return _answer(lambda: sc.report(body))  # the server names its own caller
+        who = caller(ctx)
+        return _answer(lambda: sc.report(body, source=who.name, role=who.role))
+
+    @server.tool(
+        title="Forget a source",
+        description="Operators only: remove what one source (a token's name, 'gateway', "
+        "'otlp') reported, since `since` (a Unix time) when given, and derive again what "
+        "rested on it.",
+        annotations=ToolAnnotations(
+            read_only_hint=False,
+            destructive_hint=True,
+            idempotent_hint=True,
+            open_world_hint=False,
+        ),
+    )
+    def forget_source(source: str, ctx: Context, since: float | None = None) -> dict[str, Any]:
+        if not remote and caller(ctx).role != "operator":  # a server checks the role itself
+            raise ToolError("forbidden: forgetting a source needs an operator token")
+        return _answer(lambda: sc.forget(source, since))

@@ -1,0 +1,38 @@
+"""The gateway over stdio in its own process, as an MCP client would start it: in front
+of the shop server, with the in-memory backend writing each session report as a JSON
+line to the file named by the first argument."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from sidecar.agents.gateway import Step, build_gateway
+from sidecar.agents.gateway.standalone import StandaloneBackend
+from tests.agents.gateway.conftest import shop_stdio
+
+
+class RecordingBackend(StandaloneBackend):
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def report_session(
+        self,
+        session_id: str,
+        steps: list[Step],
+        outcome: Any,
+        task_input: str | None,
+        source: str = "",
+    ) -> None:
+        super().report_session(session_id, steps, outcome, task_input, source)
+        line = {"outcome": outcome, "steps": [asdict(s) for s in steps], "task": task_input}
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(line) + "\n")
+
+
+if __name__ == "__main__":
+    build_gateway(RecordingBackend(Path(sys.argv[1])), [shop_stdio()]).run_stdio()

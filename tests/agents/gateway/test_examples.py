@@ -1,0 +1,116 @@
+"""The gateway examples and the framework recipes run as the README shows them, each
+against a real gateway it starts in front of the example shop: the plain ``mcp`` client
+(one session per task, and one per call), an OpenTelemetry-instrumented agent, the
+OpenAI Agents SDK (in this environment: an ``mcp`` 2.x client), and LangGraph with
+``langchain-mcp-adapters`` (an ``mcp`` 1.x client: in an environment of its own, built
+from the registry once and kept under this virtual environment).  Each scripted agent
+must see a failure, a warning in the text its framework hands the model, a refusal and
+an allowed call."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLES = ROOT / "examples"
+RUNS = "runs: failed, warned, refused, done"
+
+
+def _run(python: str, example: str, tmp_path: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "SIDECAR_EMBEDDER": "hashing",  # the recipe, not the model, is under test
+        "SIDECAR_MODEL_CACHE": str(tmp_path / "models"),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    done = subprocess.run(
+        [python, str(EXAMPLES / example), "--home", str(tmp_path / "h"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert "Traceback" not in done.stderr
+    out = done.stdout
+    assert "warm-up: 10 of 10 exchanges of delivered orders done" in out
+    assert out.strip().endswith(RUNS), out
+    warned = out.split("run 2, #W2 (pending): exchange warned")[1].split("run 3,")[0]
+    assert "Non-delivered order cannot be exchanged" in warned  # the shop's own error ...
+    assert "[sidecar warning] exchange was run, but calls like this one failed before" in warned
+    assert "has status 'pending'" in warned  # ... and the rule, in the text the agent reads
+    refused = out.split("run 3, #W1 (pending): exchange refused")[1].split("run 4,")[0]
+    assert "Refused: exchange was not run, because calls like this one failed before." in refused
+    assert "cold://chains/" in refused
+    assert '"exchanged": "blue shirt"' in out.split("run 4, #W3 (delivered): exchange done")[1]
+    return out
+
+
+@pytest.mark.parametrize("mode", ["session", "stateless"])
+def test_the_plain_mcp_client(tmp_path: Path, mode: str) -> None:
+    out = _run(sys.executable, "gateway_agent.py", tmp_path, "--mode", mode).splitlines()
+    # what the READMEs show is what the agent printed
+    from tests.integration.test_readme import blocks, matches
+
+    for readme, title in (
+        (ROOT / "README.md", "## No code"),
+        (EXAMPLES / "README.md", "## The MCP"),
+    ):
+        text = readme.read_text()
+        start = text.index(title)
+        part = text[start : text.find("\n## ", start + 1)]
+        [shown] = [lines for lang, lines in blocks(part) if lang == "text"]
+        assert matches(shown, out), (readme, "\n".join(out))
+
+
+def test_an_opentelemetry_instrumented_agent(tmp_path: Path) -> None:
+    _run(sys.executable, "otel_gateway_agent.py", tmp_path)
+
+
+def test_the_openai_agents_sdk_with_strict_schemas(tmp_path: Path) -> None:
+    pytest.importorskip("agents", reason="openai-agents is not installed: pip install '.[agents]'")
+    out = _run(sys.executable, "openai_agents_agent.py", tmp_path)
+    assert out.startswith("tools (strict): exchange, get_order, report_outcome\n")
+
+
+@pytest.mark.parametrize("mode", ["stateless", "session"])
+def test_langgraph_with_langchain_mcp_adapters(tmp_path: Path, mode: str) -> None:
+    out = _run(str(framework_env("langgraph")), "langgraph_agent.py", tmp_path, "--mode", mode)
+    assert out.startswith(f"mode: {mode}\n")
+
+
+def framework_env(name: str) -> Path:
+    """The Python of ``examples/requirements-NAME.txt``'s own environment, kept under this
+    virtual environment (``frameworks/NAME``) and rebuilt when the file changes; ``make
+    test`` builds it before the suite.  Skipped, saying so, only when the package
+    registry cannot be reached."""
+    wanted = (EXAMPLES / f"requirements-{name}.txt").read_bytes()
+    home = Path(sys.prefix) / "frameworks" / name
+    python, stamp = home / "bin" / "python", home / ".requirements-sha256"
+    digest = hashlib.sha256(wanted).hexdigest()
+    if python.exists() and stamp.exists() and stamp.read_text() == digest:
+        return python
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True, timeout=300)
+    install = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    done = subprocess.run(
+        [*install, "-r", str(EXAMPLES / f"requirements-{name}.txt")],
+        capture_output=True,
+        text=True,
+        timeout=1_200,
+    )
+    if done.returncode != 0:
+        unreachable = ("NewConnectionError", "Temporary failure", "Network is unreachable")
+        if any(sign in done.stderr for sign in unreachable):
+            pytest.skip(f"the package registry cannot be reached to build {home}")
+        raise AssertionError(done.stderr[-3000:])
+    stamp.write_text(digest)
+    return python

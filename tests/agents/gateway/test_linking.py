@@ -1,0 +1,194 @@
+"""Which session a gateway call belongs to (:mod:`sidecar.agents.gateway.linking`), as pure
+bookkeeping: declared ids from headers and ``_meta``, grounded values, and the linker over
+a real :class:`SessionBook` with an injected clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sidecar.agents.gateway.backend import Step
+from sidecar.agents.gateway.linking import (
+    Linker,
+    Origin,
+    argument_values,
+    declared_session,
+    grounded,
+    new_connection,
+    output_values,
+    principal_of,
+    trace_id,
+)
+from sidecar.agents.gateway.sessions import SessionBook, SessionLimits
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = f"00-{TRACE}-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize(
+    ("headers", "meta", "expected"),
+    [
+        ({}, {}, None),
+        ({"baggage": "session.id=run-7,other=x"}, {}, "baggage:session.id=run-7"),
+        (
+            {},
+            {"baggage": "gen_ai.conversation.id=conv%2042;p=1"},
+            "baggage:gen_ai.conversation.id=conv 42",
+        ),
+        (
+            {},
+            {"baggage": "k=v, gen_ai.conversation.id = c-9 "},
+            "baggage:gen_ai.conversation.id=c-9",
+        ),
+        ({"traceparent": TRACEPARENT}, {}, f"trace:{TRACE}"),
+        ({}, {"traceparent": TRACEPARENT.upper()}, f"trace:{TRACE}"),
+        ({}, {"traceparent": "00-" + "0" * 32 + "-00f067aa0ba902b7-01"}, None),
+        ({}, {"trace_id": TRACE}, f"trace:{TRACE}"),
+        ({"sidecar-session": " task-1 "}, {}, "named:task-1"),
+        ({}, {"sidecar/session": "run-42"}, "named:run-42"),
+        # the order: baggage, then trace context, then the declared id; _meta first
+        (
+            {"baggage": "session.id=h", "traceparent": TRACEPARENT},
+            {"baggage": "session.id=m"},
+            "baggage:session.id=m",
+        ),
+        ({"sidecar-session": "s"}, {"traceparent": TRACEPARENT}, f"trace:{TRACE}"),
+    ],
+)
+def test_the_session_a_request_declares(
+    headers: dict[str, str], meta: dict[str, Any], expected: str | None
+) -> None:
+    assert declared_session(headers, meta) == expected
+
+
+def test_a_baggage_over_the_w3c_limit_is_not_read() -> None:
+    assert declared_session({"baggage": "session.id=x," + "k=v," * 3_000}, {}) is None
+    assert trace_id("not a traceparent") is None and trace_id(None) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        ("#W1", "#W1"),
+        (" W2466703 ", "W2466703"),
+        ("sara@example.com", "sara@example.com"),
+        ("2026-05-01", "2026-05-01"),
+        (12345, "12345"),
+        (999, None),
+        (True, None),
+        ("blue shirt", None),
+        ("pending", None),
+        ("#1", None),
+        ("x" * 201 + "1", None),
+        ("[REDACTED]1", None),
+        (1.5, None),
+    ],
+)
+def test_grounded_values(value: Any, kept: str | None) -> None:
+    assert grounded(value) == kept
+
+
+def test_values_an_output_showed_and_a_call_uses() -> None:
+    output = {
+        "order_id": "#W1",
+        "status": "pending",
+        "items": [{"item_id": 9385662952, "name": "shirt"}],
+        "note": "Order #W2 shipped to sara@example.com.",
+    }
+    assert set(output_values(output)) == {"#W1", "9385662952", "#W2", "sara@example.com"}
+    assert output_values("x" * 10) == []
+    arguments = {"order_id": "#W1", "item": "blue shirt", "ids": ["#A1", {"k": "#B22"}], "n": 2}
+    assert argument_values(arguments) == {"#W1", "#A1", "#B22"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+LOOKED = Step("get_order", {"order_id": "#W1"}, {"order_id": "#W1", "status": "pending"})
+FAILED = Step("exchange", {"order_id": "#W1"}, None, "Non-delivered order cannot be exchanged")
+
+
+def _linker(window: float = 60.0) -> tuple[Linker, SessionBook, Clock]:
+    clock = Clock()
+    book = SessionBook(SessionLimits(link_window_s=window, report_clean=True), clock=clock)
+    return Linker(book), book, clock
+
+
+def _fresh(who: str = "alice") -> Origin:
+    """A call on a connection of its own (a client that opens one per call)."""
+    return Origin(who, new_connection(who), None)
+
+
+def test_calls_on_connections_of_their_own_are_linked_by_a_value_an_output_showed() -> None:
+    linker, book, clock = _linker()
+    first = linker.for_call(_fresh(), {"order_id": "#W1"})
+    assert first.how == "new"
+    book.record(first.key, LOOKED, first.principal, inferred=first.inferred)
+    clock.now = 5
+    second = linker.for_call(_fresh(), {"order_id": "#W1", "item": "blue shirt"})
+    assert (second.how, second.key) == ("linked", first.key)
+    assert book.steps(second.key) == [LOOKED]  # the call is checked in that state
+    book.record(second.key, FAILED, second.principal, inferred=second.inferred)
+    # another principal's call on the same value starts its own session
+    assert linker.for_call(_fresh("bob"), {"order_id": "#W1"}).how == "new"
+    # report_outcome on yet another connection speaks of the latest inferred session
+    declared = linker.for_own_tool(_fresh())
+    assert declared is not None and declared.key == first.key
+    report = book.declare(first.key, "abandoned", "exchange #W1")
+    assert report is not None and [s.tool for s in report.steps] == ["get_order", "exchange"]
+    assert linker.stats == {"mcp": 0, "declared": 0, "linked": 1, "new": 2}
+
+
+def test_a_session_of_one_call_tied_to_nothing_is_never_reported() -> None:
+    linker, book, clock = _linker(window=60)
+    alone = linker.for_call(_fresh(), {"order_id": "#W3"})
+    ok = Step("exchange", {"order_id": "#W3"}, {"exchanged": "hat"})
+    book.record(alone.key, ok, alone.principal, inferred=True)
+    assert not book.known(alone.key)
+    assert book.declare(alone.key, "completed", None) is None  # even when declared
+    again = linker.for_call(_fresh(), {"order_id": "#W4"})
+    book.record(again.key, FAILED, again.principal, inferred=True)
+    clock.now = 61
+    assert book.expire() == []  # past the window: concluded, not reported
+    assert book.stats.unlinked == 2 and len(book) == 0
+
+
+def test_an_inferred_session_is_joined_only_within_the_window() -> None:
+    linker, book, clock = _linker(window=60)
+    first = linker.for_call(_fresh(), {"order_id": "#W1"})
+    book.record(first.key, LOOKED, first.principal, inferred=True)
+    clock.now = 61
+    late = linker.for_call(_fresh(), {"order_id": "#W1"})
+    assert late.how == "new" and late.key != first.key
+    assert book.expire() == [] and book.stats.unlinked == 1  # the first, alone, unreported
+
+
+def test_a_connection_that_keeps_its_session_is_never_joined() -> None:
+    linker, book, _clock = _linker()
+    kept = new_connection("alice")
+    linker.request(kept)  # it listed the tools before its first call
+    own = linker.for_call(Origin("alice", kept, None), {"order_id": "#W1"})
+    assert (own.how, own.key, kept.kept) == ("mcp", kept.id, True)
+    book.record(own.key, LOOKED, own.principal, inferred=own.inferred)
+    assert linker.for_call(_fresh(), {"order_id": "#W1"}).how == "new"
+    # a connection whose first call was inferred keeps it once it makes a second call
+    conn = new_connection("alice")
+    first = linker.for_call(Origin("alice", conn, None), {"order_id": "#W9"})
+    book.record(first.key, Step("get_order", {}, {"order_id": "#W9"}), "alice", inferred=True)
+    assert linker.for_call(Origin("alice", conn, None), {}).key == first.key
+    assert conn.kept and linker.for_call(_fresh(), {"order_id": "#W9"}).how == "new"
+
+
+def test_declared_ids_are_scoped_by_principal() -> None:
+    linker, _book, _clock = _linker()
+    mine = linker.for_call(Origin("alice", None, "named:run-1"), {})
+    theirs = linker.for_call(Origin("bob", None, "named:run-1"), {})
+    assert mine.how == "declared" and mine.key != theirs.key
+    assert principal_of("Bearer a", "x") != principal_of("Bearer b", "x")
+    assert "Bearer" not in principal_of("Bearer secret-token", "x")

@@ -1,0 +1,348 @@
+"""The gateway's pure parts: session bookkeeping, evidence, naming, upstream specs, and
+the in-memory backend's learning."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from sidecar.agents.gateway import Step, Upstream, UpstreamSpecError
+from sidecar.agents.gateway.catalog import Catalog
+from sidecar.agents.gateway.evidence import arguments_evidence, cap, step_from_result
+from sidecar.agents.gateway.sessions import SessionBook, SessionLimits, inferred_outcome
+from sidecar.agents.gateway.standalone import StandaloneBackend, facts_before
+
+OK = Step("get_order", {"order_id": "#W1"}, {"status": "pending"})
+BAD = Step("exchange", {"order_id": "#W1"}, None, "Non-delivered order cannot be exchanged")
+FIXED = Step("exchange", {"order_id": "#W3"}, {"status": "exchange requested"})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(
+    ("steps", "outcome"),
+    [
+        ([], None),
+        ([OK], None),
+        ([OK, BAD], "abandoned"),
+        ([OK, BAD, OK], "abandoned"),  # another tool's success does not recover it
+        ([OK, BAD, FIXED], "unknown"),  # the same tool later succeeded
+        ([BAD, FIXED, BAD], "abandoned"),  # the last failure counts
+    ],
+)
+def test_inferred_outcome(steps: list[Step], outcome: str | None) -> None:
+    assert inferred_outcome(steps) == outcome
+
+
+def test_idle_sessions_expire_and_only_failing_ones_are_reported() -> None:
+    clock = Clock()
+    book = SessionBook(SessionLimits(idle_timeout_s=10), clock=clock)
+    book.record("a", OK)
+    book.record("a", BAD)
+    book.record("b", OK)
+    clock.now = 5
+    book.record("c", BAD)
+    clock.now = 10
+    [report] = book.expire()  # a and b are idle; c is not; b has nothing to report
+    assert report.outcome == "abandoned" and report.steps == (OK, BAD)
+    assert report.ended == "idle"
+    assert list(book._sessions) == ["c"]
+    assert book.stats.unreported == 1
+    clock.now = 15
+    assert [r.steps for r in book.expire()] == [(BAD,)]
+
+
+def test_the_least_recently_active_session_is_evicted_and_reported() -> None:
+    clock = Clock()
+    book = SessionBook(SessionLimits(max_sessions=2), clock=clock)
+    book.record("a", BAD)
+    clock.now = 1
+    book.record("b", OK)
+    clock.now = 2
+    book.steps("a")  # a is active again: b is now the oldest
+    assert book.record("c", OK) == []  # b had nothing to report
+    clock.now = 3
+    [evicted] = book.record("d", OK)
+    assert evicted.ended == "evicted" and evicted.steps == (BAD,)
+    assert sorted(book._sessions) == ["c", "d"] and book.stats.evicted == 2
+
+
+def test_a_session_keeps_its_last_steps_and_counts_the_dropped() -> None:
+    book = SessionBook(SessionLimits(max_steps=2))
+    for step in (OK, BAD, FIXED):
+        book.record("a", step)
+    assert book.steps("a") == [BAD, FIXED]
+    report = book.close("a")
+    assert report is not None and report.dropped_steps == 1 and report.outcome == "unknown"
+
+
+def test_a_declared_outcome_is_reported_and_the_session_starts_afresh() -> None:
+    book = SessionBook(SessionLimits(report_clean=False))
+    book.record("a", OK)
+    report = book.declare("a", "completed", "look up an order")
+    assert report is not None
+    assert (report.outcome, report.task_input, report.steps) == (
+        "completed",
+        "look up an order",
+        (OK,),
+    )
+    assert book.steps("a") == [] and "a" not in book
+    assert book.close("a") is None
+    assert book.declare("a", "abandoned", None) is None  # nothing to report
+
+
+def test_report_clean_reports_sessions_without_failures() -> None:
+    book = SessionBook(SessionLimits(report_clean=True))
+    book.record("a", OK)
+    report = book.close("a")
+    assert report is not None and report.outcome == "unknown"
+
+
+def test_evidence_is_redacted_and_capped_key_by_key() -> None:
+    args = arguments_evidence(
+        {"api_key": "abc123", "note": "x" * 50, "q": "Bearer abcdefghijkl"}, max_chars=10
+    )
+    assert args["api_key"] == "[REDACTED]"
+    assert args["note"].startswith("x" * 10) and "truncated 40 chars" in args["note"]
+    assert "abcdefghijkl" not in args["q"]
+    assert cap({"a": 1}, 100) == {"a": 1}
+    assert isinstance(cap({"a": "y" * 200}, 20), str)
+
+    text = [{"type": "text", "text": '{"status": "pending", "token": "s3cr3t-value"}'}]
+    step = step_from_result("get_order", {}, structured=None, content=text, is_error=False)
+    assert step.output == {"status": "pending", "token": "[REDACTED]"}
+    failed = step_from_result("x", {}, structured=None, content=text[:0], is_error=True)
+    assert failed.error == "error" and failed.output is None
+
+
+def test_names_are_prefixed_only_where_they_clash() -> None:
+    from mcp.types import Tool
+
+    def tool(name: str) -> Tool:
+        return Tool(name=name, description=name, input_schema={"type": "object"})
+
+    catalog = Catalog(reserved=frozenset({"call_tool"}))
+    catalog.update("a", [tool("search"), tool("read"), tool("call_tool")])
+    assert [t.name for t in catalog.tools()] == ["search", "read", "a_call_tool"]
+    assert catalog.changed_sources() == ["a"]
+    catalog.mark_synced("a", catalog.definitions("a"))
+    catalog.update("b", [tool("search"), tool("write")])
+    assert sorted(t.name for t in catalog.tools()) == [
+        "a_call_tool",
+        "a_search",
+        "b_search",
+        "read",
+        "write",
+    ]
+    route = catalog.route("b_search")
+    assert route is not None and (route.upstream, route.name) == ("b", "search")
+    assert catalog.changed_sources() == ["a", "b"]  # a's search was renamed
+
+
+def test_upstream_specs() -> None:
+    assert Upstream.parse("web=https://example.test/mcp").url == "https://example.test/mcp"
+    stdio = Upstream.parse("fs=npx -y server-files '/tmp/a b'")
+    assert stdio.command == ("npx", "-y", "server-files", "/tmp/a b")
+    assert stdio.transport == "stdio"
+    assert Upstream.parse("w=https://u:pw@example.test/mcp").describe() == (
+        "w=https://[REDACTED]@example.test/mcp"
+    )
+    for bad in ("noequals", "=cmd", "x=", "bad name=cmd", "x=cmd 'unclosed"):
+        with pytest.raises(UpstreamSpecError):
+            Upstream.parse(bad)
+    # plain `python` is the gateway's own interpreter (its virtual environment's)
+    for python in ("python", "python3"):
+        shop = Upstream.parse(f"shop={python} examples/shop_server.py")
+        assert shop.command == (sys.executable, "examples/shop_server.py")
+    assert Upstream.parse("x=/usr/bin/python3 s.py").command[0] == "/usr/bin/python3"
+
+
+def test_memory_backend_learns_the_shared_condition_and_is_contested_by_a_success() -> None:
+    backend = StandaloneBackend(block_after=2)
+    looked_1 = Step("get_order", {"order_id": "#W1"}, {"order_id": "#W1", "status": "pending"})
+    looked_2 = Step("get_order", {"order_id": "#W2"}, {"order_id": "#W2", "status": "pending"})
+    failed = "Non-delivered order cannot be exchanged"
+    backend.report_session(
+        "s1", [looked_1, Step("exchange", {"order_id": "#W1"}, None, failed)], "abandoned", None
+    )
+    backend.report_session(
+        "s2", [looked_2, Step("exchange", {"order_id": "#W2"}, None, failed)], "abandoned", None
+    )
+    pending = Step("get_order", {"order_id": "#W9"}, {"order_id": "#W9", "status": "pending"})
+    delivered = Step("get_order", {"order_id": "#W3"}, {"order_id": "#W3", "status": "delivered"})
+    verdict = backend.check_call([pending], "exchange", {"order_id": "#W9"})
+    assert verdict.decision == "block"
+    assert verdict.reasons[0].rule == "exchange fails when get_order.status = pending"
+    assert backend.check_call([delivered], "exchange", {"order_id": "#W3"}).decision == "allow"
+    assert backend.check_call([pending], "get_order", {}).decision == "allow"
+    # a success under the same condition contests the rule: warned, no longer blocked
+    backend.report_session(
+        "s3", [pending, Step("exchange", {"order_id": "#W9"}, {})], "completed", None
+    )
+    assert backend.check_call([pending], "exchange", {"order_id": "#W9"}).decision == "warn"
+    assert facts_before([pending], {"x": [1]}) == {
+        ("get_order", "order_id", "#W9"),
+        ("get_order", "status", "pending"),
+    }
+
+
+# ---- isolation: bounded evidence, names, renames, contest, clocks, slices -------------
+SECRET = "sk-proj-" + "Z9y8X7w6V5u4T3s2R1q0P9o8"
+
+
+def test_evidence_never_shows_part_of_a_secret_the_cap_cuts_through() -> None:
+    """A secret straddling the window the redaction sees is dropped with the margin,
+    never shown in part (a whole one inside the window is masked)."""
+    from sidecar.agents.gateway.evidence import MARGIN, text_evidence
+
+    head = "x" * (4_096 + MARGIN - 10)
+    out = text_evidence(head + SECRET + "y" * 10_000)
+    assert "sk-proj" not in out
+    assert out.startswith("x" * 4_096) and out.endswith("…[truncated 11046 chars]")
+    masked = text_evidence("x" * 100 + f" api_key={SECRET} " + "y" * 10_000)
+    assert SECRET not in masked and "[REDACTED]" in masked
+
+
+def test_evidence_of_deep_and_huge_values_is_bounded_with_markers() -> None:
+    from sidecar.agents.gateway.evidence import MAX_DEPTH, output_evidence, text_evidence
+
+    deep: object = "bottom"
+    for _ in range(5_000):
+        deep = {"a": deep}
+    out = output_evidence(deep, 100_000)
+    text = json.dumps(out)
+    assert f"nested deeper than {MAX_DEPTH} levels" in text
+    assert text.count('{"a"') == MAX_DEPTH
+    wide = output_evidence({"items": list(range(10_000))}, 100_000)
+    assert wide["items"][-1] == "…[9744 more items]"
+    nested_text = "[" * 3_000 + "]" * 3_000  # past the JSON parser's recursion limit
+    assert text_evidence(nested_text, 10_000) == nested_text
+    big = arguments_evidence({"blob": "z" * 5_000_000, "k": 1}, 50)
+    assert big["k"] == 1 and big["blob"] == "z" * 50 + "…[truncated 4999950 chars]"
+
+
+def test_names_outside_the_grammar_map_to_valid_distinct_names() -> None:
+    from sidecar.agents.gateway.catalog import valid_name
+    from sidecar.toolnames import VALID_NAME
+
+    names = ["files/read", "files read", "files:read", "files_read", "ä" * 200, "a" * 200]
+    mapped = [valid_name(n) for n in names]
+    assert all(VALID_NAME.fullmatch(m) for m in mapped)
+    assert len(set(mapped)) == len(names)  # never two on one name
+    assert valid_name("files_read") == "files_read" and valid_name("ok.name-1") == "ok.name-1"
+    assert valid_name("files/read") == valid_name("files/read")  # stable across restarts
+
+
+def test_a_mapped_name_routes_to_the_original_and_every_view_is_checked() -> None:
+    from mcp.types import Tool
+
+    def tool(name: str) -> Tool:
+        return Tool(name=name, description=name, input_schema={"type": "object"})
+
+    catalog = Catalog()
+    catalog.update("a", [tool("files/read"), tool("get")])
+    catalog.update("b", [tool("get")])
+    [mapped] = [t.name for t in catalog.tools() if t.name.startswith("files_read")]
+    route = catalog.route(mapped)
+    assert route is not None and route.name == "files/read"
+    steps = [Step("a_get", {}, {"status": "x"})]
+    views = catalog.views(steps, "a_get")
+    assert [(tuple(s.tool for s in v), t) for v, t in views] == [
+        (("a_get",), "a_get"),
+        (("get",), "get"),
+    ]
+
+
+def test_the_strictest_verdict_wins_with_every_reason_once() -> None:
+    from sidecar.agents.gateway.answers import strictest as _strictest
+    from sidecar.agents.gateway.backend import Reason, Verdict
+
+    r1, r2 = Reason("r1", "e", "ev"), Reason("r2", "e", "ev")
+    merged = _strictest([Verdict("warn", (r1,)), Verdict("block", (r2, r1)), Verdict.allow()])
+    assert merged.decision == "block" and merged.reasons == (r2, r1)
+    assert _strictest([]).decision == "allow"
+
+
+def test_contest_sampling_rate_budget_window_and_scope() -> None:
+    from mcp.types import Tool, ToolAnnotations
+
+    from sidecar.agents.gateway.backend import Reason
+    from sidecar.agents.gateway.contest import Contest, ContestPolicy, side_effect_free
+
+    def tool(**hints: bool) -> Tool:
+        annotations = ToolAnnotations(**hints) if hints else None
+        return Tool(name="t", input_schema={"type": "object"}, annotations=annotations)
+
+    reads, writes = tool(read_only_hint=True), tool()
+    assert side_effect_free(reads) and side_effect_free(tool(destructive_hint=False))
+    assert not side_effect_free(writes) and not side_effect_free(None)
+    rule = (Reason("rule", "why", "evidence", rule_id="c1"),)
+    clock = Clock()
+    draws = iter([0.5, 0.05, 0.05, 0.05])
+    contest = Contest(ContestPolicy(rate=0.1, budget=1, window_s=60), lambda: next(draws), clock)
+    assert not contest.sample(writes, rule)  # side effects: never, whatever the draw
+    assert not contest.sample(reads, rule)  # drew 0.5 >= 0.1
+    assert contest.sample(reads, rule)  # drew 0.05
+    assert not contest.sample(reads, rule)  # the rule's budget is spent for the window
+    clock.now = 61
+    assert contest.sample(reads, rule)  # a new window
+    assert not Contest(ContestPolicy.off()).sample(reads, rule)
+    with pytest.raises(ValueError, match="rate"):
+        ContestPolicy(rate=1.5)
+
+
+def test_gateway_settings_parse_and_fail_loudly() -> None:
+    from sidecar.errors import ConfigError
+    from sidecar.settings import Settings
+
+    s = Settings.load(env={})
+    assert (s.gateway_call_timeout, s.gateway_contest_rate) == (30.0, 0.1)
+    assert (s.gateway_contest_budget, s.gateway_contest_scope) == (1, "safe")
+    env = {"SIDECAR_GATEWAY_CALL_TIMEOUT": "2.5", "SIDECAR_GATEWAY_CONTEST_SCOPE": "all"}
+    assert Settings.load(env=env).gateway_call_timeout == 2.5
+    for variable, value in (
+        ("SIDECAR_GATEWAY_CALL_TIMEOUT", "-1"),
+        ("SIDECAR_GATEWAY_CONTEST_RATE", "2"),
+        ("SIDECAR_GATEWAY_CONTEST_BUDGET", "lots"),
+        ("SIDECAR_GATEWAY_CONTEST_SCOPE", "some"),
+    ):
+        with pytest.raises(ConfigError, match=f"(?i){variable.removeprefix('SIDECAR_')}"):
+            Settings.load(env={variable: value})
+
+
+def test_a_paused_clock_does_not_run_out() -> None:
+    import anyio
+
+    from sidecar.agents.gateway.upstream import CallClocks
+
+    clocks = CallClocks()
+
+    async def main() -> tuple[bool, bool]:
+        with clocks.clock(0.05) as paused_scope:
+            with clocks.paused():
+                await anyio.sleep(0.2)  # four timeouts' worth, all on the client's side
+            survived = not paused_scope.cancel_called
+        with clocks.clock(0.05) as running_scope:
+            await anyio.sleep(5)
+        return survived, running_scope.cancelled_caught
+
+    survived, timed_out = anyio.run(main)
+    assert survived and timed_out
+
+
+def test_template_patterns_match_what_the_template_expands_to() -> None:
+    from sidecar.agents.gateway.listings import template_pattern
+
+    simple = template_pattern("test://template/{id}/data")
+    assert simple.fullmatch("test://template/123/data")
+    assert not simple.fullmatch("test://template/1/2/data")
+    assert template_pattern("file:///{+path}").fullmatch("file:///a/b/c.txt")
+    assert template_pattern("api://x{?q,page}").fullmatch("api://x?q=1&page=2")

@@ -1,0 +1,154 @@
+"""The OTLP intake end to end: the OpenTelemetry SDK's own OTLP/HTTP exporter (and
+OTLP/JSON bodies built from the same spans) posting to a running collector, out of
+order, with malformed bodies in between."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from typing import Any
+
+import httpx
+from opentelemetry.trace import Status, StatusCode
+
+from tests.agents.otlp.conftest import Collector, eventually, local_tracer, otlp_json
+
+
+def _agent_run(tracer: Any, order: str, scheme: str = "gen_ai") -> None:
+    """One agent run: a root span around two tool spans, the second failing."""
+    with tracer.start_as_current_span("invoke_agent shop-assistant"):
+        with tracer.start_as_current_span("execute_tool get_order") as span:
+            _tool_attributes(span, scheme, "get_order", {"order_id": order})
+            _result(span, scheme, {"order_id": order, "status": "pending"})
+        with tracer.start_as_current_span("execute_tool exchange") as span:
+            _tool_attributes(span, scheme, "exchange", {"order_id": order, "item": "hat"})
+            span.set_attribute("error.type", "ToolError")
+            span.set_status(Status(StatusCode.ERROR, "Non-delivered order cannot be exchanged"))
+
+
+def _tool_attributes(span: Any, scheme: str, name: str, arguments: dict[str, Any]) -> None:
+    if scheme == "gen_ai":
+        span.set_attribute("gen_ai.operation.name", "execute_tool")
+        span.set_attribute("gen_ai.tool.name", name)
+        span.set_attribute("gen_ai.tool.call.id", f"call-{name}")
+        span.set_attribute("gen_ai.tool.call.arguments", json.dumps(arguments))
+    elif scheme == "openinference":
+        span.set_attribute("openinference.span.kind", "TOOL")
+        span.set_attribute("tool.name", name)
+        span.set_attribute("input.value", json.dumps(arguments))
+    else:
+        span.set_attribute("traceloop.span.kind", "tool")
+        span.set_attribute("traceloop.entity.name", name)
+        span.set_attribute("traceloop.entity.input", json.dumps({"args": [], "kwargs": arguments}))
+
+
+def _result(span: Any, scheme: str, result: dict[str, Any]) -> None:
+    key = {
+        "gen_ai": "gen_ai.tool.call.result",
+        "openinference": "output.value",
+        "openllmetry": "traceloop.entity.output",
+    }[scheme]
+    span.set_attribute(key, json.dumps(result))
+
+
+def _exporter(collector: Collector) -> Any:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(endpoint=collector.url)
+
+
+def test_sdk_exporter_children_before_their_root(collector: Collector) -> None:
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    tracer, memory = local_tracer()
+    _agent_run(tracer, "#W1")
+    looked, failed, root = memory.get_finished_spans()
+    exporter = _exporter(collector)
+    assert exporter.export([failed]) == SpanExportResult.SUCCESS  # the last child first
+    assert exporter.export([looked]) == SpanExportResult.SUCCESS
+    assert collector.assembler.open_traces() == 1 and collector.backend.reports == []
+    assert exporter.export([root]) == SpanExportResult.SUCCESS
+    eventually(lambda: len(collector.backend.reports) == 1)
+    [report] = collector.backend.reports
+    assert report.outcome == "abandoned"
+    assert [s.tool for s in report.steps] == ["get_order", "exchange"]  # by start time
+    assert report.steps[0].arguments == {"order_id": "#W1"}
+    assert report.steps[0].output == {"order_id": "#W1", "status": "pending"}
+    assert report.steps[1].error == "Non-delivered order cannot be exchanged"
+    assert collector.assembler.open_traces() == 0
+
+
+def test_json_bodies_of_other_schemes_with_a_rejected_span(collector: Collector) -> None:
+    tracer, memory = local_tracer()
+    _agent_run(tracer, "#W2", scheme="openinference")
+    _agent_run(tracer, "#W3", scheme="openllmetry")
+    document = otlp_json(memory.get_finished_spans())
+    spans = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    spans.append({**spans[0], "traceId": "not-hex", "spanId": "00f067aa0ba902b7"})
+    answer = httpx.post(collector.url, json=document)
+    assert answer.status_code == 200
+    assert answer.json() == {
+        "partialSuccess": {"rejectedSpans": "1", "errorMessage": "invalid trace id"}
+    }
+    eventually(lambda: len(collector.backend.reports) == 2)
+    by_order = {r.steps[0].arguments["order_id"]: r for r in collector.backend.reports}
+    assert by_order["#W2"].steps[1].error == "Non-delivered order cannot be exchanged"
+    assert by_order["#W3"].steps[1].arguments == {"order_id": "#W3", "item": "hat"}
+    assert by_order["#W3"].steps[0].output == {"order_id": "#W3", "status": "pending"}
+
+
+def test_gzip_json_body(collector: Collector) -> None:
+    tracer, memory = local_tracer()
+    _agent_run(tracer, "#W1")
+    body = gzip.compress(json.dumps(otlp_json(memory.get_finished_spans())).encode())
+    answer = httpx.post(
+        collector.url,
+        content=body,
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
+    assert answer.status_code == 200 and answer.json() == {}
+    eventually(lambda: len(collector.backend.reports) == 1)
+
+
+def test_malformed_bodies_are_refused_and_lose_nothing_accepted(collector: Collector) -> None:
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    tracer, memory = local_tracer()
+    _agent_run(tracer, "#W1")
+    looked, failed, root = memory.get_finished_spans()
+    protobuf = {"Content-Type": "application/x-protobuf"}
+    first = httpx.post(
+        collector.url, content=encode_spans([looked, failed]).SerializeToString(), headers=protobuf
+    )
+    assert first.status_code == 200
+    garbage = httpx.post(collector.url, content=b"\xff\xff\xff not protobuf", headers=protobuf)
+    assert garbage.status_code == 400
+    status = _decode_status(garbage.content)
+    assert status == (3, "body is not an ExportTraceServiceRequest")
+    for body in (b"{not json", b'{"resourceSpans": "nope"}', b"[]"):
+        bad = httpx.post(collector.url, content=body, headers={"Content-Type": "application/json"})
+        assert bad.status_code == 400 and bad.json()["code"] == 3
+    wrong_type = httpx.post(collector.url, content=b"x", headers={"Content-Type": "text/plain"})
+    assert wrong_type.status_code == 415
+    bad_zip = httpx.post(
+        collector.url,
+        content=b"nope",
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
+    assert bad_zip.status_code == 400
+    assert collector.backend.reports == [] and collector.assembler.open_traces() == 1
+    last = httpx.post(
+        collector.url, content=encode_spans([root]).SerializeToString(), headers=protobuf
+    )
+    assert last.status_code == 200
+    eventually(lambda: len(collector.backend.reports) == 1)
+    assert [s.tool for s in collector.backend.reports[0].steps] == ["get_order", "exchange"]
+    assert collector.assembler.stats.malformed_bodies == 5
+
+
+def _decode_status(body: bytes) -> tuple[int, str]:
+    from google.rpc.status_pb2 import Status as RpcStatus
+
+    status = RpcStatus()
+    status.ParseFromString(body)
+    return status.code, status.message

@@ -1,0 +1,81 @@
+"""Traces become evidence with no code beyond the exporter's endpoint: the OpenTelemetry
+SDK's OTLP/HTTP exporter sends an agent's tool spans to a running sidecar (the HTTP app,
+behind its token), and the library learns the failing call from them."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+
+from sidecar import Sidecar
+from sidecar.errors import NotFound
+from tests.agents.otlp.conftest import TOKEN, eventually, local_tracer
+from tests.agents.otlp.test_intake import _agent_run
+
+# real servers and subprocesses: the slow suite, not `make test-fast`
+pytestmark = pytest.mark.integration
+
+
+def delivered_session(n: int) -> dict[str, Any]:
+    order = f"#D{100 + n}"
+    return {
+        "steps": [
+            {"tool": "get_order", "arguments": {"order_id": order},
+             "output": {"order_id": order, "status": "delivered"}},
+            {"tool": "exchange", "arguments": {"order_id": order, "item": "hat"},
+             "output": {"order_id": order, "status": "exchange requested"}},
+        ],
+        "outcome": "completed",
+        "session_id": f"delivered-{n}",
+    }  # fmt: skip
+
+
+def _exporter(url: str, token: str | None) -> Any:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return OTLPSpanExporter(endpoint=f"{url}/v1/traces", headers=headers)
+
+
+def test_exported_spans_teach_the_library(served: tuple[str, Sidecar]) -> None:
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    url, sc = served
+    # the exchanges that went through, reported before (the background a learned
+    # condition is tested against: without successes nothing tells what made it fail)
+    sc.report_many([delivered_session(n) for n in range(10)])
+    tracer, memory = local_tracer()
+    for order in ("#W1", "#W2", "#W5"):
+        _agent_run(tracer, order)
+    spans = list(memory.get_finished_spans())
+    assert _exporter(url, None).export(spans) == SpanExportResult.FAILURE  # 401
+    assert _exporter(url, TOKEN).export(spans[::-1]) == SpanExportResult.SUCCESS  # any order
+    eventually(lambda: sum(v.kind == "call" for v in sc.constraints()) > 0)
+    steps = [
+        {
+            "tool": "get_order",
+            "arguments": {"order_id": "#W7"},
+            "output": {"order_id": "#W7", "status": "pending"},
+        }
+    ]
+    eventually(
+        lambda: (
+            sc.check_call(steps, "exchange", {"order_id": "#W7", "item": "hat"}).decision == "block"
+        )
+    )
+    records: list[dict[str, Any]] = []
+
+    def archived() -> bool:
+        # the intake learns before it publishes the batch's chains: a learned condition
+        # may name its record a moment before the record can be read
+        pointer = next(v.pointer for v in sc.constraints() if v.kind == "call" and v.pointer)
+        with contextlib.suppress(NotFound):
+            records.append(sc.audit(pointer or "cold://chains/x"))
+        return bool(records)
+
+    eventually(archived)
+    record = records[0]
+    assert record["source"] == "steps"
+    assert record["steps"][-1]["error"] == "Non-delivered order cannot be exchanged"
