@@ -42,7 +42,7 @@ def texts(dataset: Path) -> dict[str, list[str]]:
     """Every distinct string of each source."""
     out: dict[str, list[str]] = {}
     tau2 = dataset / SOURCES["tau2 trajectories"]
-    calls = [c for line in tau2.open() for c in json.loads(line)["calls"]]
+    calls = [c for line in tau2.read_text().splitlines() for c in json.loads(line)["calls"]]
     out["tau2 trajectories"] = [
         s for c in calls for part in (c.get("args"), c.get("output")) for s in _strings(part)
     ]
@@ -51,7 +51,9 @@ def texts(dataset: Path) -> dict[str, list[str]]:
         s for f in sorted(folder.glob("*.json")) for s in _strings(json.loads(f.read_text()))
     ]
     seal = dataset / SOURCES["Seal-Tools catalog"]
-    out["Seal-Tools catalog"] = [s for line in seal.open() for s in _strings(json.loads(line))]
+    out["Seal-Tools catalog"] = [
+        s for line in seal.read_text().splitlines() for s in _strings(json.loads(line))
+    ]
     return {name: list(dict.fromkeys(found)) for name, found in out.items()}
 
 

@@ -705,6 +705,9 @@ def _staleness(
                 def decision(w: RemoteSidecar = watcher, t: str = tool) -> str:
                     return w.check_call([lookup_step("#W")], t, {"order_id": "#W"}).decision
 
+                # one failing session is not yet a warning; the watched report is the
+                # second, the one that makes the call warn
+                a.report(session(20_000 + i, tool))
                 assert decision() == "allow"
                 a.report(session(10_000 + i, tool))
                 since = time.perf_counter()

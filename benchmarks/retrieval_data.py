@@ -169,13 +169,13 @@ def seal_tools(root: Path) -> Protocol:
     from sidecar.tools.records import embedding_text
 
     folder = root / SEAL_DIR
-    rows = [json.loads(line) for line in (folder / "tool.jsonl").open(encoding="utf-8")]
+    rows = [json.loads(line) for line in (folder / "tool.jsonl").read_text("utf-8").splitlines()]
     tools = load_tools([_seal_definition(r) for r in rows], str(folder))
     known = {t.tool_id for t in tools}
 
     def split(name: str) -> list[Query]:
         out = []
-        for line in (folder / name).open(encoding="utf-8"):
+        for line in (folder / name).read_text(encoding="utf-8").splitlines():
             item = json.loads(line)
             calls = [_seal_name(str(c["api"])) for c in item.get("calling", [])]
             relevant = tuple(dict.fromkeys(c for c in calls if c in known))

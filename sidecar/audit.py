@@ -99,16 +99,21 @@ class Archive:
         return archive.intent_view(intent, move, shown, str(exc))
 
     def digest(self) -> Digest:
+        # what is acknowledged counts, published or not: pending is read first, so a
+        # record published meanwhile is found in the table (and counted once)
+        chains = {r["chain_id"]: r for r in self._state.pending.rows("chains")}
+        columns = ["chain_id", "topology", "terminal_signature"]
+        chains.update((r["chain_id"], r) for r in self._cold.chains.scan(columns))
         entries = [
-            archive.digest_entry(r["topology"], r["terminal_signature"])
-            for r in self._cold.chains.scan(["topology", "terminal_signature"])
+            archive.digest_entry(r["topology"], r["terminal_signature"]) for r in chains.values()
         ]
         if not entries:
             raise EmptyArchive()
         return Digest(archive.archive_digest(entries), len(entries), self.unreadable_chains())
 
     def unreadable_chains(self) -> int:
-        return max(0, self._state.sequences.count() - self._cold.chains.count())
+        waiting = self._state.pending.count("chains")  # acknowledged, not unreadable
+        return max(0, self._state.sequences.count() - self._cold.chains.count() - waiting)
 
     def maintain(self, retention_hours: float | None = None) -> ArchiveMaintenance:
         """Compact, checkpoint and vacuum the cold tables, one process at a time across

@@ -581,6 +581,7 @@ class Sidecar:
         """Compact, checkpoint and vacuum the cold tables (see
         :meth:`sidecar.audit.Archive.maintain`)."""
         self.recovery.writable()
+        self.intake.publisher.publish()  # what is acknowledged is compacted with the rest
         return self.archive.maintain(retention_hours)
 
     @boundary

@@ -63,8 +63,18 @@ CREATE TABLE IF NOT EXISTS archive_pending (
         ).fetchone()
         return json.loads(row[0], object_hook=_decode) if row else None
 
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        """Every pending record of cold table ``table``."""
+        rows = self._db.execute(
+            "SELECT row FROM archive_pending WHERE cold_table=? ORDER BY record_key", (table,)
+        ).fetchall()
+        return [json.loads(r[0], object_hook=_decode) for r in rows]
+
     def done(self, tx: Connection, keys: Iterable[str]) -> None:
         tx.executemany("DELETE FROM archive_pending WHERE record_key=?", [(k,) for k in keys])
 
-    def count(self) -> int:
-        return int(self._db.execute("SELECT COUNT(*) FROM archive_pending").fetchone()[0])
+    def count(self, table: str | None = None) -> int:
+        if table is None:
+            return int(self._db.execute("SELECT COUNT(*) FROM archive_pending").fetchone()[0])
+        sql = "SELECT COUNT(*) FROM archive_pending WHERE cold_table=?"
+        return int(self._db.execute(sql, (table,)).fetchone()[0])
