@@ -8,9 +8,10 @@ exact tier (:mod:`indexes.exact`): the collection's vectors in one matrix in the
 process, loaded from Chroma on the first lookup and kept in step with this index's own
 writes; Chroma remains the store of record, and ranks any larger collection.
 
-An index opened with ``lexical`` also keeps a BM25 copy of its documents
-(:mod:`indexes.lexical`), loaded and kept in step the same way, whatever the
-collection's size: :meth:`ActiveIndex.lexical_ranked`.
+An index opened with ``lexical`` also keeps a BM25 copy of its records' texts
+(:attr:`~indexes.records.IndexRecord.lexical`: the document, or a text of its own kept
+in the metadata), loaded and kept in step the same way, whatever the collection's size:
+:meth:`ActiveIndex.lexical_scored`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from indexes.copies import FieldCache, LocalCopies
 from indexes.embedder import Embedder, query_vector
 from indexes.errors import IndexMissing, ToolIndexError
 from indexes.exact import ExactTier, Snapshot
+from indexes.lexical import LexicalScores
 from indexes.records import ID_KEY, IndexHit, IndexRecord
 from indexes.search import Ranked, Searcher
 from indexes.writes import SizeCache, Writer
@@ -156,14 +158,6 @@ class ActiveIndex:
     @property
     def max_batch_size(self) -> int:
         return self._store.max_batch
-
-    @property
-    def _max_batch(self) -> int:
-        return self._store.max_batch
-
-    @_max_batch.setter
-    def _max_batch(self, size: int) -> None:
-        self._store.max_batch = size
 
     @property
     def _collection(self) -> ChromaCollection:
@@ -316,11 +310,33 @@ class ActiveIndex:
         loaded = self._store.vectors(limit)
         return None if loaded is None else Snapshot.build(*loaded)
 
+    def search_scored(
+        self, query: str | np.ndarray, k: int, exclude: Collection[str] = ()
+    ) -> tuple[list[IndexHit], list[IndexHit], float | None]:
+        """:meth:`search_ranked` by ids alone (``ids_only``), with the standard deviation
+        of the similarity over the whole collection when the exact tier ranked the
+        lookup (``None`` when Chroma did: it sees only the nearest records)."""
+        if k < 1:
+            raise ToolIndexError("k must be at least 1")
+        vector = self.embed_query(query) if isinstance(query, str) else np.asarray(query)
+        return self._searcher.scored(vector, k, exclude)
+
     def lexical_ranked(self, text: str, n: int) -> list[tuple[str, float]]:
         """The ``n`` best ids for ``text`` by BM25, best first, with their scores; empty
         when the index keeps no lexical copy, or when it could not be loaded (a write
         ran meanwhile, or Chroma failed: the next lookup tries again)."""
-        return self._copies.lexical_ranked(text, n, lambda: {r.id: r.document for r in self.scan()})
+        found = self.lexical_scored(text, n)
+        return [] if found is None else found.ranked
+
+    def lexical_scored(
+        self, text: str, n: int, include: Collection[str] = ()
+    ) -> LexicalScores | None:
+        """:meth:`lexical_ranked`, with the BM25 scores of the ``include`` ids and the
+        standard deviation of the score over the collection; ``None`` where
+        :meth:`lexical_ranked` is empty for want of a lexical copy."""
+        return self._copies.lexical_scored(
+            text, n, include, lambda: {r.id: r.lexical for r in self.scan()}
+        )
 
     def similarities(self, query: np.ndarray, ids: Collection[str]) -> dict[str, float]:
         """The cosine similarity to ``query`` (its best view, for several rows) of each of

@@ -19,7 +19,7 @@ import numpy as np
 
 from indexes.errors import IndexBackendError
 from indexes.exact import ExactTier, Snapshot
-from indexes.lexical import LexicalTier
+from indexes.lexical import LexicalScores, LexicalTier
 from indexes.records import MetadataValue
 
 log = logging.getLogger(__name__)
@@ -109,16 +109,21 @@ class LocalCopies:
             self._exact_loading.release()
 
     # ---- the lexical tier -----------------------------------------------------------
-    def lexical_ranked(
-        self, text: str, n: int, documents: Callable[[], Mapping[str, str]]
-    ) -> list[tuple[str, float]]:
-        """The ``n`` best ids for ``text`` by BM25, loading the documents with
-        ``documents`` on first use; empty when there is no lexical tier or it could not
-        be loaded (a write ran meanwhile, or Chroma failed: the next lookup tries again)."""
+    def lexical_scored(
+        self,
+        text: str,
+        n: int,
+        include: Collection[str],
+        documents: Callable[[], Mapping[str, str]],
+    ) -> LexicalScores | None:
+        """The ``n`` best ids for ``text`` by BM25 (:meth:`LexicalTier.scored`), loading
+        the documents with ``documents`` on first use; ``None`` when there is no lexical
+        tier or it could not be loaded (a write ran meanwhile, or Chroma failed: the
+        next lookup tries again)."""
         lexical = self.lexical
         if lexical is None:
-            return []
-        found = lexical.ranked(text, n)
+            return None
+        found = lexical.scored(text, n, include)
         if found is not None:
             return found
         with self._lexical_loading:
@@ -128,9 +133,9 @@ class LocalCopies:
                     loaded = documents()
                 except IndexBackendError as exc:
                     log.warning("lexical tier not loaded (%s); dense ranking only", exc)
-                    return []
+                    return None
                 lexical.install(loaded, generation)
-        return lexical.ranked(text, n) or []
+        return lexical.scored(text, n, include)
 
 
 class FieldCache:

@@ -12,11 +12,23 @@ ID_KEY = "tool_id"
 (Chroma ignores ``where`` on ``#id`` in the embedded client)."""
 
 
+LEXICAL_KEY = "lexical_document"
+"""Metadata key of a record's text for BM25 when it is not its embedded ``document``
+(:attr:`IndexRecord.lexical`)."""
+
+
 @dataclass(frozen=True)
 class IndexRecord:
     id: str
     document: str
     metadata: Mapping[str, MetadataValue] = field(default_factory=dict)
+
+    @property
+    def lexical(self) -> str:
+        """The text BM25 indexes: :data:`LEXICAL_KEY` of the metadata, else the
+        embedded document."""
+        text = self.metadata.get(LEXICAL_KEY)
+        return text if isinstance(text, str) else self.document
 
 
 @dataclass(frozen=True)

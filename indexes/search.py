@@ -70,6 +70,22 @@ class Searcher:
             # to be enough (k plus every exclusion)
             fetch = min(fetch * 2, k + len(exclude))
 
+    def scored(
+        self, vector: np.ndarray, k: int, exclude: Collection[str]
+    ) -> tuple[list[IndexHit], list[IndexHit], float | None]:
+        """:meth:`ranked` by ids alone, with the standard deviation of the similarity
+        over the collection when the exact tier ranked (``None`` when Chroma did)."""
+        snapshot = self.snapshot()
+        if snapshot is not None and vector.shape[-1:] == snapshot.matrix.shape[1:]:
+            hits, displaced, spread = snapshot.scored(vector, k, exclude)
+            return (
+                [IndexHit(rid, score, "", {}) for rid, score in hits],
+                [IndexHit(rid, score, "", {}) for rid, score in displaced],
+                spread,
+            )
+        found, pushed = self.ranked(vector, k, exclude, documents=False, ids_only=True)
+        return found, pushed, None
+
     def fields(
         self,
         vector: np.ndarray,

@@ -84,7 +84,7 @@ class Writer:
             self._size.reset()
             self._fields.forget(ids)
         if records:
-            self._copies.upserted(ids, np.concatenate(written), {r.id: r.document for r in records})
+            self._copies.upserted(ids, np.concatenate(written), {r.id: r.lexical for r in records})
         return done
 
     def _batches(

@@ -351,7 +351,7 @@ def test_a_tier_loaded_in_pages_ranks_like_brute_force(
 ) -> None:
     """5,000 records load in pages smaller than the collection and rank like brute force."""
     index = ActiveIndex.persistent(tmp_path / "chroma", hashing)
-    index._max_batch = 1000  # several pages
+    index._store.max_batch = 1000  # several pages
     n = 5000
     vectors = random_vectors(n, seed=6)
     ids = [f"t{i}" for i in range(n)]
