@@ -38,6 +38,7 @@ import statistics
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -64,10 +65,25 @@ THRESHOLDS = (0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
 LATENCY_QUICK, LATENCY_FULL = 60, 200
 ABSTENTION_PROTOCOLS = ("stabletoolbench", "seal_tools", "toolbench_completed")
 USAGE_PROTOCOLS = ("apibench_torchhub", "seal_tools", "stabletoolbench", "apibench_tensorflow")
-PLAN = {
-    # usage protocols, test queries per usage protocol, curve points, cost sizes, repeats
-    "quick": (USAGE_PROTOCOLS[:2], 150, (0, 100, 300, None), (1_000, 10_000), 40),
-    "full": (USAGE_PROTOCOLS, None, (0, 100, 300, 1000, None), (1_000, 100_000), 200),
+
+
+@dataclass(frozen=True)
+class UsagePlan:
+    """The sizes of the usage protocol."""
+
+    protocols: tuple[str, ...]
+    queries: int | None
+    """Test queries per protocol (``None``: all)."""
+    points: tuple[int | None, ...]
+    sizes: tuple[int, int]
+    """Sessions behind the usage of the cost's two lookups."""
+    repeat: int
+    cost_on: str = "stabletoolbench"
+
+
+PLANS = {
+    "quick": UsagePlan(USAGE_PROTOCOLS[:2], 150, (0, 100, 300, None), (1_000, 10_000), 40),
+    "full": UsagePlan(USAGE_PROTOCOLS, None, (0, 100, 300, 1000, None), (1_000, 100_000), 200),
 }
 HAND_MADE = (
     "What is the meaning of life?",
@@ -364,7 +380,7 @@ def run(quick: bool, seed: int = 7, dataset: Path = DEFAULT_DATASETS) -> dict[st
     stb = engines["stabletoolbench"]
     stb_queries = sample(stb.protocol, QUICK_QUERIES if quick else None, seed)
     latency = hot_path(stb, stb_queries, LATENCY_QUICK if quick else LATENCY_FULL, seed, embedder)
-    usage = usage_protocol(engines, "quick" if quick else "full", seed, embedder)
+    usage = usage_protocol(engines, PLANS["quick" if quick else "full"], seed, embedder)
     for r in results.values():
         r.pop("_best_similarity")
         r.pop("_hybrid_recalls")
@@ -388,28 +404,27 @@ def run(quick: bool, seed: int = 7, dataset: Path = DEFAULT_DATASETS) -> dict[st
 
 
 def usage_protocol(
-    engines: Mapping[str, Engine], plan: str, seed: int, embedder: Any
+    engines: Mapping[str, Engine], plan: UsagePlan, seed: int, embedder: Any
 ) -> dict[str, Any]:
-    """The learning curves of the usage protocols and the cost of usage (sizes of
-    :data:`PLAN`)."""
+    """The learning curves of the usage protocols and the cost of usage, as ``plan``
+    sizes them."""
     from benchmarks.retrieval_usage import cost, protocol_curves
-
-    names, limit, points, sizes, repeat = PLAN[plan]
-    curves: dict[str, Any] = {}
-    for name in names:
-        progress(f"retrieval: usage, {name}")
-        engine = engines[name]
-        curves[name] = protocol_curves(engine, sample(engine.protocol, limit, seed), seed, points)
-    progress("retrieval: usage, cost")
     from sidecar.ranking import query_views
 
-    stb = engines["stabletoolbench"]
-    longs = [q.text for q in sample(stb.protocol, 300, seed)]
+    curves: dict[str, Any] = {}
+    for name in plan.protocols:
+        progress(f"retrieval: usage, {name}")
+        engine = engines[name]
+        queries = sample(engine.protocol, plan.queries, seed)
+        curves[name] = protocol_curves(engine, queries, seed, plan.points)
+    progress("retrieval: usage, cost")
+    engine = engines[plan.cost_on]
+    longs = [q.text for q in sample(engine.protocol, 300, seed)]
     texts = {"short": [*SHORT_QUERIES, *(query_views(t)[-1] for t in longs)], "long": longs}
     return {
-        "plan": plan,
+        "plan": asdict(plan),
         "curves": curves,
-        "cost": cost(stb, texts, embedder, sizes, repeat, seed),
+        "cost": cost(engine, texts, embedder, plan.sizes, plan.repeat, seed),
     }
 
 

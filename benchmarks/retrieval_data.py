@@ -183,13 +183,16 @@ def seal_tools(root: Path) -> Protocol:
     from sidecar.registry import embedding_text, lexical_text
 
     folder = root / SEAL_DIR
-    rows = [json.loads(line) for line in (folder / "tool.jsonl").open(encoding="utf-8")]
+    lines = (folder / "tool.jsonl").read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
     tools = load_tools([_seal_definition(r) for r in rows], str(folder))
     known = {t.tool_id for t in tools}
 
     def split(name: str) -> list[Query]:
         out = []
-        for line in (folder / name).open(encoding="utf-8"):
+        for line in (folder / name).read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
             item = json.loads(line)
             calls = [_seal_name(str(c["api"])) for c in item.get("calling", [])]
             relevant = tuple(dict.fromkeys(c for c in calls if c in known))
@@ -345,7 +348,8 @@ def apibench(root: Path, hub: str = "torchhub") -> Protocol:
     for split in ("train", "eval"):
         path = folder / f"{hub}_{split}.json"
         if path.is_file():
-            splits[split] = [json.loads(line) for line in path.open(encoding="utf-8")]
+            text = path.read_text(encoding="utf-8")
+            splits[split] = [json.loads(line) for line in text.splitlines() if line.strip()]
     if "eval" not in splits:
         raise FileNotFoundError(f"no {hub}_eval.json under {folder}")
     group = _api_groups([row for rows in splits.values() for row in rows])

@@ -324,8 +324,12 @@ def _latency_lines(result: Mapping[str, Any]) -> list[str]:
 
 
 def _usage_lines(result: Mapping[str, Any]) -> list[str]:
-    usage = result["usage"]
-    lines = ["", f"### Usage: learning curves ({usage['plan']} plan)", ""]
+    return usage_markdown(result["usage"]).splitlines()
+
+
+def usage_markdown(usage: Mapping[str, Any]) -> str:
+    """The learning curves and the cost of the usage protocol."""
+    lines = ["", "### Usage: learning curves", ""]
     headers = ["sessions", "nDCG@5", "recall@5", "Comp@5", "hit@1", "single nDCG@5", "multi nDCG@5"]
     for name, configs in usage["curves"].items():
         for config, curve in configs.items():
@@ -346,7 +350,7 @@ def _usage_lines(result: Mapping[str, Any]) -> list[str]:
                 )
             lines += [md_table(headers, rows), ""]
     lines += _cost_lines(usage["cost"])
-    return lines
+    return "\n".join(lines)
 
 
 def _cost_lines(cost: Mapping[str, Any]) -> list[str]:

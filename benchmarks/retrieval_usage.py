@@ -285,7 +285,8 @@ def cost(
     held: dict[str, dict[str, Any]] = {}
     built: dict[int, UsageIndex] = {}
     per_request: float | None = None
-    for n in sorted({small, MEASURED_MEMORY_UP_TO, large}):
+    per_10k = {MEASURED_MEMORY_UP_TO} if large >= MEASURED_MEMORY_UP_TO else set()
+    for n in sorted({small, large} | per_10k):
         measured = n <= MEASURED_MEMORY_UP_TO
         built[n], held[str(n)] = build_usage(
             engine, train, n, seed, None if measured else per_request

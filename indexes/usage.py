@@ -30,12 +30,13 @@ Everything the index answers is a function of the kept requests alone, so the ro
 store holds can be pruned to them (:attr:`Added.evicted`) and :meth:`UsageIndex.
 from_rows` on another replica rebuilds the same index, bit for bit.
 
-**Cost.**  A lookup first ranks, for each source, the tools it taught by their usage
+**Cost.**  A lookup asks about the candidates its other rankers found (any tools, if
+it names none).  Among them, each source nominates its ``preselect`` tools whose usage
 centroid (the session-weighted mean of the source's kept requests for the tool, one row
-per tool, source and outcome, summed exactly as integers), and scores the requests of
-each source's ``preselect`` nearest tools only: its cost grows with the tools that have
-usage and the sources that taught them, never with the number of sessions.  Each source
-picks its own tools, so that none can push another's out of the lookup either.
+per tool, source and outcome, summed exactly as integers) comes nearest the request, at
+``FLOOR`` or above, and only their kept requests are scored: the cost grows with the
+candidates and the sources that taught them, never with the number of sessions.  Each
+source nominates its own tools, so that none can push another's out of the lookup.
 
 **Forgetting.**  :meth:`UsageIndex.forget` drops every piece of a source's evidence: the
 index is then exactly what it would be had the source never reported.
@@ -224,7 +225,7 @@ class _Centroids:
     def __init__(self, dim: int) -> None:
         self.keys: list[tuple[str, str, str]] = []
         self._matrix = np.zeros((16, dim), dtype=np.float32)
-        self._groups: list[tuple[str, int, np.ndarray, list[str]]] | None = None
+        self._rows: _RowIndex | None = None
 
     @property
     def matrix(self) -> np.ndarray:
@@ -240,51 +241,81 @@ class _Centroids:
             if present:
                 self._matrix[at : n - 1] = self._matrix[at + 1 : n]
                 del self.keys[at]
-                self._groups = None
+                self._rows = None
             return
         if not present:
             if n == len(self._matrix):
                 self._matrix = np.concatenate([self._matrix, np.zeros_like(self._matrix)])
             self._matrix[at + 1 : n + 1] = self._matrix[at:n]
             self.keys.insert(at, key)
-            self._groups = None
+            self._rows = None
         self._matrix[at] = total.astype(np.float64) / norm
 
-    def nominated(self, queries: np.ndarray, per_source: int) -> dict[str, list[str]]:
-        """For each source, the ``per_source`` tools whose rows of that source (either
-        outcome) come nearest the request, nearest first (equal ones by name)."""
+    def nominated(
+        self,
+        queries: np.ndarray,
+        per_source: int,
+        floor: float,
+        tools: Collection[str] | None = None,
+    ) -> list[tuple[str, str]]:
+        """(source, tool) pairs: for each source, the ``per_source`` tools whose rows of
+        that source (either outcome) come nearest the request, at ``floor`` or above,
+        among ``tools`` (``None``: all); nearest first, equal ones by name."""
         if not self.keys:
-            return {}
-        sims = (self.matrix @ queries.T).max(axis=1)
-        out: dict[str, list[str]] = {}
-        for source, start, starts, tools in self._grouped():
-            best = np.maximum.reduceat(sims[start : start + int(starts[-1])], starts[:-1])
-            rows = np.arange(len(tools))
-            if per_source < len(tools):
-                rows = np.argpartition(-best, per_source - 1)[:per_source]
-            out[source] = [tools[i] for i in rows[np.lexsort((rows, -best[rows]))]]
-        return out
+            return []
+        index = self._index()
+        if tools is None:
+            rows = np.arange(len(self.keys))
+        else:
+            found = [index.tool_rows[t] for t in tools if t in index.tool_rows]
+            if not found:
+                return []
+            rows = np.sort(np.concatenate(found))
+        sims = (self.matrix[rows] @ queries.T).max(axis=1)
+        pairs = index.pair_of_row[rows]
+        starts = np.flatnonzero(np.r_[True, pairs[1:] != pairs[:-1]])
+        best, pairs = np.maximum.reduceat(sims, starts), pairs[starts]
+        keep = best >= floor
+        best, pairs = best[keep], pairs[keep]
+        sources, names = index.pair_source[pairs], index.pair_tool[pairs]
+        order = np.lexsort((names, -best, sources))
+        sources, names = sources[order], names[order]
+        first = np.flatnonzero(np.r_[True, sources[1:] != sources[:-1]])
+        rank = np.arange(len(sources)) - np.repeat(first, np.diff(np.r_[first, len(sources)]))
+        chosen = rank < per_source
+        return [
+            (index.sources[s], index.tools[t])
+            for s, t in zip(sources[chosen].tolist(), names[chosen].tolist(), strict=True)
+        ]
 
-    def _grouped(self) -> list[tuple[str, int, np.ndarray, list[str]]]:
-        """Per source: its first row, where each of its tools' rows start (relative to
-        that row, its number of rows last), and its tools."""
-        if self._groups is None:
-            keys = self.keys
-            groups: list[tuple[str, int, np.ndarray, list[str]]] = []
-            i = 0
-            while i < len(keys):
-                source, start = keys[i][0], i
-                starts: list[int] = []
-                tools: list[str] = []
-                while i < len(keys) and keys[i][0] == source:
-                    if not tools or tools[-1] != keys[i][1]:
-                        tools.append(keys[i][1])
-                        starts.append(i - start)
-                    i += 1
-                starts.append(i - start)
-                groups.append((source, start, np.array(starts, dtype=np.intp), tools))
-            self._groups = groups
-        return self._groups
+    def _index(self) -> _RowIndex:
+        if self._rows is None:
+            self._rows = _RowIndex(self.keys)
+        return self._rows
+
+
+class _RowIndex:
+    """Where each (source, tool) pair's rows are, in a centroid table's key order."""
+
+    def __init__(self, keys: Sequence[tuple[str, str, str]]) -> None:
+        self.sources = sorted({k[0] for k in keys})
+        self.tools = sorted({k[1] for k in keys})
+        source_at = {s: i for i, s in enumerate(self.sources)}
+        tool_at = {t: i for i, t in enumerate(self.tools)}
+        pair_of_row: list[int] = []
+        pair_source: list[int] = []
+        pair_tool: list[int] = []
+        rows_of: dict[str, list[int]] = {}
+        for row, (source, tool, _) in enumerate(keys):
+            if not pair_of_row or keys[row - 1][:2] != (source, tool):
+                pair_source.append(source_at[source])
+                pair_tool.append(tool_at[tool])
+            pair_of_row.append(len(pair_source) - 1)
+            rows_of.setdefault(tool, []).append(row)
+        self.pair_of_row = np.array(pair_of_row, dtype=np.intp)
+        self.pair_source = np.array(pair_source, dtype=np.intp)
+        self.pair_tool = np.array(pair_tool, dtype=np.intp)
+        self.tool_rows = {t: np.array(r, dtype=np.intp) for t, r in rows_of.items()}
 
 
 class UsageIndex:
@@ -384,19 +415,20 @@ class UsageIndex:
         dense: Mapping[str, float],
         spread: float,
         similarity: Callable[[Sequence[str]], Mapping[str, float]] | None = None,
+        candidates: Collection[str] | None = None,
     ) -> dict[str, UsageBoost]:
         """The usage of the tools near a request (``views``: its vectors, one row per
-        view), for those it raises or lowers.  ``dense`` holds tools' similarity to the
-        request (their best view's), ``spread`` the standard deviation of that
-        similarity over the catalog; a tool usage selects that ``dense`` lacks is asked
-        of ``similarity``, and left out if still unknown."""
+        view), for those it raises or lowers, among ``candidates`` (``None``: every tool
+        with usage).  ``dense`` holds tools' similarity to the request (their best
+        view's), ``spread`` the standard deviation of that similarity over the catalog;
+        a tool usage selects that ``dense`` lacks is asked of ``similarity``, and left
+        out if still unknown."""
         queries = np.atleast_2d(np.asarray(views, dtype=np.float32))
         with self._lock:
-            nominated = self._centroids.nominated(queries, self._preselect)
+            pairs = self._centroids.nominated(queries, self._preselect, self._floor, candidates)
             by_tool: dict[str, list[str]] = {}
-            for source in sorted(nominated):
-                for tool in nominated[source]:
-                    by_tool.setdefault(tool, []).append(source)
+            for source, tool in sorted(pairs):
+                by_tool.setdefault(tool, []).append(source)
             parts = {t: self._memories(t, sources) for t, sources in by_tool.items()}
         known = dict(dense)
         missing = sorted(t for t in parts if t not in known)
@@ -412,23 +444,27 @@ class UsageIndex:
 
     def _memories(
         self, tool: str, sources: Sequence[str]
-    ) -> list[tuple[float, dict[str, tuple[np.ndarray, np.ndarray]]]]:
-        """The cap and the kept requests per outcome (matrix, sessions) of each of the
-        ``sources`` that nominated ``tool``."""
+    ) -> list[tuple[float, np.ndarray, np.ndarray, np.ndarray]]:
+        """For each of the ``sources`` that nominated ``tool``: its cap, and its kept
+        requests of both outcomes (vectors, sessions, and which are completed)."""
         source_cap, trusted_cap, _ = self._caps
         taught = self._tools.get(tool, {})
-        return [
-            (
-                trusted_cap if source in self.trusted else source_cap,
-                {outcome: m.matrix() for outcome, m in sorted(taught[source].items())},
-            )
-            for source in sources
-            if source in taught
-        ]
+        out = []
+        for source in sources:
+            outcomes = taught.get(source)
+            if outcomes is None:
+                continue
+            parts = [(o, *outcomes[o].matrix()) for o in OUTCOMES if o in outcomes]
+            vectors = np.concatenate([v for _, v, _ in parts]) if len(parts) > 1 else parts[0][1]
+            counts = np.concatenate([c for _, _, c in parts]) if len(parts) > 1 else parts[0][2]
+            completed = np.concatenate([np.full(len(c), o == OUTCOMES[0]) for o, _, c in parts])
+            cap = trusted_cap if source in self.trusted else source_cap
+            out.append((cap, vectors, counts, completed))
+        return out
 
     def _boost(
         self,
-        sources: list[tuple[float, dict[str, tuple[np.ndarray, np.ndarray]]]],
+        sources: list[tuple[float, np.ndarray, np.ndarray, np.ndarray]],
         queries: np.ndarray,
         dense: float,
         spread: float,
@@ -436,22 +472,17 @@ class UsageIndex:
         floor = max(dense, self._floor) + self._margin
         score = 0.0
         sessions = 0
-        for cap, outcomes in sources:
-            raised = 0.0
-            part = 0.0
-            for outcome, (matrix, counts) in outcomes.items():
-                sims = (matrix @ queries.T).max(axis=1)
-                best = float(sims.max())
-                lift = self._gain * max(0.0, best - floor) / spread
-                if outcome == OUTCOMES[0]:
-                    part += lift
-                    raised = float(counts[sims > floor].sum())
-                else:
-                    part -= lift
-            part = min(cap, max(-cap, part))
+        for cap, vectors, counts, completed in sources:
+            sims = (vectors @ queries.T).max(axis=1)
+            lifts = np.maximum(sims - floor, 0.0)
+            raise_, lower = lifts[completed], lifts[~completed]
+            best = (float(raise_.max()) if len(raise_) else 0.0) - (
+                float(lower.max()) if len(lower) else 0.0
+            )
+            part = min(cap, max(-cap, self._gain * best / spread))
             score += part
             if part > 0:
-                sessions += int(raised)
+                sessions += int(counts[completed & (sims > floor)].sum())
         total_cap = self._caps[2]
         return UsageBoost(min(total_cap, max(-total_cap, score)), sessions)
 

@@ -219,7 +219,9 @@ def hybrid_order(
             known.update(found)
             return found
 
-        boosts = usage.boosts(views, dict(known), spread, remembered)
+        # usage weighs in on the candidates of the other rankers: what it costs does not
+        # grow with the tools it knows, and no source can put a tool among them
+        boosts = usage.boosts(views, dict(known), spread, remembered, candidates=list(known))
         signals.append(Signal({t: b.score for t, b in boosts.items()}, usage_weight))
     signals.insert(0, Signal(known, DENSE_WEIGHT, spread))
     return [rid for rid in fuse(signals, known) if rid in known], known, boosts

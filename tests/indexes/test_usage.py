@@ -40,6 +40,9 @@ def test_a_tool_is_raised_near_the_requests_it_served_and_not_elsewhere() -> Non
     assert usage.boosts(vec(0, 1), {"weather": 0.2}, SPREAD) == {}
     # a request its own text already matches as well: nothing to add
     assert usage.boosts(vec(1), {"weather": 1.0 - MARGIN}, SPREAD) == {}
+    # a lookup that names its candidates hears of those alone
+    assert usage.boosts(vec(1), {"weather": 0.2}, SPREAD, candidates=["radar"]) == {}
+    assert usage.boosts(vec(1), {"weather": 0.2}, SPREAD, candidates=["weather"]) == near
 
 
 def test_abandoned_sessions_lower_a_tool_for_their_requests() -> None:
