@@ -1,43 +1,33 @@
-"""Question: does a lookup put the right tools in its top 5, in absolute terms, on public
-tool-retrieval benchmarks; does the sidecar's hybrid ranking (BM25 + multi-view dense,
-fused by RRF) beat plain all-MiniLM-L6-v2 and plain BM25; do completed chains and the
-queries of completed runs help; can a lookup abstain on out-of-scope queries; and what
-does the hybrid cost end to end?
+"""Question: does a lookup put the right tools in its top 5 on public tool-retrieval
+benchmarks; does the sidecar's fusion of its dense similarity and BM25, chosen on one
+catalog, hold on the others unretuned, never below the better of the two for single-
+and multi-tool requests alike; what do the tools' parameter descriptions bring; do
+completed chains help after a prefix; can a lookup abstain; do lookups learn from the
+agents' own sessions (usage), and at what cost end to end?
 
 Protocols (:mod:`benchmarks.retrieval_data`): StableToolBench pooled, Seal-Tools
-in-domain, ToolBench completed trajectories.  Every ranker ranks the whole catalog with
-the sidecar's own pieces: documents as the sidecar embeds them (fp32 ONNX graph),
-queries through its int8 query graph, :mod:`indexes.lexical` for BM25 and
-:mod:`sidecar.ranking` for the views and the fusion.  Metrics per query, averaged:
+in-domain, ToolBench completed trajectories, and APIBench's three hubs (TorchHub,
+TensorFlow Hub, Hugging Face: single-tool instructions).  Rankers
+(:mod:`benchmarks.retrieval_rankers`): plain MiniLM (the whole query's cosine), BM25,
+the dense ranking over the query's views, reciprocal rank fusion (the fusion before),
+the fusion candidates, and ``hybrid``: the lookup's own fusion
+(:func:`sidecar.ranking.hybrid_order`).  The fusion and its weight are chosen on
+StableToolBench alone (:data:`TUNED_ON`): the run reports which candidate that catalog
+prefers, and every other catalog's figures for it.
 
-- nDCG@k with binary gains, as ToolBench's evaluator computes it (sklearn's
-  ``ndcg_score``: DCG of the top k over the ideal DCG of ``min(|relevant|, k)`` hits);
-- recall@5 (share of the relevant tools in the top 5) and Comp@5 (all of them there);
-- each split single-tool / multi-tool.
-
-Rankers: ``minilm`` (the whole query's cosine, today's lookup), ``bm25``,
-``multiview`` (max-sim over the query's sentences, :func:`sidecar.ranking.query_views`),
-``multiview+whole`` (the whole query as one more view), ``rrf`` (minilm + bm25),
-``hybrid`` (multiview + bm25: the sidecar's default), and ``hybrid+usage@m``: each tool
-with at least ``m`` training queries gets the unit mean of those queries' views closest
-to it added (weight 0.5) to its vector (Tool2Vec-style).  Training queries are never
-test queries (Seal-Tools: ``dev``; the others: five folds by query).
+Metrics per query, averaged: nDCG@5 with binary gains as ToolBench's evaluator computes
+it (sklearn's ``ndcg_score``: DCG of the top k over the ideal DCG of
+``min(|relevant|, k)`` hits), nDCG@1 (the first tool right: hit@1), recall@5 and Comp@5
+(all relevant tools in the top 5), each split single-tool / multi-tool.
 
 Chain-aware completion: every multi-tool query is asked again after its first relevant
-tool (``after``), the rest of its tools as relevant, with and without the ranking of
-tools that followed that tool in the training queries' chains.
-
-Abstention: the best hit's similarity against a threshold; out of scope are each
-catalog's queries asked of another (a catalog's ToolBench and StableToolBench share a
-hub and are not out of scope of each other, so only Seal-Tools pairs with either) and
-hand-made requests no catalog serves; the cost is the in-scope recall@5 lost when an
-abstained lookup counts as finding nothing.
-
-End to end: ``Sidecar.search`` over the StableToolBench catalog in a real home, hybrid
-on and off (the same home, the same embedder with no query cache), interleaved, every
-call a query of its own: long multi-sentence StableToolBench queries and short
-one-sentence ones; and the hybrid lookup's top 5 against this benchmark's own hybrid
-ranker (they must agree: the benchmark measures what the sidecar serves).
+tool, the rest of its tools relevant, with the tools that followed that tool in the
+training queries' chains at several weights.  Abstention: the best hit's similarity
+against a threshold, out of scope being each catalog's queries asked of another and
+hand-made requests no catalog serves.  Usage: :mod:`benchmarks.retrieval_usage`.  End
+to end: ``Sidecar.search`` over the StableToolBench catalog in a real home, hybrid on
+and off, and :func:`sidecar.ranking.hybrid_ranked` over that home's index against this
+benchmark's ``hybrid`` (they must agree: the benchmark measures what the lookup serves).
 """
 
 from __future__ import annotations
@@ -46,40 +36,55 @@ import math
 import random
 import statistics
 import tempfile
-import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from benchmarks.common import (
     DEFAULT_DATASETS,
     dataset_main,
     interleaved,
     machine,
-    md_table,
-    md_targets,
-    model_embedder,
     progress,
     ratio,
     summary,
-    target,
 )
 from benchmarks.retrieval_data import Protocol, Query, sample
+from benchmarks.retrieval_rankers import FUSIONS, Engine, K, baselines
+from benchmarks.retrieval_report import markdown, plot, targets
 
-if TYPE_CHECKING:
-    import numpy as np
+__all__ = ["main", "markdown", "plot", "run", "targets"]
 
-K = 5
-DEPTH = K + 50
-"""How deep each ranking is read: as deep as a lookup of ``k`` = 5 reads it
-(``k + sidecar.ranking.DEPTH``)."""
+TUNED_ON = "stabletoolbench"
 QUICK_QUERIES = 250
-USAGE_MINIMUMS = (1, 3, 5)
-USAGE_BLEND = 0.5
-CHAIN_WEIGHTS = (0.3, 0.5, 1.0, 2.0)
+CHAIN_WEIGHTS = (0.25, 0.5, 1.0, 2.0)
 THRESHOLDS = (0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
 LATENCY_QUICK, LATENCY_FULL = 60, 200
+ABSTENTION_PROTOCOLS = ("stabletoolbench", "seal_tools", "toolbench_completed")
+USAGE_PROTOCOLS = ("apibench_torchhub", "seal_tools", "stabletoolbench", "apibench_tensorflow")
+
+
+@dataclass(frozen=True)
+class UsagePlan:
+    """The sizes of the usage protocol."""
+
+    protocols: tuple[str, ...]
+    queries: int | None
+    """Test queries per protocol (``None``: all)."""
+    points: tuple[int | None, ...]
+    sizes: tuple[int, int]
+    """Sessions behind the usage of the cost's two lookups."""
+    repeat: int
+    cost_on: str = "stabletoolbench"
+
+
+PLANS = {
+    "quick": UsagePlan(USAGE_PROTOCOLS[:2], 150, (0, 100, 300, None), (1_000, 10_000), 40),
+    "full": UsagePlan(USAGE_PROTOCOLS, None, (0, 100, 300, 1000, None), (1_000, 100_000), 200),
+}
 HAND_MADE = (
     "What is the meaning of life?",
     "Tell me a joke about penguins.",
@@ -136,144 +141,33 @@ def averaged(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
     }
 
 
-# ---- the rankers --------------------------------------------------------------------------
-class Engine:
-    """One catalog: its document vectors, its BM25 index, and the query vectors seen."""
-
-    def __init__(self, protocol: Protocol, embedder: Any, vectors: dict[str, np.ndarray]) -> None:
-        from indexes.lexical import LexicalSnapshot, terms
-
-        self.protocol = protocol
-        self.ids = protocol.ids
-        self.position = {t: i for i, t in enumerate(self.ids)}
-        self._embedder = embedder
-        self._vectors = vectors
-        started = time.perf_counter()
-        self.matrix = embedder.embed(protocol.texts)
-        self.embed_s = time.perf_counter() - started
-        # rows in id order, as the lexical tier builds them: BM25 ties break alike
-        order = sorted(range(len(self.ids)), key=self.ids.__getitem__)
-        self.lexical = LexicalSnapshot.build(
-            [self.ids[i] for i in order], [terms(protocol.texts[i]) for i in order]
-        )
-        self._terms = terms
-
-    def views(self, text: str, whole: bool = False) -> np.ndarray:
-        """The query's views (its sentences), or its whole text alone."""
-        import numpy as np
-
-        from sidecar.ranking import query_views
-
-        rows = []
-        for view in [text.strip()] if whole else query_views(text):
-            if view not in self._vectors:
-                self._vectors[view] = self._embedder.embed_query(view)
-            rows.append(self._vectors[view])
-        return np.stack(rows)
-
-    def top(self, scores: np.ndarray, n: int = DEPTH) -> list[str]:
-        import numpy as np
-
-        n = min(n, len(scores))
-        best = np.argpartition(-scores, n - 1)[:n]
-        return [self.ids[i] for i in best[np.lexsort((best, -scores[best]))]]
-
-    def bm25(self, text: str) -> list[str]:
-        return [rid for rid, _ in self.lexical.top(self._terms(text), DEPTH)]
-
-    def rankings(self, text: str, matrix: np.ndarray | None = None) -> dict[str, Any]:
-        """The dense rankings (whole query, multi-view), BM25, and the best
-        similarity."""
-        import numpy as np
-
-        docs = self.matrix if matrix is None else matrix
-        sims = docs @ self.views(text).T
-        best = sims.max(axis=1)
-        whole = docs @ self.views(text, whole=True)[0]
-        return {
-            "minilm": self.top(whole),
-            "multiview": self.top(best),
-            "multiview+whole": self.top(np.maximum(best, whole)),
-            "bm25": self.bm25(text),
-            "best": float(best.max()),
-            "similarity": {rid: float(best[self.position[rid]]) for rid in self.top(best)},
-        }
-
-    def usage_matrix(self, train: Sequence[Query], minimum: int) -> np.ndarray:
-        """Document vectors with each tool's training queries (the view closest to the
-        tool) blended in, for tools with at least ``minimum`` of them."""
-        import numpy as np
-
-        from indexes.exact import unit_rows
-
-        seen: dict[str, list[np.ndarray]] = defaultdict(list)
-        for q in train:
-            views = self.views(q.text)
-            for tool in q.relevant:
-                at = self.position.get(tool)
-                if at is not None:
-                    seen[tool].append(views[int(np.argmax(views @ self.matrix[at]))])
-        out = np.array(self.matrix)
-        for tool, rows in seen.items():
-            if len(rows) >= minimum:
-                at = self.position[tool]
-                centre = unit_rows(np.mean(rows, axis=0))[0]
-                out[at] = unit_rows(self.matrix[at] + USAGE_BLEND * centre)[0]
-        result: np.ndarray = out
-        return result
-
-
-def hybrid(r: Mapping[str, Any], extra: Sequence[tuple[Sequence[str], float]] = ()) -> list[str]:
-    """The sidecar's default fusion (:class:`sidecar.lookup.Lookup`, hybrid on): ties
-    broken by similarity, as the lookup breaks them."""
-    from sidecar.ranking import fuse
-
-    return fuse([(r["multiview"], 1.0), (r["bm25"], 1.0), *extra], r["similarity"])
-
-
-# ---- one protocol ---------------------------------------------------------------------------
-def evaluate(engine: Engine, queries: Sequence[Query]) -> dict[str, Any]:
-    from sidecar.ranking import fuse, successors
-
-    protocol = engine.protocol
+# ---- one protocol, zero-shot -------------------------------------------------------------
+def evaluate(
+    engine: Engine, queries: Sequence[Query], variants: Mapping[str, Engine] | None = None
+) -> dict[str, Any]:
+    """Every ranker over ``queries``; ``variants``: the same catalog indexed with other
+    texts (:func:`benchmarks.retrieval_rankers.text_variants`), for their MiniLM, BM25
+    and hybrid."""
     rows: dict[str, dict[str, list[dict[str, float]]]] = defaultdict(lambda: defaultdict(list))
-    chain_rows: dict[str, list[dict[str, float]]] = defaultdict(list)
     best: list[float] = []
-    folds = sorted({q.fold for q in queries}) if protocol.folds else [0]
-    for fold in folds:
-        train = protocol.training(fold)
-        chains: dict[tuple[str, ...], int] = defaultdict(int)
-        for q in train:
-            if len(q.relevant) >= 2:
-                chains[q.relevant] += 1
-        usage = {m: engine.usage_matrix(train, m) for m in USAGE_MINIMUMS}
-        tests = [q for q in queries if not protocol.folds or q.fold == fold]
-        for q in tests:
-            r = engine.rankings(q.text)
-            best.append(r["best"])
-            ranked = {
-                "minilm": r["minilm"],
-                "bm25": r["bm25"],
-                "multiview": r["multiview"],
-                "rrf": fuse([(r["minilm"], 1.0), (r["bm25"], 1.0)]),
-                "hybrid": hybrid(r),
-                "hybrid (views+whole)": fuse([(r["multiview+whole"], 1.0), (r["bm25"], 1.0)]),
-            }
-            for m, matrix in usage.items():
-                ranked[f"hybrid+usage@{m}"] = hybrid(engine.rankings(q.text, matrix))
-            split = "single" if len(q.relevant) == 1 else "multi"
-            for name, order in ranked.items():
-                s = scores_of(order, q.relevant)
-                rows[name]["all"].append(s)
-                rows[name][split].append(s)
-            if len(q.relevant) >= 2:
-                after, rest = q.relevant[:1], q.relevant[1:]
-                plain = [t for t in ranked["hybrid"] if t not in after]
-                chain_rows["hybrid"].append(scores_of(plain, rest))
-                following = successors(list(chains.items()), after)
-                for w in CHAIN_WEIGHTS:
-                    order = [t for t in hybrid(r, [(following, w)]) if t not in after]
-                    chain_rows[f"hybrid+chains (weight {w:g})"].append(scores_of(order, rest))
+    hybrid_recall: list[float] = []
+    for q in queries:
+        sig = engine.signals(q.text)
+        best.append(float(sig.dense.max()))
+        ranked = baselines(engine, sig)
+        ranked |= {name: fusion(engine, sig) for name, fusion in FUSIONS.items()}
+        ranked["hybrid"] = engine.hybrid(sig)[0]
+        for variant, other in (variants or {}).items():
+            osig = other.signals(q.text)
+            ranked[f"minilm, {variant}"] = other.top(osig.whole)
+            ranked[f"bm25, {variant}"] = other.top(osig.bm25, positive=True)
+            ranked[f"hybrid, {variant}"] = other.hybrid(osig)[0]
+        split = "single" if len(q.relevant) == 1 else "multi"
+        for name, order in ranked.items():
+            s = scores_of(order, q.relevant)
+            rows[name]["all"].append(s)
+            rows[name][split].append(s)
+        hybrid_recall.append(rows["hybrid"]["all"][-1]["recall@5"])
     return {
         "queries": len(queries),
         "catalog": len(engine.ids),
@@ -281,8 +175,48 @@ def evaluate(engine: Engine, queries: Sequence[Query]) -> dict[str, Any]:
         "rankers": {
             name: {split: averaged(v) for split, v in by.items()} for name, by in rows.items()
         },
-        "after_first_tool": {name: averaged(v) for name, v in chain_rows.items()},
-        "best_similarity": best,
+        "_best_similarity": best,
+        "_hybrid_recalls": hybrid_recall,
+    }
+
+
+def after_first_tool(engine: Engine, queries: Sequence[Query]) -> dict[str, Any]:
+    """Multi-tool queries asked again after their first relevant tool, the rest relevant:
+    the hybrid alone, and with the completed chains of the training queries."""
+    from sidecar.ranking import successors
+
+    protocol = engine.protocol
+    rows: dict[str, list[dict[str, float]]] = defaultdict(list)
+    folds = sorted({q.fold for q in queries}) if protocol.folds else [0]
+    for fold in folds:
+        chains: dict[tuple[str, ...], int] = defaultdict(int)
+        for q in protocol.training(fold):
+            if len(q.relevant) >= 2:
+                chains[q.relevant] += 1
+        for q in queries:
+            if len(q.relevant) < 2 or (protocol.folds and q.fold != fold):
+                continue
+            after, rest = q.relevant[:1], q.relevant[1:]
+            sig = engine.signals(q.text)
+            plain = [t for t in engine.hybrid(sig)[0] if t not in after]
+            rows["hybrid"].append(scores_of(plain, rest))
+            following = successors(list(chains.items()), after)
+            for w in CHAIN_WEIGHTS:
+                ranked, _ = engine.hybrid(sig, chains=following, chain_weight=w)
+                order = [t for t in ranked if t not in after]
+                rows[f"hybrid+chains (weight {w:g})"].append(scores_of(order, rest))
+    return {name: averaged(v) for name, v in rows.items()}
+
+
+def chosen_fusion(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The fusion candidate :data:`TUNED_ON` prefers (nDCG@5 over all its queries), and
+    every protocol's figures for it."""
+    rankers = results[TUNED_ON]["rankers"]
+    best = max(FUSIONS, key=lambda name: (rankers[name]["all"]["ndcg@5"], name))
+    return {
+        "tuned_on": TUNED_ON,
+        "best_candidate": best,
+        "figures": {p: r["rankers"][best] for p, r in results.items()},
     }
 
 
@@ -294,22 +228,23 @@ def abstention(engines: Mapping[str, Engine], results: Mapping[str, Any]) -> dic
         ("toolbench_completed", "seal_tools"),
         ("seal_tools", "toolbench_completed"),
     ]
+    inside = {p: results[p] for p in ABSTENTION_PROTOCOLS if p in results}
     outside: dict[str, list[float]] = defaultdict(list)
     hand: dict[str, list[float]] = {}
     for catalog, other in pairs:
-        if catalog not in engines or other not in engines:
+        if catalog not in inside or other not in inside:
             continue
         queries = engines[other].protocol.queries
-        chosen = [q.text for q in queries[: max(1, len(results[catalog]["best_similarity"]))]]
-        outside[catalog] += [engines[catalog].rankings(t)["best"] for t in chosen]
-    for name, engine in engines.items():
-        hand[name] = [engine.rankings(t)["best"] for t in HAND_MADE]
+        chosen = [q.text for q in queries[: max(1, len(inside[catalog]["_best_similarity"]))]]
+        outside[catalog] += [_best(engines[catalog], t) for t in chosen]
+    for name in inside:
+        hand[name] = [_best(engines[name], t) for t in HAND_MADE]
     table = []
     for th in THRESHOLDS:
         row: dict[str, Any] = {"threshold": th}
-        inside = [b for r in results.values() for b in r["best_similarity"]]
-        row["in_scope_abstained_pct"] = _pct([b < th for b in inside])
-        row["recall_lost_points"] = _recall_lost(engines, results, th)
+        best = [b for r in inside.values() for b in r["_best_similarity"]]
+        row["in_scope_abstained_pct"] = _pct([b < th for b in best])
+        row["recall_lost_points"] = _recall_lost(inside, th)
         row["cross_catalog_abstained_pct"] = _pct([b < th for v in outside.values() for b in v])
         row["hand_made_abstained_pct"] = _pct([b < th for v in hand.values() for b in v])
         row["out_of_scope_abstained_pct"] = _pct(
@@ -319,25 +254,31 @@ def abstention(engines: Mapping[str, Engine], results: Mapping[str, Any]) -> dic
     return {"thresholds": table, "out_of_scope_queries": sum(map(len, outside.values()))}
 
 
+def _best(engine: Engine, text: str) -> float:
+    return float(engine.signals(text).dense.max())
+
+
 def _pct(flags: Sequence[bool]) -> float:
     return round(100 * sum(flags) / len(flags), 1) if flags else 0.0
 
 
-def _recall_lost(engines: Mapping[str, Engine], results: Mapping[str, Any], th: float) -> float:
+def _recall_lost(results: Mapping[str, Any], th: float) -> float:
     """Points of in-scope recall@5 (hybrid) lost, averaged over the protocols, when an
     abstained lookup counts as finding nothing."""
     lost = []
     for r in results.values():
-        flags = [b < th for b in r["best_similarity"]]
+        flags = [b < th for b in r["_best_similarity"]]
         recalls = r["_hybrid_recalls"]
         lost.append(100 * sum(x for x, f in zip(recalls, flags, strict=True) if f) / len(flags))
     return round(statistics.fmean(lost), 2) if lost else 0.0
 
 
-# ---- the hot path ----------------------------------------------------------------------------
+# ---- end to end ----------------------------------------------------------------------------
 def hot_path(
     engine: Engine, queries: Sequence[Query], repeat: int, seed: int, embedder: Any
 ) -> dict[str, Any]:
+    """``Sidecar.search`` hybrid on and off, interleaved (each call a query of its own),
+    and the lookup's fusion over that home's index against this benchmark's."""
     from benchmarks.common import open_sidecar
     from sidecar import Sidecar
     from sidecar.ranking import query_views
@@ -346,7 +287,7 @@ def hot_path(
     rng = random.Random(f"retrieval-latency:{seed}")
     longs = [q.text for q in queries]
     rng.shuffle(longs)
-    # one sentence each: the first of each query (one view, as most agent queries are)
+    # one sentence each: the last of each query (one view, as most agent queries are)
     shorts = [*SHORT_QUERIES, *(query_views(t)[-1] for t in longs)]
     with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as tmp:
         home = Path(tmp)
@@ -358,271 +299,133 @@ def hot_path(
         try:
             on.search("warm up", k=K)
             off.search("warm up", k=K)
-            agree = []
-            for q in queries[:100]:
-                served = [h.tool_id for h in on.search(q.text, k=K).hits]
-                agree.append(served == hybrid(engine.rankings(q.text))[:K])
             out: dict[str, Any] = {
                 "tools": len(tools),
-                "hybrid_top5_same_as_benchmark_ranker": round(statistics.fmean(agree), 3),
+                "hybrid_top5_same_as_benchmark_ranker": _agreement(engine, on, queries[:100]),
             }
             for name, texts in (("long", longs), ("short", shorts)):
-                count = repeat + 3
-                pool = [
-                    texts[i % len(texts)] + ("" if i < len(texts) else f" {i}")
-                    for i in range(2 * count)
-                ]
-                its = {"hybrid": iter(pool[:count]), "plain": iter(pool[count:])}
-                samples = interleaved(
-                    {
-                        "hybrid": _each(on, its["hybrid"]),
-                        "plain": _each(off, its["plain"]),
-                    },
-                    repeat,
-                )
-                stats = {n: summary(v) for n, v in samples.items()}
-                out[name] = {
-                    **stats,
-                    "hybrid_vs_plain_p50": ratio(
-                        stats["hybrid"]["p50_ms"], stats["plain"]["p50_ms"]
-                    ),
-                }
+                out[name] = _timed_lookups(on, off, texts, repeat)
         finally:
             off.close()
             on.close()
     return out
 
 
-def _each(sc: Any, texts: Any) -> Callable[[], Any]:
-    """A lookup of the next text, each once."""
-    return lambda: sc.search(next(texts), k=K)
+def _agreement(engine: Engine, sc: Any, queries: Sequence[Query]) -> float:
+    """Share of ``queries`` whose top 5 by :func:`sidecar.ranking.hybrid_ranked` over the
+    home's real index equals this benchmark's ``hybrid``."""
+    from indexes import query_vectors
+    from sidecar.ranking import hybrid_ranked, query_views
+
+    index = sc.index
+    same = []
+    for q in queries:
+        views = query_vectors(index.embedder, query_views(q.text))
+        served = [rid for rid, _ in hybrid_ranked(index, views, q.text, K, ()).hits]
+        same.append(served == engine.hybrid(engine.signals(q.text))[0][:K])
+    return round(statistics.fmean(same), 3) if same else 0.0
+
+
+def _timed_lookups(on: Any, off: Any, texts: Sequence[str], repeat: int) -> dict[str, Any]:
+    count = repeat + 3
+    pool = [texts[i % len(texts)] + ("" if i < len(texts) else f" {i}") for i in range(2 * count)]
+    its = {"hybrid": iter(pool[:count]), "plain": iter(pool[count:])}
+    samples = interleaved(
+        {
+            "hybrid": lambda: on.search(next(its["hybrid"]), k=K),
+            "plain": lambda: off.search(next(its["plain"]), k=K),
+        },
+        repeat,
+    )
+    stats = {n: summary(v) for n, v in samples.items()}
+    return {
+        **stats,
+        "hybrid_vs_plain_p50": ratio(stats["hybrid"]["p50_ms"], stats["plain"]["p50_ms"]),
+    }
 
 
 # ---- the run ---------------------------------------------------------------------------------
+def loaders() -> dict[str, Callable[[Path], Protocol]]:
+    from benchmarks import retrieval_data as data
+
+    out: dict[str, Callable[[Path], Protocol]] = {
+        "stabletoolbench": data.stabletoolbench,
+        "seal_tools": data.seal_tools,
+        "toolbench_completed": data.toolbench_completed,
+    }
+    for hub in data.APIBENCH_HUBS:
+        out[f"apibench_{hub}"] = partial(data.apibench, hub=hub)
+    return out
+
+
 def run(quick: bool, seed: int = 7, dataset: Path = DEFAULT_DATASETS) -> dict[str, Any]:
-    from benchmarks import retrieval_data
+    from benchmarks.common import model_embedder
+    from benchmarks.retrieval_rankers import text_variants
 
     embedder = model_embedder("onnx")
-    vectors: dict[str, np.ndarray] = {}
-    loaders: dict[str, Callable[[Path], Protocol]] = {
-        "stabletoolbench": retrieval_data.stabletoolbench,
-        "seal_tools": retrieval_data.seal_tools,
-        "toolbench_completed": retrieval_data.toolbench_completed,
-    }
+    vectors: dict[str, Any] = {}
     engines: dict[str, Engine] = {}
     results: dict[str, Any] = {}
-    for name, load in loaders.items():
+    for name, load in loaders().items():
         progress(f"retrieval: {name}")
         protocol = load(dataset)
-        engine = Engine(protocol, embedder, vectors)
-        engines[name] = engine
+        engine = engines[name] = Engine(protocol, embedder, vectors)
         queries = sample(protocol, QUICK_QUERIES if quick else None, seed)
-        results[name] = evaluate(engine, queries)
-        results[name]["_hybrid_recalls"] = [
-            scores_of(hybrid(engine.rankings(q.text)), q.relevant)["recall@5"] for q in queries
-        ]
+        results[name] = evaluate(engine, queries, text_variants(engine))
+        results[name]["after_first_tool"] = after_first_tool(engine, queries)
         results[name]["notes"] = protocol.notes
     progress("retrieval: abstention")
     abstain = abstention(engines, results)
     progress("retrieval: end-to-end lookups")
     stb = engines["stabletoolbench"]
-    latency = hot_path(
-        stb,
-        sample(stb.protocol, QUICK_QUERIES if quick else None, seed),
-        LATENCY_QUICK if quick else LATENCY_FULL,
-        seed,
-        embedder,
-    )
+    stb_queries = sample(stb.protocol, QUICK_QUERIES if quick else None, seed)
+    latency = hot_path(stb, stb_queries, LATENCY_QUICK if quick else LATENCY_FULL, seed, embedder)
+    usage = usage_protocol(engines, PLANS["quick" if quick else "full"], seed, embedder)
     for r in results.values():
-        r.pop("best_similarity")
+        r.pop("_best_similarity")
         r.pop("_hybrid_recalls")
     result = {
         "benchmark": "retrieval",
         "question": (
             "do lookups put the right tools in the top 5 on public tool benchmarks, does "
-            "the hybrid ranking beat plain MiniLM and BM25, can a lookup abstain, and at "
-            "what cost end to end"
+            "the fusion chosen on one catalog hold on the others, can a lookup abstain, "
+            "do lookups learn from the agents' sessions, and at what cost end to end"
         ),
         "machine": machine(),
         "k": K,
         "protocols": results,
+        "fusion": chosen_fusion(results),
         "abstention": abstain,
         "latency": latency,
+        "usage": usage,
     }
     result["targets"] = targets(result)
     return result
 
 
-def targets(result: Mapping[str, Any]) -> list[dict[str, Any]]:
-    from sidecar.settings import DEFAULT_ABSTAIN_BELOW
+def usage_protocol(
+    engines: Mapping[str, Engine], plan: UsagePlan, seed: int, embedder: Any
+) -> dict[str, Any]:
+    """The learning curves of the usage protocols and the cost of usage, as ``plan``
+    sizes them."""
+    from benchmarks.retrieval_usage import cost, protocol_curves
+    from sidecar.ranking import query_views
 
-    p = result["protocols"]
-
-    def get(name: str, ranker: str, metric: str, split: str = "all") -> float:
-        return float(p[name]["rankers"][ranker][split][metric])
-
-    out = []
-    goals = {
-        "stabletoolbench": {"ndcg@5": 75, "recall@5": 80, "comp@5": 60},
-        "seal_tools": {"ndcg@5": 90, "recall@5": 90},
-        "toolbench_completed": {"recall@5": 75},
+    curves: dict[str, Any] = {}
+    for name in plan.protocols:
+        progress(f"retrieval: usage, {name}")
+        engine = engines[name]
+        queries = sample(engine.protocol, plan.queries, seed)
+        curves[name] = protocol_curves(engine, queries, seed, plan.points)
+    progress("retrieval: usage, cost")
+    engine = engines[plan.cost_on]
+    longs = [q.text for q in sample(engine.protocol, 300, seed)]
+    texts = {"short": [*SHORT_QUERIES, *(query_views(t)[-1] for t in longs)], "long": longs}
+    return {
+        "plan": asdict(plan),
+        "curves": curves,
+        "cost": cost(engine, texts, embedder, plan.sizes, plan.repeat, seed),
     }
-    for name, wanted in goals.items():
-        for metric, goal in wanted.items():
-            got = get(name, "hybrid", metric)
-            out.append(
-                target(f"retrieval: {name} {metric} (hybrid)", f">= {goal}", got, got >= goal)
-            )
-    for name in goals:
-        worst = min(get(name, "hybrid", m) - get(name, "bm25", m) for m in ("ndcg@5", "recall@5"))
-        out.append(
-            target(
-                f"retrieval: {name} hybrid vs BM25 (nDCG@5, recall@5), worst gap in points",
-                ">= 0",
-                round(worst, 1),
-                worst >= 0,
-            )
-        )
-    row = next(
-        (r for r in result["abstention"]["thresholds"] if r["threshold"] == DEFAULT_ABSTAIN_BELOW),
-        None,
-    )
-    if row is not None:
-        out.append(
-            target(
-                "retrieval: out-of-scope queries abstained at abstain_below="
-                f"{DEFAULT_ABSTAIN_BELOW}",
-                ">= 80% at <= 1 point of in-scope recall@5 lost",
-                f"{row['out_of_scope_abstained_pct']}% at {row['recall_lost_points']} points",
-                row["out_of_scope_abstained_pct"] >= 80 and row["recall_lost_points"] <= 1,
-            )
-        )
-    lat = result["latency"]
-    for name in ("short", "long"):
-        got = lat[name]["hybrid_vs_plain_p50"]
-        out.append(
-            target(
-                f"retrieval: end-to-end text lookup p50, hybrid / plain ({name} queries)",
-                "<= 1.3",
-                got,
-                got <= 1.3,
-            )
-        )
-    return out
-
-
-def markdown(result: Mapping[str, Any]) -> str:
-    lines = []
-    for name, r in result["protocols"].items():
-        lines += [
-            f"### {name}: {r['queries']} queries over {r['catalog']:,} tools",
-            "",
-        ]
-        rows = []
-        for ranker, by in r["rankers"].items():
-            a, s, m = by.get("all", {}), by.get("single", {}), by.get("multi", {})
-            rows.append(
-                [
-                    ranker,
-                    a.get("ndcg@1"),
-                    a.get("ndcg@5"),
-                    a.get("recall@5"),
-                    a.get("comp@5"),
-                    s.get("ndcg@5"),
-                    m.get("ndcg@5"),
-                    m.get("recall@5"),
-                    m.get("comp@5"),
-                ]
-            )
-        lines.append(
-            md_table(
-                [
-                    "ranker",
-                    "nDCG@1",
-                    "nDCG@5",
-                    "recall@5",
-                    "Comp@5",
-                    "single nDCG@5",
-                    "multi nDCG@5",
-                    "multi recall@5",
-                    "multi Comp@5",
-                ],
-                rows,
-            )
-        )
-        lines += ["", "After the first relevant tool (multi-tool queries, the rest relevant):", ""]
-        lines.append(
-            md_table(
-                ["ranker", "nDCG@5", "recall@5", "Comp@5", "n"],
-                [
-                    [n, v.get("ndcg@5"), v.get("recall@5"), v.get("comp@5"), v.get("n")]
-                    for n, v in r["after_first_tool"].items()
-                ],
-            )
-        )
-        lines.append("")
-    lines += ["### Abstention", ""]
-    lines.append(
-        md_table(
-            [
-                "threshold",
-                "in-scope abstained %",
-                "recall@5 lost (points)",
-                "cross-catalog %",
-                "hand-made %",
-                "out-of-scope %",
-            ],
-            [
-                [
-                    r["threshold"],
-                    r["in_scope_abstained_pct"],
-                    r["recall_lost_points"],
-                    r["cross_catalog_abstained_pct"],
-                    r["hand_made_abstained_pct"],
-                    r["out_of_scope_abstained_pct"],
-                ]
-                for r in result["abstention"]["thresholds"]
-            ],
-        )
-    )
-    lat = result["latency"]
-    lines += [
-        "",
-        f"### End to end: `Sidecar.search` over {lat['tools']:,} tools",
-        "",
-        f"Hybrid top 5 identical to this benchmark's hybrid ranker: "
-        f"{lat['hybrid_top5_same_as_benchmark_ranker']:.1%} of 100 queries.",
-        "",
-    ]
-    lines.append(
-        md_table(
-            [
-                "queries",
-                "hybrid p50 ms",
-                "hybrid p99 ms",
-                "plain p50 ms",
-                "plain p99 ms",
-                "hybrid / plain p50",
-            ],
-            [
-                [
-                    name,
-                    lat[name]["hybrid"]["p50_ms"],
-                    lat[name]["hybrid"]["p99_ms"],
-                    lat[name]["plain"]["p50_ms"],
-                    lat[name]["plain"]["p99_ms"],
-                    lat[name]["hybrid_vs_plain_p50"],
-                ]
-                for name in ("short", "long")
-            ],
-        )
-    )
-    lines += ["", md_targets(result["targets"])]
-    return "\n".join(lines)
-
-
-def plot(result: Mapping[str, Any], out_dir: Path) -> list[Path]:
-    return []
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -30,6 +30,7 @@ MEMO_SIZE = 1024
 """Rankings a snapshot remembers (each a few dozen ids and scores)."""
 
 Ranked = tuple[list[tuple[str, float]], list[tuple[str, float]]]
+Scored = tuple[list[tuple[str, float]], list[tuple[str, float]], float]
 
 
 def unit_rows(vectors: np.ndarray) -> np.ndarray:
@@ -74,10 +75,12 @@ class Snapshot:
         """The ``n`` nearest ids by cosine similarity, best first, with their scores
         (equal scores in row order).  Several query vectors (rows of ``vector``: the
         views of one query) score each id by the best of its similarities."""
+        return self._top(self.scores(vector), n)
+
+    def _top(self, scores: np.ndarray, n: int) -> list[tuple[str, float]]:
         n = min(n, len(self.ids))
         if n <= 0:
             return []
-        scores = self.scores(vector)
         if n < len(scores):
             # the n best in any order, then only those sorted
             best = np.argpartition(-scores, n - 1)[:n]
@@ -110,18 +113,25 @@ class Snapshot:
         """The ``k`` best ids not in ``exclude``, and the excluded ones that ranked above
         the last of them (what the exclusion displaced), each best first with scores.
         One pass: ``k`` plus every exclusion is sure to be enough."""
+        hits, displaced, _ = self.scored(vector, k, exclude)
+        return hits, displaced
+
+    def scored(self, vector: np.ndarray, k: int, exclude: Collection[str]) -> Scored:
+        """:meth:`ranked`, and the standard deviation of the similarity over every
+        record (the scale on which the hybrid ranking weighs it)."""
         key = (np.asarray(vector, dtype=np.float32).tobytes(), k, frozenset(exclude))
         found = self._memo.get(key)
         if found is None:
+            scores = self.scores(vector)
             hits: list[tuple[str, float]] = []
             displaced: list[tuple[str, float]] = []
-            for rid, score in self.top(vector, k + len(exclude)):
+            for rid, score in self._top(scores, k + len(exclude)):
                 if len(hits) == k:
                     break
                 (displaced if rid in exclude else hits).append((rid, score))
-            found = (hits, displaced)
+            found = (hits, displaced, float(scores.std()) if len(scores) else 0.0)
             self._memo.put(key, found)
-        return list(found[0]), list(found[1])
+        return list(found[0]), list(found[1]), found[2]
 
     def upserted(self, ids: Sequence[str], vectors: np.ndarray) -> Snapshot:
         """A new snapshot with ``ids`` added or their vectors replaced."""
@@ -157,16 +167,16 @@ class _Memo:
     def __init__(self, size: int) -> None:
         self._size = size
         self._lock = threading.Lock()
-        self._items: OrderedDict[object, Ranked] = OrderedDict()
+        self._items: OrderedDict[object, Scored] = OrderedDict()
 
-    def get(self, key: object) -> Ranked | None:
+    def get(self, key: object) -> Scored | None:
         with self._lock:
             found = self._items.get(key)
             if found is not None:
                 self._items.move_to_end(key)
             return found
 
-    def put(self, key: object, value: Ranked) -> None:
+    def put(self, key: object, value: Scored) -> None:
         with self._lock:
             self._items[key] = value
             self._items.move_to_end(key)

@@ -108,6 +108,17 @@ def terms(text: str) -> list[str]:
 
 
 @dataclass(frozen=True)
+class LexicalScores:
+    """One query's BM25 scores: the best ids, best first; the scores of ids asked for by
+    name; and the standard deviation of the score over the collection (the scale on
+    which the hybrid ranking weighs it)."""
+
+    ranked: list[tuple[str, float]]
+    scores: dict[str, float]
+    spread: float
+
+
+@dataclass(frozen=True)
 class LexicalSnapshot:
     """A BM25 index over ``ids`` (row ``i`` is ``ids[i]``)."""
 
@@ -144,21 +155,36 @@ class LexicalSnapshot:
     ) -> list[tuple[str, float]]:
         """The ``n`` best rows with a positive score, best first (equal scores in row
         order), leaving out ``skip``."""
+        return self.scored(query_terms, n, skip).ranked
+
+    def scored(
+        self,
+        query_terms: Sequence[str],
+        n: int,
+        skip: Collection[str] = (),
+        include: Collection[str] = (),
+    ) -> LexicalScores:
+        """:meth:`top`, the scores of the ``include`` ids it holds (0 for no match), and
+        the standard deviation of the score over every row."""
         scores = self.scores(query_terms)
+        spread = float(scores.std()) if len(scores) else 0.0
+        position = self._position()
+        extra = {rid: float(scores[position[rid]]) for rid in include if rid in position}
         if skip:
             for rid in skip:
-                at = self._position().get(rid)
+                at = position.get(rid)
                 if at is not None:
                     scores[at] = 0.0
+                    extra.pop(rid, None)
         positive = np.flatnonzero(scores > 0)
         if not len(positive) or n <= 0:
-            return []
+            return LexicalScores([], extra, spread)
         if n < len(positive):
             best = positive[np.argpartition(-scores[positive], n - 1)[:n]]
         else:
             best = positive
         order = best[np.lexsort((best, -scores[best]))]
-        return [(self.ids[i], float(scores[i])) for i in order]
+        return LexicalScores([(self.ids[i], float(scores[i])) for i in order], extra, spread)
 
     def _position(self) -> Mapping[str, int]:
         found: dict[str, int] | None = self.__dict__.get("_pos")
@@ -242,6 +268,12 @@ class LexicalTier:
     def ranked(self, text: str, n: int) -> list[tuple[str, float]] | None:
         """The ``n`` best ids for ``text`` with their BM25 scores, best first; ``None``
         when the tier holds nothing (load it first)."""
+        found = self.scored(text, n)
+        return None if found is None else found.ranked
+
+    def scored(self, text: str, n: int, include: Collection[str] = ()) -> LexicalScores | None:
+        """:meth:`ranked` with the scores of ``include`` and the spread
+        (:meth:`LexicalSnapshot.scored`); ``None`` when the tier holds nothing."""
         with self._lock:
             if self._documents is None:
                 return None
@@ -249,7 +281,7 @@ class LexicalTier:
             if snapshot is None:
                 snapshot = self._rebuild()
             removed = self._removed
-        return snapshot.top(terms(text), n, removed)
+        return snapshot.scored(terms(text), n, removed, include)
 
     def _rebuild(self) -> LexicalSnapshot:
         assert self._documents is not None

@@ -1,34 +1,62 @@
 """How a lookup orders the active tools: the pieces of the hybrid ranking.
 
-A lookup ranks the tools several ways and fuses the rankings by reciprocal rank fusion
-(RRF): a tool at rank ``r`` (from 1) of a ranking adds ``weight / (RRF_K + r)`` to its
-score.  RRF needs no calibration between BM25 scores and cosine similarities, which
-live on unrelated scales, and one ranking that misses a tool cannot bury it.  The
-rankings:
+A lookup scores each candidate tool several ways and adds the scores, each divided by
+its *spread* (its standard deviation over the whole catalog for this query) and
+weighed (:func:`fuse`, :func:`hybrid_ranked`)::
+
+    fused = DENSE_WEIGHT * dense / dense spread + LEXICAL_WEIGHT * bm25 / bm25 spread
+            + usage + chain_weight * chain
 
 - **dense**: cosine similarity to the query's views (:func:`query_views`: each of its
   sentences, or the whole query when it has only one), a tool scoring the best of its
   similarities (max-sim), so that a request with several parts finds the tool of each
   part;
 - **lexical**: BM25 over the same text (:mod:`indexes.lexical`);
+- **usage**: what finished sessions taught (:mod:`indexes.usage`): a boost, already in
+  dense spreads, for tools whose completed requests match the query better than their
+  own text does, and a penalty near requests their sessions were abandoned on;
 - **chain**: with an executed prefix, the tools that followed that prefix in completed
-  chains (:func:`successors`), most often first, with weight ``chain_weight``.  Only a
-  text lookup has it: beside the dense ranking alone (a lookup by vector) it weighs as
-  much as the whole query, and on Seal-Tools, whose chains rarely repeat, it cost the
-  pollution benchmark's viable recall 1.4-2.2% of plain's even at half weight.
+  chains (:func:`successors`), the ``r``-th scoring ``(RRF_K + 1) / (RRF_K + r)``, with
+  weight ``chain_weight``.  Only a text lookup has it: beside the dense ranking alone (a
+  lookup by vector) it weighs as much as the whole query, and on Seal-Tools, whose
+  chains rarely repeat, it cost the pollution benchmark's viable recall.
 
-``benchmarks/bench_retrieval.py`` measured the weights and depth below on
-StableToolBench, Seal-Tools and ToolBench; BENCHMARKS.md has the figures.
+Why spreads: BM25 scores and cosine similarities live on unrelated scales, and their
+scales move from query to query (a query whose rare word one tool's name holds gives
+that tool a BM25 score far above every other's; a query of common words gives many tools
+middling ones).  Dividing by the spread weighs each ranker by how far its candidate
+stands out from the catalog *for this query*: BM25 decides where it is sure, the dense
+similarity elsewhere.  Reciprocal rank fusion, which the ranking used before, gives
+BM25's first tool the same pull whatever its margin, and on single-tool requests it put
+keyword matches above the right tool.  The weights were chosen on StableToolBench alone
+and hold, unretuned, on Seal-Tools, ToolBench and APIBench (``benchmarks/
+bench_retrieval.py``; BENCHMARKS.md, section 11, has the figures).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from indexes import ActiveIndex, LexicalScores, UsageBoost, UsageIndex
 
 RRF_K = 60
-"""The rank offset of reciprocal rank fusion (the value of its original study): it
-keeps the first few ranks of any one ranking from dominating."""
+"""The rank offset of a ranking without scores (the value of reciprocal rank fusion's
+original study): the first few ranks of it do not dominate."""
+DENSE_WEIGHT = 0.7
+LEXICAL_WEIGHT = 0.3
+"""The weights of the dense similarity and of BM25, each per spread."""
+DENSE_SPREAD = 0.08
+"""The dense similarity's spread when the catalog's is not known (Chroma ranked the
+lookup, seeing only the nearest tools): its median over the queries of four catalogs,
+whose middle 80% lie within 0.065-0.095."""
+USAGE_WEIGHT = 1.0
+"""The weight of the usage boosts (:mod:`indexes.usage` sets their scale)."""
 DEPTH = 50
 """How deep each ranking is read, beyond the ``k`` hits and the excluded tools."""
 MAX_VIEWS = 8
@@ -58,21 +86,145 @@ def query_views(text: str, max_views: int = MAX_VIEWS) -> list[str]:
     return parts
 
 
+@dataclass(frozen=True)
+class Signal:
+    """One ranker's scores of candidate tools: each adds ``weight * score / spread`` to
+    the tool's fused score (a tool it does not score adds nothing)."""
+
+    scores: Mapping[str, float]
+    weight: float = 1.0
+    spread: float = 1.0
+
+
+def ranked_signal(ids: Sequence[str], weight: float) -> Signal:
+    """A ranking without scores as a signal: its ``r``-th id scores
+    ``(RRF_K + 1) / (RRF_K + r)``, the first one 1."""
+    scores: dict[str, float] = {}
+    for rank, rid in enumerate(ids, start=1):
+        scores.setdefault(rid, (RRF_K + 1) / (RRF_K + rank))
+    return Signal(scores, weight)
+
+
 def fuse(
-    rankings: Sequence[tuple[Sequence[str], float]],
+    signals: Sequence[Signal | tuple[Sequence[str], float]],
     tiebreak: Mapping[str, float] | None = None,
 ) -> list[str]:
-    """Every id of ``rankings`` (each an ordered list of ids and a weight), best fused
-    score first.  Equal scores fall back on ``tiebreak`` (higher first), then on the id,
-    so the order is a function of the rankings alone."""
+    """Every id of ``signals``, best fused score first.  A signal is a :class:`Signal`
+    or a ranking without scores and its weight (:func:`ranked_signal`: rankings alone
+    fuse as reciprocal rank fusion does).  Equal scores fall back on ``tiebreak``
+    (higher first), then on the id, so the order is a function of the signals alone."""
     score: dict[str, float] = {}
-    for ids, weight in rankings:
-        if weight <= 0:
+    for signal in signals:
+        if not isinstance(signal, Signal):
+            signal = ranked_signal(*signal)
+        if signal.weight <= 0 or signal.spread <= 0:
             continue
-        for rank, rid in enumerate(ids, start=1):
-            score[rid] = score.get(rid, 0.0) + weight / (RRF_K + rank)
+        scale = signal.weight / signal.spread
+        for rid, value in signal.scores.items():
+            score[rid] = score.get(rid, 0.0) + scale * value
     extra = tiebreak or {}
     return sorted(score, key=lambda rid: (-score[rid], -extra.get(rid, 0.0), rid))
+
+
+@dataclass(frozen=True)
+class Fused:
+    """A hybrid lookup's answer: the best ``k`` tools not excluded and the excluded ones
+    that ranked above the last of them, each with its dense similarity (its best
+    view's), and the usage of every candidate usage raised or lowered."""
+
+    hits: list[tuple[str, float]]
+    displaced: list[tuple[str, float]]
+    usage: dict[str, UsageBoost] = field(default_factory=dict)
+
+
+def hybrid_ranked(
+    index: ActiveIndex,
+    vector: np.ndarray,
+    text: str | None,
+    k: int,
+    excluded: Collection[str],
+    *,
+    usage: UsageIndex | None = None,
+    usage_weight: float = USAGE_WEIGHT,
+    chains: Sequence[str] = (),
+    chain_weight: float = 0.0,
+) -> Fused:
+    """The hybrid ranking of ``index`` for a query (``vector``: one row per view;
+    ``text``: the query, for BM25 and the chains; ``None``: a lookup by vector, ranked
+    by the dense similarity and usage alone): the ``k`` best tools not ``excluded``.
+
+    Each ranking is read ``DEPTH`` beyond ``k`` non-excluded tools, excluded ones kept
+    in place, so that an exclusion never moves another tool's rank."""
+    depth = k + DEPTH
+    hits, pushed, spread = index.search_scored(vector, depth, excluded)
+    dense = {h.id: h.score for h in hits + pushed}
+    lexical = None
+    if text is not None:
+        lexical = index.lexical_scored(text, depth + len(excluded), include=list(dense))
+    order, similarity, boosts = hybrid_order(
+        vector,
+        dense,
+        spread,
+        lexical,
+        lambda ids: index.similarities(vector, ids),
+        usage=usage,
+        usage_weight=usage_weight,
+        chains=chains if text is not None else (),
+        chain_weight=chain_weight,
+    )
+    chosen: list[tuple[str, float]] = []
+    displaced: list[tuple[str, float]] = []
+    for rid in order:
+        if len(chosen) == k:
+            break
+        (displaced if rid in excluded else chosen).append((rid, similarity[rid]))
+    return Fused(chosen, displaced, boosts)
+
+
+def hybrid_order(
+    views: np.ndarray,
+    dense: Mapping[str, float],
+    dense_spread: float | None,
+    lexical: LexicalScores | None,
+    similarity: Callable[[Sequence[str]], Mapping[str, float]],
+    *,
+    usage: UsageIndex | None = None,
+    usage_weight: float = USAGE_WEIGHT,
+    chains: Sequence[str] = (),
+    chain_weight: float = 0.0,
+) -> tuple[list[str], dict[str, float], dict[str, UsageBoost]]:
+    """The fused order of every candidate (the tools of ``dense``, ``lexical``, the
+    ``chains`` and ``usage``), best first, with each one's dense similarity and the
+    usage boosts.  Every candidate is scored by every ranker: the dense similarity of
+    those the dense ranking did not reach is asked of ``similarity``, and a candidate
+    it does not know (a tool that left the index, or that only the completed chains
+    name) is left out, neither served nor reported as withheld."""
+    spread = dense_spread or DENSE_SPREAD
+    known = dict(dense)
+    signals: list[Signal] = []
+    if lexical is not None:
+        signals.append(
+            Signal(dict(lexical.ranked) | lexical.scores, LEXICAL_WEIGHT, lexical.spread)
+        )
+    if chains and chain_weight > 0:
+        signals.append(ranked_signal(chains, chain_weight))
+    missing = list(dict.fromkeys(rid for s in signals for rid in s.scores if rid not in known))
+    if missing:
+        known |= similarity(missing)
+    boosts: dict[str, UsageBoost] = {}
+    if usage is not None and usage_weight > 0:
+
+        def remembered(ids: Sequence[str]) -> Mapping[str, float]:
+            found = similarity(ids)
+            known.update(found)
+            return found
+
+        # usage weighs in on the candidates of the other rankers: what it costs does not
+        # grow with the tools it knows, and no source can put a tool among them
+        boosts = usage.boosts(views, dict(known), spread, remembered, candidates=list(known))
+        signals.append(Signal({t: b.score for t, b in boosts.items()}, usage_weight))
+    signals.insert(0, Signal(known, DENSE_WEIGHT, spread))
+    return [rid for rid in fuse(signals, known) if rid in known], known, boosts
 
 
 def successors(

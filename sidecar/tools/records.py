@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from indexes import ActiveIndex, IndexRecord
+from indexes import LEXICAL_KEY, ActiveIndex, IndexRecord
 from sidecar.model import CredentialRef, Tool
 from sidecar.redact import redact_schema, redact_text
 from sidecar.storage.state import State
@@ -28,27 +28,55 @@ HIT_FIELDS = ("description", "tool_type")
 """The metadata a lookup hit shows."""
 
 
-def embedding_text(tool: Tool) -> str:
-    """What is embedded for a tool: its name in words, its description, its parameters."""
+PARAMETERS_SHOWN = 20
+"""Parameters of a tool whose names (and descriptions) its text carries, at most."""
+PARAMETER_DESCRIPTION_CHARS = 200
+"""Characters of one parameter's description its tool's text carries, at most."""
+
+
+def embedding_text(tool: Tool, parameter_descriptions: bool = False) -> str:
+    """What is embedded for a tool: its name in words, its description, and its
+    parameters' names; with ``parameter_descriptions``, each parameter's description
+    beside its name (flattened: ``name: description; ...``): :func:`lexical_text`."""
     words = tool.tool_id.replace("_", " ").replace("-", " ").replace(".", " ")
-    params = tool.input_schema.get("properties")
-    names = ", ".join(list(params)[:20]) if isinstance(params, Mapping) else ""
     text = f"{words}: {tool.description}"
-    return f"{text} (parameters: {names})" if names else text
+    params = tool.input_schema.get("properties")
+    if not isinstance(params, Mapping) or not params:
+        return text
+    shown = list(params.items())[:PARAMETERS_SHOWN]
+    if not parameter_descriptions:
+        return f"{text} (parameters: {', '.join(str(name) for name, _ in shown)})"
+    parts = []
+    for name, spec in shown:
+        said = spec.get("description") if isinstance(spec, Mapping) else None
+        said = " ".join(str(said).split())[:PARAMETER_DESCRIPTION_CHARS] if said else ""
+        parts.append(f"{name}: {said}" if said else str(name))
+    return f"{text} (parameters: {'; '.join(parts)})"
+
+
+def lexical_text(tool: Tool) -> str:
+    """What BM25 indexes for a tool: its embedded text with each parameter's description
+    beside its name.  The descriptions say what a tool takes in the words a request uses
+    ("the city to get the weather for"); they help BM25, whose length normalisation
+    absorbs them, and dilute the embedding, whose mean over every token they would
+    pull away from the tool's purpose (``benchmarks/bench_retrieval.py`` measures both;
+    BENCHMARKS.md, section 11)."""
+    return embedding_text(tool, parameter_descriptions=True)
 
 
 def index_record(tool: Tool) -> IndexRecord:
-    return IndexRecord(
-        tool.tool_id,
-        embedding_text(tool),
-        {
-            "description": tool.description,
-            "tool_type": tool.tool_type,
-            "input_schema": json.dumps(dict(tool.input_schema), sort_keys=True),
-            "pinned": tool.pinned,
-            "source_format": tool.source_format,
-        },
-    )
+    document = embedding_text(tool)
+    metadata: dict[str, str | bool] = {
+        "description": tool.description,
+        "tool_type": tool.tool_type,
+        "input_schema": json.dumps(dict(tool.input_schema), sort_keys=True),
+        "pinned": tool.pinned,
+        "source_format": tool.source_format,
+    }
+    lexical = lexical_text(tool)
+    if lexical != document:
+        metadata[LEXICAL_KEY] = lexical
+    return IndexRecord(tool.tool_id, document, metadata)
 
 
 def tool_from_record(rec: IndexRecord, creds: Sequence[CredentialRef] = ()) -> Tool:

@@ -52,5 +52,5 @@ def small_batch_index(index: ActiveIndex) -> tuple[ActiveIndex, CallRecorder]:
     """The ``index`` fixture with a max batch of 3 and its Chroma calls recorded."""
     recorder = CallRecorder(index._collection)
     index._collection = recorder
-    index._max_batch = 3
+    index._store.max_batch = 3
     return index, recorder

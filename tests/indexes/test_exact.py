@@ -351,7 +351,7 @@ def test_a_tier_loaded_in_pages_ranks_like_brute_force(
 ) -> None:
     """5,000 records load in pages smaller than the collection and rank like brute force."""
     index = ActiveIndex.persistent(tmp_path / "chroma", hashing)
-    index._max_batch = 1000  # several pages
+    index._store.max_batch = 1000  # several pages
     n = 5000
     vectors = random_vectors(n, seed=6)
     ids = [f"t{i}" for i in range(n)]
@@ -458,3 +458,14 @@ def test_a_failed_tier_load_falls_back_to_chroma_until_a_write(tmp_path: Path) -
     queries = len(recorder.sizes("query"))
     assert index.search("tool number 40", k=1)[0].id == "t40"
     assert len(recorder.sizes("query")) == queries  # ranked in the process
+
+
+def test_a_scored_search_reports_the_spread_of_every_similarity(geo_index: ActiveIndex) -> None:
+    query = plane_vectors([35.0])[0]
+    hits, displaced, spread = geo_index.search_scored(query, 3, exclude={GEO_IDS[0]})
+    plain = geo_index.search_ranked(query, 3, exclude={GEO_IDS[0]}, ids_only=True)
+    assert (hits, displaced) == plain
+    every = geo_index.similarities(query, GEO_IDS)
+    assert spread == pytest.approx(float(np.std(list(every.values()))), abs=1e-6)
+    geo_index.exact_limit = 0  # Chroma ranks: it sees only the nearest records
+    assert geo_index.search_scored(query, 3)[2] is None

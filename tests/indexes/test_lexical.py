@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from indexes import ActiveIndex, HashingEmbedder, IndexRecord
 from indexes.lexical import LexicalSnapshot, LexicalTier, terms, words
 
@@ -113,3 +115,36 @@ def test_an_index_without_the_tier_ranks_nothing_lexically(tmp_path: Path) -> No
     index.upsert([IndexRecord("a", "weather forecast")])
     assert index.lexical_ranked("weather", 5) == []
     index.close()
+
+
+def test_a_record_may_carry_a_text_of_its_own_for_bm25(tmp_path: Path) -> None:
+    from indexes import LEXICAL_KEY
+
+    index = ActiveIndex.persistent(tmp_path, HashingEmbedder(), lexical=True)
+    index.upsert(
+        [
+            IndexRecord("station", "reading fetch", {LEXICAL_KEY: "reading fetch anemometer"}),
+            IndexRecord("other", "weather radar"),
+        ]
+    )
+    assert _ranked(index, "anemometer") == ["station"]  # as written
+    index.invalidate()
+    assert _ranked(index, "anemometer") == ["station"]  # as read back from Chroma
+    assert _ranked(index, "radar") == ["other"]  # no text of its own: its document
+    index.close()
+
+
+def test_scores_of_named_ids_and_the_spread_over_every_document(tmp_path: Path) -> None:
+    import numpy as np
+
+    index = ActiveIndex.persistent(tmp_path, HashingEmbedder(), lexical=True)
+    texts = {"a": "weather forecast", "b": "weather radar weather", "c": "currency rates"}
+    index.upsert([IndexRecord(k, v) for k, v in texts.items()])
+    found = index.lexical_scored("weather", 1, include=["b", "c", "gone"])
+    assert found is not None and found.ranked == [("b", found.ranked[0][1])]
+    assert found.scores["c"] == 0.0 and "gone" not in found.scores
+    everything = dict(index.lexical_ranked("weather", 5)) | {"c": 0.0}
+    assert found.scores["b"] == everything["b"]
+    assert found.spread == pytest.approx(float(np.std(list(everything.values()))), rel=1e-6)
+    index.close()
+    assert ActiveIndex.persistent(tmp_path / "x", HashingEmbedder()).lexical_scored("a", 1) is None

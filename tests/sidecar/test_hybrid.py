@@ -252,3 +252,77 @@ def test_the_retrieval_settings_parse_and_fail_loudly() -> None:
     ):
         with pytest.raises(ConfigError, match="(?i)" + name.removeprefix("SIDECAR_")):
             Settings.load(env={name: value})
+
+
+# ---- the fusion by spread, over a real index (sidecar.ranking.hybrid_ranked) -----------
+def test_the_spread_fusion_is_deterministic_and_weighs_each_ranker_by_its_spread() -> None:
+    from sidecar.ranking import Signal
+
+    dense = Signal({"a": 0.50, "b": 0.52}, 1.0, spread=0.1)  # b ahead by 0.2 spreads
+    lexical = Signal({"a": 9.0, "b": 0.0}, 1.0, spread=3.0)  # a ahead by 3 spreads
+    assert fuse([dense, lexical]) == fuse([dense, lexical]) == ["a", "b"]
+    assert fuse([dense, Signal(lexical.scores, 1.0, spread=100.0)]) == ["b", "a"]
+    # equal fused scores: the tiebreak, then the id; a signal of weight 0 is no signal
+    assert fuse([Signal({"q": 1.0, "p": 1.0})]) == ["p", "q"]
+    assert fuse([Signal({"q": 1.0, "p": 1.0})], {"q": 0.2}) == ["q", "p"]
+    assert fuse([Signal({"x": 1.0}, weight=0.0)]) == []
+    # a ranking without scores fuses as reciprocal rank fusion does
+    assert fuse([(["x", "y"], 1.0), (["y", "z"], 1.0)]) == ["y", "x", "z"]
+
+
+def hybrid(sc: Sidecar, text: str, k: int = 3, **kw: Any) -> Any:
+    from indexes import query_vectors
+    from sidecar.ranking import hybrid_ranked
+
+    views = query_vectors(sc.index.embedder, query_views(text))
+    return hybrid_ranked(sc.index, views, text, k, kw.pop("excluded", ()), **kw)
+
+
+def test_hybrid_ranked_finds_by_either_ranker_and_displaces_the_excluded(sc: Sidecar) -> None:
+    found = hybrid(sc, LEXICAL_ONLY, k=1)
+    assert [t for t, _ in found.hits] == ["getVehicleBatteryLevel"]  # through BM25
+    assert hybrid(sc, LEXICAL_ONLY, k=1) == found
+    held = hybrid(sc, LEXICAL_ONLY, k=3, excluded={"getVehicleBatteryLevel"})
+    assert "getVehicleBatteryLevel" not in [t for t, _ in held.hits] and len(held.hits) == 3
+    assert [t for t, _ in held.displaced] == ["getVehicleBatteryLevel"]
+    # a hit's score is its cosine similarity, as a lookup reports it
+    vector = sc.index.embed_query(LEXICAL_ONLY)
+    assert dict(found.hits) == sc.index.similarities(vector, ["getVehicleBatteryLevel"])
+
+
+def test_usage_raises_a_tool_in_the_hybrid_ranking_and_says_how_many_sessions(
+    sc: Sidecar,
+) -> None:
+    from indexes import Evidence, UsageIndex
+
+    query = "keep only the readable words"
+    before = [t for t, _ in hybrid(sc, query, k=7).hits]
+    usage = UsageIndex(sc.index.embedder.dim)
+    for n, served in enumerate(["keep only the readable words", "keep the readable words"]):
+        vector = sc.index.embed_query(served)
+        usage.add(Evidence("html_parser", "agent", f"s{n}", vector, True))
+    after = hybrid(sc, query, k=7, usage=usage)
+    ranked = [t for t, _ in after.hits]
+    assert ranked.index("html_parser") < before.index("html_parser")
+    assert after.usage["html_parser"].sessions == 2 and after.usage["html_parser"].score > 0
+    # an abandoned session on the same request takes the raise away
+    usage.add(Evidence("html_parser", "agent", "s9", sc.index.embed_query(query), False))
+    lowered = hybrid(sc, query, k=7, usage=usage).usage
+    assert "html_parser" not in lowered or lowered["html_parser"].score <= 0
+
+
+def test_parameter_descriptions_reach_bm25_and_not_the_embedding(tmp_path: Path) -> None:
+    from sidecar.tools.records import embedding_text, lexical_text
+
+    described = Tool(
+        "reading_fetch",
+        "Fetches a reading.",
+        input_schema={"properties": {"station": {"description": "the anemometer to poll"}}},
+    )
+    assert "anemometer" not in embedding_text(described)
+    assert "station: the anemometer to poll" in lexical_text(described)
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path) as sc:
+        sc.add_tools([*CATALOG, described])
+        assert [t for t, _ in hybrid(sc, "anemometer polling", k=1).hits] == ["reading_fetch"]
+        sc.index.invalidate()  # read again from Chroma: the same text
+        assert [t for t, _ in hybrid(sc, "anemometer polling", k=1).hits] == ["reading_fetch"]

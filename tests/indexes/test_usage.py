@@ -1,0 +1,255 @@
+"""The usage index: what it raises and lowers, its caps and bounds, forgetting a source,
+order, and rows that rebuild it (pure numpy; the real model where meaning matters)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from indexes import Evidence, MiniLMEmbedder, UsageIndex, request_vector
+from indexes.usage import MARGIN, SOURCE_CAP, TRUSTED_CAP, unit
+
+DIM = 8
+SPREAD = 0.08
+
+
+def vec(*values: float) -> np.ndarray:
+    row = np.zeros(DIM, dtype=np.float32)
+    row[: len(values)] = values
+    return unit(row)
+
+
+def scores(usage: UsageIndex, query: np.ndarray, dense: float = 0.0) -> dict[str, float]:
+    tools = usage.tools()
+    return {t: b.score for t, b in usage.boosts(query, dict.fromkeys(tools, dense), SPREAD).items()}
+
+
+# ---- what it raises and lowers ---------------------------------------------------------
+def test_a_tool_is_raised_near_the_requests_it_served_and_not_elsewhere() -> None:
+    usage = UsageIndex(DIM)
+    usage.add(Evidence("weather", "agent", "s1", vec(1, 0.1), True))
+    usage.add(Evidence("weather", "agent", "s2", vec(1, -0.1), True))
+    near = usage.boosts(vec(1), {"weather": 0.2}, SPREAD)
+    assert near["weather"].score > 0 and near["weather"].sessions == 2
+    # a request far from both: its own text matches it better than they do
+    assert usage.boosts(vec(0, 1), {"weather": 0.2}, SPREAD) == {}
+    # a request its own text already matches as well: nothing to add
+    assert usage.boosts(vec(1), {"weather": 1.0 - MARGIN}, SPREAD) == {}
+    # a lookup that names its candidates hears of those alone
+    assert usage.boosts(vec(1), {"weather": 0.2}, SPREAD, candidates=["radar"]) == {}
+    assert usage.boosts(vec(1), {"weather": 0.2}, SPREAD, candidates=["weather"]) == near
+
+
+def test_abandoned_sessions_lower_a_tool_for_their_requests() -> None:
+    usage = UsageIndex(DIM)
+    usage.add(Evidence("parser", "agent", "s1", vec(1, 0.2), True))
+    usage.add(Evidence("parser", "agent", "s2", vec(1), False))
+    # on the request it was abandoned on, the abandoned one is the nearer: no raise
+    assert usage.boosts(vec(1), {"parser": 0.2}, SPREAD)["parser"].score < 0
+    # nearer the completed one than the abandoned one, it is raised
+    assert usage.boosts(vec(1, 0.4), {"parser": 0.2}, SPREAD)["parser"].score > 0
+
+
+vectors = st.lists(st.floats(-1, 1, allow_nan=False, width=32), min_size=DIM, max_size=DIM).filter(
+    lambda v: float(np.linalg.norm(v)) > 0.1
+)
+evidence_lists = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),  # tool
+        st.sampled_from(["s1", "s2", "s3", "gateway"]),  # source
+        vectors,
+        st.booleans(),  # completed
+    ),
+    max_size=40,
+)
+
+
+def build(items: Sequence[tuple[str, str, list[float], bool]], **options: object) -> UsageIndex:
+    usage = UsageIndex(DIM, trusted={"gateway"}, **options)  # type: ignore[arg-type]
+    for n, (tool, source, values, completed) in enumerate(items):
+        usage.add(Evidence(tool, source, f"k{n}", np.array(values, dtype=np.float32), completed))
+    return usage
+
+
+@settings(max_examples=150, deadline=None)
+@given(evidence_lists, vectors)
+def test_a_tool_only_abandoned_sessions_taught_is_never_raised(
+    items: list[tuple[str, str, list[float], bool]], query: list[float]
+) -> None:
+    abandoned_only = [(t, s, v, False) for t, s, v, _ in items]
+    usage = build(abandoned_only, preselect=3)
+    found = scores(usage, np.array(query, dtype=np.float32), dense=-1.0)
+    assert all(score <= 0 for score in found.values())
+
+
+@settings(max_examples=150, deadline=None)
+@given(evidence_lists, st.sampled_from(["a", "b", "c"]), st.sampled_from(["s1", "gateway"]))
+def test_a_request_a_source_abandoned_a_tool_on_never_raises_it_by_that_source(
+    items: list[tuple[str, str, list[float], bool]], tool: str, source: str
+) -> None:
+    """The request itself, asked again: the source's abandoned session is as near as any
+    of its completed ones can be, so its part is at most zero."""
+    mine = [(t, s, v, c) for t, s, v, c in items if s == source]
+    mine = mine or [(tool, source, [1.0] * DIM, True)]
+    query = np.array(mine[0][2], dtype=np.float32)
+    usage = build([*mine, (tool, source, mine[0][2], False)], preselect=3)
+    assert scores(usage, query, dense=-1.0).get(tool, 0.0) <= 0
+
+
+# ---- caps -----------------------------------------------------------------------------
+@settings(max_examples=150, deadline=None)
+@given(evidence_lists, st.integers(1, 60), vectors, st.floats(-0.5, 0.9))
+def test_one_source_moves_a_tool_by_at_most_its_cap(
+    items: list[tuple[str, str, list[float], bool]],
+    flood: int,
+    query: list[float],
+    dense: float,
+) -> None:
+    """However much one untrusted source reports (here ``flood`` sessions of the very
+    request asked), every tool's score moves by at most its cap."""
+    q = np.array(query, dtype=np.float32)
+    before = scores(build(items, preselect=3), q, dense)
+    attack = [("a", "s9", query, True)] * flood
+    after = scores(build([*items, *attack], preselect=3), q, dense)
+    for tool in {*before, *after}:
+        assert abs(after.get(tool, 0.0) - before.get(tool, 0.0)) <= SOURCE_CAP + 1e-9
+
+
+def test_a_trusted_source_has_the_larger_cap() -> None:
+    for source, cap in (("agent", SOURCE_CAP), ("gateway", TRUSTED_CAP)):
+        usage = UsageIndex(DIM, trusted={"gateway"})
+        usage.add(Evidence("t", source, "s", vec(1), True))
+        assert usage.boosts(vec(1), {"t": -1.0}, SPREAD)["t"].score == cap
+
+
+# ---- bounds, forgetting, order, rows --------------------------------------------------
+def test_memory_is_bounded_per_tool_source_and_outcome_and_prunes_exactly() -> None:
+    rng = np.random.default_rng(3)
+    usage = UsageIndex(DIM, memory=4)
+    evidence = [
+        Evidence("t", src, f"k{i}", rng.standard_normal(DIM).astype(np.float32), i % 3 > 0)
+        for i, src in enumerate(["a", "b"] * 20)
+    ]
+    dropped: set[tuple[str, str, str]] = set()
+    for e in evidence:
+        added = usage.add(e)
+        if not added.kept:
+            dropped.add((e.source, e.outcome, e.key))
+        dropped |= {(e.source, e.outcome, k) for k in added.evicted}
+    assert usage.stats()["requests"] == 4 * 2 * 2
+    kept = [e for e in evidence if (e.source, e.outcome, e.key) not in dropped]
+    assert len(kept) == 16
+    # the rows of the kept requests alone rebuild the same index
+    assert_same(usage, UsageIndex.from_rows([e.row() for e in kept], DIM, memory=4))
+
+
+def assert_same(a: UsageIndex, b: UsageIndex, queries: int = 12) -> None:
+    assert a.stats() == b.stats()
+    assert a._centroids.keys == b._centroids.keys
+    assert np.array_equal(a._centroids.matrix, b._centroids.matrix)
+    rng = np.random.default_rng(0)
+    tools = a.tools()
+    for _ in range(queries):
+        q = rng.standard_normal((2, DIM)).astype(np.float32)
+        dense = {t: float(rng.uniform(-0.2, 0.5)) for t in tools}
+        assert a.boosts(q, dense, SPREAD) == b.boosts(q, dense, SPREAD)
+
+
+@settings(max_examples=100, deadline=None)
+@given(evidence_lists, st.sampled_from(["s1", "s2", "gateway"]))
+def test_forget_removes_a_source_exactly(
+    items: list[tuple[str, str, list[float], bool]], source: str
+) -> None:
+    usage = build(items, memory=3, preselect=2)
+    forgotten = usage.forget(source)
+    assert forgotten == sum(1 for _, s, _, _ in items if s == source) - _dropped(items, source)
+    keys = [(t, s, v, c, f"k{n}") for n, (t, s, v, c) in enumerate(items) if s != source]
+    never = UsageIndex(DIM, trusted={"gateway"}, memory=3, preselect=2)
+    for tool, src, values, completed, key in keys:
+        never.add(Evidence(tool, src, key, np.array(values, dtype=np.float32), completed))
+    assert_same(usage, never)
+
+
+def _dropped(items: Sequence[tuple[str, str, list[float], bool]], source: str) -> int:
+    """Sessions of ``source`` whose requests a memory of 3 pushed out (forget counts the
+    kept ones)."""
+    mine = [(t, s, v, c) for t, s, v, c in items if s == source]
+    return len(mine) - build(mine, memory=3).stats()["sessions"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(evidence_lists, st.randoms(use_true_random=False))
+def test_the_same_evidence_in_any_order_gives_identical_scores(
+    items: list[tuple[str, str, list[float], bool]], rnd: random.Random
+) -> None:
+    shuffled = list(enumerate(items))
+    rnd.shuffle(shuffled)
+    a = UsageIndex(DIM, trusted={"gateway"}, memory=3, preselect=2)
+    b = UsageIndex(DIM, trusted={"gateway"}, memory=3, preselect=2)
+    for n, (tool, source, values, completed) in enumerate(items):
+        a.add(Evidence(tool, source, f"k{n}", np.array(values, dtype=np.float32), completed))
+    for n, (tool, source, values, completed) in shuffled:
+        b.add(Evidence(tool, source, f"k{n}", np.array(values, dtype=np.float32), completed))
+    assert_same(a, b)
+
+
+def test_rows_round_trip() -> None:
+    e = Evidence("t", "agent", "s1", vec(0.3, 0.4), False, at=12.5)
+    back = Evidence.from_row(e.row())
+    assert (back.tool_id, back.source, back.session, back.completed, back.at) == (
+        "t",
+        "agent",
+        "s1",
+        False,
+        12.5,
+    )
+    assert back.key == e.key and np.array_equal(back.vector, e.vector)
+    with pytest.raises(ValueError, match="outcome"):
+        Evidence.from_row((*e.row()[:5], "maybe", 0.0))
+    with pytest.raises(ValueError, match="dimensions"):
+        UsageIndex(DIM).add(Evidence("t", "a", "s", np.ones(DIM + 1, dtype=np.float32)))
+    with pytest.raises(ValueError, match="non-zero"):
+        UsageIndex(DIM).add(Evidence("t", "a", "s", np.zeros(DIM, dtype=np.float32)))
+
+
+def test_a_request_stands_by_its_view_nearest_the_tool() -> None:
+    views = np.stack([vec(1), vec(0, 1)])
+    assert np.array_equal(request_vector(views, vec(0.1, 1)), vec(0, 1))
+    assert np.array_equal(request_vector(views, None), vec(1))
+    assert np.array_equal(request_vector(vec(0, 0, 1), vec(1)), vec(0, 0, 1))
+
+
+# ---- meaning (the real model) ---------------------------------------------------------
+SERVED = (
+    "Book a table for four at an Italian restaurant tonight",
+    "Reserve dinner for two at a sushi place on Friday",
+    "Get me a table at a steakhouse near the office at 8pm",
+)
+
+
+@pytest.mark.model
+def test_usage_raises_a_tool_for_a_paraphrase_of_its_requests_only(minilm: MiniLMEmbedder) -> None:
+    """A tool whose description says nothing of restaurants served three table
+    bookings: a paraphrase of them raises it, unrelated requests do not."""
+    tool = minilm.embed(["venue_slots: Claims an open slot in a venue's calendar."])[0]
+    usage = UsageIndex(minilm.dim)
+    for n, text in enumerate(SERVED):
+        usage.add(Evidence("venue_slots", "agent", f"s{n}", minilm.embed([text])[0], True))
+
+    def boost(text: str) -> float:
+        q = minilm.embed([text])
+        found = usage.boosts(q, {"venue_slots": float(q[0] @ tool)}, SPREAD)
+        return found["venue_slots"].score if "venue_slots" in found else 0.0
+
+    assert boost("Could you reserve a restaurant table for three this evening?") > 0.5
+    for unrelated in (
+        "Convert 20 US dollars to euros",
+        "What is the weather in Oslo tomorrow?",
+        "Summarise this PDF report in five bullet points",
+    ):
+        assert boost(unrelated) == 0.0
