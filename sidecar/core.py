@@ -30,23 +30,16 @@ neither.
 
 from __future__ import annotations
 
-import errno
-import functools
-import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
-from cold_store import ColdStoreError, PointerError, RecordNotFound, RecordQuarantined
-from indexes import ActiveIndex, Embedder, ToolIndexError
+from indexes import ActiveIndex, Embedder
 from sidecar import validate
 from sidecar.audit import Archive
+from sidecar.boundary import boundary
 from sidecar.errors import (
-    ColdStoreUnavailable,
-    IndexUnavailable,
     InvalidInput,
-    NotFound,
     SidecarError,
-    StateUnavailable,
 )
 from sidecar.eviction import (
     EvictionReport,
@@ -60,6 +53,7 @@ from sidecar.eviction import (
     ToolDecision,
     make_revoker,
 )
+from sidecar.forgetting import forget
 from sidecar.home import Home
 from sidecar.hot import HotIndex
 from sidecar.intake import Intake, StepPolicy
@@ -96,40 +90,6 @@ from sidecar.results import (
 from sidecar.rules import Lifecycle, Rules
 from sidecar.settings import Settings
 from sidecar.tools import AddToolsResult, Fields, SyncResult, ToolRecords, Tools
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def boundary(fn: Callable[P, R]) -> Callable[P, R]:
-    """The one place where the stores' errors become the library's: Chroma and the
-    model (:class:`IndexUnavailable`), the Parquet archive (:class:`NotFound`,
-    :class:`InvalidInput`, :class:`ColdStoreUnavailable`) and SQLite or the disk
-    (:class:`StateUnavailable`; the state's backends raise it themselves, and the cold
-    store's key index is SQLite too)."""
-
-    @functools.wraps(fn)
-    def mapped(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except SidecarError:
-            raise
-        except ToolIndexError as exc:
-            raise IndexUnavailable(str(exc)) from exc
-        except RecordNotFound as exc:
-            raise NotFound(str(exc)) from exc
-        except PointerError as exc:
-            raise InvalidInput(str(exc)) from exc
-        except (RecordQuarantined, ColdStoreError) as exc:
-            raise ColdStoreUnavailable(str(exc)) from exc
-        except sqlite3.Error as exc:
-            raise StateUnavailable(f"the state database cannot serve this: {exc}") from exc
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT):
-                raise StateUnavailable(f"the home cannot be written: {exc.strerror}") from exc
-            raise
-
-    return mapped
 
 
 class Sidecar:
@@ -421,37 +381,12 @@ class Sidecar:
     def forget(self, source: str, since: float | None = None) -> Forgotten:
         """Remove what ``source`` reported (since ``since``, a Unix time, when given)
         and derive again what rested on it: the conditions it taught, the sessions it
-        counted toward sightings, dead ends and contradictions."""
+        counted toward sightings, dead ends and contradictions, and the evictions whose
+        evidence came from it (see :func:`sidecar.forgetting.forget`)."""
         self.recovery.writable()
         check_source(source)
-        when = validate.since(since)
-        unfounded = set(self.eviction.unfounded())
-        # a token's evidence, whatever the route: what it reported, and what the gateway
-        # observed of its calls
-        names = [source] if source.startswith(f"{GATEWAY}:") else [source, f"{GATEWAY}:{source}"]
-        sessions: set[str] = set()
-        conditions = constraints = 0
-        tools: set[str] = set()
-        for name in names:
-            memory = self.rules.conditions.forget(name, when)
-            sequences = self.intake.forget(name, when)
-            sessions |= memory.sessions | sequences.sessions
-            conditions += memory.conditions
-            constraints += sequences.constraints
-            tools |= memory.tools
-        restored = [t for t in self.eviction.unfounded() if t not in unfounded]
-        if restored:
-            self.recovery.moves_ready()
-            why = f"forgotten: the evidence of its eviction came from {source}"
-            for tool in restored:
-                self.eviction.restore(tool, why, lambda _chains: [])
-        return Forgotten(
-            source=source,
-            sessions=len(sessions),
-            conditions=conditions,
-            constraints=constraints,
-            tools=tuple(sorted(tools)),
-            restored=tuple(restored),
+        return forget(
+            source, validate.since(since), self.rules, self.intake, self.eviction, self.recovery
         )
 
     def trusted_sources(self) -> frozenset[str]:
@@ -511,11 +446,7 @@ class Sidecar:
         self.recovery.moves_ready()
 
         def lift(chains: Sequence[str]) -> list[str]:
-            if not lift_constraints:
-                return []
-            return [
-                c for c in chains if self.rules.sequences.set_status(c, True, f"restore: {why}")
-            ]
+            return self.rules.lift_sequences(chains, f"restore: {why}") if lift_constraints else []
 
         return self.eviction.restore(tool_id, why, lift)
 

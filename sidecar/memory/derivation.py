@@ -60,23 +60,7 @@ def derive_conditions(group: Group, judging: Judging) -> list[FailureCondition]:
     stats = judging.stats
     records = sorted(group.failures, key=lambda r: r.identity)
     situations = Situations([(r.session, r.marks, r.text) for r in records])
-    evidence: dict[tuple[str, str, str], tuple[Predicate, set[int]]] = {}
-    stated: dict[tuple[str, str, str], Candidate] = {}
-    limit = judging.params.max_observations_per_group
-    for name, value, calls in observe(records, limit):
-        for predicate in candidates(name, value, stats, judging.cardinality, judging.rules):
-            key = (predicate.feature, str(predicate.op), token(predicate.value))
-            if key in evidence:
-                evidence[key][1].update(calls)
-            else:
-                evidence[key] = (predicate, set(calls))
-    where = [situations.find(i) for i in range(len(records))]
-    for proposed in group_candidates(group.tool, records, stats, where):
-        p = proposed.predicate
-        key = (p.feature, str(p.op), token(p.value))
-        evidence.setdefault(key, (p, set()))[1].update(proposed.calls)
-        if proposed.chance is not None:
-            stated[key] = proposed
+    evidence, stated = _evidence(group, records, situations, judging)
     named = {n for r in records for n in r.named}
     named |= {
         p.feature
@@ -116,6 +100,33 @@ def derive_conditions(group: Group, judging: Judging) -> list[FailureCondition]:
         if condition is not None:
             out.append(condition)
     return out
+
+
+Key = tuple[str, str, str]
+
+
+def _evidence(
+    group: Group, records: list[FailureRecord], situations: Situations, judging: Judging
+) -> tuple[dict[Key, tuple[Predicate, set[int]]], dict[Key, Candidate]]:
+    """Every candidate predicate of a failure group with the calls it holds for: the
+    ones observed in the calls' features, and the ones proposed across the group (with
+    what a failure message states about them)."""
+    stats = judging.stats
+    evidence: dict[Key, tuple[Predicate, set[int]]] = {}
+    stated: dict[Key, Candidate] = {}
+    limit = judging.params.max_observations_per_group
+    for name, value, calls in observe(records, limit):
+        for predicate in candidates(name, value, stats, judging.cardinality, judging.rules):
+            key = (predicate.feature, str(predicate.op), token(predicate.value))
+            evidence.setdefault(key, (predicate, set()))[1].update(calls)
+    where = [situations.find(i) for i in range(len(records))]
+    for proposed in group_candidates(group.tool, records, stats, where):
+        p = proposed.predicate
+        key = (p.feature, str(p.op), token(p.value))
+        evidence.setdefault(key, (p, set()))[1].update(proposed.calls)
+        if proposed.chance is not None:
+            stated[key] = proposed
+    return evidence, stated
 
 
 def _ignored(
@@ -158,8 +169,7 @@ def _condition(
     stated: Candidate | None = None,
 ) -> FailureCondition | None:
     family_ = family_for(predicate.feature)
-    stats = judging.stats
-    warn_only = family_.warn_only(predicate, stats, named)
+    warn_only = family_.warn_only(predicate, judging.stats, named)
     if family_.absent(predicate) and predicate.feature not in named:
         warn_only = True  # missing from the session, and the failure does not say so
     contradictions, mask, units = counts

@@ -135,6 +135,11 @@ class Rules:
         return self.conditions.enforced_count()
 
     # ---- operators -----------------------------------------------------------------------------
+    def lift_sequences(self, chains: Sequence[str], reason: str) -> list[str]:
+        """Lift the fatal sequences of ``chains`` (a restored tool's); returns the ones
+        that were enforced."""
+        return [c for c in chains if self.sequences.set_status(c, True, reason)]
+
     def set_status(self, constraint_id: str, lifted: bool, reason: str) -> ConstraintChange:
         """Lift (stop enforcing, the record stays for audit) or reinstate a rule of
         either kind, with its family; only contradictions met from now on count
