@@ -402,6 +402,13 @@ class UsageIndex:
         memory = self._tools.get(tool, {}).get(source, {}).get(outcome)
         self._centroids.put((source, tool, outcome), None if memory is None else memory.total)
 
+    def is_trusted(self, source: str) -> bool:
+        """Whether ``source`` is trusted: named in ``trusted``, or under a name there
+        that ends with ``:`` (``gateway:`` stands for every ``gateway:<name>``)."""
+        if source in self.trusted:
+            return True
+        return any(t.endswith(":") and source.startswith(t) for t in self.trusted)
+
     def _unit(self, vector: np.ndarray) -> np.ndarray:
         row = np.asarray(vector).reshape(-1)
         if row.shape != (self.dim,):
@@ -458,7 +465,7 @@ class UsageIndex:
             vectors = np.concatenate([v for _, v, _ in parts]) if len(parts) > 1 else parts[0][1]
             counts = np.concatenate([c for _, _, c in parts]) if len(parts) > 1 else parts[0][2]
             completed = np.concatenate([np.full(len(c), o == OUTCOMES[0]) for o, _, c in parts])
-            cap = trusted_cap if source in self.trusted else source_cap
+            cap = trusted_cap if self.is_trusted(source) else source_cap
             out.append((cap, vectors, counts, completed))
         return out
 

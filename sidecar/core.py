@@ -30,10 +30,12 @@ neither.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from indexes import ActiveIndex, Embedder
+from indexes import ActiveIndex, Embedder, ToolIndexError
 from sidecar import validate
 from sidecar.audit import Archive
 from sidecar.boundary import boundary
@@ -58,9 +60,11 @@ from sidecar.home import Home
 from sidecar.hot import HotIndex
 from sidecar.intake import Intake, StepPolicy
 from sidecar.intake.parse import redacted_steps, steps_of, task_text
+from sidecar.intake.plan import Ask
 from sidecar.intake.publish import Publisher
 from sidecar.limits import INTAKE_CHUNK, MANDATE_STATUSES, CheckMode
 from sidecar.lookup import Lookup
+from sidecar.lookup.usage import request_rows
 from sidecar.memory import Step, Thresholds
 from sidecar.model import (
     CallCheck,
@@ -89,7 +93,10 @@ from sidecar.results import (
 )
 from sidecar.rules import Lifecycle, Rules
 from sidecar.settings import Settings
+from sidecar.storage.requests import RequestRow
 from sidecar.tools import AddToolsResult, Fields, SyncResult, ToolRecords, Tools
+
+log = logging.getLogger(__name__)
 
 
 class Sidecar:
@@ -117,12 +124,12 @@ class Sidecar:
         self.journal = Journal(self.state)
         self.ledger = Ledger(self.state)
         self.hot = HotIndex(settings, read_only, embedder, self._opened)
-        self.lookup = Lookup(self.state, self.rules, Fields(self.records), settings)
+        self.lookup = Lookup(self.state, self.rules, Fields(self.records), settings, self.trusted)
         self.tools = Tools(
             self.records, self.state, self.hot.get, self._home.hot_write, self._cold_tools
         )
         after = self._evict_after_report if settings.evict_on_report else None
-        self.intake = _intake(settings, self._home, self.records, self.rules, after)
+        self.intake = _intake(settings, self._home, self.records, self.rules, after, self.hot)
         self.eviction = _evictor(
             settings, self._home, self.hot, self.records, self.rules, self.intake.publisher
         )
@@ -527,7 +534,16 @@ def _intake(
     records: ToolRecords,
     rules: Rules,
     after_archive: Callable[[], str] | None,
+    hot: HotIndex,
 ) -> Intake:
+    def learn(asks: list[Ask], source: str) -> list[RequestRow]:
+        # usage is what lookups learn on the side: a report is never refused for it
+        try:
+            return request_rows(hot.get(), asks, source, time.time())
+        except (ToolIndexError, SidecarError) as exc:
+            log.warning("usage of %d request(s) not learned: %s", len(asks), exc)
+            return []
+
     return Intake(
         home.state,
         home.cold,
@@ -538,6 +554,7 @@ def _intake(
         after_archive=after_archive,
         crash_at=settings.crash_at,
         group_publish=home.cold.backend != "parquet",
+        learn=learn if settings.hybrid else None,
     )
 
 

@@ -277,6 +277,9 @@ class LookupHit:
     description: str
     warnings: tuple[str, ...] = ()
     tool_type: str = "unspecified"
+    usage: int = 0
+    """The completed sessions whose requests, like this one, raised the tool (0: usage
+    did not raise it)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -285,6 +288,7 @@ class LookupHit:
             "description": self.description,
             "tool_type": self.tool_type,
             "warnings": list(self.warnings),
+            "usage": self.usage,
         }
 
 

@@ -1,5 +1,6 @@
 """What an intake batch counts, applied in one transaction: the successes it brings,
-the failures its sessions met, and the sessions behind each archived chain.
+the failures its sessions met, the sessions behind each archived chain, and the
+requests finished sessions brought to their tools.
 
 A batch that archives chains stages its counters before the chains are published (the
 state keeps them as JSON, :meth:`Counters.to_json`), and whoever first sees the
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 from sidecar.rules import Rules
 from sidecar.storage.base import Connection
+from sidecar.storage.requests import RequestRow
 from sidecar.storage.sightings import Sighted
 from sidecar.storage.state import State
 from sidecar.storage.usage import Usage
@@ -30,6 +32,8 @@ class Counters:
     succeeded: list[tuple[str, str]] = field(default_factory=list)
     """``(tool_id, session_key)``: a call of the tool returned without error, whatever
     the session's outcome (usage evidence for eviction)."""
+    requests: list[RequestRow] = field(default_factory=list)
+    """The requests finished sessions brought to their tools (usage for lookups)."""
 
     def to_json(self) -> str:
         return json.dumps(
@@ -38,6 +42,7 @@ class Counters:
                 "sighted": [[list(t), sig, who] for t, sig, who in self.sighted],
                 "chain_sessions": [list(c) for c in self.chain_sessions],
                 "succeeded": [list(c) for c in self.succeeded],
+                "requests": [r.to_json() for r in self.requests],
             }
         )
 
@@ -52,6 +57,7 @@ class Counters:
             [(tuple(t), sig, who) for t, sig, who in data["sighted"]],
             [(cid, who) for cid, who in data["chain_sessions"]],
             [(tool, who) for tool, who in data.get("succeeded", [])],
+            [RequestRow.from_json(r) for r in data.get("requests", [])],
         )
 
 
@@ -65,5 +71,6 @@ def apply(tx: Connection, state: State, rules: Rules, counters: Counters, now: f
     rules.sequences.alert(tx, fresh)
     state.sightings.record(tx, counters.sighted, counters.chain_sessions, now)
     state.usage.record_successes(tx, counters.succeeded, now)
+    state.requests.add(tx, counters.requests)
     # a new session meeting an archived chain confirms it
     rules.sequences.confirm(tx, [cid for cid, _session in counters.chain_sessions], now)

@@ -11,8 +11,9 @@ A session reported as its ``steps`` (:class:`~sidecar.model.StepReport`) teaches
 call memory (once per session); each of its failing calls that is deterministic (or
 reproduced by enough sessions) is archived as a chain of kind ``call`` (its prefix and
 the failing call: evidence for eviction and audit, not a fatal sequence to match); its
-successful calls are usage evidence; and a successful call that completes a fatal
-sequence contradicts that rule.
+successful calls are usage evidence; a successful call that completes a fatal sequence
+contradicts that rule; and a finished session's request (``task_input``) teaches lookups
+which tools served it (:mod:`sidecar.lookup.usage`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 from cold_store import ColdStore
 from sidecar.intake.commit import Committer
-from sidecar.intake.plan import Planner
+from sidecar.intake.plan import Ask, Planner
 from sidecar.intake.publish import Publisher
 from sidecar.intake.sessions import StepPolicy
 from sidecar.limits import INTAKE_CHUNK
@@ -31,10 +32,13 @@ from sidecar.model import ChainReport, IntakeResult, StepReport
 from sidecar.rules import Rules
 from sidecar.rules.standing import LOCAL, session_filter_prefix
 from sidecar.storage.filters import SessionFilter
+from sidecar.storage.requests import RequestRow
 from sidecar.storage.state import State
 from sidecar.tools.records import ToolRecords
 
 Report = ChainReport | StepReport | Mapping[str, Any]
+Learn = Callable[[list[Ask], str], list[RequestRow]]
+"""Usage rows of a batch's finished requests, attributed to the batch's source."""
 
 
 @dataclass(frozen=True)
@@ -56,10 +60,13 @@ class Intake:
         after_archive: Callable[[], str] | None = None,
         crash_at: str | None = None,
         group_publish: bool = False,
+        learn: Learn | None = None,
     ) -> None:
         """``group_publish``: cold records reach the archive in group commits, from a
-        thread of their own (a shared Delta table); else after each batch."""
+        thread of their own (a shared Delta table); else after each batch.  ``learn``
+        turns the batch's finished requests into usage rows (:mod:`sidecar.lookup.usage`)."""
         self._state = state
+        self._learn = learn
         self._rules = rules
         self.publisher = Publisher(state, cold, group_publish)
         self._planner = Planner(state, rules, reproduce_threshold, steps or StepPolicy())
@@ -94,7 +101,10 @@ class Intake:
         return results
 
     def _batch(self, reports: Sequence[Report], source: str, operator: bool) -> list[IntakeResult]:
-        return self._committer.commit(self._planner.plan(reports, source, operator))
+        plan = self._planner.plan(reports, source, operator)
+        if plan.asks and self._learn is not None:
+            plan.counters.requests = self._learn(plan.asks, source)
+        return self._committer.commit(plan)
 
     def close(self) -> None:
         self.publisher.close()
@@ -111,6 +121,7 @@ class Intake:
         with self._state.tx() as tx:
             sightings = self._state.sightings.forget(tx, which)
             usage = self._state.usage.forget(tx, which)
+            self._state.requests.forget(tx, which)
             self._rules.sequences.uncontradict(tx, usage.contradicted)
             unsupported = sorted(
                 c for c in sightings.chains if not self._state.sightings.supported(tx, c)

@@ -63,6 +63,18 @@ class Archival:
         return f"rule {self.rule}: {self.why}"
 
 
+@dataclass(frozen=True)
+class Ask:
+    """A finished session's request and what it says of the tools (usage for lookups):
+    ``served`` completed it; the session was abandoned at ``failed`` (a deterministic
+    failure)."""
+
+    session: str
+    text: str
+    served: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+
+
 @dataclass
 class Plan:
     """What a batch will change once it is accepted whole."""
@@ -87,6 +99,8 @@ class Plan:
     replayed: dict[int, str] = field(default_factory=dict)
     """Per session report position, the last chain of its failing calls that the state
     holds already (the report was sent before): its answer names it."""
+    asks: list[Ask] = field(default_factory=list)
+    """The finished sessions with a request (``task_input``), for usage."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +224,8 @@ class Planner:
         )
         plan.counters.succeeded += [(t, who) for t in dict.fromkeys(tools[j] for j in ok)]
         self._count_usage(plan, Usage(usage_key("steps", who), used, against(tools, ok), who))
+        if task_input and report.outcome != "unknown":
+            plan.asks.append(_ask(who, task_input, steps, report.outcome == "completed"))
         notes = [f"{len(ok)} successful call(s) learned from"]
         for j, step in enumerate(steps):
             if step.error is not None:
@@ -299,6 +315,18 @@ class Planner:
         plan.sightings[key].add(who)
         plan.counters.sighted.append((topology, signature, who))
         return len(plan.sightings[key])
+
+
+def _ask(who: str, text: str, steps: Sequence[Step], completed: bool) -> Ask:
+    """What a finished session with a request says of its tools: the ones that returned
+    without error served a completed one; an abandoned one failed at the tools whose
+    failure was deterministic."""
+    if completed:
+        return Ask(who, text, served=tuple(dict.fromkeys(s.tool for s in steps if s.error is None)))
+    failed = (
+        s.tool for s in steps if s.error is not None and classify(s.error).kind == "deterministic"
+    )
+    return Ask(who, text, failed=tuple(dict.fromkeys(failed)))
 
 
 def _why(verdict: Classification, seen: int) -> str:

@@ -7,8 +7,9 @@ continuations that the filter displaced come back as ``withheld`` with their rul
 pointer, and hits that lead toward a fatal sequence carry warnings.
 
 With ``hybrid`` on (the default), the order is the fusion of :mod:`sidecar.ranking`: the
-dense ranking over the query's views, BM25 over the same documents and, after an
-executed prefix, the tools that completed chains after it.  Exclusions apply to the
+dense ranking over the query's views, BM25 over the same documents, the usage finished
+sessions taught (:mod:`sidecar.lookup.usage`; a hit it raised says by how many sessions)
+and, after an executed prefix, the tools that completed chains after it.  Exclusions apply to the
 fused order exactly as to the dense one: a withheld or cold tool is never a hit, and
 the withheld continuations that ranked above the last hit are listed.  A hit's
 ``score`` stays its cosine similarity (its best view's); a lookup whose best hit is
@@ -29,10 +30,11 @@ from typing import Any
 import numpy as np
 
 from indexes import ActiveIndex, IndexHit, query_vectors
+from sidecar.lookup.usage import UsageState
 from sidecar.memory import Step, Trace
 from sidecar.model import LookupHit, LookupResult, Withheld
 from sidecar.neutralize import shown
-from sidecar.ranking import DEPTH, fuse, query_views, successors
+from sidecar.ranking import hybrid_ranked, query_views, successors
 from sidecar.rules import Rules
 from sidecar.settings import Settings
 from sidecar.storage.state import State
@@ -40,8 +42,16 @@ from sidecar.tools.records import Fields
 
 
 class Lookup:
-    def __init__(self, state: State, rules: Rules, fields: Fields, settings: Settings) -> None:
+    def __init__(
+        self,
+        state: State,
+        rules: Rules,
+        fields: Fields,
+        settings: Settings,
+        trusted: Collection[str] = (),
+    ) -> None:
         self._state = state
+        self.usage = UsageState(state, trusted)
         self._rules = rules
         self._fields = fields
         self._settings = settings
@@ -124,8 +134,9 @@ class Lookup:
         exclude: Collection[str] = blocked.keys() | self.cold_tools(tools_rev)
         fields = self._fields.at(tools_rev)
         excluded = _Excluded(exclude, fields)
+        raised: dict[str, int] = {}
         if self._settings.hybrid:
-            ranked, displaced = self._fused(index, vector, k, executed, excluded, text)
+            ranked, displaced, raised = self._fused(index, vector, k, executed, excluded, text)
         else:
             ranked, displaced = index.search_ranked(vector, k, excluded, ids_only=True)
         withheld = [
@@ -149,6 +160,7 @@ class Lookup:
                     )[:limit]
                 ),
                 tool_type=str(fields[h.id].get("tool_type") or "unspecified"),
+                usage=raised.get(h.id, 0),
             )
             for h in ranked
         ]
@@ -165,42 +177,34 @@ class Lookup:
         executed: tuple[str, ...],
         excluded: Collection[str],
         text: str | None,
-    ) -> tuple[list[IndexHit], list[IndexHit]]:
-        """The ``k`` best hits of the fused ranking that are not ``excluded``, and the
-        excluded ones ranked above the last of them (what the exclusion displaced).
-
-        Each ranking is read ``DEPTH`` beyond ``k`` non-excluded tools, excluded ones
-        kept in place, so that an exclusion never moves another tool's rank."""
-        depth = k + DEPTH
-        hits, displaced = index.search_ranked(vector, depth, excluded, ids_only=True)
-        dense = sorted(hits + displaced, key=lambda h: -h.score)
-        scores = {h.id: h.score for h in dense}
-        rankings: list[tuple[Sequence[str], float]] = [([h.id for h in dense], 1.0)]
-        if text is not None:
-            lexical = index.lexical_ranked(text, depth + len(excluded))
-            rankings.append(([rid for rid, _ in lexical], 1.0))
+    ) -> tuple[list[IndexHit], list[IndexHit], dict[str, int]]:
+        """The ``k`` best hits of the fused ranking that are not ``excluded``, the
+        excluded ones ranked above the last of them (what the exclusion displaced), and
+        the completed sessions whose usage raised each hit it raised."""
         weight = self._settings.chain_weight
         # beside the dense ranking alone (a lookup by vector) the chains outweigh it on
         # catalogs whose chains rarely repeat: see sidecar.ranking
-        if executed and weight > 0 and text is not None:
-            rankings.append((successors(self.completed_chains(), executed), weight))
-        order = fuse(rankings, scores)
-        chosen: list[str] = []
-        pushed: list[str] = []
-        for rid in order:
-            if len(chosen) == k:
-                break
-            (pushed if rid in excluded else chosen).append(rid)
-        missing = [rid for rid in chosen + pushed if rid not in scores]
-        if missing:
-            scores |= index.similarities(vector, missing)
-        # a tool with no vector (it left the index between the rankings, or only the
-        # completed chains name it) is neither served nor reported as withheld
-        chosen = [rid for rid in chosen if rid in scores]
-        pushed = [rid for rid in pushed if rid in scores]
+        chains = (
+            successors(self.completed_chains(), executed)
+            if executed and weight > 0 and text is not None
+            else []
+        )
+        views = np.atleast_2d(vector)
+        fused = hybrid_ranked(
+            index,
+            views,
+            text,
+            k,
+            excluded,
+            usage=self.usage.current(views.shape[1]),
+            chains=chains,
+            chain_weight=weight,
+        )
+        raised = {t: b.sessions for t, b in fused.usage.items() if b.score > 0 and b.sessions}
         return (
-            [IndexHit(rid, scores[rid], "", {}) for rid in chosen],
-            [IndexHit(rid, scores.get(rid, 0.0), "", {}) for rid in pushed],
+            [IndexHit(rid, score, "", {}) for rid, score in fused.hits],
+            [IndexHit(rid, score, "", {}) for rid, score in fused.displaced],
+            raised,
         )
 
 

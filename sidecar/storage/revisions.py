@@ -7,7 +7,9 @@ and the state's key-value settings (``meta``).
 - ``constraints_rev`` moves whenever the fatal sequences in force may have changed;
 - ``usage_rev`` moves whenever a completed run is counted;
 - ``evidence_seq`` and ``evidence_generation``: the call memory's log (see
-  :mod:`sidecar.storage.conditions`); ``conditions_rev``: its conditions' lifecycle.
+  :mod:`sidecar.storage.conditions`); ``conditions_rev``: its conditions' lifecycle;
+- ``requests_seq`` and ``requests_generation``: the usage requests (see
+  :mod:`sidecar.storage.requests`).
 
 All of them are read in one small read (:meth:`RevisionRepository.current`), and a
 request reads them once (:meth:`RevisionRepository.pinned`): a request that starts after
@@ -31,6 +33,8 @@ COUNTERS = (
     "evidence_seq",
     "evidence_generation",
     "conditions_rev",
+    "requests_seq",
+    "requests_generation",
 )
 
 
@@ -44,6 +48,10 @@ class Revisions:
     generation: int = 0
     """The call memory's log generation (forgetting starts a new one)."""
     conditions: int = 0
+    requests: int = 0
+    """The usage requests' last write (see :mod:`sidecar.storage.requests`)."""
+    requests_generation: int = 0
+    """Moves when usage requests are forgotten: replicas read them all again."""
 
 
 TOOLS_WRITES_KEPT = 4096

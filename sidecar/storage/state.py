@@ -17,6 +17,7 @@ from sidecar.storage.credentials import CredentialRepository
 from sidecar.storage.mandates import MandateRepository
 from sidecar.storage.moves import MoveRepository
 from sidecar.storage.pending import PendingRepository
+from sidecar.storage.requests import RequestRepository
 from sidecar.storage.revisions import RevisionRepository
 from sidecar.storage.schema import Migration
 from sidecar.storage.sequences import SequenceRepository
@@ -37,6 +38,7 @@ REPOSITORIES = (
     MoveRepository,
     MandateRepository,
     PendingRepository,
+    RequestRepository,
 )
 SCHEMAS: tuple[str, ...] = tuple(r.SCHEMA for r in REPOSITORIES)
 """Every repository's tables, created when a state is opened for writing."""
@@ -63,6 +65,7 @@ class State:
         self.moves = MoveRepository(db)
         self.mandates = MandateRepository(db)
         self.pending = PendingRepository(db)
+        self.requests = RequestRepository(db)
 
     @property
     def writable(self) -> bool:

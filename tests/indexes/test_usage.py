@@ -121,8 +121,10 @@ def test_one_source_moves_a_tool_by_at_most_its_cap(
 
 
 def test_a_trusted_source_has_the_larger_cap() -> None:
-    for source, cap in (("agent", SOURCE_CAP), ("gateway", TRUSTED_CAP)):
-        usage = UsageIndex(DIM, trusted={"gateway"})
+    cases = (("agent", SOURCE_CAP), ("gateway", TRUSTED_CAP), ("gateway:bot", TRUSTED_CAP))
+    for source, cap in (*cases, ("gatewayx", SOURCE_CAP), ("otlp:bot", SOURCE_CAP)):
+        # a name ending in ":" trusts every source under it, as the memory does
+        usage = UsageIndex(DIM, trusted={"gateway", "gateway:"})
         usage.add(Evidence("t", source, "s", vec(1), True))
         assert usage.boosts(vec(1), {"t": -1.0}, SPREAD)["t"].score == cap
 

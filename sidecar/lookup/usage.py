@@ -1,0 +1,91 @@
+"""Usage for lookups: what finished sessions' requests teach (see :mod:`indexes.usage`).
+
+At intake, a finished session that states its request (``task_input``) becomes one row
+per tool it speaks for (:func:`request_rows`): the tools that returned without error in
+a completed session served the request; the tool an abandoned session failed at
+deterministically did not.  The request is embedded as a lookup embeds a query (its
+views); of several views, each tool keeps the one nearest its own vector (a request
+with several parts, each served by a tool).  The rows go to the state
+(:mod:`sidecar.storage.requests`) with the batch, attributed to its source.
+
+At lookup, :class:`UsageState` keeps a :class:`~indexes.UsageIndex` in step with the
+state's rows: the rows added since its last read are added (the index is the same
+whatever the order the rows arrive in); a forget rebuilds it.  So every replica's
+lookups see every replica's usage on their next request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Collection, Sequence
+
+import numpy as np
+
+from indexes import ActiveIndex, Evidence, UsageIndex, query_vectors
+from sidecar.intake.plan import Ask
+from sidecar.ranking import query_views
+from sidecar.storage.requests import RequestRow
+from sidecar.storage.state import State
+
+log = logging.getLogger(__name__)
+
+
+def request_rows(
+    index: ActiveIndex, asks: Sequence[Ask], source: str, at: float
+) -> list[RequestRow]:
+    """The usage rows of finished sessions' requests, attributed to ``source``."""
+    out: list[RequestRow] = []
+    for ask in asks:
+        tools = [(t, True) for t in ask.served] + [(t, False) for t in ask.failed]
+        if not tools:
+            continue
+        views = query_vectors(index.embedder, query_views(ask.text))
+        for tool, completed in tools:
+            vector = _nearest_view(index, views, tool)
+            row = Evidence(tool, source, ask.session, vector, completed, at).row()
+            out.append(RequestRow(*row))
+    return out
+
+
+def _nearest_view(index: ActiveIndex, views: np.ndarray, tool: str) -> np.ndarray:
+    """Of a request's views, the one nearest ``tool``'s own vector (the first when the
+    request has one view, or the index does not hold the tool)."""
+    if len(views) == 1:
+        return np.asarray(views[0])
+    sims = [index.similarities(view, [tool]).get(tool) for view in views]
+    if any(s is None for s in sims):
+        return np.asarray(views[0])
+    return np.asarray(views[int(np.argmax(np.asarray(sims, dtype=np.float64)))])
+
+
+class UsageState:
+    """The usage index of the state's rows, read again only as far as they moved."""
+
+    def __init__(self, state: State, trusted: Collection[str]) -> None:
+        self._state = state
+        self._trusted = frozenset(trusted)
+        self._lock = threading.Lock()
+        self._index: UsageIndex | None = None
+        self._generation = -1
+        self._seq = 0
+        self._rows = 0
+
+    def current(self, dim: int) -> UsageIndex | None:
+        """The usage index (``None`` while no session taught any usage)."""
+        rev = self._state.revisions.current()
+        with self._lock:
+            index = self._index
+            if index is None or index.dim != dim or rev.requests_generation != self._generation:
+                index, self._seq, self._rows = UsageIndex(dim, trusted=self._trusted), 0, 0
+                self._generation = rev.requests_generation
+            if rev.requests > self._seq:
+                rows, self._seq = self._state.requests.since(self._seq)
+                for row in rows:
+                    try:
+                        index.add(Evidence.from_row(row.evidence_row()))
+                        self._rows += 1
+                    except ValueError as exc:  # a row of another model's dimension
+                        log.warning("usage row of %s skipped: %s", row.tool_id, exc)
+            self._index = index
+            return index if self._rows else None
