@@ -164,3 +164,18 @@ def test_the_rows_kept_per_tool_and_source_are_bounded(sc: Sidecar) -> None:
         sc.report(session(i, f"reimburse the taxi ride number {i} to the airport"))
     assert sc.state.requests.count() == 3
     assert ranking(sc, PARAPHRASE)[0][0] == "ledger_post"
+
+
+def test_reports_over_http_raise_the_tool_in_http_lookups(sc: Sidecar) -> None:
+    from starlette.testclient import TestClient
+
+    from sidecar.shells.api import create_app
+
+    token = "test-token-0123456789"
+    auth = {"Authorization": f"Bearer {token}"}
+    with TestClient(create_app(sc, token), base_url="http://127.0.0.1") as client:
+        body = {"reports": [session(i, text) for i, text in enumerate(TRAINING)]}
+        assert client.post("/v1/reports", json=body, headers=auth).status_code == 200
+        found = client.post("/v1/search", json={"query": PARAPHRASE, "k": 3}, headers=auth)
+    first = found.json()["hits"][0]
+    assert first["tool_id"] == "ledger_post" and first["usage"] >= 1

@@ -117,6 +117,8 @@ def search(args: argparse.Namespace) -> int:
         for n, hit in enumerate(out.hits, 1):
             lines.append(f"{n:>2}. {hit.tool_id}  ({hit.score:.3f})  {short(hit.description, 60)}")
             lines += [f"      ! {w}" for w in hit.warnings]
+            if hit.usage:
+                lines.append(f"      + raised by {hit.usage} completed session(s) like this one")
         if not out.hits:
             lines.append("no active tools match")
         elif out.abstained:
