@@ -158,12 +158,34 @@ def test_usage_survives_a_restart_and_reaches_another_process(
 
 
 def test_the_rows_kept_per_tool_and_source_are_bounded(sc: Sidecar) -> None:
-    assert KEPT == MEMORY  # the store keeps what the index would score
-    sc.state.requests._memory = 3  # the bound, small enough to reach in a test
-    for i in range(6):
-        sc.report(session(i, f"reimburse the taxi ride number {i} to the airport"))
-    assert sc.state.requests.count() == 3
-    assert ranking(sc, PARAPHRASE)[0][0] == "ledger_post"
+    """The store keeps, per tool, source and outcome, the rows of the requests the index
+    would score: its bottom-k by request key, whatever the order they arrive in."""
+    import numpy as np
+
+    from indexes import Evidence, UsageIndex
+    from sidecar.storage.requests import RequestRepository, RequestRow
+
+    assert KEPT == MEMORY
+    rng = np.random.default_rng(5)
+    evidence = [
+        Evidence("t", src, f"k{i}", rng.standard_normal(8).astype(np.float32), i % 4 > 0)
+        for i, src in enumerate(["a", "b"] * 12)
+    ]
+    kept = {}
+    for order in (evidence, evidence[::-1]):
+        repo = RequestRepository(sc.state.database, memory=3)
+        with sc.state.tx() as tx:
+            tx.execute("DELETE FROM usage_requests")
+            for e in order:
+                repo.add(tx, [RequestRow(*e.row())])
+        rows, _ = repo.since(0)
+        kept[len(kept)] = sorted((r.source, r.outcome, r.key) for r in rows)
+    assert kept[0] == kept[1]
+    index = UsageIndex(8, memory=3)
+    for e in evidence:
+        index.add(e)
+    # three groups (source b completed every session), three requests each
+    assert len(kept[0]) == index.stats()["requests"] == 3 * 3
 
 
 def test_reports_over_http_raise_the_tool_in_http_lookups(sc: Sidecar) -> None:
