@@ -78,7 +78,7 @@ from sidecar.model import (
     Tool,
 )
 from sidecar.paging import DEFAULT_LIMIT, ToolPage
-from sidecar.principals import GATEWAY, LOCAL, Principals, ReportRate, Role, check_source
+from sidecar.principals import LOCAL, Principals, ReportRate, Role, check_source
 from sidecar.recovery import Recovery, health
 from sidecar.redact import redact, redact_text
 from sidecar.results import (
@@ -95,6 +95,7 @@ from sidecar.results import (
 )
 from sidecar.rules import Lifecycle, Rules
 from sidecar.settings import Settings
+from sidecar.sources import reached_by_forget, token_of
 from sidecar.tools import AddToolsResult, Fields, SyncResult, ToolRecords, Tools
 
 P = ParamSpec("P")
@@ -410,9 +411,8 @@ class Sidecar:
         self.recovery.writable()
         check_source(source)
         items = list(reports)
-        # the limit is the token's, whatever the route (the gateway reports a named
-        # token's sessions as gateway:<name>)
-        token = source.removeprefix(f"{GATEWAY}:")
+        # the limit is the token's, whatever the route (gateway:<name>, otlp:<name>)
+        token = token_of(source)
         if token not in self.trusted:
             self._rate.take(token, len(items))
         return self.intake.report_many(items, chunk, source, role == "operator", progress)
@@ -426,9 +426,7 @@ class Sidecar:
         check_source(source)
         when = validate.since(since)
         unfounded = set(self.eviction.unfounded())
-        # a token's evidence, whatever the route: what it reported, and what the gateway
-        # observed of its calls
-        names = [source] if source.startswith(f"{GATEWAY}:") else [source, f"{GATEWAY}:{source}"]
+        names = reached_by_forget(source)  # a token's evidence, whatever the route
         sessions: set[str] = set()
         conditions = constraints = 0
         tools: set[str] = set()
