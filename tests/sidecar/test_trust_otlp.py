@@ -6,6 +6,7 @@ alone.  Each test runs over the HTTP API of a real sidecar holding named tokens.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from starlette.testclient import TestClient
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.errors import ConfigError
-from sidecar.principals import Principals
+from sidecar.principals import Principals, check_source
 from tests.sidecar.test_call_memory import good_session
 from tests.sidecar.test_trust import OPERATOR, TOKENS, fabricated, post, tokens_file, verdict
 from tests.sidecar.test_trust_rules import post_traces, settle, traces
@@ -33,6 +34,7 @@ def _tokens(path: Path) -> None:
     path.write_text(json.dumps(data))
 
 
+@contextlib.contextmanager
 def _serve(tmp_path: Path, **settings: Any) -> Iterator[tuple[Sidecar, TestClient]]:
     home = tmp_path / "home"
     home.mkdir()
@@ -52,7 +54,8 @@ def create_app(sc: Sidecar) -> Any:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[Sidecar, TestClient]]:
-    yield from _serve(tmp_path, report_rate=1000)
+    with _serve(tmp_path, report_rate=1000) as pair:
+        yield pair
 
 
 def _sources(sc: Sidecar) -> set[tuple[str, ...]]:
@@ -79,13 +82,9 @@ def test_one_tokens_traces_warn_where_a_trusted_tokens_block(
 
 
 def test_an_otlp_source_named_trusted_blocks_its_token_alone_does_not(tmp_path: Path) -> None:
-    for sc, client in _serve(tmp_path, report_rate=1000, trusted_sources="gateway,otlp:bob"):
-        post(
-            client,
-            TOKENS["bob"],
-            "/v1/reports",
-            {"reports": [fabricated(n, "bob") for n in range(4)]},
-        )
+    with _serve(tmp_path, report_rate=1000, trusted_sources="gateway,otlp:bob") as (sc, client):
+        reports = [fabricated(n, "bob") for n in range(4)]
+        assert post(client, TOKENS["bob"], "/v1/reports", {"reports": reports}).status_code == 200
         assert verdict(sc) == "warn"  # bob's own reports are not trusted
         for n in range(4):
             assert post_traces(client, TOKENS["bob"], traces("bob", n)) == 200
@@ -94,7 +93,7 @@ def test_an_otlp_source_named_trusted_blocks_its_token_alone_does_not(tmp_path: 
 
 
 def test_otlp_sessions_over_the_tokens_rate_are_refused_and_counted(tmp_path: Path) -> None:
-    for sc, client in _serve(tmp_path, report_rate=5):
+    with _serve(tmp_path, report_rate=5) as (sc, client):
         for n in range(24):  # each session delivered alone, as a sweep would
             assert post_traces(client, TOKENS["alice"], traces("alice", n)) == 200
             settle(sc, client)
@@ -104,12 +103,8 @@ def test_otlp_sessions_over_the_tokens_rate_are_refused_and_counted(tmp_path: Pa
         again = post(client, TOKENS["alice"], "/v1/reports", {"reports": [fabricated(0, "alice")]})
         assert again.status_code == 429
         # another token's budget is its own
-        assert (
-            post(
-                client, TOKENS["bob"], "/v1/reports", {"reports": [fabricated(0, "bob")]}
-            ).status_code
-            == 200
-        )
+        other = post(client, TOKENS["bob"], "/v1/reports", {"reports": [fabricated(0, "bob")]})
+        assert other.status_code == 200
         kept = sc.forget("otlp:alice").sessions
         assert 5 <= kept <= 6
 
@@ -165,3 +160,5 @@ def test_a_token_may_not_be_named_as_another_tokens_route(tmp_path: Path) -> Non
             Principals.load(path, OPERATOR)
     path.write_text(json.dumps({"tokens": [{"name": "a" * 64, "token": "x" * 20}]}))
     assert len(Principals.load(path, OPERATOR)) == 2
+    # the longest token name's routes are source names too
+    assert check_source(f"otlp:{'a' * 64}") and check_source(f"gateway:{'a' * 64}")
