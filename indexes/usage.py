@@ -328,6 +328,7 @@ class UsageIndex:
         dim: int,
         *,
         trusted: Collection[str] = (),
+        trusts: Callable[[str], bool] | None = None,
         memory: int = MEMORY,
         preselect: int = PRESELECT,
         source_cap: float = SOURCE_CAP,
@@ -343,6 +344,7 @@ class UsageIndex:
             raise ValueError("caps and gain must not be negative")
         self.dim = dim
         self.trusted = frozenset(trusted)
+        self._trusts = trusts
         self._size = memory
         self._preselect = preselect
         self._caps = (source_cap, trusted_cap, total_cap)
@@ -403,8 +405,11 @@ class UsageIndex:
         self._centroids.put((source, tool, outcome), None if memory is None else memory.total)
 
     def is_trusted(self, source: str) -> bool:
-        """Whether ``source`` is trusted: named in ``trusted``, or under a name there
-        that ends with ``:`` (``gateway:`` stands for every ``gateway:<name>``)."""
+        """Whether ``source`` is trusted: as ``trusts`` says when given; else named in
+        ``trusted``, or under a name there that ends with ``:`` (``gateway:`` stands for
+        every ``gateway:<name>``)."""
+        if self._trusts is not None:
+            return self._trusts(source)
         if source in self.trusted:
             return True
         return any(t.endswith(":") and source.startswith(t) for t in self.trusted)

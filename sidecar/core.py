@@ -76,7 +76,7 @@ from sidecar.model import (
     Tool,
 )
 from sidecar.paging import DEFAULT_LIMIT, ToolPage
-from sidecar.principals import GATEWAY, LOCAL, Principals, ReportRate, Role, check_source
+from sidecar.principals import LOCAL, Principals, ReportRate, Role, check_source
 from sidecar.recovery import Recovery, health
 from sidecar.redact import redact, redact_text
 from sidecar.results import (
@@ -93,6 +93,7 @@ from sidecar.results import (
 )
 from sidecar.rules import Lifecycle, Rules
 from sidecar.settings import Settings
+from sidecar.sources import token_of
 from sidecar.storage.requests import RequestRow
 from sidecar.tools import AddToolsResult, Fields, SyncResult, ToolRecords, Tools
 
@@ -377,9 +378,8 @@ class Sidecar:
         self.recovery.writable()
         check_source(source)
         items = list(reports)
-        # the limit is the token's, whatever the route (the gateway reports a named
-        # token's sessions as gateway:<name>)
-        token = source.removeprefix(f"{GATEWAY}:")
+        # the limit is the token's, whatever the route (gateway:<name>, otlp:<name>)
+        token = token_of(source)
         if token not in self.trusted:
             self._rate.take(token, len(items))
         return self.intake.report_many(items, chunk, source, role == "operator", progress)

@@ -221,9 +221,10 @@ class Unauthorized(RemoteError):
 
 
 class BodyTooLarge(SidecarError):
-    """A request body over the server's limit.  The CLI splits its batches under the
-    limit the server states, so this means one item alone is over it, or the server's
-    limit changed under the command."""
+    """A request body over the server's limit (an OTLP trace body too, on the wire or
+    once inflated).  The CLI splits its batches under the limit the server states, so
+    this means one item alone is over it, or the server's limit changed under the
+    command."""
 
     code = "body_too_large"
     status = 413

@@ -6,16 +6,10 @@ from __future__ import annotations
 
 from sidecar.eviction import Evictor
 from sidecar.intake import Intake
-from sidecar.principals import GATEWAY
 from sidecar.recovery import Recovery
 from sidecar.results import Forgotten
 from sidecar.rules import Rules
-
-
-def evidence_names(source: str) -> list[str]:
-    """The source names one token's evidence arrives under, whatever the route: what it
-    reported, and what the gateway observed of its calls (``gateway:<name>``)."""
-    return [source] if source.startswith(f"{GATEWAY}:") else [source, f"{GATEWAY}:{source}"]
+from sidecar.sources import reached_by_forget
 
 
 def forget(
@@ -32,7 +26,7 @@ def forget(
     sessions: set[str] = set()
     conditions = constraints = 0
     tools: set[str] = set()
-    for name in evidence_names(source):
+    for name in reached_by_forget(source):  # a token's evidence, whatever the route
         memory = rules.conditions.forget(name, since)
         sequences = intake.forget(name, since)
         sessions |= memory.sessions | sequences.sessions

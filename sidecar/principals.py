@@ -29,9 +29,11 @@ The home's single token of before (``SIDECAR_TOKEN`` or the ``token`` file) stil
 it is an operator, and what it reports is the ``local`` source's, like what the process
 reports through the library itself.  A named token's *name* is the source of everything
 it reports; operators are trusted, agents are not unless marked ``trusted``.  Evidence the process
-reports through the library itself is the ``local`` source; the MCP gateway's is
-``gateway`` (what it observed between agents and upstreams); the OTLP intake's is
-``otlp`` (what exporters holding a token sent).
+reports through the library itself is the ``local`` source; what the MCP gateway
+observed of a token's calls is ``gateway:<name>``; what a token exported as OTLP traces
+is ``otlp:<name>``, trusted only when that source or the token is
+(:mod:`sidecar.sources`).  A token's name may not start with ``gateway:`` or ``otlp:``:
+it would pass for another token's route.
 """
 
 from __future__ import annotations
@@ -48,14 +50,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sidecar.errors import ConfigError, InvalidInput, RateLimited
+from sidecar.sources import GATEWAY as GATEWAY
+from sidecar.sources import LOCAL as LOCAL
+from sidecar.sources import OTLP as OTLP
+from sidecar.sources import ROUTE_PREFIXES
 
 Role = Literal["agent", "operator"]
 ROLES: tuple[Role, ...] = ("agent", "operator")
-SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
-"""A source's name: no ``/`` (it prefixes the keys of the sessions it reports)."""
-LOCAL = "local"
-GATEWAY = "gateway"
-OTLP = "otlp"
+TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+"""A token's name, which is the source of what it reports."""
+SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}")
+"""A source's name: a token's, or one derived from it (``gateway:<name>``,
+``otlp:<name>``); no ``/`` (it prefixes the keys of the sessions it reports)."""
 RESERVED = frozenset({LOCAL, GATEWAY, OTLP})
 MIN_TOKEN = 16
 """The fewest characters of a token, once its surrounding whitespace is stripped."""
@@ -90,7 +96,7 @@ def principal_of(scope: Mapping[str, Any] | None) -> Principal | None:
 def check_source(name: str) -> str:
     if not isinstance(name, str) or not SOURCE_NAME.fullmatch(name):
         raise InvalidInput(
-            f"a source name is 1-64 letters, digits, '_', '.', ':' or '-', got {name!r}"
+            f"a source name is 1-80 letters, digits, '_', '.', ':' or '-', got {name!r}"
         )
     return name
 
@@ -199,10 +205,15 @@ def _entry(row: Any, where: str) -> tuple[Principal, bytes]:
     if not isinstance(row, Mapping):
         raise ConfigError(f"{where}: expected an object")
     name, role = row.get("name"), row.get("role", "agent")
-    if not isinstance(name, str) or not SOURCE_NAME.fullmatch(name) or name in RESERVED:
+    if not isinstance(name, str) or not TOKEN_NAME.fullmatch(name) or name in RESERVED:
         raise ConfigError(
             f"{where}: 'name' must be 1-64 letters, digits, '_', '.', ':' or '-', and not "
             f"{' or '.join(sorted(RESERVED))}"
+        )
+    if name.startswith(ROUTE_PREFIXES):
+        raise ConfigError(
+            f"{where}: 'name' may not start with {' or '.join(ROUTE_PREFIXES)} (the sources of "
+            "another token's gateway calls and traces)"
         )
     if role not in ROLES:
         raise ConfigError(f"{where}: 'role' must be one of {', '.join(ROLES)}")

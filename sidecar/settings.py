@@ -341,7 +341,7 @@ def validate(s: Settings) -> Settings:
     if not s.collection or len(s.collection) < 3:
         raise ConfigError("collection must be at least 3 characters")
     for name in (n.strip() for n in s.trusted_sources.split(",")):
-        if name and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}", name):
+        if name and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}", name):
             raise ConfigError(f"trusted_sources: {name!r} is not a source name")
     model_cache = None if s.model_cache is None else Path(s.model_cache)
     tokens = None if s.tokens_file is None else Path(s.tokens_file)

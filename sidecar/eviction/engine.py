@@ -43,8 +43,9 @@ from sidecar.storage.moves import Move
 from sidecar.storage.state import State
 from sidecar.tools.records import ToolRecords
 
-RECORD_VERSION = 1
-"""The layout of an evicted tool's cold record."""
+EVICTION_RECORD_VERSION = 1
+"""The layout of an evicted tool's cold record (an archived chain's is
+:data:`~sidecar.intake.archive.CHAIN_RECORD_VERSION`)."""
 
 
 class Evictor:
@@ -293,7 +294,7 @@ class Evictor:
             "decision_json": json.dumps(snap["decision"], sort_keys=True),
             "schema_bytes": len(shown.encode("utf-8")),
             "schema_tokens": int(count_tokens(shown)),
-            "record_version": RECORD_VERSION,
+            "record_version": EVICTION_RECORD_VERSION,
         }
 
     # ---- restore: the move back ----------------------------------------------------

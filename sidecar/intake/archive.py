@@ -11,7 +11,9 @@ from typing import Any
 
 from sidecar.model import ChainReport, CredentialRef
 
-RECORD_VERSION = 2
+CHAIN_RECORD_VERSION = 2
+"""The layout of an archived chain's cold record (an evicted tool's is
+:data:`~sidecar.eviction.engine.EVICTION_RECORD_VERSION`)."""
 
 
 # built once: json.dumps with options builds a new encoder per call, and intake encodes
@@ -94,7 +96,7 @@ def cold_row(
         ),
         "logs_json": _dump(list(report.logs)),
         "occurrences": occurrences,
-        "record_version": RECORD_VERSION,
+        "record_version": CHAIN_RECORD_VERSION,
         "source": "steps" if calls else "chain",
         "normalized_signature": calls.normalized_signature if calls else None,
         "steps_json": _dump(calls.steps) if calls else None,

@@ -25,6 +25,7 @@ import numpy as np
 from indexes import ActiveIndex, Evidence, UsageIndex, query_vectors
 from sidecar.intake.plan import Ask
 from sidecar.ranking import query_views
+from sidecar.sources import is_trusted
 from sidecar.storage.requests import RequestRow
 from sidecar.storage.state import State
 
@@ -77,7 +78,8 @@ class UsageState:
         with self._lock:
             index = self._index
             if index is None or index.dim != dim or rev.requests_generation != self._generation:
-                index, self._seq, self._rows = UsageIndex(dim, trusted=self._trusted), 0, 0
+                index = UsageIndex(dim, trusts=lambda s: is_trusted(s, self._trusted))
+                self._seq = self._rows = 0
                 self._generation = rev.requests_generation
             if rev.requests > self._seq:
                 rows, self._seq = self._state.requests.since(self._seq)

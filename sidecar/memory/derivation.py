@@ -23,7 +23,7 @@ from sidecar.memory.independence import Situations
 from sidecar.memory.params import LearnParams
 from sidecar.memory.predicate import Predicate, token
 from sidecar.memory.stats import SOURCE_BITS, ToolStats, source_bit, source_names
-from sidecar.memory.verdict import is_trusted
+from sidecar.sources import is_trusted, witnesses
 
 
 @dataclass
@@ -201,7 +201,7 @@ def _condition(
         warn_only=warn_only,
         sessions=tuple(sessions)[:MAX_EXAMPLE_SESSIONS],
         session_count=len(sessions),
-        source_count=len(sources),
+        source_count=len(witnesses(sources)),  # a token's reports and traces: one
         sources=tuple(sources)[:MAX_EXAMPLE_SESSIONS],
         failing=trial.failing,
         units=units,

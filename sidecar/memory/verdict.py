@@ -8,8 +8,9 @@ chance:
 - at least ``min_support_block`` independent situations support it, and its confidence
   reaches ``min_confidence_block`` (when it rests on two numbers its failure messages
   state, ``min_support_stated`` situations, whatever its confidence);
-- its failures came from at least ``min_sources_block`` sources, or from one of the
-  ``trusted`` sources;
+- its failures came from at least ``min_sources_block`` sources (counted as witnesses:
+  a token's reports and its traces are one, :func:`~sidecar.sources.witness`), or from
+  one of the ``trusted`` sources;
 - at most ``max_contradictions_block`` successes contradict it (successes counted only
   from a trusted source, from one of its own sources, or from several sources: no
   single other source can contest a rule alone);
@@ -36,6 +37,7 @@ from sidecar.memory.families import Family, build_call, family_for
 from sidecar.memory.features import call_features
 from sidecar.memory.trace import Trace
 from sidecar.memory.values import FeatureValue
+from sidecar.sources import is_trusted, witnesses
 
 Decision = Literal["allow", "warn", "block"]
 Level = Literal["warn", "block"]
@@ -43,14 +45,6 @@ Level = Literal["warn", "block"]
 
 TRUSTED: frozenset[str] = frozenset({"local"})
 """Sources trusted by default: the process itself (and the home's own token)."""
-
-
-def is_trusted(source: str, trusted: frozenset[str]) -> bool:
-    """Whether ``source`` is trusted; a name in ``trusted`` ending with ``:`` stands for
-    every source it prefixes (``gateway:`` for the gateway's observations)."""
-    if source in trusted:
-        return True
-    return any(t.endswith(":") and source.startswith(t) for t in trusted)
 
 
 @dataclass(frozen=True)
@@ -106,6 +100,7 @@ class Thresholds:
     def blocks(self, condition: FailureCondition) -> bool:
         """Whether a learned condition's evidence is enough to block (see the module
         docstring)."""
+        # source_count counts witnesses (a token's reports and traces are one)
         independent = condition.source_count >= self.min_sources_block or any(
             is_trusted(s, self.trusted) for s in condition.sources
         )
@@ -125,12 +120,13 @@ class Thresholds:
 
     def contradictions(self, condition: FailureCondition) -> int:
         """The contradictions that count against a condition: all of them when they
-        came from a trusted source, from one of the condition's own sources, or from
-        several sources (or their sources are not known); none when one other source
+        came from a trusted source, from one of the condition's own witnesses, or from
+        several witnesses (or their sources are not known); none when one other source
         alone brought them."""
         against = set(condition.contradiction_sources)
         trusted = any(is_trusted(s, self.trusted) for s in against)
-        if len(against) != 1 or trusted or against & set(condition.sources):
+        who = witnesses(against)  # one token by two routes is one source
+        if len(who) != 1 or trusted or who & witnesses(condition.sources):
             return condition.contradictions
         return 0
 

@@ -4,14 +4,15 @@ kind of evidence.
 Every session key names its source (``src:<name>/...``; the local source's keys carry
 no prefix).  A rule's sources are those of the sessions behind it.
 
-- Evidence is *independent* when it comes from two sources, or from one trusted source
+- Evidence is *independent* when it comes from two witnesses, or from one trusted source
   (the process itself, an operator, a token marked trusted, the gateway's own
-  observations).  Only independent evidence makes a rule block, withhold or evict;
-  otherwise the rule warns.
+  observations).  A token's reports and its traces (``otlp:<name>``) are one witness
+  (:func:`~sidecar.sources.witness`).  Only independent evidence makes a rule block,
+  withhold or evict; otherwise the rule warns.
 - A success that matches a rule *contradicts* it.  Against a rule a trusted source
   stands behind, only a trusted source's contradictions count; against any other, they
-  count when they come from a trusted source, from one of the rule's own sources, or
-  from two sources or more: no single other source contests a rule alone.  The others
+  count when they come from a trusted source, from one of the rule's own witnesses, or
+  from two witnesses or more: no single other token contests a rule alone.  The others
   are recorded, shown and alerted on, and change no verdict.
 """
 
@@ -20,10 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from sidecar.sources import LOCAL as LOCAL
+from sidecar.sources import is_trusted, witnesses
 from sidecar.storage.filters import SOURCE_PREFIX
-
-LOCAL = "local"
-"""The source of evidence a process reports through the library itself."""
 
 
 def source_of(session_key: str) -> str:
@@ -53,19 +53,16 @@ class Against:
 @dataclass(frozen=True)
 class Standing:
     trusted: frozenset[str]
-    """Sources whose word alone is enough; a name ending with ``:`` stands for every
-    source it prefixes (``gateway:`` for the gateway's observations of every token)."""
+    """Sources whose word alone is enough (:func:`~sidecar.sources.is_trusted`)."""
     min_sources: int = 2
-    """Untrusted sources it takes to make evidence independent."""
+    """Untrusted witnesses it takes to make evidence independent."""
 
     def is_trusted(self, source: str) -> bool:
-        if source in self.trusted:
-            return True
-        return any(t.endswith(":") and source.startswith(t) for t in self.trusted)
+        return is_trusted(source, self.trusted)
 
     def independent(self, sources: Iterable[str]) -> bool:
         found = set(sources)
-        return len(found) >= self.min_sources or any(self.is_trusted(s) for s in found)
+        return len(witnesses(found)) >= self.min_sources or any(self.is_trusted(s) for s in found)
 
     def sources_of(self, session_keys: Iterable[str]) -> tuple[str, ...]:
         return tuple(sorted({source_of(k) for k in session_keys}))
@@ -86,10 +83,11 @@ class Standing:
             counted = [(s, at) for s, at in entries if self.is_trusted(s)]
         else:
             sources = {s for s, _ in entries}
+            who = witnesses(sources)
             standing = (
-                len(sources) >= self.min_sources
+                len(who) >= self.min_sources
                 or any(self.is_trusted(s) for s in sources)
-                or bool(sources & own)
+                or bool(who & witnesses(own))
             )
             counted = entries if standing else []
         kept = {id(e) for e in counted}

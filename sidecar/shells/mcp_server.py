@@ -142,9 +142,10 @@ def _report_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
 
     @server.tool(
         title="Forget a source",
-        description="Operators only: remove what one source (a token's name, 'gateway', "
-        "'otlp') reported, since `since` (a Unix time) when given, and derive again what "
-        "rested on it.",
+        description="Operators only: remove what one source reported (a token's name: all "
+        "its evidence, whatever the route; 'otlp:<name>' or 'gateway:<name>': that route's "
+        "alone; 'gateway', 'otlp', 'local'), since `since` (a Unix time) when given, and "
+        "derive again what rested on it.",
         annotations=ToolAnnotations(
             read_only_hint=False,
             destructive_hint=True,

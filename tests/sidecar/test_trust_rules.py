@@ -84,8 +84,9 @@ def test_otlp_traces_teach_as_the_token_that_sent_them(
     settle(sc, client)
     assert verdict(sc) == "warn"  # one untrusted token, whatever the route
     views = [v for v in sc.constraints() if v.kind == "call" and "pending" in v.rule]
-    assert views and all(v.sources == ("alice",) for v in views)
+    assert views and all(v.sources == ("otlp:alice",) for v in views)
     assert all(not v.independent for v in views)
+    # forgetting the token reaches its traces too
     assert post(client, OPERATOR, "/v1/sources/alice/forget", {}).json()["sessions"] == 8
     assert verdict(sc) == "allow"
 
@@ -102,7 +103,7 @@ def test_otlp_is_rate_limited_per_token(tmp_path: Path) -> None:
             post_traces(client, TOKENS["alice"], traces("alice", n))
         settle(sc, client)
         forgotten = sc.forget("alice")
-        assert forgotten.sessions <= 5
+        assert forgotten.sessions <= 5  # one batch of 24: over the rate, refused whole
 
 
 def test_a_fatal_sequence_from_one_agent_warns_and_evicts_nothing(

@@ -191,10 +191,6 @@ class StandaloneBackend:
         with self._lock:
             self.hidden.update(tools)
 
-    def reported_tools(self) -> list[list[str]]:
-        with self._lock:
-            return [[s.tool for s in r.steps] for r in self.reports]
-
     # ---- internals -----------------------------------------------------------------
     def _reason(
         self, failure: _Failure, condition: frozenset[Fact], seen: int, contested: bool

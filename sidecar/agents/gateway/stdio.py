@@ -114,7 +114,6 @@ async def stdio_transport(
     """Start ``server`` and yield its (read, write) message streams, as the SDK's
     ``stdio_client`` does."""
     from mcp.client import stdio as sdk
-    from mcp.shared.message import SessionMessage
 
     command = await sdk._get_executable_command(server.command)
     process = await sdk._create_platform_compatible_process(
@@ -125,61 +124,82 @@ async def stdio_transport(
         cwd=server.cwd,
     )
     # no awaits before the task group: a cancellation here would leak the process
-    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
-    stopping = False
-    writer_done = anyio.Event()
-
-    async def reader() -> None:
-        assert process.stdout is not None
-        try:
-            async with read_writer:
-                try:
-                    async for line in lines(process.stdout, max_line):
-                        message = line if isinstance(line, Exception) else await parse_line(line)
-                        try:
-                            await read_writer.send(message)
-                        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                            return
-                finally:
-                    await sdk._drain_stdout(process)
-        except anyio.ClosedResourceError:
-            pass  # our own shutdown closed the pipe under the read
-        except (anyio.BrokenResourceError, ConnectionError):
-            if not stopping:
-                log.warning('{"event": "upstream_read_failed", "command": "%s"}', server.command)
-
-    async def writer() -> None:
-        assert process.stdin is not None
-        try:
-            async with write_reader:
-                async for message in write_reader:
-                    text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send((text + "\n").encode(server.encoding))
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            await read_writer.aclose()  # the session sees the end, not a hang
-        finally:
-            writer_done.set()
-
-    async def shutdown() -> None:
-        read_stream.close()
-        write_stream.close()
-        with anyio.move_on_after(0.5):
-            await writer_done.wait()
-        await sdk._stop_server_process(process)
-        await sdk._aclose_all(read_stream, write_stream, read_writer, write_reader)
-        await anyio.lowlevel.checkpoint()
-
+    pipes = _Pipes(server, process, max_line)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(reader)
-        tg.start_soon(writer)
+        tg.start_soon(pipes.reader)
+        tg.start_soon(pipes.writer)
         stderr = getattr(process, "stderr", None)  # Windows' fallback process has none
         if stderr is not None:
             tg.start_soon(copy_stderr, stderr, errlog)
         try:
-            yield read_stream, write_stream
+            yield pipes.read_stream, pipes.write_stream
         finally:
-            stopping = True
+            pipes.stopping = True
             with anyio.CancelScope(shield=True):  # every wait inside is bounded
-                await shutdown()
+                await pipes.shutdown()
             tg.cancel_scope.cancel()
+
+
+class _Pipes:
+    """A started upstream process and the message streams between it and the session:
+    the reader turns its stdout into messages, the writer sends the session's messages
+    to its stdin."""
+
+    def __init__(self, server: StdioServerParameters, process: Any, max_line: int) -> None:
+        from mcp.shared.message import SessionMessage
+
+        self.server, self.process, self.max_line = server, process, max_line
+        self.read_writer, self.read_stream = anyio.create_memory_object_stream[
+            SessionMessage | Exception
+        ](0)
+        self.write_stream, self.write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+        self.stopping = False
+        self.writer_done = anyio.Event()
+
+    async def reader(self) -> None:
+        from mcp.client import stdio as sdk
+
+        assert self.process.stdout is not None
+        try:
+            async with self.read_writer:
+                try:
+                    async for line in lines(self.process.stdout, self.max_line):
+                        message = line if isinstance(line, Exception) else await parse_line(line)
+                        try:
+                            await self.read_writer.send(message)
+                        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                            return
+                finally:
+                    await sdk._drain_stdout(self.process)
+        except anyio.ClosedResourceError:
+            pass  # our own shutdown closed the pipe under the read
+        except (anyio.BrokenResourceError, ConnectionError):
+            if not self.stopping:
+                log.warning(
+                    '{"event": "upstream_read_failed", "command": "%s"}', self.server.command
+                )
+
+    async def writer(self) -> None:
+        assert self.process.stdin is not None
+        try:
+            async with self.write_reader:
+                async for message in self.write_reader:
+                    text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await self.process.stdin.send((text + "\n").encode(self.server.encoding))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await self.read_writer.aclose()  # the session sees the end, not a hang
+        finally:
+            self.writer_done.set()
+
+    async def shutdown(self) -> None:
+        from mcp.client import stdio as sdk
+
+        self.read_stream.close()
+        self.write_stream.close()
+        with anyio.move_on_after(0.5):
+            await self.writer_done.wait()
+        await sdk._stop_server_process(self.process)
+        await sdk._aclose_all(
+            self.read_stream, self.write_stream, self.read_writer, self.write_reader
+        )
+        await anyio.lowlevel.checkpoint()

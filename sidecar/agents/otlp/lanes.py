@@ -10,8 +10,8 @@ can.
   process can be started).
 - :class:`ProcessLane`: in a pool of worker processes started with ``spawn`` on first
   use (or :meth:`ProcessLane.warm`); each request is inflated, decoded and redacted
-  there (:func:`~sidecar.agents.otlp.assembler.prepare_request`) and only the small
-  :class:`~sidecar.agents.otlp.assembler.PreparedRequest` comes back.
+  there (:func:`~sidecar.agents.otlp.prepare.prepare_request`) and only the small
+  :class:`~sidecar.agents.otlp.prepare.PreparedRequest` comes back.
 
 Either takes at most ``workers`` requests at once and lets ``waiting`` more wait for a
 turn; past that :class:`LaneFull` is raised (the router answers 503, which an exporter
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from sidecar.agents.otlp.assembler import AssemblerLimits, PreparedRequest, prepare_request
+from sidecar.agents.otlp.limits import AssemblerLimits
+from sidecar.agents.otlp.prepare import PreparedRequest, prepare_request
 
 
 class LaneFull(Exception):

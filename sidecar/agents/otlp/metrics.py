@@ -4,12 +4,24 @@ requests, spans and sessions, and what is open now."""
 from __future__ import annotations
 
 from sidecar.agents.otlp.assembler import TraceAssembler
+from sidecar.agents.otlp.limits import AssemblerStats
+from sidecar.agents.otlp.sessions import SessionStats
+
+Series = tuple[str, str, str, dict[str, int | float]]
+"""A counter by outcome: its name, its type, its help text, its value per outcome."""
 
 
 def prometheus_lines(assembler: TraceAssembler) -> list[str]:
-    s = assembler.stats
-    book = assembler.session_stats()
-    series: list[tuple[str, str, str, dict[str, int | float]]] = [
+    lines: list[str] = []
+    for name, kind, text, values in _by_outcome(assembler.stats, assembler.session_stats()):
+        lines += [f"# HELP sidecar_{name} {text}", f"# TYPE sidecar_{name} {kind}"]
+        lines += [f'sidecar_{name}{{outcome="{k}"}} {v}' for k, v in values.items()]
+    return lines + _dropped(assembler.stats) + _open_now(assembler)
+
+
+def _by_outcome(s: AssemblerStats, book: SessionStats) -> list[Series]:
+    """Requests, spans and sessions, each by what became of them."""
+    return [
         (
             "otlp_requests_total",
             "counter",
@@ -48,17 +60,24 @@ def prometheus_lines(assembler: TraceAssembler) -> list[str]:
             },
         ),
     ]
-    lines: list[str] = []
-    for name, kind, text, values in series:
-        lines += [f"# HELP sidecar_{name} {text}", f"# TYPE sidecar_{name} {kind}"]
-        lines += [f'sidecar_{name}{{outcome="{k}"}} {v}' for k, v in values.items()]
-    lines += [
+
+
+def _dropped(s: AssemblerStats) -> list[str]:
+    """Spans dropped, one series per reason."""
+    lines = [
         "# HELP sidecar_otlp_dropped_spans_total Spans dropped, by reason.",
         "# TYPE sidecar_otlp_dropped_spans_total counter",
     ]
     for reason, n in sorted(s.dropped.items()):
         label = reason.replace("\\", "\\\\").replace('"', '\\"')
         lines.append(f'sidecar_otlp_dropped_spans_total{{reason="{label}"}} {n}')
+    return lines
+
+
+def _open_now(assembler: TraceAssembler) -> list[str]:
+    """The single-valued series: two counters, and what is open now."""
+    s = assembler.stats
+    lines: list[str] = []
     gauges = {
         "otlp_tool_names_renamed_total": ("counter", s.renamed_tools),
         "otlp_large_requests_total": ("counter", s.large_requests),

@@ -25,13 +25,12 @@ from sidecar.agents.otlp.spans import (
     JSON,
     PROTOBUF,
     RESOURCE_EXHAUSTED,
-    BodyTooLarge,
     MalformedPayload,
     UnsupportedMediaType,
     inflates_past,
     status_body,
 )
-from sidecar.errors import SidecarError
+from sidecar.errors import BodyTooLarge, SidecarError
 from sidecar.principals import principal_of
 
 MAX_BODY_BYTES = 16 * 1_048_576
@@ -51,25 +50,6 @@ def otlp_router(
     router = APIRouter()
     lane: Lane = large if large is not None else ThreadLane()
 
-    async def take(body: bytes, content_type: str, encoding: str | None, source: str) -> Receipt:
-        import anyio
-
-        if not await anyio.to_thread.run_sync(inflates_past, body, encoding, SMALL_BODY_BYTES):
-            return await anyio.to_thread.run_sync(
-                assembler.receive, body, content_type, encoding, source
-            )
-        assembler.started(large=True)
-        try:
-            prepared = await lane.prepare(body, content_type, encoding, assembler.limits)
-        except LaneFull:
-            why = "too many large trace requests at once; retry later"
-            media = PROTOBUF if content_type.lower().startswith(PROTOBUF) else JSON
-            return assembler.refused(media, why=why)
-        except SidecarError as exc:
-            assembler.failed(exc)
-            raise
-        return await anyio.to_thread.run_sync(assembler.take, prepared, source)
-
     @router.post(
         path,
         tags=["otlp"],
@@ -78,38 +58,82 @@ def otlp_router(
     )
     async def traces(request: Request, background: BackgroundTasks) -> Response:
         content_type = request.headers.get("content-type", "")
-        media = PROTOBUF if content_type.lower().startswith(PROTOBUF) else "application/json"
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > max_body_bytes:
+        media = PROTOBUF if content_type.lower().startswith(PROTOBUF) else JSON
+        body = await _body(request, max_body_bytes)
+        if body is None:
             return _status(media, 413, RESOURCE_EXHAUSTED, "body too large")
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_body_bytes:
-                return _status(media, 413, RESOURCE_EXHAUSTED, "body too large")
         try:
             who = principal_of(request.scope)
             source = who.name if who is not None else ""
             encoding = request.headers.get("content-encoding")
-            receipt = await take(bytes(body), content_type, encoding, source)
+            receipt = await _take(assembler, lane, body, content_type, encoding, source)
         except UnsupportedMediaType as exc:
             return _status(media, 415, INVALID_ARGUMENT, str(exc))
         except BodyTooLarge as exc:
             return _status(media, 413, RESOURCE_EXHAUSTED, str(exc))
         except MalformedPayload as exc:
             return _status(media, 400, INVALID_ARGUMENT, str(exc))
-        if receipt.reports:
-            background.add_task(assembler.deliver, receipt.reports)
-        headers = {"Retry-After": str(RETRY_AFTER_S)} if receipt.status == 503 else None
-        return Response(
-            receipt.body,
-            receipt.status,
-            headers=headers,
-            media_type=receipt.media,
-            background=background,
-        )
+        return _answer(assembler, receipt, background)
 
     return router
+
+
+async def _body(request: Request, max_body_bytes: int) -> bytes | None:
+    """The request's body, or ``None`` when it is over ``max_body_bytes`` (as declared,
+    or as it arrives: reading stops there)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_body_bytes:
+        return None
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_body_bytes:
+            return None
+    return bytes(body)
+
+
+async def _take(
+    assembler: TraceAssembler,
+    lane: Lane,
+    body: bytes,
+    content_type: str,
+    encoding: str | None,
+    source: str,
+) -> Receipt:
+    """Take a body small once inflated in a worker thread; prepare a larger one in the
+    large lane (a 503 receipt when it is full), then take it."""
+    import anyio
+
+    if not await anyio.to_thread.run_sync(inflates_past, body, encoding, SMALL_BODY_BYTES):
+        return await anyio.to_thread.run_sync(
+            assembler.receive, body, content_type, encoding, source
+        )
+    assembler.started(large=True)
+    try:
+        prepared = await lane.prepare(body, content_type, encoding, assembler.limits)
+    except LaneFull:
+        why = "too many large trace requests at once; retry later"
+        media = PROTOBUF if content_type.lower().startswith(PROTOBUF) else JSON
+        return assembler.refused(media, why=why)
+    except SidecarError as exc:
+        assembler.failed(exc)
+        raise
+    return await anyio.to_thread.run_sync(assembler.take, prepared, source)
+
+
+def _answer(assembler: TraceAssembler, receipt: Receipt, background: BackgroundTasks) -> Response:
+    """The receipt as the response; the sessions it finished are reported after it is
+    sent."""
+    if receipt.reports:
+        background.add_task(assembler.deliver, receipt.reports)
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if receipt.status == 503 else None
+    return Response(
+        receipt.body,
+        receipt.status,
+        headers=headers,
+        media_type=receipt.media,
+        background=background,
+    )
 
 
 def _status(media: str, http_status: int, code: int, message: str) -> Response:

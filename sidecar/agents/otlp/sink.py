@@ -2,8 +2,9 @@
 :class:`~sidecar.core.Sidecar` in batches (one :meth:`~sidecar.core.Sidecar.report_many`
 per sender and batch: one intake transaction and at most one cold file, where one report
 per session would cost one of each).  Each session is attributed to the token that sent
-its spans (its name is the source), so a sender's rate limit, trust and ``forget``
-reach what it sent through OTLP as through any other route.  A session the library
+its spans, as the source ``otlp:<name>`` (:mod:`sidecar.sources`): trusted only when
+that source or the token is, one witness with the token's own reports, under the
+token's report rate, and forgotten with the token or alone.  A session the library
 rejects is counted as refused, the rest of its batch is taken; a sender over its rate
 limit has its sessions refused, the others' are taken."""
 
@@ -17,7 +18,7 @@ from sidecar.agents.gateway.backend import Outcome, Step
 from sidecar.agents.otlp.sessions import Report
 from sidecar.core import Sidecar
 from sidecar.errors import RateLimited
-from sidecar.principals import OTLP
+from sidecar.sources import otlp_source
 
 log = logging.getLogger("sidecar.agents.otlp")
 
@@ -35,7 +36,7 @@ class LibrarySink:
         """Report ``reports``; returns how many the library took."""
         by_source: dict[str, list[Report]] = {}
         for report in reports:
-            by_source.setdefault(report.source or OTLP, []).append(report)
+            by_source.setdefault(otlp_source(report.source), []).append(report)
         taken = 0
         for source, mine in sorted(by_source.items()):
             try:

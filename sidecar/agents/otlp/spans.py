@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sidecar.agents.gateway.errors import GatewayError
+from sidecar.errors import BodyTooLarge
 from sidecar.model import MAX_DEPTH
 
 PROTOBUF = "application/x-protobuf"
@@ -55,11 +56,6 @@ class MalformedPayload(OtlpError):
 class UnsupportedMediaType(OtlpError):
     code = "unsupported_media_type"
     status = 415
-
-
-class BodyTooLarge(OtlpError):
-    code = "trace_too_large"
-    status = 413
 
 
 # google.rpc.Code values for error bodies

@@ -20,6 +20,12 @@ def csv(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
+FORGET_SOURCE = (
+    "a token's name (all its evidence), one of its routes ('otlp:<name>', 'gateway:<name>'), "
+    "'gateway', 'otlp' or 'local'"
+)
+
+
 def context_pair(value: str) -> tuple[str, Any]:
     """``key=value``; the value is read as JSON when it parses (a number, a boolean),
     else as a string.  A number that is not finite is refused."""
@@ -292,9 +298,7 @@ def eviction_commands(command: Command) -> None:
     reinstate.set_defaults(func=cmd.constraints_reinstate)
 
     forget = command("forget", "remove what one source reported, and derive again")
-    forget.add_argument(
-        "--source", required=True, help="a token's name, 'gateway', 'otlp' or 'local'"
-    )
+    forget.add_argument("--source", required=True, help=FORGET_SOURCE)
     forget.add_argument(
         "--since",
         type=since_time,

@@ -76,10 +76,10 @@ def test_a_small_request_is_answered_while_a_large_one_is_being_redacted(
 ) -> None:
     """Ordering, not timing: the large request is held inside its redaction until the
     small one, from another exporter, has been answered and its session reported."""
-    import sidecar.agents.otlp.assembler as assembler_module
+    import sidecar.agents.otlp.prepare as prepare_module
 
     entered, release = threading.Event(), threading.Event()
-    real = assembler_module.output_evidence
+    real = prepare_module.output_evidence
 
     def held(value: Any, max_chars: int) -> Any:
         if isinstance(value, str) and value.startswith("LARGE"):
@@ -87,7 +87,7 @@ def test_a_small_request_is_answered_while_a_large_one_is_being_redacted(
             assert release.wait(60), "never released"
         return real(value, max_chars)
 
-    monkeypatch.setattr(assembler_module, "output_evidence", held)
+    monkeypatch.setattr(prepare_module, "output_evidence", held)
     big_result = "LARGE " + "y" * 100_000
     calls = [{"tool": "scrape", "arguments": {"n": i}, "result": big_result} for i in range(40)]
     calls.append({"tool": "scrape", "arguments": {"n": 99}, "error": "too large"})

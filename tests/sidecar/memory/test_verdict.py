@@ -68,6 +68,17 @@ def test_one_other_source_alone_cannot_contest_a_rule() -> None:
     # from a trusted source, from one of the rule's own sources, or from two sources
     for against in (("local",), ("alice",), ("mallory", "eve")):
         assert t.level(replace(rule, contradiction_sources=against)) == "warn", against
+    # one token by two routes (its reports and its traces) is still one other source;
+    # its traces are one of the rule's own sources when its reports are
+    assert t.contradictions(replace(rule, contradiction_sources=("mallory", "otlp:mallory"))) == 0
+    assert t.level(replace(rule, contradiction_sources=("otlp:alice",))) == "warn"
+
+
+def test_a_tokens_reports_and_traces_are_one_source() -> None:
+    t = Thresholds(trusted=frozenset({"local", "carol"}))
+    # source_count is counted by witness when learned; the sources say who
+    assert t.level(condition(sources=("alice", "otlp:alice"), source_count=1)) == "warn"
+    assert t.level(condition(sources=("otlp:carol",), source_count=1)) == "block"
 
 
 def test_assess_blocks_first_and_explains() -> None:
