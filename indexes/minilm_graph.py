@@ -164,10 +164,28 @@ def _gelu(g: _Graph, x: str) -> str:
 def build_graph(model_dir: Path, variant: Variant = "fp32") -> ModelProto:
     """The sentence encoder of the model folder ``model_dir`` (BERT config, safetensors
     weights, pooling config) as an ONNX model of ``variant``."""
-    from onnx import TensorProto, checker, helper
-    from safetensors.numpy import load_file
+    from onnx import TensorProto
 
-    config = json.loads((model_dir / "config.json").read_text())
+    config = _checked_config(model_dir)
+    hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    eps = float(config["layer_norm_eps"])
+    w = _weights(model_dir)
+
+    g = _Graph(variant)
+    ids, attention = INPUTS
+    x = _embeddings(g, ids, w, eps)
+    mask = g.op("Cast", [attention], "mask", to=TensorProto.FLOAT)
+    additive = _additive_mask(g, mask)
+    for layer in range(int(config["num_hidden_layers"])):
+        x = _encoder_layer(g, x, additive, w, f"encoder.layer.{layer}", heads, hidden, eps)
+    _pool_and_normalize(g, x, mask)
+    return _model(g, hidden)
+
+
+def _checked_config(model_dir: Path) -> dict[str, Any]:
+    """The BERT config of ``model_dir``, refused unless it is what this module builds: a
+    BERT encoder with the exact GELU, pooled by the mean of its tokens."""
+    config: dict[str, Any] = json.loads((model_dir / "config.json").read_text())
     pooling = json.loads((model_dir / "1_Pooling" / "config.json").read_text())
     if not pooling.get("pooling_mode_mean_tokens") or any(
         pooling.get(k)
@@ -180,13 +198,19 @@ def build_graph(model_dir: Path, variant: Variant = "fp32") -> ModelProto:
         raise ValueError(f"only mean pooling is built, not {pooling}")
     if config.get("hidden_act") != "gelu" or config.get("model_type") != "bert":
         raise ValueError("only a BERT encoder with the exact GELU is built")
-    hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
-    eps = float(config["layer_norm_eps"])
-    w = load_file(str(model_dir / "model.safetensors"))
-    w = {k.removeprefix("bert."): v for k, v in w.items()}
+    return config
 
-    g = _Graph(variant)
-    ids, attention = INPUTS
+
+def _weights(model_dir: Path) -> dict[str, np.ndarray]:
+    """The model's tensors by name, without the ``bert.`` prefix some exports add."""
+    from safetensors.numpy import load_file
+
+    w = load_file(str(model_dir / "model.safetensors"))
+    return {k.removeprefix("bert."): v for k, v in w.items()}
+
+
+def _embeddings(g: _Graph, ids: str, w: dict[str, np.ndarray], eps: float) -> str:
+    """Word + position + token type 0 embeddings of ``ids``, then LayerNorm."""
     # token type ids are always 0 for one sentence: type 0 folds into the position table
     positions = w["embeddings.position_embeddings.weight"]
     positions = positions + w["embeddings.token_type_embeddings.weight"][0]
@@ -195,25 +219,43 @@ def build_graph(model_dir: Path, variant: Variant = "fp32") -> ModelProto:
     pos = g.op("Slice", [g.const("positions", positions.astype(np.float32)), zero, length])
     table = g.const("word_embeddings", w["embeddings.word_embeddings.weight"])
     words = g.op("Gather", [table, ids])
-    x = _layer_norm(g, g.op("Add", [words, pos]), w, "embeddings.LayerNorm", eps)
+    return _layer_norm(g, g.op("Add", [words, pos]), w, "embeddings.LayerNorm", eps)
 
-    mask = g.op("Cast", [attention], "mask", to=TensorProto.FLOAT)
+
+def _additive_mask(g: _Graph, mask: str) -> str:
+    """What attention adds to its scores: 0 where ``mask`` (float, ``[batch, tokens]``)
+    keeps a token, :data:`MASK_FILL` on padding; shaped ``[batch, 1, 1, tokens]``."""
     one = g.const("one", np.array(1.0, dtype=np.float32))
     fill = g.const("mask_fill", np.array(MASK_FILL, dtype=np.float32))
     additive = g.op("Mul", [g.op("Sub", [one, mask]), fill])
-    additive = g.op("Unsqueeze", [additive, g.const("axes12", np.array([1, 2], dtype=np.int64))])
+    axes = g.const("axes12", np.array([1, 2], dtype=np.int64))
+    return g.op("Unsqueeze", [additive, axes])
 
-    for layer in range(int(config["num_hidden_layers"])):
-        prefix = f"encoder.layer.{layer}"
-        attended = _attention(g, x, additive, w, f"{prefix}.attention", heads, hidden)
-        x = _layer_norm(
-            g, g.op("Add", [attended, x]), w, f"{prefix}.attention.output.LayerNorm", eps
-        )
-        p = f"{prefix}.intermediate.dense"
-        inner = _gelu(g, _linear(g, x, w[f"{p}.weight"], w[f"{p}.bias"], p))
-        p = f"{prefix}.output.dense"
-        out = _linear(g, inner, w[f"{p}.weight"], w[f"{p}.bias"], p)
-        x = _layer_norm(g, g.op("Add", [out, x]), w, f"{prefix}.output.LayerNorm", eps)
+
+def _encoder_layer(
+    g: _Graph,
+    x: str,
+    additive: str,
+    w: dict[str, np.ndarray],
+    prefix: str,
+    heads: int,
+    hidden: int,
+    eps: float,
+) -> str:
+    """One encoder layer: self-attention, residual and LayerNorm, then the feed-forward
+    block, residual and LayerNorm."""
+    attended = _attention(g, x, additive, w, f"{prefix}.attention", heads, hidden)
+    x = _layer_norm(g, g.op("Add", [attended, x]), w, f"{prefix}.attention.output.LayerNorm", eps)
+    p = f"{prefix}.intermediate.dense"
+    inner = _gelu(g, _linear(g, x, w[f"{p}.weight"], w[f"{p}.bias"], p))
+    p = f"{prefix}.output.dense"
+    out = _linear(g, inner, w[f"{p}.weight"], w[f"{p}.bias"], p)
+    return _layer_norm(g, g.op("Add", [out, x]), w, f"{prefix}.output.LayerNorm", eps)
+
+
+def _pool_and_normalize(g: _Graph, x: str, mask: str) -> None:
+    """The graph's output: the mean of the tokens ``mask`` keeps, L2-normalised."""
+    from onnx import helper
 
     # mean pooling over kept tokens (sentence-transformers clamps the count at 1e-9)
     kept = g.op("Unsqueeze", [mask, g.const("axis2", np.array([2], dtype=np.int64))])
@@ -227,6 +269,11 @@ def build_graph(model_dir: Path, variant: Variant = "fp32") -> ModelProto:
     norm = g.op("Max", [norm, g.const("min_norm", np.array(1e-12, dtype=np.float32))])
     g.nodes.append(helper.make_node("Div", [mean, norm], [OUTPUT], name=OUTPUT))
 
+
+def _model(g: _Graph, hidden: int) -> ModelProto:
+    """The checked ONNX model of ``g``'s nodes and initializers."""
+    from onnx import TensorProto, checker, helper
+
     graph = helper.make_graph(
         g.nodes,
         "all-MiniLM-L6-v2",
@@ -235,7 +282,7 @@ def build_graph(model_dir: Path, variant: Variant = "fp32") -> ModelProto:
         g.initializers,
     )
     opsets = [helper.make_opsetid("", OPSET)]
-    if variant == "int8":
+    if g.variant == "int8":
         opsets.append(helper.make_opsetid(CONTRIB, 1))
     model = helper.make_model(graph, opset_imports=opsets, producer_name="indexes")
     model.ir_version = 8  # what onnxruntime releases of the last years all read

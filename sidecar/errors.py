@@ -55,8 +55,11 @@ EXIT_INVALID = 2
 EXIT_BLOCKED = 3
 """``check``: the plan or call is blocked."""
 EXIT_REJECTED = 4
-"""``report``: at least one line was rejected; ``check`` of a call: warned."""
-EXIT_WARNED = 4
+"""``report``: at least one line was rejected."""
+EXIT_WARNED = EXIT_REJECTED
+"""``check`` of a call: warned.  The same code as :data:`EXIT_REJECTED` on purpose: no
+command can end both ways (``report`` never warns, ``check`` rejects nothing), and 4 is
+what the README and ``check``'s help promise for a warning."""
 EXIT_NOT_FOUND = 5
 EXIT_BUSY = 6
 EXIT_UNAVAILABLE = 7

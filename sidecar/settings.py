@@ -245,68 +245,108 @@ def _parse(name: str, raw: str) -> Any:
 
 
 def validate(s: Settings) -> Settings:
+    """``s`` checked, concern by concern (the first invalid setting is named), with its
+    paths made :class:`~pathlib.Path`."""
+    _check_lookups(s)
+    _check_memory(s)
+    _check_intake(s)
+    _check_stores(s)
+    _check_gateway(s)
+    model_cache = None if s.model_cache is None else Path(s.model_cache)
+    tokens = None if s.tokens_file is None else Path(s.tokens_file)
+    if tokens is not None and not tokens.is_file():
+        # named but absent: serving without the tokens the operator meant is refused,
+        # not done silently with the operator's token alone
+        raise ConfigError(f"tokens_file: {tokens} is not a file (SIDECAR_TOKENS_FILE names it)")
+    return replace(s, home=Path(s.home), model_cache=model_cache, tokens_file=tokens)
+
+
+def _not_number(value: Any) -> bool:
+    """Whether ``value`` is not an int or a float (a bool, though an int, is not one)."""
+    return isinstance(value, bool) or not isinstance(value, int | float)
+
+
+def _not_integer(value: Any) -> bool:
+    """Whether ``value`` is not an int (a bool, though an int, is not one)."""
+    return isinstance(value, bool) or not isinstance(value, int)
+
+
+def _check_lookups(s: Settings) -> None:
+    """The embedder, the caches and the ranking of lookups."""
     if s.embedder not in EMBEDDERS:
         raise ConfigError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {s.embedder!r}")
-    for name in ("query_cache", "exact_limit", "report_rate"):
+    for name in ("query_cache", "exact_limit"):
         value = getattr(s, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if _not_integer(value) or value < 0:
             raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
+    below = s.abstain_below
+    if _not_number(below) or not 0 <= below <= 1:
+        raise ConfigError(f"abstain_below must be a number from 0 to 1, got {below!r}")
+    weight = s.chain_weight
+    if _not_number(weight) or not 0 <= weight <= 100:
+        raise ConfigError(f"chain_weight must be a number from 0 to 100, got {weight!r}")
+    if not isinstance(s.hybrid, bool):
+        raise ConfigError(f"hybrid must be true or false, got {s.hybrid!r}")
+    if not isinstance(s.max_warnings_per_tool, int) or s.max_warnings_per_tool < 0:
+        raise ConfigError("max_warnings_per_tool must be >= 0")
+    if not s.collection or len(s.collection) < 3:
+        raise ConfigError("collection must be at least 3 characters")
+
+
+def _check_memory(s: Settings) -> None:
+    """What is archived and enforced, and how constraints, evictions and revocations
+    run (with the test-only crash points)."""
     if s.missing_field not in ("block", "allow"):
         raise ConfigError(f"missing_field must be 'block' or 'allow', got {s.missing_field!r}")
     if not isinstance(s.reproduce_threshold, int) or s.reproduce_threshold < 1:
         raise ConfigError(f"reproduce_threshold must be >= 1, got {s.reproduce_threshold!r}")
     if not isinstance(s.evict_batch_size, int) or s.evict_batch_size < 1:
         raise ConfigError("evict_batch_size must be >= 1")
-    if (
-        isinstance(s.evict_min_chains, bool)
-        or not isinstance(s.evict_min_chains, int)
-        or s.evict_min_chains < 1
-    ):
+    if _not_integer(s.evict_min_chains) or s.evict_min_chains < 1:
         raise ConfigError(f"evict_min_chains must be >= 1, got {s.evict_min_chains!r}")
-    for name in ("retire_after", "max_step_bytes"):
-        value = getattr(s, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    if _not_integer(s.retire_after) or s.retire_after < 1:
+        raise ConfigError(f"retire_after must be an integer >= 1, got {s.retire_after!r}")
+    age = s.constraint_max_age_days
+    if _not_number(age) or not 0 <= age < 1e6:
+        raise ConfigError(f"constraint_max_age_days must be a number >= 0, got {age!r}")
+    if s.revoker not in ("record-only", "rfc7009"):
+        raise ConfigError(f"revoker must be 'record-only' or 'rfc7009', got {s.revoker!r}")
+    if s.crash_at is not None and s.crash_at not in (*CRASH_POINTS, *INTAKE_CRASH_POINTS):
+        raise ConfigError(
+            f"crash_at must be one of {', '.join((*CRASH_POINTS, *INTAKE_CRASH_POINTS))}"
+        )
+
+
+def _check_intake(s: Settings) -> None:
+    """The limits on what reports and traces bring in, and whose evidence is trusted."""
+    if _not_integer(s.report_rate) or s.report_rate < 0:
+        raise ConfigError(f"report_rate must be an integer >= 0, got {s.report_rate!r}")
+    if _not_integer(s.max_step_bytes) or s.max_step_bytes < 1:
+        raise ConfigError(f"max_step_bytes must be an integer >= 1, got {s.max_step_bytes!r}")
     idle = s.otlp_conversation_idle_s
-    if isinstance(idle, bool) or not isinstance(idle, int | float) or not 0 < idle < 1e7:
+    if _not_number(idle) or not 0 < idle < 1e7:
         raise ConfigError(f"otlp_conversation_idle_s must be a number > 0, got {idle!r}")
     for name in ("otlp_max_request_bytes", "otlp_max_memory_bytes"):
         value = getattr(s, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
+        if _not_integer(value) or value < 1024:
             raise ConfigError(f"{name} must be an integer >= 1024, got {value!r}")
     if s.otlp_max_memory_bytes < s.otlp_max_request_bytes:
         raise ConfigError("otlp_max_memory_bytes must be at least otlp_max_request_bytes")
-    cache = s.revision_cache_ms
-    if isinstance(cache, bool) or not isinstance(cache, int | float) or not 0 <= cache <= 60_000:
-        raise ConfigError(f"revision_cache_ms must be a number from 0 to 60000, got {cache!r}")
-    age = s.constraint_max_age_days
-    if isinstance(age, bool) or not isinstance(age, int | float) or not 0 <= age < 1e6:
-        raise ConfigError(f"constraint_max_age_days must be a number >= 0, got {age!r}")
-    below = s.abstain_below
-    if isinstance(below, bool) or not isinstance(below, int | float) or not 0 <= below <= 1:
-        raise ConfigError(f"abstain_below must be a number from 0 to 1, got {below!r}")
-    weight = s.chain_weight
-    if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 100:
-        raise ConfigError(f"chain_weight must be a number from 0 to 100, got {weight!r}")
-    if not isinstance(s.hybrid, bool):
-        raise ConfigError(f"hybrid must be true or false, got {s.hybrid!r}")
-    if not isinstance(s.max_warnings_per_tool, int) or s.max_warnings_per_tool < 0:
-        raise ConfigError("max_warnings_per_tool must be >= 0")
+    for name in (n.strip() for n in s.trusted_sources.split(",")):
+        if name and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}", name):
+            raise ConfigError(f"trusted_sources: {name!r} is not a source name")
+
+
+def _check_stores(s: Settings) -> None:
+    """Where the index, the state and the archive are, and how long reads are cached."""
     if s.chroma_url is not None and not s.chroma_url.startswith(("http://", "https://")):
         raise ConfigError(f"chroma_url must start with http:// or https://, got {s.chroma_url!r}")
     if s.database_url is not None and not s.database_url.startswith(
         ("postgresql://", "postgres://")
     ):
-        # never echoed: a libpq "host=... password=..." string has no "://" to cut at
-        scheme = s.database_url.split("://")[0] if "://" in s.database_url else None
-        got = (
-            f"{scheme!r}://..."
-            if scheme and scheme.isalnum()
-            else "something else (a libpq 'key=value' string is written as a URL: "
-            "postgresql://user:password@host:port/database)"
-        )
         raise ConfigError(
-            f"database_url must be a URL starting with postgresql:// (or postgres://), got {got}"
+            "database_url must be a URL starting with postgresql:// (or postgres://), got "
+            + _shown_database_url(s.database_url)
         )
     if s.cold_url is not None:
         from cold_store.errors import BadLocation
@@ -316,37 +356,38 @@ def validate(s: Settings) -> Settings:
             parse_location(s.cold_url)
         except BadLocation as exc:
             raise ConfigError(f"cold_url: {exc}") from None
-    if s.revoker not in ("record-only", "rfc7009"):
-        raise ConfigError(f"revoker must be 'record-only' or 'rfc7009', got {s.revoker!r}")
-    if s.crash_at is not None and s.crash_at not in (*CRASH_POINTS, *INTAKE_CRASH_POINTS):
-        raise ConfigError(
-            f"crash_at must be one of {', '.join((*CRASH_POINTS, *INTAKE_CRASH_POINTS))}"
-        )
+    cache = s.revision_cache_ms
+    if _not_number(cache) or not 0 <= cache <= 60_000:
+        raise ConfigError(f"revision_cache_ms must be a number from 0 to 60000, got {cache!r}")
+
+
+def _shown_database_url(url: str) -> str:
+    """What an error may say of a database URL that is not one: its scheme at most, since
+    a libpq ``host=... password=...`` string has no ``://`` to cut at."""
+    scheme = url.split("://")[0] if "://" in url else None
+    if scheme and scheme.isalnum():
+        return f"{scheme!r}://..."
+    return (
+        "something else (a libpq 'key=value' string is written as a URL: "
+        "postgresql://user:password@host:port/database)"
+    )
+
+
+def _check_gateway(s: Settings) -> None:
+    """The gateway's call timeout, contests of blocks and session linking."""
     timeout = s.gateway_call_timeout
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 <= timeout < 1e6:
+    if _not_number(timeout) or not 0 <= timeout < 1e6:
         raise ConfigError(f"gateway_call_timeout must be a number >= 0, got {timeout!r}")
     rate = s.gateway_contest_rate
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+    if _not_number(rate) or not 0 <= rate <= 1:
         raise ConfigError(f"gateway_contest_rate must be from 0 to 1, got {rate!r}")
     budget = s.gateway_contest_budget
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+    if _not_integer(budget) or budget < 0:
         raise ConfigError(f"gateway_contest_budget must be an integer >= 0, got {budget!r}")
     window = s.gateway_link_window
-    if isinstance(window, bool) or not isinstance(window, int | float) or not 0 < window < 1e6:
+    if _not_number(window) or not 0 < window < 1e6:
         raise ConfigError(f"gateway_link_window must be a number > 0, got {window!r}")
     if s.gateway_contest_scope not in ("safe", "all"):
         raise ConfigError(
             f"gateway_contest_scope must be 'safe' or 'all', got {s.gateway_contest_scope!r}"
         )
-    if not s.collection or len(s.collection) < 3:
-        raise ConfigError("collection must be at least 3 characters")
-    for name in (n.strip() for n in s.trusted_sources.split(",")):
-        if name and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}", name):
-            raise ConfigError(f"trusted_sources: {name!r} is not a source name")
-    model_cache = None if s.model_cache is None else Path(s.model_cache)
-    tokens = None if s.tokens_file is None else Path(s.tokens_file)
-    if tokens is not None and not tokens.is_file():
-        # named but absent: serving without the tokens the operator meant is refused,
-        # not done silently with the operator's token alone
-        raise ConfigError(f"tokens_file: {tokens} is not a file (SIDECAR_TOKENS_FILE names it)")
-    return replace(s, home=Path(s.home), model_cache=model_cache, tokens_file=tokens)

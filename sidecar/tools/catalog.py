@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sidecar.errors import InvalidInput, SecretValueError, ToolFormatError
 from sidecar.model import CredentialRef, Tool
@@ -69,37 +69,80 @@ def expand(document: Any) -> Iterator[Mapping[str, Any]]:
     yield document
 
 
+class _Fields(NamedTuple):
+    """A tool's fields as its format gives them, not checked yet."""
+
+    tool_id: Any
+    description: Any
+    schema: Any
+    tool_type: Any
+    credentials: tuple[CredentialRef, ...]
+    pinned: bool
+
+
 def parse_tool(item: Any) -> Tool:
     if hasattr(item, "model_dump"):
         item = item.model_dump(by_alias=True, exclude_none=True)
     if not isinstance(item, Mapping):
         raise ToolFormatError(f"a tool must be an object, got {type(item).__name__}")
     fmt = detect_format(item)
-    if fmt == "sidecar":
-        unknown = set(item) - _SIDECAR_KEYS
-        if unknown:
-            raise ToolFormatError(f"unknown field(s) {', '.join(sorted(unknown))}")
-        tool_id = item["tool_id"]
-        description = item.get("description")
-        schema = item.get("input_schema", {})
-        tool_type = item.get("tool_type") or "unspecified"
-        credentials = _credentials(item.get("credentials", []), str(tool_id))
-        pinned = item.get("pinned", False)
-        if not isinstance(pinned, bool):
-            raise ToolFormatError("pinned must be true or false")
-    else:
-        body = item["function"] if fmt == "openai-chat" else item
-        tool_id = body.get("name")
-        description = body.get("description")
-        schema = body.get("inputSchema" if fmt == "mcp" else "parameters", {})
-        if description is None and fmt == "mcp":
-            description = body.get("title")
-        tool_type, credentials, pinned = "unspecified", (), False
+    raw = _sidecar_fields(item) if fmt == "sidecar" else _foreign_fields(item, fmt)
     try:
-        tool_id = check_tool_id(tool_id)
+        tool_id = check_tool_id(raw.tool_id)
     except InvalidInput as exc:
         raise ToolFormatError(str(exc)) from None
     where = f"tool {tool_id!r}"
+    description, schema = _checked_content(raw.description, raw.schema, where)
+    return Tool(
+        tool_id=tool_id,
+        description=description.strip(),
+        tool_type=_checked_tool_type(raw.tool_type, where),
+        input_schema=dict(schema),
+        credentials=raw.credentials,
+        pinned=raw.pinned,
+        source_format=fmt,
+    )
+
+
+def _sidecar_fields(item: Mapping[str, Any]) -> _Fields:
+    """The fields of a sidecar line, whose credentials and ``pinned`` are checked here."""
+    unknown = set(item) - _SIDECAR_KEYS
+    if unknown:
+        raise ToolFormatError(f"unknown field(s) {', '.join(sorted(unknown))}")
+    tool_id = item["tool_id"]
+    credentials = _credentials(item.get("credentials", []), str(tool_id))
+    pinned = item.get("pinned", False)
+    if not isinstance(pinned, bool):
+        raise ToolFormatError("pinned must be true or false")
+    return _Fields(
+        tool_id=tool_id,
+        description=item.get("description"),
+        schema=item.get("input_schema", {}),
+        tool_type=item.get("tool_type") or "unspecified",
+        credentials=credentials,
+        pinned=pinned,
+    )
+
+
+def _foreign_fields(item: Mapping[str, Any], fmt: str) -> _Fields:
+    """The fields of an MCP or OpenAI tool: neither has a type, credentials or a pin."""
+    body = item["function"] if fmt == "openai-chat" else item
+    description = body.get("description")
+    if description is None and fmt == "mcp":
+        description = body.get("title")
+    return _Fields(
+        tool_id=body.get("name"),
+        description=description,
+        schema=body.get("inputSchema" if fmt == "mcp" else "parameters", {}),
+        tool_type="unspecified",
+        credentials=(),
+        pinned=False,
+    )
+
+
+def _checked_content(description: Any, schema: Any, where: str) -> tuple[str, Mapping[str, Any]]:
+    """The description and the input schema (``None``: empty) of the tool ``where``,
+    refused when of the wrong type, too large, or holding what no store can keep."""
     if description is None:
         description = ""
     if not isinstance(description, str):
@@ -118,6 +161,10 @@ def parse_tool(item: Any) -> Tool:
         raise ToolFormatError(str(exc)) from None
     if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
         raise ToolFormatError(f"{where}: input schema is over {MAX_SCHEMA_BYTES} bytes")
+    return description, schema
+
+
+def _checked_tool_type(tool_type: Any, where: str) -> str:
     if isinstance(tool_type, str):
         # the seed's types are enum names (SEARCH, PARSER): accepted in any case
         tool_type = tool_type.strip().lower()
@@ -126,15 +173,7 @@ def parse_tool(item: Any) -> Tool:
             f"{where}: tool_type must be a word of letters, digits and '_' starting with a "
             f"letter (any case), got {tool_type!r}"
         )
-    return Tool(
-        tool_id=tool_id,
-        description=description.strip(),
-        tool_type=tool_type,
-        input_schema=dict(schema),
-        credentials=credentials,
-        pinned=pinned,
-        source_format=fmt,
-    )
+    return tool_type
 
 
 def _credentials(raw: Any, tool_id: str) -> tuple[CredentialRef, ...]:

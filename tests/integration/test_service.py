@@ -236,6 +236,30 @@ def test_non_loopback_without_a_token_refuses_to_start(
         serve(sc, host="0.0.0.0", port=1)
 
 
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("localhost", True),
+        ("127.0.0.1", True),
+        ("127.8.0.1", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("[::]", False),
+        ("192.168.1.2", False),
+        ("example.com", False),
+        ("", False),
+    ],
+)
+def test_loopback_hosts(host: str, loopback: bool) -> None:
+    """What may serve without a token file made beforehand; an IPv6 address may be
+    written as URLs write it (the rule the gateway has always had)."""
+    from sidecar.shells.api.serve import is_loopback
+
+    assert is_loopback(host) is loopback
+
+
 def test_an_eviction_can_set_its_own_min_chains(client: TestClient, sc: Sidecar) -> None:
     sc.report({"topology": FATAL, "outcome": "abandoned", "failure": {"signature": "HTTP 413"},
                "constraint": {"rule": "too large"}})  # fmt: skip

@@ -110,3 +110,18 @@ def test_the_readme_lists_every_exit_code() -> None:
     listed = readme[readme.index("Exit codes: 0 ok;") :].split("\n\n")[0]
     named = {int(n) for n in re.findall(r"(?:^|[;:] ?|\n)(\d+) ", listed)}
     assert {cls.exit_code for cls in CLASSES} | {0, 3, 4} <= named, listed
+
+
+def test_exit_codes_are_distinct_but_for_the_one_documented_alias() -> None:
+    """Each outcome has its own exit code, but for one pair: a warned call shares 4 with a
+    report that rejected a line (no command can end both ways), and the README says so.
+    No error class exits 4 either, so a script reading 4 from ``check`` knows it warned."""
+    codes = {name: value for name, value in vars(E).items() if name.startswith("EXIT_")}
+    values = list(codes.values())
+    shared = {name for name, value in codes.items() if values.count(value) > 1}
+    assert shared == {"EXIT_REJECTED", "EXIT_WARNED"}, codes
+    assert E.EXIT_WARNED == E.EXIT_REJECTED == 4
+    assert E.EXIT_WARNED not in {cls.exit_code for cls in CLASSES}
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    listed = " ".join(readme[readme.index("Exit codes: 0 ok;") :].split("\n\n")[0].split())
+    assert "; 4 `report` rejected a line, or `check` of a call warned;" in listed

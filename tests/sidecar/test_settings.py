@@ -62,3 +62,51 @@ def test_bad_values_fail_loudly(variable: str, value: str, message: str) -> None
 def test_with_validates(value: object) -> None:
     with pytest.raises(ConfigError, match="evict_min_chains"):
         Settings.load(env={}).with_(evict_min_chains=value)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"query_cache": -1}, "query_cache must be an integer >= 0, got -1"),
+        ({"exact_limit": True}, "exact_limit must be an integer >= 0, got True"),
+        ({"abstain_below": 1.5}, "abstain_below must be a number from 0 to 1, got 1.5"),
+        ({"chain_weight": 101}, "chain_weight must be a number from 0 to 100, got 101"),
+        ({"hybrid": 1}, "hybrid must be true or false, got 1"),
+        ({"retire_after": 0}, "retire_after must be an integer >= 1, got 0"),
+        ({"constraint_max_age_days": -1}, "constraint_max_age_days must be a number >= 0"),
+        ({"report_rate": -1}, "report_rate must be an integer >= 0, got -1"),
+        ({"max_step_bytes": 0}, "max_step_bytes must be an integer >= 1, got 0"),
+        ({"otlp_conversation_idle_s": 0}, "otlp_conversation_idle_s must be a number > 0"),
+        ({"otlp_max_request_bytes": 1023}, "otlp_max_request_bytes must be an integer >= 1024"),
+        (
+            {"otlp_max_request_bytes": 4096, "otlp_max_memory_bytes": 2048},
+            "otlp_max_memory_bytes must be at least otlp_max_request_bytes",
+        ),
+        ({"trusted_sources": "gateway,no spaces"}, "trusted_sources: 'no spaces' is not a"),
+        ({"revision_cache_ms": 60_001}, "revision_cache_ms must be a number from 0 to 60000"),
+        (
+            {"database_url": "mysql://user:pw@host/db"},
+            "database_url must be a URL starting with postgresql:// (or postgres://), got "
+            "'mysql'://...",
+        ),
+        ({"cold_url": "ftp://host/archive"}, "cold_url: "),
+        ({"gateway_call_timeout": -1}, "gateway_call_timeout must be a number >= 0, got -1"),
+        ({"gateway_contest_rate": 2}, "gateway_contest_rate must be from 0 to 1, got 2"),
+        ({"gateway_contest_budget": 0.5}, "gateway_contest_budget must be an integer >= 0"),
+        ({"gateway_link_window": 0}, "gateway_link_window must be a number > 0, got 0"),
+        ({"gateway_contest_scope": "some"}, "gateway_contest_scope must be 'safe' or 'all'"),
+        ({"tokens_file": "/nonexistent/tokens.json"}, "tokens_file: /nonexistent/tokens.json"),
+    ],
+)
+def test_every_check_names_its_setting(changes: dict[str, object], message: str) -> None:
+    """Each concern's check is reached, with the message it has always given."""
+    import re
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Settings.load(env={}).with_(**changes)
+
+
+def test_a_database_url_that_is_not_one_is_never_echoed() -> None:
+    with pytest.raises(ConfigError, match="something else") as caught:
+        Settings.load(env={}).with_(database_url="host=db password=hunter2")
+    assert "hunter2" not in str(caught.value)

@@ -9,7 +9,6 @@ by :meth:`~sidecar.agents.gateway.server.Gateway.serve_http`.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -35,15 +34,6 @@ def loopback_only() -> Any:
         allowed_hosts=list(LOOPBACK_HOSTS),
         allowed_origins=list(LOOPBACK_ORIGINS),
     )
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 PRINCIPAL_HEADER = b"x-sidecar-principal"

@@ -36,9 +36,8 @@ def serve_http(gateway: Servable, host: str = "127.0.0.1", port: int = 8766) -> 
     non-loopback ``host`` needs a token.  Raises what stops it from serving (an upstream
     unreachable at start: :class:`~sidecar.errors.UpstreamUnavailable`) before it
     serves."""
-    from sidecar.agents.gateway.security import is_loopback
     from sidecar.errors import GatewayError
-    from sidecar.shells.api.serve import bind
+    from sidecar.shells.api.serve import bind, is_loopback
 
     if not is_loopback(host) and not gateway.token:
         raise GatewayError(f"refusing to bind {host} (not loopback) without a token")
@@ -62,8 +61,8 @@ async def serve_on(
     not bound to loopback needs the gateway to have a token."""
     import uvicorn
 
-    from sidecar.agents.gateway.security import is_loopback
     from sidecar.errors import GatewayError
+    from sidecar.shells.api.serve import is_loopback
 
     host = str(sock.getsockname()[0])
     if gateway.token is None and not is_loopback(host):

@@ -12,7 +12,9 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, NamedTuple
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,40 +32,85 @@ from sidecar.shells.api.docs import add_docs
 from sidecar.shells.api.gate import PUBLIC, ASGIApp, Gate, envelope
 from sidecar.shells.api.routes import ROUTERS
 
+if TYPE_CHECKING:
+    from mcp.server import MCPServer
+
+    from sidecar.agents.otlp import TraceAssembler
+    from sidecar.agents.otlp.lanes import ProcessLane
+
 log = logging.getLogger("sidecar.service")
 
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "127.0.0.1:*", "localhost:*", "[::1]:*"]
 LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
 
 
+class _TraceIntake(NamedTuple):
+    """The OTLP trace intake: its assembler, the largest request it takes, and the worker
+    process that parses large ones."""
+
+    traces: TraceAssembler
+    max_request_bytes: int
+    large: ProcessLane
+
+
 def create_app(
     sc: Sidecar, token: str, max_body_bytes: int = MAX_BODY_BYTES, with_mcp: bool = True
 ) -> ASGIApp:
     metrics = Metrics()
-    mcp_app: ASGIApp | None = None
-    mcp_server = None
-    if with_mcp:
-        from mcp.server.transport_security import TransportSecuritySettings
+    mcp_server = _mcp_server(sc) if with_mcp else None
+    mcp_app = None if mcp_server is None else _mcp_app(mcp_server)
+    intake = _trace_intake(sc, metrics)
+    from sidecar import __version__
 
-        from sidecar.shells.mcp_server import build_mcp
-
-        mcp_server = build_mcp(sc)
-        mcp_app = mcp_server.streamable_http_app(
-            streamable_http_path="/mcp",
-            transport_security=TransportSecuritySettings(
-                enable_dns_rebinding_protection=True,
-                allowed_hosts=LOOPBACK_HOSTS,
-                allowed_origins=LOOPBACK_ORIGINS,
-            ),
-        )
-
-    from sidecar.agents.otlp import (
-        AssemblerLimits,
-        TraceAssembler,
-        otlp_router,
-        prometheus_lines,
-        sweep,
+    api = FastAPI(
+        title="tool-chain sidecar",
+        version=__version__,
+        description="Failure memory for agent tool retrieval. Every route but /livez and "
+        "the documentation needs `Authorization: Bearer <token>`.",
+        lifespan=_lifespan(mcp_server, intake),
+        docs_url=None,
+        redoc_url=None,
     )
+    add_docs(api, PUBLIC)
+    api.state.sidecar = sc
+    api.state.metrics = metrics
+    api.state.max_body_bytes = max_body_bytes
+    api.state.traces = intake.traces
+    _routes(api, intake, max_body_bytes)
+    _error_handlers(api)
+    principals = (
+        Principals.load(sc.settings.tokens_path, token)
+        if isinstance(sc, Sidecar)
+        else Principals.load(None, token)
+    )
+    limits = {"/v1/traces": intake.max_request_bytes}
+    return Gate(api, mcp_app, principals, max_body_bytes, metrics, limits)
+
+
+def _mcp_server(sc: Sidecar) -> MCPServer:
+    from sidecar.shells.mcp_server import build_mcp
+
+    return build_mcp(sc)
+
+
+def _mcp_app(mcp_server: MCPServer) -> ASGIApp:
+    """The MCP server over streamable HTTP at ``/mcp``, for loopback hosts and origins
+    only (DNS-rebinding protection)."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    return mcp_server.streamable_http_app(
+        streamable_http_path="/mcp",
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=LOOPBACK_HOSTS,
+            allowed_origins=LOOPBACK_ORIGINS,
+        ),
+    )
+
+
+def _trace_intake(sc: Sidecar, metrics: Metrics) -> _TraceIntake:
+    """The trace intake of ``sc``, its counters added to ``metrics``."""
+    from sidecar.agents.otlp import AssemblerLimits, TraceAssembler, prometheus_lines
     from sidecar.agents.otlp.lanes import ProcessLane
     from sidecar.agents.otlp.sink import LibrarySink
 
@@ -82,7 +129,17 @@ def create_app(
     traces = TraceAssembler(LibrarySink(sc), limits)
     metrics.add_source(lambda: prometheus_lines(traces))
     # a large trace request is parsed in a worker process, started on first use
-    large = ProcessLane()
+    return _TraceIntake(traces, otlp_body, ProcessLane())
+
+
+def _lifespan(
+    mcp_server: MCPServer | None, intake: _TraceIntake
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: the MCP session manager and the sweep of idle traces run
+    while it serves; at shutdown the traces still open are delivered."""
+    from sidecar.agents.otlp import sweep
+
+    traces, large = intake.traces, intake.large
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -101,32 +158,18 @@ def create_app(
                 await anyio.to_thread.run_sync(traces.deliver, traces.flush())
                 await anyio.to_thread.run_sync(large.close)
 
-    from sidecar import __version__
+    return lifespan
 
-    api = FastAPI(
-        title="tool-chain sidecar",
-        version=__version__,
-        description="Failure memory for agent tool retrieval. Every route but /livez and "
-        "the documentation needs `Authorization: Bearer <token>`.",
-        lifespan=lifespan,
-        docs_url=None,
-        redoc_url=None,
-    )
-    add_docs(api, PUBLIC)
-    api.state.sidecar = sc
-    api.state.metrics = metrics
-    api.state.max_body_bytes = max_body_bytes
-    api.state.traces = traces
+
+def _routes(api: FastAPI, intake: _TraceIntake, max_body_bytes: int) -> None:
+    """The API's routers, then the OTLP trace intake's."""
+    from sidecar.agents.otlp import otlp_router
+
     for router in ROUTERS:
         api.include_router(router)
-    api.include_router(otlp_router(traces, max_body_bytes=otlp_body, large=large))
-    _error_handlers(api)
-    principals = (
-        Principals.load(sc.settings.tokens_path, token)
-        if isinstance(sc, Sidecar)
-        else Principals.load(None, token)
+    api.include_router(
+        otlp_router(intake.traces, max_body_bytes=intake.max_request_bytes, large=intake.large)
     )
-    return Gate(api, mcp_app, principals, max_body_bytes, metrics, {"/v1/traces": otlp_body})
 
 
 def _error_handlers(api: FastAPI) -> None:

@@ -19,7 +19,6 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 ASSETS = "/docs/assets"
-PAGES = ("/docs", "/redoc")
 
 
 def asset_folder() -> str:

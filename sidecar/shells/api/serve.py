@@ -55,10 +55,12 @@ def token_for(home: Path, create: bool = True) -> str | None:
 
 
 def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only: ``localhost``, or a loopback address
+    (an IPv6 one also as URLs write it, ``[::1]``).  The gateway asks the same."""
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
 

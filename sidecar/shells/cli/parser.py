@@ -12,7 +12,7 @@ from typing import Any
 from sidecar import __version__
 from sidecar.limits import CHECK_MODES, MANDATE_STATUSES, MAX_BODY_BYTES, MAX_K
 from sidecar.shells.cli import commands as cmd
-from sidecar.shells.cli import gateway as gateway_command
+from sidecar.shells.cli import gateway as gateway_cli
 
 
 # ---- argument types -------------------------------------------------------------------
@@ -150,6 +150,13 @@ def tool_commands(command: Command) -> None:
 
 def lookup_commands(command: Command) -> None:
     """The commands of lookups, checks and reports."""
+    search_command(command)
+    report_command(command)
+    check_command(command)
+
+
+def search_command(command: Command) -> None:
+    """``search``: a lookup, after the tools already executed."""
     search = command("search", "semantic tool lookup")
     search.add_argument("query")
     search.add_argument("-k", type=k_int, default=5, help="number of tools (default 5)")
@@ -173,6 +180,9 @@ def lookup_commands(command: Command) -> None:
     search.add_argument("--task-input", metavar="TEXT", help="what the agent was asked")
     search.set_defaults(func=cmd.search)
 
+
+def report_command(command: Command) -> None:
+    """``report``: sessions or chains, as JSON lines."""
     report = command(
         "report",
         "report sessions or chains (JSON lines) from FILE or - for stdin: one summary line "
@@ -184,6 +194,9 @@ def lookup_commands(command: Command) -> None:
     )
     report.set_defaults(func=cmd.report)
 
+
+def check_command(command: Command) -> None:
+    """``check``: a plan against the archive, or a call before it is made."""
     check = command(
         "check",
         "check a plan (A,B,C) against the archive, or a call before it is made (--steps "
@@ -242,6 +255,15 @@ def archive_commands(command: Command) -> None:
 
 def eviction_commands(command: Command) -> None:
     """The commands of eviction, restores and revocations."""
+    evict_command(command)
+    restore_command(command)
+    revocations_command(command)
+    constraints_commands(command)
+    forget_command(command)
+
+
+def evict_command(command: Command) -> None:
+    """``evict``: dead-end prefix tools to cold storage."""
     evict = command("evict", "evict dead-end prefix tools to cold storage")
     evict.add_argument("--dry-run", action="store_true", help="decide and report; change nothing")
     evict.add_argument(
@@ -257,6 +279,9 @@ def eviction_commands(command: Command) -> None:
     evict.add_argument("--verbose", action="store_true", help="name every evicted and kept tool")
     evict.set_defaults(func=cmd.evict)
 
+
+def restore_command(command: Command) -> None:
+    """``restore``: an evicted tool back from cold storage."""
     restore = command("restore", "bring an evicted tool back from cold storage")
     restore.add_argument("tool_id", metavar="TOOL_ID")
     restore.add_argument("--reason", required=True, help="what was fixed (kept for audit)")
@@ -267,6 +292,9 @@ def eviction_commands(command: Command) -> None:
     )
     restore.set_defaults(func=cmd.restore)
 
+
+def revocations_command(command: Command) -> None:
+    """``revocations``: the credential revocation ledger, and ``revocations run``."""
     rev = command("revocations", "credential revocation mandates")
     rev.add_argument("--status", choices=MANDATE_STATUSES)
     rev.set_defaults(func=cmd.revocations)
@@ -275,6 +303,9 @@ def eviction_commands(command: Command) -> None:
         func=cmd.revocations_run
     )
 
+
+def constraints_commands(command: Command) -> None:
+    """``constraints``: list, show, lift and reinstate archived negative constraints."""
     cons = command("constraints", "archived negative constraints")
     cons_sub = cons.add_subparsers(dest="constraints_command", metavar="ACTION", required=True)
     cons_list = command("list", "list constraints", cons_sub)
@@ -297,6 +328,9 @@ def eviction_commands(command: Command) -> None:
     reinstate.add_argument("--reason", required=True, help="why (kept for audit)")
     reinstate.set_defaults(func=cmd.constraints_reinstate)
 
+
+def forget_command(command: Command) -> None:
+    """``forget``: what one source reported, removed (operator)."""
     forget = command("forget", "remove what one source reported, and derive again")
     forget.add_argument("--source", required=True, help=FORGET_SOURCE)
     forget.add_argument(
@@ -327,6 +361,20 @@ def since_time(text: str) -> float:
 
 def serving_commands(command: Command) -> None:
     """The commands of serving and the walk-through."""
+    serve_command(command)
+    command(
+        "mcp",
+        "serve MCP over stdio (beside a running server, or with --url: through that server)",
+    ).set_defaults(func=cmd.mcp)
+    gateway_command(command)
+    command("demo", "walk through the sediment fallacy and its prevention").set_defaults(
+        func=cmd.demo
+    )
+    migrate_command(command)
+
+
+def serve_command(command: Command) -> None:
+    """``serve``: the HTTP API and MCP over streamable HTTP."""
     serve = command("serve", "serve the HTTP API and MCP (streamable HTTP)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument(
@@ -343,11 +391,9 @@ def serving_commands(command: Command) -> None:
     )
     serve.set_defaults(func=cmd.serve)
 
-    command(
-        "mcp",
-        "serve MCP over stdio (beside a running server, or with --url: through that server)",
-    ).set_defaults(func=cmd.mcp)
 
+def gateway_command(command: Command) -> None:
+    """``gateway``: an MCP server in front of upstream MCP servers."""
     gw = command(
         "gateway",
         "an MCP server in front of upstream MCP servers: curated tools/list, every "
@@ -398,10 +444,11 @@ def serving_commands(command: Command) -> None:
     gw.add_argument("--stdio", action="store_true", help="serve MCP over stdio instead of HTTP")
     gw.add_argument("--host", default="127.0.0.1")
     gw.add_argument("--port", type=port_int, default=8766, help="port (default 8766; 0: any)")
-    gw.set_defaults(func=gateway_command.gateway)
-    command("demo", "walk through the sediment fallacy and its prevention").set_defaults(
-        func=cmd.demo
-    )
+    gw.set_defaults(func=gateway_cli.gateway)
+
+
+def migrate_command(command: Command) -> None:
+    """``migrate``: the home's local state and archive, copied to shared stores."""
     migrate = command(
         "migrate",
         "copy this home's local state into a PostgreSQL database and its archive into a "

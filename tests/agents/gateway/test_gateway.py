@@ -369,6 +369,25 @@ def test_a_non_loopback_bind_needs_a_token() -> None:
         gateway.serve_http(host="0.0.0.0")
 
 
+def test_the_gateway_asks_the_servers_loopback_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rule for what is loopback, the sidecar server's: the gateway has no copy."""
+    import importlib
+
+    from sidecar.agents.gateway import GatewayError
+
+    # the module, not the ``serve`` function its package exports under the same name
+    serving = importlib.import_module("sidecar.shells.api.serve")
+    monkeypatch.setattr(serving, "is_loopback", lambda host: False)
+
+    def bind(host: str, port: int) -> None:
+        raise AssertionError(f"bound {host}:{port}, taken for loopback")
+
+    monkeypatch.setattr(serving, "bind", bind)  # a regression fails, never serves
+    gateway = build_gateway(StandaloneBackend(), [shop_stdio()])
+    with pytest.raises(GatewayError, match="not loopback"):
+        gateway.serve_http(host="127.0.0.1")
+
+
 def test_a_crashed_upstream_is_restarted_and_the_failure_recorded() -> None:
     backend = StandaloneBackend()
     gateway = build_gateway(backend, [shop_stdio()], token=TOKEN)
