@@ -421,10 +421,14 @@ def usage_protocol(
     engine = engines[plan.cost_on]
     longs = [q.text for q in sample(engine.protocol, 300, seed)]
     texts = {"short": [*SHORT_QUERIES, *(query_views(t)[-1] for t in longs)], "long": longs}
+    from benchmarks.retrieval_usage import intake_cost
+
+    progress("retrieval: usage, intake")
     return {
         "plan": asdict(plan),
         "curves": curves,
         "cost": cost(engine, texts, embedder, plan.sizes, plan.repeat, seed),
+        "intake": intake_cost(engines[plan.protocols[0]], embedder, plan.repeat, seed),
     }
 
 

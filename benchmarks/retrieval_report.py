@@ -350,7 +350,25 @@ def usage_markdown(usage: Mapping[str, Any]) -> str:
                 )
             lines += [md_table(headers, rows), ""]
     lines += _cost_lines(usage["cost"])
+    lines += _intake_lines(usage.get("intake"))
     return "\n".join(lines)
+
+
+def _intake_lines(intake: Mapping[str, Any] | None) -> list[str]:
+    if not intake:
+        return []
+    reports = intake["reports"]
+    rows = [[name, r["p50_ms"], r["p99_ms"]] for name, r in reports.items()]
+    return [
+        f"### Usage: intake through the library ({intake['tools']:,} tools)",
+        "",
+        md_table(["one completed session reported", "p50 ms", "p99 ms"], rows),
+        "",
+        f"With its task input / without, p50: {intake['with_vs_without_p50']}x; "
+        f"{intake['sessions_with_task_input']} sessions with a task input left "
+        f"{intake['usage_rows']} usage rows; the state: {intake['state_bytes']:,} bytes.",
+        "",
+    ]
 
 
 def _cost_lines(cost: Mapping[str, Any]) -> list[str]:

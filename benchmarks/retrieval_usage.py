@@ -369,3 +369,52 @@ def _timed(
 
 def _next(fn: Callable[[str], Any], texts: Iterator[str]) -> Any:
     return fn(next(texts))
+
+
+def intake_cost(engine: Engine, embedder: Any, repeat: int, seed: int) -> dict[str, Any]:
+    """A finished session reported through the library (``Sidecar.report``, one session
+    a call), p50, with its ``task_input`` (the request embedded, its usage rows written)
+    and without (what intake cost before lookups learned from it), interleaved; then
+    the rows and the state's size those sessions left."""
+    from benchmarks.common import open_sidecar
+
+    train = engine.protocol.training(0) if engine.protocol.folds else engine.protocol.train
+    rng = random.Random(f"usage-intake:{seed}")
+    pool = [q for q in train if q.relevant]
+    rng.shuffle(pool)
+    counter = iter(range(10**9))
+
+    def report(with_text: bool) -> dict[str, Any]:
+        i = next(counter)
+        q = pool[i % len(pool)]
+        steps = [{"tool": t, "arguments": {"n": i}, "output": {"ok": True}} for t in q.relevant]
+        out: dict[str, Any] = {"steps": steps, "outcome": "completed", "session_id": f"s{i}"}
+        if with_text:
+            out["task_input"] = q.text
+        return out
+
+    with tempfile.TemporaryDirectory(prefix="bench-usage-intake-") as tmp:
+        home = Path(tmp)
+        with open_sidecar(home, embedder) as sc:
+            sc.add_tools(engine.protocol.tools)
+            sc.search("warm up", k=K)
+            samples = interleaved(
+                {
+                    "with task_input": lambda: sc.report(report(True)),
+                    "without": lambda: sc.report(report(False)),
+                },
+                repeat,
+            )
+            rows = sc.state.requests.count()
+        state_bytes = sum(p.stat().st_size for p in home.glob("state.sqlite*"))
+    stats = {n: summary(v) for n, v in samples.items()}
+    return {
+        "tools": len(engine.ids),
+        "reports": stats,
+        "with_vs_without_p50": ratio(
+            stats["with task_input"]["p50_ms"], stats["without"]["p50_ms"]
+        ),
+        "sessions_with_task_input": repeat + 3,
+        "usage_rows": rows,
+        "state_bytes": state_bytes,
+    }

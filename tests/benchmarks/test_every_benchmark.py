@@ -142,6 +142,9 @@ def retrieval(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
 
     mp.setattr(m, "QUICK_QUERIES", 10)
     mp.setattr(m, "LATENCY_QUICK", 3)
+    # the usage protocol at a tiny size: one catalog, two points, small usage for the cost
+    tiny = m.UsagePlan(m.USAGE_PROTOCOLS[:1], 10, (0, None), (100, 300), 3, "apibench_torchhub")
+    mp.setattr(m, "PLANS", {"quick": tiny})
     return ["--dataset", str(DEFAULT_DATASETS)]
 
 
