@@ -35,15 +35,22 @@ log = logging.getLogger(__name__)
 def request_rows(
     index: ActiveIndex, asks: Sequence[Ask], source: str, at: float
 ) -> list[RequestRow]:
-    """The usage rows of finished sessions' requests, attributed to ``source``."""
+    """The usage rows of finished sessions' requests, attributed to ``source`` (every
+    request's views embedded in one run of the query graph)."""
+    asks = [a for a in asks if a.served or a.failed]
+    views = [query_views(a.text) for a in asks]
+    flat = [v for vs in views for v in vs]
+    if not flat:
+        return []
+    vectors = query_vectors(index.embedder, flat)
     out: list[RequestRow] = []
-    for ask in asks:
+    start = 0
+    for ask, texts in zip(asks, views, strict=True):
+        rows = vectors[start : start + len(texts)]
+        start += len(texts)
         tools = [(t, True) for t in ask.served] + [(t, False) for t in ask.failed]
-        if not tools:
-            continue
-        views = query_vectors(index.embedder, query_views(ask.text))
         for tool, completed in tools:
-            vector = _nearest_view(index, views, tool)
+            vector = _nearest_view(index, rows, tool)
             row = Evidence(tool, source, ask.session, vector, completed, at).row()
             out.append(RequestRow(*row))
     return out
