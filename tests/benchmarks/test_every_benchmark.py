@@ -107,9 +107,26 @@ def evict(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
     return []
 
 
+def first_of(load: Callable[..., Any], tools: int, tasks: int) -> Callable[..., Any]:
+    """``load`` with its corpus cut to its first ``tools`` tools and ``tasks`` tasks."""
+
+    @wraps(load)
+    def cut(*args: Any, **kwargs: Any) -> Any:
+        from dataclasses import replace
+
+        corpus = load(*args, **kwargs)
+        return replace(corpus, tools=corpus.tools[:tools], tasks=corpus.tasks[:tasks])
+
+    return cut
+
+
 def embed(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
     from benchmarks import bench_embed as m
+    from benchmarks import datasets
 
+    # the quality part embeds whole catalogs three ways (torch too): a slice of each
+    for name in ("toolbench", "seal_tools"):
+        mp.setattr(datasets, name, first_of(getattr(datasets, name), 400, 120))
     mp.setattr(m, "LOOKUP_TOOLS", 500)
     mp.setattr(m, "QUICK_SIZES", (500,))
     smaller(mp, m, "startup_part", runs=1)
@@ -137,8 +154,37 @@ def gateway(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
     return ["--dataset", str(DEFAULT_DATASETS)]
 
 
+def shrunk(load: Callable[..., Any], queries: int = 40, others: int = 150) -> Callable[..., Any]:
+    """A retrieval protocol's loader cut to its first ``queries`` queries (and as many
+    training requests), the tools they need and ``others`` more."""
+
+    @wraps(load)
+    def cut(*args: Any, **kwargs: Any) -> Any:
+        from dataclasses import replace
+
+        p = load(*args, **kwargs)
+        kept_queries, train = p.queries[:queries], p.train[:queries]
+        needed = {t for q in [*kept_queries, *train] for t in q.relevant}
+        rows = [i for i, rid in enumerate(p.ids) if rid in needed or i < others]
+        return replace(
+            p,
+            ids=[p.ids[i] for i in rows],
+            texts=[p.texts[i] for i in rows],
+            queries=kept_queries,
+            train=train,
+            tools=[p.tools[i] for i in rows] if p.tools else [],
+            lexical=[p.lexical[i] for i in rows] if p.lexical else [],
+        )
+
+    return cut
+
+
 def retrieval(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
     from benchmarks import bench_retrieval as m
+
+    # catalogs of a few hundred tools: what costs minutes is embedding whole catalogs
+    original = m.loaders
+    mp.setattr(m, "loaders", lambda: {n: shrunk(f) for n, f in original().items()})
 
     mp.setattr(m, "QUICK_QUERIES", 10)
     mp.setattr(m, "LATENCY_QUICK", 3)
