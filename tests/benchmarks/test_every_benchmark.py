@@ -141,6 +141,8 @@ def serve(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
     mp.setattr(m, "LOOKUP_TOOLS", 500)
     smaller(mp, m, "add_part", parts=2)
     smaller(mp, m, "lookup_part", repeat=3)
+    smaller(mp, m, "ready_part", runs=1)  # one start of each server, not three
+    mp.setattr(m, "ISSUE_TOOLS", 200)  # tools add of a sample, by ONNX and by torch
     return ["--dataset", str(DEFAULT_DATASETS)]
 
 
