@@ -104,12 +104,19 @@ def test_poisoning_probes_on_a_running_server(server: tuple[str, Path, dict[str,
     assert refused.status_code == 403
     # the token's name is no secret: the refusal says whose token it was
     assert "'alice' holds an agent token" in refused.json()["error"]["message"]
+    # so does the refusal to attribute reports to another source (before, the message
+    # read "the token '[REDACTED]'": the redaction of errors took the name for a token)
+    borrowed = {"reports": [fabricated(8, "alice")], "source": "bob"}
+    refused = post(url, alice, "/v1/reports", borrowed)
+    assert refused.status_code == 403
+    assert "'alice' holds an agent token" in refused.json()["error"]["message"]
     assert post(url, alice, "/v1/sources/alice/forget", {}).status_code == 403
     # over MCP too: an agent may not forget; the operator's forget restores the verdict
     post(url, bob, "/v1/reports", {"reports": [fabricated(1, "bob")]})
     assert decision(url, alice) == "block"
     refused = mcp_call(url, alice, "forget_source", {"source": "bob"})
     assert refused.is_error and "forbidden" in refused.content[0].text
+    assert "'alice' holds an agent token" in refused.content[0].text
     assert decision(url, alice) == "block"
     forgot = mcp_call(url, operator, "forget_source", {"source": "bob"})
     assert not forgot.is_error and forgot.structured_content["source"] == "bob"
