@@ -329,3 +329,27 @@ def test_an_agent_neither_contests_nor_retires_what_an_operator_taught(
     checked = plan(url, alice, ["a", "b"])
     assert checked["safe"] and checked["warnings"]
     assert shown(env, chain["chain_id"])["status"] == "contested"
+
+
+def test_a_fatal_sequence_needs_two_sources_or_a_trusted_one(
+    with_operator: tuple[str, Path, dict[str, str]],
+) -> None:
+    """One abandoned chain from one agent's token warns and blocks nothing; the same
+    failure from a second token blocks; the operator's alone blocks.  Every sequence
+    names its sources in ``sidecar constraints show``."""
+    url, _home, env = with_operator
+    alice, bob = TOKENS["alice"], TOKENS["bob"]
+    fatal = ["search_api", "html_parser", "llm_extractor"]
+    (first,) = reported(url, alice, [abandoned(fatal, "HTTP 413", session_id="a1")])
+    checked = plan(url, bob, fatal)
+    assert checked["safe"] and checked["warnings"]  # warned, not blocked
+    view = shown(env, first["chain_id"])
+    assert view["sources"] == ["alice"] and view["independent"] is False
+    reported(url, bob, [abandoned(fatal, "HTTP 413", session_id="b1")])
+    assert not plan(url, alice, fatal)["safe"]
+    view = shown(env, first["chain_id"])
+    assert view["sources"] == ["alice", "bob"] and view["independent"] is True
+    other = ["fetch_page", "summarize"]
+    (alone,) = reported(url, OPS, [abandoned(other, "HTTP 413")])
+    assert not plan(url, alice, other)["safe"]
+    assert shown(env, alone["chain_id"])["sources"] == ["ops"]
