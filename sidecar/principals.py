@@ -130,8 +130,9 @@ class Principals:
     def __init__(self, entries: Iterable[tuple[Principal, bytes]] = ()) -> None:
         self._entries = list(entries)
         names = [p.name for p, _ in self._entries]
-        if len(set(names)) != len(names):
-            raise ConfigError("each token needs a name of its own")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(f"each token needs a name of its own; {twice[0]!r} names two")
         _refuse_shared(self._entries)
 
     @classmethod
@@ -141,8 +142,12 @@ class Principals:
         settings' to check)."""
         entries: list[tuple[Principal, bytes]] = []
         if token is not None:
-            check_token(token, "the operator's token ($SIDECAR_TOKEN or the home's token file)")
-            entries.append((THE_OPERATOR, _digest(token)))
+            # compared in the form it was checked in (str.strip also strips what
+            # bytes.strip does not, such as a no-break space)
+            checked = check_token(
+                token, "the operator's token ($SIDECAR_TOKEN or the home's token file)"
+            )
+            entries.append((THE_OPERATOR, _digest(checked)))
         if path is not None and path.exists():
             entries += _read(path)
         return cls(entries)
@@ -158,6 +163,11 @@ class Principals:
             if hmac.compare_digest(digest, expected) and found is None:
                 found = principal
         return found
+
+    def named(self) -> Principals:
+        """The named tokens alone, for a server that compares the home's token itself
+        (loaded with it all the same, so that a named entry holding it is refused)."""
+        return Principals(e for e in self._entries if e[0] is not THE_OPERATOR)
 
     def trusted(self) -> frozenset[str]:
         return frozenset(p.name for p, _ in self._entries if p.trusted)

@@ -11,10 +11,12 @@ login failures.  :mod:`sidecar.redact` compiles :data:`SHAPES` with its other te
   / ``--secret`` flags followed by their value, ``redis-cli -a pw``, ``openssl ... -passin
   pass:pw``, ``smbclient -U user%pw``.  A ``user:group`` of digits (``docker -u
   1000:1000``) is no password.
+- **Registry logins**: ``docker login -u user -p pw`` (podman, helm, oras and others).
 - **Login failures** that quote a password unquoted: "password X is invalid", "login
-  failed, password X is incorrect", "invalid password X".  The value must look like a
-  secret (a digit, a symbol or mixed case), or, after a password's own noun, be no word
-  of error prose ("password confirmation is invalid" names no password).
+  failed, password X is incorrect", "login failed, password X", "invalid password X".
+  The value must look like a secret (a digit, a symbol or mixed case), or, after a
+  password's own noun, be no word of error prose ("password confirmation is invalid"
+  names no password; "login failed, password reset needed" none either).
 
 :func:`url_secrets` gives the secret parts of one known connection string, as they can
 appear in a message about it (a parser's error quotes the piece it choked on); the
@@ -40,6 +42,7 @@ WHY_WORDS = frozenset(
         "hashed", "only", "must", "should", "will", "can", "cannot", "has", "have", "a",
         "an", "the", "of", "in", "on", "for", "to", "and", "or", "this", "that", "it",
         "now", "false", "true", "provided", "given", "supplied", "received", "used", "sent",
+        "yes",
     )
 )  # fmt: skip
 """Words that follow a secret's name in error messages ("password is required",
@@ -54,6 +57,14 @@ _DESCRIBING = frozenset(
     )
 )  # fmt: skip
 """Words that describe a password rather than quote one ("password hash is invalid")."""
+_AFTER_A_LOGIN = frozenset(
+    (
+        "authentication", "auth", "login", "logon", "prompt", "protected", "based", "file",
+        "manager", "expiry", "expiration", "age", "needed", "please", "again", "retry",
+    )
+)  # fmt: skip
+"""Words that follow "password" in a login failure's prose without being one ("login
+failed: password authentication failed", "login failed, password reset needed")."""
 
 
 def word_of(text: str) -> str:
@@ -75,6 +86,11 @@ def _a_password(value: str, _before: str = "") -> bool:
     """After a password's noun ("password X is invalid"): any word but error prose."""
     word = word_of(value)
     return word not in WHY_WORDS and word not in _DESCRIBING
+
+
+def _a_login_password(value: str, _before: str = "") -> bool:
+    """After "login failed, password": any word but error prose about logging in."""
+    return _a_password(value) and word_of(value) not in _AFTER_A_LOGIN
 
 
 def _secret_value(value: str, _before: str = "") -> bool:
@@ -197,6 +213,24 @@ SHAPES: tuple[Shape, ...] = (
         (1,),
         _a_password,
         ("pass", "pwd"),
+    ),
+    Shape(
+        # login failed, password X (nothing after it says it failed: the login did)
+        "password after a failed login",
+        rf"(?i)\b(?:log(?:-?in|-?on)|sign[\s-]?in|auth(?:entication)?)\s+(?:failed|refused|"
+        rf"rejected|denied)\b[^\n]{{0,80}}?\b(?:{_PASSWORD_NOUNS})\s+{_NOT_A_VALUE}"
+        r"([^\s\"'`,;]{2,127}[^\s\"'`,;.:)])",
+        (1,),
+        _a_login_password,
+        ("failed", "refused", "rejected", "denied"),
+    ),
+    Shape(
+        "registry login -p password",
+        r"\b(?:docker|podman|buildah|skopeo|helm|oras|nerdctl|crane)\b[^\n]{0,64}?\blogin\b"
+        r"[^\n]{0,128}?\s-p(?:\s+|=)?(?:'([^'\n]{1,256})'|\"([^\"\n]{1,256})\"|"
+        r"([^\s'\"-][^\s'\"]{0,255}))",
+        (1, 2, 3),
+        needs=("login",),
     ),
     Shape(
         "secret named before its failure",

@@ -154,6 +154,10 @@ def _report_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
         ),
     )
     def forget_source(source: str, ctx: Context, since: float | None = None) -> dict[str, Any]:
-        if not remote and caller(ctx).role != "operator":  # a server checks the role itself
-            raise ToolError("forbidden: forgetting a source needs an operator token")
+        who = caller(ctx)
+        if not remote and who.role != "operator":  # a server checks the role itself
+            raise ToolError(
+                f"forbidden: forgetting a source needs an operator token; {who.name!r} holds "
+                f"an {who.role} token"
+            )
         return _answer(lambda: sc.forget(source, since))

@@ -383,6 +383,8 @@ FORMATS: dict[str, Callable[[Rand], Made]] = {
     # library's own tests take "login failed, password X is invalid" as written)
     "'password X is incorrect' phrasing": _said("login failed, password {v} is incorrect"),
     "'wrong password X' phrasing": _said("wrong password {v} for svc"),
+    "'login failed, password X' with nothing after": _said("login failed for svc, password {v}"),
+    "docker login -p password": _command("docker login -u deploy -p {v} registry.example.com"),
 }
 
 

@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.sidecar.test_call_memory import good_session, lookup
+from tests.sidecar.helpers import abandoned, completed
+from tests.sidecar.test_call_memory import exchange, good_session, lookup
 from tests.sidecar.test_trust import TOKENS, fabricated, tokens_file
 
 BIN = Path(sys.executable).parent
@@ -31,6 +32,11 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path, dict[str, str]]]:
     home = tmp_path / "home"
     home.mkdir()
     tokens_file(home / "tokens.json")
+    yield from serving(home)
+
+
+def serving(home: Path) -> Iterator[tuple[str, Path, dict[str, str]]]:
+    """``sidecar serve`` on ``home`` (its tokens file written), until the caller is done."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
     env |= {"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": "hashing"}
     env["SIDECAR_MODEL_CACHE"] = os.environ["SIDECAR_MODEL_CACHE"]
@@ -104,12 +110,19 @@ def test_poisoning_probes_on_a_running_server(server: tuple[str, Path, dict[str,
     assert refused.status_code == 403
     # the token's name is no secret: the refusal says whose token it was
     assert "'alice' holds an agent token" in refused.json()["error"]["message"]
+    # so does the refusal to attribute reports to another source (before, the message
+    # read "the token '[REDACTED]'": the redaction of errors took the name for a token)
+    borrowed = {"reports": [fabricated(8, "alice")], "source": "bob"}
+    refused = post(url, alice, "/v1/reports", borrowed)
+    assert refused.status_code == 403
+    assert "'alice' holds an agent token" in refused.json()["error"]["message"]
     assert post(url, alice, "/v1/sources/alice/forget", {}).status_code == 403
     # over MCP too: an agent may not forget; the operator's forget restores the verdict
     post(url, bob, "/v1/reports", {"reports": [fabricated(1, "bob")]})
     assert decision(url, alice) == "block"
     refused = mcp_call(url, alice, "forget_source", {"source": "bob"})
     assert refused.is_error and "forbidden" in refused.content[0].text
+    assert "'alice' holds an agent token" in refused.content[0].text
     assert decision(url, alice) == "block"
     forgot = mcp_call(url, operator, "forget_source", {"source": "bob"})
     assert not forgot.is_error and forgot.structured_content["source"] == "bob"
@@ -227,3 +240,116 @@ def test_tokens_that_would_let_anyone_in_stop_the_server_at_start(
     assert proc.returncode == 2, stderr  # ConfigError's exit code
     assert says and says in stderr, stderr
     assert not (home / "server.json").exists()
+
+
+# ---- rules: whose evidence makes them, and whose contests them ---------------------------
+OPS = "ops-token-0123456789abcdef"
+
+
+@pytest.fixture
+def with_operator(tmp_path: Path) -> Iterator[tuple[str, Path, dict[str, str]]]:
+    """A server whose tokens file names two agents and an operator of its own ("ops")."""
+    home = tmp_path / "home"
+    home.mkdir()
+    entries = [
+        _entry("alice", "agent", TOKENS["alice"]),
+        _entry("bob", "agent", TOKENS["bob"]),
+        _entry("ops", "operator", OPS),
+    ]
+    (home / "tokens.json").write_text(json.dumps({"tokens": entries}))
+    yield from serving(home)
+
+
+def plan(url: str, token: str, tools: list[str]) -> dict[str, Any]:
+    answer = post(url, token, "/v1/check", {"plan": tools})
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def reported(url: str, token: str, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    answer = post(url, token, "/v1/reports", {"reports": reports})
+    assert answer.status_code == 200, answer.text
+    results: list[dict[str, Any]] = answer.json()["results"]
+    assert all(r["status"] != "rejected" for r in results), results
+    return results
+
+
+def shown(env: dict[str, str], chain_id: str) -> dict[str, Any]:
+    """``sidecar constraints show`` beside the server, as an operator reads it."""
+    done = subprocess.run(
+        [str(BIN / "sidecar"), "constraints", "show", chain_id, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def test_an_agent_neither_contests_nor_retires_what_an_operator_taught(
+    with_operator: tuple[str, Path, dict[str, str]],
+) -> None:
+    """The operator's token teaches a learned condition and a fatal sequence, both
+    blocking; four successes from one agent's token matching each are recorded, shown
+    and counted in /metrics, and change no verdict.  The operator's own success does."""
+    url, _home, env = with_operator
+    alice = TOKENS["alice"]
+    reported(url, OPS, [good_session(n) for n in range(20)])
+    reported(url, OPS, [fabricated(n, "ops") for n in range(3)])
+    (chain,) = reported(url, OPS, [abandoned(["a", "b"], "HTTP 400 bad")])
+    assert decision(url, alice) == "block" and not plan(url, alice, ["a", "b"])["safe"]
+    fakes = [
+        {"steps": [lookup(f"#M{n}", "pending"), exchange(f"#M{n}")],
+         "outcome": "completed", "session_id": f"mallory-{n}"}
+        for n in range(4)
+    ]  # fmt: skip
+    fakes += [{**completed(["a", "b"]), "session_id": f"mallory-chain-{n}"} for n in range(4)]
+    reported(url, alice, fakes)
+    assert decision(url, alice) == "block"
+    checked = plan(url, alice, ["a", "b"])
+    assert not checked["safe"] and not checked.get("warnings")
+    sequence = shown(env, chain["chain_id"])
+    assert sequence["status"] == "active" and sequence["contradictions"] == 0
+    assert sequence["ignored_contradictions"] == 4 and sequence["sources"] == ["ops"]
+    views = httpx.get(
+        f"{url}/v1/constraints", headers={"Authorization": f"Bearer {OPS}"}, timeout=60
+    ).json()["constraints"]
+    (condition,) = [v for v in views if v["kind"] == "call" and "pending" in v["rule"]]
+    assert condition["status"] == "active" and condition["ignored_contradictions"] >= 4
+    metrics = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {OPS}"}, timeout=60)
+    (ignored,) = [
+        line
+        for line in metrics.text.splitlines()
+        if line.startswith("sidecar_contradictions_ignored ")
+    ]
+    assert float(ignored.split()[1]) >= 8
+    # evidence of equal standing does contest: the operator's own success
+    reported(url, OPS, [{**completed(["a", "b"]), "session_id": "ops-chain"}])
+    checked = plan(url, alice, ["a", "b"])
+    assert checked["safe"] and checked["warnings"]
+    assert shown(env, chain["chain_id"])["status"] == "contested"
+
+
+def test_a_fatal_sequence_needs_two_sources_or_a_trusted_one(
+    with_operator: tuple[str, Path, dict[str, str]],
+) -> None:
+    """One abandoned chain from one agent's token warns and blocks nothing; the same
+    failure from a second token blocks; the operator's alone blocks.  Every sequence
+    names its sources in ``sidecar constraints show``."""
+    url, _home, env = with_operator
+    alice, bob = TOKENS["alice"], TOKENS["bob"]
+    fatal = ["search_api", "html_parser", "llm_extractor"]
+    (first,) = reported(url, alice, [abandoned(fatal, "HTTP 413", session_id="a1")])
+    checked = plan(url, bob, fatal)
+    assert checked["safe"] and checked["warnings"]  # warned, not blocked
+    view = shown(env, first["chain_id"])
+    assert view["sources"] == ["alice"] and view["independent"] is False
+    reported(url, bob, [abandoned(fatal, "HTTP 413", session_id="b1")])
+    assert not plan(url, alice, fatal)["safe"]
+    view = shown(env, first["chain_id"])
+    assert view["sources"] == ["alice", "bob"] and view["independent"] is True
+    other = ["fetch_page", "summarize"]
+    (alone,) = reported(url, OPS, [abandoned(other, "HTTP 413")])
+    assert not plan(url, alice, other)["safe"]
+    assert shown(env, alone["chain_id"])["sources"] == ["ops"]

@@ -397,6 +397,16 @@ PW = "Xk9pQ2mLw7vB"
         f"invalid password {PW} for user bob",
         f"Rejected token {PW}: try again",
         f"api key {PW} is not valid",
+        # a login failure that quotes the password with nothing after it
+        f"login failed, password {PW}",
+        "login failed, password hunter2",
+        f"Login failed for user bob, password {PW} (attempt 3)",
+        f"authentication failed with password {PW}",
+        f"logon failed: password {PW} incorrect",
+        # registry logins (the -p of docker, podman, helm and the like)
+        f"docker login -u deploy -p {PW} registry.example.com",
+        f"podman login registry.example.com --username deploy -p '{PW}'",
+        f"helm registry login r.example.com -u deploy -p{PW}",
     ],
 )
 def test_secrets_in_the_shapes_deployments_write(text: str) -> None:
@@ -431,6 +441,14 @@ def test_secrets_in_the_shapes_deployments_write(text: str) -> None:
         "curl -u user https://example.com/",
         "npm install @scope/pkg",
         "git log --author=bob",
+        "login failed, password required",
+        "login failed, password is required",
+        "Login failed: password incorrect",
+        "authentication failed: password authentication failed for user app",
+        "login failed, password reset needed",
+        "Access denied for user 'root'@'localhost' (using password: YES)",
+        "docker login --password-stdin registry.example.com",
+        "docker run -p 8080:80 app",
     ],
 )
 def test_ordinary_text_near_those_shapes_is_kept(text: str) -> None:

@@ -220,6 +220,17 @@ def test_a_tokens_file_is_checked_when_it_is_read(tmp_path: Path) -> None:
             Principals.load(None, blank)
     with pytest.raises(ConfigError, match="tokens_file"):
         Settings.load(env={"SIDECAR_TOKENS_FILE": str(tmp_path / "missing.json")})
+    # the refusal says which name is taken twice
+    path.write_text(json.dumps({"tokens": [_named("ci"), _named("ci", "y")]}))
+    with pytest.raises(ConfigError, match="'ci' names two"):
+        Principals.load(path, None)
+    # the operator's token is compared as it was checked: stripped of any whitespace
+    padded = Principals.load(None, "\u00a0" + OPERATOR + "\u2003")
+    assert padded.authenticate(OPERATOR.encode()) is not None
+
+
+def _named(name: str, fill: str = "x") -> dict[str, str]:
+    return {"name": name, "role": "agent", "token": fill * 20}
 
 
 def test_a_source_over_its_rate_is_told_when_to_come_back(tmp_path: Path) -> None:

@@ -52,6 +52,14 @@ def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for:
 
     settings = Settings.load(home=home)
     timeout = args.call_timeout if args.call_timeout is not None else settings.gateway_call_timeout
+    token = None if args.stdio or args.no_token else token_for(home)
+    # read with the home's token, so that an entry holding it stops the gateway here
+    # rather than letting that entry's holder in as the home itself
+    principals = (
+        None
+        if args.stdio or args.no_token
+        else Principals.load(settings.tokens_path, token).named()
+    )
     return build_gateway(
         memory,
         args.upstream,
@@ -59,10 +67,8 @@ def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for:
         pins=args.pin,
         idle_timeout_s=args.idle_timeout,
         report_clean=True,
-        token=None if args.stdio or args.no_token else token_for(home),
-        principals=None
-        if args.stdio or args.no_token
-        else Principals.load(settings.tokens_path, None),
+        token=token,
+        principals=principals,
         call_timeout_s=timeout or None,
         json_response=args.json_response,
         warning_text=settings.gateway_warning_text,

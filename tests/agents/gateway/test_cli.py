@@ -258,3 +258,54 @@ def test_beside_a_running_server_the_gateway_goes_through_it(tmp_path: Path) -> 
     views = [v for v in json.loads(listed.stdout)["constraints"] if v["kind"] == "call"]
     rule = next(v for v in views if "status 'pending'" in v["rule"])
     assert rule["sessions"] == 2 and rule["sources"] == ["gateway"]
+
+
+@pytest.mark.parametrize(
+    ("entries", "extra", "says"),
+    [
+        (
+            [{"name": "alice", "role": "agent", "token": f"  {TOKEN}  "}],
+            {},
+            "'local' and 'alice' are one token with two roles",
+        ),
+        (
+            [
+                {"name": "alice", "role": "agent", "token": "y" * 20},
+                {"name": "bob", "role": "agent", "token": "y" * 20},
+            ],
+            {},
+            "'alice' and 'bob' are the same token",
+        ),
+        (None, {"SIDECAR_TOKENS_FILE": "/nonexistent/tokens.json"}, "is not a file"),
+    ],
+    ids=["home-token-shared-with-an-agent", "one-token-two-entries", "missing-tokens-file"],
+)
+def test_tokens_that_are_not_each_ones_own_stop_the_gateway_at_start(
+    tmp_path: Path, entries: list[dict[str, str]] | None, extra: dict[str, str], says: str
+) -> None:
+    """Before: the gateway read the tokens file without the home's token, so an agent's
+    entry holding the home's token was let in as the home itself (its calls the
+    gateway's own, not the agent's, and no ``forget --source alice`` could undo them)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    if entries is not None:
+        (home / "tokens.json").write_text(json.dumps({"tokens": entries}))
+    proc = subprocess.Popen(
+        [SIDECAR, "--home", str(home), "gateway", "--port", "0", f"shop={sys.executable} {SHOP}"],
+        env={**_env(tmp_path), **extra},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+        assert not first.startswith("sidecar gateway serving"), first
+        assert proc.wait(timeout=120) == 2, first  # ConfigError's exit code
+        printed = first + proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+    assert says in printed and "Traceback" not in printed, printed

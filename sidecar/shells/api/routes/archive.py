@@ -16,9 +16,10 @@ router = APIRouter(tags=["archive"])
 @router.post("/v1/reports")
 def reports(body: ReportsIn, sc: Lib, who: Caller) -> dict[str, Any]:
     if body.source is not None and body.source != who.name and not who.operator:
+        # worded as deps.operator's: "the token 'x'" would be masked as a quoted token
         raise Forbidden(
-            f"only an operator may attribute reports to another source; the token "
-            f"{who.name!r} is an {who.role}'s"
+            f"only an operator may attribute reports to another source; {who.name!r} holds "
+            f"an {who.role} token"
         )
     source = body.source or who.name
     return {"results": dump(sc.report_many(body.reports, source=source, role=who.role))}
