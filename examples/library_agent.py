@@ -113,7 +113,7 @@ def run_agent(sc: Sidecar) -> None:
 
     # lookups take the same steps: a tool whose learned failure the session already
     # sets up comes back marked
-    found = sc.search("cancel the order or see where the package is", 3, steps=steps)
+    found = sc.search("exchange the shirt, or else cancel the order", 3, steps=steps)
     hits = [f"{h.tool_id}{' (may fail)' if h.warnings else ''}" for h in found.hits]
     print(f"4. look up the next step: {', '.join(hits)}")
 

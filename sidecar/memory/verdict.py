@@ -108,7 +108,9 @@ class Thresholds:
         # a condition resting on two numbers its messages state draws its weight from
         # them: its situations are not what makes it likely
         stated = condition.aligned >= 2
-        judged = bool(condition.candidates) or stated  # hand-written ones are not
+        # every learned condition is judged against chance, those whose feature could
+        # not beat chance at all (no candidate tried) included; hand-written ones are not
+        judged = condition.source == "learned" or bool(condition.candidates) or stated
         return (
             independent
             and condition.support >= (self.min_support_stated if stated else self.min_support_block)

@@ -189,3 +189,19 @@ def test_two_sessions_of_one_situation_never_turn_a_warn_into_a_block(
         for t in (Thresholds(), EAGER):
             if severity(twice, probe, t) == SEVERITY["block"]:
                 assert severity(once, probe, t) == SEVERITY["block"], probe
+
+
+def test_a_success_that_leaves_no_candidate_tried_does_not_make_a_block() -> None:
+    """Found by the property above: a call failed, then the same call succeeded in the
+    same session; a success with another value then made every feature of the failure
+    too common among successes to be tried.  A learned condition with no candidate
+    tried is still judged against chance (here ~2 in 3): it never blocks."""
+    failed = Step("get", {"item_id": "#A1001"}, None, "Error: Item not found")
+    evidence = [Session("s0", (failed, Step("get", {"item_id": "#A1001"}, None, None)), "unknown")]
+    success = Session("s1", (Step("get", {"item_id": "#A1002"}, None, None),), "completed")
+    probe: Probe = ([failed], "get", {"item_id": "#A1001"})
+    after = learned_from([*evidence, success])
+    assert [c.candidates for c in after.conditions("get")] == [0] * len(after.conditions("get"))
+    for t in (Thresholds(), EAGER):
+        assert severity(learned_from(evidence), probe, t) == SEVERITY["allow"]
+        assert severity(after, probe, t) != SEVERITY["block"]
