@@ -75,6 +75,8 @@ PRESELECT = 8
 QUANTUM = float(1 << 20)
 """Request vectors are summed as integers of this resolution: exact in any order."""
 OUTCOMES = ("completed", "abandoned")
+TOLERANCE = 1e-5
+"""Similarities closer than this are equal (float32 dot products in other orders)."""
 
 
 @dataclass(frozen=True)
@@ -491,6 +493,10 @@ class UsageIndex:
             best = (float(raise_.max()) if len(raise_) else 0.0) - (
                 float(lower.max()) if len(lower) else 0.0
             )
+            if abs(best) <= TOLERANCE:
+                # one request both completed and abandoned: its similarities, summed in
+                # other orders, may differ in the last bits; they are the same request
+                best = 0.0
             part = min(cap, max(-cap, self._gain * best / spread))
             score += part
             if part > 0:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import pytest
+
 from benchmarks.bench_shared import (
     BREAKDOWN,
     INTAKE_FOLDER,
@@ -38,6 +40,7 @@ def test_shared_is_a_registered_benchmark() -> None:
     assert build_parser().parse_args(["shared", "--full"]).quick is False
 
 
+@pytest.mark.integration  # starts PostgreSQL, a Chroma server and S3: not a unit test
 def test_a_tiny_run_has_every_row(tmp_path: Path) -> None:
     result = measure(TINY)
     assert result["benchmark"] == "shared" and "Delta" in result["shared_cold"]
