@@ -52,6 +52,7 @@ def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for:
 
     settings = Settings.load(home=home)
     timeout = args.call_timeout if args.call_timeout is not None else settings.gateway_call_timeout
+    text = args.warning_text if args.warning_text is not None else settings.gateway_warning_text
     return build_gateway(
         memory,
         args.upstream,
@@ -65,7 +66,7 @@ def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for:
         else Principals.load(settings.tokens_path, None),
         call_timeout_s=timeout or None,
         json_response=args.json_response,
-        warning_text=settings.gateway_warning_text,
+        warning_text=text,
         link_window_s=settings.gateway_link_window,
         contest=ContestPolicy(
             rate=settings.gateway_contest_rate,

@@ -380,6 +380,14 @@ def serving_commands(command: Command) -> None:
         "(default $SIDECAR_GATEWAY_CALL_TIMEOUT, 30; 0: no limit)",
     )
     gw.add_argument(
+        "--warning-text",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a warned call's result carries the warning as a text block the model reads, "
+        "besides _meta['sidecar/warnings'] (default $SIDECAR_GATEWAY_WARNING_TEXT, true; "
+        "--no-warning-text: _meta only)",
+    )
+    gw.add_argument(
         "--json-response",
         action="store_true",
         help="answer each request with one JSON body instead of an event stream (faster, "
