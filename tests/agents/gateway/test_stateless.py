@@ -198,7 +198,11 @@ def test_calls_sharing_trace_context_or_a_declared_session_are_one_session() -> 
             named = {"Sidecar-Session": "run-42"}
             await call(url, "get_order", {"order_id": "#W6"}, headers=named)
             await call(url, "exchange", {"order_id": "#W5", "item": "hat"}, headers=named)
-            await eventually(lambda: len(backend.reports) == 3)
+            # a declared id wins over the trace of each request
+            named = {"Sidecar-Session": "run-43"}
+            await call(url, "get_order", {"order_id": "#W7"}, headers=named, traced="call")
+            await call(url, "get_order", {"order_id": "#W99"}, headers=named, traced="call")
+            await eventually(lambda: len(backend.reports) == 4)
 
     anyio.run(main)
     shapes = sorted([(s.tool, s.arguments["order_id"]) for s in r.steps] for r in backend.reports)
@@ -206,8 +210,9 @@ def test_calls_sharing_trace_context_or_a_declared_session_are_one_session() -> 
         [("get_order", "#W3"), ("exchange", "#W1")],
         [("get_order", "#W4"), ("exchange", "#W2")],
         [("get_order", "#W6"), ("exchange", "#W5")],
+        [("get_order", "#W7"), ("get_order", "#W99")],  # an unknown order: it failed
     ]
-    assert (gateway.linker.stats["trace"], gateway.linker.stats["declared"]) == (2, 4)
+    assert (gateway.linker.stats["trace"], gateway.linker.stats["declared"]) == (2, 6)
 
 
 def test_the_warning_text_can_be_turned_off() -> None:
