@@ -44,7 +44,7 @@ Limits and failure modes of inference, by design:
 
 - two tasks of one principal on the same object at once (the same order id shown to
   both) are merged into one session; a client that keeps its MCP session, or declares an
-  id, is never merged;
+  id, is never merged, nor is a trace once two calls shared it;
 - a call whose arguments came from the user rather than from an earlier output starts a
   new session: a task whose calls share no value is split, and a piece of one call is
   not learned from;
