@@ -6,11 +6,15 @@ read ``_meta``) and, unless turned off, as a short text block appended to the re
 content, because most clients hand the model the content alone (``langchain-mcp-adapters``
 and the OpenAI Agents SDK drop ``_meta``): a warning only in ``_meta`` is a warning the
 model never sees.  Every text shown is neutralized (:func:`sidecar.neutralize.neutralize`):
-a rule's evidence is failure text another party wrote.
+a rule's evidence is failure text another party wrote.  Markup in it is defused too: a
+tag (``</tool_result>``, ``<system>``) has its angle brackets replaced by angle quotation marks, and
+a code fence its backticks, so that an upstream's error text cannot open or close a
+section of whatever prompt a client wraps tool results in.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +31,10 @@ WARNING_PREFIX = "[sidecar warning]"
 SHOWN_REASONS = 3
 """Reasons spelled out in a warning block; the rest are counted."""
 REASON_CHARS = 400
+_LT, _GT = "<\uff1c", ">\uff1e"  # and their full-width forms
+_TAG = re.compile(f"[{_LT}](/?[A-Za-z!?][^{_LT}{_GT}\\s]*(?:\\s[^{_LT}{_GT}]*)?/?)[{_GT}]")
+"""A tag-like run (``<system>``, ``</tool_result>``, ``<!-- -->``); a comparison such as
+``size > 5 MB`` has no ``<`` before a name, and stays."""
 _SEVERITY: dict[Decision, int] = {"allow": 0, "warn": 1, "block": 2}
 CONTEST_NOTE = (
     "the memory would have refused this call; it was forwarded as a sample, so that its "
@@ -76,8 +84,7 @@ def warning_text(tool: str, reasons: Sequence[Reason], sampled: bool = False) ->
     )
     lines = [head]
     for r in reasons[:SHOWN_REASONS]:
-        text = f"{_shown(r.rule)}: {_shown(r.explanation)}"
-        lines.append(f"- {neutralize(text, REASON_CHARS, one_line=True)}")
+        lines.append(f"- {_shown(f'{r.rule}: {r.explanation}')}")
     if len(reasons) > SHOWN_REASONS:
         lines.append(f"- and {len(reasons) - SHOWN_REASONS} more rule(s)")
     return "\n".join(lines)
@@ -112,4 +119,8 @@ def reason_dict(reason: Reason) -> dict[str, Any]:
 
 
 def _shown(text: str) -> str:
-    return neutralize(text, REASON_CHARS, one_line=True)
+    """``text`` as a rule's reason is shown to the model: neutralized, on one line,
+    bounded, with no markup."""
+    shown = neutralize(text, REASON_CHARS, one_line=True)
+    # after neutralizing: the same length, and nothing it keeps can form a tag again
+    return _TAG.sub("\u2039\\1\u203a", shown).replace("`" * 3, "'" * 3)

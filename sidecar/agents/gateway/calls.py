@@ -193,8 +193,9 @@ class CallPath:
 
     def record(self, link: Link, step: Step, sampled: bool = False) -> None:
         """``step`` joins the session ``link`` names."""
+        traced = link.how == "trace"
         self._reporter.schedule(
-            *self._book.record(link.key, step, link.principal, inferred=link.inferred)
+            *self._book.record(link.key, step, link.principal, link.inferred, traced)
         )
         if sampled:
             self._book.flag(link.key)  # a sample's outcome is evidence, even a success

@@ -11,11 +11,19 @@ these that applies:
 1. **The MCP session.**  A connection that already made a call, or that made another
    request (``tools/list``...) before its first call, belongs to a client that keeps its
    session: every call on it is that session's.
-2. **Trace context and baggage.**  W3C baggage ``session.id`` or
-   ``gen_ai.conversation.id`` (the ``baggage`` header, or ``_meta.baggage``), else the
-   trace id of the W3C ``traceparent`` (``_meta.traceparent``, as MCP clients propagate
-   it, a ``trace_id`` in ``_meta``, or the HTTP header).
-3. **A declared id**: the ``Sidecar-Session`` HTTP header, or ``_meta["sidecar/session"]``.
+2. **A declared id**: W3C baggage ``session.id`` or ``gen_ai.conversation.id`` (the
+   ``baggage`` header, or ``_meta.baggage``), else the ``Sidecar-Session`` HTTP header
+   or ``_meta["sidecar/session"]``.
+3. **Trace context**: the trace id of the W3C ``traceparent`` (``_meta.traceparent``, as
+   MCP clients propagate it, a ``trace_id`` in ``_meta``, or the HTTP header).  A trace
+   says less than a declared id: the ``mcp`` client opens a span for every request and
+   propagates it, so an agent with OpenTelemetry set up but no span of its own around a
+   task sends a new trace with every call.  A trace two calls share is a task's (its
+   session's context is known from then on); a trace seen for the first time, on a
+   connection that does not keep its session, joins the session an earlier output of
+   which showed one of the call's values (as in 4), else it starts a session of its
+   own whose context is not known until a second call joins it (by the same trace or
+   by a value).
 4. **Inferred.**  A call that opens a connection of its own (or comes with none) and
    declares nothing joins the session of the same *principal* (the bearer token the
    client presented and the name the client gave itself) whose earlier output showed one
@@ -36,7 +44,7 @@ Limits and failure modes of inference, by design:
 
 - two tasks of one principal on the same object at once (the same order id shown to
   both) are merged into one session; a client that keeps its MCP session, or declares an
-  id, is never merged;
+  id, is never merged, nor is a trace once two calls shared it;
 - a call whose arguments came from the user rather than from an earlier output starts a
   new session: a task whose calls share no value is split, and a piece of one call is
   not learned from;
@@ -73,7 +81,7 @@ _TEXT_SPLIT = re.compile(r"[\s,;()\[\]{}<>\"'`|]+")
 _TRIM = ".:!?"
 _SPACE = re.compile(r"\s")
 
-How = Literal["mcp", "declared", "linked", "new"]
+How = Literal["mcp", "declared", "trace", "linked", "new"]
 
 
 @dataclass
@@ -100,6 +108,8 @@ class Origin:
     principal: str
     connection: ConnectionState | None
     declared: str | None
+    trace: str | None = None
+    """The trace the request carries (``trace:<id>``), when it declares nothing else."""
 
 
 @dataclass(frozen=True)
@@ -107,11 +117,14 @@ class Link:
     key: str
     how: How
     principal: str
+    tentative: bool = False
+    """A session a trace seen for the first time opens: its context is not known yet."""
 
     @property
     def inferred(self) -> bool:
-        """The session is one the linker inferred (a new one, or one it joined)."""
-        return self.how in ("new", "linked")
+        """The session's context is not known yet: the linker inferred it (a new one, or
+        one it joined), or a trace seen once opened it."""
+        return self.how in ("new", "linked") or self.tentative
 
 
 class Sessions(Protocol):
@@ -124,13 +137,15 @@ class Sessions(Protocol):
 
     def hold(self, key: str) -> None: ...
 
+    def __contains__(self, key: object) -> bool: ...
+
 
 class Linker:
     """Assigns each call to its agent session, in the order the module says."""
 
     def __init__(self, sessions: Sessions) -> None:
         self.sessions = sessions
-        self.stats: dict[How, int] = {"mcp": 0, "declared": 0, "linked": 0, "new": 0}
+        self.stats: dict[How, int] = {"mcp": 0, "declared": 0, "trace": 0, "linked": 0, "new": 0}
 
     def for_call(self, origin: Origin, arguments: Mapping[str, Any]) -> Link:
         """The session of a call of an upstream tool with ``arguments``."""
@@ -174,10 +189,27 @@ class Linker:
             conn.kept = True
         if origin.declared is not None:
             return self._bind(origin, Link(f"{who}|{origin.declared}", "declared", who))
+        if origin.trace is not None:
+            return self._bind(origin, self._traced(origin, origin.trace, infer))
         if conn is not None and conn.kept:
             return self._bind(origin, Link(conn.id, "mcp", who))
         found = infer()
         return None if found is None else self._bind(origin, Link(found, "linked", who))
+
+    def _traced(self, origin: Origin, trace: str, infer: Callable[[], str | None]) -> Link:
+        who, conn = origin.principal, origin.connection
+        key = f"{who}|{trace}"
+        if key in self.sessions:
+            self.sessions.hold(key)  # a trace two calls share is a task's
+            return Link(key, "trace", who)
+        kept = conn is not None and conn.kept
+        if not kept:
+            # perhaps a trace of one request (an agent with no span of its own): the
+            # call may belong to the session whose output it uses
+            found = infer()
+            if found is not None:
+                return Link(found, "linked", who)
+        return Link(key, "trace", who, tentative=not kept)
 
     @staticmethod
     def _bind(origin: Origin, link: Link) -> Link:
@@ -207,12 +239,20 @@ def token_name(principal: str) -> str:
 
 # ---- what a request declares ----------------------------------------------------------
 def declared_session(headers: Mapping[str, str], meta: Mapping[str, Any]) -> str | None:
-    """The session a request names, in order: baggage, trace context, the sidecar's own
-    header or ``_meta`` key; ``_meta`` before the HTTP header for each."""
+    """The session a request names, in order: baggage, the sidecar's own header or
+    ``_meta`` key; ``_meta`` before the HTTP header for each."""
     for raw in (meta.get("baggage"), headers.get("baggage")):
         found = _baggage_session(raw)
         if found is not None:
             return found
+    for raw in (meta.get(SESSION_META_KEY), headers.get(SESSION_HEADER)):
+        if isinstance(raw, str) and raw.strip():
+            return f"named:{raw.strip()[:MAX_ID]}"
+    return None
+
+
+def trace_session(headers: Mapping[str, str], meta: Mapping[str, Any]) -> str | None:
+    """The trace a request carries (``_meta`` before the HTTP header)."""
     for raw in (meta.get("traceparent"), headers.get("traceparent")):
         trace = trace_id(raw)
         if trace is not None:
@@ -221,9 +261,6 @@ def declared_session(headers: Mapping[str, str], meta: Mapping[str, Any]) -> str
         trace = _trace_hex(meta.get(key))
         if trace is not None:
             return f"trace:{trace}"
-    for raw in (meta.get(SESSION_META_KEY), headers.get(SESSION_HEADER)):
-        if isinstance(raw, str) and raw.strip():
-            return f"named:{raw.strip()[:MAX_ID]}"
     return None
 
 

@@ -23,6 +23,7 @@ from sidecar.agents.gateway.linking import (
     declared_session,
     new_connection,
     principal_of,
+    trace_session,
 )
 from sidecar.agents.gateway.relay import Relay
 from sidecar.agents.gateway.security import PRINCIPAL_HEADER
@@ -71,7 +72,10 @@ class Connections:
         headers = _headers(ctx)
         conn = self._state(ctx, headers)
         principal = conn.principal if conn is not None else _principal(ctx, headers)
-        return Origin(principal, conn, declared_session(headers, ctx.meta or {}))
+        meta = ctx.meta or {}
+        return Origin(
+            principal, conn, declared_session(headers, meta), trace_session(headers, meta)
+        )
 
     def relay_key(self, ctx: ServerRequestContext[Any, Any], count: bool = True) -> str:
         """The key the relay keeps this client's state under (a connection's id, or for a
@@ -83,7 +87,8 @@ class Connections:
             if count:
                 self._linker.request(conn)
             return conn.id
-        declared = declared_session(headers, ctx.meta or {})
+        meta = ctx.meta or {}
+        declared = declared_session(headers, meta) or trace_session(headers, meta)
         return declared or f"call:{uuid.uuid4().hex}"
 
     def _state(

@@ -14,10 +14,10 @@ session :meth:`~SessionBook.flag`-ged (it ran a contest sample) is reported what
 steps, so that a sampled call's success reaches the memory.
 
 A session whose context is unknown is never reported, whatever happened in it: an
-inferred session of one call that nothing else joined (its call may have followed calls
-the gateway could not tie to it, so a success in it could contradict a rule whose
-features it never showed, and a failure in it would teach that something was missing).
-It is counted (``unlinked``).
+inferred session of one call that nothing else joined, or a trace's of one call (its
+call may have followed calls the gateway could not tie to it, so a success in it could
+contradict a rule whose features it never showed, and a failure in it would teach that
+something was missing).  It is counted (``unlinked``).
 
 Pure bookkeeping: no I/O, no event loop, the clock is injected.
 """
@@ -88,6 +88,9 @@ class _Session:
     joined it, an inferred session)."""
     inferred: bool = False
     """It may be joined by a call that uses a value its outputs showed."""
+    traced: bool = False
+    """A trace opened it: while its context is not known it waits for the trace's next
+    call as long as any session waits (the idle timeout), not the link window."""
     values: dict[str, None] = field(default_factory=dict)
 
     @property
@@ -145,16 +148,22 @@ class SessionBook:
         return list(session.steps)
 
     def record(
-        self, key: str, step: Step, principal: str = "", inferred: bool = False
+        self,
+        key: str,
+        step: Step,
+        principal: str = "",
+        inferred: bool = False,
+        traced: bool = False,
     ) -> list[SessionReport]:
         """Append ``step``; returns the reports of sessions evicted to make room.  A
         session this opens is ``inferred`` (its context is not known until a second call
-        joins it) or not, for ``principal``."""
+        joins it) or not, for ``principal``; ``traced``: a trace opened it."""
         session = self._sessions.get(key)
         evicted: list[SessionReport] = []
         if session is None:
             session = self._open(key)
             session.principal, session.inferred = principal, inferred
+            session.traced = traced
             session.grounded = not inferred
             evicted = self._make_room()
         if len(session.steps) == session.steps.maxlen:
@@ -233,11 +242,13 @@ class SessionBook:
         """Close every session idle past the timeout (an inferred one past the link
         window)."""
         now = self._clock()
+        limits = self.limits
         idle = [
             k
             for k, s in self._sessions.items()
             if s.last_active
-            <= now - (self.limits.link_window_s if s.inferred else self.limits.idle_timeout_s)
+            <= now
+            - (limits.link_window_s if s.inferred and not s.traced else limits.idle_timeout_s)
         ]
         return [r for k in idle if (r := self.close(k, "idle")) is not None]
 

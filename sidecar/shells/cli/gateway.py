@@ -4,6 +4,7 @@ of this home, or of the server that owns it (or the one ``--url`` names)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,63 @@ def gateway(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def add_arguments(gw: argparse.ArgumentParser, port: Callable[[str], int]) -> None:
+    """``sidecar gateway``'s arguments (``port``: the parser's port type)."""
+    gw.add_argument(
+        "upstream",
+        nargs="+",
+        metavar="NAME=URL|NAME=COMMAND",
+        help="an upstream: NAME=http://host:port/mcp (streamable HTTP) or NAME='COMMAND "
+        "ARGS...' (stdio); tool names are prefixed NAME_ only when two upstreams clash",
+    )
+    gw.add_argument(
+        "--expose",
+        choices=["all", "search"],
+        default="all",
+        help="all: the upstreams' tools (evicted ones hidden); search: search_tools and "
+        "call_tool only (plus --pin tools)",
+    )
+    gw.add_argument("--pin", action="append", default=[], metavar="NAME", help="always listed")
+    gw.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="report a session after this many idle seconds (default 300)",
+    )
+    gw.add_argument(
+        "--call-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="answer a call the upstream has not answered in S seconds with an error "
+        "(default $SIDECAR_GATEWAY_CALL_TIMEOUT, 30; 0: no limit)",
+    )
+    gw.add_argument(
+        "--warning-text",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a warned call's result carries the warning as a text block the model reads, "
+        "besides _meta['sidecar/warnings'] (default $SIDECAR_GATEWAY_WARNING_TEXT, true; "
+        "--no-warning-text: _meta only)",
+    )
+    gw.add_argument(
+        "--json-response",
+        action="store_true",
+        help="answer each request with one JSON body instead of an event stream (faster, "
+        "but relays no progress, log message, sampling or elicitation during a request)",
+    )
+    gw.add_argument(
+        "--no-token",
+        action="store_true",
+        help="serve HTTP without the bearer token (loopback only; for clients that cannot "
+        "send one)",
+    )
+    gw.add_argument("--stdio", action="store_true", help="serve MCP over stdio instead of HTTP")
+    gw.add_argument("--host", default="127.0.0.1")
+    gw.add_argument("--port", type=port, default=8766, help="port (default 8766; 0: any)")
+
+
 def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for: Any) -> Any:
     from sidecar.agents.gateway import build_gateway
     from sidecar.agents.gateway.contest import ContestPolicy
@@ -60,6 +118,7 @@ def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for:
         if args.stdio or args.no_token
         else Principals.load(settings.tokens_path, token).named()
     )
+    text = args.warning_text if args.warning_text is not None else settings.gateway_warning_text
     return build_gateway(
         memory,
         args.upstream,
@@ -71,7 +130,7 @@ def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for:
         principals=principals,
         call_timeout_s=timeout or None,
         json_response=args.json_response,
-        warning_text=settings.gateway_warning_text,
+        warning_text=text,
         link_window_s=settings.gateway_link_window,
         contest=ContestPolicy(
             rate=settings.gateway_contest_rate,

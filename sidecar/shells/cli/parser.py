@@ -399,51 +399,7 @@ def gateway_command(command: Command) -> None:
         "an MCP server in front of upstream MCP servers: curated tools/list, every "
         "tools/call checked against the failure memory, sessions reported with no code",
     )
-    gw.add_argument(
-        "upstream",
-        nargs="+",
-        metavar="NAME=URL|NAME=COMMAND",
-        help="an upstream: NAME=http://host:port/mcp (streamable HTTP) or NAME='COMMAND "
-        "ARGS...' (stdio); tool names are prefixed NAME_ only when two upstreams clash",
-    )
-    gw.add_argument(
-        "--expose",
-        choices=["all", "search"],
-        default="all",
-        help="all: the upstreams' tools (evicted ones hidden); search: search_tools and "
-        "call_tool only (plus --pin tools)",
-    )
-    gw.add_argument("--pin", action="append", default=[], metavar="NAME", help="always listed")
-    gw.add_argument(
-        "--idle-timeout",
-        type=float,
-        default=300.0,
-        metavar="S",
-        help="report a session after this many idle seconds (default 300)",
-    )
-    gw.add_argument(
-        "--call-timeout",
-        type=float,
-        default=None,
-        metavar="S",
-        help="answer a call the upstream has not answered in S seconds with an error "
-        "(default $SIDECAR_GATEWAY_CALL_TIMEOUT, 30; 0: no limit)",
-    )
-    gw.add_argument(
-        "--json-response",
-        action="store_true",
-        help="answer each request with one JSON body instead of an event stream (faster, "
-        "but relays no progress, log message, sampling or elicitation during a request)",
-    )
-    gw.add_argument(
-        "--no-token",
-        action="store_true",
-        help="serve HTTP without the bearer token (loopback only; for clients that cannot "
-        "send one)",
-    )
-    gw.add_argument("--stdio", action="store_true", help="serve MCP over stdio instead of HTTP")
-    gw.add_argument("--host", default="127.0.0.1")
-    gw.add_argument("--port", type=port_int, default=8766, help="port (default 8766; 0: any)")
+    gateway_cli.add_arguments(gw, port_int)
     gw.set_defaults(func=gateway_cli.gateway)
 
 

@@ -19,6 +19,7 @@ from sidecar.agents.gateway.linking import (
     output_values,
     principal_of,
     trace_id,
+    trace_session,
 )
 from sidecar.agents.gateway.sessions import SessionBook, SessionLimits
 
@@ -47,19 +48,22 @@ TRACEPARENT = f"00-{TRACE}-00f067aa0ba902b7-01"
         ({}, {"trace_id": TRACE}, f"trace:{TRACE}"),
         ({"sidecar-session": " task-1 "}, {}, "named:task-1"),
         ({}, {"sidecar/session": "run-42"}, "named:run-42"),
-        # the order: baggage, then trace context, then the declared id; _meta first
+        # the order: baggage, then the declared id, then trace context; _meta first
         (
             {"baggage": "session.id=h", "traceparent": TRACEPARENT},
             {"baggage": "session.id=m"},
             "baggage:session.id=m",
         ),
-        ({"sidecar-session": "s"}, {"traceparent": TRACEPARENT}, f"trace:{TRACE}"),
+        # a declared id says more than a trace, which may be one request's own
+        ({"sidecar-session": "s"}, {"traceparent": TRACEPARENT}, "named:s"),
     ],
 )
 def test_the_session_a_request_declares(
     headers: dict[str, str], meta: dict[str, Any], expected: str | None
 ) -> None:
-    assert declared_session(headers, meta) == expected
+    assert (declared_session(headers, meta) or trace_session(headers, meta)) == expected
+    if expected is not None and expected.startswith("trace:"):
+        assert declared_session(headers, meta) is None
 
 
 def test_a_baggage_over_the_w3c_limit_is_not_read() -> None:
@@ -142,7 +146,7 @@ def test_calls_on_connections_of_their_own_are_linked_by_a_value_an_output_showe
     assert declared is not None and declared.key == first.key
     report = book.declare(first.key, "abandoned", "exchange #W1")
     assert report is not None and [s.tool for s in report.steps] == ["get_order", "exchange"]
-    assert linker.stats == {"mcp": 0, "declared": 0, "linked": 1, "new": 2}
+    assert linker.stats == {"mcp": 0, "declared": 0, "trace": 0, "linked": 1, "new": 2}
 
 
 def test_a_session_of_one_call_tied_to_nothing_is_never_reported() -> None:
@@ -192,3 +196,60 @@ def test_declared_ids_are_scoped_by_principal() -> None:
     assert mine.how == "declared" and mine.key != theirs.key
     assert principal_of("Bearer a", "x") != principal_of("Bearer b", "x")
     assert "Bearer" not in principal_of("Bearer secret-token", "x")
+
+
+def _traced(trace: str, who: str = "alice") -> Origin:
+    """A call on a connection of its own that carries trace context."""
+    return Origin(who, new_connection(who), None, f"trace:{trace}")
+
+
+def test_a_trace_two_calls_share_is_one_session_whose_context_is_known() -> None:
+    linker, book, _clock = _linker()
+    first = linker.for_call(_traced(TRACE), {"order_id": "#W3"})
+    assert (first.how, first.inferred) == ("trace", True)
+    book.record(first.key, LOOKED, first.principal, first.inferred, traced=True)
+    assert not book.known(first.key)  # one call: perhaps a trace of one request
+    second = linker.for_call(_traced(TRACE), {"order_id": "#W1"})  # no value in common
+    assert (second.how, second.key) == ("trace", first.key)
+    assert book.known(first.key)  # two calls in one trace: a task's
+    book.record(second.key, FAILED, second.principal, second.inferred, traced=True)
+    report = book.close(first.key)
+    assert report is not None and [s.tool for s in report.steps] == ["get_order", "exchange"]
+    # another principal's calls in the same trace are a session of their own
+    assert linker.for_call(_traced(TRACE, "bob"), {}).key != first.key
+
+
+def test_traces_of_one_request_each_are_linked_by_values_and_never_reported_alone() -> None:
+    """An agent with OpenTelemetry set up and no span around its task: the ``mcp`` client
+    sends a new trace with every request.  Such calls are linked as if they carried no
+    trace, and a trace of one call that nothing joined is not reported."""
+    linker, book, clock = _linker(window=60)
+    first = linker.for_call(_traced("1" * 32), {"order_id": "#W1"})
+    book.record(first.key, LOOKED, first.principal, first.inferred, traced=True)
+    clock.now = 5
+    second = linker.for_call(_traced("2" * 32), {"order_id": "#W1", "item": "blue shirt"})
+    assert (second.how, second.key) == ("linked", first.key)
+    assert book.steps(second.key) == [LOOKED]  # checked in the lookup's state
+    book.record(second.key, FAILED, second.principal, second.inferred)
+    declared = linker.for_own_tool(_traced("3" * 32))  # report_outcome, a trace of its own
+    assert declared is not None and declared.key == first.key
+    alone = linker.for_call(_traced("4" * 32), {"order_id": "#W7"})
+    ok = Step("exchange", {"order_id": "#W7"}, {"exchanged": "hat"})
+    book.record(alone.key, ok, alone.principal, alone.inferred, traced=True)
+    clock.now = 100  # past the link window, within the idle timeout: still open
+    assert book.expire() == [] and alone.key in book
+    clock.now = 400
+    reports = book.expire()
+    assert [len(r.steps) for r in reports] == [2] and book.stats.unlinked == 1
+    assert linker.stats["linked"] == 1 and linker.stats["trace"] == 2
+
+
+def test_a_declared_id_wins_over_a_trace() -> None:
+    linker, _book, _clock = _linker()
+    keys = set()
+    for n, order in enumerate(["#W1", "#W2"]):
+        origin = Origin("alice", new_connection("alice"), "named:run-1", f"trace:{n + 1:032x}")
+        link = linker.for_call(origin, {"order_id": order})
+        assert link.how == "declared" and not link.inferred
+        keys.add(link.key)
+    assert len(keys) == 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import pytest
@@ -45,19 +45,49 @@ async def _client(url: str, headers: dict[str, str] | None = None) -> AsyncItera
         yield session
 
 
+Traced = Literal["no", "task", "call"]
+"""What trace context a client's calls carry: none; one trace per task (an agent span
+around it); a trace of its own for each call (OpenTelemetry set up, no span around the
+task: the ``mcp`` client's span of each request is a root)."""
+_TRACER: Any = None
+
+
+def _span(name: str) -> contextlib.AbstractContextManager[Any]:
+    """A root span of a tracer of this module's own (no global provider: the ``mcp``
+    client propagates the current context, whichever provider made it)."""
+    global _TRACER
+    if _TRACER is None:
+        from opentelemetry.sdk.trace import TracerProvider
+
+        _TRACER = TracerProvider().get_tracer("agent")
+    return _TRACER.start_as_current_span(name)  # type: ignore[no-any-return]
+
+
 async def call(url: str, tool: str, arguments: dict[str, Any], **kw: Any) -> Any:
-    """One call in an MCP session of its own, as a stateless client makes it."""
+    """One call in an MCP session of its own, as a stateless client makes it (in a
+    trace of its own, with ``traced="call"``)."""
     headers = kw.pop("headers", None)
-    async with _client(url, headers) as session:
-        return await session.call_tool(tool, arguments, **kw)
+    traced = kw.pop("traced", "no")
+    with _span(f"call {tool}") if traced == "call" else contextlib.nullcontext():
+        async with _client(url, headers) as session:
+            return await session.call_tool(tool, arguments, **kw)
 
 
-async def task(url: str, order: str, outcome: bool = True) -> tuple[Any, Any, Any]:
+async def task(
+    url: str, order: str, outcome: bool = True, traced: Traced = "no"
+) -> tuple[Any, Any, Any]:
     """Look the order up, exchange its shirt, say how it ended: three sessions."""
-    looked = await call(url, "get_order", {"order_id": order})
-    tried = await call(url, "exchange", {"order_id": order, "item": "blue shirt"})
-    ended = "abandoned" if tried.is_error else "completed"
-    declared = await call(url, "report_outcome", {"outcome": ended}) if outcome else None
+    with _span("invoke_agent shop") if traced == "task" else contextlib.nullcontext():
+        looked = await call(url, "get_order", {"order_id": order}, traced=traced)
+        tried = await call(
+            url, "exchange", {"order_id": order, "item": "blue shirt"}, traced=traced
+        )
+        ended = "abandoned" if tried.is_error else "completed"
+        declared = (
+            await call(url, "report_outcome", {"outcome": ended}, traced=traced)
+            if outcome
+            else None
+        )
     return looked, tried, declared
 
 
@@ -76,36 +106,53 @@ def _check(sc: Sidecar, status: str) -> str:
     return sc.check_call(steps, "exchange", {"order_id": "#W9", "item": "x"}).decision
 
 
+@pytest.mark.parametrize(
+    ("traced", "linked"),
+    [
+        ("no", {"mcp": 0, "declared": 0, "trace": 0, "linked": 14, "new": 20}),
+        # each task's calls share its trace: linked by it, not by values (the six
+        # exchanges made alone carry none)
+        ("task", {"mcp": 0, "declared": 0, "trace": 28, "linked": 0, "new": 6}),
+        # a trace for each call says nothing: linked by values, as with none
+        ("call", {"mcp": 0, "declared": 0, "trace": 20, "linked": 14, "new": 0}),
+    ],
+)
 def test_a_known_failing_call_is_refused_though_every_call_has_a_session_of_its_own(
-    tmp_path: Path,
+    tmp_path: Path, traced: Traced, linked: dict[str, int]
 ) -> None:
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
         # every session is evidence, the successful ones too (as `sidecar gateway` runs)
         backend = LibraryBackend(sc)
         gateway = build_gateway(
-            backend, [shop_stdio()], token=TOKEN, report_clean=True, link_window_s=5.0
+            backend,
+            [shop_stdio()],
+            token=TOKEN,
+            report_clean=True,
+            link_window_s=5.0,
+            idle_timeout_s=5.0,
         )
 
         async def main() -> dict[str, Any]:
             out: dict[str, Any] = {}
             async with serving(gateway) as url:
                 for n in (4, *range(6, 15)):
-                    await task(url, f"#W{n}")
-                out["first"] = await task(url, "#W1")
-                out["second"] = await task(url, "#W2")
+                    await task(url, f"#W{n}", traced=traced)
+                out["first"] = await task(url, "#W1", traced=traced)
+                out["second"] = await task(url, "#W2", traced=traced)
                 await eventually(lambda: _check(sc, "pending") == "block")
                 forwarded = gateway.stats.forwarded
-                out["third"] = await task(url, "#W1", outcome=False)
+                out["third"] = await task(url, "#W1", outcome=False, traced=traced)
                 out["forwarded"] = gateway.stats.forwarded - forwarded
                 out["before"] = _contradictions(sc)
                 # six successes the gateway cannot tie to any earlier output: an
                 # exchange made with no lookup before it, each in a session of its own
                 for n in range(15, 21):
-                    alone = await call(url, "exchange", {"order_id": f"#W{n}", "item": "hat"})
+                    arguments = {"order_id": f"#W{n}", "item": "hat"}
+                    alone = await call(url, "exchange", arguments, traced=traced)
                     assert not alone.is_error
                 await eventually(lambda: gateway.book.stats.unlinked >= 6)
                 out["after"] = _contradictions(sc)
-                out["delivered"] = await task(url, "#W3")
+                out["delivered"] = await task(url, "#W3", traced=traced)
             return out
 
         out = anyio.run(main)
@@ -130,7 +177,7 @@ def test_a_known_failing_call_is_refused_though_every_call_has_a_session_of_its_
         assert not out["delivered"][1].is_error  # a delivered order's exchange goes through
         assert _check(sc, "delivered") == "allow"
         # each task's exchange joined its lookup's session; the six stood alone
-        assert gateway.linker.stats == {"mcp": 0, "declared": 0, "linked": 14, "new": 20}
+        assert gateway.linker.stats == linked
 
 
 def test_calls_sharing_trace_context_or_a_declared_session_are_one_session() -> None:
@@ -151,7 +198,11 @@ def test_calls_sharing_trace_context_or_a_declared_session_are_one_session() -> 
             named = {"Sidecar-Session": "run-42"}
             await call(url, "get_order", {"order_id": "#W6"}, headers=named)
             await call(url, "exchange", {"order_id": "#W5", "item": "hat"}, headers=named)
-            await eventually(lambda: len(backend.reports) == 3)
+            # a declared id wins over the trace of each request
+            named = {"Sidecar-Session": "run-43"}
+            await call(url, "get_order", {"order_id": "#W7"}, headers=named, traced="call")
+            await call(url, "get_order", {"order_id": "#W99"}, headers=named, traced="call")
+            await eventually(lambda: len(backend.reports) == 4)
 
     anyio.run(main)
     shapes = sorted([(s.tool, s.arguments["order_id"]) for s in r.steps] for r in backend.reports)
@@ -159,8 +210,9 @@ def test_calls_sharing_trace_context_or_a_declared_session_are_one_session() -> 
         [("get_order", "#W3"), ("exchange", "#W1")],
         [("get_order", "#W4"), ("exchange", "#W2")],
         [("get_order", "#W6"), ("exchange", "#W5")],
+        [("get_order", "#W7"), ("get_order", "#W99")],  # an unknown order: it failed
     ]
-    assert gateway.linker.stats["declared"] == 6
+    assert (gateway.linker.stats["trace"], gateway.linker.stats["declared"]) == (2, 6)
 
 
 def test_the_warning_text_can_be_turned_off() -> None:
@@ -202,4 +254,4 @@ def test_an_instrumented_agents_calls_are_one_session_by_the_trace_its_client_pr
     assert trace in seen.structured_content["traceparent"]
     [report] = backend.reports
     assert [s.tool for s in report.steps] == ["get_order", "trace_context", "exchange"]
-    assert gateway.linker.stats["declared"] == 3
+    assert gateway.linker.stats["trace"] == 3

@@ -8,6 +8,7 @@ without ``--expose search``."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -39,8 +40,34 @@ def strict(tools: list[Any], server: Any) -> dict[str, dict[str, Any]]:
     for tool in tools:
         converted = MCPUtil.to_function_tool(tool, server, convert_schemas_to_strict=True)
         assert converted.strict_json_schema, f"{tool.name} fell back to a non-strict schema"
+        assert _converts(tool.input_schema), tool.name
         out[tool.name] = converted.params_json_schema
     return out
+
+
+def _converts(schema: dict[str, Any]) -> bool:
+    """Whether the SDK's ``ensure_strict_json_schema`` takes ``schema`` (an object that
+    allows undeclared properties refused, as the SDK refuses it for an MCP tool)."""
+    from agents.exceptions import UserError
+    from agents.strict_schema import ensure_strict_json_schema
+
+    try:
+        ensure_strict_json_schema(copy.deepcopy(schema), _reject_open_objects=True)
+    except UserError:
+        return False
+    return True
+
+
+def test_a_free_form_object_does_not_convert() -> None:
+    """What the check guards against: ``call_tool``'s arguments as any object (its first
+    shape) cannot be strict; as one JSON text they can."""
+    from sidecar.agents.gateway.own_tools import own_tools
+
+    free = {"type": "object", "additionalProperties": True}
+    loose = {"type": "object", "properties": {"name": {"type": "string"}, "arguments": free}}
+    assert not _converts(loose)
+    assert not _converts({"type": "object", "properties": {"arguments": {"type": "object"}}})
+    assert _converts(own_tools()["call_tool"].input_schema)
 
 
 def _unconnected() -> Any:
