@@ -57,7 +57,7 @@ PYTEST := $(BIN)/python -m pytest -n $(WORKERS) --dist worksteal
 
 # ruff, the format check and mypy, then the whole suite
 test: $(TEST_STAMP)
-	@echo "==> make test: lint (1-2 min), then the whole suite on $(WORKERS) workers (about 8 min on 2 idle cores, more while other work shares them)"
+	@echo "==> make test: lint (1-2 min), then the whole suite on $(WORKERS) workers (about 12 min on 2 idle cores, more while other work shares them)"
 	@$(MAKE) --no-print-directory lint
 	$(PYTEST) -q
 
@@ -65,7 +65,7 @@ test: $(TEST_STAMP)
 # property-based runs (the two folders that hold only integration tests are not even
 # collected: importing them alone takes seconds)
 test-fast: $(TEST_STAMP)
-	@echo "==> make test-fast: the unit tests on $(WORKERS) workers (about a minute on 2 cores)"
+	@echo "==> make test-fast: the unit tests on $(WORKERS) workers (under a minute on 2 cores)"
 	$(PYTEST) -m "not integration and not model and not slow" -q \
 	    --ignore=tests/integration --ignore=tests/faults
 
