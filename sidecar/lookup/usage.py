@@ -49,22 +49,29 @@ def request_rows(
         rows = vectors[start : start + len(texts)]
         start += len(texts)
         tools = [(t, True) for t in ask.served] + [(t, False) for t in ask.failed]
+        nearest = _nearest_views(index, rows, [t for t, _ in tools])
         for tool, completed in tools:
-            vector = _nearest_view(index, rows, tool)
-            row = Evidence(tool, source, ask.session, vector, completed, at).row()
+            row = Evidence(tool, source, ask.session, nearest[tool], completed, at).row()
             out.append(RequestRow(*row))
     return out
 
 
-def _nearest_view(index: ActiveIndex, views: np.ndarray, tool: str) -> np.ndarray:
-    """Of a request's views, the one nearest ``tool``'s own vector (the first when the
-    request has one view, or the index does not hold the tool)."""
+def _nearest_views(
+    index: ActiveIndex, views: np.ndarray, tools: list[str]
+) -> dict[str, np.ndarray]:
+    """Per tool, the request's view nearest its own vector (as
+    :func:`indexes.usage.request_vector` chooses, with the similarities asked of the
+    index, which holds the tools' vectors: one question per view); the first view when
+    the request has one, or the index does not hold the tool."""
     if len(views) == 1:
-        return np.asarray(views[0])
-    sims = [index.similarities(view, [tool]).get(tool) for view in views]
-    if any(s is None for s in sims):
-        return np.asarray(views[0])
-    return np.asarray(views[int(np.argmax(np.asarray(sims, dtype=np.float64)))])
+        return dict.fromkeys(tools, np.asarray(views[0]))
+    sims = [index.similarities(view, tools) for view in views]
+    out: dict[str, np.ndarray] = {}
+    for tool in tools:
+        scores = [found.get(tool) for found in sims]
+        best = 0 if None in scores else int(np.argmax(np.asarray(scores, dtype=np.float64)))
+        out[tool] = np.asarray(views[best])
+    return out
 
 
 class UsageState:

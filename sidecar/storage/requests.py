@@ -134,11 +134,8 @@ CREATE INDEX IF NOT EXISTS usage_requests_rev ON usage_requests (rev);
     def forget(self, tx: Connection, which: SessionFilter) -> int:
         """Delete the rows of the sessions ``which`` names; returns how many."""
         where, args = which.where()
-        gone = len(
-            tx.execute(f"SELECT session_key FROM usage_requests WHERE {where}", args).fetchall()
-        )
+        gone = int(tx.execute(f"DELETE FROM usage_requests WHERE {where}", args).rowcount)
         if gone:
-            tx.execute(f"DELETE FROM usage_requests WHERE {where}", args)
             RevisionRepository.bump(tx, GENERATION)
         return gone
 

@@ -201,3 +201,26 @@ def test_reports_over_http_raise_the_tool_in_http_lookups(sc: Sidecar) -> None:
         found = client.post("/v1/search", json={"query": PARAPHRASE, "k": 3}, headers=auth)
     first = found.json()["hits"][0]
     assert first["tool_id"] == "ledger_post" and first["usage"] >= 1
+
+
+def test_each_tool_of_a_request_with_several_parts_keeps_the_part_nearest_it(
+    sc: Sidecar,
+) -> None:
+    import numpy as np
+
+    from indexes import query_vectors
+    from sidecar.ranking import query_views
+
+    text = "Reimburse the taxi fare from my client visit. Then tell me the weather in Paris."
+    steps = [
+        {"tool": "ledger_post", "arguments": {"amount": 10}, "output": {"ok": True}},
+        {"tool": "weather_current", "arguments": {"city": "Paris"}, "output": {"ok": True}},
+    ]
+    sc.report({"steps": steps, "outcome": "completed", "task_input": text, "session_id": "m"})
+    parts = query_views(text)
+    assert len(parts) == 2
+    views = query_vectors(sc.index.embedder, parts)
+    rows, _ = sc.state.requests.since(0)
+    kept = {r.tool_id: np.frombuffer(r.vector, dtype="<f4") for r in rows}
+    assert np.allclose(kept["ledger_post"], views[0], atol=1e-6)
+    assert np.allclose(kept["weather_current"], views[1], atol=1e-6)
