@@ -166,6 +166,9 @@ class ArchivedConstraint:
     ignored: int = 0
     """Contradictions recorded but not counted: they came from sources without the
     standing to contest it."""
+    ignored_sources: tuple[str, ...] = ()
+    """The sources of those contradictions: their runs are no use of its tools either
+    (an eviction the rule drives does not wait for them)."""
 
     @property
     def warn_only(self) -> bool:

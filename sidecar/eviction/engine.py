@@ -83,6 +83,9 @@ class Evictor:
         self._count_tokens = count_tokens
         self._publisher = publisher
         self._crash_hook = crash_hook
+        self._set_aside: dict[str, set[str]] = {}
+        """The last decision's runs that are no use of their tools (see
+        :meth:`_runs_set_aside`), applied again when usage is re-read before a move."""
 
     def lock(self) -> Lock:
         """The lock one eviction, restore or recovery at a time holds."""
@@ -112,16 +115,35 @@ class Evictor:
         min_chains: int | None,
     ) -> list[ToolDecision]:
         sessions = self._state.sightings.chain_sessions()
+        self._set_aside = self._runs_set_aside(constraints)
         return decide(
             constraints,
             tools,
             pinned,
-            self._state.usage.tool_uses(tools),
+            self._state.usage.tool_uses(tools, set_aside=self._set_aside),
             self._journal.restored_at(),
             self._policy.min_chains if min_chains is None else min_chains,
             {cid: [(source_of(k), at) for k, at in met] for cid, met in sessions.items()},
             self._rules.standing.independent,
         )
+
+    def _runs_set_aside(self, constraints: Sequence[ArchivedConstraint]) -> dict[str, set[str]]:
+        """Per tool, the successful sessions that are no use of it: those whose
+        contradiction of a rule driving it was ignored (no standing to contest the
+        rule), so that a run which may not retire a rule cannot keep its tools from the
+        eviction that rule drives either."""
+        ignoring = [c for c in constraints if c.ignored_sources]
+        if not ignoring:
+            return {}
+        against = self._state.usage.contradictions()
+        out: dict[str, set[str]] = {}
+        for c in ignoring:
+            who = set(c.ignored_sources)
+            runs = {k for k, _ in against.get(c.chain_id, ()) if source_of(k) in who}
+            for tool in c.prefix:
+                if tool != c.terminal and runs:
+                    out.setdefault(tool, set()).update(runs)
+        return out
 
     def unfounded(self) -> list[str]:
         """Evicted tools whose eviction the evidence no longer carries (its sessions
@@ -195,7 +217,7 @@ class Evictor:
         )
 
     def _still_unused(self, db: Any, tool_ids: list[str]) -> set[str]:
-        uses = self._state.usage.tool_uses(tool_ids, db)
+        uses = self._state.usage.tool_uses(tool_ids, db, self._set_aside)
         return {t for t in tool_ids if not uses.get(t)}
 
     def recover(self) -> int:

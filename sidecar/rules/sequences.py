@@ -91,6 +91,7 @@ class SequenceBook:
             sources=sources,
             unconfirmed=not self._standing.independent(sources),
             ignored=judged.ignored,
+            ignored_sources=judged.ignored_sources,
         )
 
     def status(self, c: ArchivedConstraint, now: float | None = None) -> Status:

@@ -80,7 +80,7 @@ class Standing:
             return Against((), 0)
         own = set(backing)
         if any(self.is_trusted(s) for s in own):
-            counted = [(s, at) for s, at in entries if self.is_trusted(s)]
+            counts = [self.is_trusted(s) for s, _ in entries]
         else:
             sources = {s for s, _ in entries}
             who = witnesses(sources)
@@ -89,9 +89,9 @@ class Standing:
                 or any(self.is_trusted(s) for s in sources)
                 or bool(who & witnesses(own))
             )
-            counted = entries if standing else []
-        kept = {id(e) for e in counted}
-        ignored = [e for e in entries if id(e) not in kept]
+            counts = [standing] * len(entries)
+        counted = [e for e, ok in zip(entries, counts, strict=True) if ok]
+        ignored = [e for e, ok in zip(entries, counts, strict=True) if not ok]
         return Against(
             tuple(sorted(at for _, at in counted)),
             len(ignored),

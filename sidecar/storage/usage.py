@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -227,10 +227,17 @@ CREATE TABLE IF NOT EXISTS tool_successes (
         ).fetchone()
         return int(row[0]) if row else 0
 
-    def tool_uses(self, tool_ids: Iterable[str], conn: Connection | None = None) -> dict[str, int]:
+    def tool_uses(
+        self,
+        tool_ids: Iterable[str],
+        conn: Connection | None = None,
+        set_aside: Mapping[str, set[str]] | None = None,
+    ) -> dict[str, int]:
         """Per tool, its usage evidence: the distinct completed chains that used it and
         the distinct sessions in which one of its calls returned without error (read in
-        ``conn``'s transaction when given)."""
+        ``conn``'s transaction when given).  ``set_aside`` names, per tool, sessions
+        whose success does not count for it: a completed chain counts only when a
+        session not set aside completed it."""
         db: Any = conn if conn is not None else self._db
         wanted = list(dict.fromkeys(tool_ids))
         out = dict.fromkeys(wanted, 0)
@@ -247,4 +254,39 @@ CREATE TABLE IF NOT EXISTS tool_successes (
                 chunk,
             ):
                 out[tool] += int(n)
+        for tool, sessions in (set_aside or {}).items():
+            if tool in out and sessions:
+                out[tool] = max(0, out[tool] - self._uses_by(db, tool, sessions))
         return out
+
+    @staticmethod
+    def _uses_by(db: Any, tool: str, sessions: set[str]) -> int:
+        """How much of ``tool``'s usage evidence ``sessions`` alone account for: their
+        successful calls of it, and the completed chains using it that no other session
+        completed."""
+        keys = sorted(sessions)
+        found = 0
+        runs: dict[str, int] = {}
+        for start in range(0, len(keys), CHUNK):
+            chunk = keys[start : start + CHUNK]
+            marks = ",".join("?" * len(chunk))
+            row = db.execute(
+                f"SELECT COUNT(*) FROM tool_successes WHERE tool_id=? AND session_key IN ({marks})",
+                [tool, *chunk],
+            ).fetchone()
+            found += int(row[0])
+            for (topology,) in db.execute(
+                f"SELECT topology FROM usage_evidence WHERE topology IS NOT NULL "
+                f"AND session_key IN ({marks})",
+                chunk,
+            ):
+                if tool in json.loads(topology):
+                    key = topology_key(json.loads(topology))
+                    runs[key] = runs.get(key, 0) + 1
+        for key, n in runs.items():
+            row = db.execute(
+                "SELECT times FROM completed_chains WHERE chain_key=?", (key,)
+            ).fetchone()
+            if row is not None and int(row[0]) <= n:
+                found += 1
+        return found

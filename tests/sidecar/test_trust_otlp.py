@@ -152,6 +152,19 @@ def test_source_names_and_trust() -> None:
     assert standing.against(["dave"], [("otlp:dave", 1.0)]).counted == (1.0,)
 
 
+def test_a_counted_contradiction_is_never_also_ignored() -> None:
+    """Against a rule a trusted source backs, a trusted contradiction counts and is not
+    among the ignored (nor are its sources); an untrusted one is ignored alone."""
+    from sidecar.rules.standing import Standing
+
+    standing = Standing(frozenset({"local", "ops"}))
+    judged = standing.against(["local"], [("local", 1.0), ("alice", 2.0), ("ops", 3.0)])
+    assert judged.counted == (1.0, 3.0)
+    assert judged.ignored == 1 and judged.ignored_sources == ("alice",)
+    judged = standing.against(["dave"], [("alice", 1.0), ("bob", 2.0)])
+    assert judged.counted == (1.0, 2.0) and judged.ignored == 0
+
+
 def test_a_token_may_not_be_named_as_another_tokens_route(tmp_path: Path) -> None:
     path = tmp_path / "tokens.json"
     for name in ("otlp:alice", "gateway:alice"):

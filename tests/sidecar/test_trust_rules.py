@@ -187,3 +187,33 @@ def test_forgetting_an_agent_restores_what_its_evidence_evicted(tmp_path: Path) 
         assert mandate.status == "cancelled" and "restored" in (mandate.last_error or "")
         # bob alone: warned, never evicted again
         assert sc.evict().evicted == ()
+
+
+def test_an_agents_runs_of_an_operators_fatal_sequence_keep_no_tool_from_eviction(
+    served: tuple[Sidecar, TestClient],
+) -> None:
+    """Completed runs an agent reports of an operator's fatal sequence are ignored as
+    contradictions, and are no use of its tools either: the eviction it drives goes
+    ahead.  The operator's own completed run is a use, and keeps them."""
+    sc, client = served
+    sc.report(abandoned(FATAL, "HTTP 413", session_id="ops-dead-end"))
+    fakes = [{**completed(FATAL), "session_id": f"mallory-run-{n}"} for n in range(3)]
+    steps = [{"tool": t, "arguments": {"n": n}, "output": {"ok": n}} for n, t in enumerate(FATAL)]
+    fakes.append({"steps": steps, "outcome": "completed", "session_id": "mallory-steps"})
+    assert post(client, TOKENS["alice"], "/v1/reports", {"reports": fakes}).status_code == 200
+    (view,) = [v for v in sc.constraints() if v.kind == "sequence"]
+    assert view.status == "active" and view.ignored_contradictions == 4
+    assert sc.evict(dry_run=True, min_chains=1).kept == ()
+    evicted = {d.tool_id for d in sc.evict(min_chains=1).evicted}
+    assert evicted == {"search_api", "html_parser"}
+
+
+def test_a_trusted_run_of_a_fatal_sequence_still_keeps_its_tools(
+    served: tuple[Sidecar, TestClient],
+) -> None:
+    sc, _client = served
+    sc.report(abandoned(FATAL, "HTTP 413", session_id="ops-dead-end"))
+    sc.report(completed(FATAL))  # the operator's own: a use, and a contradiction
+    assert sc.evict(min_chains=1).evicted == ()
+    (view,) = [v for v in sc.constraints() if v.kind == "sequence"]
+    assert view.status != "active" and view.ignored_contradictions == 0
