@@ -353,3 +353,23 @@ def test_a_fatal_sequence_needs_two_sources_or_a_trusted_one(
     (alone,) = reported(url, OPS, [abandoned(other, "HTTP 413")])
     assert not plan(url, alice, other)["safe"]
     assert shown(env, alone["chain_id"])["sources"] == ["ops"]
+
+
+def test_an_agents_runs_of_an_operators_fatal_sequence_do_not_stop_its_eviction(
+    with_operator: tuple[str, Path, dict[str, str]],
+) -> None:
+    """The operator's dead end drives an eviction; one agent's fabricated completed runs
+    of that very sequence (as topologies and as steps) are ignored as contradictions
+    and keep neither tool in the hot index."""
+    url, _home, _env = with_operator
+    tools = [{"tool_id": t, "description": f"the {t} step"} for t in ("fetch", "parse", "emit")]
+    assert post(url, OPS, "/v1/tools", {"tools": tools}).status_code == 200
+    reported(url, OPS, [abandoned(["fetch", "parse", "emit"], "HTTP 413", session_id="ops")])
+    steps = [{"tool": t, "arguments": {"n": n}, "output": {"ok": n}}
+             for n, t in enumerate(["fetch", "parse", "emit"])]  # fmt: skip
+    fakes = [{**completed(["fetch", "parse", "emit"]), "session_id": f"m{n}"} for n in range(3)]
+    fakes.append({"steps": steps, "outcome": "completed", "session_id": "m-steps"})
+    reported(url, TOKENS["alice"], fakes)
+    answer = post(url, OPS, "/v1/evictions", {"min_chains": 1})
+    assert answer.status_code == 200, answer.text
+    assert {d["tool_id"] for d in answer.json()["evicted"]} == {"fetch", "parse"}
