@@ -93,6 +93,7 @@ from benchmarks.failure_metrics import (
     misses,
     unblocked,
     without_family,
+    wrongly_blocked,
 )
 from benchmarks.failure_systems import (
     CallMemory,
@@ -362,6 +363,7 @@ def lodo_figures(
         "learned": learned,
         "misses": misses(corpus, mine),
         "not_blocked": unblocked(corpus, mine, thresholds),
+        "wrongly_blocked": wrongly_blocked(corpus, mine, thresholds),
     }
 
 
@@ -579,6 +581,10 @@ def run(
         "not_blocked": {
             "pooled_folds": unblocked(corpus, mine, defaults),
             **({"leave_one_domain_out": lodo["not_blocked"]} if lodo else {}),
+        },
+        "wrongly_blocked": {
+            "pooled_folds": wrongly_blocked(corpus, mine, defaults),
+            **({"leave_one_domain_out": lodo["wrongly_blocked"]} if lodo else {}),
         },
         "prequential": preq,
         "timing": {

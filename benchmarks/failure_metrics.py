@@ -256,6 +256,32 @@ def unblocked(
     ]  # fmt: skip
 
 
+def wrongly_blocked(
+    corpus: Corpus, calls: Sequence[Call], thresholds: Thresholds, top: int = 10
+) -> list[dict[str, Any]]:
+    """The calls that did not fail and were blocked, by (domain, tool, the blocking
+    condition's reason without its counts): how many, how many in successful runs, and
+    one reason line as written."""
+    rows: dict[tuple[str, str, str], Counter[str]] = defaultdict(Counter)
+    example: dict[tuple[str, str, str], str] = {}
+    for call in calls:
+        if call.failed or call.check.decision != "block":
+            continue
+        run = corpus.runs[call.run]
+        line = reason_line(call.check.holding, thresholds)
+        key = (run.domain, run.steps[call.step].tool, _EVIDENCE.sub("", line))
+        rows[key]["blocks"] += 1
+        rows[key]["in_successful_runs"] += call.run_succeeded
+        example.setdefault(key, line)
+    ranked = sorted(rows.items(), key=lambda kv: -kv[1]["blocks"])[:top]
+    return [
+        {"domain": domain, "tool": tool, "blocks": row["blocks"],
+         "in_successful_runs": row["in_successful_runs"], "reason": example[key]}
+        for key, row in ranked
+        for domain, tool, _ in [key]
+    ]  # fmt: skip
+
+
 _EVIDENCE = re.compile(r" \(\d+ situations?, .*\)$")
 
 

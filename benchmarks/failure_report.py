@@ -118,6 +118,7 @@ def markdown(result: Mapping[str, Any]) -> str:
             md_table(["domain", "tool", "signature", "repeats", "caught", "blocked"], miss_rows),
             "",
             *not_blocked_section(result),
+            *wrongly_blocked_section(result),
             *hints_section(result),
             *prequential_section(result),
             timing_line(result["timing"]),
@@ -298,6 +299,23 @@ def not_blocked_section(result: Mapping[str, Any]) -> list[str]:
         "### Real repeats not blocked, most frequent first, with their reason lines",
         "",
         md_table(MISS_HEAD, rows),
+        "",
+    ]
+
+
+def wrongly_blocked_section(result: Mapping[str, Any]) -> list[str]:
+    found = result.get("wrongly_blocked") or {}
+    rows = [
+        [scope, m["domain"], m["tool"], m["blocks"], m["in_successful_runs"], m["reason"]]
+        for key, scope in (("pooled_folds", "pooled folds"),
+                           ("leave_one_domain_out", "every domain left out"))
+        for m in found.get(key, [])
+    ]  # fmt: skip
+    head = ["calls of", "domain", "tool", "blocks", "in successful runs", "reason line"]
+    return [
+        "### Calls that did not fail and were blocked, most frequent first",
+        "",
+        md_table(head, rows) if rows else "none",
         "",
     ]
 
