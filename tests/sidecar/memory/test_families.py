@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from sidecar.memory import (
     FailureCondition,
     FailureMemory,
@@ -14,6 +16,7 @@ from sidecar.memory import (
     assess,
     call_features,
 )
+from sidecar.memory.predicate import Predicate
 from sidecar.memory.verdict import Verdict
 from tests.sidecar.memory.world import (
     COUNT_MISMATCH,
@@ -154,6 +157,49 @@ def test_not_grounded_holds_for_an_invented_id_only() -> None:
     # the user said it: grounded in the task input
     told = verdict(memory, before, "get_order", {"order_id": "#A7777"}, told="it is #A7777")
     assert "not_grounded" not in families(told)
+
+
+def _reworded(error: str) -> list[Session]:
+    return [
+        Session(s.session_id, tuple(replace(st, error=error) if st.error else st
+                                    for st in s.steps), s.outcome)
+        for s in grounding_world()
+    ]  # fmt: skip
+
+
+def test_not_grounded_blocks_when_the_message_names_the_argument_and_its_absence() -> None:
+    """ "The order ID does not exist" names the argument (order_id) and says its value is
+    not there, though it quotes no value: an invented id is what it speaks of."""
+    before = [step("list_orders", {"user_id": "u_1"}, {"orders": ["#A1005"]})]
+    named = verdict(learned(_reworded("The order ID does not exist.")), before, "get_order",
+                    {"order_id": "#A7777"})  # fmt: skip
+    assert named.decision == "block" and "not_grounded" in families(named)
+    # the argument named, nothing said of its value; or an absence said of nothing named
+    for error in ("The order service timed out.", "Error: the record does not exist"):
+        quiet = verdict(learned(_reworded(error)), before, "get_order", {"order_id": "#A7777"})
+        assert quiet.decision != "block", error
+
+
+@pytest.mark.parametrize(
+    ("signature", "argument", "names"),
+    [
+        ("The appointment ID does not exist.", "appointment_id", True),
+        ("The password is incorrect.", "password", True),
+        ("echo: cannot write to <str>: No such file", "file_name", True),
+        ("Error: payment method not found", "payment_method_id", True),
+        ("Error: User not found", "email", False),
+        ("No appointments found.", "date", False),  # the date named by nothing
+        ("The order service timed out.", "order_id", False),  # no absence said
+        ("Invalid date format. Use YYYY-MM-DD.", "travel_date", False),  # its form
+    ],
+)
+def test_a_message_names_an_argument_and_its_absence(
+    signature: str, argument: str, names: bool
+) -> None:
+    from sidecar.memory.families.not_grounded import FAMILY
+
+    predicate = Predicate(f"grounded:{argument}", "==", False)
+    assert FAMILY.signature_names(predicate, signature) is names
 
 
 def test_grounded_features() -> None:
