@@ -21,6 +21,8 @@ Two indexes are kept, both fed by each step as it is added:
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dc_field
@@ -50,6 +52,12 @@ class ObjectView:
     maps: Mapping[str, Mapping[str, Scalar]] = dc_field(default_factory=dict)
     """Map fields whose values are scalars, by field: ``prices`` -> ``{"economy": 120}``
     (read through an argument that names one of the keys: a cabin, a currency)."""
+
+
+def call_digest(tool: str, arguments: Mapping[str, Any]) -> str:
+    """A call's identity: its tool and its arguments, however their keys were ordered."""
+    text = json.dumps([tool, arguments], sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def singular(name: str) -> str:
@@ -85,6 +93,8 @@ class Trace:
         """Tool -> positions of its failed steps."""
         self.succeeded: dict[str, int] = {}
         """Tool -> position of its first successful step."""
+        self._done: set[str] = set()
+        """Digests of the calls (tool and arguments) that succeeded."""
         self.numbers: dict[str, float] = {}
         """Field name -> the latest number an earlier output gave it, the most recently
         given last (a balance fetched before the call)."""
@@ -104,6 +114,7 @@ class Trace:
             self._text(step.error)
         else:
             self.succeeded.setdefault(step.tool, seq)
+            self._done.add(call_digest(step.tool, step.arguments))
         output = decoded(step.output)
         if isinstance(output, str):
             self._text(output)
@@ -113,6 +124,10 @@ class Trace:
             key = key_of(output)
             if key is not None:
                 self._seen.add(key)
+
+    def done_before(self, tool: str, arguments: Mapping[str, Any]) -> bool:
+        """Whether this very call (the tool, with the same arguments) succeeded earlier."""
+        return call_digest(tool, arguments) in self._done
 
     def _text(self, text: str) -> None:
         if text and len(self._texts) < MAX_TEXT_BLOBS:

@@ -828,3 +828,49 @@ def test_an_amount_beyond_any_seen_to_succeed_holds_and_one_within_does_not() ->
     f = call_features([], "buy", {"symbol": "Z9_x", "amount": 40, "flag": True, "order_id": 123})
     assert f["arg:amount"] == 40.0 and "arg:flag" not in f and "arg:symbol" not in f
     assert "arg:order_id" not in f  # an identifier, not a quantity
+
+
+# ---- repeated ----------------------------------------------------------------------------
+TAKEN = "This appointment has already been registered."
+
+
+def booking(n: int, day: int) -> Step:
+    return step("register_appointment", {"patient": f"p{n}", "date": f"2024-03-{day:02d}"},
+                {"appointment_id": f"A{n}{day}"})  # fmt: skip
+
+
+def repeat_world(error: str = TAKEN) -> list[Session]:
+    """Bookings that succeed (some sessions book twice, on two dates), and bookings sent
+    again with the same arguments right after they succeeded, refused."""
+    out = [session(f"ok-{n}", booking(n, 1)) for n in range(SUCCESSES)]
+    out += [session(f"two-{n}", booking(n, 1), booking(n, 2)) for n in range(SUCCESSES)]
+    for n in range(3):
+        again = replace(booking(100 + n, 5 + n), output=None, error=error)
+        out.append(session(f"again-{n}", booking(100 + n, 5 + n), again))
+    return out
+
+
+def test_repeated_blocks_the_same_call_again_when_the_message_says_already() -> None:
+    memory = learned(repeat_world())
+    first = booking(7, 9)
+    again = verdict(memory, [first], first.tool, dict(first.arguments))
+    assert again.decision == "block" and "repeated" in families(again)
+    (kept,) = [c for c in memory.conditions(first.tool) if c.family == "repeated"]
+    assert FailureCondition.from_dict(kept.to_dict()) == kept  # as the state keeps it
+    other = verdict(memory, [first], first.tool, {**first.arguments, "date": "2024-03-10"})
+    assert other.decision == "allow"
+    assert verdict(memory, [], first.tool, dict(first.arguments)).decision == "allow"
+    # the same repeats refused for a reason that does not say "already": a warning
+    flaky = learned(repeat_world("Service temporarily unavailable, retry later."))
+    quiet = verdict(flaky, [first], first.tool, dict(first.arguments))
+    assert quiet.decision != "block"
+
+
+def test_repeated_features() -> None:
+    first = booking(1, 1)
+    assert call_features([first], first.tool, dict(first.arguments))["again:call"] is True
+    reordered = dict(reversed(list(first.arguments.items())))
+    assert call_features([first], first.tool, reordered)["again:call"] is True
+    assert call_features([first], first.tool, {"patient": "p1"})["again:call"] is False
+    failed = replace(first, output=None, error="boom")
+    assert call_features([failed], first.tool, dict(first.arguments))["again:call"] is False

@@ -35,6 +35,7 @@ EXPECTED = (
     "prerequisite",
     "stated",
     "amount",
+    "repeated",
 )
 
 
