@@ -12,6 +12,7 @@ from sidecar.memory import (
     FailureMemory,
     LearnParams,
     Session,
+    Step,
     Thresholds,
     assess,
     call_features,
