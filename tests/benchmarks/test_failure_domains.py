@@ -189,6 +189,8 @@ def test_a_whole_run_reports_each_domain_and_each_domain_left_out(
     assert "### Learning as it happens (prequential)" in text
     assert "| bfcl alone | 130 |" in text
     assert result["not_blocked"]["pooled_folds"] is not None
+    assert isinstance(result["wrongly_blocked"]["pooled_folds"], list)
+    assert "### Calls that did not fail and were blocked" in text
     single = run(True, dataset=tmp_path, folds=2, domains="bfcl", bfcl_runs=1,
                  prequential="none")  # fmt: skip
     assert "note" in single["leave_one_domain_out"]

@@ -140,3 +140,20 @@ def test_loader_keeps_agent_calls_and_what_the_agent_was_told(tmp_path: Path) ->
 
 def assert_one(loaded: Corpus) -> bool:
     return len(loaded.runs) == 1 and loaded.notes["runs"] == 1
+
+
+def test_wrong_blocks_are_listed_by_tool_and_reason() -> None:
+    from benchmarks.failure_metrics import wrongly_blocked
+    from sidecar.memory import Thresholds
+
+    data = corpus()
+    calls = [
+        call(run=2, step=1, check=Check("block")),  # did not fail, blocked
+        call(run=3, step=1, check=Check("block"), run_succeeded=False),
+        call(run=0, step=1, failed=True, check=Check("block")),  # failed: a right block
+        call(run=4, step=1, check=Check("warn")),
+    ]
+    (row,) = wrongly_blocked(data, calls, Thresholds())
+    assert (row["domain"], row["tool"]) == ("shop", "find_account")
+    assert (row["blocks"], row["in_successful_runs"]) == (2, 1)
+    assert row["reason"] == "no learned condition held"
