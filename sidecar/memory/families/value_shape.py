@@ -1,5 +1,10 @@
 """Shapes: the character-class shape of an id-like argument (``shape:{a}``, per element
 of a list), never seen to succeed: ``#A9{7}`` where every success had ``#9{7}``.
+
+A value an earlier output gave as an object's identity (a token a login returned, an
+order id a listing showed) has no shape read: the system made it, not the agent, and
+its shape says nothing about whether the call may succeed (random tokens vary in shape
+from one login to the next).
 """
 
 from __future__ import annotations
@@ -21,10 +26,14 @@ class ValueShape(Family):
 
     def extract(self, call: Call, out: Features) -> None:
         for name, keys in call.keys_of.items():
-            shapes: list[Scalar] = [shape(k) for k in keys]
+            bound = call.bound.get(name) or [None] * len(keys)
+            made = [k for k, obj in zip(keys, bound, strict=True) if obj is None]
+            if not made:
+                continue
+            shapes: list[Scalar] = [shape(k) for k in made]
             if call.is_list(name):
                 out[f"shape:{name}"] = shapes
-                call.anchors[f"shape:{name}"] = keys
+                call.anchors[f"shape:{name}"] = made
             else:
                 out[f"shape:{name}"] = shapes[0]
 

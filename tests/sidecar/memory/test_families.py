@@ -247,6 +247,18 @@ def test_novelty_against_a_single_success_never_blocks() -> None:
     assert verdict(memory, [], "get_order", {"order_id": "#1234567"}).decision != "block"
 
 
+def test_a_value_an_earlier_output_gave_has_no_shape_read() -> None:
+    """An order id the listing returned is the system's own: its shape is not the
+    agent's doing, so no shape rule may hold for it; one typed in is read."""
+    listed = [step("list_orders", {"user_id": "u_1"}, {"orders": [{"order_id": "#1234567"}]})]
+    assert "shape:order_id" not in call_features(listed, "get_order", {"order_id": "#1234567"})
+    assert call_features(listed, "get_order", {"order_id": "#7654321"})["shape:order_id"] == "#9{7}"
+    memory = learned(shape_world())
+    given = verdict(memory, listed, "get_order", {"order_id": "#1234567"})
+    assert "value_shape" not in families(given)
+    assert verdict(memory, listed, "get_order", {"order_id": "#7654321"}).decision == "block"
+
+
 def test_shape_features() -> None:
     features = call_features(
         [], "swap", {"order_id": "#W1234567", "item_ids": ["1000000001", "#X1"]}

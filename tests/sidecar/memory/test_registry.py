@@ -67,6 +67,7 @@ def _rich_features() -> dict[str, object]:
             "new_item_ids": ["1000000003", "1000000003"],
             "flights": [{"flight_number": "HAT001", "date": "2024-05-01"}],
             "amount": 15,
+            "voucher_id": "V_90210",  # named by no earlier output: its shape is read
         },
     )
     return dict(call.features)
