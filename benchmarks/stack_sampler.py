@@ -1,0 +1,111 @@
+"""A sampling profiler for a ``sidecar serve`` process, with no tool to install.
+
+``python -m benchmarks.stack_sampler OUT.json serve --port ...`` runs the sidecar's CLI
+with the given arguments while a thread of its own reads every other thread's stack
+(``sys._current_frames``) every :data:`INTERVAL_S`; at exit (a clean stop: SIGTERM) it
+writes what it counted to ``OUT.json``.  cProfile sees one thread; a server answers on
+an event loop and a pool of worker threads, so a sampler of every thread is what tells
+where a request's wall time goes, waiting included (a thread blocked in a PostgreSQL
+statement is sampled inside that statement).
+
+Each sample of a thread is filed under its innermost frame in the project's own code
+(``sidecar``, ``cold_store``, ``indexes``: file, line, function), or under its innermost
+frame at all when no project code is on its stack; ``inclusive`` counts every project
+function on the stack once per sample (the share of samples a function was running or
+waiting under).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from types import FrameType
+
+INTERVAL_S = 0.005
+PROJECT = ("/sidecar/", "/cold_store/", "/indexes/")
+"""Path parts that make a frame the project's own code."""
+
+
+def _where(frame: FrameType) -> str:
+    code = frame.f_code
+    parts = Path(code.co_filename).parts
+    short = "/".join(parts[-2:])
+    return f"{short}:{frame.f_lineno} {code.co_name}"
+
+
+def _own(frame: FrameType) -> bool:
+    return any(p in frame.f_code.co_filename for p in PROJECT)
+
+
+class Sampler:
+    """Counts every thread's stack but its own, every ``interval`` seconds."""
+
+    def __init__(self, interval: float = INTERVAL_S) -> None:
+        self.interval = interval
+        self.samples = 0
+        self.innermost: Counter[str] = Counter()
+        self.inclusive: Counter[str] = Counter()
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stack-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        while not self._stop.wait(self.interval):
+            for ident, frame in sys._current_frames().items():
+                if ident != me:
+                    self._count(frame)
+            self.samples += 1
+
+    def _count(self, frame: FrameType) -> None:
+        inner: str | None = None
+        seen: set[str] = set()
+        top = frame
+        walk: FrameType | None = frame
+        while walk is not None:
+            if _own(walk):
+                if inner is None:
+                    inner = _where(walk)
+                code = walk.f_code
+                seen.add(f"{'/'.join(Path(code.co_filename).parts[-2:])} {code.co_name}")
+            walk = walk.f_back
+        self.innermost[inner or f"(outside) {_where(top)}"] += 1
+        self.inclusive.update(seen)
+
+    def dump(self, out: Path) -> None:
+        self._stop.set()
+        out.write_text(
+            json.dumps(
+                {
+                    "interval_s": self.interval,
+                    "samples": self.samples,
+                    "wall_s": round(time.monotonic() - self.started, 2),
+                    "innermost": dict(self.innermost.most_common(200)),
+                    "inclusive": dict(self.inclusive.most_common(200)),
+                },
+                indent=1,
+            )
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    out = Path(args.pop(0))
+    sampler = Sampler()
+    sampler.start()
+    atexit.register(sampler.dump, out)
+    from sidecar.shells.cli import main as cli
+
+    return cli(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
