@@ -538,25 +538,26 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 # ---- one replica profiled under intake -------------------------------------------------------
-def profile(shared: bool, clients: int, seconds: float, top: int = 25) -> dict[str, Any]:
-    """One server (a shared replica, or the embedded one) under the stack sampler
+def profile(shared: bool, count: int, clients: int, seconds: float) -> dict[str, Any]:
+    """``count`` servers (shared replicas, or the embedded one) under the stack sampler
     (:mod:`benchmarks.stack_sampler`) while ``clients`` closed-loop clients report
-    sessions for ``seconds``: where its threads' time goes, beside the probes."""
-    import json
+    sessions for ``seconds``: where the servers' threads spend their time (every
+    server's samples added up), beside the probes."""
     import sys
 
     from sidecar import Tool
 
-    sizes = Sizes(1.0, (), 0.0, (1,), clients, seconds)
+    sizes = Sizes(1.0, (), 0.0, (count,), clients, seconds)
     with (
         tempfile.TemporaryDirectory(prefix="bench-fleet-profile-") as tmp,
         Services(Path(tmp)) as services,
     ):
-        out = Path(tmp) / "stacks.json"
-        launcher = [sys.executable, "-m", "benchmarks.stack_sampler", str(out)]
+        out = Path(tmp) / "stacks"
+        out.mkdir()
+        launcher = [sys.executable, "-m", "benchmarks.stack_sampler", str(out / "{pid}.json")]
         memory = services.memory() if shared else None
-        label = "1" if shared else "embedded"
-        with replicas(Path(tmp) / "profiled", 1, memory, launcher=launcher) as servers:
+        label = str(count) if shared else "embedded"
+        with replicas(Path(tmp) / "profiled", count, memory, launcher=launcher) as servers:
             target_ = Target(label, servers, memory, services)
             try:
                 target_.client(0).add_tools(
@@ -568,14 +569,26 @@ def profile(shared: bool, clients: int, seconds: float, top: int = 25) -> dict[s
             finally:
                 for c in target_.clients:
                     c.close()
-        stacks = json.loads(out.read_text())
+        return {"config": label, "closed": closed, **merged_stacks(sorted(out.glob("*.json")))}
+
+
+def merged_stacks(files: list[Path], top: int = 30) -> dict[str, Any]:
+    """Several servers' sampler files as one: counts added up, the ``top`` of each."""
+    import json
+
+    innermost: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    samples = 0
+    for f in files:
+        stacks = json.loads(f.read_text())
+        samples += stacks["samples"]
+        innermost.update(stacks["innermost"])
+        inclusive.update(stacks["inclusive"])
     return {
-        "config": label,
-        "closed": closed,
-        "samples": stacks["samples"],
-        "interval_s": stacks["interval_s"],
-        "innermost": dict(list(stacks["innermost"].items())[:top]),
-        "inclusive": dict(list(stacks["inclusive"].items())[:top]),
+        "servers": len(files),
+        "samples": samples,
+        "innermost": dict(innermost.most_common(top)),
+        "inclusive": dict(inclusive.most_common(top)),
     }
 
 
@@ -592,11 +605,13 @@ def main(argv: list[str] | None = None) -> None:
         choices=("shared", "embedded"),
         help="instead: one server under a stack sampler, closed-loop intake",
     )
+    parser.add_argument("--replicas", type=int, default=1, help="--profile shared: servers")
     parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=30.0)
     args = parser.parse_args(argv)
     if args.profile:
-        emit(profile(args.profile == "shared", args.clients, args.seconds), args.out)
+        shared = args.profile == "shared"
+        emit(profile(shared, args.replicas if shared else 1, args.clients, args.seconds), args.out)
     else:
         emit(run(args.quick), args.out)
 

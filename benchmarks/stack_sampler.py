@@ -1,12 +1,13 @@
 """A sampling profiler for a ``sidecar serve`` process, with no tool to install.
 
 ``python -m benchmarks.stack_sampler OUT.json serve --port ...`` runs the sidecar's CLI
-with the given arguments while a thread of its own reads every other thread's stack
-(``sys._current_frames``) every :data:`INTERVAL_S`; at exit (a clean stop: SIGTERM) it
-writes what it counted to ``OUT.json``.  cProfile sees one thread; a server answers on
-an event loop and a pool of worker threads, so a sampler of every thread is what tells
-where a request's wall time goes, waiting included (a thread blocked in a PostgreSQL
-statement is sampled inside that statement).
+with the given arguments (``{pid}`` in ``OUT.json`` becomes the process id, so that
+several servers started alike write files of their own) while a thread of its own
+reads every other thread's stack (``sys._current_frames``) every :data:`INTERVAL_S`; at
+exit (a clean stop: SIGTERM) it writes what it counted to ``OUT.json``.  cProfile sees
+one thread; a server answers on an event loop and a pool of worker threads, so a
+sampler of every thread is what tells where a request's wall time goes, waiting
+included (a thread blocked in a PostgreSQL statement is sampled inside that statement).
 
 Each sample of a thread is filed under its innermost frame in the project's own code
 (``sidecar``, ``cold_store``, ``indexes``: file, line, function), or under its innermost
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import sys
 import threading
 import time
@@ -98,7 +100,7 @@ class Sampler:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    out = Path(args.pop(0))
+    out = Path(args.pop(0).replace("{pid}", str(os.getpid())))
     sampler = Sampler()
     sampler.start()
     atexit.register(sampler.dump, out)
