@@ -572,23 +572,21 @@ def profile(shared: bool, count: int, clients: int, seconds: float) -> dict[str,
         return {"config": label, "closed": closed, **merged_stacks(sorted(out.glob("*.json")))}
 
 
-def merged_stacks(files: list[Path], top: int = 30) -> dict[str, Any]:
+def merged_stacks(files: list[Path], top: int = 40) -> dict[str, Any]:
     """Several servers' sampler files as one: counts added up, the ``top`` of each."""
     import json
 
-    innermost: Counter[str] = Counter()
-    inclusive: Counter[str] = Counter()
+    counts: dict[str, Counter[str]] = {k: Counter() for k in ("innermost", "inclusive", "by_entry")}
     samples = 0
     for f in files:
         stacks = json.loads(f.read_text())
         samples += stacks["samples"]
-        innermost.update(stacks["innermost"])
-        inclusive.update(stacks["inclusive"])
+        for key, counter in counts.items():
+            counter.update(stacks.get(key, {}))
     return {
         "servers": len(files),
         "samples": samples,
-        "innermost": dict(innermost.most_common(top)),
-        "inclusive": dict(inclusive.most_common(top)),
+        **{key: dict(counter.most_common(top)) for key, counter in counts.items()},
     }
 
 

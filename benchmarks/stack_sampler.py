@@ -13,7 +13,8 @@ Each sample of a thread is filed under its innermost frame in the project's own 
 (``sidecar``, ``cold_store``, ``indexes``: file, line, function), or under its innermost
 frame at all when no project code is on its stack; ``inclusive`` counts every project
 function on the stack once per sample (the share of samples a function was running or
-waiting under).
+waiting under); ``by_entry`` files each sample in project code under its outermost and
+innermost project frames (which route or loop, waiting where).
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class Sampler:
         self.samples = 0
         self.innermost: Counter[str] = Counter()
         self.inclusive: Counter[str] = Counter()
+        self.by_entry: Counter[str] = Counter()
+        """``outermost project function > innermost project frame``: what each kind of
+        work (a request's route, the publisher's loop) spends its samples in."""
         self.started = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stack-sampler", daemon=True)
@@ -69,6 +73,7 @@ class Sampler:
 
     def _count(self, frame: FrameType) -> None:
         inner: str | None = None
+        outer = ""
         seen: set[str] = set()
         top = frame
         walk: FrameType | None = frame
@@ -77,13 +82,18 @@ class Sampler:
                 if inner is None:
                     inner = _where(walk)
                 code = walk.f_code
-                seen.add(f"{'/'.join(Path(code.co_filename).parts[-2:])} {code.co_name}")
+                outer = f"{'/'.join(Path(code.co_filename).parts[-2:])} {code.co_name}"
+                seen.add(outer)
             walk = walk.f_back
         self.innermost[inner or f"(outside) {_where(top)}"] += 1
         self.inclusive.update(seen)
+        if inner is not None:
+            self.by_entry[f"{outer} > {inner}"] += 1
 
     def dump(self, out: Path) -> None:
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=1)  # its last sample counted before the write
         out.write_text(
             json.dumps(
                 {
@@ -92,6 +102,7 @@ class Sampler:
                     "wall_s": round(time.monotonic() - self.started, 2),
                     "innermost": dict(self.innermost.most_common(200)),
                     "inclusive": dict(self.inclusive.most_common(200)),
+                    "by_entry": dict(self.by_entry.most_common(300)),
                 },
                 indent=1,
             )

@@ -93,3 +93,23 @@ def test_a_tiny_fleet_loses_nothing(tmp_path: Path) -> None:
     assert "saturates at" in page and "shared, 1" in page
     with contextlib.suppress(ImportError):  # matplotlib is in the `bench` extra
         assert [p.name for p in plot(result, tmp_path)] == ["fleet.png"]
+
+
+def test_the_stack_sampler_counts_every_thread_and_adds_servers_up(tmp_path: Path) -> None:
+    import json
+    import threading
+
+    from benchmarks.bench_fleet import merged_stacks
+    from benchmarks.stack_sampler import Sampler
+
+    sampler = Sampler(interval=0.002)
+    sleeper = threading.Thread(target=time.sleep, args=(0.2,))
+    sampler.start()
+    sleeper.start()
+    sleeper.join()
+    for name in ("a.json", "b.json"):
+        sampler.dump(tmp_path / name)
+    one = json.loads((tmp_path / "a.json").read_text())
+    assert one["samples"] > 0 and any(k.startswith("(outside)") for k in one["innermost"])
+    both = merged_stacks([tmp_path / "a.json", tmp_path / "b.json"])
+    assert both["servers"] == 2 and both["samples"] == 2 * one["samples"]
