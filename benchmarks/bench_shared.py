@@ -50,7 +50,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -223,6 +223,7 @@ class Services:
             stderr=subprocess.DEVNULL,
         )
         self._stack.callback(_stop, proc)
+        self.chroma_pid = proc.pid
         deadline = time.monotonic() + 60
         url = f"http://127.0.0.1:{port}"
         while True:
@@ -275,9 +276,17 @@ def library(home: Path, embedder: Embedder, memory: Memory | None, **extra: Any)
 
 
 class Replica:
-    """One ``sidecar serve`` process (its own home) and a client of it."""
+    """One ``sidecar serve`` process (its own home) and a client of it.  ``launcher``:
+    what runs the CLI instead of the ``sidecar`` script (a profiler's command line that
+    ends where the CLI's arguments begin)."""
 
-    def __init__(self, home: Path, memory: Memory | None, extra_env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        home: Path,
+        memory: Memory | None,
+        extra_env: dict[str, str],
+        launcher: Sequence[str] | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
@@ -294,7 +303,7 @@ class Replica:
         exe = shutil.which("sidecar", path=str(Path(sys.executable).parent)) or "sidecar"
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
-                [exe, "serve", "--port", str(self.port)],
+                [*(launcher or [exe]), "serve", "--port", str(self.port)],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=log,
@@ -325,11 +334,15 @@ class Replica:
 
 @contextlib.contextmanager
 def replicas(
-    root: Path, count: int, memory: Memory | None, extra_env: dict[str, str] | None = None
+    root: Path,
+    count: int,
+    memory: Memory | None,
+    extra_env: dict[str, str] | None = None,
+    launcher: Sequence[str] | None = None,
 ) -> Iterator[list[Replica]]:
     """``count`` servers started together, each on a home of its own under ``root``."""
     started = [
-        Replica(root / f"replica-{uuid.uuid4().hex[:6]}", memory, extra_env or {})
+        Replica(root / f"replica-{uuid.uuid4().hex[:6]}", memory, extra_env or {}, launcher)
         for _ in range(count)
     ]
     try:

@@ -1,6 +1,6 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
 [--json]`` with NAME one of pollution, failures, lookup, embed, serve, gateway, retrieval,
-check, evict, store, delta, startup, state, otlp, shared, all.
+check, evict, store, delta, startup, state, otlp, shared, fleet, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -52,6 +52,7 @@ MODULES = {
     "retrieval": "benchmarks.bench_retrieval",
     "otlp": "benchmarks.bench_otlp",
     "shared": "benchmarks.bench_shared",
+    "fleet": "benchmarks.bench_fleet",
 }
 ALL_ORDER = (
     "startup",
@@ -68,6 +69,7 @@ ALL_ORDER = (
     "retrieval",
     "otlp",
     "shared",
+    "fleet",
     "pollution",
 )
 DATASET_BENCHMARKS = ("pollution", "failures", "embed", "serve", "gateway", "retrieval")
@@ -136,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
         "otlp": "OTLP intake isolation: a small exporter's latency beside a large one",
         "shared": "several sidecars on one memory (PostgreSQL, Chroma server, Delta on S3) "
         "vs one embedded: lookup, intake by replicas, staleness, moves",
+        "fleet": "a fleet of simulated agents against one embedded sidecar and 1-3 shared "
+        "replicas: offered vs achieved load, where it saturates and why",
         "all": "every benchmark, fastest first",
     }
     for name, text in helps.items():

@@ -232,11 +232,13 @@ CASES: dict[str, tuple[Patch, tuple[Any, ...]]] = {
     "pollution": (pollution, (model, data)),
 }
 COVERED_ELSEWHERE = {
-    "shared": ("tests.benchmarks.test_shared_bench", "test_a_tiny_run_has_every_row")
+    "shared": ("tests.benchmarks.test_shared_bench", "test_a_tiny_run_has_every_row"),
+    "fleet": ("tests.benchmarks.test_fleet_bench", "test_a_tiny_fleet_loses_nothing"),
 }
-"""Benchmarks whose whole run another test makes at a tiny size: ``shared``'s ``run`` is
-``measure`` at the quick sizes, and that test runs ``measure``, the page and the plot
-(several servers start: minutes on a busy machine, not to be paid twice)."""
+"""Benchmarks whose whole run another test makes at a tiny size: ``shared``'s and
+``fleet``'s ``run`` is ``measure`` at the quick sizes, and those tests run ``measure``,
+the page and the plot (several servers start: minutes on a busy machine, not to be paid
+twice)."""
 
 
 def test_every_benchmark_has_a_case() -> None:
