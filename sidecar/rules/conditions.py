@@ -95,7 +95,7 @@ class ConditionBook:
         if not sessions and not manual:
             return
         now = time.time()
-        with self._learner.lock, self._state.tx() as tx:
+        with self._learner.lock, self._learner.writing(), self._state.tx() as tx:
             learned = self._learner.learn(tx, sessions, manual, source, now)
             if learned is not None:
                 self._sync(tx, learned.tools, pointers or {}, now)
@@ -103,7 +103,7 @@ class ConditionBook:
     def forget(self, source: str, since: float | None = None) -> Unlearned:
         """Remove everything ``source`` taught the memory (since ``since``, when given)
         and derive again what rested on it."""
-        with self._learner.lock, self._state.tx() as tx:
+        with self._learner.lock, self._learner.writing(), self._state.tx() as tx:
             unlearned = self._learner.forget(tx, source, since)
             if unlearned is None:
                 return Unlearned(frozenset(), 0, frozenset())
@@ -209,7 +209,7 @@ class ConditionBook:
         contradictions from now on); returns whether the condition exists."""
         repo = self._state.conditions
         now = time.time()
-        with self._learner.lock, self._state.tx() as tx:
+        with self._learner.lock, self._learner.writing(), self._state.tx() as tx:
             raw = repo.record(tx, condition_id)
             if raw is None:
                 return False

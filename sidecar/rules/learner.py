@@ -20,7 +20,7 @@ import contextlib
 import hashlib
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -66,6 +66,19 @@ class Learner:
     @property
     def lock(self) -> threading.RLock:
         return self._lock
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Around a transaction this learner writes in: if it does not commit, what the
+        learner folded in it is forgotten (the next read folds the log again), so the
+        process never holds evidence the state did not keep, nor skips the rows that
+        later take the same sequence numbers."""
+        try:
+            yield
+        except BaseException:
+            with self._lock:
+                self._generation = -1
+            raise
 
     def marks(self) -> tuple[int, int, int]:
         """The log's last sequence number, its generation and the conditions' revision

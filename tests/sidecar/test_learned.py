@@ -69,3 +69,32 @@ def test_another_session_under_a_known_id_teaches_nothing(sc: Sidecar) -> None:
     _report(sc, [_get("#I9", "paid"), _cancel("#I9"), _get("#I8", "paid"), _cancel("#I8")], "conv")
     _report(sc, [_get("#I3", "paid"), _cancel("#I3")], "other")
     assert _support(sc, "cancel") == {"paid": 2}
+
+
+def test_a_learning_transaction_that_fails_leaves_no_trace_in_the_process(
+    tmp_path: Path,
+) -> None:
+    """The learner folds a batch's rows inside the transaction; when that transaction
+    fails after the fold, the process must not keep the batch (the state did not), nor
+    skip the next batch's rows, which take the same sequence numbers: its memory stays
+    the one a fresh process folds from the state."""
+    from sidecar.errors import SidecarError
+    from tests.sidecar.test_call_memory import good_session
+
+    home = tmp_path / "home"
+    with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+        sc.report_many([good_session(n) for n in range(5)])
+        repo = sc.state.conditions
+        kept = repo.bump_conditions
+
+        def fail(*_args: object, **_kwargs: object) -> None:
+            raise RuntimeError("the disk is full")
+
+        repo.bump_conditions = fail  # type: ignore[method-assign]
+        with pytest.raises((RuntimeError, SidecarError)):
+            sc.report(good_session(100))
+        repo.bump_conditions = kept  # type: ignore[method-assign]
+        sc.report_many([good_session(200), good_session(201)])
+        mine = sc.rules.conditions.memory().to_dict()
+    with Sidecar.open(embedder=HashingEmbedder(), home=home) as fresh:
+        assert mine == fresh.rules.conditions.memory().to_dict()
