@@ -1,10 +1,9 @@
 """Intake, step 3: a planned batch committed, all or nothing.
 
-The memory learns first (it is idempotent per session, so a batch sent again after a
-failure further on teaches nothing twice).  Then, in one transaction, the batch's
-counters are applied, the chains it archives compiled into rules, and their cold
-records kept as pending: once that commits, the batch is durable and in force, and it
-is acknowledged.  The records reach the archive through the publisher
+In one transaction (one turn at the state's write lock), the memory learns the batch's
+sessions, the batch's counters are applied, the chains it archives compiled into rules,
+and their cold records kept as pending: once that commits, the batch is durable and in
+force, and it is acknowledged.  The records reach the archive through the publisher
 (:mod:`sidecar.intake.publish`): at once beside a local folder, in group commits beside
 a Delta table.  A crash before the transaction commits leaves no trace (the same batch
 sent again counts once: every counter is keyed by session); one after it leaves records
@@ -31,6 +30,7 @@ from sidecar.intake.plan import Archival, Plan
 from sidecar.intake.publish import Publisher
 from sidecar.model import CredentialRef, IntakeResult
 from sidecar.rules import Rules
+from sidecar.storage.base import Connection
 from sidecar.storage.sequences import CompiledChain
 from sidecar.storage.state import State
 from sidecar.tools.records import ToolRecords, tool_from_record
@@ -71,18 +71,22 @@ class Committer:
             for a in plan.archive
             if a.calls is not None
         }
-        self._rules.conditions.learn(plan.sessions, plan.manual, pointers, plan.source)
         stamp = datetime.now(UTC)
         rows = self._rows(plan.archive, stamp) if plan.archive else []
         chains = [compiled(a, stamp.timestamp()) for a in plan.archive]
         now = time.time()
-        # counted before the new rules are compiled: a completed run of the same batch is
-        # then among the runs that came before them
-        with self._state.tx() as tx:
+
+        def count(tx: Connection) -> None:
+            # counted before the new rules are compiled: a completed run of the same
+            # batch is then among the runs that came before them
             apply(tx, self._state, self._rules, plan.counters, now)
             if chains:
                 self._rules.sequences.compile(tx, chains, now)
                 self._publisher.queue(tx, rows, now)
+
+        # one transaction: what the memory learns, the counters, the rules and the
+        # pending records commit together, under one turn at the state's write lock
+        self._rules.conditions.learn(plan.sessions, plan.manual, pointers, plan.source, count)
         if self._crash_at == "after_intake_staged":
             os.kill(os.getpid(), signal.SIGKILL)  # testing only (SIDECAR_CRASH_AT)
         self._rules.sequences.compiled()

@@ -17,7 +17,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from sidecar.memory import (
@@ -88,22 +88,31 @@ class ConditionBook:
         manual: Sequence[FailureCondition] = (),
         pointers: Mapping[tuple[str, str], str] | None = None,
         source: str = "local",
+        then: Callable[[Connection], None] | None = None,
     ) -> None:
         """Teach the memory these sessions (and hand-written conditions, from ``source``),
-        then record what its conditions now are, in one transaction.  ``pointers``: for
-        a (tool, normalized signature), the cold record of its latest failing call."""
+        then record what its conditions now are, and run ``then`` (the rest of an intake
+        batch), in one transaction.  ``pointers``: for a (tool, normalized signature),
+        the cold record of its latest failing call."""
         if not sessions and not manual:
+            if then is not None:
+                with self._state.tx() as tx:
+                    then(tx)
             return
         now = time.time()
-        with self._learner.lock, self._learner.writing(), self._state.tx() as tx:
+        # the state's write lock first, then the learner's: a check reading the memory
+        # waits for a writer's folding, never for its turn at the state
+        with self._learner.writing(), self._state.tx() as tx, self._learner.lock:
             learned = self._learner.learn(tx, sessions, manual, source, now)
             if learned is not None:
                 self._sync(tx, learned.tools, pointers or {}, now)
+            if then is not None:
+                then(tx)
 
     def forget(self, source: str, since: float | None = None) -> Unlearned:
         """Remove everything ``source`` taught the memory (since ``since``, when given)
         and derive again what rested on it."""
-        with self._learner.lock, self._learner.writing(), self._state.tx() as tx:
+        with self._learner.writing(), self._state.tx() as tx, self._learner.lock:
             unlearned = self._learner.forget(tx, source, since)
             if unlearned is None:
                 return Unlearned(frozenset(), 0, frozenset())
@@ -209,7 +218,7 @@ class ConditionBook:
         contradictions from now on); returns whether the condition exists."""
         repo = self._state.conditions
         now = time.time()
-        with self._learner.lock, self._learner.writing(), self._state.tx() as tx:
+        with self._learner.writing(), self._state.tx() as tx, self._learner.lock:
             raw = repo.record(tx, condition_id)
             if raw is None:
                 return False

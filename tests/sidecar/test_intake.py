@@ -263,3 +263,35 @@ def test_status_finds_damaged_cold_files_before_a_read_does(sc: Sidecar) -> None
     assert len(reasons) == 1 and "were published" in reasons[0]
     health = sc.health()
     assert not health.ready and "not as published" in health.checks["cold_store"]
+
+
+def test_a_batch_is_learned_and_counted_in_one_transaction(
+    sc: Sidecar, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the memory learns and what a batch counts commit together, in one turn at
+    the state's write lock: a batch whose counting fails teaches the memory nothing."""
+    from sidecar.errors import SidecarError
+    from tests.sidecar.test_call_memory import good_session
+
+    turns: list[int] = []
+    opened = sc.state.tx
+
+    def tx() -> object:
+        turns.append(1)
+        return opened()
+
+    monkeypatch.setattr(sc.state, "tx", tx)
+    sc.report(good_session(1))
+    assert len(turns) == 1
+    assert sc.rules.conditions.memory().summary()["sessions"] == 1
+
+    def fail(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("the counters could not be written")
+
+    monkeypatch.setattr(sc.state.usage, "record_successes", fail)
+    with pytest.raises((RuntimeError, SidecarError)):
+        sc.report(good_session(2))
+    monkeypatch.undo()
+    assert sc.rules.conditions.memory().summary()["sessions"] == 1
+    sc.report(good_session(2))  # sent again once the state takes it: learned once
+    assert sc.rules.conditions.memory().summary()["sessions"] == 2
