@@ -1,0 +1,123 @@
+"""What a forwarded call teaches, taken off the call's path: the step its result becomes
+(:mod:`sidecar.agents.gateway.evidence`: clipped, redacted, capped) and its place in its
+session (:class:`~sidecar.agents.gateway.sessions.SessionBook`) are worked out after the
+result has been handed back, not before.
+
+A bare relay returns the upstream's result as it came; the gateway did the evidence work
+first (0.07 ms a call for a small result, more for a large one, on a worker thread),
+and the client waited for it (BENCHMARKS.md, section 10).  Now the call queues that
+work and returns; a short timer (:data:`DEFER_S`, long enough for the response to be
+written) runs it on the event loop, a large result's on the worker thread for heavy
+work.
+
+Nothing is learned later than it is needed, nor lost:
+
+- the work is queued per principal (a bearer token and a client's name: every session
+  key, and every session a call may be linked to, is one principal's), in call order,
+  and :meth:`Learning.settle` finishes a principal's queue before anything reads that
+  principal's sessions: the gateway settles before it links a call, checks it,
+  searches, takes a declared outcome or closes a connection's session, so a call sees
+  every step its session made before it, as it did when the work came first;
+- the idle sweep and the shutdown settle everything first (:meth:`Learning.settle_all`),
+  so no step is still queued when its session is concluded and reported.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import anyio
+
+from sidecar.agents.gateway.backend import Step
+from sidecar.agents.gateway.workers import GatewayStats, Workers
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+log = logging.getLogger("sidecar.agents.gateway")
+DEFER_S = 0.001
+"""How long queued work waits before it runs on its own: the result's response is on
+its way out by then (a call that comes sooner settles the queue itself)."""
+
+
+@dataclass(frozen=True)
+class _Pending:
+    build: Callable[[], Step]
+    done: Callable[[Step], None]
+    large: bool
+
+
+class Learning:
+    """Queued evidence work, one queue per principal."""
+
+    def __init__(self, workers: Workers, stats: GatewayStats, delay_s: float = DEFER_S) -> None:
+        self._workers = workers
+        self._stats = stats
+        self.delay_s = delay_s
+        self._queues: dict[str, deque[_Pending]] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+        self._tg: TaskGroup | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._tg is not None
+
+    def start(self, tg: TaskGroup) -> None:
+        self._tg = tg
+
+    def stop(self) -> None:
+        """No more timers: whatever is queued from now on waits for a settle."""
+        self._tg = None
+
+    def pending(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    def defer(
+        self,
+        principal: str,
+        build: Callable[[], Step],
+        done: Callable[[Step], None],
+        large: bool = False,
+    ) -> None:
+        """Queue ``done(build())`` for ``principal`` (``build`` on the worker thread for
+        heavy work when ``large``)."""
+        queue = self._queues.setdefault(principal, deque())
+        queue.append(_Pending(build, done, large))
+        if len(queue) == 1 and self._tg is not None:
+            self._tg.start_soon(self._later, principal)
+
+    async def settle(self, principal: str) -> None:
+        """Every piece of ``principal``'s work queued before this call done."""
+        queue = self._queues.get(principal)
+        if not queue:
+            return
+        lock = self._locks.setdefault(principal, anyio.Lock())
+        async with lock:
+            while queue:
+                # taken off the queue once done: a settle that finds it still queued
+                # waits for it (on the lock) rather than return early
+                await self._apply(queue[0])
+                queue.popleft()
+            if not lock.statistics().tasks_waiting and self._queues.get(principal) is queue:
+                del self._queues[principal]
+                del self._locks[principal]
+
+    async def settle_all(self) -> None:
+        for principal in list(self._queues):
+            await self.settle(principal)
+
+    async def _later(self, principal: str) -> None:
+        await anyio.sleep(self.delay_s)
+        await self.settle(principal)
+
+    async def _apply(self, item: _Pending) -> None:
+        try:
+            step = await self._workers.heavy(item.build) if item.large else item.build()
+            item.done(step)
+        except Exception as exc:  # one result that cannot become evidence loses only itself
+            self._stats.evidence_failures += 1
+            log.error('{"event": "evidence_failed", "type": "%s"}', type(exc).__name__)
