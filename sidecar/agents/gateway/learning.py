@@ -6,9 +6,9 @@ result has been handed back, not before.
 A bare relay returns the upstream's result as it came; the gateway did the evidence work
 first (0.07 ms a call for a small result, more for a large one, on a worker thread),
 and the client waited for it (BENCHMARKS.md, section 10).  Now the call queues that
-work and returns; a short timer (:data:`DEFER_S`, long enough for the response to be
-written) runs it on the event loop, a large result's on the worker thread for heavy
-work.
+work and returns; a task that waits for work runs it :data:`DEFER_S` later (the
+response is on its way out by then) on the event loop, a large result's on the worker
+thread for heavy work.
 
 Nothing is learned later than it is needed, nor lost:
 
@@ -60,6 +60,7 @@ class Learning:
         self.delay_s = delay_s
         self._queues: dict[str, deque[_Pending]] = {}
         self._locks: dict[str, anyio.Lock] = {}
+        self._wake: anyio.Event | None = None  # made on the event loop
         self._tg: TaskGroup | None = None
 
     @property
@@ -68,10 +69,15 @@ class Learning:
 
     def start(self, tg: TaskGroup) -> None:
         self._tg = tg
+        self._wake = anyio.Event()
+        tg.start_soon(self._drain)
 
     def stop(self) -> None:
-        """No more timers: whatever is queued from now on waits for a settle."""
+        """No more draining in the background: what is queued from now on waits for a
+        settle."""
         self._tg = None
+        if self._wake is not None:
+            self._wake.set()
 
     def pending(self) -> int:
         return sum(len(q) for q in self._queues.values())
@@ -85,10 +91,11 @@ class Learning:
     ) -> None:
         """Queue ``done(build())`` for ``principal`` (``build`` on the worker thread for
         heavy work when ``large``)."""
-        queue = self._queues.setdefault(principal, deque())
-        queue.append(_Pending(build, done, large))
-        if len(queue) == 1 and self._tg is not None:
-            self._tg.start_soon(self._later, principal)
+        self._queues.setdefault(principal, deque()).append(_Pending(build, done, large))
+        # one long-lived task drains the queues: starting a task per call would cost the
+        # call more than the evidence work itself
+        if self._wake is not None:
+            self._wake.set()
 
     async def settle(self, principal: str) -> None:
         """Every piece of ``principal``'s work queued before this call done."""
@@ -110,9 +117,17 @@ class Learning:
         for principal in list(self._queues):
             await self.settle(principal)
 
-    async def _later(self, principal: str) -> None:
-        await anyio.sleep(self.delay_s)
-        await self.settle(principal)
+    async def _drain(self) -> None:
+        while not self._stopped() and self._wake is not None:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            if self._stopped():
+                return  # the shutdown settles what is left
+            await anyio.sleep(self.delay_s)
+            await self.settle_all()
+
+    def _stopped(self) -> bool:
+        return self._tg is None
 
     async def _apply(self, item: _Pending) -> None:
         try:

@@ -90,6 +90,7 @@ def test_queued_work_runs_in_order_large_work_off_the_event_loop() -> None:
         return make
 
     def finish(step: Step) -> None:
+        assert isinstance(step.output, dict)
         done.append((step.tool, step.output["on_loop"]))
 
     async def main() -> None:
