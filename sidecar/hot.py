@@ -79,10 +79,8 @@ class HotIndex:
         warm = getattr(self.embedder, "warm", None)
         if callable(warm):
             warm(documents=documents)
-        elif documents:
+        else:  # one model for documents and queries alike
             self.embedder.embed(["warm up"])
-        else:
-            self.embedder.embed_query("warm up")
         return count
 
     def token_counter(self) -> tuple[str, Callable[[str], int]]:

@@ -96,7 +96,7 @@ class CallPath:
         route = self._catalog.route(name)
         if route is None:
             return answers.error(f"tool not available: {name}")
-        await self._learning.settle(link.principal)  # every earlier step in its session
+        self._learning.settle(link.principal)  # every earlier step in its session
         stamp, steps = self._book.stamped_steps(link.key)
         views = self._views.views(link.key, stamp, steps, name)
         hidden, verdict = await self._workers.checked(self._guard, views, name, arguments)
@@ -186,18 +186,21 @@ class CallPath:
             is_error=result.is_error,
             max_chars=settings.max_chars,
         )
-        size = result_size(result.structured_content, result.content)
-        learn(build, large=size > INLINE_EVIDENCE_CHARS)
+        if result_size(result.structured_content, result.content) <= INLINE_EVIDENCE_CHARS:
+            learn(build)
+        else:
+            # taken now, off the event loop: queued, a large result's evidence would hold
+            # up whichever call came to settle its principal's queue
+            step = await self._workers.heavy(build)
+            learn(lambda: step)
         return result, True
 
-    def learn(
-        self, link: Link, build: Callable[[], Step], sampled: bool = False, large: bool = False
-    ) -> None:
-        """The step ``build`` makes joins the session ``link`` names, once the call has
-        returned (:mod:`sidecar.agents.gateway.learning`; on a worker thread when
-        ``large``)."""
+    def learn(self, link: Link, build: Callable[[], Step], sampled: bool = False) -> None:
+        """The step ``build`` makes joins the session ``link`` names, after the call has
+        returned (:mod:`sidecar.agents.gateway.learning`), after its session's earlier
+        steps."""
         done = functools.partial(self.record, link, sampled=sampled)
-        self._learning.defer(link.principal, build, done, large)
+        self._learning.defer(link.principal, build, done)
 
     def record(self, link: Link, step: Step, sampled: bool = False) -> None:
         """``step`` joins the session ``link`` names."""

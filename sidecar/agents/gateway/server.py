@@ -144,7 +144,7 @@ class Gateway:
         self.connections = Connections(self.linker, live, self._connection_closed)
         self._live = live
         self.workers = Workers(options.inline_checks)
-        self.learning = Learning(self.workers, self.stats)
+        self.learning = Learning(self.stats)
         self.reporter = Reporter(
             backend, self.workers, self.book, self.stats, self.learning.settle_all
         )
@@ -297,7 +297,7 @@ class Gateway:
         client = self.connections.relay_key(ctx, count=False)
         # what this principal's earlier calls taught is in its sessions before anything
         # reads them (linking, the check, search, a declared outcome)
-        await self.learning.settle(origin.principal)
+        self.learning.settle(origin.principal)
         searching = self.expose == "search"
         if name == REPORT_OUTCOME or (name == SEARCH_TOOLS and searching):
             own = self.linker.for_own_tool(origin)
@@ -337,7 +337,7 @@ class Gateway:
     async def _connection_closed(self, state: ConnectionState) -> None:
         with contextlib.suppress(Exception):
             await self.relay.session_closed(state.id)
-        await self.learning.settle(state.principal)
+        self.learning.settle(state.principal)
         if state.key is not None and state.kept:
             # a client that kept its session ended it
             self.reporter.schedule(self.book.close(state.key, "closed"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -82,7 +82,7 @@ class Reporter:
         workers: Workers,
         book: SessionBook,
         stats: GatewayStats,
-        settle: Callable[[], Awaitable[None]] | None = None,
+        settle: Callable[[], None] | None = None,
     ) -> None:
         self._backend = backend
         self._workers = workers
@@ -101,7 +101,7 @@ class Reporter:
         """Every open session concluded and reported; reports in flight waited for."""
         with anyio.CancelScope(shield=True):
             if self._settle is not None:
-                await self._settle()  # nothing learned is lost: every step in its session
+                self._settle()  # nothing learned is lost: every step in its session
             for report in self._book.close_all():
                 await self.report(report)
             with anyio.move_on_after(DRAIN_S):
@@ -139,6 +139,6 @@ class Reporter:
         while True:
             await anyio.sleep(interval)
             if self._settle is not None:
-                await self._settle()
+                self._settle()
             for report in self._book.expire():
                 await self.report(report)

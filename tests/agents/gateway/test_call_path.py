@@ -5,7 +5,6 @@ settled before anything reads the session and drained on shutdown."""
 from __future__ import annotations
 
 import random
-import threading
 from typing import Any
 
 import anyio
@@ -18,7 +17,7 @@ from sidecar.agents.gateway.linking import Link
 from sidecar.agents.gateway.sessions import SessionBook, SessionLimits
 from sidecar.agents.gateway.standalone import StandaloneBackend
 from sidecar.agents.gateway.views import SessionViews
-from sidecar.agents.gateway.workers import GatewayStats, Workers
+from sidecar.agents.gateway.workers import GatewayStats
 from tests.agents.gateway.conftest import TOKEN, mcp_session, serving, shop_stdio, text_of
 
 
@@ -78,33 +77,30 @@ def test_a_call_renames_only_the_steps_recorded_since_the_last_one() -> None:
 
 
 # ---- the evidence, off the path -------------------------------------------------------
-def test_queued_work_runs_in_order_large_work_off_the_event_loop() -> None:
-    learning = Learning(Workers(), GatewayStats(), delay_s=3600)
-    done: list[tuple[str, bool]] = []
-    loop_thread = threading.get_ident()
+def test_queued_work_is_done_in_order_and_settled_per_principal() -> None:
+    stats = GatewayStats()
+    learning = Learning(stats, delay_s=3600)
+    done: list[str] = []
 
     def build(name: str) -> Any:
         def make() -> Step:
-            return Step(name, {}, {"on_loop": threading.get_ident() == loop_thread})
+            if name == "broken":
+                raise ValueError("not evidence")
+            return Step(name, {})
 
         return make
 
     def finish(step: Step) -> None:
-        assert isinstance(step.output, dict)
-        done.append((step.tool, step.output["on_loop"]))
+        done.append(step.tool)
 
-    async def main() -> None:
-        learning.defer("p", build("one"), finish)
-        learning.defer("p", build("big"), finish, large=True)
-        learning.defer("q", build("other"), finish)
-        learning.defer("p", build("three"), finish)
-        assert learning.pending() == 4 and not done  # nothing done on the call's path
-        await learning.settle("p")
-        assert learning.pending() == 1  # q's is not p's to wait for
-        await learning.settle_all()
-
-    anyio.run(main)
-    assert done == [("one", True), ("big", False), ("three", True), ("other", True)]
+    for principal, name in [("p", "one"), ("q", "other"), ("p", "broken"), ("p", "three")]:
+        learning.defer(principal, build(name), finish)
+    assert learning.pending() == 4 and not done  # nothing done on the call's path
+    learning.settle("p")
+    assert done == ["one", "three"]  # in order; q's is not p's to do
+    assert stats.evidence_failures == 1  # a step that cannot be built loses only itself
+    learning.settle_all()
+    assert done == ["one", "three", "other"] and learning.pending() == 0
 
 
 def test_a_step_learned_after_its_call_is_in_the_next_calls_check_and_blocks_it() -> None:
