@@ -9,8 +9,13 @@ evidence and its pointer, not forwarded (but for a bounded sample,
 (:mod:`sidecar.agents.gateway.answers`); ``allow``: forwarded.  A call the upstream does not
 answer within ``call_timeout_s`` is answered with an ``isError`` result saying so (and
 cancelled upstream).  Each forwarded call becomes a bounded, redacted step of its
-session (:mod:`sidecar.agents.gateway.evidence`; a large result is taken on a worker thread, so
-it never holds up another session).
+session (:mod:`sidecar.agents.gateway.evidence`): a small result's after the call has
+returned (:mod:`sidecar.agents.gateway.learning`), a large one's before, on a worker
+thread, so that it never holds up another session.
+
+The check stays on the path and is kept cheap: the session's steps under every name the
+tool has had are kept as the session grows (:mod:`sidecar.agents.gateway.views`), not
+renamed again on every call.
 """
 
 from __future__ import annotations
@@ -177,6 +182,18 @@ class CallPath:
             learn(_error_step(name, arguments, message, settings.max_chars))
             return answers.error(message[:500]), False
         self.stats.forwarded += 1
+        await self._learn_result(name, arguments, result, learn)
+        return result, True
+
+    async def _learn_result(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        result: CallToolResult,
+        learn: Callable[..., None],
+    ) -> None:
+        """The step a forwarded call's result becomes: queued when small (built after the
+        call returns), built now on a worker thread when large."""
         build = functools.partial(
             step_from_result,
             name,
@@ -184,16 +201,15 @@ class CallPath:
             structured=result.structured_content,
             content=result.content,
             is_error=result.is_error,
-            max_chars=settings.max_chars,
+            max_chars=self.settings.max_chars,
         )
         if result_size(result.structured_content, result.content) <= INLINE_EVIDENCE_CHARS:
             learn(build)
-        else:
-            # taken now, off the event loop: queued, a large result's evidence would hold
-            # up whichever call came to settle its principal's queue
-            step = await self._workers.heavy(build)
-            learn(lambda: step)
-        return result, True
+            return
+        # taken now, off the event loop: queued, a large result's evidence would hold up
+        # whichever call came to settle its principal's queue
+        step = await self._workers.heavy(build)
+        learn(lambda: step)
 
     def learn(self, link: Link, build: Callable[[], Step], sampled: bool = False) -> None:
         """The step ``build`` makes joins the session ``link`` names, after the call has
