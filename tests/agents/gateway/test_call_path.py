@@ -72,7 +72,7 @@ def test_a_call_renames_only_the_steps_recorded_since_the_last_one() -> None:
         views = kept.views("s", stamp, steps, "get")
         assert [len(v) for v, _ in views] == [min(n, 256)] * 2  # as named now; prefixed
         book.record("s", Step("get", {"n": n}, {"ok": True}))
-    # two namings of each step once, not of every step on every call (~77,000)
+    # two namings of each step once, not of every step on every call (~88,000)
     assert len(renamed) == 2 * 299
 
 
