@@ -39,8 +39,10 @@ save an agent?
    with ``json.loads`` / protobuf's ``MessageToDict``; and the top functions of a
    profile.
 
-``python -m benchmarks.bench_gateway [--quick] [--dataset DIR] [--only PART...] [--out
-FILE]`` (JSON on stdout; PART: overhead, tokens, isolation, otlp).  Nothing is
+``python -m benchmarks.bench_gateway [--quick] [--dataset DIR] [--only PART...]
+[--baseline DIR] [--out FILE]`` (JSON on stdout; PART: overhead, tokens, isolation,
+otlp; ``--baseline``: the gateway of another checkout, an earlier commit unpacked with
+``git archive``, joins the overhead round robin as ``gateway_baseline``).  Nothing is
 downloaded.
 """
 
@@ -223,18 +225,20 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
+def _env(root: Path = ROOT) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(root)}
 
 
-def _start_http(role: str, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+def _start_http(role: str, *extra: str, root: Path = ROOT) -> tuple[subprocess.Popen[bytes], str]:
+    """``role`` served over HTTP by this checkout, or by another one (``root``: a
+    baseline)."""
     import httpx
 
     port = _port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.bench_gateway", "--serve", role, str(port), *extra],
-        env=_env(),
-        cwd=ROOT,
+        env=_env(root),
+        cwd=root,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -273,15 +277,15 @@ async def _http_session(
 
 
 @asynccontextmanager
-async def _stdio_session(role: str, *extra: str) -> AsyncIterator[Any]:
+async def _stdio_session(role: str, *extra: str, root: Path = ROOT) -> AsyncIterator[Any]:
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "benchmarks.bench_gateway", "--serve", role, *extra],
-        env={"PYTHONPATH": str(ROOT), "HOME": os.environ.get("HOME", "/tmp")},
-        cwd=str(ROOT),
+        env={"PYTHONPATH": str(root), "HOME": os.environ.get("HOME", "/tmp")},
+        cwd=str(root),
     )
     with open(os.devnull, "w") as quiet:
         async with (
@@ -316,7 +320,9 @@ def _fastmcp_available() -> bool:
     return True
 
 
-def overhead(calls: int) -> dict[str, Any]:
+def overhead(calls: int, baseline: Path | None = None) -> dict[str, Any]:
+    """``baseline``: another checkout of the repository whose gateway joins the round
+    robin as ``gateway_baseline`` (a before/after in one run)."""
     import anyio
 
     reference = _fastmcp_available()
@@ -342,6 +348,10 @@ def overhead(calls: int) -> dict[str, Any]:
                 "gateway_json": (plain_url, TOKEN),
                 "bare_relay": (relay_url, None),
             }
+            if baseline is not None:
+                before, before_url = _start_http("gateway-http", f"up={up_url}", root=baseline)
+                procs.append(before)
+                urls["gateway_baseline"] = (before_url, TOKEN)
             if reference:
                 ref, ref_url = _start_http("fastmcp-http", f"up={up_url}")
                 procs.append(ref)
@@ -361,6 +371,8 @@ def overhead(calls: int) -> dict[str, Any]:
             "gateway_inline": _stdio_session("gateway-stdio-inline", upstream),
             "bare_relay": _stdio_session("relay-stdio", upstream),
         }
+        if baseline is not None:
+            sessions["gateway_baseline"] = _stdio_session("gateway-stdio", upstream, root=baseline)
         if reference:
             sessions["fastmcp_proxy"] = _stdio_session("fastmcp-stdio", upstream)
         async with _open_all(sessions) as s:
@@ -381,6 +393,10 @@ def overhead(calls: int) -> dict[str, Any]:
                 rows["gateway"]["p50_ms"], rows["bare_relay"]["p50_ms"]
             ),
         }
+        if "gateway_baseline" in rows:
+            out[transport]["gateway_baseline_ratio_p50"] = ratio(
+                rows["gateway_baseline"]["p50_ms"], direct
+            )
         if "fastmcp_proxy" in rows:
             out[transport]["fastmcp_proxy_ratio_p50"] = ratio(
                 rows["fastmcp_proxy"]["p50_ms"], direct
@@ -825,6 +841,7 @@ def run(
     dataset: Path,
     tokens: bool = True,
     parts: tuple[str, ...] = PARTS,
+    baseline: Path | None = None,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     result: dict[str, Any] = {
@@ -837,7 +854,7 @@ def run(
     }
     targets: list[dict[str, Any]] = []
     if "overhead" in parts:
-        result["overhead"] = overhead(calls=200 if quick else 1000)
+        result["overhead"] = overhead(calls=200 if quick else 1000, baseline=baseline)
         targets += [
             {
                 "target": f"gateway tools/call p50 vs direct ({transport}, upstream sleeps 5 ms)",
@@ -1025,9 +1042,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--only", nargs="+", choices=PARTS, default=list(PARTS), help="run only these parts"
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (e.g. `git archive` of an earlier commit): its gateway joins "
+        "the overhead round robin as gateway_baseline",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    result = run(args.quick, args.seed, args.dataset, not args.no_tokens, tuple(args.only))
+    result = run(
+        args.quick, args.seed, args.dataset, not args.no_tokens, tuple(args.only), args.baseline
+    )
     emit(result, args.out)
 
 

@@ -165,11 +165,15 @@ class OnnxMiniLMEmbedder:
         except Exception as exc:  # onnx, onnxruntime and OS errors alike
             raise EmbedderError(f"cannot load {MINILM_NAME} ({variant} ONNX): {exc}") from exc
 
-    def warm(self) -> None:
-        """Load the tokenizer and both graphs now rather than on first use."""
+    def warm(self, documents: bool = True) -> None:
+        """Load the tokenizer and the query graph now rather than on first use, and the
+        document graph too unless ``documents`` is false (a server that must answer
+        lookups first: the fp32 document graph takes about twice the int8 query graph's
+        load, and only adding tools runs it)."""
         self._tokenizer()
-        self._session(self._documents)
         self._session(self._queries)
+        if documents:
+            self._session(self._documents)
 
     # ---- embedding ----------------------------------------------------------------
     def tokenizer_count(self, text: str) -> int:

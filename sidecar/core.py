@@ -199,10 +199,11 @@ class Sidecar:
         self._home.withdraw_server()
 
     @boundary
-    def warm_up(self) -> int:
+    def warm_up(self, documents: bool = True) -> int:
         """Open the hot index and load the model now, not on the first request;
-        returns the number of active tools."""
-        return self.hot.warm_up()
+        returns the number of active tools.  ``documents=False``: only what a lookup
+        needs (the document graph, which adding tools runs, loads on first use)."""
+        return self.hot.warm_up(documents)
 
     @boundary
     def health(self) -> Health:

@@ -71,13 +71,15 @@ class HotIndex:
         if index is not None:
             index.close()
 
-    def warm_up(self) -> int:
-        """Open the index and load the model now; returns the number of active tools."""
+    def warm_up(self, documents: bool = True) -> int:
+        """Open the index and load the model now; returns the number of active tools.
+        ``documents=False``: only what a lookup runs (an embedder with a graph of its
+        own for documents loads it on first use)."""
         count = self.get().count()
         warm = getattr(self.embedder, "warm", None)
         if callable(warm):
-            warm()
-        else:
+            warm(documents=documents)
+        else:  # one model for documents and queries alike
             self.embedder.embed(["warm up"])
         return count
 

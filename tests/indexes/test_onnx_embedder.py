@@ -233,3 +233,21 @@ def test_a_serving_process_never_imports_torch(onnx_cache: Path) -> None:
         check=True,
     )
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_a_warm_up_for_lookups_loads_the_query_graph_only(
+    onnx_cache: Path, onnx_minilm: OnnxMiniLMEmbedder
+) -> None:
+    """What ``sidecar serve`` loads before it is ready: lookups answer at once, and the
+    document graph loads on the first document embedding, giving the same vectors."""
+    embedder = OnnxMiniLMEmbedder(onnx_cache)
+    embedder.warm(documents=False)
+    assert set(embedder._sessions) == {"int8"}
+    assert np.array_equal(
+        embedder.embed_query("book a hotel"), onnx_minilm.embed_query("book a hotel")
+    )
+    assert np.array_equal(embedder.embed(["a tool"]), onnx_minilm.embed(["a tool"]))
+    assert set(embedder._sessions) == {"int8", "fp32"}
+    embedder = OnnxMiniLMEmbedder(onnx_cache)
+    embedder.warm()
+    assert set(embedder._sessions) == {"int8", "fp32"}

@@ -344,3 +344,25 @@ def test_the_docs_pages_load_nothing_from_elsewhere(client: TestClient) -> None:
     from sidecar.shells.api.gate import is_public
 
     assert is_public("/docs/assets/swagger-ui.css") and not is_public("/docs/assets/../v1/tools")
+
+
+def test_the_server_warms_up_what_a_lookup_needs_before_it_serves(
+    sc: Sidecar, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ready means ready to answer lookups: the index and the query graph, not the
+    document graph that only adding tools runs (it loads on first use)."""
+    asked: list[bool] = []
+
+    class Started(Exception):
+        pass
+
+    class Embedder(HashingEmbedder):
+        def warm(self, documents: bool = True) -> None:
+            asked.append(documents)
+            raise Started  # what the server does next is not this test's
+
+    monkeypatch.setenv("SIDECAR_TOKEN", "serve-test-token-0123456789")
+    monkeypatch.setattr(sc.hot, "_embedder", Embedder())
+    with pytest.raises(Started):
+        serve(sc, host="127.0.0.1", port=0)
+    assert asked == [False]

@@ -9,8 +9,13 @@ evidence and its pointer, not forwarded (but for a bounded sample,
 (:mod:`sidecar.agents.gateway.answers`); ``allow``: forwarded.  A call the upstream does not
 answer within ``call_timeout_s`` is answered with an ``isError`` result saying so (and
 cancelled upstream).  Each forwarded call becomes a bounded, redacted step of its
-session (:mod:`sidecar.agents.gateway.evidence`; a large result is taken on a worker thread, so
-it never holds up another session).
+session (:mod:`sidecar.agents.gateway.evidence`): a small result's after the call has
+returned (:mod:`sidecar.agents.gateway.learning`), a large one's before, on a worker
+thread, so that it never holds up another session.
+
+The check stays on the path and is kept cheap: the session's steps under every name the
+tool has had are kept as the session grows (:mod:`sidecar.agents.gateway.views`), not
+renamed again on every call.
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ from sidecar.agents.gateway.backend import GatewayBackend, Step, Verdict
 from sidecar.agents.gateway.catalog import Catalog, Route
 from sidecar.agents.gateway.contest import Contest
 from sidecar.agents.gateway.evidence import result_size, step_from_error, step_from_result
+from sidecar.agents.gateway.learning import Learning
 from sidecar.agents.gateway.linking import Link
 from sidecar.agents.gateway.relay import Relay
 from sidecar.agents.gateway.sessions import SessionBook
 from sidecar.agents.gateway.upstream import CallTimedOut, UpstreamLink, is_link_failure
+from sidecar.agents.gateway.views import SessionViews
 from sidecar.agents.gateway.workers import GatewayStats, Reporter, Workers
 
 if TYPE_CHECKING:
@@ -60,7 +67,7 @@ class CallPath:
         links: Mapping[str, UpstreamLink],
         relay: Relay,
         contest: Contest,
-        run: tuple[Workers, Reporter, GatewayStats],
+        run: tuple[Workers, Reporter, GatewayStats, Learning],
         settings: CallSettings,
     ) -> None:
         self._backend = backend
@@ -69,8 +76,9 @@ class CallPath:
         self._links = links
         self._relay = relay
         self._contest = contest
-        self._workers, self._reporter, self.stats = run
+        self._workers, self._reporter, self.stats, self._learning = run
         self.settings = settings
+        self._views = SessionViews(catalog, book.limits.max_sessions)
 
     def names(self, exposed: str) -> set[str]:
         """Every name the memory may know the tool ``exposed`` by (:mod:`.catalog`)."""
@@ -93,8 +101,10 @@ class CallPath:
         route = self._catalog.route(name)
         if route is None:
             return answers.error(f"tool not available: {name}")
-        steps = self._book.steps(link.key)
-        hidden, verdict = await self._workers.checked(self._guard, steps, name, arguments)
+        self._learning.settle(link.principal)  # every earlier step in its session
+        stamp, steps = self._book.stamped_steps(link.key)
+        views = self._views.views(link.key, stamp, steps, name)
+        hidden, verdict = await self._workers.checked(self._guard, views, name, arguments)
         if hidden:
             self.stats.refused_hidden += 1
             return answers.error(f"tool not available: {name}")
@@ -105,9 +115,9 @@ class CallPath:
                 self.stats.blocked += 1
                 return answers.refusal(name, verdict.reasons)
             self.stats.contest_samples += 1
-        record = functools.partial(self.record, link, sampled=sampled)
+        learn = functools.partial(self.learn, link, sampled=sampled)
         result, forwarded = await self._forward(
-            route, client or link.key, name, arguments, meta, ctx, record
+            route, client or link.key, name, arguments, meta, ctx, learn
         )
         if not forwarded or verdict.decision == "allow":
             return result
@@ -115,14 +125,13 @@ class CallPath:
         return answers.warned(result, name, verdict, sampled, self.settings.warning_text)
 
     def _guard(
-        self, steps: list[Step], name: str, arguments: dict[str, Any]
+        self, views: list[tuple[list[Step], str]], name: str, arguments: dict[str, Any]
     ) -> tuple[bool, Verdict]:
         # one worker-thread hop for every question
         if self.names(name) & self._backend.hidden_tools():
             return True, Verdict.allow()
         verdicts = [
-            self._backend.check_call(view_steps, tool, arguments)
-            for view_steps, tool in self._catalog.views(steps, name)
+            self._backend.check_call(view_steps, tool, arguments) for view_steps, tool in views
         ]
         return False, answers.strictest(verdicts)
 
@@ -134,7 +143,7 @@ class CallPath:
         arguments: dict[str, Any],
         meta: dict[str, Any] | None,
         ctx: ServerRequestContext[Any, Any] | None,
-        record: Callable[[Step], None],
+        learn: Callable[..., None],
     ) -> tuple[CallToolResult, bool]:
         """The upstream's result (and ``True``), or the gateway's own error when the
         upstream did not answer (and ``False``)."""
@@ -157,7 +166,7 @@ class CallPath:
         except CallTimedOut as exc:
             self.stats.timeouts += 1
             error = f"timed out after {exc.timeout:g} s"
-            record(step_from_error(name, arguments, error, settings.max_chars))
+            learn(_error_step(name, arguments, error, settings.max_chars))
             return answers.error(
                 f"upstream {route.upstream}: {name} did not answer within {exc.timeout:g} s "
                 "(the gateway's call timeout, SIDECAR_GATEWAY_CALL_TIMEOUT); the call was "
@@ -167,17 +176,24 @@ class CallPath:
             self.stats.upstream_errors += 1
             if isinstance(exc, MCPError) and not is_link_failure(exc):
                 # the upstream answered with a protocol error: the caller gets it as is
-                record(step_from_error(name, arguments, exc.error.message, settings.max_chars))
+                learn(_error_step(name, arguments, exc.error.message, settings.max_chars))
                 raise
             message = f"upstream {route.upstream} failed: {_exception_text(exc)}"
-            record(step_from_error(name, arguments, message, settings.max_chars))
+            learn(_error_step(name, arguments, message, settings.max_chars))
             return answers.error(message[:500]), False
         self.stats.forwarded += 1
-        record(await self._evidence(name, arguments, result))
+        await self._learn_result(name, arguments, result, learn)
         return result, True
 
-    async def _evidence(self, name: str, arguments: dict[str, Any], result: CallToolResult) -> Step:
-        """The step a forwarded call's result becomes (on a worker thread when large)."""
+    async def _learn_result(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        result: CallToolResult,
+        learn: Callable[..., None],
+    ) -> None:
+        """The step a forwarded call's result becomes: queued when small (built after the
+        call returns), built now on a worker thread when large."""
         build = functools.partial(
             step_from_result,
             name,
@@ -188,8 +204,19 @@ class CallPath:
             max_chars=self.settings.max_chars,
         )
         if result_size(result.structured_content, result.content) <= INLINE_EVIDENCE_CHARS:
-            return build()
-        return await self._workers.heavy(build)
+            learn(build)
+            return
+        # taken now, off the event loop: queued, a large result's evidence would hold up
+        # whichever call came to settle its principal's queue
+        step = await self._workers.heavy(build)
+        learn(lambda: step)
+
+    def learn(self, link: Link, build: Callable[[], Step], sampled: bool = False) -> None:
+        """The step ``build`` makes joins the session ``link`` names, after the call has
+        returned (:mod:`sidecar.agents.gateway.learning`), after its session's earlier
+        steps."""
+        done = functools.partial(self.record, link, sampled=sampled)
+        self._learning.defer(link.principal, build, done)
 
     def record(self, link: Link, step: Step, sampled: bool = False) -> None:
         """``step`` joins the session ``link`` names."""
@@ -199,6 +226,10 @@ class CallPath:
         )
         if sampled:
             self._book.flag(link.key)  # a sample's outcome is evidence, even a success
+
+
+def _error_step(name: str, arguments: dict[str, Any], error: str, max_chars: int) -> Any:
+    return functools.partial(step_from_error, name, arguments, error, max_chars)
 
 
 def _exception_text(exc: BaseException) -> str:

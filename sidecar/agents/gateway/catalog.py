@@ -69,6 +69,8 @@ class Catalog:
         self._exposed: dict[str, Tool] = {}
         self._synced: dict[str, str] = {}  # upstream -> digest of what was last synced
         self._mapped: set[tuple[str, str]] = set()  # (upstream, name) already logged
+        self.generation = 0
+        """Bumped whenever names are recomputed (what a kept view was renamed under)."""
 
     def update(self, upstream: str, tools: list[Tool]) -> None:
         self._listed[upstream] = list(tools)
@@ -99,6 +101,7 @@ class Catalog:
                     update["input_schema"] = {**tool.input_schema, "additionalProperties": False}
                 exposed[name] = tool.model_copy(update=update) if update else tool
         self._routes, self._exposed = routes, exposed
+        self.generation += 1
 
     def _note_mapped(self, upstream: str, name: str, mapped: str) -> None:
         if (upstream, name) in self._mapped:
@@ -152,14 +155,14 @@ class Catalog:
         seen = {(exposed, tuple(s.tool for s in now))}
         for plain in (True, False):
             tool = route.plain if plain else route.prefixed
-            renamed = [self._renamed(s, plain) for s in now]
+            renamed = [self.renamed(s, plain) for s in now]
             key = (tool, tuple(s.tool for s in renamed))
             if key not in seen:
                 seen.add(key)
                 out.append((renamed, tool))
         return out
 
-    def _renamed(self, step: Step, plain: bool) -> Step:
+    def renamed(self, step: Step, plain: bool) -> Step:
         route = self._routes.get(step.tool)
         if route is None:
             return step

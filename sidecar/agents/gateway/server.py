@@ -36,6 +36,7 @@ from sidecar.agents.gateway.catalog import Catalog
 from sidecar.agents.gateway.contest import Contest, ContestPolicy
 from sidecar.agents.gateway.errors import GatewayError
 from sidecar.agents.gateway.evidence import DEFAULT_MAX_CHARS
+from sidecar.agents.gateway.learning import Learning
 from sidecar.agents.gateway.linking import ConnectionState, Linker
 from sidecar.agents.gateway.own_tools import (
     CALL_TOOL,
@@ -143,7 +144,10 @@ class Gateway:
         self.connections = Connections(self.linker, live, self._connection_closed)
         self._live = live
         self.workers = Workers(options.inline_checks)
-        self.reporter = Reporter(backend, self.workers, self.book, self.stats)
+        self.learning = Learning(self.stats)
+        self.reporter = Reporter(
+            backend, self.workers, self.book, self.stats, self.learning.settle_all
+        )
         self.syncer = CatalogSync(
             self.catalog,
             self.links,
@@ -159,7 +163,7 @@ class Gateway:
             self.links,
             self.relay,
             self.contest,
-            (self.workers, self.reporter, self.stats),
+            (self.workers, self.reporter, self.stats, self.learning),
             CallSettings(options.max_chars, options.call_timeout_s, options.warning_text),
         )
         self.own = OwnTools(self.catalog, self._steps, self._search, self._declare)
@@ -184,10 +188,12 @@ class Gateway:
                 for link in self.links.values():
                     await tg.start(link.run)
                 await self.sync(force=True)
+                self.learning.start(tg)
                 self.reporter.start(tg)
                 yield self
             finally:
-                await self.reporter.stop()
+                await self.reporter.stop()  # settles what is still queued first
+                self.learning.stop()
                 for link in self.links.values():
                     link.stop()
                 tg.cancel_scope.cancel()
@@ -289,6 +295,9 @@ class Gateway:
     ) -> CallToolResult:
         origin = self.connections.origin(ctx)
         client = self.connections.relay_key(ctx, count=False)
+        # what this principal's earlier calls taught is in its sessions before anything
+        # reads them (linking, the check, search, a declared outcome)
+        self.learning.settle(origin.principal)
         searching = self.expose == "search"
         if name == REPORT_OUTCOME or (name == SEARCH_TOOLS and searching):
             own = self.linker.for_own_tool(origin)
@@ -328,6 +337,7 @@ class Gateway:
     async def _connection_closed(self, state: ConnectionState) -> None:
         with contextlib.suppress(Exception):
             await self.relay.session_closed(state.id)
+        self.learning.settle(state.principal)
         if state.key is not None and state.kept:
             # a client that kept its session ended it
             self.reporter.schedule(self.book.close(state.key, "closed"))

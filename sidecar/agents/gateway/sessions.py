@@ -147,6 +147,16 @@ class SessionBook:
         self._touch(key, session)
         return list(session.steps)
 
+    def stamped_steps(self, key: str) -> tuple[tuple[str, int], list[Step]]:
+        """:meth:`steps`, with the stamp that tells one state of them from another: the
+        session's own id and how many steps it has recorded in all (its steps are the
+        last of those, up to ``max_steps``)."""
+        session = self._sessions.get(key)
+        if session is None:
+            return ("", 0), []
+        self._touch(key, session)
+        return (session.report_id, session.calls), list(session.steps)
+
     def record(
         self,
         key: str,

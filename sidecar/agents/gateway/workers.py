@@ -44,6 +44,7 @@ class GatewayStats:
     sync_failures: int = 0
     reports: int = 0
     report_failures: int = 0
+    evidence_failures: int = 0
 
 
 class Workers:
@@ -76,12 +77,19 @@ class Reporter:
     """Finished sessions to :meth:`GatewayBackend.report_session`, in the background."""
 
     def __init__(
-        self, backend: GatewayBackend, workers: Workers, book: SessionBook, stats: GatewayStats
+        self,
+        backend: GatewayBackend,
+        workers: Workers,
+        book: SessionBook,
+        stats: GatewayStats,
+        settle: Callable[[], None] | None = None,
     ) -> None:
         self._backend = backend
         self._workers = workers
         self._book = book
         self._stats = stats
+        self._settle = settle
+        """Finishes the steps still queued (:mod:`.learning`) before sessions conclude."""
         self._tg: TaskGroup | None = None
         self._inflight = 0  # scheduled reports not yet handed to the backend
 
@@ -92,6 +100,8 @@ class Reporter:
     async def stop(self) -> None:
         """Every open session concluded and reported; reports in flight waited for."""
         with anyio.CancelScope(shield=True):
+            if self._settle is not None:
+                self._settle()  # nothing learned is lost: every step in its session
             for report in self._book.close_all():
                 await self.report(report)
             with anyio.move_on_after(DRAIN_S):
@@ -128,5 +138,7 @@ class Reporter:
         interval = min(max(shortest / 4, 0.05), 5.0)
         while True:
             await anyio.sleep(interval)
+            if self._settle is not None:
+                self._settle()
             for report in self._book.expire():
                 await self.report(report)

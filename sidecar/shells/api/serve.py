@@ -166,7 +166,9 @@ def _serve(
     try:
         if progress is not None:
             progress("opening the hot index and loading the embedding model")
-        sc.warm_up()
+        # ready means ready to answer lookups: the index and the query graph; the
+        # document graph (adding tools) loads on first use, off the start's path
+        sc.warm_up(documents=False)
         app = create_app(sc, token, max_body_bytes)
         config = uvicorn.Config(
             app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5

@@ -158,6 +158,7 @@ def test_idle_sessions_are_reported_while_still_open() -> None:
             await eventually(lambda: len(backend.reports) == 1)
             # the session lives on: its next steps start a new segment
             await s.call_tool("get_order", {"order_id": "#W2"})
+            gateway.learning.settle_all()  # its step is taken after the call returns
             return len(gateway.book)
 
     open_after = anyio.run(main)
