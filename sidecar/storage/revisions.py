@@ -19,10 +19,10 @@ a commit, on any process, sees it, at the cost of that one read.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from sidecar.storage.base import Connection, Database, MissingTable
 
@@ -36,6 +36,9 @@ COUNTERS = (
     "requests_seq",
     "requests_generation",
 )
+READ = "SELECT key, value FROM meta WHERE key IN ({})".format(", ".join(f"'{k}'" for k in COUNTERS))
+"""Every revision in one statement with no parameters (one prepared read)."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,8 @@ CREATE TABLE IF NOT EXISTS tools_writes (rev INTEGER PRIMARY KEY, writer TEXT NO
         self.writer = writer
         """This process's name in ``tools_writes``."""
         self._cache: tuple[object, Revisions] | None = None
+        self._last: Revisions | None = None
+        """What the last read found (a :meth:`judged` request runs on it meanwhile)."""
         self._pin = threading.local()
 
     # ---- settings ----------------------------------------------------------------------
@@ -125,16 +130,66 @@ CREATE TABLE IF NOT EXISTS tools_writes (rev INTEGER PRIMARY KEY, writer TEXT NO
         return found
 
     def _read(self) -> Revisions:
-        marks = ",".join("?" * len(COUNTERS))
+        return self._begin()()
+
+    def _begin(self) -> Callable[[], Revisions]:
+        """Send the one read of every revision; what is returned waits for it."""
         try:
-            rows = dict(
-                self._db.execute(
-                    f"SELECT key, value FROM meta WHERE key IN ({marks})", COUNTERS
-                ).fetchall()
-            )
+            wait = self._db.begin_read(READ)
         except MissingTable:
-            return Revisions()
-        return Revisions(*(int(rows.get(k, 0)) for k in COUNTERS))
+            return Revisions
+
+        def revisions() -> Revisions:
+            try:
+                rows: dict[str, str] = dict(wait())
+            except MissingTable:
+                return Revisions()
+            found = Revisions(*(int(rows.get(k, 0)) for k in COUNTERS))
+            self._last = found
+            return found
+
+        return revisions
+
+    def judged(self, request: Callable[[], T]) -> T:
+        """Run one read-only request judging from one set of revisions (as :meth:`pinned`
+        does), read after it started: a commit acknowledged before, on any process, is
+        in its answer.
+
+        Where the read crosses a network, it is sent first and the request runs
+        meanwhile on the revisions the previous read found, so the round trip overlaps
+        the request's own work.  When the read answers with other revisions, the answer
+        is dropped and the request runs again on the new ones: what is returned was
+        judged from revisions read after the request started, always.  (Every cache
+        keyed by revisions rebuilds itself when the revisions it is given differ from
+        its key, so running on older ones costs time, never correctness.)"""
+        last = self._last
+        if getattr(self._pin, "active", False) or last is None or not self._db.overlaps_reads:
+            with self.pinned():
+                return request()
+        token = self._db.change_token()
+        cached = self._cache
+        if token is not None and cached is not None and cached[0] == token:
+            with self.pinned():
+                return request()  # the revision cache holds: no read at all
+        fresh = self._begin()
+        answer: T | None = None
+        failed: BaseException | None = None
+        self._pin.active, self._pin.value = True, last
+        try:
+            answer = request()
+        except Exception as exc:  # judged from stale revisions, it may not stand
+            failed = exc
+        finally:
+            self._pin.active, self._pin.value = False, None
+            now = fresh()
+            self._cache = (token, now)
+        if now != last:
+            with self.pinned():
+                self._pin.value = now
+                return request()
+        if failed is not None:
+            raise failed
+        return answer  # type: ignore[return-value]
 
     @contextmanager
     def pinned(self) -> Iterator[None]:
