@@ -11,9 +11,12 @@ and the state's key-value settings (``meta``).
 - ``requests_seq`` and ``requests_generation``: the usage requests (see
   :mod:`sidecar.storage.requests`).
 
-All of them are read in one small read (:meth:`RevisionRepository.current`), and a
-request reads them once (:meth:`RevisionRepository.pinned`): a request that starts after
-a commit, on any process, sees it, at the cost of that one read.
+All of them are read in one small read (:meth:`RevisionRepository.current`; on
+PostgreSQL one prepared statement, one round trip: :meth:`Database.begin_read
+<sidecar.storage.base.Database.begin_read>`), and a request reads them once
+(:meth:`RevisionRepository.pinned`): a request that starts after a commit, on any
+process, sees it, at the cost of that one read.  A check sends the read and works while
+it travels (:meth:`RevisionRepository.judged`).
 """
 
 from __future__ import annotations
