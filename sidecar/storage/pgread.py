@@ -44,9 +44,33 @@ def send(conn: psycopg.Connection[Any], sql: str, prepared: Prepared) -> None:
         wait(pg.socket, write=True)
 
 
-def answer(conn: psycopg.Connection[Any]) -> list[Row]:
+def answer(conn: psycopg.Connection[Any], sql: str, prepared: Prepared) -> list[Row]:
     """The rows of what :func:`send` sent, values as text (``None`` for NULL).  Every
     result is read, a failed one too, so the connection is idle again after."""
+    import psycopg
+
+    res = _result(conn)
+    if res.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == MISSING_STATEMENT:
+        # deallocated under it: psycopg sends DEALLOCATE ALL after a rollback or a DROP
+        # on a connection where it prepared statements of its own
+        prepared.get(conn, set()).discard(statement_name(sql))
+        send(conn, sql, prepared)
+        res = _result(conn)
+    if res.status != psycopg.pq.ExecStatus.TUPLES_OK:
+        raise psycopg.errors.error_from_result(res, conn.info.encoding)
+    columns = range(res.nfields)
+    rows: list[Row] = []
+    for r in range(res.ntuples):
+        values = (res.get_value(r, c) for c in columns)
+        rows.append(tuple(None if v is None else v.decode() for v in values))
+    return rows
+
+
+MISSING_STATEMENT = b"26000"
+"""SQLSTATE invalid_sql_statement_name: no prepared statement of that name."""
+
+
+def _result(conn: psycopg.Connection[Any]) -> psycopg.pq.abc.PGresult:
     import psycopg
 
     pg = conn.pgconn
@@ -61,15 +85,7 @@ def answer(conn: psycopg.Connection[Any]) -> list[Row]:
         results.append(res)
     if not results:
         raise psycopg.OperationalError("the server answered nothing to a read")
-    res = results[0]
-    if res.status != psycopg.pq.ExecStatus.TUPLES_OK:
-        raise psycopg.errors.error_from_result(res, conn.info.encoding)
-    columns = range(res.nfields)
-    rows: list[Row] = []
-    for r in range(res.ntuples):
-        values = (res.get_value(r, c) for c in columns)
-        rows.append(tuple(None if v is None else v.decode() for v in values))
-    return rows
+    return results[0]
 
 
 def wait(fd: int, write: bool) -> None:

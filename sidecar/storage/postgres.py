@@ -332,9 +332,9 @@ class PostgresDatabase(Database):
         answer awaited when the caller asks for it."""
         if getattr(self._local, "conn", None) is not None:
             return super().begin_read(sql)  # inside this thread's write transaction
-        conn = self._get()
+        conn, query = self._get(), translate(sql)
         try:
-            pgread.send(conn, translate(sql), self._prepared_on)
+            pgread.send(conn, query, self._prepared_on)
         except BaseException as exc:
             self._put(conn)
             if isinstance(exc, self._psycopg.Error):
@@ -343,7 +343,7 @@ class PostgresDatabase(Database):
 
         def rows() -> list[Row]:
             try:
-                return pgread.answer(conn)
+                return pgread.answer(conn, query, self._prepared_on)
             except self._psycopg.Error as exc:
                 raise failure(exc) from exc
             finally:

@@ -256,3 +256,27 @@ def _traced_checks(
             conn.pgconn.untrace()  # flushes what it wrote
         os.close(fd)
     return path.read_text(), events
+
+
+def test_a_read_whose_statement_was_deallocated_prepares_it_again(
+    postgres_server: PostgresServer,
+) -> None:
+    """psycopg sends DEALLOCATE ALL when a transaction rolls back on a connection where it
+    prepared statements of its own: the revisions' statement goes with them."""
+    with postgres_server.schema() as url:
+        db = PostgresDatabase(url)
+        try:
+            repo = RevisionRepository(db, "here")
+            db.ensure(repo.SCHEMA)
+            before = repo.current()
+            for _ in range(6):  # psycopg prepares a statement run five times
+                db.execute("SELECT count(*) FROM meta").fetchall()
+            with pytest.raises(LookupError), db.tx() as tx:
+                RevisionRepository.bump(tx, "constraints_rev")
+                raise LookupError("rolled back")
+            names = db.execute("SELECT name FROM pg_prepared_statements").fetchall()
+            assert not [n for (n,) in names if n.startswith("sidecar_")]  # it is gone
+            elsewhere(db)
+            assert repo.current().constraints == before.constraints + 1
+        finally:
+            db.close()
