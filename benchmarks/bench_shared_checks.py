@@ -10,28 +10,58 @@ starts the same services as ``bench_shared`` (PostgreSQL, ``chroma run``, moto S
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from benchmarks import bench_shared
 from benchmarks.bench_shared import FULL, QUICK, Services, lookup_and_check
 
 
-def run(full: bool = False, rounds: int | None = None, seed: int = 7) -> dict[str, Any]:
+def run(
+    full: bool = False, rounds: int | None = None, seed: int = 7, grouped: bool = False
+) -> dict[str, Any]:
+    """``grouped``: the round robin calls the three searches, then the three checks, then
+    the three check_calls (``bench_shared`` calls each mode's search, check and check_call
+    in turn, so a shared check always follows a search on the Chroma server)."""
     sizes = FULL if full else QUICK
     if rounds is not None:
         sizes = dataclasses.replace(sizes, rounds=rounds)
     started = time.perf_counter()
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-checks-") as tmp,
-        Services(Path(tmp)) as services,
-    ):
+    with contextlib.ExitStack() as stack:
+        if grouped:
+            stack.enter_context(_grouped_round_robin())
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-checks-"))
+        services = stack.enter_context(Services(Path(tmp)))
         row = lookup_and_check(services, Path(tmp), sizes, seed)
     row["took_s"] = round(time.perf_counter() - started, 1)
-    return {"benchmark": "shared_checks", "sizes": dataclasses.asdict(sizes), "lookup": row}
+    return {
+        "benchmark": "shared_checks",
+        "sizes": dataclasses.asdict(sizes),
+        "order": "grouped by operation" if grouped else "bench_shared's",
+        "lookup": row,
+    }
+
+
+@contextlib.contextmanager
+def _grouped_round_robin() -> Iterator[None]:
+    plain = bench_shared.interleaved
+
+    def grouped(fns: Mapping[str, Callable[[], Any]], repeat: int, warmup: int = 3) -> Any:
+        ops = ("search", "check", "check_call")
+        order = sorted(fns, key=lambda name: ops.index(name.split(":")[1]))
+        return plain({name: fns[name] for name in order}, repeat, warmup)
+
+    bench_shared.interleaved = grouped  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        bench_shared.interleaved = plain
 
 
 def table(result: dict[str, Any]) -> str:
@@ -53,9 +83,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--full", action="store_true", help="the full sizes (10,002 tools)")
     parser.add_argument("--rounds", type=int, help="rounds of the round robin")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--grouped", action="store_true", help="searches, then checks, then check_calls"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    result = run(args.full, args.rounds, args.seed)
+    result = run(args.full, args.rounds, args.seed, args.grouped)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
