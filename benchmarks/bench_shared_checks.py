@@ -3,9 +3,11 @@ and ``check_call`` timed in one round robin on an embedded sidecar, a shared one
 revisions read on every request) and a shared one with the revision cache, all in this
 process, with their p50 ratios against the embedded one.
 
-``python -m benchmarks.bench_shared_checks [--full] [--rounds N] [--out FILE]``: quick
-sizes by default (1,002 tools, 200 fatal continuations, 200 rounds; a few minutes); it
-starts the same services as ``bench_shared`` (PostgreSQL, ``chroma run``, moto S3)."""
+``python -m benchmarks.bench_shared_checks [--full] [--rounds N] [--grouped] [--out
+FILE]``: quick sizes by default (1,002 tools, 200 fatal continuations, 200 rounds; about
+a minute); it starts the same services as ``bench_shared`` (PostgreSQL, ``chroma run``,
+moto S3).  ``--grouped`` orders the round robin by operation (see :func:`run`);
+``--profile`` times the parts of a shared check instead (see :func:`profile`)."""
 
 from __future__ import annotations
 
@@ -17,10 +19,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks import bench_shared, common
 from benchmarks.bench_shared import FULL, QUICK, Services, lookup_and_check
+
+if TYPE_CHECKING:
+    from sidecar import Sidecar as Sidecar
 
 
 def run(
@@ -64,6 +69,91 @@ def _grouped_round_robin() -> Iterator[None]:
         vars(bench_shared)["interleaved"] = plain
 
 
+def profile(rounds: int = 2_000, seed: int = 7) -> dict[str, Any]:
+    """Where a shared check's time goes, in one round robin in this process (PostgreSQL
+    only: the hashing embedder, the hot index embedded, 1,002 tools, 200 fatal
+    continuations): the revisions' read alone, on the path a check took before (a
+    cursor, eight parameters) and the one it takes now (prepared, through libpq), beside
+    a prepared ``SELECT 1`` (the round trip's floor); a check embedded, shared with the
+    read first and the check after it, and shared as it runs now (overlapped)."""
+    import random
+
+    from benchmarks.bench_shared import catalog, fatal_chain, library, lookup_step, session
+    from benchmarks.pgserver import PostgresServer
+    from indexes import HashingEmbedder
+    from sidecar import Sidecar
+    from sidecar.storage.postgres import PostgresDatabase
+    from sidecar.storage.revisions import COUNTERS
+
+    server = PostgresServer().start()
+    with contextlib.ExitStack() as stack:
+        stack.callback(server.remove)
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-checks-")))
+        url = stack.enter_context(server.schema())
+        tools = catalog(1_000, random.Random(seed))
+        chains = [fatal_chain(["tool_0", "tool_1", f"tool_{2 + i}"], i) for i in range(200)]
+        embedded = stack.enter_context(library(tmp / "e", HashingEmbedder(), None))
+        shared = stack.enter_context(
+            Sidecar.open(embedder=HashingEmbedder(), home=tmp / "s", database_url=url)
+        )
+        for sc in (embedded, shared):
+            sc.add_tools(tools)
+            sc.report_many(chains)
+            sc.report_many([session(n) for n in range(3)])
+        db = shared.state.database
+        assert isinstance(db, PostgresDatabase)
+        old_read = f"SELECT key, value FROM meta WHERE key IN ({','.join('?' * len(COUNTERS))})"
+        conn = db._get()
+        conn.execute("PREPARE bench_floor AS SELECT 1")
+        stack.callback(db._put, conn)
+        n = iter(range(10**9))
+
+        def plan() -> tuple[str, ...]:
+            return ("tool_0", "tool_1", f"tool_{2 + next(n) % 200}")
+
+        def floor() -> None:
+            conn.pgconn.send_query_prepared(b"bench_floor", [])
+            while conn.pgconn.get_result() is not None:
+                pass
+
+        def read_then_check() -> None:
+            with shared.state.revisions.pinned():
+                shared.rules.check(plan(), "sequence", {})
+
+        def call(sc: Sidecar) -> Callable[[], Any]:
+            def one() -> Any:
+                order = f"#C{next(n)}"
+                return sc.check_call([lookup_step(order)], "exchange_items", {"order_id": order})
+
+            return one
+
+        fns: dict[str, Callable[[], Any]] = {
+            "read, the path before (a cursor, 8 parameters)": lambda: db.execute(
+                old_read, COUNTERS
+            ).fetchall(),
+            "read, the path now (prepared, through libpq)": shared.state.revisions._read,
+            "floor: a prepared SELECT 1 through libpq": floor,
+            "check, embedded": lambda: embedded.check(plan()),
+            "check, shared: read, then check": read_then_check,
+            "check, shared: overlapped (now)": lambda: shared.check(plan()),
+            "check_call, embedded": call(embedded),
+            "check_call, shared: overlapped (now)": call(shared),
+        }
+        samples = common.interleaved(fns, rounds, warmup=20)
+    return {
+        "benchmark": "shared_checks_profile",
+        "rounds": rounds,
+        "machine": common.machine(),
+        "us": {
+            name: {
+                "p50": round(common.summary(values)["p50_ms"] * 1000, 1),
+                "p99": round(common.summary(values)["p99_ms"] * 1000, 1),
+            }
+            for name, values in samples.items()
+        },
+    }
+
+
 def table(result: dict[str, Any]) -> str:
     lines = [
         "| op | embedded p50 / p99 | shared p50 / p99 | p50 ratio | cached p50 / p99 | p50 ratio |",
@@ -87,7 +177,17 @@ def main(argv: list[str] | None = None) -> None:
         "--grouped", action="store_true", help="searches, then checks, then check_calls"
     )
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--profile", action="store_true", help="where a shared check's time goes (PostgreSQL)"
+    )
     args = parser.parse_args(argv)
+    if args.profile:
+        found = profile(args.rounds or 2_000, args.seed)
+        for name, us in found["us"].items():
+            print(f"| {name} | {us['p50']} | {us['p99']} |")
+        if args.out is not None:
+            args.out.write_text(json.dumps(found, indent=2) + "\n")
+        return
     result = run(args.full, args.rounds, args.seed, args.grouped)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
