@@ -162,9 +162,11 @@ CREATE TABLE IF NOT EXISTS tools_writes (rev INTEGER PRIMARY KEY, writer TEXT NO
         meanwhile on the revisions the previous read found, so the round trip overlaps
         the request's own work.  When the read answers with other revisions, the answer
         is dropped and the request runs again on the new ones: what is returned was
-        judged from revisions read after the request started, always.  (Every cache
-        keyed by revisions rebuilds itself when the revisions it is given differ from
-        its key, so running on older ones costs time, never correctness.)"""
+        judged from revisions read after the request started, always.  (A cache given
+        revisions other than its key rebuilds itself, and one that only grows (the
+        learner's log, the usage rows) keeps what it holds: running on older revisions
+        costs time, never correctness, and the answer is kept only when the read finds
+        no commit since those revisions.)"""
         last = self._last
         if getattr(self._pin, "active", False) or last is None or not self._db.overlaps_reads:
             with self.pinned():
