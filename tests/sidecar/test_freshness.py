@@ -183,8 +183,12 @@ def test_a_judged_request_that_failed_on_stale_revisions_runs_again(
         return repo.current().constraints
 
     assert repo.judged(request) == before.constraints + 1
-    with pytest.raises(LookupError):  # on current revisions, a failure stands
-        repo.judged(lambda: (_ for _ in ()).throw(LookupError("real")))
+
+    def failing() -> int:
+        raise LookupError("a real failure")
+
+    with pytest.raises(LookupError, match="a real failure"):  # on current revisions it stands
+        repo.judged(failing)
 
 
 def test_on_postgresql_a_check_is_one_prepared_round_trip_sent_before_its_work(
