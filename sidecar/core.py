@@ -318,8 +318,8 @@ class Sidecar:
     ) -> CheckResult:
         tools, how = validate.tool_list(plan, "plan"), validate.check_mode(mode)
         ctx = validate.context_values(context)
-        with self.state.revisions.pinned():
-            return self.rules.check(tools, how, ctx)
+        # the revisions' read travels while the plan is checked (see judged)
+        return self.state.revisions.judged(lambda: self.rules.check(tools, how, ctx))
 
     @boundary
     def check_call(
@@ -340,10 +340,12 @@ class Sidecar:
         # call is matched raw or quoted back in a reason
         task = task_text(task_input)
         ctx = validate.context_values(context)
-        with self.state.revisions.pinned():
-            return self.rules.check_call(
-                redacted_steps(done), name, redact(args), task and redact_text(task), ctx
+        steps_seen, args_seen = redacted_steps(done), redact(args)
+        return self.state.revisions.judged(
+            lambda: self.rules.check_call(
+                steps_seen, name, args_seen, task and redact_text(task), ctx
             )
+        )
 
     def matcher_size(self) -> int:
         """Active constraints compiled into the matcher."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 from typing import Any, ClassVar, Protocol
@@ -149,6 +149,19 @@ class Database(ABC):
         revisions) keeps its value while the token it was read under is still the
         one returned.  Never equal across a write of this process."""
         return None
+
+    def begin_read(self, sql: str) -> Callable[[], list[Row]]:
+        """Send ``sql`` (a small read with no parameters that every request makes: the
+        revisions) now, and return what waits for its rows (values as text): call it
+        exactly once, also when the work between fails.  The read sees every commit
+        made before this call returned.  A backend across a network sends it at once and
+        lets the caller work while it travels (:meth:`RevisionRepository.judged
+        <sidecar.storage.revisions.RevisionRepository.judged>`); this one reads now."""
+        rows = [tuple(None if v is None else str(v) for v in r) for r in self.execute(sql)]
+        return lambda: rows
+
+    overlaps_reads: ClassVar[bool] = False
+    """Whether :meth:`begin_read` returns before the read is done (worth overlapping)."""
 
     def reading(self) -> AbstractContextManager[None]:
         """Around reads that must see only committed data even while another thread of

@@ -52,7 +52,8 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache
 from types import TracebackType
@@ -61,6 +62,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sidecar.errors import Busy, UnsafeStorage
 from sidecar.redact import scrub
 from sidecar.secretshapes import url_secrets
+from sidecar.storage import pgread
 from sidecar.storage.base import Connection, Database, DatabaseError, MissingTable, Row, statements
 
 if TYPE_CHECKING:
@@ -208,6 +210,7 @@ class PostgresDatabase(Database):
         self._idle: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue()
         self._local = threading.local()
         self._closed = False
+        self._prepared_on: pgread.Prepared = weakref.WeakKeyDictionary()
         conn = self._connect()
         try:
             (self.schema,) = self._one(conn, "SELECT current_schema()")
@@ -321,6 +324,32 @@ class PostgresDatabase(Database):
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> _Rows:
         return self._statement(sql, list(rows), True)
+
+    overlaps_reads: ClassVar[bool] = True
+
+    def begin_read(self, sql: str) -> Callable[[], list[Row]]:
+        """One round trip and no more (see :mod:`sidecar.storage.pgread`): sent now, its
+        answer awaited when the caller asks for it."""
+        if getattr(self._local, "conn", None) is not None:
+            return super().begin_read(sql)  # inside this thread's write transaction
+        conn, query = self._get(), translate(sql)
+        try:
+            pgread.send(conn, query, self._prepared_on)
+        except BaseException as exc:
+            self._put(conn)
+            if isinstance(exc, self._psycopg.Error):
+                raise failure(exc) from exc
+            raise
+
+        def rows() -> list[Row]:
+            try:
+                return pgread.answer(conn, query, self._prepared_on)
+            except self._psycopg.Error as exc:
+                raise failure(exc) from exc
+            finally:
+                self._put(conn)
+
+        return rows
 
     def tx(self) -> AbstractContextManager[Connection]:
         return self._tx()

@@ -11,18 +11,21 @@ and the state's key-value settings (``meta``).
 - ``requests_seq`` and ``requests_generation``: the usage requests (see
   :mod:`sidecar.storage.requests`).
 
-All of them are read in one small read (:meth:`RevisionRepository.current`), and a
-request reads them once (:meth:`RevisionRepository.pinned`): a request that starts after
-a commit, on any process, sees it, at the cost of that one read.
+All of them are read in one small read (:meth:`RevisionRepository.current`; on
+PostgreSQL one prepared statement, one round trip: :meth:`Database.begin_read
+<sidecar.storage.base.Database.begin_read>`), and a request reads them once
+(:meth:`RevisionRepository.pinned`): a request that starts after a commit, on any
+process, sees it, at the cost of that one read.  A check sends the read and works while
+it travels (:meth:`RevisionRepository.judged`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from sidecar.storage.base import Connection, Database, MissingTable
 
@@ -36,6 +39,9 @@ COUNTERS = (
     "requests_seq",
     "requests_generation",
 )
+READ = "SELECT key, value FROM meta WHERE key IN ({})".format(", ".join(f"'{k}'" for k in COUNTERS))
+"""Every revision in one statement with no parameters (one prepared read)."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,8 @@ CREATE TABLE IF NOT EXISTS tools_writes (rev INTEGER PRIMARY KEY, writer TEXT NO
         self.writer = writer
         """This process's name in ``tools_writes``."""
         self._cache: tuple[object, Revisions] | None = None
+        self._last: Revisions | None = None
+        """What the last read found (a :meth:`judged` request runs on it meanwhile)."""
         self._pin = threading.local()
 
     # ---- settings ----------------------------------------------------------------------
@@ -125,16 +133,68 @@ CREATE TABLE IF NOT EXISTS tools_writes (rev INTEGER PRIMARY KEY, writer TEXT NO
         return found
 
     def _read(self) -> Revisions:
-        marks = ",".join("?" * len(COUNTERS))
+        return self._begin()()
+
+    def _begin(self) -> Callable[[], Revisions]:
+        """Send the one read of every revision; what is returned waits for it."""
         try:
-            rows = dict(
-                self._db.execute(
-                    f"SELECT key, value FROM meta WHERE key IN ({marks})", COUNTERS
-                ).fetchall()
-            )
+            wait = self._db.begin_read(READ)
         except MissingTable:
-            return Revisions()
-        return Revisions(*(int(rows.get(k, 0)) for k in COUNTERS))
+            return Revisions
+
+        def revisions() -> Revisions:
+            try:
+                rows: dict[str, str] = dict(wait())
+            except MissingTable:
+                return Revisions()
+            found = Revisions(*(int(rows.get(k, 0)) for k in COUNTERS))
+            self._last = found
+            return found
+
+        return revisions
+
+    def judged(self, request: Callable[[], T]) -> T:
+        """Run one read-only request judging from one set of revisions (as :meth:`pinned`
+        does), read after it started: a commit acknowledged before, on any process, is
+        in its answer.
+
+        Where the read crosses a network, it is sent first and the request runs
+        meanwhile on the revisions the previous read found, so the round trip overlaps
+        the request's own work.  When the read answers with other revisions, the answer
+        is dropped and the request runs again on the new ones: what is returned was
+        judged from revisions read after the request started, always.  (A cache given
+        revisions other than its key rebuilds itself, and one that only grows (the
+        learner's log, the usage rows) keeps what it holds: running on older revisions
+        costs time, never correctness, and the answer is kept only when the read finds
+        no commit since those revisions.)"""
+        last = self._last
+        if getattr(self._pin, "active", False) or last is None or not self._db.overlaps_reads:
+            with self.pinned():
+                return request()
+        token = self._db.change_token()
+        cached = self._cache
+        if token is not None and cached is not None and cached[0] == token:
+            with self.pinned():
+                return request()  # the revision cache holds: no read at all
+        fresh = self._begin()
+        answer: T | None = None
+        failed: BaseException | None = None
+        self._pin.active, self._pin.value = True, last
+        try:
+            answer = request()
+        except Exception as exc:  # judged from stale revisions, it may not stand
+            failed = exc
+        finally:
+            self._pin.active, self._pin.value = False, None
+            now = fresh()
+            self._cache = (token, now)
+        if now != last:
+            with self.pinned():
+                self._pin.value = now
+                return request()
+        if failed is not None:
+            raise failed
+        return answer  # type: ignore[return-value]
 
     @contextmanager
     def pinned(self) -> Iterator[None]:
