@@ -39,10 +39,13 @@ from sidecar.rules import Rules
 from sidecar.rules.standing import source_of
 from sidecar.settings import CRASH_POINTS
 from sidecar.storage import Lock
+from sidecar.storage.base import Connection
 from sidecar.storage.moves import Move
 from sidecar.storage.state import State
 from sidecar.tools.records import ToolRecords
 
+RELEASED = "credential no longer used by any active tool after eviction"
+"""The reason a move's mandates give."""
 EVICTION_RECORD_VERSION = 1
 """The layout of an evicted tool's cold record (an archived chain's is
 :data:`~sidecar.intake.archive.CHAIN_RECORD_VERSION`)."""
@@ -180,7 +183,8 @@ class Evictor:
                 moves = self._intents(batch)
                 rows = [self._cold_row(m, count) for m in moves]
                 if not dry_run:
-                    written = self._journal.write_intents(moves, self._still_unused)
+                    written, new_mandates = self._move(moves, rows)
+                    mandates += new_mandates
                     if len(written) < len(moves):
                         # usage committed since the decision: those tools stay
                         moved = {m.move_id for m in written}
@@ -189,9 +193,6 @@ class Evictor:
                         late += [replace(d, action="keep", reason=LATE_USE)
                                  for d in batch if d.tool_id in stay]  # fmt: skip
                         moves = written
-                    self._crash("after_intent")
-                    if moves:
-                        mandates += self._complete(moves, rows)
                     pointers.update({m.tool_id: make_pointer("tools", m.move_id) for m in moves})
                 for row in rows:
                     reclaimed["tools"] += 1
@@ -237,6 +238,7 @@ class Evictor:
         ids = [d.tool_id for d in batch]
         records = self._records.get(ids)
         creds = self._state.credentials.of(ids)
+        generations = self._journal.generations(ids)
         moves = []
         for d in batch:
             rec = records.get(d.tool_id)
@@ -248,46 +250,117 @@ class Evictor:
                 "credentials": [c.to_dict() for c in creds.get(d.tool_id, [])],
                 "decision": d.to_dict(),
             }
-            mid = move_id(d.tool_id, d.chains, self._journal.generation(d.tool_id))
+            mid = move_id(d.tool_id, d.chains, generations[d.tool_id])
             moves.append(Move(mid, d.tool_id, "intent", snapshot, d.chains))
         return moves
 
-    def _complete(self, moves: Sequence[Move], rows: Sequence[dict[str, Any]]) -> int:
-        ids = [m.move_id for m in moves]
-        self._archive(ids, rows)
-        self._crash("after_cold")
-        fresh = [m for m in moves if self._journal.status(m.move_id) in ("intent", "archived")]
-        mandates = self._journal.release_credentials(
-            fresh, "credential no longer used by any active tool after eviction"
-        )
+    def _move(
+        self, moves: Sequence[Move], rows: Sequence[dict[str, Any]]
+    ) -> tuple[list[Move], int]:
+        """A batch's moves from the decision to ``done``; returns the moves written
+        (usage committed since the decision keeps the others) and the new mandates.
+
+        Beside a shared archive the intents, the records (acknowledged in the state,
+        published in the publisher's group commits), the mandates and the revision
+        before the hot delete are one transaction: a crash leaves all of it or none, and
+        the move waits on no object-store round trip.  Beside a local folder the records
+        are appended after the intents commit, and the rest follows."""
+        group = self._publisher.group
+        settled: int | None = None
+        with self._state.tx() as tx:
+            now = time.time()
+            written = self._journal.begin(tx, moves, self._still_unused, now)
+            if group and written:
+                moved = {m.move_id for m in written}
+                mine = [r for r in rows if r["record_id"] in moved]
+                # the intents' revision is the one before the hot delete, too
+                settled = self._settle(tx, written, mine, now, bump=False)
+        self._crash("after_intent")
+        if not written:
+            return [], 0
+        if settled is None:
+            kept = {m.move_id for m in written}
+            rows = [r for r in rows if r["record_id"] in kept]
+        return written, self._complete(written, rows, settled)
+
+    def _complete(
+        self,
+        moves: Sequence[Move],
+        rows: Sequence[dict[str, Any]],
+        settled: int | None = None,
+    ) -> int:
+        """Finish moves from whatever step they reached (every step is idempotent);
+        returns the new mandates.  ``settled``: the caller's transaction took the moves
+        to ``mandated`` and wrote that many mandates."""
+        if settled is None:
+            settled = self._archive_and_release(moves, rows)
+        else:
+            self._publisher.queued()
+            self._crash("after_cold")
         self._crash("after_mandates")
-        tool_ids = [m.tool_id for m in moves]
-        with self._hot_write():
-            self._index().delete(tool_ids)
-            self._records.remove(tool_ids)
-        self._crash("after_hot_delete")
-        self._journal.advance(ids, "deleted")
-        self._journal.finish(moves, {m.move_id: make_pointer("tools", m.move_id) for m in moves})
-        self._crash("after_done")
+        self._hot_delete(moves)
+        return settled
+
+    def _archive_and_release(self, moves: Sequence[Move], rows: Sequence[dict[str, Any]]) -> int:
+        """The moves' records into the archive, then one transaction for the moves
+        ``archived`` and ``mandated``.  Beside a local folder, appended at once (a store
+        that refuses them stops the moves).  Beside a shared Delta table, acknowledged
+        in the state in that transaction and published in the publisher's group
+        commits.  Either way a replayed move appends nothing twice (the batch, and the
+        records, are named by the moves)."""
+        group = self._publisher.group
+        if not group:
+            batch = hashlib.sha256("|".join(sorted(m.move_id for m in moves)).encode())
+            self._cold.append(list(rows), batch=f"moves-{batch.hexdigest()[:32]}")
+            self._crash("after_cold")
+        with self._state.tx() as tx:
+            mandates = self._settle(tx, moves, rows if group else None, time.time())
+        if group:
+            self._publisher.queued()
+            self._crash("after_cold")
         return mandates
 
-    def _archive(self, ids: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
-        """The moves' records into the archive, and the moves ``archived``.  Beside a
-        local folder, appended at once (a store that refuses them stops the moves).
-        Beside a shared Delta table, acknowledged in the state with the step and
-        published in the publisher's group commits: a move then waits on no round trip
-        to the object store.  Either way a replayed move appends nothing twice (the
-        batch, and the records, are named by the moves)."""
-        if self._publisher.group:
-            now = time.time()
+    def _settle(
+        self,
+        tx: Connection,
+        moves: Sequence[Move],
+        rows: Sequence[dict[str, Any]] | None,
+        now: float,
+        bump: bool = True,
+    ) -> int:
+        """Inside ``tx``: the records acknowledged (``rows``, beside a shared archive),
+        the moves ``archived``; the credentials of those not yet past it released, with
+        their mandates (``mandated``); and (``bump``, unless ``tx`` moved it already)
+        the hot-index revision moved, as before every write to the hot index, since the
+        hot delete comes next.  Returns the new mandates."""
+        ids = [m.move_id for m in moves]
+        statuses = self._journal.statuses(tx, ids)
+        if rows is not None:
+            self._publisher.queue(tx, rows, now, "tools", "record_id")
+        self._journal.advance_in(tx, ids, "archived", now)
+        fresh = [m for m in moves if statuses.get(m.move_id) in ("intent", "archived")]
+        mandates = self._journal.release(tx, fresh, RELEASED, now) if fresh else 0
+        if bump:
+            self._state.revisions.bump_tools(tx)
+        return mandates
+
+    def _hot_delete(self, moves: Sequence[Move]) -> None:
+        """The tools out of the hot index (verified), then one transaction: their
+        records removed, the revision moved again, the moves ``done``."""
+        tool_ids = [m.tool_id for m in moves]
+        try:
+            self._index().discard(tool_ids)
+        except BaseException:
+            # a write cut short still makes every reader of the index read it again
             with self._state.tx() as tx:
-                self._publisher.queue(tx, rows, now, "tools", "record_id")
-                self._state.moves.advance(tx, ids, "archived", now)
-            self._publisher.queued()
-            return
-        batch = hashlib.sha256("|".join(sorted(ids)).encode()).hexdigest()[:32]
-        self._cold.append(list(rows), batch=f"moves-{batch}")
-        self._journal.advance(ids, "archived")
+                self._state.revisions.bump_tools(tx)
+            raise
+        self._crash("after_hot_delete")
+        pointers = {m.move_id: make_pointer("tools", m.move_id) for m in moves}
+        with self._state.tx() as tx:
+            self._state.tools.remove(tx, tool_ids)
+            self._journal.finish_in(tx, moves, pointers, time.time())
+        self._crash("after_done")
 
     def _cold_row(self, move: Move, count_tokens: Callable[[str], int]) -> dict[str, Any]:
         snap = move.snapshot
