@@ -38,7 +38,8 @@ from typing import Any
 from benchmarks.common import machine, md_table, progress, quick_main, ratio, summary
 
 STEPS: tuple[tuple[str, str, str], ...] = (
-    # (module, class.attribute, step): the outermost one entered names the step
+    # (module, class.attribute, step): the innermost one entered names a round trip;
+    # the library before and after the batching (one of each pair may be absent)
     ("sidecar.recovery", "Recovery.moves_ready", "before: unfinished moves?"),
     ("sidecar.storage.postgres", "PgLock.acquire", "lock"),
     ("sidecar.storage.postgres", "PgLock.release", "lock"),
@@ -47,15 +48,22 @@ STEPS: tuple[tuple[str, str, str], ...] = (
     ("sidecar.eviction.engine", "Evictor._recover_locked", "recover?"),
     ("sidecar.eviction.engine", "Evictor.decide", "decide"),
     ("sidecar.eviction.engine", "Evictor._intents", "intent: read records"),
+    ("sidecar.eviction.engine", "Evictor._move", "move: transactions"),
+    ("sidecar.eviction.engine", "Evictor._hot_delete", "move: transactions"),
     ("sidecar.eviction.journal", "Journal.write_intents", "intent"),
+    ("sidecar.eviction.journal", "Journal.begin", "intent"),
     ("sidecar.eviction.engine", "Evictor._archive", "archived"),
-    ("sidecar.eviction.journal", "Journal.status", "status checks"),
-    ("sidecar.eviction.journal", "Journal.release_credentials", "mandated"),
+    ("sidecar.eviction.journal", "Journal.status", "archived, mandated"),
+    ("sidecar.eviction.journal", "Journal.release_credentials", "archived, mandated"),
+    ("sidecar.eviction.engine", "Evictor._settle", "archived, mandated"),
     ("sidecar.home", "Home._bump_tools", "hot delete: revisions"),
     ("indexes.active", "ActiveIndex.delete", "hot delete: Chroma"),
+    ("indexes.active", "ActiveIndex.discard", "hot delete: Chroma"),
     ("sidecar.tools.records", "ToolRecords.remove", "hot delete: records"),
+    ("sidecar.storage.tools", "ToolRepository.remove", "hot delete: records"),
     ("sidecar.eviction.journal", "Journal.advance", "deleted"),
     ("sidecar.eviction.journal", "Journal.finish", "done"),
+    ("sidecar.eviction.journal", "Journal.finish_in", "done"),
 )
 
 
@@ -65,22 +73,26 @@ TOTAL = "evict (total)"
 class Probe:
     """Round trips made on the thread that calls ``evict``, by step, with their time.
 
-    ``entered(TOTAL)`` wraps one ``evict``; inside it the outermost step entered names
-    every round trip made until it returns (``other`` outside any step)."""
+    ``entered(TOTAL)`` wraps one ``evict``; inside it the innermost step entered names
+    every round trip made until it returns (``other`` outside any step), and a step's
+    time is its own, without the steps it entered."""
 
     def __init__(self) -> None:
         self.counts: Counter[tuple[str, str]] = Counter()
         self.ms: Counter[tuple[str, str]] = Counter()
         self.step_ms: Counter[str] = Counter()
         self.background: Counter[str] = Counter()
+        self.s3: Counter[str] = Counter()
+        """S3 requests during the moves (the proxy's count, by Delta step)."""
         self.on = False
         self.s3_server: Any = None
-        """The S3 server whose proxy counts requests, asked before and after each step."""
+        """The S3 server whose proxy counts requests, asked before and after a move."""
         self._thread = threading.get_ident()
-        self._stack: list[str] = []
+        self._stack: list[list[Any]] = []
+        """``[step, started, time spent in the steps it entered]``, outermost first."""
 
     def step(self) -> str:
-        return self._stack[1] if len(self._stack) > 1 else "other"
+        return str(self._stack[-1][0]) if len(self._stack) > 1 else "other"
 
     def count(self, kind: str, ms: float) -> None:
         if not self.on:
@@ -93,35 +105,38 @@ class Probe:
         self.ms[key] += ms
 
     def reset(self) -> None:
-        self.counts.clear()
-        self.ms.clear()
-        self.step_ms.clear()
-        self.background.clear()
+        for counter in (self.counts, self.ms, self.step_ms, self.background, self.s3):
+            counter.clear()
 
     @contextlib.contextmanager
     def entered(self, step: str) -> Iterator[None]:
-        mine = self.on and threading.get_ident() == self._thread
-        outer = mine and (step == TOTAL or len(self._stack) == 1)
-        if not outer:
+        if not (self.on and threading.get_ident() == self._thread):
             yield
             return
-        self._stack.append(step)
-        before = self.s3_server.request_counts() if self.s3_server is not None else {}
-        started = time.perf_counter()
+        if step != TOTAL and not self._stack:
+            yield
+            return
+        total = step == TOTAL and self.s3_server is not None
+        before = self.s3_server.request_counts() if total else {}
+        frame = [step, time.perf_counter(), 0.0]
+        self._stack.append(frame)
         try:
             yield
         finally:
-            self.step_ms[step] += (time.perf_counter() - started) * 1000.0
+            elapsed = (time.perf_counter() - frame[1]) * 1000.0
             self._stack.pop()
-            if self.s3_server is not None:
+            self.step_ms[step] += elapsed - frame[2]
+            if self._stack:
+                self._stack[-1][2] += elapsed
+            if total:
                 after = self.s3_server.request_counts()
-                for what, n in after.items():
-                    if n - before.get(what, 0):
-                        self.counts[(step, f"S3 {what}")] += n - before.get(what, 0)
+                self.s3.update({k: n - before.get(k, 0) for k, n in after.items()})
 
 
 def _patch(stack: contextlib.ExitStack, owner: Any, name: str, wrap: Callable[..., Any]) -> None:
-    original = owner.__dict__[name]
+    original = owner.__dict__.get(name)
+    if original is None:
+        return  # a step of the other version of the library
     setattr(owner, name, wrap(original))
     stack.callback(setattr, owner, name, original)
 
@@ -316,33 +331,28 @@ def _counted_moves(sc: Any, trials: range, s3: Any) -> dict[str, Any]:
 
 
 def _breakdown(probe: Probe, trials: int) -> dict[str, Any]:
-    """Per move: each step's time and its round trips by kind (count, ms)."""
+    """Per move: each step's own time and its round trips by kind (count, ms), and the
+    round trips of the whole move by kind."""
     steps: dict[str, Any] = {}
-    names = dict.fromkeys([s for _m, _a, s in STEPS] + ["other"] + [s for s, _k in probe.counts])
+    names = dict.fromkeys([s for _m, _a, s in STEPS] + [s for s, _k in probe.counts])
     for step in names:
         kinds = {
-            kind: {
-                "n": round(n / trials, 2),
-                "ms": round(probe.ms[(s, kind)] / trials, 3),
-            }
+            kind: {"n": round(n / trials, 2), "ms": round(probe.ms[(s, kind)] / trials, 3)}
             for (s, kind), n in sorted(probe.counts.items())
             if s == step and n
         }
         ms = probe.step_ms.get(step, 0.0) / trials
         if kinds or ms:
             steps[step] = {"ms": round(ms, 3), "round_trips": kinds}
-    total_s3 = {k: n for (s, k), n in probe.counts.items() if s == TOTAL}
-    for kind, n in total_s3.items():
-        rest = n - sum(v for (s, k), v in probe.counts.items() if k == kind and s != TOTAL)
-        if rest:
-            steps.setdefault("other", {"ms": 0.0, "round_trips": {}})["round_trips"][kind] = {
-                "n": round(rest / trials, 2),
-                "ms": 0.0,
-            }
-    steps.pop(TOTAL, None)
+    steps["other"] = {"ms": round(probe.step_ms[TOTAL] / trials, 3), "round_trips": {}}
+    by_kind: Counter[str] = Counter()
+    for (_s, kind), n in probe.counts.items():
+        by_kind[kind] += n
     return {
         "per_move": steps,
-        "total_ms": round(probe.step_ms[TOTAL] / trials, 3),
+        "total_ms": round(sum(probe.step_ms.values()) / trials, 3),
+        "round_trips": {k: round(n / trials, 2) for k, n in sorted(by_kind.items())},
+        "s3_during_move": {k: round(n / trials, 2) for k, n in probe.s3.items() if n},
         "background_per_move": {k: round(v / trials, 2) for k, v in probe.background.items()},
     }
 
@@ -399,10 +409,16 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{kind} {k['n']:g} ({k['ms']:.2f} ms)" for kind, k in v["round_trips"].items()
             )
             rows.append([step, v["ms"], trips])
+        total = ", ".join(f"{kind} {n:g}" for kind, n in part["round_trips"].items())
+        s3 = ", ".join(f"{kind} {n:g}" for kind, n in part["published_after_s3"].items())
         lines += [
             f"### {mode} (counted run, per move, {part['total_ms']} ms)",
             "",
             md_table(["step", "ms", "round trips (time)"], rows),
+            "",
+            f"Round trips per move: {total}.  S3 requests during the move: "
+            f"{sum(part['s3_during_move'].values()):g}; by the group publisher after it: "
+            f"{s3 or 'none'}.",
             "",
         ]
     return "\n".join(lines)
