@@ -30,8 +30,9 @@ import random
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,14 @@ STEPS: tuple[tuple[str, str, str], ...] = (
 TOTAL = "evict (total)"
 
 
+@dataclass
+class _Frame:
+    step: str
+    started: float
+    inner_ms: float = 0.0
+    """Time spent in the steps it entered."""
+
+
 class Probe:
     """Round trips made on the thread that calls ``evict``, by step, with their time.
 
@@ -79,8 +88,8 @@ class Probe:
 
     def __init__(self) -> None:
         self.counts: Counter[tuple[str, str]] = Counter()
-        self.ms: Counter[tuple[str, str]] = Counter()
-        self.step_ms: Counter[str] = Counter()
+        self.ms: defaultdict[tuple[str, str], float] = defaultdict(float)
+        self.step_ms: defaultdict[str, float] = defaultdict(float)
         self.background: Counter[str] = Counter()
         self.s3: Counter[str] = Counter()
         """S3 requests during the moves (the proxy's count, by Delta step)."""
@@ -88,11 +97,11 @@ class Probe:
         self.s3_server: Any = None
         """The S3 server whose proxy counts requests, asked before and after a move."""
         self._thread = threading.get_ident()
-        self._stack: list[list[Any]] = []
-        """``[step, started, time spent in the steps it entered]``, outermost first."""
+        self._stack: list[_Frame] = []
+        """The steps entered, outermost first."""
 
     def step(self) -> str:
-        return str(self._stack[-1][0]) if len(self._stack) > 1 else "other"
+        return self._stack[-1].step if len(self._stack) > 1 else "other"
 
     def count(self, kind: str, ms: float) -> None:
         if not self.on:
@@ -118,16 +127,16 @@ class Probe:
             return
         total = step == TOTAL and self.s3_server is not None
         before = self.s3_server.request_counts() if total else {}
-        frame = [step, time.perf_counter(), 0.0]
+        frame = _Frame(step, time.perf_counter())
         self._stack.append(frame)
         try:
             yield
         finally:
-            elapsed = (time.perf_counter() - frame[1]) * 1000.0
+            elapsed = (time.perf_counter() - frame.started) * 1000.0
             self._stack.pop()
-            self.step_ms[step] += elapsed - frame[2]
+            self.step_ms[step] += elapsed - frame.inner_ms
             if self._stack:
-                self._stack[-1][2] += elapsed
+                self._stack[-1].inner_ms += elapsed
             if total:
                 after = self.s3_server.request_counts()
                 self.s3.update({k: n - before.get(k, 0) for k, n in after.items()})
