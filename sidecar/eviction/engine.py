@@ -5,12 +5,12 @@ Moves are journaled (:mod:`sidecar.eviction.journal`) in batches under the evict
 intent -> cold append -> mandates -> verified hot delete -> done.  A crash at any step is
 finished by :meth:`Evictor.recover` (run on the next eviction, or by ``sidecar evict
 --recover``): every tool ends in exactly one store, no cold row is written twice, every
-mandate exists once.  What moves is decided by :mod:`sidecar.eviction.decision`.
+mandate exists once.  What moves is decided by :mod:`sidecar.eviction.decision`; the
+steps, in as few round trips as the stores allow, are :mod:`sidecar.eviction.steps`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -33,19 +33,17 @@ from sidecar.eviction.decision import (
     decide,
 )
 from sidecar.eviction.journal import Journal, move_id
+from sidecar.eviction.steps import MoveSteps
 from sidecar.intake.publish import Publisher
 from sidecar.model import ArchivedConstraint, CredentialRef
 from sidecar.rules import Rules
 from sidecar.rules.standing import source_of
 from sidecar.settings import CRASH_POINTS
 from sidecar.storage import Lock
-from sidecar.storage.base import Connection
 from sidecar.storage.moves import Move
 from sidecar.storage.state import State
 from sidecar.tools.records import ToolRecords
 
-RELEASED = "credential no longer used by any active tool after eviction"
-"""The reason a move's mandates give."""
 EVICTION_RECORD_VERSION = 1
 """The layout of an evicted tool's cold record (an archived chain's is
 :data:`~sidecar.intake.archive.CHAIN_RECORD_VERSION`)."""
@@ -84,8 +82,15 @@ class Evictor:
         self._hot_write = hot_write
         self._policy = policy
         self._count_tokens = count_tokens
-        self._publisher = publisher
         self._crash_hook = crash_hook
+        self._steps = MoveSteps(
+            state=state,
+            journal=journal,
+            index=index,
+            cold_tools=cold_tools,
+            publisher=publisher,
+            crash=self._crash,
+        )
         self._set_aside: dict[str, set[str]] = {}
         """The last decision's runs that are no use of their tools (see
         :meth:`_runs_set_aside`), applied again when usage is re-read before a move."""
@@ -183,7 +188,7 @@ class Evictor:
                 moves = self._intents(batch)
                 rows = [self._cold_row(m, count) for m in moves]
                 if not dry_run:
-                    written, new_mandates = self._move(moves, rows)
+                    written, new_mandates = self._steps.move(moves, rows, self._still_unused)
                     mandates += new_mandates
                     if len(written) < len(moves):
                         # usage committed since the decision: those tools stay
@@ -230,7 +235,7 @@ class Evictor:
         moves = self._journal.unfinished()
         if moves:
             _, count = self._count_tokens()
-            self._complete(moves, [self._cold_row(m, count) for m in moves])
+            self._steps.complete(moves, [self._cold_row(m, count) for m in moves])
         return len(moves)
 
     # ---- the move protocol --------------------------------------------------------
@@ -253,114 +258,6 @@ class Evictor:
             mid = move_id(d.tool_id, d.chains, generations[d.tool_id])
             moves.append(Move(mid, d.tool_id, "intent", snapshot, d.chains))
         return moves
-
-    def _move(
-        self, moves: Sequence[Move], rows: Sequence[dict[str, Any]]
-    ) -> tuple[list[Move], int]:
-        """A batch's moves from the decision to ``done``; returns the moves written
-        (usage committed since the decision keeps the others) and the new mandates.
-
-        Beside a shared archive the intents, the records (acknowledged in the state,
-        published in the publisher's group commits), the mandates and the revision
-        before the hot delete are one transaction: a crash leaves all of it or none, and
-        the move waits on no object-store round trip.  Beside a local folder the records
-        are appended after the intents commit, and the rest follows."""
-        group = self._publisher.group
-        settled: int | None = None
-        with self._state.tx() as tx:
-            now = time.time()
-            written = self._journal.begin(tx, moves, self._still_unused, now)
-            if group and written:
-                moved = {m.move_id for m in written}
-                mine = [r for r in rows if r["record_id"] in moved]
-                # the intents' revision is the one before the hot delete, too
-                settled = self._settle(tx, written, mine, now, bump=False)
-        self._crash("after_intent")
-        if not written:
-            return [], 0
-        if settled is None:
-            kept = {m.move_id for m in written}
-            rows = [r for r in rows if r["record_id"] in kept]
-        return written, self._complete(written, rows, settled)
-
-    def _complete(
-        self,
-        moves: Sequence[Move],
-        rows: Sequence[dict[str, Any]],
-        settled: int | None = None,
-    ) -> int:
-        """Finish moves from whatever step they reached (every step is idempotent);
-        returns the new mandates.  ``settled``: the caller's transaction took the moves
-        to ``mandated`` and wrote that many mandates."""
-        if settled is None:
-            settled = self._archive_and_release(moves, rows)
-        else:
-            self._publisher.queued()
-            self._crash("after_cold")
-        self._crash("after_mandates")
-        self._hot_delete(moves)
-        return settled
-
-    def _archive_and_release(self, moves: Sequence[Move], rows: Sequence[dict[str, Any]]) -> int:
-        """The moves' records into the archive, then one transaction for the moves
-        ``archived`` and ``mandated``.  Beside a local folder, appended at once (a store
-        that refuses them stops the moves).  Beside a shared Delta table, acknowledged
-        in the state in that transaction and published in the publisher's group
-        commits.  Either way a replayed move appends nothing twice (the batch, and the
-        records, are named by the moves)."""
-        group = self._publisher.group
-        if not group:
-            batch = hashlib.sha256("|".join(sorted(m.move_id for m in moves)).encode())
-            self._cold.append(list(rows), batch=f"moves-{batch.hexdigest()[:32]}")
-            self._crash("after_cold")
-        with self._state.tx() as tx:
-            mandates = self._settle(tx, moves, rows if group else None, time.time())
-        if group:
-            self._publisher.queued()
-            self._crash("after_cold")
-        return mandates
-
-    def _settle(
-        self,
-        tx: Connection,
-        moves: Sequence[Move],
-        rows: Sequence[dict[str, Any]] | None,
-        now: float,
-        bump: bool = True,
-    ) -> int:
-        """Inside ``tx``: the records acknowledged (``rows``, beside a shared archive),
-        the moves ``archived``; the credentials of those not yet past it released, with
-        their mandates (``mandated``); and (``bump``, unless ``tx`` moved it already)
-        the hot-index revision moved, as before every write to the hot index, since the
-        hot delete comes next.  Returns the new mandates."""
-        ids = [m.move_id for m in moves]
-        statuses = self._journal.statuses(tx, ids)
-        if rows is not None:
-            self._publisher.queue(tx, rows, now, "tools", "record_id")
-        self._journal.advance_in(tx, ids, "archived", now)
-        fresh = [m for m in moves if statuses.get(m.move_id) in ("intent", "archived")]
-        mandates = self._journal.release(tx, fresh, RELEASED, now) if fresh else 0
-        if bump:
-            self._state.revisions.bump_tools(tx)
-        return mandates
-
-    def _hot_delete(self, moves: Sequence[Move]) -> None:
-        """The tools out of the hot index (verified), then one transaction: their
-        records removed, the revision moved again, the moves ``done``."""
-        tool_ids = [m.tool_id for m in moves]
-        try:
-            self._index().discard(tool_ids)
-        except BaseException:
-            # a write cut short still makes every reader of the index read it again
-            with self._state.tx() as tx:
-                self._state.revisions.bump_tools(tx)
-            raise
-        self._crash("after_hot_delete")
-        pointers = {m.move_id: make_pointer("tools", m.move_id) for m in moves}
-        with self._state.tx() as tx:
-            self._state.tools.remove(tx, tool_ids)
-            self._journal.finish_in(tx, moves, pointers, time.time())
-        self._crash("after_done")
 
     def _cold_row(self, move: Move, count_tokens: Callable[[str], int]) -> dict[str, Any]:
         snap = move.snapshot
