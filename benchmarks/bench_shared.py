@@ -173,8 +173,11 @@ class Services:
     credentials in this process's environment (the Delta backend reads the standard
     variables), restored on exit."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, s3_proxy: bool = False) -> None:
+        """``s3_proxy``: S3 is reached through the server's counting proxy (no faults;
+        ``self.s3.direct_endpoint`` reaches the store itself)."""
         self.root = root
+        self.s3_proxy = s3_proxy
         self._stack = contextlib.ExitStack()
         self._saved_env: dict[str, str | None] = {}
 
@@ -183,9 +186,10 @@ class Services:
             self.postgres = PostgresServer().start()
             self._stack.callback(self.postgres.remove)
             self.chroma_url = self._start_chroma()
+            from benchmarks.s3server import FaultSpec
             from tests.cold_store.backends import S3Server
 
-            self.s3 = S3Server()
+            self.s3 = S3Server(FaultSpec() if self.s3_proxy else None)
             self._stack.callback(self.s3.close)
             self.bucket = self.s3.new_bucket()
             opts = self.s3.options()

@@ -216,6 +216,12 @@ class ActiveIndex:
         """
         return self._writer.delete(ids)
 
+    def discard(self, ids: Collection[str]) -> None:
+        """Delete ``ids``, whichever of them are present, and prove it with a ``get``:
+        one request to Chroma fewer than :meth:`delete`, which first reads which ids
+        were present to return them (a move needs no answer: it verifies the end)."""
+        self._writer.discard(ids)
+
     def forget_fields(self, keep_vectors: bool = False) -> None:
         """Drop every field kept in this process, and the exact tier's vectors and the
         lexical copy unless ``keep_vectors`` (another process wrote to the collection)."""

@@ -117,20 +117,34 @@ class Writer:
             return []
         present = self._store.existing(wanted)
         if present:
+            self._remove(sorted(present))
+        self._verify_gone(wanted)
+        return [i for i in wanted if i in present]
+
+    def discard(self, ids: Collection[str]) -> None:
+        """:meth:`delete` without first reading which ids are present (Chroma deletes an
+        absent id as a no-op): one request fewer, for a caller that need not know."""
+        wanted = list(dict.fromkeys(ids))
+        if wanted:
+            self._remove(wanted)
+            self._verify_gone(wanted)
+
+    def _remove(self, ids: list[str]) -> None:
+        self._size.reset()
+        self._fields.forget(ids)
+        self._copies.deleted(ids)  # never ranked again, even before Chroma drops them
+        try:
+            self._store.delete(ids)
+        except BaseException:
+            self._copies.drop()  # some may remain in Chroma: reload from it
+            raise
+        finally:
             self._size.reset()
-            self._fields.forget(present)
-            self._copies.deleted(present)  # never ranked again, even before Chroma drops them
-            try:
-                self._store.delete(present)
-            except BaseException:
-                self._copies.drop()  # some may remain in Chroma: reload from it
-                raise
-            finally:
-                self._size.reset()
-                self._fields.forget(present)
-                # a load that read them from Chroma before the delete is discarded
-                self._copies.deleted(present)
+            self._fields.forget(ids)
+            # a load that read them from Chroma before the delete is discarded
+            self._copies.deleted(ids)
+
+    def _verify_gone(self, wanted: list[str]) -> None:
         remaining = self._store.existing(wanted)
         if remaining:
             raise DeleteNotVerifiedError(sorted(remaining))
-        return [i for i in wanted if i in present]

@@ -5,12 +5,12 @@ Moves are journaled (:mod:`sidecar.eviction.journal`) in batches under the evict
 intent -> cold append -> mandates -> verified hot delete -> done.  A crash at any step is
 finished by :meth:`Evictor.recover` (run on the next eviction, or by ``sidecar evict
 --recover``): every tool ends in exactly one store, no cold row is written twice, every
-mandate exists once.  What moves is decided by :mod:`sidecar.eviction.decision`.
+mandate exists once.  What moves is decided by :mod:`sidecar.eviction.decision`; the
+steps, in as few round trips as the stores allow, are :mod:`sidecar.eviction.steps`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -33,6 +33,7 @@ from sidecar.eviction.decision import (
     decide,
 )
 from sidecar.eviction.journal import Journal, move_id
+from sidecar.eviction.steps import MoveSteps
 from sidecar.intake.publish import Publisher
 from sidecar.model import ArchivedConstraint, CredentialRef
 from sidecar.rules import Rules
@@ -81,8 +82,15 @@ class Evictor:
         self._hot_write = hot_write
         self._policy = policy
         self._count_tokens = count_tokens
-        self._publisher = publisher
         self._crash_hook = crash_hook
+        self._steps = MoveSteps(
+            state=state,
+            journal=journal,
+            index=index,
+            cold_tools=cold_tools,
+            publisher=publisher,
+            crash=self._crash,
+        )
         self._set_aside: dict[str, set[str]] = {}
         """The last decision's runs that are no use of their tools (see
         :meth:`_runs_set_aside`), applied again when usage is re-read before a move."""
@@ -180,7 +188,8 @@ class Evictor:
                 moves = self._intents(batch)
                 rows = [self._cold_row(m, count) for m in moves]
                 if not dry_run:
-                    written = self._journal.write_intents(moves, self._still_unused)
+                    written, new_mandates = self._steps.move(moves, rows, self._still_unused)
+                    mandates += new_mandates
                     if len(written) < len(moves):
                         # usage committed since the decision: those tools stay
                         moved = {m.move_id for m in written}
@@ -189,9 +198,6 @@ class Evictor:
                         late += [replace(d, action="keep", reason=LATE_USE)
                                  for d in batch if d.tool_id in stay]  # fmt: skip
                         moves = written
-                    self._crash("after_intent")
-                    if moves:
-                        mandates += self._complete(moves, rows)
                     pointers.update({m.tool_id: make_pointer("tools", m.move_id) for m in moves})
                 for row in rows:
                     reclaimed["tools"] += 1
@@ -229,7 +235,7 @@ class Evictor:
         moves = self._journal.unfinished()
         if moves:
             _, count = self._count_tokens()
-            self._complete(moves, [self._cold_row(m, count) for m in moves])
+            self._steps.complete(moves, [self._cold_row(m, count) for m in moves])
         return len(moves)
 
     # ---- the move protocol --------------------------------------------------------
@@ -237,6 +243,7 @@ class Evictor:
         ids = [d.tool_id for d in batch]
         records = self._records.get(ids)
         creds = self._state.credentials.of(ids)
+        generations = self._journal.generations(ids)
         moves = []
         for d in batch:
             rec = records.get(d.tool_id)
@@ -248,46 +255,9 @@ class Evictor:
                 "credentials": [c.to_dict() for c in creds.get(d.tool_id, [])],
                 "decision": d.to_dict(),
             }
-            mid = move_id(d.tool_id, d.chains, self._journal.generation(d.tool_id))
+            mid = move_id(d.tool_id, d.chains, generations[d.tool_id])
             moves.append(Move(mid, d.tool_id, "intent", snapshot, d.chains))
         return moves
-
-    def _complete(self, moves: Sequence[Move], rows: Sequence[dict[str, Any]]) -> int:
-        ids = [m.move_id for m in moves]
-        self._archive(ids, rows)
-        self._crash("after_cold")
-        fresh = [m for m in moves if self._journal.status(m.move_id) in ("intent", "archived")]
-        mandates = self._journal.release_credentials(
-            fresh, "credential no longer used by any active tool after eviction"
-        )
-        self._crash("after_mandates")
-        tool_ids = [m.tool_id for m in moves]
-        with self._hot_write():
-            self._index().delete(tool_ids)
-            self._records.remove(tool_ids)
-        self._crash("after_hot_delete")
-        self._journal.advance(ids, "deleted")
-        self._journal.finish(moves, {m.move_id: make_pointer("tools", m.move_id) for m in moves})
-        self._crash("after_done")
-        return mandates
-
-    def _archive(self, ids: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
-        """The moves' records into the archive, and the moves ``archived``.  Beside a
-        local folder, appended at once (a store that refuses them stops the moves).
-        Beside a shared Delta table, acknowledged in the state with the step and
-        published in the publisher's group commits: a move then waits on no round trip
-        to the object store.  Either way a replayed move appends nothing twice (the
-        batch, and the records, are named by the moves)."""
-        if self._publisher.group:
-            now = time.time()
-            with self._state.tx() as tx:
-                self._publisher.queue(tx, rows, now, "tools", "record_id")
-                self._state.moves.advance(tx, ids, "archived", now)
-            self._publisher.queued()
-            return
-        batch = hashlib.sha256("|".join(sorted(ids)).encode()).hexdigest()[:32]
-        self._cold.append(list(rows), batch=f"moves-{batch}")
-        self._journal.advance(ids, "archived")
 
     def _cold_row(self, move: Move, count_tokens: Callable[[str], int]) -> dict[str, Any]:
         snap = move.snapshot

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sidecar.model import CredentialRef
+from sidecar.storage.base import Connection
 from sidecar.storage.moves import EvictedTool as EvictedTool
 from sidecar.storage.moves import Move as Move
 from sidecar.storage.state import State
@@ -57,18 +58,36 @@ class Journal:
         in that transaction, names the tools that may still move (usage that arrived
         since the decision keeps the others).  Returns the moves written."""
         with self._state.tx() as tx:
-            if still is not None:
-                keep = still(tx, [m.tool_id for m in moves])
-                moves = [m for m in moves if m.tool_id in keep]
-            # from here on lookups withhold the tools: they read the set by this revision
-            self._state.revisions.bump_tools(tx)
-            self._moves.write_intents(tx, moves, time.time())
+            return self.begin(tx, moves, still, time.time())
+
+    def begin(
+        self,
+        tx: Connection,
+        moves: Sequence[Move],
+        still: Callable[[Any, list[str]], set[str]] | None,
+        now: float,
+    ) -> list[Move]:
+        """:meth:`write_intents` inside ``tx``."""
+        if still is not None:
+            keep = still(tx, [m.tool_id for m in moves])
+            moves = [m for m in moves if m.tool_id in keep]
+        # from here on lookups withhold the tools: they read the set by this revision
+        self._state.revisions.bump_tools(tx)
+        self._moves.write_intents(tx, moves, now)
         return list(moves)
 
     def advance(self, move_ids: Sequence[str], status: str) -> None:
         """Move forward to ``status`` (never backward)."""
         with self._state.tx() as tx:
             self._moves.advance(tx, move_ids, status, time.time())
+
+    def advance_in(self, tx: Connection, move_ids: Sequence[str], status: str, now: float) -> None:
+        """:meth:`advance` inside ``tx``."""
+        self._moves.advance(tx, move_ids, status, now)
+
+    def statuses(self, tx: Connection, move_ids: Sequence[str]) -> dict[str, str]:
+        """The moves' statuses, read inside ``tx``."""
+        return self._moves.statuses(tx, move_ids)
 
     def unfinished(self) -> list[Move]:
         return self._moves.unfinished()
@@ -90,43 +109,55 @@ class Journal:
         set, and write one mandate for each reference no remaining active tool uses.
         The mandate names every evicted tool that held the reference (whichever batch
         moved it) and the chains behind them.  Returns how many mandates were new."""
-        now = time.time()
-        batch = {m.move_id for m in moves}
         with self._state.tx() as tx:
-            released: dict[str, CredentialRef] = {}
-            for m in moves:
-                for cred in m.credentials():
-                    released.setdefault(cred.ref, cred)
-                    self._moves.release(tx, m, cred.ref)
-            self._state.credentials.drop(tx, [m.tool_id for m in moves])
-            created = 0
-            for ref, cred in sorted(released.items()):
-                if self._state.credentials.in_use(tx, ref):
-                    continue
-                owners = self._moves.holders(tx, ref)
-                owners += [
-                    (m.move_id, m.tool_id, list(m.chain_ids))
-                    for m in moves
-                    if any(c.ref == ref for c in m.credentials())
-                ]
-                first = min(mid for mid, _t, _c in owners if mid in batch)
-                created += self._state.mandates.insert(
-                    tx,
-                    key=mandate_key(first, ref),
-                    tool_ids=sorted({t for _m, t, _c in owners}),
-                    move_id=first,
-                    chain_ids=sorted({c for _m, _t, cs in owners for c in cs}),
-                    credential=cred,
-                    reason=reason,
-                    now=now,
-                )
-            self._moves.advance(tx, [m.move_id for m in moves], "mandated", now)
+            return self.release(tx, moves, reason, time.time())
+
+    def release(self, tx: Connection, moves: Sequence[Move], reason: str, now: float) -> int:
+        """:meth:`release_credentials` inside ``tx``, and the moves ``mandated``: a
+        statement for all the moves' references at each step, not one per reference."""
+        batch = {m.move_id for m in moves}
+        released: dict[str, CredentialRef] = {}
+        holding: dict[str, list[Move]] = {}
+        for m in moves:
+            for cred in m.credentials():
+                released.setdefault(cred.ref, cred)
+                holding.setdefault(cred.ref, []).append(m)
+        if released:
+            self._moves.release(tx, [(ref, m) for ref, ms in holding.items() for m in ms])
+        self._state.credentials.drop(tx, [m.tool_id for m in moves])
+        used = self._state.credentials.in_use_of(tx, released) if released else set()
+        orphaned = sorted(ref for ref in released if ref not in used)
+        earlier = self._moves.holders(tx, orphaned) if orphaned else {}
+        created = 0
+        for ref in orphaned:
+            owners = earlier[ref] + [
+                (m.move_id, m.tool_id, list(m.chain_ids)) for m in holding[ref]
+            ]
+            first = min(mid for mid, _t, _c in owners if mid in batch)
+            created += self._state.mandates.insert(
+                tx,
+                key=mandate_key(first, ref),
+                tool_ids=sorted({t for _m, t, _c in owners}),
+                move_id=first,
+                chain_ids=sorted({c for _m, _t, cs in owners for c in cs}),
+                credential=released[ref],
+                reason=reason,
+                now=now,
+            )
+        self._moves.advance(tx, [m.move_id for m in moves], "mandated", now)
         return created
 
     def finish(self, moves: Sequence[Move], pointers: dict[str, str]) -> None:
         with self._state.tx() as tx:
-            self._state.revisions.bump_tools(tx)
-            self._moves.finish(tx, moves, pointers, time.time())
+            self.finish_in(tx, moves, pointers, time.time())
+
+    def finish_in(
+        self, tx: Connection, moves: Sequence[Move], pointers: dict[str, str], now: float
+    ) -> None:
+        """:meth:`finish` inside ``tx``: the hot-index revision moves, the moves
+        ``done``, their tools named in ``evicted_tools``."""
+        self._state.revisions.bump_tools(tx)
+        self._moves.finish(tx, moves, pointers, now)
 
     # ---- evicted tools and restores --------------------------------------------------------
     def evicted(self) -> dict[str, EvictedTool]:
@@ -134,6 +165,9 @@ class Journal:
 
     def generation(self, tool_id: str) -> int:
         return self._moves.generation(tool_id)
+
+    def generations(self, tool_ids: Sequence[str]) -> dict[str, int]:
+        return self._moves.generations(tool_ids)
 
     def restored_at(self) -> dict[str, float]:
         return self._moves.restored_at()

@@ -45,6 +45,21 @@ CREATE TABLE IF NOT EXISTS tool_credentials (
         row = tx.execute("SELECT 1 FROM tool_credentials WHERE ref=? LIMIT 1", (ref,))
         return row.fetchone() is not None
 
+    def in_use_of(self, tx: Connection, refs: Iterable[str]) -> set[str]:
+        """Which of ``refs`` an active tool still holds (one statement per
+        :data:`CHUNK`)."""
+        wanted = list(dict.fromkeys(refs))
+        used: set[str] = set()
+        for start in range(0, len(wanted), CHUNK):
+            chunk = wanted[start : start + CHUNK]
+            rows = tx.execute(
+                "SELECT DISTINCT ref FROM tool_credentials "
+                f"WHERE ref IN ({','.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+            used.update(r[0] for r in rows)
+        return used
+
     def of(self, tool_ids: Iterable[str]) -> dict[str, list[CredentialRef]]:
         wanted = list(dict.fromkeys(tool_ids))
         out: dict[str, list[CredentialRef]] = {t: [] for t in wanted}

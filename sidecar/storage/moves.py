@@ -19,6 +19,8 @@ from sidecar.model import CredentialRef
 from sidecar.storage.base import Connection, Database
 
 STATUSES = ("intent", "archived", "mandated", "deleted", "done")
+CHUNK = 500
+"""Ids per ``IN (...)`` list."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,17 @@ CREATE TABLE IF NOT EXISTS released_credentials (
         row = self._db.execute("SELECT status FROM moves WHERE move_id=?", (move,)).fetchone()
         return row[0] if row else None
 
+    def statuses(self, db: Connection, moves: Sequence[str]) -> dict[str, str]:
+        """The status of each of ``moves`` the journal holds, read on ``db`` (a
+        transaction, or the database)."""
+        out: dict[str, str] = {}
+        for chunk in _chunks(moves):
+            rows = db.execute(
+                f"SELECT move_id, status FROM moves WHERE move_id IN ({_marks(chunk)})", chunk
+            ).fetchall()
+            out.update((m, s) for m, s in rows)
+        return out
+
     def in_flight_tools(self) -> set[str]:
         """Tools whose move has begun but not finished: never served by lookup."""
         return {r[0] for r in self._db.execute("SELECT tool_id FROM moves WHERE status != 'done'")}
@@ -149,21 +162,29 @@ CREATE TABLE IF NOT EXISTS released_credentials (
         )
 
     # ---- credentials the moves released --------------------------------------------------
-    def release(self, tx: Connection, move: Move, ref: str) -> None:
-        tx.execute(
+    def release(self, tx: Connection, released: Sequence[tuple[str, Move]]) -> None:
+        """Record that each ``(ref, move)`` released ``ref`` (once)."""
+        tx.executemany(
             "INSERT OR IGNORE INTO released_credentials VALUES (?, ?, ?)",
-            (ref, move.move_id, move.tool_id),
+            [(ref, m.move_id, m.tool_id) for ref, m in released],
         )
 
-    def holders(self, tx: Connection, ref: str) -> list[tuple[str, str, list[str]]]:
-        """``(move_id, tool_id, chain_ids)`` of every finished move whose tool held ``ref``."""
-        rows = tx.execute(
-            "SELECT r.move_id, r.tool_id, m.chain_ids FROM released_credentials r "
-            "JOIN moves m ON m.move_id = r.move_id WHERE r.ref=? AND "
-            "r.move_id IN (SELECT move_id FROM evicted_tools) ORDER BY r.move_id",
-            (ref,),
-        ).fetchall()
-        return [(m, t, json.loads(c)) for m, t, c in rows]
+    def holders(
+        self, tx: Connection, refs: Sequence[str]
+    ) -> dict[str, list[tuple[str, str, list[str]]]]:
+        """For each of ``refs``: ``(move_id, tool_id, chain_ids)`` of every finished move
+        whose tool held it."""
+        out: dict[str, list[tuple[str, str, list[str]]]] = {r: [] for r in refs}
+        for chunk in _chunks(refs):
+            rows = tx.execute(
+                "SELECT r.ref, r.move_id, r.tool_id, m.chain_ids FROM released_credentials r "
+                f"JOIN moves m ON m.move_id = r.move_id WHERE r.ref IN ({_marks(chunk)}) AND "
+                "r.move_id IN (SELECT move_id FROM evicted_tools) ORDER BY r.ref, r.move_id",
+                chunk,
+            ).fetchall()
+            for ref, m, t, c in rows:
+                out[ref].append((m, t, json.loads(c)))
+        return out
 
     # ---- evicted tools and restores -------------------------------------------------------
     def evicted(self) -> dict[str, EvictedTool]:
@@ -173,10 +194,19 @@ CREATE TABLE IF NOT EXISTS released_credentials (
         return {r[0]: EvictedTool(*r) for r in rows}
 
     def generation(self, tool_id: str) -> int:
-        row = self._db.execute(
-            "SELECT COUNT(*) FROM restores WHERE tool_id=?", (tool_id,)
-        ).fetchone()
-        return int(row[0])
+        return self.generations([tool_id])[tool_id]
+
+    def generations(self, tool_ids: Sequence[str]) -> dict[str, int]:
+        """How many times each tool was restored (its moves' generation)."""
+        out = dict.fromkeys(tool_ids, 0)
+        for chunk in _chunks(list(out)):
+            rows = self._db.execute(
+                "SELECT tool_id, COUNT(*) FROM restores "
+                f"WHERE tool_id IN ({_marks(chunk)}) GROUP BY tool_id",
+                chunk,
+            ).fetchall()
+            out.update((t, int(n)) for t, n in rows)
+        return out
 
     def restored_at(self) -> dict[str, float]:
         return {
@@ -205,3 +235,12 @@ CREATE TABLE IF NOT EXISTS released_credentials (
             {"move_id": m, "reason": r, "lifted": json.loads(lifted), "restored_at": at}
             for m, r, lifted, at in rows
         ]
+
+
+def _chunks(ids: Sequence[str]) -> list[list[str]]:
+    unique = list(dict.fromkeys(ids))
+    return [unique[i : i + CHUNK] for i in range(0, len(unique), CHUNK)]
+
+
+def _marks(chunk: Sequence[str]) -> str:
+    return ",".join("?" * len(chunk))

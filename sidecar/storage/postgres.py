@@ -26,7 +26,9 @@ pooled connections and see what is committed.
 
 **Locks for singleton work** (:meth:`PostgresDatabase.advisory_lock`) are session
 advisory locks held on a connection of their own for as long as the work runs; the
-server frees one when its holder's connection ends, a killed process included.
+server frees one when its holder's connection ends, a killed process included.  A lock
+verifiably released leaves its connection to the next lock of the process (a connect
+per eviction cost more than the eviction's other round trips to the state).
 
 **Poolers.**  Session advisory locks and ``LISTEN`` belong to one server session, so a
 pooler that hands a client connection a different server session per transaction
@@ -70,6 +72,12 @@ if TYPE_CHECKING:
 
 IDLE_KEPT = 8
 """Idle connections a process keeps for reads and transactions."""
+LOCK_IDLE_KEPT = 2
+"""Idle connections a process keeps for the locks of singleton work, apart from the
+others: a lock taken again (every eviction, every maintenance pass) opens no new
+connection, a connect and its keepalive settings costing more than the work's own round
+trips on a one-tool move.  A connection is kept only after its lock was verifiably
+released, so it holds none."""
 CONNECT_TIMEOUT = 10
 KEEPALIVES = {
     "keepalives": 1,
@@ -208,6 +216,7 @@ class PostgresDatabase(Database):
         params.setdefault("application_name", name)
         self._params = params
         self._idle: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue()
+        self._lock_idle: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue()
         self._local = threading.local()
         self._closed = False
         self._prepared_on: pgread.Prepared = weakref.WeakKeyDictionary()
@@ -268,6 +277,25 @@ class PostgresDatabase(Database):
             conn.close()
             return
         self._idle.put(conn)
+
+    def _lock_connection(self) -> tuple[psycopg.Connection[Any], bool]:
+        """A connection for a session lock, and whether it is new: one a released lock
+        left, else a new one."""
+        if self._closed:
+            raise DatabaseError(f"the state database {self.location} was closed")
+        try:
+            return self._lock_idle.get_nowait(), False
+        except queue.Empty:
+            return self._connect(), True
+
+    def _keep_lock_connection(self, conn: psycopg.Connection[Any]) -> None:
+        """A lock's connection that holds no lock now, kept for the next lock."""
+        idle = conn.info.transaction_status == self._psycopg.pq.TransactionStatus.IDLE
+        full = self._lock_idle.qsize() >= LOCK_IDLE_KEPT
+        if self._closed or conn.closed or conn.broken or not idle or full:
+            conn.close()
+            return
+        self._lock_idle.put(conn)
 
     def _one(self, conn: psycopg.Connection[Any], sql: str, params: Sequence[Any] = ()) -> Row:
         try:
@@ -415,11 +443,12 @@ class PostgresDatabase(Database):
 
     def close(self) -> None:
         self._closed = True
-        while True:
-            try:
-                self._idle.get_nowait().close()
-            except queue.Empty:
-                return
+        for idle in (self._idle, self._lock_idle):
+            while True:
+                try:
+                    idle.get_nowait().close()
+                except queue.Empty:
+                    break
 
 
 _WRITES: dict[str, int] = {}
@@ -480,23 +509,38 @@ class PgLock:
         return self._conn is not None
 
     def acquire(self) -> None:
-        conn = self._db._connect()
+        conn, fresh = self._db._lock_connection()
         try:
-            got, pid = self._db._one(
-                conn, "SELECT pg_try_advisory_lock(%s), pg_backend_pid()", (self._key,)
-            )
+            try:
+                got, pid = self._try(conn)
+            except DatabaseError:
+                if fresh:
+                    raise
+                # a kept connection the server has since dropped: a new one
+                conn.close()
+                conn, fresh = self._db._connect(), True
+                got, pid = self._try(conn)
             if not got:
                 who = self._holder(conn) or "holder unknown"
+                self._db._keep_lock_connection(conn)
                 raise Busy(
                     f"another {self.purpose} is running ({who}); wait for it to finish "
                     f"(lock: {self.name} in {self._db.location})",
                     who,
                 )
-            self._db._one(conn, LOCK_SESSION_KEEPALIVE)
+            if fresh:  # the setting stays with the session, for every later lock on it
+                self._db._one(conn, LOCK_SESSION_KEEPALIVE)
+        except Busy:
+            raise
         except BaseException:
             conn.close()
             raise
         self._conn, self._pid = conn, int(pid)
+
+    def _try(self, conn: psycopg.Connection[Any]) -> Row:
+        return self._db._one(
+            conn, "SELECT pg_try_advisory_lock(%s), pg_backend_pid()", (self._key,)
+        )
 
     def release(self) -> None:
         conn, self._conn = self._conn, None
@@ -506,13 +550,16 @@ class PgLock:
             still, pid = self._db._one(
                 conn, "SELECT pg_advisory_unlock(%s), pg_backend_pid()", (self._key,)
             )
-        finally:
+        except BaseException:
             conn.close()
+            raise
         if not still or pid != self._pid:
+            conn.close()
             raise DatabaseError(
                 f"the {self.purpose} lock was no longer held when released: its connection "
                 "changed server session (a pooler in transaction mode?) or was reset"
             )
+        self._db._keep_lock_connection(conn)
 
     def holder(self) -> str | None:
         conn = self._db._get()

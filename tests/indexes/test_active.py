@@ -228,6 +228,35 @@ def test_delete_twice_second_time_returns_empty(index: ActiveIndex) -> None:
     assert index.count() == 4
 
 
+def test_discard_deletes_in_two_requests_and_proves_it(index: ActiveIndex) -> None:
+    """A move's hot delete: no read of which ids are present first (one request to the
+    Chroma server fewer than ``delete``), absent ids are no-ops, and the end is verified."""
+    index.upsert(TOOLS)
+    recorder = CallRecorder(index._collection)
+    index._collection = recorder
+    index.discard(["maps", "ghost", "maps"])
+    assert [op for op, _n in recorder.calls] == ["delete", "get"]
+    assert index.existing([r.id for r in TOOLS]) == {"weather", "stocks", "translate", "email"}
+    assert all(h.id != "maps" for h in index.search("route driving map", 5))
+    recorder.calls.clear()
+    index.discard([])
+    assert recorder.calls == []
+    assert index.delete(["email"]) == ["email"]
+    assert [op for op, _n in recorder.calls] == ["get", "delete", "get"]
+
+
+def test_discard_raises_when_chroma_kept_a_record(index: ActiveIndex) -> None:
+    class KeepsEverything(CallRecorder):
+        def delete(self, **kwargs: Any) -> Any:
+            self._record("delete", kwargs)  # and deletes nothing
+
+    index.upsert(TOOLS)
+    index._collection = KeepsEverything(index._collection)
+    with pytest.raises(DeleteNotVerifiedError) as info:
+        index.discard(["maps", "ghost"])
+    assert info.value.remaining == ["maps"]
+
+
 def test_existing(index: ActiveIndex) -> None:
     assert index.existing(["weather"]) == set()
     index.upsert(TOOLS)

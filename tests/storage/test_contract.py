@@ -179,6 +179,37 @@ def test_an_advisory_lock_has_one_holder_across_processes(db: Database, open_db:
         pass
 
 
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_lock_taken_again_opens_no_new_connection(
+    db: Database, open_db: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An eviction takes its lock on every run: the connection a released lock leaves
+    is taken again (a connect costs more than the lock's own round trips), it holds no
+    lock meanwhile, and one the server dropped since is replaced."""
+    import psycopg
+
+    other = open_db()
+    for each in (db, other):
+        with each.advisory_lock("evict", "eviction"):
+            pass
+    connects: list[str] = []
+    real = psycopg.connect
+    monkeypatch.setattr(psycopg, "connect", lambda *a, **k: connects.append("x") or real(*a, **k))
+    for _ in range(3):
+        with db.advisory_lock("evict", "eviction") as lock:
+            pid = lock._pid  # type: ignore[attr-defined]
+            with pytest.raises(Busy):
+                other.advisory_lock("evict", "eviction").acquire()
+        with other.advisory_lock("evict", "eviction"):
+            pass  # released: the kept connection holds nothing
+    assert connects == []
+    # the server ends the kept connection's session: the next lock connects anew
+    other.execute("SELECT pg_terminate_backend(?)", (pid,))
+    with db.advisory_lock("evict", "eviction"), pytest.raises(Busy):
+        other.advisory_lock("evict", "eviction").acquire()
+    assert connects == ["x"]
+
+
 def test_the_database_clock_is_a_wall_clock(db: Database) -> None:
     # the database's clock, not the local one; on this machine they agree
     assert abs(db.now() - time.time()) < 60
