@@ -46,7 +46,6 @@ broken connection is dropped, so the next statement reconnects.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import queue
@@ -66,6 +65,7 @@ from sidecar.redact import scrub
 from sidecar.secretshapes import url_secrets
 from sidecar.storage import pgread
 from sidecar.storage.base import Connection, Database, DatabaseError, MissingTable, Row, statements
+from sidecar.storage.pgfeed import ChangeFeed
 
 if TYPE_CHECKING:
     import psycopg
@@ -412,7 +412,12 @@ class PostgresDatabase(Database):
             return None  # off; or inside a write transaction, whose writes are not committed
         with self._feed_lock:
             if self._feed is None and not self._closed:
-                self._feed = ChangeFeed(self)
+                self._feed = ChangeFeed(
+                    lambda: self._psycopg.connect(autocommit=True, **self._params),
+                    self.channel,
+                    lambda: self._closed,
+                    self._psycopg.Error,
+                )
         feed = self._feed
         if feed is None or not feed.listening:
             return None
@@ -454,43 +459,6 @@ class PostgresDatabase(Database):
 _WRITES: dict[str, int] = {}
 """Write transactions this process ended, per state (its channel)."""
 _WRITES_LOCK = threading.Lock()
-
-
-class ChangeFeed:
-    """``LISTEN`` on the state's channel, on a connection of its own, in a daemon
-    thread: every write transaction of any process ``NOTIFY``s it at commit, and each
-    notification moves :attr:`generation`.  While the feed is not listening (not yet,
-    or its connection broke) :attr:`listening` is false and nothing may be cached."""
-
-    def __init__(self, db: PostgresDatabase) -> None:
-        self._db = db
-        self.generation = 0
-        self.listening = False
-        self._thread = threading.Thread(target=self._run, name="sidecar-changes", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._db._closed:
-            try:
-                conn = self._db._psycopg.connect(autocommit=True, **self._db._params)
-            except self._db._psycopg.Error:
-                time.sleep(1.0)
-                continue
-            try:
-                conn.execute(f"LISTEN {self._db.channel}")
-                self.generation += 1  # whatever was missed while not listening
-                self.listening = True
-                while not self._db._closed:
-                    for _ in conn.notifies(timeout=1.0):
-                        self.generation += 1
-            except self._db._psycopg.Error:
-                pass
-            finally:
-                self.listening = False
-                self.generation += 1
-                with contextlib.suppress(self._db._psycopg.Error):
-                    conn.close()
-            time.sleep(0.2)
 
 
 class PgLock:
