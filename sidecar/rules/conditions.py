@@ -36,6 +36,7 @@ from sidecar.rules import families
 from sidecar.rules.learner import Learner, Unlearned
 from sidecar.rules.lifecycle import ENFORCED, Lifecycle, Status
 from sidecar.storage.base import Connection
+from sidecar.storage.conditions import Derived, Known
 from sidecar.storage.state import State
 
 AUDIT = logging.getLogger("sidecar.audit")
@@ -71,6 +72,9 @@ class ConditionBook:
         self._lock = threading.RLock()
         self._states: dict[str, ConditionState] = {}
         self._states_rev = -1
+        self._parsed: dict[str, tuple[str, FailureCondition]] = {}
+        """Each stored condition's record as last parsed: a rebuild of the states after a
+        write parses only the records that write changed."""
         self.alerts = 0
         """Contradictions this process set aside (for ``/metrics``)."""
 
@@ -132,34 +136,42 @@ class ConditionBook:
         for tool in sorted(tools):
             current = {c.condition_id: c for c in memory.conditions(tool)}
             known = repo.known(tx, tool)
+            changed: list[Derived] = []
             for cid, c in current.items():
-                self._alert(c, known.get(cid))
+                before = known.get(cid)
+                self._alert(c, before)
                 record = json.dumps(c.to_dict(), separators=(",", ":"))
                 pointer = pointers.get((c.tool, c.signature))
                 against = self._thresholds.contradictions(c)
-                if cid not in known:
+                if before is None:
                     lifted = families.covered(predicate_key(c), families.words(c.signature), lifts)
                     repo.insert(
                         tx, cid, tool, c.signature, record, pointer, now, c.support, against,
                         lifted,
                     )  # fmt: skip
                     continue
-                confirmed = c.support > known[cid][0]
-                repo.update(tx, cid, record, c.support, against, pointer, confirmed, now)
-                repo.retire_if_contradicted(tx, cid, self._lifecycle.retire_after, now)
+                confirmed = c.support > before.support
+                # a condition derived again as it was is left as it is: most of a tool's
+                # conditions do not change with one more session
+                if before.present and not confirmed and (record, against) == (
+                    before.record, before.contradictions,
+                ):  # fmt: skip
+                    continue
+                changed.append(Derived(cid, record, c.support, against, pointer, confirmed))
+            repo.update(tx, changed, self._lifecycle.retire_after, now)
             # derivation dropped it (its value succeeded since, its confidence fell, or the
             # evidence it rested on was forgotten): it retires, its last form readable
-            gone = [
-                cid for cid, (_s, present, _r) in known.items() if present and cid not in current
-            ]
+            gone = [cid for cid, k in known.items() if k.present and cid not in current]
             repo.mark_gone(tx, gone, now)
         repo.bump_conditions(tx)
         self._states_rev = -1
 
-    def _alert(self, c: FailureCondition, before: tuple[int, bool, str] | None) -> None:
+    def _alert(self, c: FailureCondition, before: Known | None) -> None:
         """Untrusted successes set aside against a condition a trusted source stands
         behind: said in the audit log when there are more of them than before."""
-        was = int(json.loads(before[2]).get("ignored", 0)) if before else 0
+        if not c.ignored:
+            return
+        was = int(json.loads(before.record).get("ignored", 0)) if before else 0
         if c.ignored > was:
             self.alerts += c.ignored - was
             AUDIT.warning(
@@ -179,16 +191,21 @@ class ConditionBook:
                 return self._states
             now = time.time()
             out: dict[str, ConditionState] = {}
+            parsed: dict[str, tuple[str, FailureCondition]] = {}
             for row in self._state.conditions.rows():
                 status = self._lifecycle.status(
                     row.lifted, row.contradictions, row.baseline, row.last_seen, now
                 )
                 if not row.present and status != "lifted":
                     status = "retired"
-                condition = FailureCondition.from_dict(json.loads(row.record))
+                kept = self._parsed.get(row.condition_id)
+                if kept is None or kept[0] != row.record:
+                    kept = (row.record, FailureCondition.from_dict(json.loads(row.record)))
+                parsed[row.condition_id] = kept
                 out[row.condition_id] = ConditionState(
-                    condition, status, row.valid_from, row.last_seen, row.invalid_at, row.pointer
+                    kept[1], status, row.valid_from, row.last_seen, row.invalid_at, row.pointer
                 )
+            self._parsed = parsed
             self._states, self._states_rev = out, revision
             return out
 

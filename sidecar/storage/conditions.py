@@ -23,9 +23,30 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from sidecar.storage.base import Connection, Database, MissingTable
+
+
+class Known(NamedTuple):
+    """A stored condition as the next derivation compares it."""
+
+    support: int
+    present: bool
+    record: str
+    contradictions: int
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A stored condition derived again, changed."""
+
+    condition_id: str
+    record: str
+    support: int
+    against: int
+    pointer: str | None
+    confirmed: bool
 
 
 @dataclass(frozen=True)
@@ -251,13 +272,14 @@ CREATE TABLE IF NOT EXISTS learned_steps (
             for c, r, p, v, s, n, lf, b, pr, inv in rows
         ]
 
-    def known(self, tx: Connection, tool: str) -> dict[str, tuple[int, bool, str]]:
-        """Per stored condition of ``tool``: its support, whether it is present, and its
-        record as last derived."""
+    def known(self, tx: Connection, tool: str) -> dict[str, Known]:
+        """Per stored condition of ``tool``: its support, whether it is present, its
+        record as last derived, and its contradictions."""
         return {
-            cid: (int(support), bool(present), str(record))
-            for cid, support, present, record in tx.execute(
-                "SELECT condition_id, support, present, record FROM conditions WHERE tool=?",
+            cid: Known(int(support), bool(present), str(record), int(against))
+            for cid, support, present, record, against in tx.execute(
+                "SELECT condition_id, support, present, record, contradictions "
+                "FROM conditions WHERE tool=?",
                 (tool,),
             )
         }
@@ -274,26 +296,28 @@ CREATE TABLE IF NOT EXISTS learned_steps (
         )
 
     def update(
-        self, tx: Connection, cid: str, record: str, support: int, against: int,
-        pointer: str | None, confirmed: bool, now: float,
-    ) -> None:  # fmt: skip
-        """Derived again: its record and counts; ``confirmed``: new support since (its
-        pointer and last confirmation move); present again if it had left."""
-        tx.execute(
+        self, tx: Connection, derived: Sequence[Derived], retire_after: int, now: float
+    ) -> None:
+        """Derived again: each one's record and counts; ``confirmed``: new support since
+        (its pointer and last confirmation move); present again if it had left; retired
+        when its contradictions since its baseline reach ``retire_after``."""
+        if not derived:
+            return
+        tx.executemany(
             "UPDATE conditions SET record=?, support=?, contradictions=?, present=1, "
             "pointer=COALESCE(?, pointer), last_seen=CASE WHEN ? THEN ? ELSE last_seen "
             "END, invalid_at=CASE WHEN present=0 THEN NULL ELSE invalid_at END "
             "WHERE condition_id=?",
-            (record, support, against, pointer if confirmed else None, confirmed, now, cid),
-        )
-
-    def retire_if_contradicted(
-        self, tx: Connection, cid: str, retire_after: int, now: float
-    ) -> None:
-        tx.execute(
+            [
+                (d.record, d.support, d.against, d.pointer if d.confirmed else None,
+                 d.confirmed, now, d.condition_id)
+                for d in derived
+            ],
+        )  # fmt: skip
+        tx.executemany(
             "UPDATE conditions SET invalid_at=? WHERE condition_id=? AND invalid_at IS NULL "
             "AND contradictions - baseline >= ?",
-            (now, cid, retire_after),
+            [(now, d.condition_id, retire_after) for d in derived],
         )
 
     def mark_gone(self, tx: Connection, cids: Iterable[str], now: float) -> None:
