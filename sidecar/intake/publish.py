@@ -69,7 +69,7 @@ class Publisher:
         if not self.group:
             self.publish()
             return
-        if self._thread is None:
+        if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="publisher", daemon=True)
             self._thread.start()
         self._wake.set()
@@ -124,7 +124,13 @@ class Publisher:
             if self._stop.is_set():
                 return
             self.publish()
-            waiting = self._state.pending.count() > 0
+            try:
+                waiting = self._state.pending.count() > 0
+            except FAILURES as exc:
+                # the state is away: look again soon rather than let the thread die
+                # (records acknowledged meanwhile would wait for the maintenance loop)
+                log.warning("archive publisher: %s", plain(exc))
+                waiting = True
 
     def close(self) -> None:
         """Stop the group publisher, publishing what waits (what it cannot stays in the

@@ -120,6 +120,16 @@ def finish_moves(cluster: Cluster, via: int = 0) -> None:
 
 
 # ---- the invariants ------------------------------------------------------------------
+def published(cluster: Cluster, via: int = 0) -> None:
+    """Wait until no acknowledged record waits in the state: beside a Delta archive a
+    report is acknowledged once durable in the state, and the group publisher appends
+    its record soon after (what the archive holds is read past the sidecar)."""
+    deadline = time.monotonic() + 120
+    while cluster.client(via).status().pending_records:
+        assert time.monotonic() < deadline, "acknowledged records never published"
+        time.sleep(0.2)
+
+
 def delta_keys(cluster: Cluster, table: str, key: str) -> list[str]:
     """Every key of every row the Delta table's current version names, read past the
     sidecar (copies included: a row written twice shows twice)."""
@@ -164,6 +174,7 @@ def check_cluster(cluster: Cluster) -> dict[str, Any]:
     for sc in clients:
         assert {t.tool_id for t in sc.list_tools()} == hot
 
+    published(cluster)
     chains = delta_keys(cluster, "chains", "chain_id")
     tools = delta_keys(cluster, "tools", "record_id")
     for table, keys in (("chains", chains), ("tools", tools)):
@@ -485,10 +496,7 @@ def test_without_the_object_store_an_eviction_completes_and_its_records_wait(
         assert not cluster.clients[0].health().ready  # the archive is away, and it says so
     finally:
         cluster.start_s3()
-    deadline = time.monotonic() + 120
-    while cluster.clients[2].status().pending_records:
-        assert time.monotonic() < deadline, "acknowledged records never published"
-        time.sleep(0.5)
+    published(cluster, via=2)
     evicted = dict(cluster.sql("SELECT tool_id, move_id FROM evicted_tools"))
     assert set(prefix_tools) <= set(evicted)
     check_cluster(cluster)
