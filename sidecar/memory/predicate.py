@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal, cast
 
 from sidecar.memory.values import FeatureValue
@@ -21,7 +22,26 @@ OPS: tuple[Op, ...] = ("==", "not_in", ">", "<")
 
 def token(value: Any) -> str:
     """The comparison key of a scalar: its JSON text (``"1"`` and ``1`` differ)."""
+    kind = type(value)
+    if kind in _SCALARS:
+        # keyed by exact type: 1, 1.0 and True are equal keys of a cache, not one token
+        return _scalar_token(kind.__name__, value)
+    return _dumps(value)
+
+
+def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+@lru_cache(maxsize=1 << 16)
+def _scalar_token(kind: str, value: Any) -> str:
+    """Learning and checking ask for the tokens of the same few values again and again
+    (a tool's statuses, ids seen in many sessions): each is dumped once."""
+    del kind  # part of the cache's key only
+    return _dumps(value)
 
 
 def is_number(value: Any) -> bool:

@@ -887,3 +887,17 @@ def test_repeated_features() -> None:
     assert call_features([first], first.tool, {"patient": "p1"})["again:call"] is False
     failed = replace(first, output=None, error="boom")
     assert call_features([failed], first.tool, dict(first.arguments))["again:call"] is False
+
+
+def test_equal_scalars_of_different_types_stay_different_values() -> None:
+    """Tokens are cached per scalar: 1, 1.0 and True are one key of a dict, never one
+    value of a feature, whichever is asked first."""
+    from sidecar.memory.predicate import token
+
+    expected = {"true", "1", "1.0"}
+    for first in (True, 1, 1.0):
+        token(first)
+        assert {token(True), token(1), token(1.0)} == expected
+    assert Predicate("obj:order_id.items", "==", 1).holds(True) is False
+    assert Predicate("obj:order_id.items", "==", True).holds(1) is False
+    assert Predicate("obj:order_id.items", "not_in", [1]).holds(1.0) is True
