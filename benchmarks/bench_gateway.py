@@ -232,8 +232,6 @@ def _env(root: Path = ROOT) -> dict[str, str]:
 def _start_http(role: str, *extra: str, root: Path = ROOT) -> tuple[subprocess.Popen[bytes], str]:
     """``role`` served over HTTP by this checkout, or by another one (``root``: a
     baseline)."""
-    import httpx
-
     port = _port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.bench_gateway", "--serve", role, str(port), *extra],
@@ -242,15 +240,23 @@ def _start_http(role: str, *extra: str, root: Path = ROOT) -> tuple[subprocess.P
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    return proc, await_mcp(proc, port, role)
+
+
+def await_mcp(proc: subprocess.Popen[bytes], port: int, what: str) -> str:
+    """The URL of the MCP endpoint ``proc`` serves on ``port``, once it answers (within
+    a minute, while the process lives)."""
+    import httpx
+
     url = f"http://127.0.0.1:{port}/mcp"
     deadline = time.monotonic() + 60
     while True:
         try:
             httpx.get(url, timeout=1)
-            return proc, url
+            return url
         except httpx.HTTPError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{role} did not start") from None
+                raise RuntimeError(f"{what} did not start") from None
             time.sleep(0.1)
 
 

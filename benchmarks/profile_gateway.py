@@ -177,9 +177,7 @@ def run(calls: int, profiled: bool, warmup: int = 50) -> dict[str, Any]:
 def _start_http_profiled(upstream: str, out: Path, profiled: bool) -> tuple[Any, str]:
     import subprocess
 
-    import httpx
-
-    from benchmarks.bench_gateway import ROOT, _env, _port
+    from benchmarks.bench_gateway import ROOT, _env, _port, await_mcp
 
     port = _port()
     proc = subprocess.Popen(
@@ -193,16 +191,7 @@ def _start_http_profiled(upstream: str, out: Path, profiled: bool) -> tuple[Any,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(url, timeout=1)
-            return proc, url
-        except httpx.HTTPError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the gateway did not start") from None
-            time.sleep(0.1)
+    return proc, await_mcp(proc, port, "the gateway")
 
 
 def main(argv: list[str] | None = None) -> None:
