@@ -414,15 +414,27 @@ def lookup_and_check(services: Services, root: Path, sizes: Sizes, seed: int) ->
     # check reads the learned memory, as a block would
     learned = [session(n) for n in range(3)]
     queries = [" ".join(rng.choice(WORDS) for _ in range(6)) for _ in range(sizes.rounds + 10)]
-    modes = {"embedded": None, "shared": services.memory(), "shared_cached": services.memory()}
+    modes = {
+        "embedded": None,
+        "shared": services.memory(),
+        "shared_cached": services.memory(),
+        "shared_leased": services.memory(),
+    }
+    # read every request; the revision cache (no lease); the revision lease (the default)
+    extras: dict[str, dict[str, float]] = {
+        "embedded": {},
+        "shared": {"revision_lease_ms": 0.0},
+        "shared_cached": {"revision_lease_ms": 0.0, "revision_cache_ms": REVISION_CACHE_MS},
+        "shared_leased": {},
+    }
     build_s: dict[str, float] = {}
     with contextlib.ExitStack() as stack:
         sidecars: dict[str, Sidecar] = {}
         for mode, memory in modes.items():
             progress(f"shared: row 1, building the {mode} catalog ({len(tools):,} tools)")
-            # the cached replica keeps the revisions it reads for at most REVISION_CACHE_MS
-            extra = {"revision_cache_ms": REVISION_CACHE_MS} if mode == "shared_cached" else {}
-            sc = stack.enter_context(library(root / f"lookup-{mode}", embedder, memory, **extra))
+            sc = stack.enter_context(
+                library(root / f"lookup-{mode}", embedder, memory, **extras[mode])
+            )
             started = time.perf_counter()
             sc.add_tools(tools)
             sc.report_many(chains)
@@ -460,7 +472,7 @@ def lookup_and_check(services: Services, root: Path, sizes: Sizes, seed: int) ->
         "constraints": sizes.constraints,
         "build_s": build_s,
         "answers": checks,
-        "same_answers": checks["embedded"] == checks["shared"] == checks["shared_cached"],
+        "same_answers": all(answers == checks["embedded"] for answers in checks.values()),
         "revision_cache_ms": REVISION_CACHE_MS,
         "ops": {
             op: {
@@ -475,6 +487,10 @@ def lookup_and_check(services: Services, root: Path, sizes: Sizes, seed: int) ->
                 "shared_cached": stats[f"shared_cached:{op}"],
                 "cached_p50_ratio": ratio(
                     stats[f"shared_cached:{op}"]["p50_ms"], stats[f"embedded:{op}"]["p50_ms"], 2
+                ),
+                "shared_leased": stats[f"shared_leased:{op}"],
+                "leased_p50_ratio": ratio(
+                    stats[f"shared_leased:{op}"]["p50_ms"], stats[f"embedded:{op}"]["p50_ms"], 2
                 ),
             }
             for op in ops
@@ -665,9 +681,13 @@ def staleness(services: Services, root: Path, sizes: Sizes) -> dict[str, Any]:
     ]
     descriptions = {t.tool_id: t.description for t in tools}
     out: dict[str, Any] = {"trials": n}
-    for cache_ms in (0.0, REVISION_CACHE_MS):
-        key = "uncached" if cache_ms == 0 else "cached"
-        out[key] = _staleness(services, root / key, tools, descriptions, n, cache_ms)
+    # read every request, the revision cache, the revision lease (the default)
+    for key, cache_ms, lease in (
+        ("uncached", 0.0, False),
+        ("cached", REVISION_CACHE_MS, False),
+        ("leased", 0.0, True),
+    ):
+        out[key] = _staleness(services, root / key, tools, descriptions, n, cache_ms, lease)
     # the uncached figures stay at the top level, as the markdown and targets read them
     out.update(out["uncached"])
     return out
@@ -680,6 +700,7 @@ def _staleness(
     descriptions: dict[str, str],
     n: int,
     cache_ms: float,
+    lease: bool = False,
 ) -> dict[str, Any]:
     from sidecar import Tool
 
@@ -688,11 +709,11 @@ def _staleness(
         "evict": {"other": [], "same": []},
         "report": {"other": [], "same": []},
     }
-    progress(
-        f"shared: row 3 (revision cache {cache_ms:g} ms), {n} evictions and {n} reports, "
-        "each watched from both replicas"
-    )
+    how = "revision lease" if lease else f"revision cache {cache_ms:g} ms"
+    progress(f"shared: row 3 ({how}), {n} evictions and {n} reports, watched from both replicas")
     env = {"SIDECAR_EVICT_MIN_CHAINS": "1", "SIDECAR_REVISION_CACHE_MS": str(cache_ms)}
+    if not lease:
+        env["SIDECAR_REVISION_LEASE_MS"] = "0"
     with replicas(root, 2, memory, env) as (one, two):
         a, b = one.client(), two.client()
         try:
@@ -734,7 +755,7 @@ def _staleness(
         finally:
             a.close()
             b.close()
-    out: dict[str, Any] = {"revision_cache_ms": cache_ms}
+    out: dict[str, Any] = {"revision_cache_ms": cache_ms, "revision_lease": lease}
     for kind, by_watcher in samples.items():
         out[kind] = {}
         for where, trials in by_watcher.items():
@@ -908,6 +929,9 @@ def markdown(result: dict[str, Any]) -> str:
             v["shared_cached"]["p50_ms"],
             v["shared_cached"]["p99_ms"],
             v["cached_p50_ratio"],
+            v["shared_leased"]["p50_ms"],
+            v["shared_leased"]["p99_ms"],
+            v["leased_p50_ratio"],
         ]
         for op, v in look["ops"].items()
     ]
@@ -926,7 +950,7 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     stale_rows = [
         [
-            "cached" if cached else "every request",
+            label,
             {"evict": "tool evicted on A", "report": "failure reported on A"}[kind],
             {"other": "B (the other replica)", "same": "A itself (floor)"}[where],
             s["n"],
@@ -936,9 +960,10 @@ def markdown(result: dict[str, Any]) -> str:
             s["stale_answers"],
             s["never"],
         ]
-        for cached, stale in (
-            (False, result["staleness"].get("uncached", result["staleness"])),
-            (True, result["staleness"].get("cached")),
+        for label, stale in (
+            ("every request", result["staleness"].get("uncached", result["staleness"])),
+            ("cached", result["staleness"].get("cached")),
+            ("leased", result["staleness"].get("leased")),
         )
         if stale is not None
         for kind in ("evict", "report")
@@ -962,6 +987,9 @@ def markdown(result: dict[str, Any]) -> str:
                 "p50 ratio",
                 "p99 ratio",
                 f"cached ({look['revision_cache_ms']:g} ms) p50 ms",
+                "p99",
+                "p50 ratio",
+                "leased p50 ms",
                 "p99",
                 "p50 ratio",
             ],

@@ -1,7 +1,8 @@
 """Section 14's first row alone (``bench_shared.lookup_and_check``): ``search``, ``check``
 and ``check_call`` timed in one round robin on an embedded sidecar, a shared one (the
-revisions read on every request) and a shared one with the revision cache, all in this
-process, with their p50 ratios against the embedded one.
+revisions read on every request), a shared one with the revision cache and one with the
+revision lease (the default), all in this process, with their p50 ratios against the
+embedded one.
 
 ``python -m benchmarks.bench_shared_checks [--full] [--rounds N] [--grouped] [--out
 FILE]``: quick sizes by default (1,002 tools, 200 fatal continuations, 200 rounds; about
@@ -158,14 +159,16 @@ def profile(rounds: int = 2_000, seed: int = 7) -> dict[str, Any]:
 
 def table(result: dict[str, Any]) -> str:
     lines = [
-        "| op | embedded p50 / p99 | shared p50 / p99 | p50 ratio | cached p50 / p99 | p50 ratio |",
-        "|---|---|---|---|---|---|",
+        "| op | embedded p50 / p99 | shared p50 / p99 | p50 ratio | cached p50 / p99 | p50 ratio "
+        "| leased p50 / p99 | p50 ratio |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for op, r in result["lookup"]["ops"].items():
-        e, s, c = r["embedded"], r["shared"], r["shared_cached"]
+        e, s, c, le = r["embedded"], r["shared"], r["shared_cached"], r["shared_leased"]
         lines.append(
             f"| {op} | {e['p50_ms']} / {e['p99_ms']} | {s['p50_ms']} / {s['p99_ms']} | "
-            f"{r['p50_ratio']} | {c['p50_ms']} / {c['p99_ms']} | {r['cached_p50_ratio']} |"
+            f"{r['p50_ratio']} | {c['p50_ms']} / {c['p99_ms']} | {r['cached_p50_ratio']} | "
+            f"{le['p50_ms']} / {le['p99_ms']} | {r['leased_p50_ratio']} |"
         )
     return "\n".join(lines)
 

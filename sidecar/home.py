@@ -71,7 +71,10 @@ def open_state(
         from sidecar.storage.postgres import PostgresDatabase
 
         db = PostgresDatabase(
-            settings.database_url, writable, revision_cache_s=settings.revision_cache_ms / 1000
+            settings.database_url,
+            writable,
+            revision_cache_s=settings.revision_cache_ms / 1000,
+            revision_lease_s=settings.revision_lease_ms / 1000,
         )
     else:
         from sidecar.storage.sqlite import SqliteDatabase

@@ -52,6 +52,7 @@ class Settings:
     database_url: str | None = None
     cold_url: str | None = None
     revision_cache_ms: float = 0.0
+    revision_lease_ms: float = 2000.0
     collection: str = "tools"
     max_warnings_per_tool: int = 3
     revoker: str = "record-only"
@@ -152,8 +153,12 @@ SETTINGS: dict[str, str] = {
     "chroma_url": "http://host:port of a Chroma server; unset means the embedded store",
     "database_url": "postgresql://... of a PostgreSQL database holding the state; unset "
     "means SQLite under the home",
-    "revision_cache_ms": "shared state only: keep the revisions a lookup or check reads for up "
-    "to this long, less once another replica's write is announced (0: read every request)",
+    "revision_cache_ms": "shared state only, with revision_lease_ms 0: keep the revisions a "
+    "lookup or check reads for up to this long, less once another replica's write is "
+    "announced (0: read every request)",
+    "revision_lease_ms": "shared state only: a replica answers lookups and checks from the "
+    "revisions it cached while it holds a lease this long, which every write waits on until "
+    "the replica has seen it (0: no lease)",
     "cold_url": "where the cold archive is: s3://bucket/prefix (Delta tables; endpoint and "
     "credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
     "AWS_REGION), delta+file:///folder or a folder; unset means the home's cold/ folder",
@@ -198,6 +203,7 @@ def _parse(name: str, raw: str) -> Any:
     if name in (
         "constraint_max_age_days",
         "revision_cache_ms",
+        "revision_lease_ms",
         "abstain_below",
         "chain_weight",
         "gateway_call_timeout",
@@ -359,6 +365,11 @@ def _check_stores(s: Settings) -> None:
     cache = s.revision_cache_ms
     if _not_number(cache) or not 0 <= cache <= 60_000:
         raise ConfigError(f"revision_cache_ms must be a number from 0 to 60000, got {cache!r}")
+    lease = s.revision_lease_ms
+    if _not_number(lease) or not (lease == 0 or 300 <= lease <= 30_000):
+        raise ConfigError(
+            f"revision_lease_ms must be 0 or a number from 300 to 30000, got {lease!r}"
+        )
 
 
 def _shown_database_url(url: str) -> str:

@@ -1,23 +1,66 @@
 """The change feed of a PostgreSQL state: ``LISTEN`` on its channel in a thread of its
-own, so that a revision cache knows when another process has written."""
+own, so that a revision cache knows when another process has written, and, with a
+lease, so that the process may answer from that cache with no read at all and still see
+every write acknowledged before its request.
+
+**The lease.**  A process that caches holds a row in ``feed_leases``: its holder id,
+its process, an expiry on the database's clock, and the last write it has *seen* (the
+transaction id each write transaction sends as its notification's payload).  Each write
+transaction, under the state's lock, counts the live leases of other processes; after
+it commits and before it returns, it waits until each of them has seen it or expired
+(:func:`wait_seen`).  The feed's thread, on a notification, first moves
+:attr:`ChangeFeed.generation` (every cached value is dropped), then records the write
+as seen, renewing the lease in the same statement; idle, it renews every third of the
+lease.  Its own clock ends the lease before the database's does (it counts from before
+the renewal was sent, minus a margin), and a lease found expired is taken again under
+the state's lock, so no write can slip between a lease's start and the first read
+made under it.  So a write acknowledged on any process is in every later answer of a
+process whose lease holds, and a process whose listener died or stalled stops renewing,
+lets its lease lapse and reads on every request meanwhile; a write then waits at most
+one lease for it.  A feed that listens again (its connection broke, the database
+restarted) takes its lease anew rather than renewing one that may still run: the writes
+made while it was not listening counted that lease and were never heard; the new lease
+marks them all seen, as its start is after them under the lock.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
 from typing import Any
+
+PROCESS = uuid.uuid4().hex
+"""This process, in every lease it holds: a write never waits for leases of its own
+process (its writes move the local counter every cache of the process reads)."""
+LEASES_DDL = (
+    "CREATE TABLE IF NOT EXISTS feed_leases (holder TEXT PRIMARY KEY, process TEXT NOT "
+    "NULL, expires_at DOUBLE PRECISION NOT NULL, seen BIGINT NOT NULL)"
+)
+NOW = "EXTRACT(EPOCH FROM clock_timestamp())"
+LOCAL_MARGIN = 0.2
+"""Share of a lease this process gives up at its end: its own clock ends the lease
+that much before the database's does, whatever the clocks' rates and the round trip."""
+WAIT_AT_MOST_S = 60.0
+"""A write waits this long at most for the leases it counted (they end sooner: no lease
+is longer than a minute)."""
+LIVE_LEASES = f"SELECT count(*) FROM feed_leases WHERE process <> %s AND expires_at > {NOW}"
+UNSEEN = (
+    f"SELECT count(*) FROM feed_leases WHERE process <> %s AND seen < %s AND expires_at > {NOW}"
+)
 
 
 class ChangeFeed:
     """``LISTEN`` on the state's channel, on a connection of its own, in a daemon
-    thread: every write transaction of any process ``NOTIFY``s it at commit, and each
+    thread: every write transaction of any process notifies it at commit, and each
     notification moves :attr:`generation`.  While the feed is not listening (not yet,
     or its connection broke) :attr:`listening` is false and nothing may be cached.
 
-    ``connect`` opens an autocommit connection; ``closed`` says when to stop; ``errors``
-    is the driver's base error."""
+    ``lease_s`` > 0: the feed also holds a lease (see the module); :meth:`leased` says
+    whether it holds now.  ``connect`` opens an autocommit connection; ``closed`` says
+    when to stop; ``errors`` is the driver's base error; ``state_key`` the state's lock."""
 
     def __init__(
         self,
@@ -25,18 +68,36 @@ class ChangeFeed:
         channel: str,
         closed: Callable[[], bool],
         errors: type[Exception],
+        lease_s: float = 0.0,
+        state_key: int = 0,
     ) -> None:
         self._connect = connect
         self._channel = channel
         self._closed = closed
         self._errors = errors
+        self._lease_s = lease_s
+        self._state_key = state_key
+        self.holder = f"{PROCESS}:{uuid.uuid4().hex[:12]}"
         self.generation = 0
         self.listening = False
+        self._until = 0.0
+        """This process's end of its lease (``time.monotonic``)."""
+        self._seen = 0
+        """The last write this feed was notified of (its transaction id)."""
+        self._fresh = True
+        """Listening anew: the lease must be taken, not renewed."""
+        self.paused = threading.Event()
+        """Set, the thread stops taking notifications (testing only)."""
         self._thread = threading.Thread(target=self._run, name="sidecar-changes", daemon=True)
         self._thread.start()
 
+    def leased(self) -> bool:
+        return self.listening and time.monotonic() < self._until
+
     def _run(self) -> None:
         while not self._closed():
+            while self.paused.is_set() and not self._closed():
+                time.sleep(0.01)
             try:
                 conn = self._connect()
             except self._errors:
@@ -45,15 +106,99 @@ class ChangeFeed:
             try:
                 conn.execute(f"LISTEN {self._channel}")
                 self.generation += 1  # whatever was missed while not listening
+                # a lease that outlived the old connection is not renewed: writes it
+                # was counted in while nobody listened were never heard, so it is
+                # taken again (seen from now on)
+                self._fresh = True
                 self.listening = True
                 while not self._closed():
-                    for _ in conn.notifies(timeout=1.0):
-                        self.generation += 1
+                    self._listen(conn)
             except self._errors:
                 pass
             finally:
                 self.listening = False
+                self._until = 0.0
                 self.generation += 1
                 with contextlib.suppress(self._errors):
                     conn.close()
             time.sleep(0.2)
+
+    def _listen(self, conn: Any) -> None:
+        """One turn: the notifications that came (or a third of a lease without any),
+        then the lease renewed with the last write seen, again while more came during
+        the renewal: the lease is trusted only once none waits unseen."""
+        every = self._lease_s / 3 if self._lease_s > 0 else 1.0
+        while self.paused.is_set() and not self._closed():
+            time.sleep(0.01)
+        self._heard(conn.notifies(timeout=every, stop_after=1))
+        if self._lease_s <= 0:
+            return
+        while True:
+            sent = time.monotonic()
+            self._renew(conn)
+            if not self._heard(conn.notifies(timeout=0)):
+                break
+        self._until = sent + self._lease_s * (1 - LOCAL_MARGIN)
+
+    def _heard(self, notes: Iterable[Any]) -> int:
+        """Drop every cached value per notification, and note the last write seen."""
+        n = 0
+        for note in notes:
+            n += 1
+            self.generation += 1
+            with contextlib.suppress(ValueError):
+                self._seen = max(self._seen, int(note.payload))
+        return n
+
+    def _renew(self, conn: Any) -> None:
+        if self._fresh:
+            if not self._closed():
+                self._take(conn)
+                self._fresh = False
+            return
+        row = conn.execute(
+            f"UPDATE feed_leases SET expires_at = {NOW} + %s, seen = GREATEST(seen, %s) "
+            f"WHERE holder = %s AND expires_at > {NOW} RETURNING 1",
+            (self._lease_s, self._seen, self.holder),
+        ).fetchone()
+        if row is None and not self._closed():
+            self._take(conn)
+
+    def _take(self, conn: Any) -> None:
+        """A lease begun (or begun again once it lapsed) under the state's lock: every
+        write that counted no lease of this process has committed, and is in what this
+        process reads from now on; every later one counts this lease.  What was cached
+        before is dropped."""
+        self.generation += 1
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._state_key,))
+            conn.execute(
+                f"INSERT INTO feed_leases VALUES (%s, %s, {NOW} + %s, "
+                "pg_current_xact_id()::text::bigint) ON CONFLICT (holder) DO UPDATE SET "
+                "expires_at = excluded.expires_at, seen = excluded.seen",
+                (self.holder, PROCESS, self._lease_s),
+            )
+
+    def release(self, conn: Any) -> None:
+        """Give the lease up (the process closes the state): no write waits for it any
+        longer.  (A process killed leaves its lease to expire: writes wait for it until
+        then, one lease at most.)"""
+        self._until = 0.0
+        conn.execute("DELETE FROM feed_leases WHERE holder = %s", (self.holder,))
+
+
+def wait_seen(unseen: Callable[[], int], give_up_s: float = WAIT_AT_MOST_S) -> None:
+    """After a write transaction that counted live leases of other processes committed:
+    wait until ``unseen()`` (how many of them have neither seen it nor expired) is 0.
+    A failure to ask is raised: the write committed, but it cannot be acknowledged as
+    seen everywhere."""
+    started = time.monotonic()
+    delay = 0.0002
+    while unseen():
+        if time.monotonic() - started > give_up_s:
+            raise TimeoutError(
+                f"a write was not seen by every replica within {give_up_s:.0f} s, nor did "
+                "their leases expire"
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 0.005)

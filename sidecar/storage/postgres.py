@@ -46,6 +46,7 @@ broken connection is dropped, so the next statement reconnects.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import queue
@@ -65,7 +66,7 @@ from sidecar.redact import scrub
 from sidecar.secretshapes import url_secrets
 from sidecar.storage import pgread
 from sidecar.storage.base import Connection, Database, DatabaseError, MissingTable, Row, statements
-from sidecar.storage.pgfeed import ChangeFeed
+from sidecar.storage.pgfeed import LEASES_DDL, LIVE_LEASES, PROCESS, UNSEEN, ChangeFeed, wait_seen
 
 if TYPE_CHECKING:
     import psycopg
@@ -189,10 +190,18 @@ class _Rows:
 class PostgresDatabase(Database):
     dialect: ClassVar[str] = "postgresql"
 
-    def __init__(self, url: str, writable: bool = True, revision_cache_s: float = 0.0) -> None:
-        """``revision_cache_s`` > 0: hot reads (the revisions) are cached for at most that
-        long, and less once another process's write is announced (see
-        :meth:`change_token`); 0 reads them on every request."""
+    def __init__(
+        self,
+        url: str,
+        writable: bool = True,
+        revision_cache_s: float = 0.0,
+        revision_lease_s: float = 0.0,
+    ) -> None:
+        """``revision_lease_s`` > 0: hot reads (the revisions) are cached under a lease
+        (:mod:`sidecar.storage.pgfeed`): no write acknowledged before a request is missed
+        by it.  Else ``revision_cache_s`` > 0: cached for at most that long, and less
+        once another process's write is announced; both 0: read on every request (see
+        :meth:`change_token`)."""
         import psycopg
         from psycopg.conninfo import conninfo_to_dict
 
@@ -230,6 +239,7 @@ class PostgresDatabase(Database):
                 )
             if writable:
                 self._check_session_pooling(conn)
+                self._leases_table(conn)
         except BaseException:
             conn.close()
             raise
@@ -238,6 +248,7 @@ class PostgresDatabase(Database):
         self.channel = f"sidecar_changes_{self._state_key & 0xFFFF_FFFF_FFFF:012x}"
         self._feed: ChangeFeed | None = None
         self._cache_s = revision_cache_s
+        self._lease_s = revision_lease_s if writable else 0.0
         self._feed_lock = threading.Lock()
 
     # ---- connections ----------------------------------------------------------------
@@ -316,6 +327,16 @@ class PostgresDatabase(Database):
                 "(PgBouncer) breaks the state's locks; connect directly or use session pooling"
             )
 
+    def _leases_table(self, conn: psycopg.Connection[Any]) -> None:
+        """The table every writer counts the caching processes' leases in (under the
+        state's lock: two processes creating one table at once may collide)."""
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.key("state"),))
+                conn.execute(LEASES_DDL)
+        except self._psycopg.Error as exc:
+            raise failure(exc) from exc
+
     def key(self, name: str) -> int:
         """The advisory-lock key of ``name`` in this schema (a signed 64-bit integer)."""
         digest = hashlib.sha256(f"sidecar:{self.schema}:{name}".encode()).digest()
@@ -391,8 +412,15 @@ class PostgresDatabase(Database):
             with conn.transaction():
                 # one writer at a time across every process on this state (see above)
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._state_key,))
-                # delivered at commit to every process's change feed (none on rollback)
-                conn.execute(f"NOTIFY {self.channel}")
+                # delivered at commit to every process's change feed (none on rollback),
+                # with this write's id; and the processes whose caches must see it
+                # before it is acknowledged (their leases, counted under the lock)
+                write, leases = self._one(
+                    conn,
+                    "SELECT pg_current_xact_id()::text::bigint, "
+                    f"pg_notify(%s, pg_current_xact_id()::text), ({LIVE_LEASES})",
+                    (self.channel, PROCESS),
+                )[::2]
                 self._local.conn = conn
                 try:
                     yield self
@@ -406,22 +434,50 @@ class PostgresDatabase(Database):
             with _WRITES_LOCK:
                 _WRITES[self.channel] = _WRITES.get(self.channel, 0) + 1
             self._put(conn)
+        if leases:
+            self._wait_seen(int(write))
+
+    def _wait_seen(self, write: int) -> None:
+        """Committed: return once every other process that caches under a lease has
+        seen this write (or its lease expired)."""
+
+        def unseen() -> int:
+            conn = self._get()
+            try:
+                return int(self._one(conn, UNSEEN, (PROCESS, write))[0])
+            finally:
+                self._put(conn)
+
+        try:
+            wait_seen(unseen)
+        except TimeoutError as exc:
+            raise DatabaseError(str(exc)) from None
 
     def change_token(self) -> object | None:
-        if self._cache_s <= 0 or getattr(self._local, "conn", None) is not None:
+        leased = self._lease_s > 0
+        if not (leased or self._cache_s > 0) or getattr(self._local, "conn", None) is not None:
             return None  # off; or inside a write transaction, whose writes are not committed
         with self._feed_lock:
             if self._feed is None and not self._closed:
+                # named apart, so an operator sees which connection holds the lease
+                named = {
+                    **self._params,
+                    "application_name": f"{self._params['application_name']} changes",
+                }
                 self._feed = ChangeFeed(
-                    lambda: self._psycopg.connect(autocommit=True, **self._params),
+                    lambda: self._psycopg.connect(autocommit=True, **named),
                     self.channel,
                     lambda: self._closed,
                     self._psycopg.Error,
+                    lease_s=self._lease_s,
+                    state_key=self._state_key,
                 )
         feed = self._feed
-        if feed is None or not feed.listening:
+        if feed is None or not (feed.leased() if leased else feed.listening):
             return None
         writes = _WRITES.get(self.channel, 0)
+        if leased:
+            return (feed.generation, writes)
         return (feed.generation, writes, int(time.monotonic() / self._cache_s))
 
     def ensure(self, ddl: str) -> None:
@@ -448,6 +504,17 @@ class PostgresDatabase(Database):
 
     def close(self) -> None:
         self._closed = True
+        if self._feed is not None and self._lease_s > 0:
+            # no other process's write waits for this one's lease any longer
+            with contextlib.suppress(self._psycopg.Error, DatabaseError):
+                try:
+                    conn = self._idle.get_nowait()
+                except queue.Empty:
+                    conn = self._connect()
+                try:
+                    self._feed.release(conn)
+                finally:
+                    conn.close()
         for idle in (self._idle, self._lock_idle):
             while True:
                 try:

@@ -53,8 +53,9 @@ def test_a_tiny_run_has_every_row(tmp_path: Path) -> None:
     for op in ("search", "check", "check_call"):
         row = lookup["ops"][op]
         assert row["embedded"]["n"] == row["shared"]["n"] == TINY.rounds
-        assert row["shared_cached"]["n"] == TINY.rounds
+        assert row["shared_cached"]["n"] == row["shared_leased"]["n"] == TINY.rounds
         assert row["p50_ratio"] > 0 and row["p99_ratio"] > 0 and row["cached_p50_ratio"] > 0
+        assert row["leased_p50_ratio"] > 0
 
     runs = result["intake"]["runs"]
     assert set(runs) == {
@@ -71,11 +72,14 @@ def test_a_tiny_run_has_every_row(tmp_path: Path) -> None:
     assert set(breakdown) == set(BREAKDOWN)
     assert all(b["n"] == TINY.breakdown_sessions for b in breakdown.values())
 
-    for stale in (result["staleness"]["uncached"], result["staleness"]["cached"]):
+    for key in ("uncached", "cached", "leased"):
+        stale = result["staleness"][key]
         for kind in ("evict", "report"):
             for where in ("other", "same"):
                 assert stale[kind][where]["n"] == TINY.staleness_trials // 2
                 assert stale[kind][where]["never"] == 0
+                if key != "cached":  # the next request sees the write: no stale answer
+                    assert stale[kind][where]["stale_answers"] == 0, (key, kind, where)
 
     assert result["move"]["embedded"]["n"] == result["move"]["shared"]["n"] == TINY.move_trials
     assert [p["chains"] for p in result["delta"]["points"]] == [500, 1_000]

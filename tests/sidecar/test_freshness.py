@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,12 @@ SUCCESSES = 20
 
 @pytest.fixture
 def sc(tmp_path: Path, state_url: str | None) -> Iterator[Sidecar]:
+    """Without the revision lease: every request reads the revisions."""
     with Sidecar.open(
-        embedder=HashingEmbedder(), home=tmp_path / "home", database_url=state_url
+        embedder=HashingEmbedder(),
+        home=tmp_path / "home",
+        database_url=state_url,
+        revision_lease_ms=0,
     ) as sidecar:
         yield sidecar
 
@@ -76,17 +81,46 @@ def test_a_check_reads_the_state_once_when_nothing_changed(
     assert len(seen) == 6, seen  # one read of the revisions per request
 
 
+def test_under_the_revision_lease_a_check_reads_nothing(
+    tmp_path: Path, postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default on PostgreSQL: once the replica holds its lease, its checks answer
+    from the revisions it cached (tests/storage/test_revision_lease.py shows a write in
+    another process waiting until the replica has heard of it)."""
+    with (
+        postgres_server.schema() as url,
+        Sidecar.open(embedder=HashingEmbedder(), home=tmp_path, database_url=url) as sc,
+    ):
+        sc.report_many([good_session(n) for n in range(SUCCESSES)])
+        sc.report_many([failing_session(n) for n in range(3)])
+        db = sc.state.database
+        deadline = time.monotonic() + 30
+        while db.change_token() is None:
+            assert time.monotonic() < deadline, "the lease was never taken"
+            time.sleep(0.01)
+        assert pending_exchange(sc) == "block"
+        seen = statements(monkeypatch, db)
+        for _ in range(3):
+            assert pending_exchange(sc) == "block"
+            assert sc.check(["a", "b"]).safe
+        assert seen == []
+
+
+@pytest.mark.parametrize("lease_ms", [0, 2000])
 def test_a_commit_by_another_replica_is_in_its_next_check(
-    tmp_path: Path, postgres_server: PostgresServer
+    tmp_path: Path, postgres_server: PostgresServer, lease_ms: int
 ) -> None:
     """Two replicas on one PostgreSQL state (one SQLite home has one writer)."""
     with postgres_server.schema() as url:
-        _replicas(tmp_path, url)
+        _replicas(tmp_path, url, revision_lease_ms=lease_ms)
 
 
-def _replicas(tmp_path: Path, url: str) -> None:
+def _replicas(tmp_path: Path, url: str, **settings: Any) -> None:
     homes = [tmp_path / "a", tmp_path / "b"]
-    opened = [Sidecar.open(embedder=HashingEmbedder(), home=h, database_url=url) for h in homes]
+    opened = [
+        Sidecar.open(embedder=HashingEmbedder(), home=h, database_url=url, **settings)
+        for h in homes
+    ]
     try:
         a, b = opened
         a.report_many([good_session(n) for n in range(SUCCESSES)])
@@ -199,7 +233,9 @@ def test_on_postgresql_a_check_is_one_prepared_round_trip_sent_before_its_work(
     is on its way before the check's own work starts."""
     with (
         postgres_server.schema() as url,
-        Sidecar.open(embedder=HashingEmbedder(), home=tmp_path, database_url=url) as sc,
+        Sidecar.open(
+            embedder=HashingEmbedder(), home=tmp_path, database_url=url, revision_lease_ms=0
+        ) as sc,
     ):
         sc.report_many([good_session(n) for n in range(SUCCESSES)])
         sc.report_many([failing_session(n) for n in range(3)])

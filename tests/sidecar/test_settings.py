@@ -18,6 +18,14 @@ def test_defaults() -> None:
     assert s.chroma_url is None and s.revoker == "record-only"
 
 
+def test_the_revision_lease_is_on_by_default_and_can_be_turned_off() -> None:
+    assert Settings.load(env={}).revision_lease_ms == 2000.0
+    assert Settings.load(env={"SIDECAR_REVISION_LEASE_MS": "0"}).revision_lease_ms == 0
+    assert Settings.load(env={"SIDECAR_REVISION_LEASE_MS": "750.5"}).revision_lease_ms == 750.5
+    with pytest.raises(ConfigError, match="SIDECAR_REVISION_LEASE_MS must be a number"):
+        Settings.load(env={"SIDECAR_REVISION_LEASE_MS": "soon"})
+
+
 def test_every_setting_has_a_help_line() -> None:
     assert set(SETTINGS) == set(Settings.__dataclass_fields__)
 
@@ -84,6 +92,9 @@ def test_with_validates(value: object) -> None:
         ),
         ({"trusted_sources": "gateway,no spaces"}, "trusted_sources: 'no spaces' is not a"),
         ({"revision_cache_ms": 60_001}, "revision_cache_ms must be a number from 0 to 60000"),
+        ({"revision_lease_ms": 299}, "revision_lease_ms must be 0 or a number from 300 to 30000"),
+        ({"revision_lease_ms": 30_001}, "revision_lease_ms must be 0 or a number from 300"),
+        ({"revision_lease_ms": True}, "revision_lease_ms must be 0 or a number from 300"),
         (
             {"database_url": "mysql://user:pw@host/db"},
             "database_url must be a URL starting with postgresql:// (or postgres://), got "
