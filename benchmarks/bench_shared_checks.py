@@ -8,7 +8,8 @@ embedded one.
 FILE]``: quick sizes by default (1,002 tools, 200 fatal continuations, 200 rounds; about
 a minute); it starts the same services as ``bench_shared`` (PostgreSQL, ``chroma run``,
 moto S3).  ``--grouped`` orders the round robin by operation (see :func:`run`);
-``--profile`` times the parts of a shared check instead (see :func:`profile`)."""
+``--profile`` times the parts of a shared check instead (see :func:`profile`);
+``--writes`` what the revision lease costs a write (see :func:`writes`)."""
 
 from __future__ import annotations
 
@@ -94,8 +95,11 @@ def profile(rounds: int = 2_000, seed: int = 7) -> dict[str, Any]:
         tools = catalog(1_000, random.Random(seed))
         chains = [fatal_chain(["tool_0", "tool_1", f"tool_{2 + i}"], i) for i in range(200)]
         embedded = stack.enter_context(library(tmp / "e", HashingEmbedder(), None))
+        # without the revision lease: every shared check reads (what is profiled)
         shared = stack.enter_context(
-            Sidecar.open(embedder=HashingEmbedder(), home=tmp / "s", database_url=url)
+            Sidecar.open(
+                embedder=HashingEmbedder(), home=tmp / "s", database_url=url, revision_lease_ms=0
+            )
         )
         for sc in (embedded, shared):
             sc.add_tools(tools)
@@ -103,7 +107,9 @@ def profile(rounds: int = 2_000, seed: int = 7) -> dict[str, Any]:
             sc.report_many([session(n) for n in range(3)])
         # a second replica of the same memory whose checks read first and work after
         serial = stack.enter_context(
-            Sidecar.open(embedder=HashingEmbedder(), home=tmp / "r", database_url=url)
+            Sidecar.open(
+                embedder=HashingEmbedder(), home=tmp / "r", database_url=url, revision_lease_ms=0
+            )
         )
         vars(serial.state.database)["overlaps_reads"] = False
         db = shared.state.database
@@ -157,6 +163,78 @@ def profile(rounds: int = 2_000, seed: int = 7) -> dict[str, Any]:
     }
 
 
+LEASE_HOLDER = """
+import sys, time
+from sidecar.storage.postgres import PostgresDatabase
+db = PostgresDatabase(sys.argv[1], revision_lease_s=float(sys.argv[2]))
+while db.change_token() is None:
+    time.sleep(0.01)
+print("leased", flush=True)
+sys.stdin.read()
+db.close()
+"""
+BUMP = (
+    "INSERT INTO meta VALUES ('constraints_rev', '1') ON CONFLICT (key) "
+    "DO UPDATE SET value = CAST(meta.value AS INTEGER) + 1"
+)
+
+
+def writes(rounds: int = 500, lease_ms: float = 2000.0) -> dict[str, Any]:
+    """What the revision lease costs a write: one small write transaction (a revision
+    bumped) timed in one round robin on three states of one PostgreSQL server, with 0,
+    1 and 2 other processes holding a lease on it.  Each write returns only once every
+    leased process has heard of it."""
+    import subprocess
+    import sys
+
+    from benchmarks.pgserver import PostgresServer
+    from sidecar.storage.postgres import PostgresDatabase
+    from sidecar.storage.state import SCHEMAS
+
+    server = PostgresServer().start()
+    with contextlib.ExitStack() as stack:
+        stack.callback(server.remove)
+        fns: dict[str, Callable[[], Any]] = {}
+        for holders in (0, 1, 2):
+            url = stack.enter_context(server.schema())
+            db = PostgresDatabase(url, revision_lease_s=0.0)
+            stack.callback(db.close)
+            for ddl in SCHEMAS:
+                db.ensure(ddl)
+            for _ in range(holders):
+                proc = subprocess.Popen(
+                    [sys.executable, "-c", LEASE_HOLDER, url, str(lease_ms / 1000)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                stack.callback(proc.communicate, "", 30)
+                assert proc.stdout is not None and proc.stdout.readline().strip() == "leased"
+
+            def write(d: PostgresDatabase = db) -> None:
+                with d.tx() as tx:
+                    tx.execute(BUMP)
+
+            fns[f"{holders} leased"] = write
+        samples = common.interleaved(fns, rounds, warmup=20)
+    stats = {name: common.summary(values) for name, values in samples.items()}
+    base = stats["0 leased"]["p50_ms"]
+    return {
+        "benchmark": "shared_checks_writes",
+        "rounds": rounds,
+        "lease_ms": lease_ms,
+        "machine": common.machine(),
+        "ms": {
+            name: {
+                "p50": s["p50_ms"],
+                "p99": s["p99_ms"],
+                "p50_vs_none": round(s["p50_ms"] / base, 2),
+            }
+            for name, s in stats.items()
+        },
+    }
+
+
 def table(result: dict[str, Any]) -> str:
     lines = [
         "| op | embedded p50 / p99 | shared p50 / p99 | p50 ratio | cached p50 / p99 | p50 ratio "
@@ -185,7 +263,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--profile", action="store_true", help="where a shared check's time goes (PostgreSQL)"
     )
+    parser.add_argument(
+        "--writes", action="store_true", help="what the revision lease costs a write"
+    )
     args = parser.parse_args(argv)
+    if args.writes:
+        found = writes(args.rounds or 500)
+        for name, ms in found["ms"].items():
+            print(f"| {name} | {ms['p50']} | {ms['p99']} | {ms['p50_vs_none']} |")
+        if args.out is not None:
+            args.out.write_text(json.dumps(found, indent=2) + "\n")
+        return
     if args.profile:
         found = profile(args.rounds or 2_000, args.seed)
         for name, us in found["us"].items():

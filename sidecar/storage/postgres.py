@@ -5,7 +5,7 @@ in the connection's current schema (``?options=-csearch_path%3Dname`` picks anot
 several deployments may share one database, each in its own schema; every lock below is
 keyed by the schema too.
 
-**Translation.**  The modules write SQL once, in the dialect SQLite and PostgreSQL share
+**Translation** (:mod:`sidecar.storage.pgsql`).  The modules write SQL once, in the dialect SQLite and PostgreSQL share
 (see :mod:`sidecar.storage.base`); this backend rewrites, once per statement text: ``?``
 placeholders to ``%s`` (and ``%`` to ``%%``), ``INSERT OR IGNORE INTO ...`` to ``INSERT
 INTO ... ON CONFLICT DO NOTHING``, and in ``CREATE TABLE`` / ``ALTER TABLE`` the column
@@ -30,6 +30,12 @@ server frees one when its holder's connection ends, a killed process included.  
 verifiably released leaves its connection to the next lock of the process (a connect
 per eviction cost more than the eviction's other round trips to the state).
 
+**Change feed and revision lease.**  Every write transaction notifies the state's
+channel at commit with its transaction id; a process that caches listens on a
+connection of its own and, by default, holds a lease that every write of another
+process waits on, after its commit, until the process has heard of it
+(:mod:`sidecar.storage.pgfeed`).
+
 **Poolers.**  Session advisory locks and ``LISTEN`` belong to one server session, so a
 pooler that hands a client connection a different server session per transaction
 (PgBouncer in ``transaction`` or ``statement`` mode) breaks them: it is not supported;
@@ -50,23 +56,20 @@ import contextlib
 import hashlib
 import os
 import queue
-import re
 import socket
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from functools import lru_cache
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sidecar.errors import Busy, UnsafeStorage
-from sidecar.redact import scrub
-from sidecar.secretshapes import url_secrets
 from sidecar.storage import pgread
-from sidecar.storage.base import Connection, Database, DatabaseError, MissingTable, Row, statements
+from sidecar.storage.base import Connection, Database, DatabaseError, Row, statements
 from sidecar.storage.pgfeed import LEASES_DDL, LIVE_LEASES, PROCESS, UNSEEN, ChangeFeed, wait_seen
+from sidecar.storage.pgsql import display, failure, safe, translate
 
 if TYPE_CHECKING:
     import psycopg
@@ -80,6 +83,7 @@ connection, a connect and its keepalive settings costing more than the work's ow
 trips on a one-tool move.  A connection is kept only after its lock was verifiably
 released, so it holds none."""
 CONNECT_TIMEOUT = 10
+"""Seconds to wait for the server when the URL does not say."""
 KEEPALIVES = {
     "keepalives": 1,
     "keepalives_idle": 10,
@@ -95,76 +99,6 @@ LOCK_SESSION_KEEPALIVE = (
 singleton work (a move, a revocation run) from every other replica for hours; the
 server ends the session, and with it the lock, about 40 s after the holder went
 silent.  A holder that dies on a live machine loses it at once (its socket closes)."""
-"""Seconds to wait for the server when the URL does not say."""
-_PG_TYPES = {"REAL": "DOUBLE PRECISION", "INTEGER": "BIGINT", "TEXT": 'TEXT COLLATE "C"'}
-_TYPE_WORDS = re.compile(r"\b(REAL|INTEGER|TEXT)\b")
-_DDL = re.compile(r"\s*(CREATE\s+TABLE|ALTER\s+TABLE)\b", re.IGNORECASE)
-_OR_IGNORE = re.compile(r"\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.IGNORECASE)
-_OR_REPLACE = re.compile(r"\s*INSERT\s+OR\s+REPLACE\b", re.IGNORECASE)
-
-
-@lru_cache(maxsize=2048)
-def translate(sql: str) -> str:
-    """A statement of the common dialect as PostgreSQL (and psycopg's ``%s``) spell it."""
-    if _OR_REPLACE.match(sql):
-        raise ValueError("INSERT OR REPLACE has no PostgreSQL form: write an upsert")
-    if _DDL.match(sql):
-        sql = _TYPE_WORDS.sub(lambda m: _PG_TYPES[m.group(1)], sql)
-    ignore = _OR_IGNORE.match(sql)
-    if ignore:
-        sql = "INSERT INTO" + sql[ignore.end() :].rstrip().rstrip(";") + " ON CONFLICT DO NOTHING"
-    return _placeholders(sql)
-
-
-def _placeholders(sql: str) -> str:
-    out: list[str] = []
-    quote: str | None = None
-    for ch in sql:
-        if ch == "%":
-            out.append("%%")
-            continue
-        if quote is not None:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "?":
-            out.append("%s")
-            continue
-        out.append(ch)
-    return "".join(out)
-
-
-def failure(exc: Exception) -> DatabaseError:
-    """The storage error for what psycopg raised."""
-    import psycopg.errors
-
-    text = str(exc).strip() or type(exc).__name__
-    if isinstance(exc, psycopg.errors.UndefinedTable):
-        return MissingTable(f"the state database cannot serve this: {text}", text)
-    return DatabaseError(f"the state database cannot serve this: {text}", text)
-
-
-def display(url: str) -> str:
-    """The URL without its password, for messages: no part of the password appears even
-    when the URL is not what it seems (a password holding ``/`` or ``@`` that was not
-    percent-encoded makes a parser read pieces of it as the host, port or database)."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        info = conninfo_to_dict(url)
-    except Exception:
-        return "postgresql://(unparsable URL)"
-    host = info.get("host", "localhost")
-    port = info.get("port", "5432")
-    user = f"{info['user']}@" if info.get("user") else ""
-    return safe(f"postgresql://{user}{host}:{port}/{info.get('dbname', '')}", url)
-
-
-def safe(text: str, url: str) -> str:
-    """``text`` (a message about the database at ``url``) with every part of the URL's
-    password masked, and redacted (see :func:`sidecar.secretshapes.url_secrets`)."""
-    return scrub(text, url_secrets(url))
 
 
 class _Rows:
@@ -441,12 +375,20 @@ class PostgresDatabase(Database):
         """Committed: return once every other process that caches under a lease has
         seen this write (or its lease expired)."""
 
-        def unseen() -> int:
+        def ask() -> int:
             conn = self._get()
             try:
                 return int(self._one(conn, UNSEEN, (PROCESS, write))[0])
             finally:
                 self._put(conn)
+
+        def unseen() -> int:
+            # the write is committed: an idle connection the server dropped (it fails
+            # once and is not kept) does not fail it; the question is asked again
+            for _ in range(IDLE_KEPT):
+                with contextlib.suppress(DatabaseError):
+                    return ask()
+            return ask()
 
         try:
             wait_seen(unseen)

@@ -89,3 +89,15 @@ def test_a_tiny_run_has_every_row(tmp_path: Path) -> None:
     assert "## 2. Intake" in page and "## 5. Delta" in page
     with contextlib.suppress(ImportError):  # matplotlib is in the `bench` extra
         assert [p.name for p in plot(result, tmp_path)] == ["shared.png"]
+
+
+@pytest.mark.integration  # starts PostgreSQL and two lease holders
+def test_the_lease_cost_of_a_write_has_a_row_per_holder_count(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks.bench_shared_checks import main
+
+    main(["--writes", "--rounds", "5"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    assert [row.split("|")[1].strip() for row in rows] == ["0 leased", "1 leased", "2 leased"]
+    assert rows[0].split("|")[4].strip() == "1.0"  # the baseline against itself

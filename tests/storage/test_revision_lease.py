@@ -16,6 +16,8 @@ import psycopg
 import pytest
 
 from benchmarks.pgserver import PostgresServer
+from sidecar.storage.base import DatabaseError
+from sidecar.storage.pgfeed import UNSEEN
 from sidecar.storage.postgres import PostgresDatabase
 from sidecar.storage.state import SCHEMAS, State
 
@@ -27,6 +29,8 @@ BUMP = (
 )
 WRITER = f"""
 import sys
+from sidecar.storage.base import DatabaseError
+from sidecar.storage.pgfeed import UNSEEN
 from sidecar.storage.postgres import PostgresDatabase
 db = PostgresDatabase(sys.argv[1])
 with db.tx() as tx:
@@ -161,6 +165,57 @@ def test_a_write_made_while_the_listener_was_away_is_not_waited_on_for_ever(
     assert out.strip() == "acknowledged"
     until(lambda: db.change_token() is not None, "the lease was never taken again")
     assert state.revisions.revisions()[0] == stored(url)
+
+
+REPLICA = f"""
+import sys, time
+from sidecar.storage.base import DatabaseError
+from sidecar.storage.pgfeed import UNSEEN
+from sidecar.storage.postgres import PostgresDatabase
+db = PostgresDatabase(sys.argv[1], revision_lease_s={LEASE_S})
+while db.change_token() is None:
+    time.sleep(0.01)
+print("leased", flush=True)
+sys.stdin.read()
+db.close()
+"""
+
+
+def test_a_committed_write_asks_again_when_its_question_fails_once(
+    postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pooled connection the server dropped fails the first look at the leases: the
+    write, already committed, asks again on another rather than failing."""
+    with postgres_server.schema() as url:
+        writer = PostgresDatabase(url, revision_lease_s=0.0)
+        for ddl in SCHEMAS:
+            writer.ensure(ddl)
+        replica = subprocess.Popen(
+            [sys.executable, "-c", REPLICA, url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert replica.stdout is not None and replica.stdout.readline().strip() == "leased"
+            asked: list[str] = []
+            one = PostgresDatabase._one
+
+            def failing_once(self: PostgresDatabase, conn: Any, sql: str, params: Any = ()) -> Any:
+                if sql == UNSEEN:
+                    asked.append(sql)
+                    if len(asked) == 1:
+                        raise DatabaseError("server closed the connection unexpectedly")
+                return one(self, conn, sql, params)
+
+            monkeypatch.setattr(PostgresDatabase, "_one", failing_once)
+            with writer.tx() as tx:
+                tx.execute(BUMP)
+            assert len(asked) >= 2  # asked again, and the write returned
+            assert stored(url) == 1
+        finally:
+            replica.communicate("", timeout=30)
+            writer.close()
 
 
 def test_a_closed_replica_gives_its_lease_up(postgres_server: PostgresServer) -> None:
