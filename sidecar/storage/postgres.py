@@ -5,15 +5,15 @@ in the connection's current schema (``?options=-csearch_path%3Dname`` picks anot
 several deployments may share one database, each in its own schema; every lock below is
 keyed by the schema too.
 
-**Translation** (:mod:`sidecar.storage.pgsql`).  The modules write SQL once, in the dialect SQLite and PostgreSQL share
-(see :mod:`sidecar.storage.base`); this backend rewrites, once per statement text: ``?``
-placeholders to ``%s`` (and ``%`` to ``%%``), ``INSERT OR IGNORE INTO ...`` to ``INSERT
-INTO ... ON CONFLICT DO NOTHING``, and in ``CREATE TABLE`` / ``ALTER TABLE`` the column
-types: ``REAL`` to ``DOUBLE PRECISION``, ``INTEGER`` to ``BIGINT`` (an ``INTEGER PRIMARY
-KEY`` is a plain ``BIGINT`` key: no statement relies on SQLite assigning it), ``TEXT``
-to ``TEXT COLLATE "C"`` (bytewise order and equality, as SQLite compares, whatever the
-database's locale).  ``INSERT OR REPLACE`` is refused: it deletes the old row first,
-which no upsert here means.
+**Translation** (:mod:`sidecar.storage.pgsql`). The modules write SQL once, in the
+dialect SQLite and PostgreSQL share (see :mod:`sidecar.storage.base`); this backend
+rewrites, once per statement text: ``?`` placeholders to ``%s`` (and ``%`` to ``%%``),
+``INSERT OR IGNORE INTO ...`` to ``INSERT INTO ... ON CONFLICT DO NOTHING``, and in
+``CREATE TABLE`` / ``ALTER TABLE`` the column types: ``REAL`` to ``DOUBLE PRECISION``,
+``INTEGER`` to ``BIGINT`` (an ``INTEGER PRIMARY KEY`` is a plain ``BIGINT`` key: no
+statement relies on SQLite assigning it), ``TEXT`` to ``TEXT COLLATE "C"`` (bytewise
+order and equality, as SQLite compares, whatever the database's locale). ``INSERT OR
+REPLACE`` is refused: it deletes the old row first, which no upsert here means.
 
 **Write transactions.**  Each takes ``pg_advisory_xact_lock`` on one key for the whole
 state before its first statement, so write transactions of every process run one at a
