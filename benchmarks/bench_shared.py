@@ -1026,7 +1026,7 @@ def markdown(result: dict[str, Any]) -> str:
         ),
         "",
         f"## 3. Staleness ({result['staleness']['trials']} trials of each write, watchers "
-        "alternating; the revisions read on every request, or cached)",
+        "alternating; the revisions read on every request, cached, or leased)",
         "",
         md_table(
             [
