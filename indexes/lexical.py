@@ -18,6 +18,7 @@ a write is thrown away rather than installed.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import unicodedata
@@ -133,6 +134,9 @@ class LexicalSnapshot:
             return cls((), None)
         import bm25s
 
+        # bm25s sets its own logger to DEBUG: once a root handler exists (the mcp SDK's
+        # server installs one) every build would print a line; its warnings still pass
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
         model = bm25s.BM25(k1=K1, b=B, method="lucene")
         # an empty document still gets a row (bm25s gives it the empty token)
         model.index([list(t) for t in tokens], show_progress=False)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,15 @@ def test_a_snapshot_ranks_by_bm25_with_ties_in_row_order() -> None:
     assert snap.top(terms("unknown words"), 5) == []
     assert [rid for rid, _ in snap.top(terms("weather"), 5, skip={"a"})] == ["c"]
     assert LexicalSnapshot.build([], []).top(["x"], 3) == []
+
+
+def test_a_build_logs_nothing_below_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """bm25s logs each build at DEBUG on a logger of its own set to DEBUG: behind a
+    root handler (the mcp SDK's server installs one) a server would print a line per
+    rebuild."""
+    caplog.set_level(logging.DEBUG)
+    LexicalSnapshot.build(["a", "b"], [["weather"], ["stock", "price"]])
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("bm25s")] == []
 
 
 def test_the_tier_follows_writes_and_never_ranks_a_deleted_id() -> None:

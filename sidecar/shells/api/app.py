@@ -1,5 +1,6 @@
 """The HTTP service: a FastAPI app over one :class:`~sidecar.core.Sidecar`, with the MCP
-server mounted at ``/mcp``, behind :class:`~sidecar.shells.api.gate.Gate`.
+server mounted at ``/mcp`` (built once the server listens:
+:mod:`~sidecar.shells.api.mcp_mount`), behind :class:`~sidecar.shells.api.gate.Gate`.
 
 Every error leaves as ``{"error": {"code", "message"}}``: the library's errors with the
 status their class declares (:mod:`sidecar.errors`), request-schema failures as 422,
@@ -30,6 +31,7 @@ from sidecar.redact import redact_text
 from sidecar.settings import Settings
 from sidecar.shells.api.docs import add_docs
 from sidecar.shells.api.gate import PUBLIC, ASGIApp, Gate, envelope
+from sidecar.shells.api.mcp_mount import McpMount
 from sidecar.shells.api.routes import ROUTERS
 
 if TYPE_CHECKING:
@@ -57,8 +59,7 @@ def create_app(
     sc: Sidecar, token: str, max_body_bytes: int = MAX_BODY_BYTES, with_mcp: bool = True
 ) -> ASGIApp:
     metrics = Metrics()
-    mcp_server = _mcp_server(sc) if with_mcp else None
-    mcp_app = None if mcp_server is None else _mcp_app(mcp_server)
+    mcp = McpMount(lambda: _mcp_transport(sc)) if with_mcp else None
     intake = _trace_intake(sc, metrics)
     from sidecar import __version__
 
@@ -67,7 +68,7 @@ def create_app(
         version=__version__,
         description="Failure memory for agent tool retrieval. Every route but /livez and "
         "the documentation needs `Authorization: Bearer <token>`.",
-        lifespan=_lifespan(mcp_server, intake),
+        lifespan=_lifespan(mcp, intake),
         docs_url=None,
         redoc_url=None,
     )
@@ -84,21 +85,18 @@ def create_app(
         else Principals.load(None, token)
     )
     limits = {"/v1/traces": intake.max_request_bytes}
-    return Gate(api, mcp_app, principals, max_body_bytes, metrics, limits)
+    return Gate(api, mcp, principals, max_body_bytes, metrics, limits)
 
 
-def _mcp_server(sc: Sidecar) -> MCPServer:
-    from sidecar.shells.mcp_server import build_mcp
-
-    return build_mcp(sc)
-
-
-def _mcp_app(mcp_server: MCPServer) -> ASGIApp:
+def _mcp_transport(sc: Sidecar) -> tuple[MCPServer, ASGIApp]:
     """The MCP server over streamable HTTP at ``/mcp``, for loopback hosts and origins
     only (DNS-rebinding protection)."""
     from mcp.server.transport_security import TransportSecuritySettings
 
-    return mcp_server.streamable_http_app(
+    from sidecar.shells.mcp_server import build_mcp
+
+    server = build_mcp(sc)
+    app = server.streamable_http_app(
         streamable_http_path="/mcp",
         transport_security=TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
@@ -106,6 +104,7 @@ def _mcp_app(mcp_server: MCPServer) -> ASGIApp:
             allowed_origins=LOOPBACK_ORIGINS,
         ),
     )
+    return server, app
 
 
 def _trace_intake(sc: Sidecar, metrics: Metrics) -> _TraceIntake:
@@ -133,10 +132,11 @@ def _trace_intake(sc: Sidecar, metrics: Metrics) -> _TraceIntake:
 
 
 def _lifespan(
-    mcp_server: MCPServer | None, intake: _TraceIntake
+    mcp: McpMount | None, intake: _TraceIntake
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """The app's lifespan: the MCP session manager and the sweep of idle traces run
-    while it serves; at shutdown the traces still open are delivered."""
+    """The app's lifespan: the MCP transport (built once the server listens) and the
+    sweep of idle traces run while it serves; at shutdown the traces still open are
+    delivered."""
     from sidecar.agents.otlp import sweep
 
     traces, large = intake.traces, intake.large
@@ -145,10 +145,9 @@ def _lifespan(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         import anyio
 
-        async with contextlib.AsyncExitStack() as stack:
-            if mcp_server is not None:
-                await stack.enter_async_context(mcp_server.session_manager.run())
-            tasks = await stack.enter_async_context(anyio.create_task_group())
+        async with anyio.create_task_group() as tasks:
+            if mcp is not None:
+                await tasks.start(mcp.serve)
             tasks.start_soon(sweep, traces)
             try:
                 yield
