@@ -153,9 +153,11 @@ def _lifespan(
                 yield
             finally:
                 tasks.cancel_scope.cancel()
-                # sessions still open are evidence too
-                await anyio.to_thread.run_sync(traces.deliver, traces.flush())
-                await anyio.to_thread.run_sync(large.close)
+                # sessions still open are evidence too; shielded, or the cancellation
+                # just asked for would cancel this delivery before it started
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(traces.deliver, traces.flush())
+                    await anyio.to_thread.run_sync(large.close)
 
     return lifespan
 

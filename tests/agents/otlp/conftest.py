@@ -5,6 +5,7 @@ synchronous); and helpers that turn SDK spans into OTLP/JSON bodies."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import socket
 import threading
 import time
@@ -65,26 +66,37 @@ TOKEN = "otlp-token-0123456789"
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Sidecar]]:
+    with (
+        Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc,
+        serving(sc) as url,
+    ):
+        yield url, sc
+
+
+@contextlib.contextmanager
+def serving(sc: Sidecar) -> Iterator[str]:
+    """The HTTP app over ``sc`` under uvicorn, lifespan on, in a thread: its URL, and
+    the server stopped (its shutdown run to the end) on leaving."""
     import uvicorn
 
-    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        app = create_app(sc, TOKEN)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline
-            time.sleep(0.02)
-        try:
-            yield f"http://127.0.0.1:{port}", sc
-        finally:
-            server.should_exit = True
-            thread.join(timeout=30)
-            sock.close()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = create_app(sc, TOKEN)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+        assert not thread.is_alive(), "the server did not stop"
 
 
 def eventually(check: Callable[[], bool], timeout: float = 20.0) -> None:

@@ -5,13 +5,16 @@ behind its token), and the library learns the failing call from them."""
 from __future__ import annotations
 
 import contextlib
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.errors import NotFound
-from tests.agents.otlp.conftest import TOKEN, eventually, local_tracer
+from tests.agents.otlp.conftest import TOKEN, eventually, local_tracer, serving
 from tests.agents.otlp.test_intake import _agent_run
 
 # real servers and subprocesses: the slow suite, not `make test-fast`
@@ -79,3 +82,29 @@ def test_exported_spans_teach_the_library(served: tuple[str, Sidecar]) -> None:
     record = records[0]
     assert record["source"] == "steps"
     assert record["steps"][-1]["error"] == "Non-delivered order cannot be exchanged"
+
+
+def test_a_session_still_open_when_the_server_stops_is_reported(tmp_path: Path) -> None:
+    """Its agent's root span never came (the agent is still running, or died): the
+    session waits in the intake, and a stopping server hands it to the library rather
+    than dropping it."""
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        reported: list[str] = []
+        report_many = sc.report_many
+
+        def spy(reports: Any, **kwargs: Any) -> Any:
+            reported.extend(r.get("session_id") or "?" for r in reports)
+            return report_many(reports, **kwargs)
+
+        sc.report_many = spy  # type: ignore[method-assign]
+        tracer, memory = local_tracer()
+        _agent_run(tracer, "#W3")
+        tools_only = [s for s in memory.get_finished_spans() if s.parent is not None]
+        assert len(tools_only) == 2
+        with serving(sc) as url:
+            assert _exporter(url, TOKEN).export(tools_only) == SpanExportResult.SUCCESS
+            time.sleep(0.5)
+            assert reported == []  # open: its root has not ended
+        assert len(reported) == 1
