@@ -3,24 +3,29 @@ own, so that a revision cache knows when another process has written, and, with 
 lease, so that the process may answer from that cache with no read at all and still see
 every write acknowledged before its request.
 
-**The lease.**  A process that caches holds a row in ``feed_leases``: its holder id,
-its process, an expiry on the database's clock, and the last write it has *seen* (the
+**The lease.** A process that caches holds a row in ``feed_leases``: its holder id, its
+process, an expiry on the database's clock, and the last write it has *seen* (the
 transaction id each write transaction sends as its notification's payload).  Each write
-transaction, under the state's lock, counts the live leases of other processes; after
-it commits and before it returns, it waits until each of them has seen it or expired
+transaction, under the state's lock, counts the live leases of other processes; after it
+commits and before it returns, it waits until each of them has seen it or expired
 (:func:`wait_seen`).  The feed's thread, on a notification, first moves
-:attr:`ChangeFeed.generation` (every cached value is dropped), then records the write
-as seen, renewing the lease in the same statement; idle, it renews every third of the
+:attr:`ChangeFeed.generation` (every cached value is dropped), then records the write as
+seen, renewing the lease in the same statement; idle, it renews every third of the
 lease.  Its own clock ends the lease before the database's does (it counts from before
-the renewal was sent, minus a margin), and a lease found expired is taken again under
-the state's lock, so no write can slip between a lease's start and the first read
-made under it.  So a write acknowledged on any process is in every later answer of a
-process whose lease holds, and a process whose listener died or stalled stops renewing,
-lets its lease lapse and reads on every request meanwhile; a write then waits at most
-one lease for it.  A feed that listens again (its connection broke, the database
-restarted) takes its lease anew rather than renewing one that may still run: the writes
-made while it was not listening counted that lease and were never heard; the new lease
-marks them all seen, as its start is after them under the lock.
+the renewal was sent, minus a margin), and a lease found expired, or one its own clock
+has ended, is taken again under the state's lock, so no write can slip between a lease's
+start and the first read made under it.  (A renewal sent after a stall, as the
+database's expiry passes, could otherwise commit after a write counted the lease
+expired, and be trusted while that write is not waited for.) Every transaction here runs
+at ``READ COMMITTED`` whatever the database's default (:func:`read_committed`): a write
+counts the leases committed before it took the lock, which a snapshot taken while it
+waited for the lock would not hold.  So a write acknowledged on any process is in every
+later answer of a process whose lease holds, and a process whose listener died or
+stalled stops renewing, lets its lease lapse and reads on every request meanwhile; a
+write then waits at most one lease for it.  A feed that listens again (its connection
+broke, the database restarted) takes its lease anew rather than renewing one that may
+still run: the writes made while it was not listening counted that lease and were never
+heard; the new lease marks them all seen, as its start is after them under the lock.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar, cast
 
+C = TypeVar("C")
 PROCESS = uuid.uuid4().hex
 """This process, in every lease it holds: a write never waits for leases of its own
 process (its writes move the local counter every cache of the process reads)."""
@@ -50,6 +56,16 @@ LIVE_LEASES = f"SELECT count(*) FROM feed_leases WHERE process <> %s AND expires
 UNSEEN = (
     f"SELECT count(*) FROM feed_leases WHERE process <> %s AND seen < %s AND expires_at > {NOW}"
 )
+
+
+def read_committed(conn: C) -> C:
+    """``conn``, its transactions begun at ``READ COMMITTED`` (a role or database may
+    default to a stricter level, whose snapshot would be taken before the state's lock
+    was granted)."""
+    import psycopg
+
+    cast(Any, conn).isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+    return conn
 
 
 class ChangeFeed:
@@ -133,9 +149,13 @@ class ChangeFeed:
         self._heard(conn.notifies(timeout=every, stop_after=1))
         if self._lease_s <= 0:
             return
+        # past this process's end of its lease (the thread stalled), the database's
+        # may be passing now: taken again under the lock, not renewed
+        lapsed = time.monotonic() >= self._until
         while True:
             sent = time.monotonic()
-            self._renew(conn)
+            self._renew(conn, lapsed)
+            lapsed = False
             if not self._heard(conn.notifies(timeout=0)):
                 break
         self._until = sent + self._lease_s * (1 - LOCAL_MARGIN)
@@ -150,8 +170,8 @@ class ChangeFeed:
                 self._seen = max(self._seen, int(note.payload))
         return n
 
-    def _renew(self, conn: Any) -> None:
-        if self._fresh:
+    def _renew(self, conn: Any, lapsed: bool = False) -> None:
+        if self._fresh or lapsed:
             if not self._closed():
                 self._take(conn)
                 self._fresh = False

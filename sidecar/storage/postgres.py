@@ -68,7 +68,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sidecar.errors import Busy, UnsafeStorage
 from sidecar.storage import pgread
 from sidecar.storage.base import Connection, Database, DatabaseError, Row, statements
-from sidecar.storage.pgfeed import LEASES_DDL, LIVE_LEASES, PROCESS, UNSEEN, ChangeFeed, wait_seen
+from sidecar.storage.pgfeed import (
+    LEASES_DDL,
+    LIVE_LEASES,
+    PROCESS,
+    UNSEEN,
+    ChangeFeed,
+    read_committed,
+    wait_seen,
+)
 from sidecar.storage.pgsql import display, failure, safe, translate
 
 if TYPE_CHECKING:
@@ -192,7 +200,7 @@ class PostgresDatabase(Database):
 
     def _connect(self) -> psycopg.Connection[Any]:
         try:
-            conn = self._psycopg.connect(autocommit=True, **self._params)
+            conn = read_committed(self._psycopg.connect(autocommit=True, **self._params))
         except self._psycopg.Error as exc:
             # not chained: a traceback would print the driver's words unmasked
             detail = safe(str(exc).strip(), self.url)
@@ -407,7 +415,7 @@ class PostgresDatabase(Database):
                     "application_name": f"{self._params['application_name']} changes",
                 }
                 self._feed = ChangeFeed(
-                    lambda: self._psycopg.connect(autocommit=True, **named),
+                    lambda: read_committed(self._psycopg.connect(autocommit=True, **named)),
                     self.channel,
                     lambda: self._closed,
                     self._psycopg.Error,

@@ -243,3 +243,37 @@ def test_without_a_lease_nothing_is_cached(postgres_server: PostgresServer) -> N
             assert db.change_token() is None
         finally:
             db.close()
+
+
+def test_every_transaction_runs_at_read_committed_whatever_the_default(
+    postgres_server: PostgresServer,
+) -> None:
+    """A write counts the leases committed before it took the state's lock, and a lease
+    is taken under it: at a stricter default the snapshot is taken by the lock's own
+    statement, before the lock is granted, and misses a lease taken meanwhile."""
+    with postgres_server.schema() as url:
+        stricter = (
+            url
+            + ("&" if "?" in url else "?")
+            + ("options=-c%20default_transaction_isolation%3Drepeatable%5C%20read")
+        )
+        with psycopg.connect(stricter, autocommit=True) as plain, plain.transaction():
+            level = plain.execute("SHOW transaction_isolation").fetchone()
+        assert level == ("repeatable read",)  # the default the database gives
+        db = PostgresDatabase(stricter, revision_lease_s=LEASE_S)
+        try:
+            for ddl in SCHEMAS:
+                db.ensure(ddl)
+            with db.tx() as tx:
+                assert tx.execute("SHOW transaction_isolation").fetchall() == [("read committed",)]
+            until(lambda: db.change_token() is not None, "the lease was never taken")
+            assert db._feed is not None
+            feed_conn = db._feed._connect()  # how the feed opens its connections
+            try:
+                with feed_conn.transaction():
+                    level = feed_conn.execute("SHOW transaction_isolation").fetchone()
+                assert level == ("read committed",)
+            finally:
+                feed_conn.close()
+        finally:
+            db.close()

@@ -1,0 +1,62 @@
+"""The change feed's lease turns, without a database: a connection that records what
+it is sent."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from sidecar.storage.pgfeed import ChangeFeed
+
+
+class _Recorded:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def execute(self, sql: str, params: Any = None) -> _Recorded:
+        self.sent.append(sql.split()[0] + (" lock" if "advisory_xact_lock" in sql else ""))
+        return self
+
+    def fetchone(self) -> tuple[int]:
+        return (1,)  # the renewal found its lease live in the database
+
+    def notifies(self, timeout: float, stop_after: int | None = None) -> list[Any]:
+        return []
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        yield
+
+
+def _feed() -> ChangeFeed:
+    """A feed whose thread has stopped at once, its turns run by the test."""
+    stopped = [True]
+    feed = ChangeFeed(lambda: None, "chan", lambda: stopped[0], OSError, lease_s=3.0)
+    feed._thread.join(timeout=10)
+    stopped[0] = False
+    feed._fresh = False
+    return feed
+
+
+def test_a_lease_this_process_still_holds_is_renewed_without_the_lock() -> None:
+    feed, conn = _feed(), _Recorded()
+    feed._until = time.monotonic() + 60
+    feed._listen(conn)
+    assert conn.sent == ["UPDATE"]
+    assert feed.leased() is False  # not listening: never trusted
+    assert feed._until > time.monotonic()
+
+
+def test_a_lease_this_process_let_lapse_is_taken_again_under_the_lock() -> None:
+    """Its thread stalled past its own end of the lease: the database's end may be
+    passing now, and a renewal could commit after a write counted the lease expired."""
+    feed, conn = _feed(), _Recorded()
+    feed._until = time.monotonic() - 0.001
+    feed._listen(conn)
+    assert conn.sent == ["SELECT lock", "INSERT"]
+    assert feed._until > time.monotonic()  # held again, from the take
+    conn.sent.clear()
+    feed._listen(conn)  # and renewed as usual from then on
+    assert conn.sent == ["UPDATE"]
