@@ -41,8 +41,7 @@ def test_the_group_publisher_survives_a_state_outage(tmp_path: Path) -> None:
         # published, then their staging rows cleared: the archive holds a record a
         # moment before the state lets it go
         while not (
-            all(sc.cold.chains.contains(r.chain_id) for r in (first, second))
-            and real_count() == 0
+            all(sc.cold.chains.contains(r.chain_id) for r in (first, second)) and real_count() == 0
         ):
             assert time.monotonic() < deadline, "acknowledged records never published"
             time.sleep(0.05)
