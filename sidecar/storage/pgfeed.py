@@ -102,6 +102,9 @@ class ChangeFeed:
         """The last write this feed was notified of (its transaction id)."""
         self._fresh = True
         """Listening anew: the lease must be taken, not renewed."""
+        self._taking = threading.Lock()
+        """Held while a lease is taken or given up: a take that began before the
+        process closed ends before the lease is given up, or does not begin."""
         self.paused = threading.Event()
         """Set, the thread stops taking notifications (testing only)."""
         self._thread = threading.Thread(target=self._run, name="sidecar-changes", daemon=True)
@@ -190,21 +193,25 @@ class ChangeFeed:
         process reads from now on; every later one counts this lease.  What was cached
         before is dropped."""
         self.generation += 1
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._state_key,))
-            conn.execute(
-                f"INSERT INTO feed_leases VALUES (%s, %s, {NOW} + %s, "
-                "pg_current_xact_id()::text::bigint) ON CONFLICT (holder) DO UPDATE SET "
-                "expires_at = excluded.expires_at, seen = excluded.seen",
-                (self.holder, PROCESS, self._lease_s),
-            )
+        with self._taking:
+            if self._closed():
+                return  # given up, or about to be: not taken again
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._state_key,))
+                conn.execute(
+                    f"INSERT INTO feed_leases VALUES (%s, %s, {NOW} + %s, "
+                    "pg_current_xact_id()::text::bigint) ON CONFLICT (holder) DO UPDATE SET "
+                    "expires_at = excluded.expires_at, seen = excluded.seen",
+                    (self.holder, PROCESS, self._lease_s),
+                )
 
     def release(self, conn: Any) -> None:
-        """Give the lease up (the process closes the state): no write waits for it any
-        longer.  (A process killed leaves its lease to expire: writes wait for it until
-        then, one lease at most.)"""
+        """Give the lease up (the process closes the state, and ``closed`` already says
+        so): no write waits for it any longer.  (A process killed leaves its lease to
+        expire: writes wait for it until then, one lease at most.)"""
         self._until = 0.0
-        conn.execute("DELETE FROM feed_leases WHERE holder = %s", (self.holder,))
+        with self._taking:
+            conn.execute("DELETE FROM feed_leases WHERE holder = %s", (self.holder,))
 
 
 def wait_seen(unseen: Callable[[], int], give_up_s: float = WAIT_AT_MOST_S) -> None:

@@ -4,6 +4,7 @@ it is sent."""
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -12,10 +13,14 @@ from sidecar.storage.pgfeed import ChangeFeed
 
 
 class _Recorded:
-    def __init__(self) -> None:
-        self.sent: list[str] = []
+    def __init__(self, sent: list[str] | None = None, locked: threading.Event | None = None):
+        self.sent: list[str] = [] if sent is None else sent
+        self.locked = locked
+        """Set, the state's lock is granted (until then its statement waits)."""
 
     def execute(self, sql: str, params: Any = None) -> _Recorded:
+        if "advisory_xact_lock" in sql and self.locked is not None:
+            assert self.locked.wait(10)
         self.sent.append(sql.split()[0] + (" lock" if "advisory_xact_lock" in sql else ""))
         return self
 
@@ -30,9 +35,11 @@ class _Recorded:
         yield
 
 
-def _feed() -> ChangeFeed:
-    """A feed whose thread has stopped at once, its turns run by the test."""
-    stopped = [True]
+def _feed(stopped: list[bool] | None = None) -> ChangeFeed:
+    """A feed whose thread has stopped at once, its turns run by the test; ``stopped``
+    says whether the state is closed."""
+    stopped = [True] if stopped is None else stopped
+    stopped[0] = True
     feed = ChangeFeed(lambda: None, "chan", lambda: stopped[0], OSError, lease_s=3.0)
     feed._thread.join(timeout=10)
     stopped[0] = False
@@ -60,3 +67,25 @@ def test_a_lease_this_process_let_lapse_is_taken_again_under_the_lock() -> None:
     conn.sent.clear()
     feed._listen(conn)  # and renewed as usual from then on
     assert conn.sent == ["UPDATE"]
+
+
+def test_a_lease_taken_as_the_state_closes_is_given_up_after_it_not_before() -> None:
+    """The take waits for the state's lock while the process closes: the lease is given
+    up once the take has ended, never left behind for writers to wait on."""
+    closed = [False]
+    feed, sent, locked = _feed(closed), [], threading.Event()
+    taking = threading.Thread(target=feed._take, args=(_Recorded(sent, locked),))
+    taking.start()
+    time.sleep(0.1)  # the take waits for the state's lock
+    closed[0] = True
+    giving_up = threading.Thread(target=feed.release, args=(_Recorded(sent),))
+    giving_up.start()
+    time.sleep(0.2)
+    assert sent == []  # the lease is not given up while it is being taken
+    locked.set()
+    taking.join(10)
+    giving_up.join(10)
+    assert sent == ["SELECT lock", "INSERT", "DELETE"]
+    sent.clear()
+    feed._take(_Recorded(sent))  # closed: not taken again
+    assert sent == []
