@@ -175,16 +175,15 @@ class ChangeFeed:
 
     def _renew(self, conn: Any, lapsed: bool = False) -> None:
         if self._fresh or lapsed:
-            if not self._closed():
-                self._take(conn)
-                self._fresh = False
+            self._take(conn)  # (not once the state is closed: it says so itself)
+            self._fresh = False
             return
         row = conn.execute(
             f"UPDATE feed_leases SET expires_at = {NOW} + %s, seen = GREATEST(seen, %s) "
             f"WHERE holder = %s AND expires_at > {NOW} RETURNING 1",
             (self._lease_s, self._seen, self.holder),
         ).fetchone()
-        if row is None and not self._closed():
+        if row is None:
             self._take(conn)
 
     def _take(self, conn: Any) -> None:

@@ -40,6 +40,7 @@ from sidecar import Sidecar, Tool, load_tool_file, load_tools, parse_tool
 from sidecar.errors import SecretValueError
 from sidecar.model import CredentialRef
 from sidecar.redact import MASK
+from tests.serving import serving
 from tests.sidecar.helpers import abandoned, completed
 
 SEED = 20261130
@@ -799,34 +800,6 @@ def answers_of(sc: Sidecar, g: Garden, url: str, arguments: dict[str, Any]) -> d
     return out
 
 
-@contextlib.contextmanager
-def serving(sc: Sidecar) -> Iterator[str]:
-    """The HTTP app over ``sc`` on a loopback port the OS chose."""
-    import socket
-    import threading
-    import time
-
-    import uvicorn
-
-    from sidecar.shells.api import create_app
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(sc, TOKEN), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=60)
-        sock.close()
-
-
 def wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
     import time
 
@@ -963,7 +936,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             hot["constraints"] = [v.__dict__ for v in sc.constraints(include_lifted=True)]
             gateway_inputs(sc, g)
             reason_args = reason_arguments(g)
-            with serving(sc) as url:
+            with serving(sc, TOKEN) as url:
                 import httpx
 
                 headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}

@@ -5,7 +5,6 @@ synchronous); and helpers that turn SDK spans into OTLP/JSON bodies."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import socket
 import threading
 import time
@@ -20,7 +19,7 @@ from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.agents.gateway.standalone import StandaloneBackend
 from sidecar.agents.otlp import AssemblerLimits, TraceAssembler, otlp_router
-from sidecar.shells.api import create_app
+from tests.serving import serving
 
 
 @dataclass
@@ -68,35 +67,9 @@ TOKEN = "otlp-token-0123456789"
 def served(tmp_path: Path) -> Iterator[tuple[str, Sidecar]]:
     with (
         Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc,
-        serving(sc) as url,
+        serving(sc, TOKEN) as url,
     ):
         yield url, sc
-
-
-@contextlib.contextmanager
-def serving(sc: Sidecar) -> Iterator[str]:
-    """The HTTP app over ``sc`` under uvicorn, lifespan on, in a thread: its URL, and
-    the server stopped (its shutdown run to the end) on leaving."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    app = create_app(sc, TOKEN)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
-        assert not thread.is_alive(), "the server did not stop"
 
 
 def eventually(check: Callable[[], bool], timeout: float = 20.0) -> None:

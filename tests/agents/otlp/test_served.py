@@ -14,8 +14,9 @@ import pytest
 from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.errors import NotFound
-from tests.agents.otlp.conftest import TOKEN, eventually, local_tracer, serving
+from tests.agents.otlp.conftest import TOKEN, eventually, local_tracer
 from tests.agents.otlp.test_intake import _agent_run
+from tests.serving import serving
 
 # real servers and subprocesses: the slow suite, not `make test-fast`
 pytestmark = pytest.mark.integration
@@ -103,7 +104,7 @@ def test_a_session_still_open_when_the_server_stops_is_reported(tmp_path: Path) 
         _agent_run(tracer, "#W3")
         tools_only = [s for s in memory.get_finished_spans() if s.parent is not None]
         assert len(tools_only) == 2
-        with serving(sc) as url:
+        with serving(sc, TOKEN) as url:
             assert _exporter(url, TOKEN).export(tools_only) == SpanExportResult.SUCCESS
             time.sleep(0.5)
             assert reported == []  # open: its root has not ended
