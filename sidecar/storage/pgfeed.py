@@ -26,6 +26,12 @@ write then waits at most one lease for it.  A feed that listens again (its conne
 broke, the database restarted) takes its lease anew rather than renewing one that may
 still run: the writes made while it was not listening counted that lease and were never
 heard; the new lease marks them all seen, as its start is after them under the lock.
+
+**This process's own writes** move no generation when their notification comes: each
+moved the process's write counter (which every cache key holds) as it committed, so the
+notification says nothing new; its id is only recorded as seen.  (A notification can
+come late, after a lease was taken and trusted; it dropped every cached value then, so
+a replica's first answers after its own writes read again, more so under load.)
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import contextlib
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
@@ -56,6 +63,37 @@ LIVE_LEASES = f"SELECT count(*) FROM feed_leases WHERE process <> %s AND expires
 UNSEEN = (
     f"SELECT count(*) FROM feed_leases WHERE process <> %s AND seen < %s AND expires_at > {NOW}"
 )
+
+
+OWN_KEPT = 4096
+"""Write ids of this process remembered per state: one not remembered (its notification
+came after thousands of later writes) only drops the cache once more."""
+
+
+class OwnWrites:
+    """The write transactions this process sent, per state (channel), by id: their
+    notifications tell this process's feeds nothing its write counter has not."""
+
+    def __init__(self, kept: int = OWN_KEPT) -> None:
+        self._kept = kept
+        self._ids: dict[str, OrderedDict[int, None]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, channel: str, write: int) -> None:
+        """Before the write commits (its notification may be heard at once)."""
+        with self._lock:
+            ids = self._ids.setdefault(channel, OrderedDict())
+            ids[write] = None
+            if len(ids) > self._kept:
+                ids.popitem(last=False)
+
+    def __contains__(self, key: tuple[str, int]) -> bool:
+        channel, write = key
+        with self._lock:
+            return write in self._ids.get(channel, ())
+
+
+OWN_WRITES = OwnWrites()
 
 
 def read_committed(conn: C) -> C:
@@ -164,13 +202,19 @@ class ChangeFeed:
         self._until = sent + self._lease_s * (1 - LOCAL_MARGIN)
 
     def _heard(self, notes: Iterable[Any]) -> int:
-        """Drop every cached value per notification, and note the last write seen."""
+        """Drop every cached value per notification of another process's write (or of
+        one not known), and note the last write seen."""
         n = 0
         for note in notes:
             n += 1
-            self.generation += 1
-            with contextlib.suppress(ValueError):
-                self._seen = max(self._seen, int(note.payload))
+            try:
+                write = int(note.payload)
+            except ValueError:
+                self.generation += 1
+                continue
+            if (self._channel, write) not in OWN_WRITES:
+                self.generation += 1
+            self._seen = max(self._seen, write)
         return n
 
     def _renew(self, conn: Any, lapsed: bool = False) -> None:

@@ -71,6 +71,7 @@ from sidecar.storage.base import Connection, Database, DatabaseError, Row, state
 from sidecar.storage.pgfeed import (
     LEASES_DDL,
     LIVE_LEASES,
+    OWN_WRITES,
     PROCESS,
     UNSEEN,
     ChangeFeed,
@@ -363,6 +364,7 @@ class PostgresDatabase(Database):
                     f"pg_notify(%s, pg_current_xact_id()::text), ({LIVE_LEASES})",
                     (self.channel, PROCESS),
                 )[::2]
+                OWN_WRITES.add(self.channel, int(write))
                 self._local.conn = conn
                 try:
                     yield self

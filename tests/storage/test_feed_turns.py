@@ -9,7 +9,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from sidecar.storage.pgfeed import ChangeFeed
+import pytest
+
+from sidecar.storage import pgfeed
+from sidecar.storage.pgfeed import ChangeFeed, OwnWrites
 
 
 class _Recorded:
@@ -89,3 +92,36 @@ def test_a_lease_taken_as_the_state_closes_is_given_up_after_it_not_before() -> 
     sent.clear()
     feed._take(_Recorded(sent))  # closed: not taken again
     assert sent == []
+
+
+class _Note:
+    def __init__(self, payload: str) -> None:
+        self.payload = payload
+
+
+def test_a_notification_of_this_process_s_own_write_drops_nothing_cached(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its write counter moved as it committed; the notification may come after a lease
+    was taken and trusted, and dropping the cache then made the first answers after the
+    process's own writes read again (one in eight beside two CPU burners)."""
+    feed, own = _feed(), OwnWrites()
+    monkeypatch.setattr(pgfeed, "OWN_WRITES", own)
+    own.add("chan", 41)
+    before = feed.generation
+    assert feed._heard([_Note("41")]) == 1
+    assert feed.generation == before and feed._seen == 41  # seen, nothing dropped
+    feed._heard([_Note("42")])  # another process's write
+    assert feed.generation == before + 1 and feed._seen == 42
+    feed._heard([_Note("not a write id")])
+    assert feed.generation == before + 2
+    own.add("elsewhere", 43)  # the same process's write on another state
+    feed._heard([_Note("43")])
+    assert feed.generation == before + 3
+
+
+def test_own_writes_are_remembered_up_to_a_bound() -> None:
+    own = OwnWrites(kept=3)
+    for write in range(1, 6):
+        own.add("chan", write)
+    assert [("chan", w) in own for w in range(1, 6)] == [False, False, True, True, True]
