@@ -92,6 +92,7 @@ from sidecar.results import (
     RevocationRun,
 )
 from sidecar.rules import Lifecycle, Rules
+from sidecar.rules.wording import viewer_of
 from sidecar.settings import Settings
 from sidecar.sources import token_of
 from sidecar.storage.requests import RequestRow
@@ -268,9 +269,11 @@ class Sidecar:
         context: Mapping[str, Any] | None = None,
         steps: Sequence[Step | Mapping[str, Any]] | None = None,
         task_input: str | None = None,
+        viewer: str | None = None,
     ) -> LookupResult:
         """Top-k active tools for ``query``, never one that would complete a fatal
-        sequence after the executed prefix ``after`` under ``context``.
+        sequence after the executed prefix ``after`` under ``context``; its warnings
+        worded for ``viewer`` (an agent token; ``None``: an operator).
 
         ``steps`` (the session so far: tool, arguments, output, error) stand for
         ``after`` when it is not given, and add warnings to the hits whose learned
@@ -285,11 +288,11 @@ class Sidecar:
             validate.tool_list(after, "after") if after or not done else tuple(s.tool for s in done)
         )
         ctx, k = validate.context_values(context), validate.k_value(k)
-        task = task_text(task_input)
+        task, who = task_text(task_input), viewer_of(validate.viewer(viewer))
         index = self.index
         with self.state.revisions.pinned():
             return self.lookup.search_text(
-                index, text, k, executed, ctx, done, task and redact_text(task)
+                index, text, k, executed, ctx, done, task and redact_text(task), who
             )
 
     @boundary
@@ -315,11 +318,13 @@ class Sidecar:
         plan: Sequence[str],
         mode: CheckMode = "sequence",
         context: Mapping[str, Any] | None = None,
+        viewer: str | None = None,
     ) -> CheckResult:
+        """Whether ``plan`` holds a fatal sequence; ``viewer`` as for :meth:`search`."""
         tools, how = validate.tool_list(plan, "plan"), validate.check_mode(mode)
-        ctx = validate.context_values(context)
+        ctx, who = validate.context_values(context), viewer_of(validate.viewer(viewer))
         # the revisions' read travels while the plan is checked (see judged)
-        return self.state.revisions.judged(lambda: self.rules.check(tools, how, ctx))
+        return self.state.revisions.judged(lambda: self.rules.check(tools, how, ctx, who))
 
     @boundary
     def check_call(
@@ -329,23 +334,19 @@ class Sidecar:
         arguments: Mapping[str, Any] | None = None,
         task_input: str | None = None,
         context: Mapping[str, Any] | None = None,
+        viewer: str | None = None,
     ) -> CallCheck:
         """Before a call: ``allow``, ``warn`` or ``block`` ``tool(arguments)`` after the
-        session's ``steps``, with every reason (the learned condition or the fatal
-        sequence that holds, its evidence and its pointer)."""
-        done = steps_of(steps)
+        session's ``steps``, with every reason, worded for ``viewer`` (as for
+        :meth:`search`)."""
         name = validate.check_tool_id(tool, "next.tool")
         args = validate.call_arguments(arguments)
         # compared with what the memory learned, redacted as it was: no secret of the
         # call is matched raw or quoted back in a reason
         task = task_text(task_input)
-        ctx = validate.context_values(context)
-        steps_seen, args_seen = redacted_steps(done), redact(args)
-        return self.state.revisions.judged(
-            lambda: self.rules.check_call(
-                steps_seen, name, args_seen, task and redact_text(task), ctx
-            )
-        )
+        ctx, who = validate.context_values(context), viewer_of(validate.viewer(viewer))
+        seen = (redacted_steps(steps_of(steps)), name, redact(args), task and redact_text(task))
+        return self.state.revisions.judged(lambda: self.rules.check_call(*seen, ctx, who))
 
     def matcher_size(self) -> int:
         """Active constraints compiled into the matcher."""

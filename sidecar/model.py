@@ -233,6 +233,9 @@ class CheckReason:
     """What the call or the session showed that made it hold."""
     pointer: str | None = None
     status: str = "active"
+    quoted: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """Free text of the rule's evidence (its failure message, a sequence's rule), shown
+    as data to a viewer who may read it (:mod:`sidecar.rules.wording`); empty else."""
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import functools
 import json
 import re
 import unicodedata
+from collections.abc import Mapping
 
 REMOVED = "[instruction-like text removed]"
 MAX_SHOWN = 500
@@ -135,3 +136,9 @@ def quoted(text: str, limit: int = MAX_SHOWN) -> str:
     """``text`` neutralized and cut, as a double-quoted literal (quotes and backslashes
     inside it escaped), so that it reads as data wherever it is shown."""
     return json.dumps(neutralize(text, limit, one_line=True), ensure_ascii=False)
+
+
+def as_data(fields: Mapping[str, str]) -> str:
+    """Fields of free text as one line of labelled, escaped literals (:func:`quoted`):
+    ``failure (quoted data): "..."``."""
+    return "; ".join(f"{key} (quoted data): {quoted(text)}" for key, text in fields.items())

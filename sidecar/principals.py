@@ -172,6 +172,10 @@ class Principals:
     def trusted(self) -> frozenset[str]:
         return frozenset(p.name for p, _ in self._entries if p.trusted)
 
+    def role_of(self, name: str) -> Role | None:
+        """The role of the named token ``name`` (``None``: no such token)."""
+        return next((p.role for p, _ in self._entries if p.name == name), None)
+
     def __len__(self) -> int:
         return len(self._entries)
 

@@ -167,3 +167,12 @@ def retention(hours: object, default: timedelta, least: timedelta) -> timedelta:
             "a writer may still commit a younger file"
         )
     return found
+
+
+def viewer(name: object) -> str | None:
+    """The agent token an answer is worded for (``None``: an operator)."""
+    if name is None:
+        return None
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}", name):
+        raise InvalidInput(f"viewer must be a token's name, got {name!r}")
+    return name

@@ -32,10 +32,12 @@ import numpy as np
 from indexes import ActiveIndex, IndexHit, query_vectors
 from sidecar.lookup.usage import UsageState
 from sidecar.memory import Step, Trace
-from sidecar.model import LookupHit, LookupResult, Withheld
+from sidecar.model import ArchivedConstraint, LookupHit, LookupResult, Withheld
 from sidecar.neutralize import shown
 from sidecar.ranking import hybrid_ranked, query_views, successors
-from sidecar.rules import Rules
+from sidecar.rules import Rules, wording
+from sidecar.rules.matcher import Hint
+from sidecar.rules.wording import OPERATOR, Reading, Viewer
 from sidecar.settings import Settings
 from sidecar.storage.state import State
 from sidecar.tools.records import Fields
@@ -105,14 +107,15 @@ class Lookup:
         context: dict[str, Any],
         steps: Sequence[Step] | None = None,
         task_input: str | None = None,
+        viewer: Viewer = OPERATOR,
     ) -> LookupResult:
         """The lookup of a request's text: embedded (its views, when the ranking is
         hybrid, which also reads the text for BM25), then :meth:`search`."""
         if self._settings.hybrid:
             vector = query_vectors(index.embedder, query_views(text))
-            return self.search(index, vector, k, executed, context, steps, task_input, text)
+            return self.search(index, vector, k, executed, context, steps, task_input, text, viewer)
         vector = index.embed_query(text)
-        return self.search(index, vector, k, executed, context, steps, task_input)
+        return self.search(index, vector, k, executed, context, steps, task_input, None, viewer)
 
     def search(
         self,
@@ -124,9 +127,11 @@ class Lookup:
         steps: Sequence[Step] | None = None,
         task_input: str | None = None,
         text: str | None = None,
+        viewer: Viewer = OPERATOR,
     ) -> LookupResult:
         """The lookup.  ``vector`` holds the query's vector, or one row per view;
-        ``text`` is the query itself (for BM25; ``None``: the dense ranking alone)."""
+        ``text`` is the query itself (for BM25; ``None``: the dense ranking alone); its
+        withheld tools and warnings are worded for ``viewer``."""
         constraints_rev, tools_rev = self._state.revisions.revisions()
         matcher = self._rules.matcher(constraints_rev)
         blocked, conditional = matcher.next_steps(executed, context)
@@ -139,14 +144,16 @@ class Lookup:
             ranked, displaced, raised = self._fused(index, vector, k, executed, excluded, text)
         else:
             ranked, displaced = index.search_ranked(vector, k, excluded, ids_only=True)
+        reading = self._rules.reading(viewer)
         withheld = [
-            Withheld(h.id, shown(c.rule), c.pointer, c.chain_id, why)
+            _withheld(h.id, c, why, context, reading)
             for h in displaced
             if h.id in blocked
             for c, why in blocked[h.id]
         ]
         limit = self._settings.max_warnings_per_tool
         trace = Trace(steps, task_input) if steps else None
+        words = None if viewer.operator else reading
         hits = [
             LookupHit(
                 tool_id=h.id,
@@ -154,9 +161,9 @@ class Lookup:
                 description=str(fields[h.id].get("description") or ""),
                 warnings=tuple(
                     (
-                        self._rules.hints(trace, h.id, task_input)
-                        + [str(hint) for hint in conditional.get(h.id, [])]
-                        + matcher.warnings(executed, h.id, limit)
+                        self._rules.hints(trace, h.id, task_input, reading)
+                        + _hints(conditional.get(h.id, []), reading)
+                        + matcher.warnings(executed, h.id, limit, words)
                     )[:limit]
                 ),
                 tool_type=str(fields[h.id].get("tool_type") or "unspecified"),
@@ -224,3 +231,23 @@ class _Excluded(Collection[str]):
 
     def __iter__(self) -> Any:
         return iter(self._ids)
+
+
+def _withheld(
+    tool: str, c: ArchivedConstraint, why: str, context: Mapping[str, Any], reading: Reading
+) -> Withheld:
+    if reading.reads_sequence(c):
+        return Withheld(tool, shown(c.rule), c.pointer, c.chain_id, why)
+    text = wording.sequence_text(c, False)
+    return Withheld(tool, text, "", c.chain_id, wording.why(c.when, context, False))
+
+
+def _hints(hints: Sequence[Hint], reading: Reading) -> list[str]:
+    out = []
+    for h in hints:
+        shown_as = wording.lookup_hint(
+            h.constraint, h.standing, h.text, reading.reads_sequence(h.constraint)
+        )
+        if shown_as is not None:
+            out.append(shown_as)
+    return out

@@ -153,6 +153,8 @@ class Reason:
     explanation: str
     observed: str = ""
     """What the call (or the session) showed that made the condition hold."""
+    condition: FailureCondition | None = field(default=None, compare=False, repr=False)
+    """The condition itself, for wording the reason from its facts."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -222,7 +224,7 @@ def reasons_for(
             observed = family.observed(condition.predicate, features)
             reasons.append(
                 Reason(condition.condition_id, condition.family, level,
-                       condition.explanation, observed)
+                       condition.explanation, observed, condition)
             )  # fmt: skip
     reasons.sort(key=lambda r: (r.level != "block", r.family))
     return reasons
@@ -276,7 +278,12 @@ def may_apply(
         if evidence:
             out.append(
                 Reason(
-                    condition.condition_id, condition.family, level, condition.explanation, evidence
+                    condition.condition_id,
+                    condition.family,
+                    level,
+                    condition.explanation,
+                    evidence,
+                    condition,
                 )
             )
     return out

@@ -16,8 +16,8 @@ from sidecar.errors import NotFound
 from sidecar.limits import CheckMode
 from sidecar.memory import Step, Thresholds, Trace
 from sidecar.model import CallCheck, CheckResult
-from sidecar.neutralize import shown
 from sidecar.results import ConstraintChange, ConstraintView
+from sidecar.rules import wording
 from sidecar.rules.conditions import ConditionBook
 from sidecar.rules.ids import rule_id
 from sidecar.rules.lifecycle import ENFORCED, Lifecycle
@@ -26,6 +26,7 @@ from sidecar.rules.sequences import SequenceBook
 from sidecar.rules.standing import Standing
 from sidecar.rules.verdict import condition_reasons, sequence_reasons, verdict
 from sidecar.rules.views import condition_view, sequence_view
+from sidecar.rules.wording import OPERATOR, Reading, Viewer
 from sidecar.storage.state import State
 
 
@@ -65,8 +66,19 @@ class Rules:
             return self._matcher
 
     # ---- checks ------------------------------------------------------------------------------
-    def check(self, plan: tuple[str, ...], mode: CheckMode, context: dict[str, Any]) -> CheckResult:
-        return self.matcher().check(plan, context, mode)
+    def reading(self, viewer: Viewer = OPERATOR) -> Reading:
+        """What ``viewer`` may read of the rules (:mod:`sidecar.rules.wording`)."""
+        return Reading(viewer, self.standing.is_trusted)
+
+    def check(
+        self,
+        plan: tuple[str, ...],
+        mode: CheckMode,
+        context: dict[str, Any],
+        viewer: Viewer = OPERATOR,
+    ) -> CheckResult:
+        reading = None if viewer.operator else self.reading(viewer)
+        return self.matcher().check(plan, context, mode, reading)
 
     def check_call(
         self,
@@ -75,23 +87,41 @@ class Rules:
         arguments: Mapping[str, Any],
         task_input: str | None,
         context: dict[str, Any],
+        viewer: Viewer = OPERATOR,
     ) -> CallCheck:
         """Before ``tool(arguments)`` after ``steps``: the call conditions that hold and
-        the fatal sequences it would complete, one verdict."""
+        the fatal sequences it would complete, one verdict, worded for ``viewer``."""
+        reading = self.reading(viewer)
         found = self.conditions.reasons(steps, tool, arguments, task_input)
-        reasons = condition_reasons(found, self.conditions.states()) if found else []
+        chance = self.conditions.max_chance
+        reasons = (
+            condition_reasons(found, self.conditions.states(), reading, chance) if found else []
+        )
         blocked, conditional = self.matcher().next_steps(tuple(s.tool for s in steps), context)
-        reasons += sequence_reasons(blocked.get(tool, []), conditional.get(tool, []))
+        reasons += sequence_reasons(
+            blocked.get(tool, []), conditional.get(tool, []), reading, context
+        )
         return verdict(reasons)
 
-    def hints(self, trace: Trace | None, tool: str, task_input: str | None) -> list[str]:
+    def hints(
+        self,
+        trace: Trace | None,
+        tool: str,
+        task_input: str | None,
+        reading: Reading | None = None,
+    ) -> list[str]:
         """A lookup's warnings for a tool the session may call next."""
         if trace is None:
             return []
-        return [
-            f"may fail: {shown(r.explanation)}; {r.observed}"
-            for r in self.conditions.may_apply(trace, tool, task_input)
-        ]
+        reading = reading or self.reading()
+        chance = self.conditions.max_chance
+        out = []
+        for r in self.conditions.may_apply(trace, tool, task_input):
+            c = r.condition
+            if c is None or not reading.shows_warning(c, chance):
+                continue
+            out.append(wording.hint(c, r.observed, reading.reads_condition(c)))
+        return out
 
     # ---- status, for people --------------------------------------------------------------------
     def views(self, include_lifted: bool = False) -> list[ConstraintView]:

@@ -75,6 +75,9 @@ class ConditionBook:
         self._parsed: dict[str, tuple[str, FailureCondition]] = {}
         """Each stored condition's record as last parsed: a rebuild of the states after a
         write parses only the records that write changed."""
+        self.max_chance = thresholds.max_chance_block
+        """How likely chance may explain a condition that is shown to an agent who does
+        not read it (:meth:`~sidecar.rules.wording.Reading.shows_warning`)."""
         self.alerts = 0
         """Contradictions this process set aside (for ``/metrics``)."""
 

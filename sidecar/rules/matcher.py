@@ -29,6 +29,8 @@ from typing import Any, Literal
 
 from sidecar.model import ArchivedConstraint, CheckMode, CheckResult, Collision, Condition
 from sidecar.neutralize import shown
+from sidecar.rules import wording
+from sidecar.rules.wording import Reading
 
 MissingField = Literal["block", "allow"]
 
@@ -276,9 +278,12 @@ class ConstraintMatcher:
         plan: Sequence[str],
         context: Mapping[str, Any] | None = None,
         mode: CheckMode = "sequence",
+        reading: Reading | None = None,
     ) -> CheckResult:
+        """``reading``: what the viewer may read (``None``: everything); the rules it may
+        not read are worded by the sidecar (:mod:`sidecar.rules.wording`)."""
         if mode == "prefix":
-            return self._check_prefix(plan)
+            return self._check_prefix(plan, reading)
         if mode != "sequence":
             raise ValueError(f"mode must be 'sequence' or 'prefix', got {mode!r}")
         context = context or {}
@@ -286,21 +291,14 @@ class ConstraintMatcher:
         warnings: list[str] = []
         for hit in self._matches(plan):
             c = hit.constraint
+            readable = reading is None or reading.reads_sequence(c)
             applies, why = evaluate(c.when, context, self.missing_field)
             if applies and c.warn_only:
-                warnings.append(f"plan contains {standing(c)}")
+                if c.unconfirmed and not readable:
+                    continue  # one untrusted source's word, not the viewer's
+                warnings.append(f"plan contains {wording.standing_text(c, readable)}")
             elif applies:
-                collisions.append(
-                    Collision(
-                        chain_id=c.chain_id,
-                        matched=hit.matched,
-                        rule=shown(c.rule),
-                        expected_failure=shown(c.signature),
-                        pointer=c.pointer,
-                        reason=f"plan contains fatal sequence {'>'.join(c.sequence)}"
-                        f"{' (gapped)' if c.gapped else ''}: {why}",
-                    )
-                )
+                collisions.append(_collision(c, hit.matched, why, context, readable))
         return CheckResult(
             safe=not collisions,
             collisions=tuple(collisions),
@@ -308,7 +306,7 @@ class ConstraintMatcher:
             warnings=tuple(warnings),
         )
 
-    def _check_prefix(self, plan: Sequence[str]) -> CheckResult:
+    def _check_prefix(self, plan: Sequence[str], reading: Reading | None = None) -> CheckResult:
         """The seed's ``check_prefix_collision``: the first chain, in archive order,
         whose n-1 first tools equal the candidate's n-1 first tools."""
         node, best, best_len = 0, -1, 0
@@ -323,12 +321,16 @@ class ConstraintMatcher:
             return CheckResult(safe=True, collisions=(), mode="prefix")
         c = self.constraints[best]
         candidate_prefix = tuple(plan[:best_len])
+        if reading is None or reading.reads_sequence(c):
+            rule, signature, pointer = c.rule, c.signature, c.pointer
+        else:  # the seed's message, with the sidecar's words for another source's text
+            rule, signature, pointer = wording.sequence_text(c, False), wording.WITHHELD, ""
         message = (
             f"PREFIX_COLLISION: Sequence {candidate_prefix} matches the "
-            f"prefix of an abandoned chain. Rule: {c.rule}. "
-            f"Expected failure: {c.signature}"
+            f"prefix of an abandoned chain. Rule: {rule}. "
+            f"Expected failure: {signature}"
         )
-        collision = Collision(c.chain_id, candidate_prefix, c.rule, c.signature, c.pointer, message)
+        collision = Collision(c.chain_id, candidate_prefix, rule, signature, pointer, message)
         return CheckResult(safe=False, collisions=(collision,), mode="prefix")
 
     def seed_verdict(self, plan: Sequence[str]) -> tuple[bool, str | None]:
@@ -402,8 +404,11 @@ class ConstraintMatcher:
             for node in self._gapped_states(after):
                 yield from self._gapped.completions[node].items()
 
-    def warnings(self, after: Sequence[str], tool: str, limit: int = 3) -> list[str]:
-        """Fatal sequences that ``after + [tool]`` is a proper prefix of (a step toward)."""
+    def warnings(
+        self, after: Sequence[str], tool: str, limit: int = 3, reading: Reading | None = None
+    ) -> list[str]:
+        """Fatal sequences that ``after + [tool]`` is a proper prefix of (a step toward),
+        worded for ``reading``'s viewer (``None``: one who reads everything)."""
         out: list[str] = []
         seq = [*after, tool]
         ac = self._contig
@@ -427,27 +432,38 @@ class ConstraintMatcher:
                 continue
             seen.add(idx)
             c = self.constraints[idx]
-            cond = f" when {' and '.join(w.describe() for w in c.when)}" if c.when else ""
+            if reading is not None and c.unconfirmed and not reading.reads_sequence(c):
+                continue
             # every hit of a page may carry these, so they name the sequence, its
             # condition and the pointer; the rule's prose is one audit away
-            out.append(
-                f"step {depth} of {len(c.sequence)} toward fatal sequence "
-                f"{'>'.join(c.sequence)}{cond} ({c.pointer})"
-            )
+            readable = reading is None or reading.reads_sequence(c)
+            out.append(wording.toward(c, depth, readable))
         return out
 
 
-def standing(c: ArchivedConstraint) -> str:
-    """Why a fatal sequence in force only warns: a contested one (completed runs
-    contradict it), or an unconfirmed one (one untrusted source reported it)."""
-    seq = ">".join(c.sequence)
-    if c.contested:
-        return (
-            f"contested fatal sequence {seq} "
-            f"({c.contradictions} completed run(s) contradict it; {c.pointer})"
+def _collision(
+    c: ArchivedConstraint,
+    matched: tuple[str, ...],
+    why: str,
+    context: Mapping[str, Any],
+    readable: bool,
+) -> Collision:
+    gapped = " (gapped)" if c.gapped else ""
+    head = f"plan contains fatal sequence {'>'.join(c.sequence)}{gapped}"
+    if readable:
+        return Collision(
+            c.chain_id, matched, shown(c.rule), shown(c.signature), c.pointer, f"{head}: {why}"
         )
-    who = ", ".join(c.sources) or "one source"
-    return (
-        f"unconfirmed fatal sequence {seq} (reported by {who} only: a block needs two "
-        f"sources or a trusted one; {c.pointer})"
+    return Collision(
+        c.chain_id,
+        matched,
+        wording.sequence_text(c, False),
+        wording.WITHHELD,
+        "",
+        f"{head}: {wording.why(c.when, context, False)}",
     )
+
+
+def standing(c: ArchivedConstraint) -> str:
+    """Why a fatal sequence in force only warns, for a viewer who reads it."""
+    return wording.standing_text(c, True)

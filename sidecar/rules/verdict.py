@@ -4,6 +4,8 @@ Before a call, two kinds of rule may hold: learned (or hand-written) call condit
 and fatal sequences the call would complete.  Each gives reasons at a level; the verdict
 is decided once, from all of them (:func:`~sidecar.memory.decide`): any block blocks,
 any warning warns.  Block reasons come first, then warnings, each kind in its order.
+Every reason is worded for the viewer who asked (:mod:`sidecar.rules.wording`): a
+warning the viewer may not be shown is left out before the verdict is decided.
 """
 
 from __future__ import annotations
@@ -12,60 +14,54 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from sidecar.memory import Reason, decide
 from sidecar.model import ArchivedConstraint, CallCheck, CheckReason
-from sidecar.neutralize import shown
+from sidecar.rules import wording
 from sidecar.rules.conditions import ConditionState
 from sidecar.rules.matcher import Hint
+from sidecar.rules.wording import Reading
 
 
 def condition_reasons(
-    reasons: Iterable[Reason], states: Mapping[str, ConditionState]
+    reasons: Iterable[Reason],
+    states: Mapping[str, ConditionState],
+    reading: Reading,
+    max_chance: float,
 ) -> list[CheckReason]:
     out = []
     for r in reasons:
         st = states.get(r.condition_id)
-        out.append(
-            CheckReason(
-                r.level,
-                r.condition_id,
-                "call",
-                shown(r.explanation),
-                r.observed,
-                st.pointer if st else None,
-                st.status if st else "active",
-            )
-        )
+        c = r.condition if r.condition is not None else st.condition if st else None
+        if c is None:
+            raise ValueError(f"reason {r.condition_id} carries no condition")
+        if r.level == "warn" and not reading.shows_warning(c, max_chance):
+            continue
+        readable = reading.reads_condition(c)
+        pointer, status = (st.pointer, st.status) if st is not None else (None, "active")
+        out.append(wording.condition_reason(c, r.level, r.observed, pointer, status, readable))
     return out
 
 
 def sequence_reasons(
-    blocked: Sequence[tuple[ArchivedConstraint, str]], hints: Sequence[Hint]
+    blocked: Sequence[tuple[ArchivedConstraint, str]],
+    hints: Sequence[Hint],
+    reading: Reading,
+    context: Mapping[str, object],
 ) -> list[CheckReason]:
-    """The fatal sequences a call would complete (``blocked``, with why), and the
-    contested or unconfirmed ones it would complete (warnings)."""
-    out = [
-        CheckReason(
-            "block",
-            c.chain_id,
-            "sequence",
-            f"{shown(c.rule)} (completes fatal sequence {'>'.join(c.sequence)})",
-            why,
-            c.pointer,
-        )
-        for c, why in blocked
-    ]
-    out += [
-        CheckReason(
-            "warn",
-            h.constraint.chain_id,
-            "sequence",
-            h.text,
-            "",
-            h.constraint.pointer,
-            h.standing,
-        )
-        for h in hints
-        if h.standing != "conditional"
-    ]
+    """The fatal sequences a call would complete (``blocked``), and the contested or
+    unconfirmed ones it would complete (warnings; an unconfirmed one only to a viewer
+    who reads it: it rests on one untrusted source)."""
+    out = []
+    for c, _why in blocked:
+        readable = reading.reads_sequence(c)
+        why = wording.why(c.when, context, readable)
+        out.append(wording.sequence_reason(c, "block", why, "active", readable))
+    for h in hints:
+        if h.standing == "conditional":
+            continue
+        readable = reading.reads_sequence(h.constraint)
+        if h.standing == "unconfirmed" and not readable:
+            continue
+        text = wording.standing_text(h.constraint, readable)
+        out.append(wording.sequence_reason(h.constraint, "warn", text, h.standing, readable))
     return out
 
 

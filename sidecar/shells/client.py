@@ -212,6 +212,7 @@ class RemoteSidecar:
         context: Mapping[str, Any] | None = None,
         steps: Sequence[Step | Mapping[str, Any]] | None = None,
         task_input: str | None = None,
+        viewer: str | None = None,
     ) -> LookupResult:
         body: dict[str, Any] = {
             "query": query,
@@ -223,6 +224,8 @@ class RemoteSidecar:
             body["steps"] = [_step(s) for s in steps]
         if task_input is not None:
             body["task_input"] = task_input
+        if viewer is not None:
+            body["viewer"] = viewer
         return self._post(LookupResult, "/v1/search", body)
 
     def check_call(
@@ -232,12 +235,14 @@ class RemoteSidecar:
         arguments: Mapping[str, Any] | None = None,
         task_input: str | None = None,
         context: Mapping[str, Any] | None = None,
+        viewer: str | None = None,
     ) -> CallCheck:
         body = {
             "steps": [_step(s) for s in steps],
             "next": {"tool": tool, "arguments": dict(arguments or {})},
             "task_input": task_input,
             "context": dict(context or {}),
+            "viewer": viewer,
         }
         return self._post(CallCheck, "/v1/check", body)
 
@@ -246,8 +251,9 @@ class RemoteSidecar:
         plan: Sequence[str],
         mode: CheckMode = "sequence",
         context: Mapping[str, Any] | None = None,
+        viewer: str | None = None,
     ) -> CheckResult:
-        body = {"plan": list(plan), "mode": mode, "context": dict(context or {})}
+        body = {"plan": list(plan), "mode": mode, "context": dict(context or {}), "viewer": viewer}
         return self._post(CheckResult, "/v1/check", body)
 
     def report_many(

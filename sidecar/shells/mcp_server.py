@@ -46,6 +46,13 @@ def caller(ctx: Context) -> Principal:
     return principal_of(getattr(request, "scope", None)) or THE_PROCESS
 
 
+def viewer(ctx: Context) -> str | None:
+    """Whom an answer is worded for: the calling agent's token (``None``: an operator,
+    or this process; beside a server, the server words it for this client's token)."""
+    who = caller(ctx)
+    return None if who.operator else who.name
+
+
 def build_mcp(sc: Sidecar | RemoteSidecar) -> MCPServer:
     """An MCP server whose tools call ``sc``: the library, or a running sidecar over HTTP
     (``sidecar mcp`` beside a server)."""
@@ -74,15 +81,16 @@ def _lookup_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
     )
     def search_tools(
         query: str,
+        ctx: Context,
         k: int = 5,
         after: list[str] | None = None,
         context: JsonObject | None = None,
         steps: Steps = None,
         task_input: str | None = None,
     ) -> dict[str, Any]:
-        session = None if steps is None else steps_of(steps)
+        session, shown_to = None if steps is None else steps_of(steps), viewer(ctx)
         return _answer(
-            lambda: sc.search(query, k, after or [], context, steps=session, task_input=task_input)
+            lambda: sc.search(query, k, after or [], context, session, task_input, shown_to)
         )
 
     @server.tool(
@@ -93,6 +101,7 @@ def _lookup_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
     )
     def check_plan(
+        ctx: Context,
         plan: list[str] | None = None,
         mode: CheckMode = "sequence",
         context: JsonObject | None = None,
@@ -100,12 +109,13 @@ def _lookup_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
         next: Next = None,
         task_input: str | None = None,
     ) -> dict[str, Any]:
+        shown_to = viewer(ctx)
         if next is not None:
             call = (steps_of(steps), next.tool, next.arguments or {}, task_input, context)
-            return _answer(lambda: sc.check_call(*call))
+            return _answer(lambda: sc.check_call(*call, viewer=shown_to))
         if plan is None:
             raise ToolError("invalid_input: give a plan, or steps and next (the call to check)")
-        return _answer(lambda: sc.check(plan, mode=mode, context=context))
+        return _answer(lambda: sc.check(plan, mode=mode, context=context, viewer=shown_to))
 
     @server.tool(
         title="Audit chain",

@@ -334,15 +334,18 @@ def test_an_agent_neither_contests_nor_retires_what_an_operator_taught(
 def test_a_fatal_sequence_needs_two_sources_or_a_trusted_one(
     with_operator: tuple[str, Path, dict[str, str]],
 ) -> None:
-    """One abandoned chain from one agent's token warns and blocks nothing; the same
+    """One abandoned chain from one agent's token warns its own agent and blocks
+    nothing (another agent is not even warned: one untrusted source's word); the same
     failure from a second token blocks; the operator's alone blocks.  Every sequence
     names its sources in ``sidecar constraints show``."""
     url, _home, env = with_operator
     alice, bob = TOKENS["alice"], TOKENS["bob"]
     fatal = ["search_api", "html_parser", "llm_extractor"]
     (first,) = reported(url, alice, [abandoned(fatal, "HTTP 413", session_id="a1")])
-    checked = plan(url, bob, fatal)
+    checked = plan(url, alice, fatal)
     assert checked["safe"] and checked["warnings"]  # warned, not blocked
+    checked = plan(url, bob, fatal)
+    assert checked["safe"] and not checked.get("warnings")
     view = shown(env, first["chain_id"])
     assert view["sources"] == ["alice"] and view["independent"] is False
     reported(url, bob, [abandoned(fatal, "HTTP 413", session_id="b1")])

@@ -5,8 +5,10 @@ A warning travels twice: as ``_meta["sidecar/warnings"]`` (structured, for clien
 read ``_meta``) and, unless turned off, as a short text block appended to the result's
 content, because most clients hand the model the content alone (``langchain-mcp-adapters``
 and the OpenAI Agents SDK drop ``_meta``): a warning only in ``_meta`` is a warning the
-model never sees.  Every text shown is neutralized (:func:`sidecar.neutralize.neutralize`):
-a rule's evidence is failure text another party wrote.  Markup in it is defused too: a
+model never sees.  A reason's words are the sidecar's own (:mod:`sidecar.rules.wording`):
+free text of the evidence comes only for an agent that may read it, on a line of its own
+as labelled, escaped data.  Every text shown is neutralized as well
+(:func:`sidecar.neutralize.neutralize`), a second line of defence.  Markup in it is defused too: a
 tag (``</tool_result>``, ``<system>``) has its angle brackets replaced by angle quotation marks, and
 a code fence its backticks, so that an upstream's error text cannot open or close a
 section of whatever prompt a client wraps tool results in.
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sidecar.agents.gateway.backend import Decision, Reason, Verdict
-from sidecar.neutralize import neutralize
+from sidecar.neutralize import as_data, neutralize
 
 if TYPE_CHECKING:
     from mcp.types import CallToolResult
@@ -72,6 +74,8 @@ def refusal(tool: str, reasons: Sequence[Reason]) -> CallToolResult:
     for r in reasons:
         line = f"- rule: {_shown(r.rule)}. {_shown(r.explanation)} Evidence: {_shown(r.evidence)}"
         lines.append(line + (f" (record: {r.pointer})" if r.pointer else ""))
+        if r.quoted:
+            lines.append(f"  {_shown(as_data(r.quoted))}")
     return error("\n".join(lines))
 
 
@@ -85,6 +89,8 @@ def warning_text(tool: str, reasons: Sequence[Reason], sampled: bool = False) ->
     lines = [head]
     for r in reasons[:SHOWN_REASONS]:
         lines.append(f"- {_shown(f'{r.rule}: {r.explanation}')}")
+        if r.quoted:
+            lines.append(f"  {_shown(as_data(r.quoted))}")
     if len(reasons) > SHOWN_REASONS:
         lines.append(f"- and {len(reasons) - SHOWN_REASONS} more rule(s)")
     return "\n".join(lines)
@@ -115,6 +121,7 @@ def reason_dict(reason: Reason) -> dict[str, Any]:
         "explanation": reason.explanation,
         "evidence": reason.evidence,
         "pointer": reason.pointer,
+        "quoted": dict(reason.quoted),
     }
 
 

@@ -60,6 +60,9 @@ class Reason:
     pointer: str | None = None
     rule_id: str = ""
     """A stable id of the rule (a constraint id), for budgets kept per rule."""
+    quoted: dict[str, str] = field(default_factory=dict, hash=False)
+    """Free text of the rule's evidence the asking agent may read (its failure message),
+    shown as data (:mod:`sidecar.rules.wording`); empty else."""
 
 
 @dataclass(frozen=True)
@@ -84,13 +87,17 @@ class GatewayBackend(Protocol):
         """Tools that must never be listed or called (evicted)."""
         ...
 
-    def search(self, query: str, k: int, steps: list[Step]) -> list[Hit]:
+    def search(self, query: str, k: int, steps: list[Step], viewer: str | None = None) -> list[Hit]:
         """Up to ``k`` tools for ``query`` after the session's ``steps``; withheld tools
-        are absent."""
+        are absent; warnings worded for ``viewer`` (an agent token's name; ``None``: an
+        operator)."""
         ...
 
-    def check_call(self, steps: list[Step], tool: str, arguments: dict[str, Any]) -> Verdict:
-        """Whether ``tool(arguments)`` should run after ``steps``."""
+    def check_call(
+        self, steps: list[Step], tool: str, arguments: dict[str, Any], viewer: str | None = None
+    ) -> Verdict:
+        """Whether ``tool(arguments)`` should run after ``steps``, its reasons worded for
+        ``viewer``."""
         ...
 
     def report_session(

@@ -69,7 +69,10 @@ class CallPath:
         contest: Contest,
         run: tuple[Workers, Reporter, GatewayStats, Learning],
         settings: CallSettings,
+        viewers: Callable[[str], str | None] = lambda _principal: None,
     ) -> None:
+        """``viewers``: whom a principal's answers are worded for (its agent token's name;
+        ``None``: an operator)."""
         self._backend = backend
         self._catalog = catalog
         self._book = book
@@ -78,6 +81,7 @@ class CallPath:
         self._contest = contest
         self._workers, self._reporter, self.stats, self._learning = run
         self.settings = settings
+        self.viewers = viewers
         self._views = SessionViews(catalog, book.limits.max_sessions)
 
     def names(self, exposed: str) -> set[str]:
@@ -104,7 +108,8 @@ class CallPath:
         self._learning.settle(link.principal)  # every earlier step in its session
         stamp, steps = self._book.stamped_steps(link.key)
         views = self._views.views(link.key, stamp, steps, name)
-        hidden, verdict = await self._workers.checked(self._guard, views, name, arguments)
+        viewer = self.viewers(link.principal)
+        hidden, verdict = await self._workers.checked(self._guard, views, name, arguments, viewer)
         if hidden:
             self.stats.refused_hidden += 1
             return answers.error(f"tool not available: {name}")
@@ -125,13 +130,18 @@ class CallPath:
         return answers.warned(result, name, verdict, sampled, self.settings.warning_text)
 
     def _guard(
-        self, views: list[tuple[list[Step], str]], name: str, arguments: dict[str, Any]
+        self,
+        views: list[tuple[list[Step], str]],
+        name: str,
+        arguments: dict[str, Any],
+        viewer: str | None,
     ) -> tuple[bool, Verdict]:
         # one worker-thread hop for every question
         if self.names(name) & self._backend.hidden_tools():
             return True, Verdict.allow()
         verdicts = [
-            self._backend.check_call(view_steps, tool, arguments) for view_steps, tool in views
+            self._backend.check_call(view_steps, tool, arguments, viewer)
+            for view_steps, tool in views
         ]
         return False, answers.strictest(verdicts)
 

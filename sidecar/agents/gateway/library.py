@@ -34,10 +34,17 @@ class Memory(Protocol):
 
     def hidden_tools(self) -> set[str]: ...
 
-    def search(self, query: str, k: int = 5, *, steps: Any = None) -> LookupResult: ...
+    def search(
+        self, query: str, k: int = 5, *, steps: Any = None, viewer: str | None = None
+    ) -> LookupResult: ...
 
     def check_call(
-        self, steps: Any, tool: str, arguments: Mapping[str, Any] | None = None
+        self,
+        steps: Any,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        viewer: str | None = None,
     ) -> CallCheck: ...
 
     def report_many(self, reports: Iterable[Any], *, source: str) -> list[IntakeResult]: ...
@@ -72,12 +79,14 @@ class LibraryBackend:
     def hidden_tools(self) -> set[str]:
         return self.sc.hidden_tools()
 
-    def search(self, query: str, k: int, steps: list[Step]) -> list[Hit]:
-        result = self.sc.search(query, k, steps=_steps(steps))
+    def search(self, query: str, k: int, steps: list[Step], viewer: str | None = None) -> list[Hit]:
+        result = self.sc.search(query, k, steps=_steps(steps), viewer=viewer)
         return [Hit(h.tool_id, h.score, h.description, h.warnings) for h in result.hits]
 
-    def check_call(self, steps: list[Step], tool: str, arguments: dict[str, Any]) -> Verdict:
-        verdict = self.sc.check_call(_steps(steps), tool, arguments)
+    def check_call(
+        self, steps: list[Step], tool: str, arguments: dict[str, Any], viewer: str | None = None
+    ) -> Verdict:
+        verdict = self.sc.check_call(_steps(steps), tool, arguments, viewer=viewer)
         return Verdict(
             verdict.decision,
             tuple(
@@ -87,6 +96,7 @@ class LibraryBackend:
                     evidence=r.evidence,
                     pointer=r.pointer,
                     rule_id=r.constraint_id,
+                    quoted=dict(r.quoted),
                 )
                 for r in verdict.reasons
             ),

@@ -143,7 +143,7 @@ class OwnTools:
         self,
         catalog: Catalog,
         steps: Callable[[str | None], list[Step]],
-        search: Callable[[str, int, list[Step]], Awaitable[list[Hit]]],
+        search: Callable[[str, int, list[Step], str | None], Awaitable[list[Hit]]],
         declare: Callable[[str | None, Outcome, str | None], Awaitable[Declared]],
     ) -> None:
         self._catalog = catalog
@@ -151,7 +151,9 @@ class OwnTools:
         self._search = search
         self._declare = declare
 
-    async def search(self, session: str | None, arguments: dict[str, Any]) -> CallToolResult:
+    async def search(
+        self, session: str | None, arguments: dict[str, Any], viewer: str | None = None
+    ) -> CallToolResult:
         query = arguments.get("query")
         k = arguments.get("k")
         k = 5 if k is None else k
@@ -159,7 +161,7 @@ class OwnTools:
             return error("search_tools needs a non-empty `query`")
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
             return error(f"`k` must be an integer from 1 to {MAX_K}")
-        hits = await self._search(query, k, self._steps(session))
+        hits = await self._search(query, k, self._steps(session), viewer)
         found = []
         for hit in hits:
             tool = self._catalog.tool(hit.tool_id)

@@ -37,7 +37,7 @@ from sidecar.agents.gateway.contest import Contest, ContestPolicy
 from sidecar.agents.gateway.errors import GatewayError
 from sidecar.agents.gateway.evidence import DEFAULT_MAX_CHARS
 from sidecar.agents.gateway.learning import Learning
-from sidecar.agents.gateway.linking import ConnectionState, Linker
+from sidecar.agents.gateway.linking import ConnectionState, Linker, token_name
 from sidecar.agents.gateway.own_tools import (
     CALL_TOOL,
     OWN_TOOLS,
@@ -165,6 +165,7 @@ class Gateway:
             self.contest,
             (self.workers, self.reporter, self.stats, self.learning),
             CallSettings(options.max_chars, options.call_timeout_s, options.warning_text),
+            self.viewer,
         )
         self.own = OwnTools(self.catalog, self._steps, self._search, self._declare)
         self._tg: Any = None
@@ -304,7 +305,7 @@ class Gateway:
             key = None if own is None else own.key
             if name == REPORT_OUTCOME:
                 return await self.own.report_outcome(key, arguments)
-            return await self.own.search(key, arguments)
+            return await self.own.search(key, arguments, self.viewer(origin.principal))
         if name == CALL_TOOL and searching:
             target = call_tool_target(arguments)
             if not isinstance(target, tuple):
@@ -317,9 +318,18 @@ class Gateway:
     def _steps(self, session: str | None) -> list[Step]:
         return [] if session is None else self.book.steps(session)
 
-    async def _search(self, query: str, k: int, steps: list[Step]) -> Any:
+    async def _search(self, query: str, k: int, steps: list[Step], viewer: str | None) -> Any:
         await self.sync()
-        return await self.workers.read(self.backend.search, query, k, steps)
+        return await self.workers.read(self.backend.search, query, k, steps, viewer)
+
+    def viewer(self, principal: str) -> str | None:
+        """Whom a principal's answers are worded for: its named agent token; ``None`` for
+        an operator's token, the home's token, or none (:mod:`sidecar.rules.wording`)."""
+        name = token_name(principal)
+        principals = self.options.principals
+        if not name or principals is None or principals.role_of(name) != "agent":
+            return None
+        return name
 
     async def _declare(self, session: str | None, outcome: Outcome, task: str | None) -> Declared:
         if session is None:

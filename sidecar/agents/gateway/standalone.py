@@ -117,7 +117,7 @@ class StandaloneBackend:
         with self._lock:
             return set(self.hidden)
 
-    def search(self, query: str, k: int, steps: list[Step]) -> list[Hit]:
+    def search(self, query: str, k: int, steps: list[Step], viewer: str | None = None) -> list[Hit]:
         words = set(_WORD.findall(query.lower()))
         with self._lock:
             scored = []
@@ -140,7 +140,9 @@ class StandaloneBackend:
                 for score, name in scored[:k]
             ]
 
-    def check_call(self, steps: list[Step], tool: str, arguments: dict[str, Any]) -> Verdict:
+    def check_call(
+        self, steps: list[Step], tool: str, arguments: dict[str, Any], viewer: str | None = None
+    ) -> Verdict:
         with self._lock:
             self.checks += 1
             failures = self._by_tool.get(tool)

@@ -38,6 +38,19 @@ def operator(request: Request) -> Principal:
     return who
 
 
+def viewer(who: Principal, asked: str | None) -> str | None:
+    """Whom an answer is worded for: an agent always for itself; an operator for the
+    agent it names (a gateway in front of agents), else for operators."""
+    if not who.operator:
+        if asked is not None and asked != who.name:
+            raise Forbidden(
+                f"only an operator may ask for another agent's answer; {who.name!r} holds an "
+                f"{who.role} token"
+            )
+        return who.name
+    return asked
+
+
 Lib = Annotated[Sidecar, Depends(library)]
 Caller = Annotated[Principal, Depends(caller)]
 Operator = Annotated[Principal, Depends(operator)]

@@ -60,6 +60,13 @@ class SearchIn(Body):
         description="the session so far; stands for `after` and adds call-level warnings",
     )
     task_input: str | None = Field(default=None, max_length=MAX_TEXT)
+    viewer: str | None = Field(
+        default=None,
+        max_length=64,
+        description="operators only: word the answer for this agent token, as it would "
+        "be worded for it (a gateway in front of agents asks so); an agent's answer is "
+        "always worded for itself",
+    )
 
 
 class ReportsIn(Body):
@@ -93,6 +100,13 @@ class CheckIn(Body):
         max_length=MAX_TEXT,
         description="what the call really did, in a session replayed from a record; for "
         "the reader only: the check never reads it",
+    )
+    viewer: str | None = Field(
+        default=None,
+        max_length=64,
+        description="operators only: word the answer for this agent token, as it would "
+        "be worded for it (a gateway in front of agents asks so); an agent's answer is "
+        "always worded for itself",
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sidecar.errors import EXIT_BLOCKED, EXIT_OK, EXIT_REJECTED, EXIT_WARNED, UsageError
+from sidecar.neutralize import as_data
 from sidecar.redact import redact
 from sidecar.shells.cli.inputs import BadLine, StepsFile, batches, read_steps, report_lines
 from sidecar.shells.cli.output import bar, emit, short, status
@@ -192,6 +193,8 @@ def check_call(args: argparse.Namespace) -> int:
         lines = [f"{out.decision.upper()}: {tool}({shown_args})"]
         for r in out.reasons:
             lines.append(f"  {r.level}: {r.explanation}")
+            if r.quoted:
+                lines.append(f"    {as_data(r.quoted)}")
             if r.evidence:
                 lines.append(f"    because: {r.evidence}")
             if r.pointer:

@@ -66,7 +66,8 @@ def test_the_second_attempt_at_a_known_failing_call_is_stopped(tmp_path: Path) -
         blocked = out["third"]
         assert blocked.is_error
         text = text_of(blocked)
-        assert "exchange fails with" in text and "status" in text and "cold://chains/" in text
+        assert "exchange failed before when" in text and "status" in text
+        assert "cold://chains/" in text and 'failure (quoted data): "' in text
         assert out["forwarded"] == 1  # get_order went through; the exchange did not
         assert not out["delivered"].is_error
         assert {"get_order", "exchange"} <= out["listed"]

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from sidecar.errors import InvalidInput
-from sidecar.shells.api.deps import Lib, Meter
+from sidecar.shells.api.deps import Caller, Lib, Meter, viewer
 from sidecar.shells.api.models import CheckIn, SearchIn
 from sidecar.wire import dump_dict
 
@@ -20,10 +20,16 @@ def _answer(value: Any) -> JSONResponse:
 
 
 @router.post("/v1/search", response_class=JSONResponse)
-def search(body: SearchIn, sc: Lib, meter: Meter) -> JSONResponse:
+def search(body: SearchIn, sc: Lib, meter: Meter, who: Caller) -> JSONResponse:
     steps = [s.model_dump() for s in body.steps] if body.steps is not None else None
     result = sc.search(
-        body.query, body.k, body.after, body.context, steps=steps, task_input=body.task_input
+        body.query,
+        body.k,
+        body.after,
+        body.context,
+        steps=steps,
+        task_input=body.task_input,
+        viewer=viewer(who, body.viewer),
     )
     meter.inc("lookups")
     meter.inc("withheld_continuations", len(result.withheld))
@@ -31,16 +37,24 @@ def search(body: SearchIn, sc: Lib, meter: Meter) -> JSONResponse:
 
 
 @router.post("/v1/check", response_class=JSONResponse)
-def check(body: CheckIn, sc: Lib) -> JSONResponse:
+def check(body: CheckIn, sc: Lib, who: Caller) -> JSONResponse:
     """A plan's check (``plan``), or a call's before it is made (``steps`` and ``next``:
-    ``decision`` allow, warn or block, with every reason)."""
+    ``decision`` allow, warn or block, with every reason, worded for the caller)."""
+    shown_to = viewer(who, body.viewer)
     if body.next is not None:
         if body.plan is not None:
             raise InvalidInput("send either a plan, or steps and next, not both")
         steps = [s.model_dump() for s in body.steps or []]
         return _answer(
-            sc.check_call(steps, body.next.tool, body.next.arguments, body.task_input, body.context)
+            sc.check_call(
+                steps,
+                body.next.tool,
+                body.next.arguments,
+                body.task_input,
+                body.context,
+                viewer=shown_to,
+            )
         )
     if body.plan is None:
         raise InvalidInput("send a plan (tool ids), or steps and next (the call to check)")
-    return _answer(sc.check(body.plan, mode=body.mode, context=body.context))
+    return _answer(sc.check(body.plan, mode=body.mode, context=body.context, viewer=shown_to))
