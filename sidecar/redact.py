@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sidecar.secretblocks import KEY_BLOCK, LineRedactor
 from sidecar.secretshapes import SHAPES, Shape, secret_shaped
 from sidecar.secretshapes import WHY_WORDS as _NOT_SECRETS
 from sidecar.secretshapes import word_of as _word_value
@@ -218,12 +219,7 @@ _FRAGMENTS = (
 _NO_SCHEME = r"(?![a-z][a-z0-9+.\-]*://|\[REDACTED\])"
 
 _SIMPLE_RULES: tuple[tuple[str, str, int, int], ...] = (
-    (
-        "private key",
-        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)",
-        re.S,
-        0,
-    ),
+    ("private key", KEY_BLOCK, re.S, 0),
     ("aws access key id", r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b", 0, 0),
     ("github token", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})", 0, 0),
     ("openai/anthropic key", r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_\-]{20,}", 0, 0),
@@ -385,6 +381,13 @@ def redact_text(text: str) -> str:
         if len(text) >= rule.least and (not rule.needs or any(n in lowered for n in rule.needs)):
             text = apply_rule(rule, text)
     return text
+
+
+def line_redactor() -> LineRedactor:
+    """A redactor for a text read one line at a time (an upstream's stderr): each line as
+    :func:`redact_text` redacts it, with what spans lines remembered from the lines
+    before (:mod:`sidecar.secretblocks`)."""
+    return LineRedactor(redact_text, MASK)
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
-from sidecar.redact import MASK, looks_like_secret, redact, redact_text
+from sidecar.redact import MASK, line_redactor, looks_like_secret, redact, redact_text
 
 SECRETS = {
     "aws access key": "AKIAIOSFODNN7EXAMPLE",
@@ -468,3 +469,49 @@ def test_the_secrets_of_a_connection_string_as_messages_quote_them() -> None:
     assert "a b\\'cdef" in url_secrets(dsn)
     assert url_secrets("postgresql://app@db/app?password=Zz9yY8xX7w") == ("Zz9yY8xX7w",)
     assert url_secrets("postgresql://db/app") == () and url_secrets(None) == ()
+
+
+# ---- secrets over several lines, whole and a line at a time ------------------------------
+def by_lines(text: str) -> str:
+    """``text`` redacted as the gateway redacts an upstream's stderr: a line at a time."""
+    redactor = line_redactor()
+    return "\n".join(redactor.line(line) for line in text.split("\n"))
+
+
+HOW = pytest.mark.parametrize("how", [redact_text, by_lines], ids=["whole", "by lines"])
+KEY_BODY = (
+    "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj",
+    "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu",
+    "NMoSfm76oqFvAp8Gy0iz5sxjZmSnXyCdPEovGhLa0VzMaQ8s+CLOyS56YyCFGeJZ",
+)
+PRIVATE_KEYS = ["PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY", "DSA PRIVATE KEY",
+                "ENCRYPTED PRIVATE KEY", "OPENSSH PRIVATE KEY"]  # fmt: skip
+
+
+@HOW
+@pytest.mark.parametrize("label", PRIVATE_KEYS)
+def test_every_line_of_a_private_key_block_is_masked(how: Callable[[str], str], label: str) -> None:
+    text = "\n".join(
+        ["loading the deploy key", f"-----BEGIN {label}-----", *KEY_BODY, f"-----END {label}-----",
+         "key loaded"]
+    )  # fmt: skip
+    out = how(text)
+    assert not any(line in out for line in KEY_BODY), out
+    assert out.startswith("loading the deploy key\n") and out.endswith("\nkey loaded")
+    assert MASK in out and "BEGIN" not in out
+
+
+@HOW
+def test_a_private_key_block_that_never_ends_is_masked_to_the_end(
+    how: Callable[[str], str],
+) -> None:
+    out = how("\n".join(["before", "-----BEGIN RSA PRIVATE KEY-----", *KEY_BODY]))
+    assert out.startswith("before\n") and not any(line in out for line in KEY_BODY), out
+
+
+def test_after_a_key_block_ends_its_line_and_the_next_are_redacted_as_usual() -> None:
+    text = "\n".join(
+        ["-----BEGIN EC PRIVATE KEY-----", KEY_BODY[0],
+         "-----END EC PRIVATE KEY----- then token=Zx81Kq2Lm0Nb7V", "next line"]
+    )  # fmt: skip
+    assert by_lines(text) == f"{MASK}\n{MASK}\n{MASK} then token={MASK}\nnext line"

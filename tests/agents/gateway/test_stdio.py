@@ -1,23 +1,67 @@
 """The gateway served over stdio to the ``mcp`` client, as a real subprocess: the
-session is the process's one connection, reported when the client closes it."""
+session is the process's one connection, reported when the client closes it.  A stdio
+upstream's stderr reaches the gateway's own redacted, a line at a time."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-# real servers and subprocesses: the slow suite, not `make test-fast`
-pytestmark = pytest.mark.integration
+from sidecar.agents.gateway.stdio import MAX_STDERR_LINE, StderrLines, copy_stderr
+from sidecar.redact import MASK
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
+def shown(*lines: str) -> list[str]:
+    seen = StderrLines()
+    return [seen.shown(line.encode()) for line in lines]
+
+
+def test_an_upstreams_stderr_lines_are_redacted_with_what_the_lines_before_said() -> None:
+    assert shown(
+        "starting",
+        "dsn postgresql://shop:Pw4UrlZx81Kq2Lm0Nb7V@db.internal/shop",
+        "-----BEGIN OPENSSH PRIVATE KEY-----",
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW",
+        "-----END OPENSSH PRIVATE KEY-----",
+        "ready",
+    ) == [
+        "starting",
+        f"dsn postgresql://{MASK}@db.internal/shop",
+        MASK,
+        MASK,
+        MASK,
+        "ready",
+    ]
+
+
+def test_copy_stderr_writes_each_line_redacted_and_a_long_one_as_a_note() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"-----BEGIN RSA PRIVATE KEY-----\nMIIEow"
+        yield b"IBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n"
+        yield b"x" * (MAX_STDERR_LINE + 1) + b"\nbye\n"
+
+    log = io.StringIO()
+    anyio.run(copy_stderr, chunks(), log)
+    assert log.getvalue().splitlines() == [
+        MASK,
+        MASK,
+        MASK,
+        f"[an upstream stderr line over {MAX_STDERR_LINE} bytes was dropped]",
+        "bye",
+    ]
+
+
+@pytest.mark.integration  # a real subprocess: the slow suite, not `make test-fast`
 def test_stdio_session_is_reported_when_the_client_closes_it(tmp_path: Path) -> None:
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
