@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-_LABEL = r"[A-Z0-9 ]*PRIVATE KEY"
+_LABEL = r"[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?"
 KEY_BLOCK = rf"-----BEGIN {_LABEL}-----.*?(?:-----END {_LABEL}-----|$)"
 """A private key block in a whole text, to its END or, when it has none, to the end."""
 _BEGIN = re.compile(rf"-----BEGIN {_LABEL}-----")

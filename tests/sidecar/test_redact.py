@@ -485,7 +485,8 @@ KEY_BODY = (
     "NMoSfm76oqFvAp8Gy0iz5sxjZmSnXyCdPEovGhLa0VzMaQ8s+CLOyS56YyCFGeJZ",
 )
 PRIVATE_KEYS = ["PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY", "DSA PRIVATE KEY",
-                "ENCRYPTED PRIVATE KEY", "OPENSSH PRIVATE KEY"]  # fmt: skip
+                "ENCRYPTED PRIVATE KEY", "OPENSSH PRIVATE KEY",
+                "PGP PRIVATE KEY BLOCK"]  # fmt: skip
 
 
 @HOW
@@ -499,6 +500,33 @@ def test_every_line_of_a_private_key_block_is_masked(how: Callable[[str], str], 
     assert not any(line in out for line in KEY_BODY), out
     assert out.startswith("loading the deploy key\n") and out.endswith("\nkey loaded")
     assert MASK in out and "BEGIN" not in out
+
+
+@HOW
+def test_a_pgp_private_key_block_is_masked_with_its_armour_headers_and_checksum(
+    how: Callable[[str], str],
+) -> None:
+    text = "\n".join(
+        ["gpg: exporting", "-----BEGIN PGP PRIVATE KEY BLOCK-----", "Version: GnuPG v2",
+         "Comment: Zq7HdrComment", "", *KEY_BODY, "=Xk4d", "-----END PGP PRIVATE KEY BLOCK-----",
+         "gpg: done"]
+    )  # fmt: skip
+    out = how(text)
+    secrets = [*KEY_BODY, "GnuPG", "Zq7HdrComment", "=Xk4d"]
+    assert [s for s in secrets if s in out] == [], out
+    assert out.startswith("gpg: exporting\n") and out.endswith("\ngpg: done")
+
+
+@HOW
+def test_public_keys_and_certificates_are_kept(how: Callable[[str], str]) -> None:
+    text = "\n".join(
+        ["-----BEGIN PGP PUBLIC KEY BLOCK-----", "Comment: release signing key", "",
+         "mQENBF2lnPIBCADKb8rQ5Y0bF1cXgZ0s9F2kTq3Yh7Vn4Wx6Lm8Pz1Qa2Rb3Sc4Td5U", "=Ab1c",
+         "-----END PGP PUBLIC KEY BLOCK-----", "-----BEGIN CERTIFICATE-----",
+         "MIIDdzCCAl+gAwIBAgIEAgAAuTANBgkqhkiG9w0BAQUFADBaMQswCQYDVQQGEwJJ",
+         "-----END CERTIFICATE-----"]
+    )  # fmt: skip
+    assert how(text) == text
 
 
 @HOW
