@@ -543,3 +543,34 @@ def test_after_a_key_block_ends_its_line_and_the_next_are_redacted_as_usual() ->
          "-----END EC PRIVATE KEY----- then token=Zx81Kq2Lm0Nb7V", "next line"]
     )  # fmt: skip
     assert by_lines(text) == f"{MASK}\n{MASK}\n{MASK} then token={MASK}\nnext line"
+
+
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+
+@HOW
+@pytest.mark.parametrize(
+    "label",
+    ["secret key: ", "Secret Key = ", "secret_key=", "secret-key: ", "aws_secret_access_key = ",
+     "AWS_SECRET_ACCESS_KEY=", "SecretAccessKey: ", "aws secret access key: ",
+     "AWS Secret Access Key [None]: ", "AWS Secret Access Key [****************EKEY]: ",
+     "loaded profile prod, secret key: "],
+)  # fmt: skip
+def test_an_aws_secret_access_key_after_its_label_is_masked(
+    how: Callable[[str], str], label: str
+) -> None:
+    assert how(f"{label}{AWS_SECRET} (region us-east-1)") == f"{label}{MASK} (region us-east-1)"
+
+
+@HOW
+@pytest.mark.parametrize(
+    "text",
+    ["commit: 3f9c2a7d41b0e8c6a5f1d2e3b4c5d6e7f8a9b0c1",
+     "tree 3f9c2a7d41b0e8c6a5f1d2e3b4c5d6e7f8a9b0c1",
+     "sha1=0123456789abcdef0123456789abcdef01234567", "secret key: not configured",
+     "secret key length: 40", "aws secret access key: missing", f"public key: {AWS_SECRET}"],
+)  # fmt: skip
+def test_forty_characters_after_a_label_that_names_no_secret_are_kept(
+    how: Callable[[str], str], text: str
+) -> None:
+    assert how(text) == text
