@@ -574,3 +574,54 @@ def test_forty_characters_after_a_label_that_names_no_secret_are_kept(
     how: Callable[[str], str], text: str
 ) -> None:
     assert how(text) == text
+
+
+@HOW
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # a block scalar: every line under the key, a blank line inside it too
+        ("database:\n  password: |\n    Yaml-Pw-7Qx2Lm9Kd4\n    Yaml-Pw-Line2-Rt5\n  host: db",
+         f"database:\n  password: |\n    {MASK}\n    {MASK}\n  host: db"),
+        ("password: >-\n  Yaml-Pw-7Qx2Lm9Kd4\n\n  after-a-blank-Kk3\nuser: app",
+         f"password: >-\n  {MASK}\n\n  {MASK}\nuser: app"),
+        ("passwd: |+  # kept for the old client\n    Pw-Kept-9z\nuser: app",
+         f"passwd: |+  # kept for the old client\n    {MASK}\nuser: app"),
+        # a tag before the header (masked as a one-line value would be)
+        ("passwd: !!binary |\n    UHctS2VwdC05eg==\nuser: app",
+         f"passwd: {MASK} |\n    {MASK}\nuser: app"),
+        ("- api_key: >\n    k-123-Zx9\n  name: search",
+         f"- api_key: >\n    {MASK}\n  name: search"),
+        ('"client_secret": |\n  cs-Abc123Qw\nnext: 1', f'"client_secret": |\n  {MASK}\nnext: 1'),
+        # a bare key, its value on the lines under it
+        ("  token:\n    tkn-Bare-5Wq8Zr3Vy1\n  ttl: 60", f"  token:\n    {MASK}\n  ttl: 60"),
+        ("secret:\n  - first-Sx1\n  - second-Sx2\nother: 1",
+         f"secret:\n  {MASK}\n  {MASK}\nother: 1"),
+        # a value on the line after its name, not indented: read across the line end
+        ("Your password:\nXk3-9abc", f"Your password:\n{MASK}"),
+    ],
+)  # fmt: skip
+def test_a_yaml_value_on_the_lines_under_its_key_is_masked(
+    how: Callable[[str], str], text: str, shown: str
+) -> None:
+    assert how(text) == shown
+
+
+@HOW
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password: ok",
+        "token: expired\n  retrying in 5 s",
+        "password_policy:\n  min_length: 8\n  require_digit: true",
+        "auth:\n  type: basic\n  realm: shop",
+        "max_tokens:\n  4096",
+        "Error: invalid password:\n    at check (auth.js:10:5)",
+        "password: |\npassword_length: 12",
+        "notes: |\n  rotated monthly\n  see the runbook",
+    ],
+)
+def test_lines_under_a_key_that_names_no_secret_are_kept(
+    how: Callable[[str], str], text: str
+) -> None:
+    assert how(text) == text
