@@ -10,7 +10,8 @@ Three nets:
 - by *context* in text: ``name=value`` and ``name: value``, JSON members (``"pwd":
   "..."``, escaped inside a string or not), URL query parameters (``?key=``,
   ``token=``, ``sig=``), a quoted value after a secret's noun (``Invalid API key
-  'X'``), and phrases (``my password is X``).  A text that is a whole JSON document
+  'X'``), phrases (``my password is X``), and a YAML value on the lines under its key
+  (``password: |``; :mod:`sidecar.secretblocks`).  A text that is a whole JSON document
   is parsed and redacted as a structure.
 
 Key names are compared by their words (split at separators and case changes, then
@@ -46,6 +47,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sidecar.secretblocks import KEY_BLOCK, KEY_OVER_VALUE, LineRedactor, values_under_keys
 from sidecar.secretshapes import SHAPES, Shape, secret_shaped
 from sidecar.secretshapes import WHY_WORDS as _NOT_SECRETS
 from sidecar.secretshapes import word_of as _word_value
@@ -218,12 +220,7 @@ _FRAGMENTS = (
 _NO_SCHEME = r"(?![a-z][a-z0-9+.\-]*://|\[REDACTED\])"
 
 _SIMPLE_RULES: tuple[tuple[str, str, int, int], ...] = (
-    (
-        "private key",
-        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)",
-        re.S,
-        0,
-    ),
+    ("private key", KEY_BLOCK, re.S, 0),
     ("aws access key id", r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b", 0, 0),
     ("github token", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})", 0, 0),
     ("openai/anthropic key", r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_\-]{20,}", 0, 0),
@@ -350,6 +347,9 @@ def _compile() -> tuple[Rule, ...]:
         pattern = re.compile(source, flags)
         rules.append(Rule(name, pattern, group, _least_width(pattern)))
     rules.append(Rule("json member", _MEMBER, _members, _least_width(_MEMBER)))
+    # before "name: value", which would mask a block's first word and leave the rest
+    least = _least_width(KEY_OVER_VALUE)
+    rules.append(Rule("value under its key", KEY_OVER_VALUE, _values_under, least, ("\n",)))
     for shape in SHAPES:  # before "name=value": a quoted value is masked whole
         pattern = re.compile(shape.pattern)
         least = _least_width(pattern)
@@ -360,7 +360,17 @@ def _compile() -> tuple[Rule, ...]:
     return tuple(rules)
 
 
-SCANS: frozenset[Callable[[str], str]] = frozenset({_members})
+def _strong_name(name: str) -> bool:
+    # as for "name: value": a weak word ("auth:", "session:") heads prose and plain
+    # mappings more often than a secret
+    return key_strength(name) == 2
+
+
+def _values_under(text: str) -> str:
+    return values_under_keys(text, _strong_name, MASK)
+
+
+SCANS: frozenset[Callable[[str], str]] = frozenset({_members, _values_under})
 RULES = _compile()
 MAX_JSON_TEXT = 1_048_576
 """Longest text parsed as a JSON document to be redacted as a structure."""
@@ -385,6 +395,13 @@ def redact_text(text: str) -> str:
         if len(text) >= rule.least and (not rule.needs or any(n in lowered for n in rule.needs)):
             text = apply_rule(rule, text)
     return text
+
+
+def line_redactor() -> LineRedactor:
+    """A redactor for a text read one line at a time (an upstream's stderr): each line as
+    :func:`redact_text` redacts it, with what spans lines remembered from the lines
+    before (:mod:`sidecar.secretblocks`)."""
+    return LineRedactor(redact_text, _strong_name, MASK)
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:

@@ -1,5 +1,6 @@
-"""Secrets in the shapes deployments write them: connection strings, command lines and
-login failures.  :mod:`sidecar.redact` compiles :data:`SHAPES` with its other text rules.
+"""Secrets in the shapes deployments write them: connection strings, command lines, AWS
+secret keys after their label and login failures.  :mod:`sidecar.redact` compiles
+:data:`SHAPES` with its other text rules.
 
 - **Connection strings** of any scheme, with or without a user name (``redis://:pw@h``,
   ``amqp://u:pw@h``, ``mongodb+srv://u:pw@cluster``; the password may hold ``/``), and
@@ -12,6 +13,9 @@ login failures.  :mod:`sidecar.redact` compiles :data:`SHAPES` with its other te
   pass:pw``, ``smbclient -U user%pw``.  A ``user:group`` of digits (``docker -u
   1000:1000``) is no password.
 - **Registry logins**: ``docker login -u user -p pw`` (podman, helm, oras and others).
+- **AWS secret access keys** after their label, its words apart or not (``secret key:
+  X``, ``aws_secret_access_key = X``, ``SecretAccessKey: X``, aws configure's ``AWS
+  Secret Access Key [None]: X``): 40 base64 characters.
 - **Login failures** that quote a password unquoted: "password X is invalid", "login
   failed, password X is incorrect", "login failed, password X", "invalid password X".
   The value must look like a secret (a digit, a symbol or mixed case), or, after a
@@ -231,6 +235,17 @@ SHAPES: tuple[Shape, ...] = (
         r"([^\s'\"-][^\s'\"]{0,255}))",
         (1, 2, 3),
         needs=("login",),
+    ),
+    Shape(
+        # secret key: X, AWS Secret Access Key [None]: X (aws configure's prompt); the
+        # label's words may be apart, so the name=value rule does not see one name.
+        # Only the 40 base64 characters of an AWS secret: after a spaced label, anything
+        # shorter is as likely prose ("secret key: not configured")
+        "aws secret access key after its label",
+        r"(?i)(?<![a-z0-9])(?:aws[\s_-]?)?secret[\s_-]?(?:access[\s_-]?)?key"
+        r"(?:[ \t]*\[[^\]\n]{0,64}\])?[ \t]*[:=]\s*[\"']?([A-Za-z0-9/+]{40})(?![\w/+=])",
+        (1,),
+        needs=("secret",),
     ),
     Shape(
         "secret named before its failure",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
-from sidecar.redact import MASK, looks_like_secret, redact, redact_text
+from sidecar.redact import MASK, line_redactor, looks_like_secret, redact, redact_text
 
 SECRETS = {
     "aws access key": "AKIAIOSFODNN7EXAMPLE",
@@ -468,3 +469,159 @@ def test_the_secrets_of_a_connection_string_as_messages_quote_them() -> None:
     assert "a b\\'cdef" in url_secrets(dsn)
     assert url_secrets("postgresql://app@db/app?password=Zz9yY8xX7w") == ("Zz9yY8xX7w",)
     assert url_secrets("postgresql://db/app") == () and url_secrets(None) == ()
+
+
+# ---- secrets over several lines, whole and a line at a time ------------------------------
+def by_lines(text: str) -> str:
+    """``text`` redacted as the gateway redacts an upstream's stderr: a line at a time."""
+    redactor = line_redactor()
+    return "\n".join(redactor.line(line) for line in text.split("\n"))
+
+
+HOW = pytest.mark.parametrize("how", [redact_text, by_lines], ids=["whole", "by lines"])
+KEY_BODY = (
+    "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj",
+    "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu",
+    "NMoSfm76oqFvAp8Gy0iz5sxjZmSnXyCdPEovGhLa0VzMaQ8s+CLOyS56YyCFGeJZ",
+)
+PRIVATE_KEYS = ["PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY", "DSA PRIVATE KEY",
+                "ENCRYPTED PRIVATE KEY", "OPENSSH PRIVATE KEY",
+                "PGP PRIVATE KEY BLOCK"]  # fmt: skip
+
+
+@HOW
+@pytest.mark.parametrize("label", PRIVATE_KEYS)
+def test_every_line_of_a_private_key_block_is_masked(how: Callable[[str], str], label: str) -> None:
+    text = "\n".join(
+        ["loading the deploy key", f"-----BEGIN {label}-----", *KEY_BODY, f"-----END {label}-----",
+         "key loaded"]
+    )  # fmt: skip
+    out = how(text)
+    assert not any(line in out for line in KEY_BODY), out
+    assert out.startswith("loading the deploy key\n") and out.endswith("\nkey loaded")
+    assert MASK in out and "BEGIN" not in out
+
+
+@HOW
+def test_a_pgp_private_key_block_is_masked_with_its_armour_headers_and_checksum(
+    how: Callable[[str], str],
+) -> None:
+    text = "\n".join(
+        ["gpg: exporting", "-----BEGIN PGP PRIVATE KEY BLOCK-----", "Version: GnuPG v2",
+         "Comment: Zq7HdrComment", "", *KEY_BODY, "=Xk4d", "-----END PGP PRIVATE KEY BLOCK-----",
+         "gpg: done"]
+    )  # fmt: skip
+    out = how(text)
+    secrets = [*KEY_BODY, "GnuPG", "Zq7HdrComment", "=Xk4d"]
+    assert [s for s in secrets if s in out] == [], out
+    assert out.startswith("gpg: exporting\n") and out.endswith("\ngpg: done")
+
+
+@HOW
+def test_public_keys_and_certificates_are_kept(how: Callable[[str], str]) -> None:
+    text = "\n".join(
+        ["-----BEGIN PGP PUBLIC KEY BLOCK-----", "Comment: release signing key", "",
+         "mQENBF2lnPIBCADKb8rQ5Y0bF1cXgZ0s9F2kTq3Yh7Vn4Wx6Lm8Pz1Qa2Rb3Sc4Td5U", "=Ab1c",
+         "-----END PGP PUBLIC KEY BLOCK-----", "-----BEGIN CERTIFICATE-----",
+         "MIIDdzCCAl+gAwIBAgIEAgAAuTANBgkqhkiG9w0BAQUFADBaMQswCQYDVQQGEwJJ",
+         "-----END CERTIFICATE-----"]
+    )  # fmt: skip
+    assert how(text) == text
+
+
+@HOW
+def test_a_private_key_block_that_never_ends_is_masked_to_the_end(
+    how: Callable[[str], str],
+) -> None:
+    out = how("\n".join(["before", "-----BEGIN RSA PRIVATE KEY-----", *KEY_BODY]))
+    assert out.startswith("before\n") and not any(line in out for line in KEY_BODY), out
+
+
+def test_after_a_key_block_ends_its_line_and_the_next_are_redacted_as_usual() -> None:
+    text = "\n".join(
+        ["-----BEGIN EC PRIVATE KEY-----", KEY_BODY[0],
+         "-----END EC PRIVATE KEY----- then token=Zx81Kq2Lm0Nb7V", "next line"]
+    )  # fmt: skip
+    assert by_lines(text) == f"{MASK}\n{MASK}\n{MASK} then token={MASK}\nnext line"
+
+
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+
+@HOW
+@pytest.mark.parametrize(
+    "label",
+    ["secret key: ", "Secret Key = ", "secret_key=", "secret-key: ", "aws_secret_access_key = ",
+     "AWS_SECRET_ACCESS_KEY=", "SecretAccessKey: ", "aws secret access key: ",
+     "AWS Secret Access Key [None]: ", "AWS Secret Access Key [****************EKEY]: ",
+     "loaded profile prod, secret key: "],
+)  # fmt: skip
+def test_an_aws_secret_access_key_after_its_label_is_masked(
+    how: Callable[[str], str], label: str
+) -> None:
+    assert how(f"{label}{AWS_SECRET} (region us-east-1)") == f"{label}{MASK} (region us-east-1)"
+
+
+@HOW
+@pytest.mark.parametrize(
+    "text",
+    ["commit: 3f9c2a7d41b0e8c6a5f1d2e3b4c5d6e7f8a9b0c1",
+     "tree 3f9c2a7d41b0e8c6a5f1d2e3b4c5d6e7f8a9b0c1",
+     "sha1=0123456789abcdef0123456789abcdef01234567", "secret key: not configured",
+     "secret key length: 40", "aws secret access key: missing", f"public key: {AWS_SECRET}"],
+)  # fmt: skip
+def test_forty_characters_after_a_label_that_names_no_secret_are_kept(
+    how: Callable[[str], str], text: str
+) -> None:
+    assert how(text) == text
+
+
+@HOW
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # a block scalar: every line under the key, a blank line inside it too
+        ("database:\n  password: |\n    Yaml-Pw-7Qx2Lm9Kd4\n    Yaml-Pw-Line2-Rt5\n  host: db",
+         f"database:\n  password: |\n    {MASK}\n    {MASK}\n  host: db"),
+        ("password: >-\n  Yaml-Pw-7Qx2Lm9Kd4\n\n  after-a-blank-Kk3\nuser: app",
+         f"password: >-\n  {MASK}\n\n  {MASK}\nuser: app"),
+        ("passwd: |+  # kept for the old client\n    Pw-Kept-9z\nuser: app",
+         f"passwd: |+  # kept for the old client\n    {MASK}\nuser: app"),
+        # a tag before the header (masked as a one-line value would be)
+        ("passwd: !!binary |\n    UHctS2VwdC05eg==\nuser: app",
+         f"passwd: {MASK} |\n    {MASK}\nuser: app"),
+        ("- api_key: >\n    k-123-Zx9\n  name: search",
+         f"- api_key: >\n    {MASK}\n  name: search"),
+        ('"client_secret": |\n  cs-Abc123Qw\nnext: 1', f'"client_secret": |\n  {MASK}\nnext: 1'),
+        # a bare key, its value on the lines under it
+        ("  token:\n    tkn-Bare-5Wq8Zr3Vy1\n  ttl: 60", f"  token:\n    {MASK}\n  ttl: 60"),
+        ("secret:\n  - first-Sx1\n  - second-Sx2\nother: 1",
+         f"secret:\n  {MASK}\n  {MASK}\nother: 1"),
+        # a value on the line after its name, not indented: read across the line end
+        ("Your password:\nXk3-9abc", f"Your password:\n{MASK}"),
+    ],
+)  # fmt: skip
+def test_a_yaml_value_on_the_lines_under_its_key_is_masked(
+    how: Callable[[str], str], text: str, shown: str
+) -> None:
+    assert how(text) == shown
+
+
+@HOW
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password: ok",
+        "token: expired\n  retrying in 5 s",
+        "password_policy:\n  min_length: 8\n  require_digit: true",
+        "auth:\n  type: basic\n  realm: shop",
+        "max_tokens:\n  4096",
+        "Error: invalid password:\n    at check (auth.js:10:5)",
+        "password: |\npassword_length: 12",
+        "notes: |\n  rotated monthly\n  see the runbook",
+    ],
+)
+def test_lines_under_a_key_that_names_no_secret_are_kept(
+    how: Callable[[str], str], text: str
+) -> None:
+    assert how(text) == text

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import subprocess
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, TextIO, cast
@@ -29,7 +28,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from sidecar.agents.gateway.bulk import parse_line
-from sidecar.redact import MASK, redact_text
+from sidecar.redact import line_redactor
 
 if TYPE_CHECKING:
     from mcp import StdioServerParameters
@@ -42,26 +41,20 @@ class LineTooLong(ValueError):
 
 
 MAX_STDERR_LINE = 65_536
-_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
-_PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY-----")
 
 
 class StderrLines:
-    """An upstream's stderr as the gateway writes it: each line redacted, and every line
-    of a private key block masked (one line alone does not look like a key)."""
+    """An upstream's stderr as the gateway writes it: each line redacted by a line
+    redactor, which remembers what spans lines (every line of a private key block is
+    masked, though one line alone does not look like a key)."""
 
     def __init__(self) -> None:
-        self._in_key = False
+        self._redactor = line_redactor()
 
     def shown(self, line: bytes | LineTooLong) -> str:
         if isinstance(line, LineTooLong):
             return f"[an upstream stderr line over {MAX_STDERR_LINE} bytes was dropped]"
-        text = line.decode("utf-8", "replace").rstrip("\r")
-        if self._in_key:
-            self._in_key = _PEM_END.search(text) is None
-            return MASK
-        self._in_key = bool(_PEM_BEGIN.search(text)) and not _PEM_END.search(text)
-        return redact_text(text)
+        return self._redactor.line(line.decode("utf-8", "replace").rstrip("\r"))
 
 
 async def copy_stderr(stream: Any, errlog: TextIO) -> None:

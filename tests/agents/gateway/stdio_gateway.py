@@ -1,6 +1,7 @@
 """The gateway over stdio in its own process, as an MCP client would start it: in front
-of the shop server, with the in-memory backend writing each session report as a JSON
-line to the file named by the first argument."""
+of the shop server (or of the Python script named by the second argument), with the
+in-memory backend writing each session report as a JSON line to the file named by the
+first argument."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sidecar.agents.gateway import Step, build_gateway
+from sidecar.agents.gateway import Step, Upstream, build_gateway
 from sidecar.agents.gateway.standalone import StandaloneBackend
 from tests.agents.gateway.conftest import shop_stdio
 
@@ -35,4 +36,6 @@ class RecordingBackend(StandaloneBackend):
 
 
 if __name__ == "__main__":
-    build_gateway(RecordingBackend(Path(sys.argv[1])), [shop_stdio()]).run_stdio()
+    script = sys.argv[2:3]
+    upstream = Upstream("shop", command=(sys.executable, *script)) if script else shop_stdio()
+    build_gateway(RecordingBackend(Path(sys.argv[1])), [upstream]).run_stdio()
