@@ -21,8 +21,10 @@ this model, an unrelated request 0-0.3), and never for requests like those it wa
 abandoned on: for such a request ``a >= p`` and the source's part is at most zero.
 
 **Bounds.**  One source's part, raise or penalty, is capped at ``source_cap`` (or
-``trusted_cap`` for a trusted source) and the sum of all parts at ``total_cap``: one
-source alone can never move a tool by more than its cap, whatever it reports.  Each
+``trusted_cap`` for a trusted source), the sum of every untrusted source's part at
+``source_cap`` too, and the sum of all parts at ``total_cap``: one source alone can never
+move a tool by more than its cap, whatever it reports, and any number of untrusted
+sources together no more than one of them.  Each
 (tool, source, outcome) keeps at most ``memory`` distinct requests, those whose hash is
 smallest (a bottom-k sample: the same evidence in any order keeps the same requests),
 each with the number of sessions that made it; a request seen again adds a session.
@@ -458,10 +460,9 @@ class UsageIndex:
 
     def _memories(
         self, tool: str, sources: Sequence[str]
-    ) -> list[tuple[float, np.ndarray, np.ndarray, np.ndarray]]:
-        """For each of the ``sources`` that nominated ``tool``: its cap, and its kept
-        requests of both outcomes (vectors, sessions, and which are completed)."""
-        source_cap, trusted_cap, _ = self._caps
+    ) -> list[tuple[bool, np.ndarray, np.ndarray, np.ndarray]]:
+        """For each of the ``sources`` that nominated ``tool``: whether it is trusted, and
+        its kept requests of both outcomes (vectors, sessions, and which are completed)."""
         taught = self._tools.get(tool, {})
         out = []
         for source in sources:
@@ -472,21 +473,21 @@ class UsageIndex:
             vectors = np.concatenate([v for _, v, _ in parts]) if len(parts) > 1 else parts[0][1]
             counts = np.concatenate([c for _, _, c in parts]) if len(parts) > 1 else parts[0][2]
             completed = np.concatenate([np.full(len(c), o == OUTCOMES[0]) for o, _, c in parts])
-            cap = trusted_cap if self.is_trusted(source) else source_cap
-            out.append((cap, vectors, counts, completed))
+            out.append((self.is_trusted(source), vectors, counts, completed))
         return out
 
     def _boost(
         self,
-        sources: list[tuple[float, np.ndarray, np.ndarray, np.ndarray]],
+        sources: list[tuple[bool, np.ndarray, np.ndarray, np.ndarray]],
         queries: np.ndarray,
         dense: float,
         spread: float,
     ) -> UsageBoost:
         floor = max(dense, self._floor) + self._margin
-        score = 0.0
+        score = untrusted = 0.0
         sessions = 0
-        for cap, vectors, counts, completed in sources:
+        source_cap, trusted_cap, total_cap = self._caps
+        for trusted, vectors, counts, completed in sources:
             sims = (vectors @ queries.T).max(axis=1)
             lifts = np.maximum(sims - floor, 0.0)
             raise_, lower = lifts[completed], lifts[~completed]
@@ -497,11 +498,17 @@ class UsageIndex:
                 # one request both completed and abandoned: its similarities, summed in
                 # other orders, may differ in the last bits; they are the same request
                 best = 0.0
+            cap = trusted_cap if trusted else source_cap
             part = min(cap, max(-cap, self._gain * best / spread))
-            score += part
+            if trusted:
+                score += part
+            else:
+                untrusted += part
             if part > 0:
                 sessions += int(counts[completed & (sims > floor)].sum())
-        total_cap = self._caps[2]
+        # untrusted sources together move a tool no more than one of them may: several
+        # tokens acting together are no stronger than one
+        score += min(source_cap, max(-source_cap, untrusted))
         return UsageBoost(min(total_cap, max(-total_cap, score)), sessions)
 
     def tools(self) -> list[str]:

@@ -10,7 +10,7 @@ from cold_store import RecordNotFound, RecordQuarantined, make_pointer, parse_po
 from cold_store.delta import DEFAULT_VACUUM_RETENTION, MIN_VACUUM_RETENTION
 from cold_store.store import ColdStore
 from sidecar import validate
-from sidecar.errors import EmptyArchive, NotFound
+from sidecar.errors import EmptyArchive, Forbidden, NotFound
 from sidecar.eviction import Journal
 from sidecar.intake import archive
 from sidecar.recovery import Recovery
@@ -23,6 +23,8 @@ from sidecar.results import (
     QuarantinedView,
 )
 from sidecar.rules import Rules
+from sidecar.rules.standing import source_of
+from sidecar.rules.wording import OPERATOR, Viewer
 from sidecar.storage.state import State
 from sidecar.tools import ToolRecords
 
@@ -44,10 +46,14 @@ class Archive:
         self._records = records
         self._recovery = recovery
 
-    def audit(self, pointer: str) -> AuditRecord:
+    def audit(self, pointer: str, viewer: Viewer = OPERATOR) -> AuditRecord:
         """The full cold record behind a chain or tool pointer, JSON columns decoded.
-        ``cold://tools/<tool_id>`` names an evicted tool's latest record."""
+        ``cold://tools/<tool_id>`` names an evicted tool's latest record.  An agent
+        (``viewer``) reads the records of its own sessions alone: a chain every session
+        of which was its own; tools' records are the operators'."""
         table, key = parse_pointer(pointer)
+        if not viewer.operator:
+            self._own(table, key, viewer)
         if table == "tools":
             return self._audit_tool(key, pointer)
         try:
@@ -60,6 +66,15 @@ class Archive:
             view["published"] = False  # acknowledged, on its way to the archive
             return AuditRecord(view)
         return AuditRecord(archive.audit_view(row, pointer))
+
+    def _own(self, table: str, key: str, viewer: Viewer) -> None:
+        sessions = self._state.sightings.sessions_behind(key) if table == "chains" else []
+        sources = {source_of(s) for s in sessions}
+        if not self._rules.reading(viewer).owns(sources):
+            raise Forbidden(
+                f"an agent token reads the archive's records of its own sessions only; "
+                f"{viewer.name!r} holds an agent token"
+            )
 
     def _audit_tool(self, key: str, pointer: str) -> AuditRecord:
         """An evicted tool's record, by its move's id or by the tool's id (evicted now, or

@@ -463,16 +463,18 @@ class Sidecar:
 
     # ---- rules ----------------------------------------------------------------------
     @boundary
-    def constraints(self, include_lifted: bool = False) -> list[ConstraintView]:
-        """The rules: fatal sequences and learned call conditions, each with its status,
-        support, contradictions and when it was first and last confirmed.  Retired and
-        lifted ones are listed only with ``include_lifted``."""
-        return self.rules.views(include_lifted)
+    def constraints(
+        self, include_lifted: bool = False, viewer: str | None = None
+    ) -> list[ConstraintView]:
+        """The rules, each with its status, support, contradictions and when it was first
+        and last confirmed (retired and lifted ones only with ``include_lifted``); an
+        agent ``viewer`` sees other sources' rules as verdicts."""
+        return self.rules.views(include_lifted, viewer_of(validate.viewer(viewer)))
 
     @boundary
-    def constraint(self, constraint_id: str) -> ConstraintView:
-        """One rule, whatever its status (a chain id or a call condition id)."""
-        return self.rules.view(constraint_id)
+    def constraint(self, constraint_id: str, viewer: str | None = None) -> ConstraintView:
+        """One rule, whatever its status, as :meth:`constraints` shows it."""
+        return self.rules.view(constraint_id, viewer_of(validate.viewer(viewer)))
 
     @boundary
     def lift(self, constraint_id: str, reason: str) -> ConstraintChange:
@@ -510,9 +512,9 @@ class Sidecar:
 
     # ---- the archive ------------------------------------------------------------------
     @boundary
-    def audit(self, pointer: str) -> AuditRecord:
-        """The full cold record behind a chain or tool pointer, JSON columns decoded."""
-        return self.archive.audit(pointer)
+    def audit(self, pointer: str, viewer: str | None = None) -> AuditRecord:
+        """The full cold record behind a pointer; an agent ``viewer`` reads its own."""
+        return self.archive.audit(pointer, viewer_of(validate.viewer(viewer)))
 
     @boundary
     def digest(self) -> Digest:

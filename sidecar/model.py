@@ -97,6 +97,10 @@ class StepReport:
     report_id: str | None = None
     reported_at: datetime | None = None
     conditions: tuple[FailureCondition, ...] = field(default=(), hash=False)
+    context_known: bool = True
+    """``False``: the steps are calls nothing could tie to the calls before them (a
+    gateway's client that keeps no session and declares none): the memory learns only
+    what each call alone shows."""
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ class Settings:
     max_step_bytes: int = 65_536
     keep_outputs: bool = True
     tokens_file: Path | None = None
-    trusted_sources: str = "gateway,gateway:"
+    trusted_sources: str = "gateway"
     report_rate: int = 600
     otlp_conversation_idle_s: float = 300.0
     otlp_max_request_bytes: int = 20 * 1_048_576

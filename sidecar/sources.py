@@ -4,14 +4,16 @@ and which token each speaks for.
 - ``local``: the process itself, and the home's own token;
 - ``<name>``: what a named token reported (``/v1/reports``, the MCP server);
 - ``gateway:<name>``: what the gateway observed of that token's calls between it and
-  the upstreams (the gateway's own word: the agent cannot forge an upstream's answer);
+  the upstreams; ``gateway`` alone for the home's token (or a gateway with none);
 - ``otlp:<name>``: what that token exported as OTLP traces (the token's own word, by
   another route); ``otlp`` alone when no token is known.
 
 Evidence counts as independent when two *witnesses* stand behind it, or a trusted
-one.  The token behind ``otlp:<name>`` is the witness of both its reports and its
-traces: one token sending the same failure by two routes is still one witness.  The
-gateway's observations are a witness of their own.
+one.  The token behind ``otlp:<name>`` and ``gateway:<name>`` is the witness of its
+reports, its traces and its gateway sessions: one token sending the same failure by
+three routes is still one witness.  The gateway vouches that an upstream answered what
+it answered, but the agent chose the calls, declared the outcome and wrote the task
+text: its sessions weigh as the token does, trusted only when the token is.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ def token_of(source: str) -> str:
 
 def witness(source: str) -> str:
     """Who vouches for a source's evidence: the token itself for what it exported as
-    traces (``otlp:<name>``); every other source for its own."""
-    return source[len(OTLP_PREFIX) :] if source.startswith(OTLP_PREFIX) else source
+    traces (``otlp:<name>``) or called through the gateway (``gateway:<name>``); every
+    other source for its own."""
+    return token_of(source)
 
 
 def witnesses(sources: Iterable[str]) -> set[str]:
@@ -52,13 +55,14 @@ def witnesses(sources: Iterable[str]) -> set[str]:
 
 def is_trusted(source: str, trusted: frozenset[str]) -> bool:
     """Whether ``source`` is trusted: named in ``trusted``, or prefixed by a name there
-    ending with ``:`` (``gateway:`` for the gateway's observations of every token); a
-    token's traces (``otlp:<name>``) also when the token itself is trusted."""
+    ending with ``:`` (an operator's explicit choice, ``gateway:`` trusting every token's
+    gateway sessions); a token's traces and gateway sessions (``otlp:<name>``,
+    ``gateway:<name>``) also when the token itself is trusted."""
     if source in trusted:
         return True
     if any(t.endswith(":") and source.startswith(t) for t in trusted):
         return True
-    return source.startswith(OTLP_PREFIX) and witness(source) in trusted
+    return source.startswith(ROUTE_PREFIXES) and witness(source) in trusted
 
 
 def reached_by_forget(source: str) -> list[str]:

@@ -94,6 +94,9 @@ class Evictor:
         self._set_aside: dict[str, set[str]] = {}
         """The last decision's runs that are no use of their tools (see
         :meth:`_runs_set_aside`), applied again when usage is re-read before a move."""
+        self._backed: set[str] = set()
+        """The last decision's tools whose uses count only from trusted sources
+        (:meth:`_uses`), likewise."""
 
     def lock(self) -> Lock:
         """The lock one eviction, restore or recovery at a time holds."""
@@ -124,16 +127,44 @@ class Evictor:
     ) -> list[ToolDecision]:
         sessions = self._state.sightings.chain_sessions()
         self._set_aside = self._runs_set_aside(constraints)
+        self._backed = self._trusted_backed(constraints)
         return decide(
             constraints,
             tools,
             pinned,
-            self._state.usage.tool_uses(tools, set_aside=self._set_aside),
+            self._uses(list(tools)),
             self._journal.restored_at(),
             self._policy.min_chains if min_chains is None else min_chains,
             {cid: [(source_of(k), at) for k, at in met] for cid, met in sessions.items()},
             self._rules.standing.independent,
         )
+
+    def _trusted_backed(self, constraints: Sequence[ArchivedConstraint]) -> set[str]:
+        """The prefix tools of rules a trusted source stands behind."""
+        standing = self._rules.standing
+        return {
+            t
+            for c in constraints
+            if any(standing.is_trusted(s) for s in c.sources or ("local",))
+            for t in c.prefix
+        }
+
+    def _uses(self, tool_ids: list[str], db: Any = None) -> dict[str, int]:
+        """The uses that may keep each tool from an eviction (read in ``db``'s
+        transaction when given): against a rule a trusted source stands behind (an
+        operator's dead end), only a trusted source's runs count, as only its
+        contradictions would; an untrusted agent's completed runs, runs of unknown
+        outcome and successes inside abandoned sessions keep nothing.  Against rules of
+        untrusted sources alone every use counts: eviction is the drastic step, and one
+        honest agent's success is reason enough to wait."""
+        uses = self._state.usage.tool_uses(tool_ids, db, self._set_aside)
+        standing = self._rules.standing
+        for tool, n in uses.items():
+            if n and tool in self._backed:
+                uses[tool] = self._state.usage.uses_by_sessions(
+                    tool, lambda key: standing.is_trusted(source_of(key)), db
+                )
+        return uses
 
     def _runs_set_aside(self, constraints: Sequence[ArchivedConstraint]) -> dict[str, set[str]]:
         """Per tool, the successful sessions that are no use of it: those whose
@@ -223,7 +254,7 @@ class Evictor:
         )
 
     def _still_unused(self, db: Any, tool_ids: list[str]) -> set[str]:
-        uses = self._state.usage.tool_uses(tool_ids, db, self._set_aside)
+        uses = self._uses(tool_ids, db)
         return {t for t in tool_ids if not uses.get(t)}
 
     def recover(self) -> int:

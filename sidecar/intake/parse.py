@@ -223,7 +223,16 @@ def _condition_field(key: str, value: Any) -> Any:
 
 # ---- sessions reported as steps ----------------------------------------------------------
 _STEP_REPORT_KEYS = frozenset(
-    {"steps", "outcome", "task_input", "session_id", "report_id", "reported_at", "constraint"}
+    {
+        "steps",
+        "outcome",
+        "task_input",
+        "session_id",
+        "report_id",
+        "reported_at",
+        "constraint",
+        "context",
+    }
 )
 _STEP_KEYS = frozenset({"tool", "arguments", "output", "error"})
 
@@ -258,6 +267,9 @@ def parse_step_report(data: Mapping[str, Any]) -> StepReport:
         if not isinstance(constraint, Mapping) or set(constraint) - {"conditions"}:
             raise ReportRejected("a step report's constraint holds only 'conditions'")
         conditions = call_conditions(constraint.get("conditions"))
+    context = data.get("context", "known")
+    if context not in ("known", "unknown"):
+        raise ReportRejected(f"context must be 'known' or 'unknown', got {context!r}")
     return StepReport(
         steps=tuple(_step(s, i) for i, s in enumerate(raw)),
         outcome=outcome,
@@ -266,6 +278,7 @@ def parse_step_report(data: Mapping[str, Any]) -> StepReport:
         report_id=_optional_text(data.get("report_id"), "report_id"),
         reported_at=_timestamp(data.get("reported_at")),
         conditions=conditions,
+        context_known=context == "known",
     )
 
 

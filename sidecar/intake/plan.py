@@ -210,7 +210,9 @@ class Planner:
         steps = self._steps.stored(report)
         task_input = redact_text(report.task_input) if report.task_input else None
         who = session_key(redacted_ids(report), plan.source)
-        plan.sessions.append(Session(who, steps, report.outcome, task_input, plan.source))
+        plan.sessions.append(
+            Session(who, steps, report.outcome, task_input, plan.source, report.context_known)
+        )
         plan.manual += report.conditions
         tools = [s.tool for s in steps]
         ok = [j for j, s in enumerate(steps) if s.error is None]
@@ -319,14 +321,16 @@ class Planner:
 
 def _ask(who: str, text: str, steps: Sequence[Step], completed: bool) -> Ask:
     """What a finished session with a request says of its tools: the ones that returned
-    without error served a completed one; an abandoned one failed at the tools whose
-    failure was deterministic."""
+    without error served a completed one; an abandoned one failed at its last failing
+    call, when that failure was deterministic (the session was abandoned there; the
+    failures before it were got past, and a session listing many failing calls must not
+    lower every tool it names)."""
     if completed:
         return Ask(who, text, served=tuple(dict.fromkeys(s.tool for s in steps if s.error is None)))
-    failed = (
-        s.tool for s in steps if s.error is not None and classify(s.error).kind == "deterministic"
-    )
-    return Ask(who, text, failed=tuple(dict.fromkeys(failed)))
+    last = next((s for s in reversed(steps) if s.error is not None), None)
+    if last is None or last.error is None or classify(last.error).kind != "deterministic":
+        return Ask(who, text)
+    return Ask(who, text, failed=(last.tool,))
 
 
 def _why(verdict: Classification, seen: int) -> str:

@@ -236,18 +236,17 @@ class _Excluded(Collection[str]):
 def _withheld(
     tool: str, c: ArchivedConstraint, why: str, context: Mapping[str, Any], reading: Reading
 ) -> Withheld:
+    pointer = c.pointer if reading.owns(c.sources) else ""
     if reading.reads_sequence(c):
-        return Withheld(tool, shown(c.rule), c.pointer, c.chain_id, why)
+        return Withheld(tool, shown(c.rule), pointer, c.chain_id, why)
     text = wording.sequence_text(c, False)
-    return Withheld(tool, text, "", c.chain_id, wording.why(c.when, context, False))
+    return Withheld(tool, text, pointer, c.chain_id, wording.why(c.when, context, False))
 
 
 def _hints(hints: Sequence[Hint], reading: Reading) -> list[str]:
     out = []
     for h in hints:
-        shown_as = wording.lookup_hint(
-            h.constraint, h.standing, h.text, reading.reads_sequence(h.constraint)
-        )
+        shown_as = wording.lookup_hint(h.constraint, h.standing, h.text, reading)
         if shown_as is not None:
             out.append(shown_as)
     return out

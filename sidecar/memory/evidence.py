@@ -65,15 +65,22 @@ class Session:
     source: str = "local"
     """Who reported it (a token's name, ``gateway``, ``otlp``): evidence counts per
     source as well as per situation."""
+    context_known: bool = True
+    """Whether its steps are all its calls.  A gateway's calls that nothing could tie
+    together are a session of one call whose context is not known: it teaches only
+    what the call alone shows (its arguments), never what came before it."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "session_id": self.session_id,
             "steps": [s.to_dict() for s in self.steps],
             "outcome": self.outcome,
             "task_input": self.task_input,
             "source": self.source,
         }
+        if not self.context_known:
+            out["context"] = "unknown"
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Session:
@@ -92,8 +99,11 @@ class Session:
         source = data.get("source", "local")
         if not isinstance(source, str) or not source:
             raise ValueError("a session's 'source' must be a non-empty string")
+        context = data.get("context", "known")
+        if context not in ("known", "unknown"):
+            raise ValueError(f"a session's 'context' is 'known' or 'unknown', got {context!r}")
         steps_ = tuple(Step.from_dict(s) for s in steps)
-        return cls(session_id, steps_, outcome, task_input, source)
+        return cls(session_id, steps_, outcome, task_input, source, context == "known")
 
 
 def decoded(output: Any) -> Any:

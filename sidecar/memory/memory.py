@@ -52,7 +52,7 @@ from sidecar.memory.conditions import (
 from sidecar.memory.derivation import Group, Judging, derive_conditions
 from sidecar.memory.evidence import Session
 from sidecar.memory.families import family_for
-from sidecar.memory.features import describe_call
+from sidecar.memory.features import CallView, describe_call
 from sidecar.memory.independence import minhash, text_fingerprint
 from sidecar.memory.params import LearnParams
 from sidecar.memory.predicate import token
@@ -85,18 +85,30 @@ def _success(
     tool: str,
     session: str,
     features: Mapping[str, Any],
+    known: bool = True,
 ) -> None:
     """Fold one successful call into its session's successes of its tool: the tallied
-    features' values, and the profiled ones whole."""
+    features' values, and the profiled ones whole (``known``: the session's context is
+    known; else it says nothing of what came before the call)."""
     folded = successes.get(tool)
     if folded is None:
         before = frozenset(t for t in trace.succeeded if t != tool)
-        folded = successes[tool] = SessionSuccesses(prior=before, session=session)
+        folded = successes[tool] = SessionSuccesses(
+            prior=before if known else frozenset(), session=session, context=known
+        )
     families = {name: family_for(name) for name in features}
     folded.add({k: v for k, v in features.items() if families[k].tallied})
     folded.profile(
         {k: v for k, v in features.items() if families[k].profiled and isinstance(v, float)}
     )
+
+
+def context_free(view: CallView) -> CallView:
+    """A call of a session whose context is unknown (calls nothing could tie together):
+    only the features read from the call alone (the families ``context_free``), never
+    what an earlier step of the session would have shown."""
+    kept = {k: v for k, v in view.features.items() if family_for(k).context_free}
+    return view._replace(features=kept)
 
 
 class FailureMemory:
@@ -147,11 +159,16 @@ class FailureMemory:
                 continue
             calls += 1
             view = describe_call(trace, step.tool, step.arguments, session.task_input)
+            if not session.context_known:
+                view = context_free(view)
             for name, value in view.features.items():
                 if name.startswith(("obj:", "entry:")):
                     cardinality.setdefault(name, set()).update(token(v) for v in items_of(value))
             if step.error is None:
-                _success(successes, trace, step.tool, session.session_id, view.features)
+                _success(
+                    successes, trace, step.tool, session.session_id, view.features,
+                    session.context_known,
+                )  # fmt: skip
             else:
                 kind = failure_kind(step.error)
                 if kind != "transient":

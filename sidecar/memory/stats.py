@@ -65,15 +65,22 @@ class SessionSuccesses:
     session: str = ""
     profiles: list[dict[str, float]] = field(default_factory=list)
     """The profiled features of each successful call (distinct ones)."""
+    context: bool = True
+    """The session's context is known.  Else (calls nothing could tie together) its
+    successes show only the values of features read from the call alone: they are no
+    success unit, and say nothing of the tools that succeeded before them."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "tokens": {k: sorted(v) for k, v in self.tokens.items()},
             "numbers": self.numbers,
             "prior": sorted(self.prior),
             "session": self.session,
             "profiles": self.profiles,
         }
+        if not self.context:
+            out["context"] = False
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SessionSuccesses:
@@ -83,6 +90,7 @@ class SessionSuccesses:
             prior=frozenset(data["prior"]),
             session=str(data.get("session", "")),
             profiles=[dict(p) for p in data.get("profiles", ())],
+            context=bool(data.get("context", True)),
         )
 
     def profile(self, values: Mapping[str, float]) -> None:
@@ -138,11 +146,12 @@ class ToolStats:
     ) -> None:
         """Fold in one session's successes of this tool; ``cap(feature)``: how many
         values of a feature its table keeps."""
-        self.sessions += 1
         self._decoded.clear()
-        if text is not None and (text in self.texts or len(self.texts) < MAX_TEXTS):
-            self.texts[text] = self.texts.get(text, 0) + 1
         mark = None if text is None else token_hash(text)
+        if session.context:
+            self.sessions += 1
+            if text is not None and (text in self.texts or len(self.texts) < MAX_TEXTS):
+                self.texts[text] = self.texts.get(text, 0) + 1
         for name, keys in session.tokens.items():
             tally(self.present.setdefault(name, new_tally()), mark, source_bit)
             limit = cap(name)
@@ -166,6 +175,8 @@ class ToolStats:
                 self.extremes[name] = [low, high]
             else:
                 bounds[0], bounds[1] = min(bounds[0], low), max(bounds[1], high)
+        if not session.context:
+            return
         for tool in session.prior:
             tally(self.prior.setdefault(tool, new_tally()), mark, source_bit)
         unit = mark if mark is not None else token_hash(f"s\x1f{session.session}")

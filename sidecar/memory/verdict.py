@@ -17,6 +17,14 @@ chance:
 - chance explains it at most ``max_chance_block`` likely among the candidates tried,
   and it is *confirmed*: it still does with any one of its situations left out.
 
+The *very call* that failed deterministically (a learned condition on its whole argument
+set, ``value:*``) blocks on sessions rather than situations: when at least
+``min_support_block`` sessions met it, from independent sources, and no success of the
+same call counts against it (whatever ``max_contradictions_block`` allows a
+generalization); chance and confirmation judge generalizations, and this is none.
+(Failures on one object are one situation, so without this rule a call repeated by agent
+after agent would never be refused.)
+
 A hand-written condition blocks on its author's word (kind deterministic, not
 ``warn_only``).  Any other condition whose confidence reaches ``min_confidence_warn``
 *warns*, when its predicate holds in a larger share of the failing situations than of
@@ -105,6 +113,10 @@ class Thresholds:
             is_trusted(s, self.trusted) for s in condition.sources
         )
         against = self.contradictions(condition)
+        if exact_repeat(condition):
+            # the very call, not a generalization of it: whatever its situations say of
+            # other calls, this one failed in that many sessions and never succeeded
+            return independent and condition.session_count >= self.min_support_block and not against
         # a condition resting on two numbers its messages state draws its weight from
         # them: its situations are not what makes it likely
         stated = condition.aligned >= 2
@@ -131,6 +143,12 @@ class Thresholds:
         if len(who) != 1 or trusted or who & witnesses(condition.sources):
             return condition.contradictions
         return 0
+
+
+def exact_repeat(condition: FailureCondition) -> bool:
+    """Whether a learned condition names the very call: its whole argument set."""
+    p = condition.predicate
+    return condition.source == "learned" and p.feature == "value:*" and p.op == "=="
 
 
 def informative(condition: FailureCondition) -> bool:

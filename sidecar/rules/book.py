@@ -18,14 +18,14 @@ from sidecar.memory import Step, Thresholds, Trace
 from sidecar.model import CallCheck, CheckResult
 from sidecar.results import ConstraintChange, ConstraintView
 from sidecar.rules import wording
-from sidecar.rules.conditions import ConditionBook
+from sidecar.rules.conditions import ConditionBook, ConditionState
 from sidecar.rules.ids import rule_id
 from sidecar.rules.lifecycle import ENFORCED, Lifecycle
 from sidecar.rules.matcher import ConstraintMatcher, MissingField
 from sidecar.rules.sequences import SequenceBook
 from sidecar.rules.standing import Standing
 from sidecar.rules.verdict import condition_reasons, sequence_reasons, verdict
-from sidecar.rules.views import condition_view, sequence_view
+from sidecar.rules.views import condition_view, sequence_view, verdict_view
 from sidecar.rules.wording import OPERATOR, Reading, Viewer
 from sidecar.storage.state import State
 
@@ -124,32 +124,49 @@ class Rules:
         return out
 
     # ---- status, for people --------------------------------------------------------------------
-    def views(self, include_lifted: bool = False) -> list[ConstraintView]:
+    def views(
+        self, include_lifted: bool = False, viewer: Viewer = OPERATOR
+    ) -> list[ConstraintView]:
         """Fatal sequences and call conditions, each with its status, support,
         contradictions and when it was first and last confirmed; retired and lifted ones
-        only with ``include_lifted``."""
+        only with ``include_lifted``.  An agent (``viewer``) sees the rules of its own
+        sources whole and every other one as a verdict (:func:`verdict_view`)."""
         now = time.time()
+        reading = self.reading(viewer)
         sessions = self._state.sightings.chain_sessions()
         out: list[ConstraintView] = []
         for c in self.sequences.chains():
             status = self.sequences.status(c, now)
             if status in ENFORCED or include_lifted:
-                out.append(sequence_view(c, status, len(sessions.get(c.chain_id, ())) or 1))
+                view = sequence_view(c, status, len(sessions.get(c.chain_id, ())) or 1)
+                if not reading.owns(c.sources):
+                    readable = reading.reads_sequence(c)
+                    failure = c.signature if readable else ""
+                    view = verdict_view(view, wording.sequence_text(c, readable), failure)
+                out.append(view)
         for st in sorted(self.conditions.states().values(), key=lambda x: x.valid_from):
             if st.status in ENFORCED or include_lifted:
-                cond = st.condition
-                independent = (
-                    cond.source == "manual"
-                    or cond.source_count >= self.standing.min_sources
-                    or self.standing.independent(cond.sources)
-                )
-                out.append(condition_view(st, independent))
+                out.append(self._condition_view(st, reading))
         return out
 
-    def view(self, constraint_id: str) -> ConstraintView:
-        """One rule, whatever its status."""
+    def _condition_view(self, st: ConditionState, reading: Reading) -> ConstraintView:
+        cond = st.condition
+        independent = (
+            cond.source == "manual"
+            or cond.source_count >= self.standing.min_sources
+            or self.standing.independent(cond.sources)
+        )
+        view = condition_view(st, independent)
+        if reading.owns_condition(cond):
+            return view
+        readable = reading.reads_condition(cond)
+        text = f"{cond.tool} failed before when {wording.relation(cond, readable)}"
+        return verdict_view(view, text, cond.signature if readable else "")
+
+    def view(self, constraint_id: str, viewer: Viewer = OPERATOR) -> ConstraintView:
+        """One rule, whatever its status (as :meth:`views` shows it to ``viewer``)."""
         rid = rule_id(constraint_id)
-        found = [v for v in self.views(include_lifted=True) if v.chain_id == rid.value]
+        found = [v for v in self.views(True, viewer) if v.chain_id == rid.value]
         if not found:
             raise NotFound(f"no constraint {rid.value!r}")
         return found[0]

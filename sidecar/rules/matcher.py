@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sidecar.model import ArchivedConstraint, CheckMode, CheckResult, Collision, Condition
@@ -292,13 +292,15 @@ class ConstraintMatcher:
         for hit in self._matches(plan):
             c = hit.constraint
             readable = reading is None or reading.reads_sequence(c)
+            owns = reading is None or reading.owns(c.sources)
             applies, why = evaluate(c.when, context, self.missing_field)
             if applies and c.warn_only:
                 if c.unconfirmed and not readable:
                     continue  # one untrusted source's word, not the viewer's
-                warnings.append(f"plan contains {wording.standing_text(c, readable)}")
+                warnings.append(f"plan contains {wording.standing_text(c, owns)}")
             elif applies:
-                collisions.append(_collision(c, hit.matched, why, context, readable))
+                collision = _collision(c, hit.matched, why, context, readable)
+                collisions.append(collision if owns else replace(collision, pointer=""))
         return CheckResult(
             safe=not collisions,
             collisions=tuple(collisions),
@@ -322,9 +324,10 @@ class ConstraintMatcher:
         c = self.constraints[best]
         candidate_prefix = tuple(plan[:best_len])
         if reading is None or reading.reads_sequence(c):
-            rule, signature, pointer = c.rule, c.signature, c.pointer
+            rule, signature = c.rule, c.signature
         else:  # the seed's message, with the sidecar's words for another source's text
-            rule, signature, pointer = wording.sequence_text(c, False), wording.WITHHELD, ""
+            rule, signature = wording.sequence_text(c, False), wording.WITHHELD
+        pointer = c.pointer if reading is None or reading.owns(c.sources) else ""
         message = (
             f"PREFIX_COLLISION: Sequence {candidate_prefix} matches the "
             f"prefix of an abandoned chain. Rule: {rule}. "
@@ -437,7 +440,8 @@ class ConstraintMatcher:
             # every hit of a page may carry these, so they name the sequence, its
             # condition and the pointer; the rule's prose is one audit away
             readable = reading is None or reading.reads_sequence(c)
-            out.append(wording.toward(c, depth, readable))
+            owns = reading is None or reading.owns(c.sources)
+            out.append(wording.toward(c, depth, readable, owns))
         return out
 
 

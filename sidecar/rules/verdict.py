@@ -36,6 +36,8 @@ def condition_reasons(
             continue
         readable = reading.reads_condition(c)
         pointer, status = (st.pointer, st.status) if st is not None else (None, "active")
+        if not reading.owns_condition(c):
+            pointer = None  # the archive's record of another source's session
         out.append(wording.condition_reason(c, r.level, r.observed, pointer, status, readable))
     return out
 
@@ -51,17 +53,16 @@ def sequence_reasons(
     who reads it: it rests on one untrusted source)."""
     out = []
     for c, _why in blocked:
-        readable = reading.reads_sequence(c)
-        why = wording.why(c.when, context, readable)
-        out.append(wording.sequence_reason(c, "block", why, "active", readable))
+        why = wording.why(c.when, context, reading.reads_sequence(c))
+        out.append(wording.sequence_reason(c, "block", why, "active", reading))
     for h in hints:
         if h.standing == "conditional":
             continue
         readable = reading.reads_sequence(h.constraint)
         if h.standing == "unconfirmed" and not readable:
             continue
-        text = wording.standing_text(h.constraint, readable)
-        out.append(wording.sequence_reason(h.constraint, "warn", text, h.standing, readable))
+        text = wording.standing_text(h.constraint, reading.owns(h.constraint.sources))
+        out.append(wording.sequence_reason(h.constraint, "warn", text, h.standing, reading))
     return out
 
 

@@ -1,6 +1,9 @@
-"""Rules as people see them: one :class:`~sidecar.results.ConstraintView` per rule."""
+"""Rules as people see them: one :class:`~sidecar.results.ConstraintView` per rule; an
+agent sees another source's rule as a verdict (:func:`verdict_view`)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from sidecar.model import ArchivedConstraint
 from sidecar.results import ConstraintView
@@ -53,4 +56,13 @@ def condition_view(st: ConditionState, independent: bool = True) -> ConstraintVi
         confirmations=c.confirmations if c.source == "learned" else None,
         independent=independent,
         ignored_contradictions=c.ignored,
+    )
+
+
+def verdict_view(view: ConstraintView, text: str, failure: str) -> ConstraintView:
+    """A rule as an agent that does not own it sees it: its id, tools, status, standing
+    and counts, worded by the sidecar (``text``; ``failure``: its failure text when the
+    agent may read it), with no pointer, sources, sessions or argument values."""
+    return replace(
+        view, rule=text, expected_failure=failure, pointer=None, condition=None, sources=()
     )

@@ -82,6 +82,19 @@ class Reading:
             return True
         return complete and bool(found) and all(self.viewer.owns(s) for s in found)
 
+    def owns(self, sources: Iterable[str], complete: bool = True) -> bool:
+        """Whether every one of ``sources`` is the viewer's own: then the archive's records
+        behind them (a pointer, the sessions, their argument values) are its to read."""
+        if self.viewer.operator:
+            return True
+        found = list(sources)
+        return complete and bool(found) and all(self.viewer.owns(s) for s in found)
+
+    def owns_condition(self, c: FailureCondition) -> bool:
+        if c.source == "manual":
+            return self.viewer.operator
+        return self.owns(c.sources, c.source_count <= 1 or len(c.sources) >= c.source_count)
+
     def reads_condition(self, c: FailureCondition) -> bool:
         # ``sources`` is a sample: it is every source when they are one witness
         complete = c.source_count <= 1 or len(c.sources) >= c.source_count
@@ -153,7 +166,8 @@ def condition_reason(
     status: str,
     readable: bool,
 ) -> CheckReason:
-    """A call condition that holds for a call, as a reason."""
+    """A call condition that holds for a call, as a reason (``pointer``: already
+    ``None`` for a viewer who does not own the record)."""
     text = f"{c.tool} failed before when {relation(c, readable)} ({evidence_line(c)})"
     return CheckReason(
         level,  # type: ignore[arg-type]
@@ -161,7 +175,7 @@ def condition_reason(
         "call",
         neutralize(text, 1_000, one_line=True),
         observed,
-        pointer if readable else None,
+        pointer,
         status,
         quoted(failure=c.signature) if readable else {},
     )
@@ -215,15 +229,16 @@ def sequence_text(c: ArchivedConstraint, readable: bool) -> str:
 
 
 def sequence_reason(
-    c: ArchivedConstraint, level: str, evidence: str, status: str, readable: bool
+    c: ArchivedConstraint, level: str, evidence: str, status: str, reading: Reading
 ) -> CheckReason:
+    readable = reading.reads_sequence(c)
     return CheckReason(
         level,  # type: ignore[arg-type]
         c.chain_id,
         "sequence",
         sequence_text(c, readable),
         evidence,
-        c.pointer if readable else None,
+        c.pointer if reading.owns(c.sources) else None,
         status,
         quoted(rule=c.rule, failure=c.signature) if readable else {},
     )
@@ -245,26 +260,27 @@ def standing_text(c: ArchivedConstraint, readable: bool) -> str:
     )
 
 
-def lookup_hint(c: ArchivedConstraint, standing: str, text: str, readable: bool) -> str | None:
+def lookup_hint(c: ArchivedConstraint, standing: str, text: str, reading: Reading) -> str | None:
     """A lookup's warning that the next tool would complete a fatal sequence that does
     not block (``standing``: contested, unconfirmed or conditional; ``text``: its words
-    for a viewer who reads it); ``None``: not shown to this viewer."""
-    if readable:
+    for a viewer who owns it); ``None``: not shown to this viewer."""
+    readable = reading.reads_sequence(c)
+    if reading.owns(c.sources):
         return text
-    if standing == "unconfirmed":
+    if standing == "unconfirmed" and not readable:
         return None
-    if standing == "contested":
+    if standing in ("contested", "unconfirmed"):
         return f"completes {standing_text(c, False)}"
     return (
-        f"completes fatal sequence {'>'.join(c.sequence)} when {conditions(c.when, False)} "
-        f"(rule {c.chain_id}); not under this context"
+        f"completes fatal sequence {'>'.join(c.sequence)} when "
+        f"{conditions(c.when, readable)} (rule {c.chain_id}); not under this context"
     )
 
 
-def toward(c: ArchivedConstraint, depth: int, readable: bool) -> str:
+def toward(c: ArchivedConstraint, depth: int, readable: bool, owns: bool) -> str:
     """A lookup's warning that a tool is a step toward a fatal sequence."""
     cond = f" when {conditions(c.when, readable)}" if c.when else ""
-    where = c.pointer if readable else f"rule {c.chain_id}"
+    where = c.pointer if owns else f"rule {c.chain_id}"
     return (
         f"step {depth} of {len(c.sequence)} toward fatal sequence "
         f"{'>'.join(c.sequence)}{cond} ({where})"

@@ -305,8 +305,10 @@ class RemoteSidecar:
     def report(self, report: Any) -> IntakeResult:
         return self.report_many([report])[0]
 
-    def audit(self, pointer: str) -> AuditRecord:
-        return self._get(AuditRecord, "/v1/audit", pointer=pointer)
+    def audit(self, pointer: str, viewer: str | None = None) -> AuditRecord:
+        if viewer is None:
+            return self._get(AuditRecord, "/v1/audit", pointer=pointer)
+        return self._get(AuditRecord, "/v1/audit", pointer=pointer, viewer=viewer)
 
     def digest(self) -> Digest:
         return self._get(Digest, "/v1/archive/digest")
@@ -333,13 +335,19 @@ class RemoteSidecar:
             raise from_code(str(err.get("code")), str(err.get("message")), response.status_code)
         return load(Health, data)
 
-    def constraints(self, include_lifted: bool = False) -> list[ConstraintView]:
-        return self._get(
-            list[ConstraintView], "/v1/constraints", "constraints", include_lifted=include_lifted
-        )
+    def constraints(
+        self, include_lifted: bool = False, viewer: str | None = None
+    ) -> list[ConstraintView]:
+        asked: dict[str, Any] = {"include_lifted": include_lifted}
+        if viewer is not None:
+            asked["viewer"] = viewer
+        return self._get(list[ConstraintView], "/v1/constraints", "constraints", **asked)
 
-    def constraint(self, constraint_id: str) -> ConstraintView:
-        return self._get(ConstraintView, f"/v1/constraints/{segment(constraint_id)}")
+    def constraint(self, constraint_id: str, viewer: str | None = None) -> ConstraintView:
+        path = f"/v1/constraints/{segment(constraint_id)}"
+        if viewer is None:
+            return self._get(ConstraintView, path)
+        return self._get(ConstraintView, path, viewer=viewer)
 
     def lift(self, constraint_id: str, reason: str) -> ConstraintChange:
         path = f"/v1/constraints/{segment(constraint_id)}/lift"

@@ -122,8 +122,9 @@ def _lookup_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
         description="The full archived record behind a cold storage pointer.",
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
     )
-    def audit_chain(pointer: str) -> dict[str, Any]:
-        return _answer(lambda: sc.audit(pointer))
+    def audit_chain(pointer: str, ctx: Context) -> dict[str, Any]:
+        shown_to = viewer(ctx)
+        return _answer(lambda: sc.audit(pointer, viewer=shown_to))
 
 
 def _report_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:

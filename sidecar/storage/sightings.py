@@ -101,6 +101,13 @@ CREATE TABLE IF NOT EXISTS chain_sessions (
             out.setdefault(cid, []).append((session, float(at)))
         return out
 
+    def sessions_behind(self, chain_id: str) -> list[str]:
+        """The sessions that met one archived chain."""
+        rows = self._db.execute(
+            "SELECT session_key FROM chain_sessions WHERE chain_id=?", (chain_id,)
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
     def behind(self, tx: Connection, chain_ids: Iterable[str]) -> dict[str, list[str]]:
         """The sessions behind each chain."""
         out: dict[str, list[str]] = {}

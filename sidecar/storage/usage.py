@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -290,3 +290,29 @@ CREATE TABLE IF NOT EXISTS tool_successes (
             if row is not None and int(row[0]) <= n:
                 found += 1
         return found
+
+    def uses_by_sessions(
+        self, tool: str, counted: Callable[[str], bool], conn: Connection | None = None
+    ) -> int:
+        """:meth:`tool_uses` of one tool, counting only the sessions ``counted`` keeps
+        (by session key): their successful calls of it, and the distinct completed
+        chains through it one of them completed (read in ``conn``'s transaction when
+        given)."""
+        db: Any = conn if conn is not None else self._db
+        found = sum(
+            1
+            for (key,) in db.execute(
+                "SELECT session_key FROM tool_successes WHERE tool_id=?", (tool,)
+            )
+            if counted(str(key))
+        )
+        runs: set[str] = set()
+        # a cheap filter on the topology's JSON text, then the exact test
+        for key, topology in db.execute(
+            "SELECT session_key, topology FROM usage_evidence WHERE topology LIKE ?",
+            (f"%{json.dumps(tool)}%",),
+        ):
+            chain = json.loads(topology)
+            if tool in chain and counted(str(key)):
+                runs.add(topology_key(chain))
+        return found + len(runs)

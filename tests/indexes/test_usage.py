@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from indexes import Evidence, MiniLMEmbedder, UsageIndex, request_vector
-from indexes.usage import MARGIN, SOURCE_CAP, TRUSTED_CAP, unit
+from indexes.usage import MARGIN, SOURCE_CAP, TOTAL_CAP, TRUSTED_CAP, unit
 
 DIM = 8
 SPREAD = 0.08
@@ -118,6 +118,19 @@ def test_one_source_moves_a_tool_by_at_most_its_cap(
     after = scores(build([*items, *attack], preselect=3), q, dense)
     for tool in {*before, *after}:
         assert abs(after.get(tool, 0.0) - before.get(tool, 0.0)) <= SOURCE_CAP + 1e-9
+
+
+def test_untrusted_sources_together_move_a_tool_no_more_than_one_of_them() -> None:
+    """Four agent tokens acting together raise (or sink) a tool by one token's cap; a
+    trusted source adds its own on top."""
+    for completed, sign in ((True, 1.0), (False, -1.0)):
+        usage = UsageIndex(DIM, trusted={"ops"})
+        for n in range(4):
+            usage.add(Evidence("weather", f"agent{n}", f"s{n}", vec(1), completed))
+        assert usage.boosts(vec(1), {"weather": -1.0}, SPREAD)["weather"].score == sign * SOURCE_CAP
+        usage.add(Evidence("weather", "ops", "s9", vec(1), completed))
+        got = usage.boosts(vec(1), {"weather": -1.0}, SPREAD)["weather"].score
+        assert got == sign * min(SOURCE_CAP + TRUSTED_CAP, TOTAL_CAP)
 
 
 def test_a_trusted_source_has_the_larger_cap() -> None:

@@ -376,3 +376,77 @@ def test_an_agents_runs_of_an_operators_fatal_sequence_do_not_stop_its_eviction(
     answer = post(url, OPS, "/v1/evictions", {"min_chains": 1})
     assert answer.status_code == 200, answer.text
     assert {d["tool_id"] for d in answer.json()["evicted"]} == {"fetch", "parse"}
+
+
+def test_an_agent_reads_its_own_archive_and_only_verdicts_of_others(
+    with_operator: tuple[str, Path, dict[str, str]],
+) -> None:
+    """alice's sessions hold her address and her order ids: bob's token lists her rules
+    as verdicts (no values, texts, pointers or sources) and may not audit her record;
+    her token and the operator's read it whole."""
+    url, _home, _env = with_operator
+    alice, bob = TOKENS["alice"], TOKENS["bob"]
+    private = "ship to 12 Rue des Lilas"
+    reports = [{**fabricated(n, "alice"), "task_input": private} for n in range(2)]
+    reported(url, alice, reports)
+
+    def rules(token: str) -> list[dict[str, Any]]:
+        answer = httpx.get(f"{url}/v1/constraints", headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == 200, answer.text
+        return [r for r in answer.json()["constraints"] if r["kind"] == "call"]
+
+    own = rules(alice)
+    assert own and all(r["pointer"] and r["sources"] == ["alice"] for r in own)
+    theirs = rules(bob)
+    assert [r["chain_id"] for r in theirs] == [r["chain_id"] for r in own]
+    assert "#A500" not in json.dumps(theirs) and "Non-delivered" not in json.dumps(theirs)
+    assert all(r["pointer"] is None and r["sources"] == [] for r in theirs)
+
+    def audit(token: str) -> httpx.Response:
+        return httpx.get(
+            f"{url}/v1/audit", params={"pointer": own[0]["pointer"]},
+            headers={"Authorization": f"Bearer {token}"}, timeout=60,
+        )  # fmt: skip
+
+    refused = audit(bob)
+    assert refused.status_code == 403 and private not in refused.text
+    assert "own sessions" in refused.json()["error"]["message"]
+    assert private in audit(alice).text and private in audit(OPS).text
+    # bob's check of the same call: the rule as a verdict, in the sidecar's words
+    body = {"steps": [lookup("#C3000", "pending")],
+            "next": {"tool": "exchange_items", "arguments": {"order_id": "#C3000"}}}  # fmt: skip
+    answer = post(url, bob, "/v1/check", body).json()
+    assert "Non-delivered" not in json.dumps(answer)
+    assert all(r["pointer"] is None and not r["quoted"] for r in answer["reasons"])
+    # an agent may not ask for another's wording; an operator may
+    asked = post(url, bob, "/v1/check", {**body, "viewer": "alice"})
+    assert asked.status_code == 403
+    as_alice = post(url, OPS, "/v1/check", {**body, "viewer": "alice"}).json()
+    assert any("Non-delivered" in r["quoted"].get("failure", "") for r in as_alice["reasons"])
+
+
+def test_runs_that_contradict_nothing_keep_no_tool_of_an_operators_dead_end(
+    with_operator: tuple[str, Path, dict[str, str]],
+) -> None:
+    """alice's completed session through fetch alone, a run of unknown outcome and a
+    success inside an abandoned session contradict nothing: the operator's dead end still
+    evicts both prefix tools."""
+    url, _home, _env = with_operator
+    tools = [{"tool_id": t, "description": f"the {t} step"} for t in ("fetch", "parse", "emit")]
+    assert post(url, OPS, "/v1/tools", {"tools": tools}).status_code == 200
+    reported(url, OPS, [abandoned(["fetch", "parse", "emit"], "HTTP 413", session_id="ops")])
+
+    def step(tool: str, error: str | None = None) -> dict[str, Any]:
+        return {"tool": tool, "arguments": {"n": 1}, "output": None if error else {"ok": 1},
+                "error": error}  # fmt: skip
+
+    runs = [
+        {"steps": [step("fetch")], "outcome": "completed", "session_id": "m1"},
+        {"steps": [step("parse")], "outcome": "unknown", "session_id": "m2"},
+        {"steps": [step("fetch"), step("emit", "Error: no")], "outcome": "abandoned",
+         "session_id": "m3"},
+    ]  # fmt: skip
+    reported(url, TOKENS["alice"], runs)
+    answer = post(url, OPS, "/v1/evictions", {"min_chains": 1})
+    assert answer.status_code == 200, answer.text
+    assert {d["tool_id"] for d in answer.json()["evicted"]} == {"fetch", "parse"}, answer.text

@@ -14,7 +14,10 @@ import pytest
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
+from sidecar.errors import Forbidden
 from sidecar.model import CallCheck
+from sidecar.wire import dump
+from tests.sidecar.helpers import abandoned
 from tests.sidecar.test_call_memory import exchange, good_session, lookup
 
 INJECTION = (
@@ -144,3 +147,68 @@ def test_another_sources_fatal_sequence_is_worded_by_the_sidecar(sc: Sidecar) ->
     # each reporting agent reads its rule as data
     own = sc.check(["get_order", "exchange_items"], context=context, viewer=None)
     assert own.collisions[0].rule == rule
+
+
+def test_an_agents_runs_that_contradict_nothing_keep_no_tool_of_an_operators_dead_end(
+    tmp_path: Path,
+) -> None:
+    """The operator's dead end through fetch>parse>emit drives their eviction; one agent's
+    completed session through fetch alone, a session of unknown outcome and a success
+    inside an abandoned session contradict nothing and keep neither tool.  The operator's
+    own success does keep its tool."""
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        sc.add_tools([Tool(t, f"the {t} step") for t in ("fetch", "parse", "emit", "other")])
+        sc.report(abandoned(["fetch", "parse", "emit"], "HTTP 413", session_id="ops"))
+
+        def step(tool: str, error: str | None = None) -> dict[str, Any]:
+            return {"tool": tool, "arguments": {"n": 1}, "output": None if error else {"ok": 1},
+                    "error": error}  # fmt: skip
+
+        runs = [
+            {"steps": [step("fetch"), step("other")], "outcome": "completed", "session_id": "m1"},
+            {"steps": [step("parse")], "outcome": "unknown", "session_id": "m2"},
+            {
+                "steps": [step("fetch"), step("other", "Error: no")],
+                "outcome": "abandoned",
+                "session_id": "m3",
+            },
+        ]
+        sc.report_many(runs, source="mallory")
+        decided = {d.tool_id: d.action for d in sc.decide(min_chains=1)}
+        assert decided == {"fetch": "evict", "parse": "evict"}
+        sc.report({"steps": [step("fetch")], "outcome": "completed", "session_id": "own"})
+        decided = {d.tool_id: d.action for d in sc.decide(min_chains=1)}
+        assert decided == {"fetch": "keep", "parse": "evict"}
+
+
+def test_an_agents_gateway_sessions_weigh_as_the_agent_does(sc: Sidecar) -> None:
+    """What the gateway observed of one agent token's calls is that token's word: its
+    failures alone never block, and by two routes it is still one witness; the gateway's
+    sessions of the home's token stay trusted."""
+    sc.report_many([poisoned(n, "alice") for n in range(3)], source="gateway:alice")
+    sc.report_many([poisoned(n + 10, "alice") for n in range(3)], source="alice")
+    assert pending(sc, None).decision == "warn"
+    sc.report_many([poisoned(n, "gw") for n in range(2)], source="gateway")
+    assert pending(sc, None).decision == "block"
+
+
+def test_an_agent_reads_its_own_archive_and_sees_others_rules_as_verdicts(
+    sc: Sidecar,
+) -> None:
+    private = "ship to 12 Rue des Lilas, call +33 6 12 34 56 78"
+    sessions = [{**poisoned(n, "alice"), "task_input": private} for n in range(2)]
+    sc.report_many(sessions, source="alice")
+    own = [v for v in sc.constraints(viewer="alice") if v.kind == "call"]
+    assert own and all(v.pointer and v.condition and v.sources == ("alice",) for v in own)
+    pointer = own[0].pointer
+    assert pointer is not None
+    assert private in json.dumps(sc.audit(pointer, viewer="alice"))
+    assert private in json.dumps(sc.audit(pointer))  # an operator reads everything
+    with pytest.raises(Forbidden):
+        sc.audit(pointer, viewer="bob")
+    theirs = [v for v in sc.constraints(viewer="bob") if v.kind == "call"]
+    assert [v.chain_id for v in theirs] == [v.chain_id for v in own]  # as verdicts
+    for view in theirs:
+        assert view.pointer is None and view.condition is None and view.sources == ()
+        assert view.expected_failure == "" and "#A700" not in json.dumps(dump(view))
+    assert sc.constraint(own[0].chain_id, viewer="bob").pointer is None

@@ -139,12 +139,17 @@ def test_source_names_and_trust() -> None:
     assert is_trusted("otlp:local", trusted)  # the home's own token
     assert not is_trusted("otlp:alice", trusted)
     assert not is_trusted("otlp", trusted)
-    assert is_trusted("gateway:alice", trusted)
+    assert is_trusted("gateway:alice", trusted)  # "gateway:" named: every token's
     assert witness("otlp:alice") == "alice" and witness("alice") == "alice"
-    assert witness("gateway:alice") == "gateway:alice"  # the gateway's own observation
+    # the agent chose the calls its gateway sessions show: its own witness
+    assert witness("gateway:alice") == "alice"
     assert token_of("otlp:alice") == token_of("gateway:alice") == "alice"
+    by_default = frozenset({"local", "carol", "gateway"})
+    assert is_trusted("gateway", by_default) and is_trusted("gateway:carol", by_default)
+    assert not is_trusted("gateway:alice", by_default)
     standing = Standing(trusted)
     assert not standing.independent({"alice", "otlp:alice"})  # one token, two routes
+    assert not Standing(by_default).independent({"alice", "gateway:alice"})
     assert standing.independent({"alice", "otlp:bob"})
     # a contradiction from one other token by two routes does not count; by its
     # traces from a token that backs the rule, it does

@@ -224,3 +224,13 @@ def test_each_tool_of_a_request_with_several_parts_keeps_the_part_nearest_it(
     kept = {r.tool_id: np.frombuffer(r.vector, dtype="<f4") for r in rows}
     assert np.allclose(kept["ledger_post"], views[0], atol=1e-6)
     assert np.allclose(kept["weather_current"], views[1], atol=1e-6)
+
+
+def test_an_abandoned_session_lowers_only_the_tool_it_was_abandoned_at(sc: Sidecar) -> None:
+    """A session listing many failing calls (every rival of a tool) lowers the one it
+    ended at, not each tool it names."""
+    tools = [t.tool_id for t in CATALOG]
+    steps = [{"tool": t, "arguments": {}, "error": "Error: not allowed"} for t in tools]
+    sc.report({"steps": steps, "outcome": "abandoned", "task_input": TRAINING[0]})
+    rows, _ = sc.state.requests.since(0)
+    assert [(r.tool_id, r.outcome) for r in rows] == [(tools[-1], "abandoned")]

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sidecar.agents.gateway.backend import Decision, Reason, Verdict
+from sidecar.agents.gateway.linking import SESSION_META_KEY
 from sidecar.neutralize import as_data, neutralize
 
 if TYPE_CHECKING:
@@ -113,6 +114,16 @@ def warned(
         block = types.TextContent(type="text", text=shown)
         changes["content"] = [*result.content, block]
     return result.model_copy(update=changes)
+
+
+def with_handle(result: CallToolResult, handle: str | None) -> CallToolResult:
+    """``result`` with the handle of the session the gateway put its call in, for a
+    client that keeps no session and declared none: sent back as
+    ``_meta["sidecar/session"]`` (or the ``Sidecar-Session`` header), it declares that
+    session, so that its next calls join it whatever they share."""
+    if handle is None:
+        return result
+    return result.model_copy(update={"meta": {**(result.meta or {}), SESSION_META_KEY: handle}})
 
 
 def reason_dict(reason: Reason) -> dict[str, Any]:

@@ -107,7 +107,10 @@ class GatewayBackend(Protocol):
         outcome: Outcome,
         task_input: str | None,
         source: str = "",
+        context_known: bool = True,
     ) -> None:
-        """Take a finished session's steps as evidence; ``source``: the named token its
-        calls came with (``""``: the home's token, or none)."""
+        """Take a session's steps as evidence (when it ended, or when one of its calls
+        failed: sent again longer, only its new steps count); ``source``: the named
+        token its calls came with (``""``: the home's token, or none);
+        ``context_known`` ``False``: one call nothing tied to others."""
         ...

@@ -32,7 +32,7 @@ from sidecar.agents.gateway.catalog import Catalog, Route
 from sidecar.agents.gateway.contest import Contest
 from sidecar.agents.gateway.evidence import result_size, step_from_error, step_from_result
 from sidecar.agents.gateway.learning import Learning
-from sidecar.agents.gateway.linking import Link
+from sidecar.agents.gateway.linking import Link, handle_of
 from sidecar.agents.gateway.relay import Relay
 from sidecar.agents.gateway.sessions import SessionBook
 from sidecar.agents.gateway.upstream import CallTimedOut, UpstreamLink, is_link_failure
@@ -124,6 +124,7 @@ class CallPath:
         result, forwarded = await self._forward(
             route, client or link.key, name, arguments, meta, ctx, learn
         )
+        result = answers.with_handle(result, handle_of(link))
         if not forwarded or verdict.decision == "allow":
             return result
         self.stats.warned += 1

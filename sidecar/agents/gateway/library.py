@@ -109,11 +109,13 @@ class LibraryBackend:
         outcome: Outcome,
         task_input: str | None,
         source: str = "",
+        context_known: bool = True,
     ) -> None:
         """A session of a named token's calls is that token's, as the gateway observed
-        it (``gateway:<name>``: its own observations, which the agent cannot forge);
-        the home's token's are the backend's ``source``."""
-        report = {
+        it (``gateway:<name>``: trusted only when the token is, since the agent chose
+        the calls and declared the outcome); the home's token's are the backend's
+        ``source``."""
+        report: dict[str, Any] = {
             "steps": [
                 {"tool": s.tool, "arguments": s.arguments, "output": s.output, "error": s.error}
                 for s in steps
@@ -122,6 +124,8 @@ class LibraryBackend:
             "session_id": session_id,
             "task_input": task_input,
         }
+        if not context_known:
+            report["context"] = "unknown"
         who = f"{GATEWAY}:{source}" if source else self.source
         (result,) = self.sc.report_many([report], source=who)
         if result.status == "rejected":

@@ -30,9 +30,9 @@ these that applies:
    of the call's argument values, provided that session was active within
    ``link_window_s``; else it starts a session of its own.  Only *grounded* values link: a
    word (no whitespace) of 3 to 200 characters with a digit or an ``@`` in it (an id, an
-   email, a date), or an integer of four digits or more, that an output of the session
-   showed (as a value, or as a word of a text).  The most recently active such session
-   wins.
+   email), or a number of six digits or more, that an output of the session showed (as
+   a value, or as a word of a text); never a date, a time, an amount or a shorter number,
+   which unrelated sessions show alike.  The most recently active such session wins.
 
 Declared ids are scoped by principal: a client cannot add steps to another token's
 session by naming its id.  An inferred session that no second call joined has an
@@ -59,6 +59,7 @@ Limits and failure modes of inference, by design:
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -77,6 +78,16 @@ MAX_BAGGAGE = 8_192
 """The W3C limit on a baggage header; a longer one is not read."""
 MAX_VALUES_PER_STEP = 256
 MAX_VALUE = 200
+MIN_NUMBER = 100_000
+MIN_DIGITS = 6
+"""A number links only with this many digits: a count, a year, a price or a quantity
+is shown by many unrelated sessions."""
+_DATE = re.compile(
+    r"\d{4}-\d{1,2}(-\d{1,2})?([T_]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?"
+    r"|\d{1,2}[/.-]\d{1,2}[/.-]\d{2,4}|\d{4}/\d{1,2}/\d{1,2}|\d{8}T\d{4,6}Z?"
+)
+_TIME = re.compile(r"\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?([ap]m|Z)?", re.IGNORECASE)
+_NUMERIC = re.compile(r"[+-]?[$€£]?[\d.,_]+%?")
 _TEXT_SPLIT = re.compile(r"[\s,;()\[\]{}<>\"'`|]+")
 _TRIM = ".:!?"
 _SPACE = re.compile(r"\s")
@@ -131,7 +142,7 @@ class Sessions(Protocol):
     """What the linker asks of the sessions it links into
     (:class:`~sidecar.agents.gateway.sessions.SessionBook`)."""
 
-    def link(self, principal: str, values: Iterable[str]) -> str | None: ...
+    def link(self, principal: str, values: Iterable[str], call: str = "") -> str | None: ...
 
     def latest(self, principal: str) -> str | None: ...
 
@@ -147,12 +158,15 @@ class Linker:
         self.sessions = sessions
         self.stats: dict[How, int] = {"mcp": 0, "declared": 0, "trace": 0, "linked": 0, "new": 0}
 
-    def for_call(self, origin: Origin, arguments: Mapping[str, Any]) -> Link:
-        """The session of a call of an upstream tool with ``arguments``."""
-        values = argument_values(arguments)
-        link = self._resolve(origin, lambda: self.sessions.link(origin.principal, values))
+    def for_call(self, origin: Origin, tool: str, arguments: Mapping[str, Any]) -> Link:
+        """The session of a call of the upstream tool ``tool`` with ``arguments``."""
+        values, call = argument_values(arguments), call_key(tool, arguments)
+        link = self._resolve(origin, lambda: self.sessions.link(origin.principal, values, call))
         if link is None:
-            link = self._bind(origin, Link(f"inferred:{uuid.uuid4().hex}", "new", origin.principal))
+            # a session of its own, whose handle the client may send back to declare it
+            # (:data:`SESSION_META_KEY`): its key is the declared session's
+            key = f"{origin.principal}|named:{new_handle()}"
+            link = self._bind(origin, Link(key, "new", origin.principal))
         self.stats[link.how] += 1
         self.called(origin.connection)
         return link
@@ -216,6 +230,21 @@ class Linker:
         if origin.connection is not None:
             origin.connection.key = link.key
         return link
+
+
+def new_handle() -> str:
+    """A session handle a client may declare (``_meta["sidecar/session"]``): 128 random
+    bits, and scoped by principal besides."""
+    return f"gw-{uuid.uuid4().hex}"
+
+
+def handle_of(link: Link) -> str | None:
+    """The handle of a session a client may declare to continue it: one the gateway
+    opened (or joined) for a call that declared nothing."""
+    if link.how not in ("new", "linked"):
+        return None
+    _who, _, declared = link.key.partition("|named:")
+    return declared or None
 
 
 def new_connection(principal: str) -> ConnectionState:
@@ -297,20 +326,31 @@ def _baggage_session(raw: Any) -> str | None:
 
 # ---- grounded values --------------------------------------------------------------------
 def grounded(value: Any) -> str | None:
-    """``value`` as a string when it may link calls (an id, an email, a date, a number of
-    four digits or more), else ``None``."""
+    """``value`` as a string when it may link calls (an id, an email, a number of six
+    digits or more), else ``None``.  A value many unrelated sessions show is no link: a
+    date or a time, an amount, a small number, a word with no digit."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return str(value) if abs(value) >= 1_000 else None
+        return str(value) if abs(value) >= MIN_NUMBER else None
     if not isinstance(value, str):
         return None
     text = value.strip()
     if not 3 <= len(text) <= MAX_VALUE or "[REDACTED]" in text or _SPACE.search(text):
         return None
+    if _DATE.fullmatch(text) or _TIME.fullmatch(text):
+        return None
+    if _NUMERIC.fullmatch(text):
+        return text if sum(ch.isdigit() for ch in text) >= MIN_DIGITS and "." not in text else None
     if any(ch.isdigit() for ch in text) or "@" in text:
         return text
     return None
+
+
+def call_key(tool: str, arguments: Mapping[str, Any]) -> str:
+    """One call, by its tool and arguments (a digest)."""
+    text = json.dumps([tool, arguments], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 def argument_values(arguments: Mapping[str, Any]) -> frozenset[str]:

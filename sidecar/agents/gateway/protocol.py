@@ -12,6 +12,8 @@ per-client state by connection.
 
 from __future__ import annotations
 
+import json
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,6 +25,7 @@ from sidecar.agents.gateway.linking import (
     declared_session,
     new_connection,
     principal_of,
+    token_name,
     trace_session,
 )
 from sidecar.agents.gateway.relay import Relay
@@ -38,7 +41,13 @@ INSTRUCTIONS = (
     "earlier sessions: a call known to fail is refused with the rule and evidence, a "
     "risky one carries a warning. Call report_outcome when you finish or give up."
 )
+log = logging.getLogger("sidecar.agents.gateway")
 _CONNECTION_KEY = "sidecar.agents.gateway.connection"
+INVALID_REQUEST = -32600
+NOT_YOURS = (
+    "this MCP session was opened with another token: a session belongs to the token "
+    "that opened it (open one of your own)"
+)
 Ctx = Any  # ServerRequestContext[Any, Any]
 
 
@@ -67,6 +76,8 @@ class Connections:
         self._linker = linker
         self._live = live  # connection id -> its connection, for notifications
         self._on_close = on_close
+        self.crossed = 0
+        """Requests refused for presenting another token's MCP session."""
 
     def origin(self, ctx: ServerRequestContext[Any, Any]) -> Origin:
         headers = _headers(ctx)
@@ -107,6 +118,17 @@ class Connections:
             connection.exit_stack.push_async_callback(self._closed, state)
             self._live[state.id] = connection
         assert isinstance(state, ConnectionState)
+        if "authorization" in headers and _principal(ctx, headers) != state.principal:
+            # an MCP session belongs to the token that opened it: another token that
+            # presents its id (a value any client may copy) touches nothing of it
+            from mcp.shared.exceptions import MCPError
+
+            self.crossed += 1
+            log.warning(
+                '{"event": "session_refused", "why": "opened with another token", "token": %s}',
+                json.dumps(token_name(_principal(ctx, headers)) or "(the home's token)"),
+            )
+            raise MCPError(INVALID_REQUEST, NOT_YOURS)
         return state
 
     async def _closed(self, state: ConnectionState) -> None:

@@ -312,7 +312,7 @@ class Gateway:
                 self.linker.called(origin.connection)
                 return target
             name, arguments = target
-        link = self.linker.for_call(origin, arguments)
+        link = self.linker.for_call(origin, name, arguments)
         return await self.calls.call(link, name, arguments, _forwarded_meta(ctx), ctx, client)
 
     def _steps(self, session: str | None) -> list[Step]:
@@ -357,6 +357,7 @@ class Gateway:
         return {
             **asdict(self.stats),
             "open_sessions": len(self.book),
+            "crossed_sessions": self.connections.crossed,
             "sessions": asdict(self.book.stats),
             "linked": dict(self.linker.stats),
             "upstream_connects": {n: link.connects for n, link in self.links.items()},

@@ -32,9 +32,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sidecar.agents.gateway.backend import Outcome, Step
-from sidecar.agents.gateway.linking import output_values, token_name
+from sidecar.agents.gateway.linking import call_key, output_values, token_name
 
-EndReason = Literal["closed", "idle", "evicted", "declared", "shutdown"]
+EndReason = Literal["closed", "idle", "evicted", "declared", "shutdown", "failed"]
+"""Why a session was reported: it ended (closed, idle, evicted to make room, declared,
+at shutdown), or, ``failed``, one of its calls just failed (the session goes on: what
+it saw is evidence at once, and its end adds what came after)."""
 MAX_VALUES = 1_024
 """Grounded values an inferred session keeps for linking (the most recent)."""
 
@@ -72,6 +75,12 @@ class SessionReport:
     dropped_steps: int = 0
     source: str = ""
     """The named token its calls came with (``""``: the home's token, or none)."""
+    context_known: bool = True
+    """``False``: one call that nothing tied to the calls before it (the memory learns
+    only what the call alone shows)."""
+    failed_at: float | None = None
+    """When the failing call that made this report came back (``time.monotonic``), for
+    how long evidence waited."""
 
 
 @dataclass
@@ -92,6 +101,9 @@ class _Session:
     """A trace opened it: while its context is not known it waits for the trace's next
     call as long as any session waits (the idle timeout), not the link window."""
     values: dict[str, None] = field(default_factory=dict)
+    made: set[str] = field(default_factory=set)
+    """The calls it made (tool and arguments), while it may be joined by value: a call it
+    already made, made again, is another task's as likely as its own."""
 
     @property
     def known(self) -> bool:
@@ -118,7 +130,10 @@ class SessionStats:
     evicted: int = 0
     dropped_steps: int = 0
     unlinked: int = 0
-    """Sessions not reported because their context is unknown (one call, tied to none)."""
+    """Sessions whose context is unknown (one call, tied to none): only what the call
+    alone shows is learned from them."""
+    at_failure: int = 0
+    """Reports sent as a call failed, before its session ended."""
     ended: dict[str, int] = field(default_factory=dict)
 
 
@@ -176,18 +191,27 @@ class SessionBook:
             session.traced = traced
             session.grounded = not inferred
             evicted = self._make_room()
+        elif session.inferred and not inferred:
+            self.hold(key)  # its client declared it (the handle it was given)
         if len(session.steps) == session.steps.maxlen:
             session.dropped += 1
             self.stats.dropped_steps += 1
         session.steps.append(step)
         session.calls += 1
-        if session.inferred and step.output is not None:
-            for value in output_values(step.output):
-                session.values.pop(value, None)
-                session.values[value] = None
-            while len(session.values) > MAX_VALUES:
-                del session.values[next(iter(session.values))]
+        if session.inferred:
+            if len(session.made) < MAX_VALUES:
+                session.made.add(call_key(step.tool, step.arguments))
+            if step.output is not None:
+                for value in output_values(step.output):
+                    session.values.pop(value, None)
+                    session.values[value] = None
+                while len(session.values) > MAX_VALUES:
+                    del session.values[next(iter(session.values))]
         self._touch(key, session)
+        if step.failed:
+            # evidence now, not when the session ends: an identical call of another
+            # agent seconds later is judged with it
+            evicted.append(self._report(session, "failed", "unknown", None))
         return evicted
 
     def hold(self, key: str) -> None:
@@ -198,16 +222,18 @@ class SessionBook:
             session.grounded, session.inferred = True, False
             session.values.clear()
 
-    def link(self, principal: str, values: Iterable[str]) -> str | None:
-        """The most recently active inferred session of ``principal``, within the link
-        window, whose outputs showed one of ``values``."""
+    def link(self, principal: str, values: Iterable[str], call: str = "") -> str | None:
+        """The inferred session of ``principal``, within the link window, whose outputs
+        showed one of ``values``; ``None`` when none did, or when the gateway cannot be
+        sure: two sessions showed them (agents of one token on the same objects), or the
+        one that did already made this very ``call`` (:func:`call_key`)."""
         wanted = set(values)
         if not wanted:
             return None
-        for key, session in self._joinable(principal):
-            if not wanted.isdisjoint(session.values):
-                return key
-        return None
+        found = [k for k, s in self._joinable(principal) if not wanted.isdisjoint(s.values)]
+        if len(found) != 1 or call in self._sessions[found[0]].made:
+            return None
+        return found[0]
 
     def latest(self, principal: str) -> str | None:
         """The most recently active inferred session of ``principal`` within the window."""
@@ -235,7 +261,8 @@ class SessionBook:
 
     def declare(self, key: str, outcome: Outcome, task_input: str | None) -> SessionReport | None:
         """The agent's own verdict: reported now, whatever its steps (``None`` when it has
-        none, or its context is unknown); the session starts afresh."""
+        none, or its context is unknown: one call says nothing of a task's outcome); the
+        session starts afresh."""
         session = self._sessions.pop(key, None)
         if session is None or not session.steps:
             return None
@@ -291,7 +318,12 @@ class SessionBook:
 
     def _conclude(self, session: _Session, why: EndReason) -> SessionReport | None:
         if session.steps and not session.known:
+            # one call nothing tied to others: its failure was evidence when it came
+            # back (of what the call alone shows); a success is, when asked for
             self._unlinked(why)
+            asked = session.must_report or self.limits.report_clean
+            if asked and not any(s.failed for s in session.steps):
+                return self._report(session, why, "unknown", None)
             return None
         outcome = inferred_outcome(session.steps)
         if outcome is None and (self.limits.report_clean or session.must_report) and session.steps:
@@ -312,6 +344,13 @@ class SessionBook:
     ) -> SessionReport:
         self.stats.reported += 1
         self._count(why)
+        return self._report(session, why, outcome, task_input)
+
+    def _report(
+        self, session: _Session, why: EndReason, outcome: Outcome, task_input: str | None
+    ) -> SessionReport:
+        if why == "failed":
+            self.stats.at_failure += 1
         return SessionReport(
             session.report_id,
             tuple(session.steps),
@@ -320,6 +359,8 @@ class SessionBook:
             why,
             session.dropped,
             token_name(session.principal),
+            session.known,
+            self._clock() if why == "failed" else None,
         )
 
     def _count(self, why: EndReason) -> None:

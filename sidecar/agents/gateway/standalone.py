@@ -87,6 +87,9 @@ class StandaloneBackend:
         self.gone: set[str] = set()
         self.hidden: set[str] = set()
         self.reports: list[Report] = []
+        self._reported: dict[str, tuple[int, int]] = {}
+        """Per session: where its report is in :attr:`reports`, and how many of its steps
+        were taken in."""
         self.syncs: list[tuple[str, SyncResult]] = []
         self.checks = 0
         self._failures: dict[tuple[str, str], _Failure] = {}
@@ -171,13 +174,27 @@ class StandaloneBackend:
         outcome: Outcome,
         task_input: str | None,
         source: str = "",
+        context_known: bool = True,
     ) -> None:
         with self._lock:
-            self.reports.append(Report(session_id, tuple(steps), outcome, task_input))
+            # a session sent again longer (a call of it failed before it ended) replaces
+            # its report, and only its new steps are evidence
+            report = Report(session_id, tuple(steps), outcome, task_input)
+            found = self._reported.get(session_id)
+            if found is None:
+                self._reported[session_id] = (len(self.reports), len(steps))
+                self.reports.append(report)
+                start = 0
+            else:
+                at, start = found
+                self.reports[at] = report
+                self._reported[session_id] = (at, max(start, len(steps)))
             before: set[Fact] = set()
-            for step in steps:
+            for position, step in enumerate(steps):
                 facts = frozenset(before | _argument_facts(step.arguments))
                 before |= _output_facts(step)
+                if position < start:
+                    continue
                 if step.error is None:
                     self._successes.setdefault(step.tool, []).append(facts)
                     continue

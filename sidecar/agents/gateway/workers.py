@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -45,6 +46,17 @@ class GatewayStats:
     reports: int = 0
     report_failures: int = 0
     evidence_failures: int = 0
+    evidence_reports: int = 0
+    """Failing calls taken in by the memory as they came back (before their session
+    ended)."""
+    evidence_wait_s: float = 0.0
+    """Their total wait from the failed call's return to the memory's commit."""
+    evidence_wait_max_s: float = 0.0
+
+    def waited(self, seconds: float) -> None:
+        self.evidence_reports += 1
+        self.evidence_wait_s += seconds
+        self.evidence_wait_max_s = max(self.evidence_wait_max_s, seconds)
 
 
 class Workers:
@@ -117,14 +129,15 @@ class Reporter:
 
     async def report(self, report: SessionReport, scheduled: bool = False) -> None:
         try:
+            send = functools.partial(self._backend.report_session, source=report.source)
+            if not report.context_known:
+                send = functools.partial(send, context_known=False)
             await self._workers.write(
-                functools.partial(self._backend.report_session, source=report.source),
-                report.session_id,
-                list(report.steps),
-                report.outcome,
-                report.task_input,
+                send, report.session_id, list(report.steps), report.outcome, report.task_input
             )
             self._stats.reports += 1
+            if report.failed_at is not None:
+                self._stats.waited(time.monotonic() - report.failed_at)
         except Exception as exc:  # a failing backend must not take the gateway down
             self._stats.report_failures += 1
             log.error('{"event": "report_failed", "type": "%s"}', type(exc).__name__)

@@ -93,6 +93,8 @@ class Prerequisite(Family):
         features: Mapping[str, FeatureValue],
         tokens: dict[str, tuple[str, ...]] | None,
     ) -> bool:
+        if FEATURE not in features:
+            return False  # a call whose session's context is not known: no earlier calls
         if predicate.value is False and OWN in features:
             own = features[OWN]
             if predicate.rest not in (own if isinstance(own, list) else []):

@@ -28,8 +28,9 @@ class RecordingBackend(StandaloneBackend):
         outcome: Any,
         task_input: str | None,
         source: str = "",
+        context_known: bool = True,
     ) -> None:
-        super().report_session(session_id, steps, outcome, task_input, source)
+        super().report_session(session_id, steps, outcome, task_input, source, context_known)
         line = {"outcome": outcome, "steps": [asdict(s) for s in steps], "task": task_input}
         with self.path.open("a") as handle:
             handle.write(json.dumps(line) + "\n")

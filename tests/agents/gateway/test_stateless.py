@@ -181,7 +181,9 @@ def test_a_known_failing_call_is_refused_though_every_call_has_a_session_of_its_
 
 
 def test_calls_sharing_trace_context_or_a_declared_session_are_one_session() -> None:
-    backend = StandaloneBackend()
+    # (a memory that never blocks: each failure is evidence as it comes back, and the
+    # third exchange of a pending order would be refused)
+    backend = StandaloneBackend(block_after=100)
     gateway = build_gateway(backend, [shop_stdio()], token=TOKEN, idle_timeout_s=3.0)
     traceparent = f"00-{TRACE}-00f067aa0ba902b7-01"
 

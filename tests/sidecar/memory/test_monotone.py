@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidecar.memory import FailureMemory, Session, Step, Thresholds, assess
+from sidecar.memory.verdict import exact_repeat
 
 IDS = ("#A1001", "#A1002", "#B77", "X_1", "1000000001", "1000000002")
 STATES = ("open", "closed", "held")
@@ -177,6 +178,8 @@ def test_the_same_evidence_in_any_order_gives_the_same_verdicts(
 def test_two_sessions_of_one_situation_never_turn_a_warn_into_a_block(
     evidence: list[Session], pick: int, task: str, probe_list: list[Probe]
 ) -> None:
+    """What generalizes a failure (every condition but the very call's own, which
+    counts sessions: see the test after this one)."""
     unique = list({s.session_id: s for s in evidence}.values())
     chosen = unique[pick % len(unique)]
     # the chosen session, told a task; then again: the same task, a second attempt
@@ -187,8 +190,34 @@ def test_two_sessions_of_one_situation_never_turn_a_warn_into_a_block(
     twice = learned_from([*rest, told, again])
     for probe in [*probe_list, *own_probes(unique)]:
         for t in (Thresholds(), EAGER):
-            if severity(twice, probe, t) == SEVERITY["block"]:
-                assert severity(once, probe, t) == SEVERITY["block"], probe
+            if generalized(twice, probe, t) == SEVERITY["block"]:
+                assert generalized(once, probe, t) == SEVERITY["block"], probe
+
+
+def generalized(memory: FailureMemory, probe: Probe, t: Thresholds) -> int:
+    before, tool, arguments = probe
+    found = [c for c in memory.conditions(tool) if not exact_repeat(c)]
+    return SEVERITY[assess(found, before, tool, arguments, None, t).decision]
+
+
+def test_the_very_call_failing_in_two_sessions_of_one_situation_is_refused() -> None:
+    """Two agents on one task (one order) make the very call that failed: one situation,
+    two sessions.  Nothing generalizes from it, but the same call is refused, until a
+    success of it contests it."""
+    looked = Step("get_order", {"order_id": "#W1"}, {"order_id": "#W1", "status": "pending"})
+    failed = Step("exchange", {"order_id": "#W1"}, None, "Error: order cannot be exchanged")
+    sessions = [
+        Session(f"s{n}", (looked, failed), "abandoned", "exchange my #W1", source)
+        for n, source in enumerate(("local", "local"))
+    ]
+    probe: Probe = ([looked], "exchange", {"order_id": "#W1"})
+    other: Probe = ([looked], "exchange", {"order_id": "#W1", "item": "hat"})
+    t = Thresholds()
+    assert severity(learned_from(sessions[:1]), probe, t) != SEVERITY["block"]
+    assert severity(learned_from(sessions), probe, t) == SEVERITY["block"]
+    assert severity(learned_from(sessions), other, t) != SEVERITY["block"]
+    ok = Session("s9", (looked, Step("exchange", {"order_id": "#W1"}, {"ok": 1})), "completed")
+    assert severity(learned_from([*sessions, ok]), probe, t) != SEVERITY["block"]
 
 
 def test_a_success_that_leaves_no_candidate_tried_does_not_make_a_block() -> None:

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Query
 from sidecar.errors import Forbidden
 from sidecar.limits import MAX_POINTER
 from sidecar.shells.api.deps import Caller, Lib, Operator
+from sidecar.shells.api.deps import viewer as shown_to
 from sidecar.shells.api.models import ForgetIn, MaintainIn, ReasonIn, ReportsIn
 from sidecar.wire import dump, dump_dict
 
@@ -25,9 +26,20 @@ def reports(body: ReportsIn, sc: Lib, who: Caller) -> dict[str, Any]:
     return {"results": dump(sc.report_many(body.reports, source=source, role=who.role))}
 
 
+VIEWER = Query(
+    default=None, max_length=64, description="operators only: answer as this agent token"
+)
+
+
 @router.get("/v1/audit")
-def audit(sc: Lib, pointer: str = Query(min_length=1, max_length=MAX_POINTER)) -> dict[str, Any]:
-    return dump_dict(sc.audit(pointer))
+def audit(
+    sc: Lib,
+    who: Caller,
+    pointer: str = Query(min_length=1, max_length=MAX_POINTER),
+    viewer: str | None = VIEWER,
+) -> dict[str, Any]:
+    """The record behind a pointer; an agent token reads its own sessions' alone."""
+    return dump_dict(sc.audit(pointer, viewer=shown_to(who, viewer)))
 
 
 @router.get("/v1/archive/digest")
@@ -46,13 +58,18 @@ def maintain(body: MaintainIn, sc: Lib, _who: Operator) -> dict[str, Any]:
 
 
 @router.get("/v1/constraints")
-def constraints(sc: Lib, include_lifted: bool = False) -> dict[str, Any]:
-    return {"constraints": dump(sc.constraints(include_lifted))}
+def constraints(
+    sc: Lib, who: Caller, include_lifted: bool = False, viewer: str | None = VIEWER
+) -> dict[str, Any]:
+    """Every rule; an agent token sees other sources' rules as verdicts."""
+    return {"constraints": dump(sc.constraints(include_lifted, shown_to(who, viewer)))}
 
 
 @router.get("/v1/constraints/{constraint_id}")
-def constraint(constraint_id: str, sc: Lib) -> dict[str, Any]:
-    return dump_dict(sc.constraint(constraint_id))
+def constraint(
+    constraint_id: str, sc: Lib, who: Caller, viewer: str | None = VIEWER
+) -> dict[str, Any]:
+    return dump_dict(sc.constraint(constraint_id, shown_to(who, viewer)))
 
 
 @router.post("/v1/constraints/{chain_id}/lift")
