@@ -34,10 +34,11 @@ from typing import Literal
 from sidecar.agents.gateway.backend import Outcome, Step
 from sidecar.agents.gateway.linking import call_key, output_values, token_name
 
-EndReason = Literal["closed", "idle", "evicted", "declared", "shutdown", "failed"]
+EndReason = Literal["closed", "idle", "evicted", "declared", "shutdown", "failed", "settled"]
 """Why a session was reported: it ended (closed, idle, evicted to make room, declared,
-at shutdown), or, ``failed``, one of its calls just failed (the session goes on: what
-it saw is evidence at once, and its end adds what came after)."""
+at shutdown); or it goes on, and what it saw is evidence now: one of its calls just
+failed (``failed``), or it has been quiet for ``settle_s`` (``settled``).  Its end adds
+what came after, and its outcome."""
 MAX_VALUES = 1_024
 """Grounded values an inferred session keeps for linking (the most recent)."""
 
@@ -53,6 +54,10 @@ class SessionLimits:
     link_window_s: float = 120.0
     """How long after its last activity an inferred session may still be joined by a
     call (:mod:`sidecar.agents.gateway.linking`); it is concluded then."""
+    settle_s: float = 2.0
+    """How long a session with calls not yet reported waits, quiet, before they are
+    (a failing call is reported at once): what a session saw is evidence within seconds,
+    whatever its window or timeout."""
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1 or self.max_steps < 1:
@@ -61,6 +66,8 @@ class SessionLimits:
             raise ValueError("idle_timeout_s must be positive")
         if not self.link_window_s > 0:
             raise ValueError("link_window_s must be positive")
+        if not self.settle_s > 0:
+            raise ValueError("settle_s must be positive")
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,8 @@ class _Session:
     """A trace opened it: while its context is not known it waits for the trace's next
     call as long as any session waits (the idle timeout), not the link window."""
     values: dict[str, None] = field(default_factory=dict)
+    reported: int = 0
+    """Its calls reported so far (``calls`` at its last report)."""
     made: set[str] = field(default_factory=set)
     """The calls it made (tool and arguments), while it may be joined by value: a call it
     already made, made again, is another task's as likely as its own."""
@@ -134,6 +143,8 @@ class SessionStats:
     alone shows is learned from them."""
     at_failure: int = 0
     """Reports sent as a call failed, before its session ended."""
+    settled: int = 0
+    """Reports of sessions quiet for ``settle_s``, before they ended."""
     ended: dict[str, int] = field(default_factory=dict)
 
 
@@ -277,7 +288,8 @@ class SessionBook:
 
     def expire(self) -> list[SessionReport]:
         """Close every session idle past the timeout (an inferred one past the link
-        window)."""
+        window); report what the sessions quiet for ``settle_s`` saw since their last
+        report (:meth:`settle`)."""
         now = self._clock()
         limits = self.limits
         idle = [
@@ -287,7 +299,21 @@ class SessionBook:
             <= now
             - (limits.link_window_s if s.inferred and not s.traced else limits.idle_timeout_s)
         ]
-        return [r for k in idle if (r := self.close(k, "idle")) is not None]
+        ended = [r for k in idle if (r := self.close(k, "idle")) is not None]
+        return ended + self.settle(now)
+
+    def settle(self, now: float) -> list[SessionReport]:
+        """What each session quiet since ``now - settle_s`` did since it was last
+        reported, as evidence now (its successes too, when successes are reported): a
+        session a stateless client's calls make ends only at its window."""
+        quiet = now - self.limits.settle_s
+        out = []
+        for session in self._sessions.values():
+            if session.last_active > quiet or session.calls <= session.reported:
+                continue
+            if session.must_report or self.limits.report_clean:
+                out.append(self._report(session, "settled", "unknown", None))
+        return out
 
     def close_all(self) -> list[SessionReport]:
         return [r for k in list(self._sessions) if (r := self.close(k, "shutdown")) is not None]
@@ -317,18 +343,19 @@ class SessionBook:
         return out
 
     def _conclude(self, session: _Session, why: EndReason) -> SessionReport | None:
+        fresh = session.calls > session.reported
         if session.steps and not session.known:
             # one call nothing tied to others: its failure was evidence when it came
             # back (of what the call alone shows); a success is, when asked for
             self._unlinked(why)
             asked = session.must_report or self.limits.report_clean
-            if asked and not any(s.failed for s in session.steps):
+            if asked and fresh and not any(s.failed for s in session.steps):
                 return self._report(session, why, "unknown", None)
             return None
         outcome = inferred_outcome(session.steps)
-        if outcome is None and (self.limits.report_clean or session.must_report) and session.steps:
-            outcome = "unknown"
-        if outcome is None:
+        if outcome is None and (self.limits.report_clean or session.must_report) and fresh:
+            outcome = "unknown"  # (one reported whole already, with no outcome, adds nothing)
+        if outcome is None or not session.steps:
             self.stats.unreported += 1
             self._count(why)
             return None
@@ -349,8 +376,11 @@ class SessionBook:
     def _report(
         self, session: _Session, why: EndReason, outcome: Outcome, task_input: str | None
     ) -> SessionReport:
+        session.reported = session.calls
         if why == "failed":
             self.stats.at_failure += 1
+        elif why == "settled":
+            self.stats.settled += 1
         return SessionReport(
             session.report_id,
             tuple(session.steps),

@@ -147,7 +147,7 @@ class Reporter:
 
     async def _sweep(self) -> None:
         limits = self._book.limits
-        shortest = min(limits.idle_timeout_s, limits.link_window_s)
+        shortest = min(limits.idle_timeout_s, limits.link_window_s, limits.settle_s)
         interval = min(max(shortest / 4, 0.05), 5.0)
         while True:
             await anyio.sleep(interval)

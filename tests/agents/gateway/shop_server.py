@@ -2,8 +2,9 @@
 states, run by the gateway tests as a real subprocess (stdio, or streamable HTTP with
 ``--http PORT``).
 
-- ``get_order(order_id)``: the order and its status (``#W1``, ``#W2``, ``#W5``:
-  pending; ``#W3``, ``#W4`` and ``#W6`` to ``#W29``: delivered); an unknown id fails
+- ``get_order(order_id)``: the order and its status (``#W1``, ``#W2``, ``#W5`` and
+  ``#W40`` to ``#W49``: pending; ``#W3``, ``#W4`` and ``#W6`` to ``#W29``: delivered); an
+  unknown id fails
   "Order not found".  Annotated read-only (so the gateway may forward a sample of its
   blocked calls).
 - ``exchange(order_id, item)``: fails "Non-delivered order cannot be exchanged" unless
@@ -29,6 +30,7 @@ from mcp.types import ToolAnnotations
 
 ORDERS = {"#W1": "pending", "#W2": "pending", "#W3": "delivered", "#W4": "delivered"}
 ORDERS |= {"#W5": "pending"} | {f"#W{n}": "delivered" for n in range(6, 30)}
+ORDERS |= {f"#W{n}": "pending" for n in range(40, 50)}
 
 server = MCPServer(name="shop")
 
