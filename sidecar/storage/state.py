@@ -17,7 +17,7 @@ from sidecar.storage.credentials import CredentialRepository
 from sidecar.storage.mandates import MandateRepository
 from sidecar.storage.moves import MoveRepository
 from sidecar.storage.pending import PendingRepository
-from sidecar.storage.requests import RequestRepository
+from sidecar.storage.requests import RequestRepository, counted_requests
 from sidecar.storage.revisions import RevisionRepository
 from sidecar.storage.schema import Migration
 from sidecar.storage.sequences import SequenceRepository
@@ -45,6 +45,7 @@ SCHEMAS: tuple[str, ...] = tuple(r.SCHEMA for r in REPOSITORIES)
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "sightings count sessions, not reports", sessions_from_counts),
     Migration(2, "the call memory's evidence log numbered", numbered_log),
+    Migration(3, "usage requests counted per request, not kept per session", counted_requests),
 )
 """The schema's versions (see :mod:`sidecar.storage.schema`), oldest first."""
 

@@ -175,7 +175,7 @@ def test_the_rows_kept_per_tool_and_source_are_bounded(sc: Sidecar) -> None:
     for order in (evidence, evidence[::-1]):
         repo = RequestRepository(sc.state.database, memory=3)
         with sc.state.tx() as tx:
-            tx.execute("DELETE FROM usage_requests")
+            tx.execute("DELETE FROM usage_request_counts")
             for e in order:
                 repo.add(tx, [RequestRow(*e.row())])
         rows, _ = repo.since(0)
