@@ -65,6 +65,10 @@ class Session:
     source: str = "local"
     """Who reported it (a token's name, ``gateway``, ``otlp``): evidence counts per
     source as well as per situation."""
+    context: frozenset[int] = frozenset()
+    """Positions of steps that are context only: what they showed grounds the calls
+    after them, but they teach nothing of their own tool (an untrusted source's calls of
+    tools in no catalog)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
