@@ -12,6 +12,7 @@ import uuid
 from contextlib import AbstractContextManager
 
 from sidecar.storage.base import Connection, Database, Lock
+from sidecar.storage.budgets import BudgetRepository
 from sidecar.storage.conditions import ConditionRepository, numbered_log
 from sidecar.storage.credentials import CredentialRepository
 from sidecar.storage.mandates import MandateRepository
@@ -39,6 +40,7 @@ REPOSITORIES = (
     MandateRepository,
     PendingRepository,
     RequestRepository,
+    BudgetRepository,
 )
 SCHEMAS: tuple[str, ...] = tuple(r.SCHEMA for r in REPOSITORIES)
 """Every repository's tables, created when a state is opened for writing."""
@@ -67,6 +69,7 @@ class State:
         self.mandates = MandateRepository(db)
         self.pending = PendingRepository(db)
         self.requests = RequestRepository(db)
+        self.budgets = BudgetRepository(db)
 
     @property
     def writable(self) -> bool:
