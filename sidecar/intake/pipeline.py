@@ -24,7 +24,7 @@ from typing import Any
 
 from cold_store import ColdStore
 from sidecar.intake.commit import Committer
-from sidecar.intake.plan import Ask, Planner
+from sidecar.intake.plan import ROW_BYTES, Ask, Planner
 from sidecar.intake.publish import Publisher
 from sidecar.intake.sessions import StepPolicy
 from sidecar.limits import INTAKE_CHUNK
@@ -81,29 +81,39 @@ class Intake:
         source: str = LOCAL,
         operator: bool = True,
         progress: Callable[[int], None] | None = None,
+        uncataloged: frozenset[str] = frozenset(),
     ) -> list[IntakeResult]:
         """Each ``chunk`` of reports a batch (archived as one cold file).  ``source``:
         who reports (a token's name); hand-written conditions are taken only from an
-        ``operator``.  ``progress`` hears the reports done so far after each batch."""
+        ``operator``.  ``progress`` hears the reports done so far after each batch.
+        ``uncataloged``: tools in no catalog that ``source`` may not teach of (a
+        session's steps on them are context only; a chain naming them is rejected)."""
         results: list[IntakeResult] = []
         batch: list[Report] = []
         for item in reports:
             batch.append(item)
             if len(batch) == max(1, chunk):
-                results += self._batch(batch, source, operator)
+                results += self._batch(batch, source, operator, uncataloged)
                 batch = []
                 if progress is not None:
                     progress(len(results))
         if batch:
-            results += self._batch(batch, source, operator)
+            results += self._batch(batch, source, operator, uncataloged)
             if progress is not None:
                 progress(len(results))
         return results
 
-    def _batch(self, reports: Sequence[Report], source: str, operator: bool) -> list[IntakeResult]:
-        plan = self._planner.plan(reports, source, operator)
+    def _batch(
+        self, reports: Sequence[Report], source: str, operator: bool, uncataloged: frozenset[str]
+    ) -> list[IntakeResult]:
+        plan = self._planner.plan(reports, source, operator, uncataloged)
         if plan.asks and self._learn is not None:
             plan.counters.requests = self._learn(plan.asks, source)
+            plan.evidence_bytes += sum(
+                ROW_BYTES + len(r.vector) * 4 // 3 + len(r.session)
+                for r in plan.counters.requests
+                if r.session in plan.fresh
+            )
         return self._committer.commit(plan)
 
     def close(self) -> None:
@@ -122,6 +132,7 @@ class Intake:
             sightings = self._state.sightings.forget(tx, which)
             usage = self._state.usage.forget(tx, which)
             self._state.requests.forget(tx, which)
+            self._state.budgets.forget(tx, source, since)
             self._rules.sequences.uncontradict(tx, usage.contradicted)
             unsupported = sorted(
                 c for c in sightings.chains if not self._state.sightings.supported(tx, c)
