@@ -81,11 +81,12 @@ class Committer:
         def count(tx: Connection, learned: int) -> None:
             # counted before the new rules are compiled: a completed run of the same
             # batch is then among the runs that came before them
-            apply(tx, self._state, self._rules, plan.counters, now)
+            usage = apply(tx, self._state, self._rules, plan.counters, now)
             if chains:
                 self._rules.sequences.compile(tx, chains, now)
                 self._publisher.queue(tx, rows, now)
-            self._state.budgets.spend(tx, plan.source, plan.evidence_bytes + learned, now)
+            spent = plan.evidence_bytes + learned + usage
+            self._state.budgets.spend(tx, plan.source, spent, now)
 
         # one transaction: what the memory learns, the counters, the rules and the
         # pending records commit together, under one turn at the state's write lock

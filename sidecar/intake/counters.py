@@ -62,10 +62,10 @@ class Counters:
         )
 
 
-def apply(tx: Connection, state: State, rules: Rules, counters: Counters, now: float) -> None:
+def apply(tx: Connection, state: State, rules: Rules, counters: Counters, now: float) -> int:
     """Count completed runs and the contradictions they bring, record sightings and the
     sessions behind archived chains; whatever a session already counted (a replayed
-    report) is not counted again."""
+    report) is not counted again.  Returns the bytes the usage rows grew by."""
     fresh = state.usage.record(tx, counters.usage, now)
     contradicted = Counter(cid for u in fresh for cid in u.contradicts)
     rules.sequences.contradict(tx, contradicted, now)
@@ -74,9 +74,10 @@ def apply(tx: Connection, state: State, rules: Rules, counters: Counters, now: f
     state.usage.record_successes(tx, counters.succeeded, now)
     # a request counts the sessions whose success is counted now: a replay brings none
     counted = {u.session for u in fresh}
-    state.requests.add(tx, _once(r for r in counters.requests if r.session in counted))
+    grown = state.requests.add(tx, _once(r for r in counters.requests if r.session in counted))
     # a new session meeting an archived chain confirms it
     rules.sequences.confirm(tx, [cid for cid, _session in counters.chain_sessions], now)
+    return grown
 
 
 def _once(rows: Iterable[RequestRow]) -> list[RequestRow]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from cold_store import ColdStore
 from sidecar.intake.commit import Committer
-from sidecar.intake.plan import ROW_BYTES, Ask, Planner
+from sidecar.intake.plan import Ask, Planner
 from sidecar.intake.publish import Publisher
 from sidecar.intake.sessions import StepPolicy
 from sidecar.limits import INTAKE_CHUNK
@@ -109,11 +109,6 @@ class Intake:
         plan = self._planner.plan(reports, source, operator, uncataloged)
         if plan.asks and self._learn is not None:
             plan.counters.requests = self._learn(plan.asks, source)
-            plan.evidence_bytes += sum(
-                ROW_BYTES + len(r.vector) * 4 // 3 + len(r.session)
-                for r in plan.counters.requests
-                if r.session in plan.fresh
-            )
         return self._committer.commit(plan)
 
     def close(self) -> None:

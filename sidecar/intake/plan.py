@@ -108,11 +108,9 @@ class Plan:
     uncataloged: frozenset[str] = frozenset()
     """Tools in no catalog that the batch's source may not teach of (an untrusted one's):
     a session's steps on them are context only, a chain naming them is rejected."""
-    fresh: set[str] = field(default_factory=set)
-    """The sessions the batch counts for the first time (not a replay)."""
     evidence_bytes: int = 0
     """Bytes of evidence the batch stores for its source, but for what the call memory's
-    log takes in (counted as it is written)."""
+    log and the usage rows take in (counted as they are written)."""
 
 
 @dataclass(frozen=True)
@@ -221,8 +219,6 @@ class Planner:
         fresh = usage.key not in plan.usage_keys and not self._state.usage.seen(usage.key)
         plan.counters.usage.append(usage)
         plan.usage_keys.add(usage.key)
-        if fresh:
-            plan.fresh.add(usage.session)
         if fresh and usage.topology is not None:
             plan.fresh_runs[usage.topology] += 1
         return fresh

@@ -104,8 +104,9 @@ CREATE INDEX IF NOT EXISTS usage_request_counts_rev ON usage_request_counts (rev
     # ---- writes ------------------------------------------------------------------------
     def add(self, tx: Connection, rows: Sequence[RequestRow]) -> int:
         """Count each row's sessions for its request (one row per tool, source, outcome
-        and request); returns the sessions counted.  Each (tool, source, outcome) written
-        keeps its ``memory`` smallest request keys."""
+        and request); returns the bytes the rows kept grew by (a request seen again
+        grows a count, not the bytes).  Each (tool, source, outcome) written keeps its
+        ``memory`` smallest request keys."""
         merged: dict[tuple[str, str, str, str], RequestRow] = {}
         for r in rows:
             found = merged.get(r.group)
@@ -114,6 +115,8 @@ CREATE INDEX IF NOT EXISTS usage_request_counts_rev ON usage_request_counts (rev
             merged[r.group] = replace(later, sessions=total)
         if not merged:
             return 0
+        groups = sorted({g[:3] for g in merged})
+        before = sum(self._kept(tx, *g) for g in groups)
         RevisionRepository.bump(tx, SEQ)
         found_rev = tx.execute("SELECT value FROM meta WHERE key=?", (SEQ,)).fetchone()
         rev = int(found_rev[0])
@@ -136,9 +139,18 @@ CREATE INDEX IF NOT EXISTS usage_request_counts_rev ON usage_request_counts (rev
                     rev,
                 ),
             )
-        for tool, source, outcome in sorted({g[:3] for g in merged}):
+        for tool, source, outcome in groups:
             self._prune(tx, tool, source, outcome)
-        return sum(r.sessions for r in merged.values())
+        grown = sum(self._kept(tx, *g) for g in groups) - before
+        return max(0, grown) * max(_row_bytes(r) for r in merged.values())
+
+    @staticmethod
+    def _kept(tx: Connection, tool: str, source: str, outcome: str) -> int:
+        row = tx.execute(
+            "SELECT COUNT(*) FROM usage_request_counts WHERE tool_id=? AND source=? AND outcome=?",
+            (tool, source, outcome),
+        ).fetchone()
+        return int(row[0])
 
     def _prune(self, tx: Connection, tool: str, source: str, outcome: str) -> None:
         group = "tool_id=? AND source=? AND outcome=?"
@@ -185,6 +197,13 @@ CREATE INDEX IF NOT EXISTS usage_request_counts_rev ON usage_request_counts (rev
         """The rows kept."""
         row = self._db.execute("SELECT COUNT(*) FROM usage_request_counts").fetchone()
         return int(row[0])
+
+
+def _row_bytes(r: RequestRow) -> int:
+    """About what one kept row costs: its columns (the vector in base64) and its keys'
+    index entries."""
+    keys = len(r.tool_id) + len(r.source) + len(r.outcome) + len(r.key)
+    return (len(r.vector) + 2) // 3 * 4 + len(r.session) + 2 * keys + 48
 
 
 def counted_requests(db: Database) -> None:

@@ -224,3 +224,19 @@ def test_each_tool_of_a_request_with_several_parts_keeps_the_part_nearest_it(
     kept = {r.tool_id: np.frombuffer(r.vector, dtype="<f4") for r in rows}
     assert np.allclose(kept["ledger_post"], views[0], atol=1e-6)
     assert np.allclose(kept["weather_current"], views[1], atol=1e-6)
+
+
+def test_sessions_of_one_request_are_one_row_and_a_replay_adds_nothing(tmp_path: Path) -> None:
+    """500 sessions with one task text kept 500 rows: now one row counting them; the same
+    batch sent again counts nothing more, and forgetting the source removes the row."""
+    from indexes import HashingEmbedder
+
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path, report_rate=0) as sc:
+        sc.add_tools(CATALOG)
+        batch = [session(i, TRAINING[0]) for i in range(500)]
+        for _ in range(2):
+            sc.report_many(batch, source="finance-bot", role="agent")
+        rows, _ = sc.state.requests.since(0)
+        assert [(r.tool_id, r.sessions) for r in rows] == [("ledger_post", 500)]
+        sc.forget("finance-bot")
+        assert sc.state.requests.count() == 0
