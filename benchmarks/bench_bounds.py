@@ -14,7 +14,9 @@ Before the attack, and after it, the operator sends 2,000 ordinary reports (two-
 sessions on the catalog's tools, with a task text, in requests of 100) after 200 of
 warm-up: the time of those after over the time of those before, in the same run, is the
 slowdown.  Measured around the attack: the server's resident set (``VmRSS``, and its
-peak ``VmHWM``) and the state's bytes on disk (``state.sqlite`` and its WAL).
+peak ``VmHWM``), the state's bytes on disk (``state.sqlite`` and its WAL, which keeps
+the pages of recent transactions) and the bytes of the state's pages in use (SQLite's
+``dbstat``, read beside the server).
 
 Phases, each on a fresh home and server:
 
@@ -24,8 +26,9 @@ Phases, each on a fresh home and server:
   every attack request is taken, so what bounds the growth is the intake itself;
 - ``catalog_flood``: the same token sends sessions of 1,000 steps on the catalog's own
   tools, each call with its own arguments and output, under an evidence budget of
-  ``FLOOD_BUDGET`` bytes (rates off), until it is refused: the state grows by the budget
-  and at most the request that crossed it, and the refusal is a 429 naming the budget.
+  ``FLOOD_BUDGET`` bytes (rates off), until it is refused: the state's data grows by the
+  budget and at most the request that crossed it, and the refusal is a 429 naming the
+  budget.
 
 Targets (``as_written`` and ``rates_off``): RSS grows by less than 300 MB, the state by
 less than 30 MB, ordinary reports after the attack take at most 3x their time before.
@@ -77,10 +80,10 @@ PHASES: dict[str, dict[str, str]] = {
 RSS_GROWTH_MB = 300.0
 STATE_GROWTH_MB = 30.0
 SLOWDOWN = 3.0
-FLOOD_BUDGET = 8 * 1_048_576
-FLOOD_SLACK = 4 * 1_048_576
-"""What the request that crossed the budget may add past it (one request of 1,000 steps
-is under 1 MiB on the wire)."""
+FLOOD_BUDGET = 4 * 1_048_576
+FLOOD_SLACK = 1_048_576
+"""What the request that crossed the budget may add past it (one session of 1,000 steps
+is about 0.1 MB of evidence)."""
 BATCH = 100
 
 
@@ -94,8 +97,8 @@ class Sizes:
     flood_budget: int
 
 
-FULL = Sizes(20, 1_000, 2_000, 200, 60, FLOOD_BUDGET)
-QUICK = Sizes(4, 300, 400, 100, 20, FLOOD_BUDGET // 4)
+FULL = Sizes(20, 1_000, 2_000, 500, 200, FLOOD_BUDGET)
+QUICK = Sizes(4, 300, 400, 300, 60, FLOOD_BUDGET // 16)
 
 
 # ---- bodies ----------------------------------------------------------------------------
@@ -175,6 +178,21 @@ def state_bytes(home: Path) -> int:
     return sum(p.stat().st_size for p in home.glob("state.sqlite*") if p.is_file())
 
 
+def state_data_bytes(home: Path) -> int:
+    """The bytes of the state's pages in use, read beside the server (the file keeps
+    pages freed, and the write-ahead log the pages of recent transactions)."""
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{home / 'state.sqlite'}?mode=ro", uri=True)
+    try:
+        (used,) = db.execute("SELECT SUM(pgsize) FROM dbstat").fetchone()
+        (free,) = db.execute("PRAGMA freelist_count").fetchone()
+        (page,) = db.execute("PRAGMA page_size").fetchone()
+    finally:
+        db.close()
+    return int(used) - int(free) * int(page)
+
+
 def metric_lines(text: str, names: Sequence[str]) -> dict[str, float]:
     """The samples of ``/metrics`` whose name is one of ``names`` (labels kept)."""
     out: dict[str, float] = {}
@@ -239,6 +257,7 @@ def _measure(server: Server) -> dict[str, float]:
         "rss_mb": round(status["VmRSS"], 1),
         "peak_mb": round(status["VmHWM"], 1),
         "state_mb": round(state_bytes(server.home) / 1e6, 2),
+        "state_data_mb": round(state_data_bytes(server.home) / 1e6, 2),
     }
 
 
@@ -286,6 +305,7 @@ def phase(name: str, sizes: Sizes, tmp: Path) -> dict[str, Any]:
             )
             added.raise_for_status()
             _ordinary(client, server, sizes.warmup, "warm")
+            time.sleep(1.0)  # the server builds its MCP mount in the background as it starts
             before_s = _ordinary(client, server, sizes.ordinary, "before")
             before = _measure(server)
             progress(f"bounds: {name}: ordinary reports {before_s:.2f} s; attack starts")
@@ -306,6 +326,7 @@ def phase(name: str, sizes: Sizes, tmp: Path) -> dict[str, Any]:
         "after": after,
         "rss_growth_mb": round(after["rss_mb"] - before["rss_mb"], 1),
         "state_growth_mb": round(after["state_mb"] - before["state_mb"], 2),
+        "state_data_growth_mb": round(after["state_data_mb"] - before["state_data_mb"], 2),
         "attack": attack,
         "ordinary_before_s": round(before_s, 3),
         "ordinary_after_s": round(after_s, 3),
@@ -386,15 +407,16 @@ def targets(results: Mapping[str, Any], sizes: Sizes) -> list[dict[str, Any]]:
             target("catalog_flood: refused with 429 naming the budget", "429, named",
                    f"{flood['attack']['statuses']}, named: {named}",
                    "429" in flood["attack"]["statuses"] and named),
-            target("catalog_flood: state growth (MB)", f"< {bound:.1f} (budget + one request)",
-                   flood["state_growth_mb"], flood["state_growth_mb"] < bound),
+            target("catalog_flood: state data growth (MB)",
+                   f"< {bound:.1f} (budget + one request)", flood["state_data_growth_mb"],
+                   flood["state_data_growth_mb"] < bound),
         ]  # fmt: skip
     return out
 
 
 HEADERS = (
     "phase", "statuses", "RSS MB before", "after", "growth", "state MB before", "after",
-    "growth", "ordinary s before", "after", "after / before",
+    "growth", "data growth", "ordinary s before", "after", "after / before",
 )  # fmt: skip
 
 
@@ -409,6 +431,7 @@ def markdown(result: dict[str, Any]) -> str:
             r["before"]["state_mb"],
             r["after"]["state_mb"],
             r["state_growth_mb"],
+            r["state_data_growth_mb"],
             r["ordinary_before_s"],
             r["ordinary_after_s"],
             r["slowdown"],
