@@ -16,8 +16,9 @@ reports by (its own reports, ``gateway:<name>``, ``otlp:<name>``), spends one qu
   usage), and its chain reports naming one are rejected.  So made-up tool ids grow no
   per-tool state: only a counter per token (``sidecar_uncataloged_steps_total``);
 - **evidence budget**: ``SIDECAR_EVIDENCE_BUDGET`` bytes of evidence in the state (the
-  sessions the memory learned, their steps, archived calls, usage and counter rows:
-  :mod:`sidecar.storage.budgets`, counted as each batch stores them); once the token
+  sessions the memory learned as its log keeps them, the records of archived calls,
+  usage and counter rows: :mod:`sidecar.storage.budgets`, counted as each batch stores
+  them); once the token
   has spent it, its reports are refused (429, :class:`~sidecar.errors.BudgetExhausted`)
   until an operator forgets some of its evidence or raises the budget.  The check comes
   before a request, so the request that crosses the budget is taken whole.
@@ -103,9 +104,8 @@ def _refusal(source: str, limit: str, cap: int, n: int, level: float) -> RateLim
 @dataclass(frozen=True)
 class Admission:
     """What a request of a source may teach: ``uncataloged`` are the tools it names that
-    no catalog holds and it may not teach of (empty for a trusted source)."""
+    no catalog holds and it may not teach of (none for a trusted source)."""
 
-    limited: bool
     uncataloged: frozenset[str] = frozenset()
 
 
@@ -172,7 +172,7 @@ class Quota:
         and what it may teach of."""
         token = token_of(check_source(source))
         if token in self._trusted:
-            return Admission(False)
+            return Admission()
         try:
             self._check_budget(token)
             steps = [tools_of(r) for r in reports]
@@ -187,7 +187,7 @@ class Quota:
         if unknown:
             with self._lock:
                 self._uncataloged[token] += sum(t in unknown for tools in steps for t in tools)
-        return Admission(True, frozenset(unknown))
+        return Admission(frozenset(unknown))
 
     def _unknown(self, ids: set[str]) -> set[str]:
         rest = ids - self._cataloged(ids) if ids else ids
