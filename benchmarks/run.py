@@ -1,6 +1,6 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
 [--json]`` with NAME one of pollution, failures, lookup, embed, serve, gateway, retrieval,
-check, evict, store, delta, startup, state, otlp, shared, fleet, all.
+check, evict, store, delta, startup, state, otlp, shared, fleet, bounds, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -53,6 +53,7 @@ MODULES = {
     "otlp": "benchmarks.bench_otlp",
     "shared": "benchmarks.bench_shared",
     "fleet": "benchmarks.bench_fleet",
+    "bounds": "benchmarks.bench_bounds",
 }
 ALL_ORDER = (
     "startup",
@@ -68,6 +69,7 @@ ALL_ORDER = (
     "gateway",
     "retrieval",
     "otlp",
+    "bounds",
     "shared",
     "fleet",
     "pollution",
@@ -140,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
         "vs one embedded: lookup, intake by replicas, staleness, moves",
         "fleet": "a fleet of simulated agents against one embedded sidecar and 1-3 shared "
         "replicas: offered vs achieved load, where it saturates and why",
+        "bounds": "one agent token's steps on tools in no catalog against a running server: "
+        "what the server and its state grow by, and ordinary reports after vs before",
         "all": "every benchmark, fastest first",
     }
     for name, text in helps.items():

@@ -194,15 +194,15 @@ class _Memory:
     def sessions(self) -> int:
         return sum(n for _, n in self.entries.values())
 
-    def add(self, key: str, vector: np.ndarray) -> Added:
+    def add(self, key: str, vector: np.ndarray, sessions: int = 1) -> Added:
         self._matrix = None
         found = self.entries.get(key)
         if found is not None:
-            self.entries[key] = (found[0], found[1] + 1)
-            self.total += _quantized(found[0])
+            self.entries[key] = (found[0], found[1] + sessions)
+            self.total += _quantized(found[0]) * sessions
             return Added(True)
-        self.entries[key] = (vector, 1)
-        self.total += _quantized(vector)
+        self.entries[key] = (vector, sessions)
+        self.total += _quantized(vector) * sessions
         if len(self.entries) <= self.size:
             return Added(True)
         largest = max(self.entries)
@@ -369,10 +369,13 @@ class UsageIndex:
         return index
 
     # ---- writes ---------------------------------------------------------------------
-    def add(self, evidence: Evidence) -> Added:
-        """Learn one piece of evidence.  Each session is to be added once per tool (the
-        rows a store keeps are keyed by tool, source and session): a session added twice
-        counts twice."""
+    def add(self, evidence: Evidence, sessions: int = 1) -> Added:
+        """Learn one piece of evidence, made by ``sessions`` sessions (a store keeps one
+        row per request with the number of sessions that made it: adding it with its
+        count is adding each session once).  Each session is to be added once per tool:
+        a session added twice counts twice."""
+        if sessions < 1:
+            raise ValueError(f"a request is made by at least one session, got {sessions}")
         vector = self._unit(evidence.vector)
         with self._lock:
             sources = self._tools.setdefault(evidence.tool_id, {})
@@ -380,7 +383,7 @@ class UsageIndex:
             memory = outcomes.get(evidence.outcome)
             if memory is None:
                 memory = outcomes[evidence.outcome] = _Memory(self._size, self.dim)
-            added = memory.add(request_key(vector), vector)
+            added = memory.add(request_key(vector), vector, sessions)
             self._recentre(evidence.tool_id, evidence.source, evidence.outcome)
             return added
 

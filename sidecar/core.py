@@ -76,7 +76,8 @@ from sidecar.model import (
     Tool,
 )
 from sidecar.paging import DEFAULT_LIMIT, ToolPage
-from sidecar.principals import LOCAL, Principals, ReportRate, Role, check_source
+from sidecar.principals import LOCAL, Principals, Role, check_source
+from sidecar.quota import Quota, QuotaView
 from sidecar.recovery import Recovery, health
 from sidecar.redact import redact, redact_text
 from sidecar.results import (
@@ -94,7 +95,6 @@ from sidecar.results import (
 from sidecar.rules import Lifecycle, Rules
 from sidecar.rules.wording import viewer_of
 from sidecar.settings import Settings
-from sidecar.sources import token_of
 from sidecar.storage.requests import RequestRow
 from sidecar.tools import AddToolsResult, Fields, SyncResult, ToolRecords, Tools
 
@@ -114,7 +114,6 @@ class Sidecar:
         self.cold = self._home.cold
         self.principals = Principals.load(settings.tokens_path, None)
         self.trusted = settings.trusted | self.principals.trusted()
-        self._rate = ReportRate(settings.report_rate)
         self.records = ToolRecords(self.state)
         self.rules = Rules(
             self.state,
@@ -138,6 +137,9 @@ class Sidecar:
         self.recovery = Recovery(self.journal, self.eviction, read_only)
         self.archive = Archive(
             self.cold, self.state, self.journal, self.rules, self.records, self.recovery
+        )
+        self.quota = Quota.of(
+            settings, self.trusted, self.state.budgets, self.tools.cataloged, self.rules.named
         )
         self.recovered_on_open = 0
         if not read_only:
@@ -377,16 +379,18 @@ class Sidecar:
     ) -> list[IntakeResult]:
         """:meth:`report` for many reports, archiving each chunk as one cold file; a
         chunk that fails changes nothing.  ``progress`` hears the reports done so far
-        after each chunk.  An untrusted source may send at most ``report_rate`` reports
-        a minute (:class:`~sidecar.errors.RateLimited`)."""
+        after each chunk.  An untrusted source spends its token's quota (reports, steps
+        and tool ids in no catalog a minute, bytes of evidence: :mod:`sidecar.quota`;
+        :class:`~sidecar.errors.RateLimited` past it), and teaches nothing of tools in
+        no catalog."""
         self.recovery.writable()
-        check_source(source)
         items = list(reports)
-        # the limit is the token's, whatever the route (gateway:<name>, otlp:<name>)
-        token = token_of(source)
-        if token not in self.trusted:
-            self._rate.take(token, len(items))
-        return self.intake.report_many(items, chunk, source, role == "operator", progress)
+        taught = self.quota.admit(source, items).uncataloged  # the source's name checked too
+        return self.intake.report_many(items, chunk, source, role == "operator", progress, taught)
+
+    def quotas(self) -> QuotaView:
+        """What untrusted tokens spent of their quotas, for ``/metrics``."""
+        return self.quota.view()
 
     @boundary
     def forget(self, source: str, since: float | None = None) -> Forgotten:

@@ -22,8 +22,9 @@
     │                               safely: an object store ignoring conditional
     │                               writes, a pooler that breaks locks (503, exit 14)
     ├── Forbidden                   the caller's role may not do this (403, 12)
-    ├── RateLimited                 a source sent more reports than its rate allows
-    │                               (429, 13)
+    ├── RateLimited                 a source sent more reports, steps or tool ids in
+    │   │                           no catalog than its rates allow (429, 13)
+    │   └── BudgetExhausted         a source's evidence in the state reached its budget
     ├── AddressInUse                ``serve``: the port is taken (exit 8)
     ├── RemoteError                 talking to a running sidecar failed (502, 9)
     │   ├── Unreachable             no answer at ``--url``
@@ -195,12 +196,29 @@ class RateLimited(SidecarError):
     code = "rate_limited"
     status = 429
     exit_code = EXIT_RATE_LIMITED
-    retry_after: float = 1.0
-    """Seconds until the source may report again."""
+    retry_after: float | None = 1.0
+    """Seconds until the source may report again (``None``: waiting does not help)."""
+    limit: str = "reports"
+    """Which limit refused: ``reports``, ``steps``, ``new_tool_ids``, ``evidence_budget``."""
 
-    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+    def __init__(
+        self, message: str, retry_after: float | None = 1.0, limit: str = "reports"
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.limit = limit
+
+
+class BudgetExhausted(RateLimited):
+    """A source has put its evidence budget's bytes into the state: waiting does not
+    refill it (an operator forgets some of its evidence, or raises the budget)."""
+
+    code = "budget_exhausted"
+    retry_after = None
+    limit = "evidence_budget"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, None, "evidence_budget")
 
 
 class AddressInUse(SidecarError):

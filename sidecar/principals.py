@@ -1,5 +1,5 @@
-"""Who is asking: named tokens with roles, the sources evidence is attributed to, and
-how fast an untrusted source may report.
+"""Who is asking: named tokens with roles, and the sources evidence is attributed to
+(what an untrusted one may spend: :mod:`sidecar.quota`).
 
 Roles:
 
@@ -42,14 +42,12 @@ import hashlib
 import hmac
 import json
 import re
-import threading
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sidecar.errors import ConfigError, InvalidInput, RateLimited
+from sidecar.errors import ConfigError, InvalidInput
 from sidecar.sources import GATEWAY as GATEWAY
 from sidecar.sources import LOCAL as LOCAL
 from sidecar.sources import OTLP as OTLP
@@ -244,31 +242,3 @@ def _entry(row: Any, where: str) -> tuple[Principal, bytes]:
             f"{where}: needs 'token_sha256' (64 hex digits) or a 'token' of {MIN_TOKEN}+"
         )
     return Principal(name, role, trusted), digest
-
-
-class ReportRate:
-    """At most ``per_minute`` reports a minute from each untrusted source (a token
-    bucket per source, refilled continuously; 0: no limit)."""
-
-    def __init__(self, per_minute: int) -> None:
-        self.per_minute = per_minute
-        self._lock = threading.Lock()
-        self._buckets: dict[str, tuple[float, float]] = {}
-
-    def take(self, source: str, n: int, now: float | None = None) -> None:
-        if self.per_minute <= 0 or n <= 0:
-            return
-        at = time.monotonic() if now is None else now
-        rate = self.per_minute / 60.0
-        with self._lock:
-            level, last = self._buckets.get(source, (float(self.per_minute), at))
-            level = min(float(self.per_minute), level + (at - last) * rate)
-            if n > level:
-                wait = (n - level) / rate
-                self._buckets[source] = (level, at)
-                raise RateLimited(
-                    f"source {source!r} may send {self.per_minute} reports a minute; "
-                    f"retry in {wait:.1f} s",
-                    retry_after=wait,
-                )
-            self._buckets[source] = (level - n, at)

@@ -67,6 +67,9 @@ class Settings:
     tokens_file: Path | None = None
     trusted_sources: str = "gateway"
     report_rate: int = 600
+    step_rate: int = 60_000
+    new_tool_rate: int = 600
+    evidence_budget: int = 256 * 1_048_576
     otlp_conversation_idle_s: float = 300.0
     otlp_max_request_bytes: int = 20 * 1_048_576
     otlp_max_memory_bytes: int = 256 * 1_048_576
@@ -177,6 +180,13 @@ SETTINGS: dict[str, str] = {
     "named and missing is an error",
     "trusted_sources": "comma-separated sources whose evidence alone may make a learned block",
     "report_rate": "reports a minute each untrusted source may send (0: no limit)",
+    "step_rate": "steps a minute each untrusted source may report, all its reports together "
+    "(0: no limit)",
+    "new_tool_rate": "tool ids in no catalog a minute each untrusted source may name, each "
+    "once per request (0: no limit)",
+    "evidence_budget": "bytes of evidence each untrusted token may put into the state "
+    "(sessions, steps, archived calls, usage rows); 429 past it until an operator forgets "
+    "some (0: no limit)",
     "otlp_conversation_idle_s": "seconds a conversation seen in traces stays open for its "
     "later traces (each of its traces is reported when it closes)",
     "otlp_max_request_bytes": "largest OTLP/HTTP trace request, once inflated (413 past it)",
@@ -225,6 +235,9 @@ def _parse(name: str, raw: str) -> Any:
         "query_cache",
         "exact_limit",
         "report_rate",
+        "step_rate",
+        "new_tool_rate",
+        "evidence_budget",
         "gateway_contest_budget",
         "otlp_max_request_bytes",
         "otlp_max_memory_bytes",
@@ -325,8 +338,10 @@ def _check_memory(s: Settings) -> None:
 
 def _check_intake(s: Settings) -> None:
     """The limits on what reports and traces bring in, and whose evidence is trusted."""
-    if _not_integer(s.report_rate) or s.report_rate < 0:
-        raise ConfigError(f"report_rate must be an integer >= 0, got {s.report_rate!r}")
+    for name in ("report_rate", "step_rate", "new_tool_rate", "evidence_budget"):
+        value = getattr(s, name)
+        if _not_integer(value) or value < 0:
+            raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
     if _not_integer(s.max_step_bytes) or s.max_step_bytes < 1:
         raise ConfigError(f"max_step_bytes must be an integer >= 1, got {s.max_step_bytes!r}")
     idle = s.otlp_conversation_idle_s

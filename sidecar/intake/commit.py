@@ -35,6 +35,8 @@ from sidecar.storage.sequences import CompiledChain
 from sidecar.storage.state import State
 from sidecar.tools.records import ToolRecords, tool_from_record
 
+SNAPSHOTS_KEPT = 4_096
+"""Tools whose records the committer keeps between batches, at most."""
 STALE_STAGED_S = 600.0
 """A staged batch whose chains are still not published after this long never will be
 (its process died, or its publish failed): its counters are dropped."""
@@ -76,13 +78,15 @@ class Committer:
         chains = [compiled(a, stamp.timestamp()) for a in plan.archive]
         now = time.time()
 
-        def count(tx: Connection) -> None:
+        def count(tx: Connection, learned: int) -> None:
             # counted before the new rules are compiled: a completed run of the same
             # batch is then among the runs that came before them
-            apply(tx, self._state, self._rules, plan.counters, now)
+            usage = apply(tx, self._state, self._rules, plan.counters, now)
             if chains:
                 self._rules.sequences.compile(tx, chains, now)
                 self._publisher.queue(tx, rows, now)
+            spent = plan.evidence_bytes + learned + usage
+            self._state.budgets.spend(tx, plan.source, spent, now)
 
         # one transaction: what the memory learns, the counters, the rules and the
         # pending records commit together, under one turn at the state's write lock
@@ -165,7 +169,9 @@ class Committer:
         batch to batch until the hot-index revision moves (a tool added, changed or
         moved)."""
         rev = self._state.revisions.revisions()[1]
-        if rev != self._snaps_rev:
+        # a chain's steps may name any tools (context an agent reported): the cache is
+        # kept for the catalog's, not grown by every name it has met
+        if rev != self._snaps_rev or len(self._snaps) > SNAPSHOTS_KEPT:
             self._snaps, self._snaps_rev = {}, rev
         wanted = [t for t in dict.fromkeys(tool_ids) if t not in self._snaps]
         records = self._records.get(wanted)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sidecar.rules import Rules
@@ -61,16 +62,32 @@ class Counters:
         )
 
 
-def apply(tx: Connection, state: State, rules: Rules, counters: Counters, now: float) -> None:
+def apply(tx: Connection, state: State, rules: Rules, counters: Counters, now: float) -> int:
     """Count completed runs and the contradictions they bring, record sightings and the
     sessions behind archived chains; whatever a session already counted (a replayed
-    report) is not counted again."""
+    report) is not counted again.  Returns the bytes the usage rows grew by."""
     fresh = state.usage.record(tx, counters.usage, now)
     contradicted = Counter(cid for u in fresh for cid in u.contradicts)
     rules.sequences.contradict(tx, contradicted, now)
     rules.sequences.alert(tx, fresh)
     state.sightings.record(tx, counters.sighted, counters.chain_sessions, now)
     state.usage.record_successes(tx, counters.succeeded, now)
-    state.requests.add(tx, counters.requests)
+    # a request counts the sessions whose success is counted now: a replay brings none
+    counted = {u.session for u in fresh}
+    grown = state.requests.add(tx, _once(r for r in counters.requests if r.session in counted))
     # a new session meeting an archived chain confirms it
     rules.sequences.confirm(tx, [cid for cid, _session in counters.chain_sessions], now)
+    return grown
+
+
+def _once(rows: Iterable[RequestRow]) -> list[RequestRow]:
+    """Each session's row of a tool and outcome once (a batch may carry a session
+    twice)."""
+    seen: set[tuple[str, str, str, str]] = set()
+    out = []
+    for r in rows:
+        key = (r.tool_id, r.source, r.outcome, r.session)
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out

@@ -81,27 +81,32 @@ class Intake:
         source: str = LOCAL,
         operator: bool = True,
         progress: Callable[[int], None] | None = None,
+        uncataloged: frozenset[str] = frozenset(),
     ) -> list[IntakeResult]:
         """Each ``chunk`` of reports a batch (archived as one cold file).  ``source``:
         who reports (a token's name); hand-written conditions are taken only from an
-        ``operator``.  ``progress`` hears the reports done so far after each batch."""
+        ``operator``.  ``progress`` hears the reports done so far after each batch.
+        ``uncataloged``: tools in no catalog that ``source`` may not teach of (a
+        session's steps on them are context only; a chain naming them is rejected)."""
         results: list[IntakeResult] = []
         batch: list[Report] = []
         for item in reports:
             batch.append(item)
             if len(batch) == max(1, chunk):
-                results += self._batch(batch, source, operator)
+                results += self._batch(batch, source, operator, uncataloged)
                 batch = []
                 if progress is not None:
                     progress(len(results))
         if batch:
-            results += self._batch(batch, source, operator)
+            results += self._batch(batch, source, operator, uncataloged)
             if progress is not None:
                 progress(len(results))
         return results
 
-    def _batch(self, reports: Sequence[Report], source: str, operator: bool) -> list[IntakeResult]:
-        plan = self._planner.plan(reports, source, operator)
+    def _batch(
+        self, reports: Sequence[Report], source: str, operator: bool, uncataloged: frozenset[str]
+    ) -> list[IntakeResult]:
+        plan = self._planner.plan(reports, source, operator, uncataloged)
         if plan.asks and self._learn is not None:
             plan.counters.requests = self._learn(plan.asks, source)
         return self._committer.commit(plan)
@@ -122,6 +127,7 @@ class Intake:
             sightings = self._state.sightings.forget(tx, which)
             usage = self._state.usage.forget(tx, which)
             self._state.requests.forget(tx, which)
+            self._state.budgets.forget(tx, source, since)
             self._rules.sequences.uncontradict(tx, usage.contradicted)
             unsupported = sorted(
                 c for c in sightings.chains if not self._state.sightings.supported(tx, c)

@@ -9,8 +9,9 @@ failure before, chains archived before, what counts as a replay).
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,9 @@ from sidecar.rules import Rules
 from sidecar.storage.state import State
 from sidecar.storage.usage import Usage
 
+ROW_BYTES = 96
+"""What one counter row (a sighting, a success, a session's usage) costs the state, about:
+its keys and its index entries."""
 Failing = tuple[tuple[str, ...], str]
 """A failure as sightings count it: (topology, signature)."""
 _Against = Callable[[Sequence[str], Iterable[int]], tuple[str, ...]]
@@ -101,6 +105,12 @@ class Plan:
     holds already (the report was sent before): its answer names it."""
     asks: list[Ask] = field(default_factory=list)
     """The finished sessions with a request (``task_input``), for usage."""
+    uncataloged: frozenset[str] = frozenset()
+    """Tools in no catalog that the batch's source may not teach of (an untrusted one's):
+    a session's steps on them are context only, a chain naming them is rejected."""
+    evidence_bytes: int = 0
+    """Bytes of evidence the batch stores for its source, but for what the call memory's
+    log and the usage rows take in (counted as they are written)."""
 
 
 @dataclass(frozen=True)
@@ -151,8 +161,10 @@ class Planner:
         reports: Sequence[ChainReport | StepReport | Mapping[str, Any]],
         source: str,
         operator: bool,
+        uncataloged: frozenset[str] = frozenset(),
     ) -> Plan:
-        plan = Plan([None] * len(reports), source)
+        """``uncataloged``: tools in no catalog that ``source`` may not teach of."""
+        plan = Plan([None] * len(reports), source, uncataloged=uncataloged)
         items = [parsed(raw) for raw in reports]
         # what the batch's abandoned chains need from the stores, in two reads
         chains = [p for p in items if isinstance(p, AbandonedChain)]
@@ -168,6 +180,10 @@ class Planner:
                 plan.results[i] = IntakeResult("rejected", reason=refusal)
             elif isinstance(item, InvalidInput):
                 plan.results[i] = IntakeResult("rejected", reason=str(item))
+            elif uncataloged & set(_topology(item)):
+                plan.results[i] = IntakeResult(
+                    "rejected", reason=_uncataloged(uncataloged & set(_topology(item)))
+                )
             elif isinstance(item, StepReport):
                 self._steps_report(i, item, plan, fatal.contradictions)
             elif isinstance(item, AbandonedChain):
@@ -185,6 +201,8 @@ class Planner:
         key = usage_key("chain", who, topology)
         usage = Usage(key, topology, against(topology, range(len(topology))), who)
         fresh = self._count_usage(plan, usage)
+        if fresh:
+            plan.evidence_bytes += ROW_BYTES + _size(list(topology))
         runs = self._state.usage.completed_runs(topology) + plan.fresh_runs[tuple(topology)]
         if not fresh:
             return IntakeResult(
@@ -208,29 +226,45 @@ class Planner:
     # ---- sessions reported as steps ------------------------------------------------------
     def _steps_report(self, i: int, report: StepReport, plan: Plan, against: _Against) -> None:
         steps = self._steps.stored(report)
+        context = frozenset(j for j, s in enumerate(steps) if s.tool in plan.uncataloged)
+        if len(context) == len(steps):
+            plan.summaries[i] = [_context_only(len(steps), whole=True)]
+            return
         task_input = redact_text(report.task_input) if report.task_input else None
         who = session_key(redacted_ids(report), plan.source)
         plan.sessions.append(
-            Session(who, steps, report.outcome, task_input, plan.source, report.context_known)
-        )
+            Session(
+                who, steps, report.outcome, task_input, plan.source,
+                context_known=report.context_known, context_only=context,
+            )
+        )  # fmt: skip
         plan.manual += report.conditions
         tools = [s.tool for s in steps]
         ok = [j for j, s in enumerate(steps) if s.error is None]
+        taught = [j for j in ok if j not in context]
         # a completed session is a completed chain of its tools; and a call that returned
         # without error is usage evidence whatever the session's outcome (a tool that
         # succeeds is never evicted for the dead ends of the sessions it served)
         used = (
-            tuple(dict.fromkeys(tools[j] for j in ok))
-            if ok and report.outcome == "completed"
+            tuple(dict.fromkeys(tools[j] for j in taught))
+            if taught and report.outcome == "completed"
             else None
         )
-        plan.counters.succeeded += [(t, who) for t in dict.fromkeys(tools[j] for j in ok)]
-        self._count_usage(plan, Usage(usage_key("steps", who), used, against(tools, ok), who))
+        succeeded = list(dict.fromkeys(tools[j] for j in taught))
+        plan.counters.succeeded += [(t, who) for t in succeeded]
+        usage = Usage(usage_key("steps", who), used, against(tools, ok), who)
+        if self._count_usage(plan, usage):
+            # the session itself is counted as the memory's log takes it in (its derived
+            # features); its steps are kept whole only in the records of failing calls
+            plan.evidence_bytes += ROW_BYTES * (2 + len(succeeded))
         if task_input and report.outcome != "unknown":
-            plan.asks.append(_ask(who, task_input, steps, report.outcome == "completed"))
-        notes = [f"{len(ok)} successful call(s) learned from"]
+            own = [s for j, s in enumerate(steps) if j not in context]
+            plan.asks.append(_ask(who, task_input, own, report.outcome == "completed"))
+        notes = [f"{len(taught)} successful call(s) learned from"]
+        if context:
+            notes.append(_context_only(len(context), whole=False))
         for j, step in enumerate(steps):
-            if step.error is not None:
+            if step.error is not None and j not in context:
                 notes.append(self._failing_call(i, j, steps, who, task_input, plan))
         plan.summaries[i] = notes
 
@@ -276,6 +310,7 @@ class Planner:
         why = "deterministic" if verdict.kind == "deterministic" else f"reproduced in {seen}"
         plan.archive.append(Archival(i, chain, cid, verdict.rule, why, seen, calls))
         plan.archived_now.add(cid)
+        plan.evidence_bytes += 2 * ROW_BYTES + _size(stored, chain.topology)
         return f"{where}: archived {make_pointer('chains', cid)} ({verdict.reason})"
 
     # ---- abandoned chains --------------------------------------------------------------------
@@ -307,6 +342,9 @@ class Planner:
             return
         plan.archive.append(Archival(i, report, cid, verdict.rule, _why(verdict, seen), seen))
         plan.archived_now.add(cid)
+        plan.evidence_bytes += 2 * ROW_BYTES + _size(
+            report.topology, report.failure.signature, report.constraint.rule, report.logs
+        )
 
     def _sight(self, plan: Plan, topology: tuple[str, ...], signature: str, who: str) -> int:
         """A session met a failure: counted in the batch; returns how many distinct
@@ -331,6 +369,34 @@ def _ask(who: str, text: str, steps: Sequence[Step], completed: bool) -> Ask:
     if last is None or last.error is None or classify(last.error).kind != "deterministic":
         return Ask(who, text)
     return Ask(who, text, failed=(last.tool,))
+
+
+def _topology(item: Parsed) -> tuple[str, ...]:
+    if isinstance(item, AbandonedChain):
+        return item.report.topology
+    return item.topology if isinstance(item, ChainReport) else ()
+
+
+def _uncataloged(tools: Collection[str]) -> str:
+    named = ", ".join(sorted(tools)[:5]) + (", ..." if len(tools) > 5 else "")
+    return (
+        f"names tools in no catalog ({named}): an untrusted source's reports teach only of "
+        "tools the catalog holds or trusted evidence named"
+    )
+
+
+def _context_only(steps: int, whole: bool) -> str:
+    which = "every step" if whole else f"{steps} step(s)"
+    return (
+        f"{which} on tools in no catalog: context only, nothing learned of those tools "
+        "(an untrusted source teaches only of tools the catalog holds or trusted evidence "
+        "named)"
+    )
+
+
+def _size(*parts: Any) -> int:
+    """Bytes of ``parts`` as the state keeps them (JSON)."""
+    return len(json.dumps(parts, default=str, separators=(",", ":")))
 
 
 def _why(verdict: Classification, seen: int) -> str:

@@ -85,6 +85,9 @@ class UsageState:
         self._generation = -1
         self._seq = 0
         self._rows = 0
+        self._counted: dict[tuple[str, str, str, str], int] = {}
+        """Per stored row, the sessions the index holds of it: a row read again (its
+        request seen again) adds what its count grew by."""
 
     def current(self, dim: int) -> UsageIndex | None:
         """The usage index (``None`` while no session taught any usage)."""
@@ -94,14 +97,27 @@ class UsageState:
             if index is None or index.dim != dim or rev.requests_generation != self._generation:
                 index = UsageIndex(dim, trusts=lambda s: is_trusted(s, self._trusted))
                 self._seq = self._rows = 0
+                self._counted = {}
                 self._generation = rev.requests_generation
             if rev.requests > self._seq:
                 rows, self._seq = self._state.requests.since(self._seq)
                 for row in rows:
-                    try:
-                        index.add(Evidence.from_row(row.evidence_row()))
-                        self._rows += 1
-                    except ValueError as exc:  # a row of another model's dimension
-                        log.warning("usage row of %s skipped: %s", row.tool_id, exc)
+                    self._add(index, row)
             self._index = index
             return index if self._rows else None
+
+    def _add(self, index: UsageIndex, row: RequestRow) -> None:
+        grown = row.sessions - self._counted.get(row.group, 0)
+        if grown <= 0:
+            return
+        try:
+            added = index.add(Evidence.from_row(row.evidence_row()), sessions=grown)
+        except ValueError as exc:  # a row of another model's dimension
+            log.warning("usage row of %s skipped: %s", row.tool_id, exc)
+            return
+        self._rows += 1
+        if added.kept:
+            self._counted[row.group] = row.sessions
+        # the store deletes the rows the index pushed out: one coming back starts again
+        for key in added.evicted:
+            self._counted.pop((row.tool_id, row.source, row.outcome, key), None)

@@ -69,6 +69,10 @@ class Session:
     """Whether its steps are all its calls.  A gateway's calls that nothing could tie
     together are a session of one call whose context is not known: it teaches only
     what the call alone shows (its arguments), never what came before it."""
+    context_only: frozenset[int] = frozenset()
+    """Positions of steps that are context only: what they showed grounds the calls
+    after them, but they teach nothing of their own tool (an untrusted source's calls of
+    tools in no catalog)."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

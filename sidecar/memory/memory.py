@@ -120,6 +120,8 @@ class FailureMemory:
         self._sessions = 0
         self._calls = 0
         self._groups: dict[tuple[str, str], Group] = {}
+        self._failing: set[str] = set()
+        """The tools of the groups."""
         self._tools: dict[str, ToolStats] = {}
         self._cardinality: dict[str, set[str]] = {}
         self._manual: list[FailureCondition] = []
@@ -154,6 +156,9 @@ class FailureMemory:
         cardinality: dict[str, set[str]] = {}
         calls = 0
         for position, step in enumerate(session.steps):
+            if position in session.context_only:
+                trace.add(step, own=False)
+                continue
             if position < start:
                 trace.add(step)
                 continue
@@ -250,6 +255,7 @@ class FailureMemory:
         group = self._groups.get((tool, signature))
         if group is None:
             group = self._groups[(tool, signature)] = Group(tool, signature, kind)
+            self._failing.add(tool)
         if any(r.identity == record.identity for r in group.failures):
             return  # the same call of the same session: a replay
         group.failures.append(record)
@@ -260,6 +266,14 @@ class FailureMemory:
         self._cache.pop(tool, None)
 
     # ---- conditions -----------------------------------------------------------------
+    def knows(self, tool: str) -> bool:
+        """Whether any session or hand-written condition taught the memory of ``tool``."""
+        return (
+            tool in self._tools
+            or tool in self._failing
+            or any(c.tool == tool for c in self._manual)
+        )
+
     def tools(self) -> list[str]:
         return sorted({g.tool for g in self._groups.values()} | {c.tool for c in self._manual})
 
@@ -323,6 +337,7 @@ class FailureMemory:
             group = Group(raw["tool"], raw["signature"], raw["kind"])
             group.failures = [FailureRecord(**f) for f in raw["failures"]]
             memory._groups[(group.tool, group.signature)] = group
+            memory._failing.add(group.tool)
         memory._tools = {t: ToolStats.from_dict(s) for t, s in data["tools"].items()}
         memory._cardinality = {k: set(v) for k, v in data["cardinality"].items()}
         memory._manual = [FailureCondition.from_dict(c) for c in data["manual"]]

@@ -105,14 +105,17 @@ class Trace:
         return len(self.steps)
 
     # ---- intake ---------------------------------------------------------------------
-    def add(self, step: Step) -> None:
+    def add(self, step: Step, own: bool = True) -> None:
+        """Index ``step``; ``own=False``: for what it showed only (a step that is context,
+        whose tool the calls after it are not told of)."""
         seq = len(self.steps)
         self.steps.append(step)
         self._ground_value(step.arguments)
         if step.error is not None:
-            self.failed.setdefault(step.tool, []).append(seq)
+            if own:
+                self.failed.setdefault(step.tool, []).append(seq)
             self._text(step.error)
-        else:
+        elif own:
             self.succeeded.setdefault(step.tool, seq)
             self._done.add(call_digest(step.tool, step.arguments))
         output = decoded(step.output)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sidecar.errors import NotFound
@@ -64,6 +64,11 @@ class Rules:
                 )
                 self._matcher_rev = rev
             return self._matcher
+
+    def named(self, tools: Iterable[str]) -> set[str]:
+        """Of ``tools``, those a fatal sequence in force or the call memory names."""
+        compiled, memory = self.matcher().tools, self.conditions.memory()
+        return {t for t in tools if t in compiled or memory.knows(t)}
 
     # ---- checks ------------------------------------------------------------------------------
     def reading(self, viewer: Viewer = OPERATOR) -> Reading:

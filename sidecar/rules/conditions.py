@@ -95,16 +95,17 @@ class ConditionBook:
         manual: Sequence[FailureCondition] = (),
         pointers: Mapping[tuple[str, str], str] | None = None,
         source: str = "local",
-        then: Callable[[Connection], None] | None = None,
+        then: Callable[[Connection, int], None] | None = None,
     ) -> None:
         """Teach the memory these sessions (and hand-written conditions, from ``source``),
         then record what its conditions now are, and run ``then`` (the rest of an intake
-        batch), in one transaction.  ``pointers``: for a (tool, normalized signature),
-        the cold record of its latest failing call."""
+        batch, told the bytes the evidence log took in), in one transaction.
+        ``pointers``: for a (tool, normalized signature), the cold record of its latest
+        failing call."""
         if not sessions and not manual:
             if then is not None:
                 with self._state.tx() as tx:
-                    then(tx)
+                    then(tx, 0)
             return
         now = time.time()
         # the state's write lock first, then the learner's: a check reading the memory
@@ -114,7 +115,7 @@ class ConditionBook:
             if learned is not None:
                 self._sync(tx, learned.tools, pointers or {}, now)
             if then is not None:
-                then(tx)
+                then(tx, learned.stored if learned is not None else 0)
 
     def forget(self, source: str, since: float | None = None) -> Unlearned:
         """Remove everything ``source`` taught the memory (since ``since``, when given)

@@ -40,6 +40,8 @@ class Learned:
 
     tools: frozenset[str]
     """Tools whose conditions may have changed."""
+    stored: int = 0
+    """Bytes the evidence log took in."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ class Learner:
         if not rows:
             return None
         self._append(tx, rows, now)
-        return Learned(frozenset(touched))
+        return Learned(frozenset(touched), sum(len(k) + len(p) for k, _s, _k, p in rows))
 
     def _append(
         self, tx: Connection, rows: Sequence[tuple[str, str, str, str]], now: float

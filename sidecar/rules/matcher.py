@@ -204,6 +204,8 @@ class ConstraintMatcher:
     ) -> None:
         self.missing_field = missing_field
         self.constraints: list[ArchivedConstraint] = sorted(constraints, key=lambda c: c.order)
+        self.tools = frozenset(t for c in self.constraints for t in c.sequence)
+        """Every tool a compiled sequence names."""
         self._contig = _AhoCorasick()
         self._gapped = _Trie()
         self._prefix_children: list[dict[str, int]] = [{}]

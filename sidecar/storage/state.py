@@ -12,12 +12,13 @@ import uuid
 from contextlib import AbstractContextManager
 
 from sidecar.storage.base import Connection, Database, Lock
+from sidecar.storage.budgets import BudgetRepository
 from sidecar.storage.conditions import ConditionRepository, numbered_log
 from sidecar.storage.credentials import CredentialRepository
 from sidecar.storage.mandates import MandateRepository
 from sidecar.storage.moves import MoveRepository
 from sidecar.storage.pending import PendingRepository
-from sidecar.storage.requests import RequestRepository
+from sidecar.storage.requests import RequestRepository, counted_requests
 from sidecar.storage.revisions import RevisionRepository
 from sidecar.storage.schema import Migration
 from sidecar.storage.sequences import SequenceRepository
@@ -39,12 +40,14 @@ REPOSITORIES = (
     MandateRepository,
     PendingRepository,
     RequestRepository,
+    BudgetRepository,
 )
 SCHEMAS: tuple[str, ...] = tuple(r.SCHEMA for r in REPOSITORIES)
 """Every repository's tables, created when a state is opened for writing."""
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "sightings count sessions, not reports", sessions_from_counts),
     Migration(2, "the call memory's evidence log numbered", numbered_log),
+    Migration(3, "usage requests counted per request, not kept per session", counted_requests),
 )
 """The schema's versions (see :mod:`sidecar.storage.schema`), oldest first."""
 
@@ -66,6 +69,7 @@ class State:
         self.mandates = MandateRepository(db)
         self.pending = PendingRepository(db)
         self.requests = RequestRepository(db)
+        self.budgets = BudgetRepository(db)
 
     @property
     def writable(self) -> bool:

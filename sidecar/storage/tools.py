@@ -53,6 +53,19 @@ CREATE TABLE IF NOT EXISTS tool_sources (
                 out[tool_id] = IndexRecord(tool_id, document, json.loads(metadata))
         return out
 
+    def present(self, ids: Iterable[str]) -> set[str]:
+        """Which of ``ids`` are active tools."""
+        out: set[str] = set()
+        wanted = list(dict.fromkeys(ids))
+        for start in range(0, len(wanted), CHUNK):
+            chunk = wanted[start : start + CHUNK]
+            rows = self._db.execute(
+                f"SELECT tool_id FROM hot_tools WHERE tool_id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+            out.update(r[0] for r in rows)
+        return out
+
     def all(self) -> list[IndexRecord]:
         rows = self._db.execute(
             "SELECT tool_id, document, metadata FROM hot_tools ORDER BY tool_id"

@@ -143,6 +143,10 @@ class Tools:
             )
 
     # ---- reads ------------------------------------------------------------------------
+    def cataloged(self, ids: set[str]) -> set[str]:
+        """Which of ``ids`` the catalog holds: active, evicted, or with their move begun."""
+        return self._records.present(ids) | (ids & self._cold())
+
     def active(self) -> list[Tool]:
         """The active tools; not one whose move to the cold store has begun (lookups do
         not serve it either)."""

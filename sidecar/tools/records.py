@@ -158,6 +158,10 @@ class ToolRecords:
     def ids(self) -> set[str]:
         return self._repo.ids()
 
+    def present(self, ids: Iterable[str]) -> set[str]:
+        """Which of ``ids`` are active tools."""
+        return self._repo.present(ids)
+
     def count(self) -> int:
         return self._repo.count()
 

@@ -203,6 +203,13 @@ def otlp(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
     return []
 
 
+def bounds(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
+    from benchmarks import bench_bounds as m
+
+    mp.setattr(m, "QUICK", m.Sizes(2, 20, 100, 100, 3, 4096))
+    return []
+
+
 def pollution(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
     from benchmarks import bench_pollution as m
 
@@ -229,6 +236,7 @@ CASES: dict[str, tuple[Patch, tuple[Any, ...]]] = {
     "gateway": (gateway, (model, servers, data)),
     "retrieval": (retrieval, (model, data)),
     "otlp": (otlp, (servers,)),
+    "bounds": (bounds, (servers,)),
     "pollution": (pollution, (model, data)),
 }
 COVERED_ELSEWHERE = {

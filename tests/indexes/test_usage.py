@@ -213,6 +213,23 @@ def test_the_same_evidence_in_any_order_gives_identical_scores(
     assert_same(a, b)
 
 
+@settings(max_examples=100, deadline=None)
+@given(evidence_lists, st.lists(st.integers(1, 5), min_size=20, max_size=20))
+def test_a_request_added_with_its_count_ranks_as_its_sessions_added_one_by_one(
+    items: list[tuple[str, str, list[float], bool]], counts: list[int]
+) -> None:
+    """A store keeps one row per request with the number of sessions that made it: the
+    index built from the counts is the index of the sessions themselves."""
+    one_by_one = UsageIndex(DIM, trusted={"gateway"}, memory=3, preselect=2)
+    counted = UsageIndex(DIM, trusted={"gateway"}, memory=3, preselect=2)
+    for n, (tool, source, values, completed) in enumerate(items):
+        e = Evidence(tool, source, f"k{n}", np.array(values, dtype=np.float32), completed)
+        for _ in range(counts[n % len(counts)]):
+            one_by_one.add(e)
+        counted.add(e, sessions=counts[n % len(counts)])
+    assert_same(one_by_one, counted)
+
+
 def test_rows_round_trip() -> None:
     e = Evidence("t", "agent", "s1", vec(0.3, 0.4), False, at=12.5)
     back = Evidence.from_row(e.row())

@@ -35,10 +35,13 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path, dict[str, str]]]:
     yield from serving(home)
 
 
-def serving(home: Path) -> Iterator[tuple[str, Path, dict[str, str]]]:
-    """``sidecar serve`` on ``home`` (its tokens file written), until the caller is done."""
+def serving(
+    home: Path, settings: dict[str, str] | None = None
+) -> Iterator[tuple[str, Path, dict[str, str]]]:
+    """``sidecar serve`` on ``home`` (its tokens file written) with ``settings`` (more
+    ``SIDECAR_*`` variables), until the caller is done."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
-    env |= {"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": "hashing"}
+    env |= {"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": "hashing", **(settings or {})}
     env["SIDECAR_MODEL_CACHE"] = os.environ["SIDECAR_MODEL_CACHE"]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -244,6 +247,7 @@ def test_tokens_that_would_let_anyone_in_stop_the_server_at_start(
 
 # ---- rules: whose evidence makes them, and whose contests them ---------------------------
 OPS = "ops-token-0123456789abcdef"
+SHOP_TOOLS = ("get_order", "exchange_items")
 
 
 @pytest.fixture
@@ -341,6 +345,10 @@ def test_a_fatal_sequence_needs_two_sources_or_a_trusted_one(
     url, _home, env = with_operator
     alice, bob = TOKENS["alice"], TOKENS["bob"]
     fatal = ["search_api", "html_parser", "llm_extractor"]
+    # an agent's chains name the catalog's tools (one naming a tool in no catalog is
+    # rejected: tests/sidecar/test_quota.py)
+    tools = [{"tool_id": t, "description": t.replace("_", " ")} for t in fatal]
+    assert post(url, OPS, "/v1/tools", {"tools": tools}).status_code == 200
     (first,) = reported(url, alice, [abandoned(fatal, "HTTP 413", session_id="a1")])
     checked = plan(url, alice, fatal)
     assert checked["safe"] and checked["warnings"]  # warned, not blocked
@@ -387,6 +395,8 @@ def test_an_agent_reads_its_own_archive_and_only_verdicts_of_others(
     url, _home, _env = with_operator
     alice, bob = TOKENS["alice"], TOKENS["bob"]
     private = "ship to 12 Rue des Lilas"
+    tools = [{"tool_id": t, "description": t.replace("_", " ")} for t in SHOP_TOOLS]
+    assert post(url, OPS, "/v1/tools", {"tools": tools}).status_code == 200
     reports = [{**fabricated(n, "alice"), "task_input": private} for n in range(2)]
     reported(url, alice, reports)
 

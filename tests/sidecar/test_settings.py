@@ -59,6 +59,9 @@ def test_environment_then_overrides() -> None:
         ("SIDECAR_REVOKER", "email", "revoker"),
         ("SIDECAR_CRASH_AT", "somewhere", "crash_at"),
         ("SIDECAR_COLLECTION", "ab", "collection"),
+        ("SIDECAR_STEP_RATE", "-1", "step_rate must be an integer >= 0"),
+        ("SIDECAR_NEW_TOOL_RATE", "many", "SIDECAR_NEW_TOOL_RATE must be an integer"),
+        ("SIDECAR_EVIDENCE_BUDGET", "-5", "evidence_budget must be an integer >= 0"),
     ],
 )
 def test_bad_values_fail_loudly(variable: str, value: str, message: str) -> None:
@@ -83,6 +86,9 @@ def test_with_validates(value: object) -> None:
         ({"retire_after": 0}, "retire_after must be an integer >= 1, got 0"),
         ({"constraint_max_age_days": -1}, "constraint_max_age_days must be a number >= 0"),
         ({"report_rate": -1}, "report_rate must be an integer >= 0, got -1"),
+        ({"step_rate": 1.5}, "step_rate must be an integer >= 0, got 1.5"),
+        ({"new_tool_rate": True}, "new_tool_rate must be an integer >= 0, got True"),
+        ({"evidence_budget": -1}, "evidence_budget must be an integer >= 0, got -1"),
         ({"max_step_bytes": 0}, "max_step_bytes must be an integer >= 1, got 0"),
         ({"otlp_conversation_idle_s": 0}, "otlp_conversation_idle_s must be a number > 0"),
         ({"otlp_max_request_bytes": 1023}, "otlp_max_request_bytes must be an integer >= 1024"),
@@ -121,3 +127,12 @@ def test_a_database_url_that_is_not_one_is_never_echoed() -> None:
     with pytest.raises(ConfigError, match="something else") as caught:
         Settings.load(env={}).with_(database_url="host=db password=hunter2")
     assert "hunter2" not in str(caught.value)
+
+
+def test_every_setting_is_a_row_of_the_readmes_table() -> None:
+    from dataclasses import fields
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme[readme.index("## Settings") : readme.index("## Benchmarks")]
+    rows = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `SIDECAR_")}
+    assert {f"SIDECAR_{f.name.upper()}" for f in fields(Settings)} <= rows

@@ -15,7 +15,8 @@ from starlette.testclient import TestClient
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.errors import ConfigError, RateLimited
-from sidecar.principals import Principals, ReportRate
+from sidecar.principals import Principals
+from sidecar.quota import RateLimit
 from sidecar.settings import Settings
 from sidecar.shells.api import create_app
 from tests.sidecar.test_call_memory import REFUSAL, exchange, good_session, lookup
@@ -171,13 +172,14 @@ def test_a_lift_covers_the_signature_family(tmp_path: Path) -> None:
 
 
 def test_the_report_rate_of_an_untrusted_source(tmp_path: Path) -> None:
-    rate = ReportRate(per_minute=60)
-    rate.take("alice", 60, now=0.0)
+    rate = RateLimit({"reports": 60})
+    rate.take("alice", {"reports": 60}, now=0.0)
     with pytest.raises(RateLimited) as caught:
-        rate.take("alice", 1, now=0.0)
+        rate.take("alice", {"reports": 1}, now=0.0)
     assert caught.value.retry_after == pytest.approx(1.0)
-    rate.take("alice", 1, now=1.0)  # one a second comes back
-    rate.take("bob", 60, now=0.0)  # each source has its own
+    assert "SIDECAR_REPORT_RATE" in str(caught.value)
+    rate.take("alice", {"reports": 1}, now=1.0)  # one a second comes back
+    rate.take("bob", {"reports": 60}, now=0.0)  # each source has its own
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path, report_rate=2) as sc:
         sc.report_many([good_session(n) for n in range(5)])  # the process itself: no limit
         sc.report_many([fabricated(n, "eve") for n in range(2)], source="eve", role="agent")

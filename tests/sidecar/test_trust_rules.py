@@ -156,6 +156,7 @@ def test_a_success_reported_before_the_operators_rule_does_not_contest_it(
     served: tuple[Sidecar, TestClient],
 ) -> None:
     sc, client = served
+    sc.add_tools([Tool("c", "c"), Tool("d", "d")])  # an agent reports on catalog tools only
     early = {**completed(["c", "d"]), "session_id": "mallory-early"}
     post(client, TOKENS["alice"], "/v1/reports", {"reports": [early]})
     sc.report(abandoned(["c", "d"], "HTTP 400 bad"))

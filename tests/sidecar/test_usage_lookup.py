@@ -175,7 +175,7 @@ def test_the_rows_kept_per_tool_and_source_are_bounded(sc: Sidecar) -> None:
     for order in (evidence, evidence[::-1]):
         repo = RequestRepository(sc.state.database, memory=3)
         with sc.state.tx() as tx:
-            tx.execute("DELETE FROM usage_requests")
+            tx.execute("DELETE FROM usage_request_counts")
             for e in order:
                 repo.add(tx, [RequestRow(*e.row())])
         rows, _ = repo.since(0)
@@ -234,3 +234,19 @@ def test_an_abandoned_session_lowers_only_the_tool_it_was_abandoned_at(sc: Sidec
     sc.report({"steps": steps, "outcome": "abandoned", "task_input": TRAINING[0]})
     rows, _ = sc.state.requests.since(0)
     assert [(r.tool_id, r.outcome) for r in rows] == [(tools[-1], "abandoned")]
+
+
+def test_sessions_of_one_request_are_one_row_and_a_replay_adds_nothing(tmp_path: Path) -> None:
+    """500 sessions with one task text kept 500 rows: now one row counting them; the same
+    batch sent again counts nothing more, and forgetting the source removes the row."""
+    from indexes import HashingEmbedder
+
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path, report_rate=0) as sc:
+        sc.add_tools(CATALOG)
+        batch = [session(i, TRAINING[0]) for i in range(500)]
+        for _ in range(2):
+            sc.report_many(batch, source="finance-bot", role="agent")
+        rows, _ = sc.state.requests.since(0)
+        assert [(r.tool_id, r.sessions) for r in rows] == [("ledger_post", 500)]
+        sc.forget("finance-bot")
+        assert sc.state.requests.count() == 0

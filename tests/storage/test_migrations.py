@@ -3,10 +3,13 @@ nothing lost."""
 
 from __future__ import annotations
 
+import base64
 import json
 import sqlite3
 import time
 from pathlib import Path
+
+import numpy as np
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar
@@ -78,5 +81,41 @@ def test_the_evidence_of_a_version_1_state_is_numbered_and_learned_again(tmp_pat
         1,
         23,
     )
-    assert db.execute("SELECT MAX(version) FROM schema_version").fetchone() == (2,)
+    assert db.execute("SELECT MAX(version) FROM schema_version").fetchone() == (3,)
+    db.close()
+
+
+def test_usage_requests_of_a_version_2_state_become_counts(tmp_path: Path) -> None:
+    """A version 2 state kept one usage row per session: its sessions of one request
+    become one row counting them, and lookups read the same usage."""
+    home = tmp_path / "home"
+    with Sidecar.open(embedder=HashingEmbedder(), home=home):
+        pass
+    db = sqlite3.connect(home / "state.sqlite")
+    db.execute("DELETE FROM schema_version WHERE version = 3")
+    db.execute("DROP TABLE usage_request_counts")
+    db.execute(
+        "CREATE TABLE usage_requests (tool_id TEXT NOT NULL, source TEXT NOT NULL, "
+        "session_key TEXT NOT NULL, request_key TEXT NOT NULL, vector TEXT NOT NULL, "
+        "outcome TEXT NOT NULL, seen_at REAL NOT NULL, rev INTEGER NOT NULL, "
+        "PRIMARY KEY (tool_id, source, session_key))"
+    )
+    vector = base64.b64encode(np.ones(8, dtype="<f4").tobytes()).decode()
+    db.executemany(
+        "INSERT INTO usage_requests VALUES (?, 'alice', ?, ?, ?, 'completed', ?, 1)",
+        [("t", f"src:alice/session:s{n}", f"k{n % 2}", vector, float(n)) for n in range(5)]
+        + [("u", "src:alice/session:s9", "k0", vector, 9.0)],
+    )
+    db.commit()
+    db.close()
+    with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+        rows, _ = sc.state.requests.since(0)
+        assert sorted((r.tool_id, r.key, r.sessions, r.at) for r in rows) == [
+            ("t", "k0", 3, 4.0),
+            ("t", "k1", 2, 3.0),
+            ("u", "k0", 1, 9.0),
+        ]
+    db = sqlite3.connect(home / "state.sqlite")
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "usage_requests" not in tables
     db.close()

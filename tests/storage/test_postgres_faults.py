@@ -93,6 +93,6 @@ def test_a_database_a_newer_sidecar_wrote_is_refused_at_start(
             [SCRIPT, *command], capture_output=True, text=True, env=env, timeout=120
         )
         assert proc.returncode == EXIT_UNAVAILABLE, proc.stderr
-        assert "schema version 99, newer than the 2 this sidecar knows" in proc.stderr
+        assert "schema version 99, newer than the 3 this sidecar knows" in proc.stderr
     with psycopg.connect(server.url()) as conn:
         assert conn.execute("SELECT COUNT(*) FROM hot_tools").fetchone() == (1,)

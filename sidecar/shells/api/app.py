@@ -189,7 +189,7 @@ def _error_handlers(api: FastAPI) -> None:
     @api.exception_handler(SidecarError)
     async def _known(_request: Request, exc: SidecarError) -> JSONResponse:
         headers = None
-        if isinstance(exc, RateLimited):
+        if isinstance(exc, RateLimited) and exc.retry_after is not None:
             headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
         return envelope(exc.status, exc.code, redact_text(str(exc)), headers)
 

@@ -5,6 +5,7 @@ import sys
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from sidecar.quota import LIMITS, QuotaView
 from sidecar.shells.api.deps import Lib, Meter
 from sidecar.wire import dump
 
@@ -53,4 +54,35 @@ def prometheus(sc: Lib, meter: Meter) -> str:
             "contradictions_ignored": {"": status.ignored_contradictions},
         }
 
-    return meter.render(gauges)
+    return meter.render(gauges) + "\n".join(_quota_lines(sc.quotas())) + "\n"
+
+
+def _quota_lines(view: QuotaView) -> list[str]:
+    """What untrusted tokens spent of their quotas (:mod:`sidecar.quota`)."""
+    lines = [
+        "# HELP sidecar_evidence_budget_bytes Bytes of evidence each untrusted token may "
+        "put into the state (0: no limit).",
+        "# TYPE sidecar_evidence_budget_bytes gauge",
+        f"sidecar_evidence_budget_bytes {view.budget_bytes}",
+        "# HELP sidecar_evidence_bytes Bytes of evidence each token has put into the state.",
+        "# TYPE sidecar_evidence_bytes gauge",
+        *(
+            f'sidecar_evidence_bytes{{token="{t}"}} {n}'
+            for t, n in sorted(view.evidence_bytes.items())
+        ),
+        "# HELP sidecar_reports_refused_total Report requests refused, by the limit that "
+        "refused them.",
+        "# TYPE sidecar_reports_refused_total counter",
+        *(
+            f'sidecar_reports_refused_total{{limit="{limit}"}} {view.refused.get(limit, 0)}'
+            for limit in LIMITS
+        ),
+        "# HELP sidecar_uncataloged_steps_total Untrusted tokens' steps on tools in no "
+        "catalog, taken as context only.",
+        "# TYPE sidecar_uncataloged_steps_total counter",
+        *(
+            f'sidecar_uncataloged_steps_total{{token="{t}"}} {n}'
+            for t, n in sorted(view.uncataloged_steps.items())
+        ),
+    ]
+    return lines
