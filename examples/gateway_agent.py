@@ -12,6 +12,8 @@ rule and its evidence; the last, on a delivered order, goes through.
 
     python examples/gateway_agent.py                   one MCP session per task
     python examples/gateway_agent.py --mode stateless  one MCP session per call
+    python examples/gateway_agent.py --mode modern     the 2026-07-28 protocol: no MCP
+                                                       session at all
         both start ``sidecar gateway shop='python examples/shop_server.py'`` on a fresh
         home, run the tasks, stop it
     python examples/gateway_agent.py --url http://127.0.0.1:8766/mcp --token TOKEN
@@ -26,7 +28,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-from shop_gateway import Call, arguments, scenario, target
+from shop_gateway import Call, arguments, play, target
 
 
 @contextlib.asynccontextmanager
@@ -46,11 +48,24 @@ async def session(url: str, token: str) -> AsyncIterator[Any]:
         yield s
 
 
+@contextlib.asynccontextmanager
+async def modern(url: str, token: str) -> AsyncIterator[Any]:
+    """A client of the 2026-07-28 protocol, which has no MCP session (``mcp.Client``
+    negotiates it)."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
+        yield client
+
+
 def _text(result: Any) -> str:
     return "\n".join(getattr(block, "text", "") for block in result.content)
 
 
-async def run(url: str, token: str, mode: str) -> list[str]:
+async def run(url: str, token: str, mode: str, which: str = "story") -> list[str]:
     async def alone(name: str, args: dict[str, Any]) -> tuple[str, bool]:
         async with session(url, token) as s:  # a client that opens a session per call
             result = await s.call_tool(name, args)
@@ -61,6 +76,15 @@ async def run(url: str, token: str, mode: str) -> list[str]:
         if mode == "stateless":
             yield alone
             return
+        if mode == "modern":
+            async with modern(url, token) as client:
+
+                async def sent(name: str, args: dict[str, Any]) -> tuple[str, bool]:
+                    result = await client.call_tool(name, args)
+                    return _text(result), bool(result.is_error)
+
+                yield sent
+            return
         async with session(url, token) as s:  # one session for the task
 
             async def call(name: str, args: dict[str, Any]) -> tuple[str, bool]:
@@ -69,13 +93,13 @@ async def run(url: str, token: str, mode: str) -> list[str]:
 
             yield call
 
-    return await scenario(per_task)
+    return await play(per_task, which)
 
 
 def main() -> int:
-    args = arguments(__doc__.splitlines()[0], modes=("session", "stateless"))
+    args = arguments(__doc__.splitlines()[0], modes=("session", "stateless", "modern"))
     with target(args) as (url, token):
-        anyio.run(run, url, token, args.mode)
+        anyio.run(run, url, token, args.mode, args.scenario)
     return 0
 
 

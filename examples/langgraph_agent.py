@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-from shop_gateway import Call, arguments, scenario, target
+from shop_gateway import Call, arguments, play, target
 
 _ids = itertools.count()
 
@@ -59,7 +59,7 @@ async def call(agent: Any, name: str, args: dict[str, Any]) -> tuple[str, bool]:
     return message.text, message.status == "error"
 
 
-async def run(url: str, token: str, mode: str) -> list[str]:
+async def run(url: str, token: str, mode: str, which: str = "story") -> list[str]:
     from langchain_mcp_adapters.client import MultiServerMCPClient
     from langchain_mcp_adapters.tools import load_mcp_tools
 
@@ -80,14 +80,14 @@ async def run(url: str, token: str, mode: str) -> list[str]:
             agent = graph(await load_mcp_tools(session))
             yield lambda name, args: call(agent, name, args)
 
-    return await scenario(per_task)
+    return await play(per_task, which)
 
 
 def main() -> int:
     args = arguments(__doc__.splitlines()[0], modes=("stateless", "session"))
     print(f"mode: {args.mode}")
     with target(args) as (url, token):
-        anyio.run(run, url, token, args.mode)
+        anyio.run(run, url, token, args.mode, args.scenario)
     return 0
 
 

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-from shop_gateway import Call, arguments, scenario, target
+from shop_gateway import Call, arguments, play, target
 
 
 def _text(output: Any) -> str:
@@ -36,7 +36,7 @@ def _text(output: Any) -> str:
     return "\n".join(texts)
 
 
-async def run(url: str, token: str) -> list[str]:
+async def run(url: str, token: str, which: str = "story") -> list[str]:
     from agents.mcp import MCPServerStreamableHttp, MCPUtil
     from agents.tool_context import ToolContext
 
@@ -67,13 +67,13 @@ async def run(url: str, token: str) -> list[str]:
         async def connection() -> AsyncIterator[Call]:
             yield call  # one MCP session for the connection: report_outcome ends a task's
 
-        return await scenario(connection)
+        return await play(connection, which)
 
 
 def main() -> int:
     args = arguments(__doc__.splitlines()[0])
     with target(args) as (url, token):
-        anyio.run(run, url, token)
+        anyio.run(run, url, token, args.scenario)
     return 0
 
 

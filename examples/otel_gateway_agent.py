@@ -25,10 +25,10 @@ from typing import Any
 
 import anyio
 from gateway_agent import session
-from shop_gateway import Call, arguments, scenario, target
+from shop_gateway import Call, arguments, play, target
 
 
-async def run(url: str, token: str) -> list[str]:
+async def run(url: str, token: str, which: str = "story") -> list[str]:
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
 
@@ -49,13 +49,13 @@ async def run(url: str, token: str) -> list[str]:
         with tracer.start_as_current_span("invoke_agent shop", attributes=attributes):
             yield call
 
-    return await scenario(traced)
+    return await play(traced, which)
 
 
 def main() -> int:
     args = arguments(__doc__.splitlines()[0])
     with target(args) as (url, token):
-        anyio.run(run, url, token)
+        anyio.run(run, url, token, args.scenario)
     return 0
 
 

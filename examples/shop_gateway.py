@@ -1,10 +1,10 @@
 """What the framework examples share: ``sidecar gateway`` started in front of the toy shop
 (``shop_server.py``) on a fresh home, and the scripted tasks their agents run.
 
-Standard library only: an agent's framework lives in the agent's own environment (the
-LangGraph example runs where ``mcp`` 1.x is installed), so this starts the gateway with
-the sidecar's own command (``sidecar`` on ``PATH``, else this checkout's
-``.venv/bin/sidecar``).
+The standard library and anyio (every MCP client brings it): an agent's framework lives
+in the agent's own environment (the LangGraph example runs where ``mcp`` 1.x is
+installed), so this starts the gateway with the sidecar's own command (``sidecar`` on
+``PATH``, else this checkout's ``.venv/bin/sidecar``).
 
 Each task is what an agent would do to exchange the shirt of an order: look the order
 up, try the exchange, and say how the task ended (``report_outcome``).  Ten customers
@@ -28,10 +28,15 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 HERE = Path(__file__).resolve().parent
 WARM_UP = ["#W3", "#W4", "#W6", "#W7", "#W8", "#W9", "#W10", "#W11", "#W12", "#W13"]
 RUNS = [("#W1", "pending"), ("#W2", "pending"), ("#W1", "pending"), ("#W3", "delivered")]
 WARNING = "[sidecar warning]"
+SETTLE_S = 3.0
+"""A little more than the gateway's quiet time before a session's calls are evidence
+(2 s): a client that keeps no session cannot say when its task ended."""
 REFUSED = "Refused:"
 
 Call = Callable[[str, dict[str, Any]], Awaitable[tuple[str, bool]]]
@@ -79,6 +84,12 @@ def arguments(description: str, modes: tuple[str, ...] = ()) -> argparse.Namespa
     parser.add_argument("--home", type=Path, help="the started gateway's home")
     if modes:
         parser.add_argument("--mode", choices=modes, default=modes[0])
+    parser.add_argument(
+        "--scenario",
+        choices=("story", "protocols"),
+        default="story",
+        help="the walk-through (story), or agent after agent (protocols)",
+    )
     args = parser.parse_args()
     if args.url and not args.token:
         parser.error("--url needs --token")
@@ -113,6 +124,42 @@ async def task(session: Session, order: str) -> tuple[str, bool]:
         outcome = "abandoned" if is_error else "completed"
         await call("report_outcome", {"outcome": outcome, "task": f"exchange {order}"})
     return text, is_error
+
+
+async def protocols(session: Session) -> list[str]:
+    """Agents one after another, each its own task (``--scenario protocols``): what a
+    client gets from the memory, whatever keeps (or does not keep) its session.
+
+    - *repeat*: six customers exchange delivered orders; then three agents make the very
+      same exchange of the pending ``#W1``: the first fails, the second is warned (the
+      first's failure is evidence as soon as it came back), the third is refused;
+    - *situations*: three agents fail on three pending orders, eleven exchange delivered
+      ones; a fourth agent's exchange of another pending order is refused, and further
+      exchanges of delivered orders go through with no warning."""
+    out = []
+    for order in ("#W6", "#W7", "#W8", "#W9", "#W10", "#W11"):
+        await task(session, order)
+    repeat = []
+    for _ in range(3):
+        repeat.append(ended(*await task(session, "#W1")))
+        await anyio.sleep(1.0)  # the next agent comes a moment later
+    print(f"repeat: {', '.join(repeat)}")
+    out += repeat
+    failed = [ended(*await task(session, f"#W{n}")) for n in (40, 41, 42)]
+    done = [ended(*await task(session, f"#W{n}")) for n in range(12, 23)]
+    await anyio.sleep(SETTLE_S)  # what those sessions saw is evidence by then
+    fourth = ended(*await task(session, "#W43"))
+    delivered = [ended(*await task(session, f"#W{n}")) for n in (23, 24, 25)]
+    print(
+        f"situations: {', '.join(failed)}; delivered {done.count('done')} of {len(done)} "
+        f"done; the fourth {fourth}; then delivered {', '.join(delivered)}"
+    )
+    return [*out, *failed, fourth, *delivered]
+
+
+async def play(session: Session, which: str = "story") -> list[str]:
+    """The scenario ``--scenario`` names."""
+    return await (protocols if which == "protocols" else scenario)(session)
 
 
 async def scenario(session: Session) -> list[str]:

@@ -1,8 +1,9 @@
 """A toy shop MCP server for the gateway example: two tools, one of which fails
 deterministically on some orders.
 
-- ``get_order(order_id)``: the order and its status (``#W1``, ``#W2``: pending; ``#W3``,
-  ``#W4``: delivered); an unknown id fails "Order not found".
+- ``get_order(order_id)``: the order and its status (``#W1``, ``#W2``, ``#W5`` and
+  ``#W40`` to ``#W49``: pending; ``#W3``, ``#W4`` and ``#W6`` to ``#W29``: delivered); an
+  unknown id fails "Order not found".
 - ``exchange(order_id, item)``: fails "Non-delivered order cannot be exchanged" unless the
   order is delivered.
 
@@ -18,7 +19,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 ORDERS = {"#W1": "pending", "#W2": "pending", "#W3": "delivered", "#W4": "delivered"}
-ORDERS |= {"#W5": "pending"} | {f"#W{n}": "delivered" for n in range(6, 14)}
+ORDERS |= {"#W5": "pending"} | {f"#W{n}": "delivered" for n in range(6, 30)}
+ORDERS |= {f"#W{n}": "pending" for n in range(40, 50)}
 
 server = MCPServer(name="shop")
 

@@ -74,9 +74,9 @@ class Committer:
             if a.calls is not None
         }
         stamp = datetime.now(UTC)
-        rows = self._rows(plan.archive, stamp) if plan.archive else []
         chains = [compiled(a, stamp.timestamp()) for a in plan.archive]
         now = time.time()
+        rows: list[dict[str, Any]] = []
 
         def count(tx: Connection, learned: int) -> None:
             # counted before the new rules are compiled: a completed run of the same
@@ -84,6 +84,9 @@ class Committer:
             usage = apply(tx, self._state, self._rules, plan.counters, now)
             if chains:
                 self._rules.sequences.compile(tx, chains, now)
+                # built once the batch is learned: a record carries the conditions this
+                # very batch taught
+                rows[:] = self._rows(plan.archive, stamp)
                 self._publisher.queue(tx, rows, now)
             spent = plan.evidence_bytes + learned + usage
             self._state.budgets.spend(tx, plan.source, spent, now)
@@ -150,8 +153,8 @@ class Committer:
         ]
 
     def _with_conditions(self, calls: CallEvidence | None, tool: str) -> CallEvidence | None:
-        """The conditions known for this failure when it is archived (learning ran
-        first), beside its evidence."""
+        """The conditions known for this failure when it is archived (its batch learned
+        first, in the same transaction), beside its evidence."""
         if calls is None:
             return None
         known = [

@@ -460,3 +460,60 @@ def test_runs_that_contradict_nothing_keep_no_tool_of_an_operators_dead_end(
     answer = post(url, OPS, "/v1/evictions", {"min_chains": 1})
     assert answer.status_code == 200, answer.text
     assert {d["tool_id"] for d in answer.json()["evicted"]} == {"fetch", "parse"}, answer.text
+
+
+CREW = {f"agent{n}": f"agent{n}-token-0123456789" for n in range(4)}
+
+
+@pytest.fixture
+def crew(tmp_path: Path) -> Iterator[tuple[str, Path, dict[str, str]]]:
+    """A server with four agent tokens and an operator."""
+    home = tmp_path / "home"
+    home.mkdir()
+    entries = [_entry(name, "agent", token) for name, token in CREW.items()]
+    (home / "tokens.json").write_text(
+        json.dumps({"tokens": [*entries, _entry("ops", "operator", OPS)]})
+    )
+    yield from serving(home)
+
+
+def test_agents_acting_together_move_a_tool_no_more_than_one_of_them(
+    crew: tuple[str, Path, dict[str, str]],
+) -> None:
+    """Each agent token reports sessions that say an unrelated tool served an e-mail
+    request (and that the e-mail tool failed it): four tokens together move the tools
+    for everyone exactly as far as one alone."""
+    url, _home, _env = crew
+    request = "send an email to my colleague with the quarterly report"
+    tools = [
+        {"tool_id": f"t{n:02d}", "description": f"does task number {n} of the office"}
+        for n in range(30)
+    ] + [
+        {"tool_id": "email_send", "description": "send an email with an attachment"},
+        {"tool_id": "weather_now", "description": "the current weather for a city"},
+    ]
+    assert post(url, OPS, "/v1/tools", {"tools": tools}).status_code == 200
+
+    def ranking() -> list[str]:
+        answer = post(url, OPS, "/v1/search", {"query": request, "k": 32})
+        assert answer.status_code == 200, answer.text
+        return [h["tool_id"] for h in answer.json()["hits"]]
+
+    def session(who: str, n: int) -> dict[str, Any]:
+        steps = [{"tool": "t17", "arguments": {"city": "Oslo"}, "output": {"t": 3}}]
+        return {"steps": steps, "outcome": "completed", "task_input": request,
+                "session_id": f"{who}-{n}"}  # fmt: skip
+
+    sinking = {"steps": [{"tool": "email_send", "arguments": {"to": "x@example.com"},
+                          "error": "Error: recipient not allowed"}],
+               "outcome": "abandoned", "task_input": request}  # fmt: skip
+    before = ranking()
+    names = list(CREW)
+    reported(url, CREW[names[0]], [session(names[0], n) for n in range(4)])
+    reported(url, CREW[names[0]], [{**sinking, "session_id": f"{names[0]}-x"}])
+    one = ranking()
+    assert one.index("t17") < before.index("t17")  # one agent's usage moves it, capped
+    for who in names[1:]:
+        reported(url, CREW[who], [session(who, n) for n in range(4)])
+        reported(url, CREW[who], [{**sinking, "session_id": f"{who}-x"}])
+    assert ranking() == one  # three more agents add nothing

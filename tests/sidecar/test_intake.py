@@ -295,3 +295,23 @@ def test_a_batch_is_learned_and_counted_in_one_transaction(
     assert sc.rules.conditions.memory().summary()["sessions"] == 1
     sc.report(good_session(2))  # sent again once the state takes it: learned once
     assert sc.rules.conditions.memory().summary()["sessions"] == 2
+
+
+def test_a_record_archived_by_the_batch_that_teaches_a_condition_carries_it(
+    tmp_path: Path,
+) -> None:
+    """The cold record of a failing call holds the conditions known for its failure when
+    it was archived: those its own batch taught included (they were learned in the same
+    transaction, before the record was built)."""
+    from indexes import HashingEmbedder
+    from sidecar import Sidecar
+    from tests.sidecar.test_call_memory import failing_session, good_session
+
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        batch = [good_session(n) for n in range(20)] + [failing_session(n) for n in range(3)]
+        results = sc.report_many(batch)
+        pointers = [r.pointer for r in results[20:] if r.pointer]
+        assert pointers
+        record = sc.audit(pointers[-1])
+        carried = {c["predicate"]["feature"] for c in record["conditions"]}
+        assert "obj:order_id.status" in carried, record["conditions"]

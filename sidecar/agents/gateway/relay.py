@@ -170,7 +170,7 @@ class Relay:
         with self.origin(upstream, session, ctx):
             try:
                 return await self.links[upstream].request(
-                    request,
+                    unenveloped(request),
                     result_type,
                     timeout=self.timeout_s,
                     on_progress=self.progress_to(ctx),
@@ -316,3 +316,22 @@ class Relay:
             "client_requests_refused": self.stats.client_requests_refused,
             "subscriptions": self.listings.subscriptions,
         }
+
+
+ENVELOPE_PREFIX = "io.modelcontextprotocol/"
+"""The ``_meta`` keys the 2026-07-28 protocol reserves for its request envelope."""
+
+
+def unenveloped(request: Any) -> Any:
+    """``request`` as the gateway sends it on: without the client's protocol envelope in
+    ``_meta`` (the upstream's link speaks its own protocol version, and an upstream of
+    the handshake era refuses a request that carries the other's envelope)."""
+    params = getattr(request, "params", None)
+    meta = getattr(params, "meta", None)
+    if params is None or not meta:
+        return request
+    items = meta.items() if isinstance(meta, dict) else meta.model_dump(by_alias=True).items()
+    kept = {k: v for k, v in items if not str(k).startswith(ENVELOPE_PREFIX)}
+    if len(kept) == len(list(items)):
+        return request
+    return request.model_copy(update={"params": params.model_copy(update={"meta": kept or None})})

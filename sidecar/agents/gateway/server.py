@@ -38,6 +38,7 @@ from sidecar.agents.gateway.errors import GatewayError
 from sidecar.agents.gateway.evidence import DEFAULT_MAX_CHARS
 from sidecar.agents.gateway.learning import Learning
 from sidecar.agents.gateway.linking import ConnectionState, Linker, token_name
+from sidecar.agents.gateway.metrics import route as metrics_route
 from sidecar.agents.gateway.own_tools import (
     CALL_TOOL,
     OWN_TOOLS,
@@ -216,6 +217,7 @@ class Gateway:
                 json_response=self.options.json_response,
             )
             present_http_responses(self._server.session_manager)
+            app.router.routes.append(metrics_route(self.snapshot))
             app.router.lifespan_context = self._app_lifespan
             principals = self.options.principals
             guarded = self.token or (principals is not None and len(principals) > 0)

@@ -1,6 +1,7 @@
 """The official MCP conformance suite (``@modelcontextprotocol/conformance``, npm; Node
-22) against an upstream directly and through ``sidecar gateway``: the gateway must pass
-every scenario the upstream passes on its own.
+22) against an upstream directly and through ``sidecar gateway``, for each protocol
+revision's requirement set (2025-11-25, 2026-07-28): the gateway must pass every
+scenario the upstream passes on its own.
 
 Two upstreams: ``@modelcontextprotocol/server-everything`` (the reference server), and
 ``fixtures_server.py``, which holds the fixtures the suite's scenarios call (so that its
@@ -29,11 +30,17 @@ from tests.agents.gateway.conftest import free_port
 
 pytestmark = pytest.mark.integration
 
+CONFORMANCE = "0.2.0-alpha.12"
+"""The first release that scores a server against each protocol revision's requirement
+set (``--requirements 2025-11-25``, ``--requirements 2026-07-28``)."""
 PACKAGES = (
     "node@22",
-    "@modelcontextprotocol/conformance@0.1.16",
+    f"@modelcontextprotocol/conformance@{CONFORMANCE}",
     "@modelcontextprotocol/server-everything@2026.8.31",
 )
+REVISIONS = ("2025-11-25", "2026-07-28")
+"""The protocol revisions the gateway serves clients of: the handshake era's, and the
+stateless one's (no ``Mcp-Session-Id``)."""
 FIXTURES = str(Path(__file__).with_name("fixtures_server.py"))
 SIDECAR = str(Path(sys.executable).with_name("sidecar"))
 
@@ -65,8 +72,9 @@ def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     cache = getattr(request.config, "cache", None)
     root = Path(cache.mkdir("mcp-conformance")) if cache else tmp_path_factory.mktemp("npm")
     found = Node(root / "node_modules/node/bin/node", root)
-    if _node_22(found.node) and found.conformance.exists() and found.everything.exists():
-        return found
+    if _node_22(found.node) and _version(found.conformance) == CONFORMANCE:
+        if found.everything.exists():
+            return found
     npm, system_node = shutil.which("npm"), shutil.which("node")
     if npm is None or system_node is None:
         pytest.skip("Node 22 cannot be installed here: npm (and node to run it) not on PATH")
@@ -91,6 +99,14 @@ def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     if not _node_22(found.node):
         pytest.skip("Node 22 cannot be installed here: the installed node is not 22")
     return found
+
+
+def _version(entry: Path) -> str | None:
+    """The version of the npm package whose ``dist/index.js`` is ``entry``."""
+    manifest = entry.parent.parent / "package.json"
+    if not manifest.exists():
+        return None
+    return str(json.loads(manifest.read_text()).get("version"))
 
 
 def _wait_http(url: str, proc: subprocess.Popen[bytes], what: str) -> None:
@@ -126,13 +142,14 @@ def _gateway(upstream: str, home: Path) -> tuple[list[str], str]:
     return argv, f"http://127.0.0.1:{port}/mcp"
 
 
-def _suite(node: Node, url: str, out: Path) -> dict[str, bool]:
-    """Every server scenario of the suite against ``url``: scenario -> passed."""
+def _suite(node: Node, url: str, out: Path, revision: str) -> dict[str, bool]:
+    """Every server scenario ``revision`` requires, against ``url``: scenario -> passed."""
     subprocess.run(
-        [str(node.node), str(node.conformance), "server", "--url", url, "-o", str(out)],
+        [str(node.node), str(node.conformance), "server", "--url", url, "-o", str(out),
+         "--requirements", revision],
         capture_output=True,
         timeout=900,
-    )
+    )  # fmt: skip
     passed: dict[str, bool] = {}
     for checks in sorted(out.glob("server-*/checks.json")):
         scenario = checks.parent.name.removeprefix("server-").rsplit("-", 6)[0]
@@ -153,35 +170,37 @@ def _compare(direct: dict[str, bool], through: dict[str, bool]) -> None:
     assert not lost, f"{score}{len(through)}: lost {lost}"
 
 
+@pytest.mark.parametrize("revision", REVISIONS)
 def test_the_reference_server_keeps_its_score_through_the_gateway(
-    node: Node, tmp_path: Path
+    node: Node, tmp_path: Path, revision: str
 ) -> None:
     port = free_port()
     direct_url = f"http://127.0.0.1:{port}/mcp"
     argv = [str(node.node), str(node.everything), "streamableHttp"]
     with _running(argv, direct_url, "server-everything", {**_env(), "PORT": str(port)}):
-        direct = _suite(node, direct_url, tmp_path / "direct")
+        direct = _suite(node, direct_url, tmp_path / "direct", revision)
     upstream = f"everything={node.node} {node.everything} stdio"
     argv, url = _gateway(upstream, tmp_path / "home")
     with _running(argv, url, "the gateway", _env()):
-        through = _suite(node, url, tmp_path / "gateway")
+        through = _suite(node, url, tmp_path / "gateway", revision)
     _compare(direct, through)
     # what the reference server offers is relayed: lists, subscriptions, logging
     for scenario in ("resources-list", "resources-subscribe", "prompts-list", "logging-set-level"):
         assert through[scenario], scenario
 
 
+@pytest.mark.parametrize("revision", REVISIONS)
 def test_the_suites_fixtures_keep_their_score_through_the_gateway(
-    node: Node, tmp_path: Path
+    node: Node, tmp_path: Path, revision: str
 ) -> None:
     port = free_port()
     direct_url = f"http://127.0.0.1:{port}/mcp"
     argv = [sys.executable, FIXTURES, "--http", str(port)]
     with _running(argv, direct_url, "the fixtures server", _env()):
-        direct = _suite(node, direct_url, tmp_path / "direct")
+        direct = _suite(node, direct_url, tmp_path / "direct", revision)
     argv, url = _gateway(f"fixtures={sys.executable} {FIXTURES}", tmp_path / "home")
     with _running(argv, url, "the gateway", _env()):
-        through = _suite(node, url, tmp_path / "gateway")
+        through = _suite(node, url, tmp_path / "gateway", revision)
     _compare(direct, through)
     # the requests and notifications an upstream sends during a call reach the client
     for scenario in (

@@ -42,6 +42,8 @@ def _run(python: str, example: str, tmp_path: Path, *args: str) -> str:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "Traceback" not in done.stderr
     out = done.stdout
+    if "protocols" in args:
+        return out
     assert "warm-up: 10 of 10 exchanges of delivered orders done" in out
     assert out.strip().endswith(RUNS), out
     warned = out.split("run 2, #W2 (pending): exchange warned")[1].split("run 3,")[0]
@@ -114,3 +116,36 @@ def framework_env(name: str) -> Path:
         raise AssertionError(done.stderr[-3000:])
     stamp.write_text(digest)
     return python
+
+
+PROTOCOLS = (
+    "repeat: failed, warned, refused",
+    # the third pending order is refused already: two situations and the successes
+    # before them are enough; the fourth is, and delivered orders are never warned
+    "situations: warned, warned, refused; delivered 11 of 11 done; the fourth refused; "
+    "then delivered done, done, done",
+)
+
+
+@pytest.mark.parametrize(
+    ("example", "mode"),
+    [
+        ("gateway_agent.py", "stateless"),  # a new MCP session for every call
+        ("gateway_agent.py", "modern"),  # the 2026-07-28 protocol: no MCP session at all
+        ("langgraph_agent.py", "stateless"),  # langchain-mcp-adapters' default client
+        ("openai_agents_agent.py", None),  # the Agents SDK: one session per connection
+    ],
+)
+def test_every_client_gets_the_verdicts_of_a_client_that_keeps_its_session(
+    tmp_path: Path, example: str, mode: str | None
+) -> None:
+    """Agent after agent, with each framework's default client and the gateway's
+    defaults: the very call that failed is warned at once and refused from the third
+    try; three situations refuse a fourth agent's pending order, and leave the
+    delivered ones unwarned (``examples/shop_gateway.py``, ``protocols``)."""
+    if example == "openai_agents_agent.py":
+        pytest.importorskip("agents", reason="openai-agents is not installed")
+    python = str(framework_env("langgraph")) if example.startswith("langgraph") else sys.executable
+    flags = ("--mode", mode) if mode else ()
+    out = _run(python, example, tmp_path, *flags, "--scenario", "protocols").splitlines()
+    assert tuple(out[-2:]) == PROTOCOLS, "\n".join(out)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from indexes import HashingEmbedder
@@ -77,6 +78,11 @@ def test_the_very_call_that_failed_is_warned_at_once_and_refused_from_the_third_
                 forwarded = gateway.stats.forwarded
                 out["third"] = await agent(url, "#W1")
                 out["forwarded"] = gateway.stats.forwarded - forwarded
+                async with httpx.AsyncClient() as http:
+                    out["metrics"] = await http.get(
+                        url.removesuffix("/mcp") + "/metrics",
+                        headers={"Authorization": f"Bearer {TOKEN}"},
+                    )
             return out
 
         out = anyio.run(main)
@@ -85,6 +91,11 @@ def test_the_very_call_that_failed_is_warned_at_once_and_refused_from_the_third_
         assert refused(out["third"])
         assert out["forwarded"] == 1  # the lookup; the exchange was not sent
         assert gateway.stats.evidence_reports >= 2
+        metrics = out["metrics"].text
+        assert out["metrics"].status_code == 200, metrics
+        # how long the failing calls' evidence waited, for the operator
+        waited = [ln for ln in metrics.splitlines() if ln.startswith("sidecar_gateway_evidence_")]
+        assert float(waited[0].split()[1]) >= 2 and len(waited) == 3, metrics
 
 
 def test_three_situations_refuse_the_fourth_and_leave_delivered_orders_alone(
