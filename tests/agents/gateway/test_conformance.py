@@ -1,7 +1,8 @@
 """The official MCP conformance suite (``@modelcontextprotocol/conformance``, npm; Node
 22) against an upstream directly and through ``sidecar gateway``, for each protocol
-revision's requirement set (2025-11-25, 2026-07-28): the gateway must pass every
-scenario the upstream passes on its own.
+revision's requirement set (2025-11-25, 2026-07-28; the reference server of this
+release speaks the first alone): the gateway must pass every scenario the upstream passes
+on its own.
 
 Two upstreams: ``@modelcontextprotocol/server-everything`` (the reference server), and
 ``fixtures_server.py``, which holds the fixtures the suite's scenarios call (so that its
@@ -39,6 +40,23 @@ PACKAGES = (
     "@modelcontextprotocol/server-everything@2026.8.31",
 )
 REVISIONS = ("2025-11-25", "2026-07-28")
+RELAYED_BY_EVERYTHING = {
+    "2025-11-25": ("resources-list", "resources-subscribe", "prompts-list", "logging-set-level"),
+}
+"""Scenarios of the reference server the gateway must pass (not merely not lose)."""
+RELAYED_BY_FIXTURES = {
+    "2025-11-25": (
+        "tools-call-with-logging",
+        "tools-call-with-progress",
+        "tools-call-sampling",
+        "tools-call-elicitation",
+        "completion-complete",
+        "resources-templates-read",
+    ),
+    "2026-07-28": ("completion-complete", "resources-templates-read", "prompts-get-simple"),
+}
+"""Scenarios of the suite's fixtures the gateway must pass: what an upstream sends during
+a call reaches the client, relayed requests reach the upstream."""
 """The protocol revisions the gateway serves clients of: the handshake era's, and the
 stateless one's (no ``Mcp-Session-Id``)."""
 FIXTURES = str(Path(__file__).with_name("fixtures_server.py"))
@@ -72,9 +90,9 @@ def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     cache = getattr(request.config, "cache", None)
     root = Path(cache.mkdir("mcp-conformance")) if cache else tmp_path_factory.mktemp("npm")
     found = Node(root / "node_modules/node/bin/node", root)
-    if _node_22(found.node) and _version(found.conformance) == CONFORMANCE:
-        if found.everything.exists():
-            return found
+    current = _version(found.conformance) == CONFORMANCE and found.everything.exists()
+    if _node_22(found.node) and current:
+        return found
     npm, system_node = shutil.which("npm"), shutil.which("node")
     if npm is None or system_node is None:
         pytest.skip("Node 22 cannot be installed here: npm (and node to run it) not on PATH")
@@ -170,7 +188,10 @@ def _compare(direct: dict[str, bool], through: dict[str, bool]) -> None:
     assert not lost, f"{score}{len(through)}: lost {lost}"
 
 
-@pytest.mark.parametrize("revision", REVISIONS)
+# the reference server of this release speaks the handshake era only: against the
+# 2026-07-28 requirements it passes one scenario of 49, and that one by refusing every
+# request ("Server not initialized"); its score there says nothing of the gateway
+@pytest.mark.parametrize("revision", REVISIONS[:1])
 def test_the_reference_server_keeps_its_score_through_the_gateway(
     node: Node, tmp_path: Path, revision: str
 ) -> None:
@@ -185,7 +206,7 @@ def test_the_reference_server_keeps_its_score_through_the_gateway(
         through = _suite(node, url, tmp_path / "gateway", revision)
     _compare(direct, through)
     # what the reference server offers is relayed: lists, subscriptions, logging
-    for scenario in ("resources-list", "resources-subscribe", "prompts-list", "logging-set-level"):
+    for scenario in RELAYED_BY_EVERYTHING[revision]:
         assert through[scenario], scenario
 
 
@@ -203,12 +224,5 @@ def test_the_suites_fixtures_keep_their_score_through_the_gateway(
         through = _suite(node, url, tmp_path / "gateway", revision)
     _compare(direct, through)
     # the requests and notifications an upstream sends during a call reach the client
-    for scenario in (
-        "tools-call-with-logging",
-        "tools-call-with-progress",
-        "tools-call-sampling",
-        "tools-call-elicitation",
-        "completion-complete",
-        "resources-templates-read",
-    ):
+    for scenario in RELAYED_BY_FIXTURES[revision]:
         assert through[scenario], scenario

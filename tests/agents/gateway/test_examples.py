@@ -70,7 +70,8 @@ def test_the_plain_mcp_client(tmp_path: Path, mode: str) -> None:
         text = readme.read_text()
         start = text.index(title)
         part = text[start : text.find("\n## ", start + 1)]
-        [shown] = [lines for lang, lines in blocks(part) if lang == "text"]
+        # the walk-through's output is the section's first text block
+        shown = next(lines for lang, lines in blocks(part) if lang == "text")
         assert matches(shown, out), (readme, "\n".join(out))
 
 
