@@ -335,6 +335,26 @@ def test_evict_min_chains_flag(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "must be at least 1" in bad.stderr
 
 
+def test_a_dry_run_counts_the_revocation_mandates_the_run_writes(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    catalog = tmp_path / "tools.jsonl"
+    refs = {"web_search": ["env:SEARCH_KEY"], "html_parser": ["env:SHARED"],
+            "llm_extractor": ["env:SHARED"]}  # fmt: skip
+    lines = [
+        {"tool_id": t, "description": f"{t} tool", "credentials": [{"ref": r} for r in refs[t]]}
+        for t in FATAL.split(",")
+    ]
+    catalog.write_text("\n".join(json.dumps(line) for line in lines))
+    assert run(home, "tools", "add", str(catalog)).returncode == 0
+    assert run(home, "report", "-", stdin=json.dumps(REPORTS[0])).returncode == 0
+    dry = run(home, "evict", "--dry-run", "--min-chains", "1")
+    assert dry.returncode == 0, dry.stderr
+    # env:SEARCH_KEY; env:SHARED stays with llm_extractor, the terminal tool
+    assert "revocation mandates: 1" in dry.stdout.splitlines()
+    real = as_json(run(home, "evict", "--min-chains", "1", "--json"))
+    assert real["mandates"] == 1 and len(real["evicted"]) == 2
+
+
 def test_constraints_lift_and_reinstate(loaded: Path) -> None:
     """`constraints lift ID` and `constraints reinstate ID`, as the README names them;
     `lift --reinstate` is the same as `reinstate`."""
