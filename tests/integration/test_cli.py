@@ -234,11 +234,33 @@ def test_errors_become_messages_and_exit_codes(
     assert json.loads(as_json_err.stderr)["error"]["message"]
 
 
-def test_a_read_of_a_missing_home_fails_and_creates_nothing(tmp_path: Path) -> None:
-    for args in (("tools", "list"), ("check", "a,b"), ("archive", "status")):
-        proc = run(tmp_path / "typo", *args)
-        assert proc.returncode == 5 and "no sidecar home at" in proc.stderr, proc.stderr
-    assert not (tmp_path / "typo").exists()
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("tools", "list"),
+        ("check", "a,b"),
+        ("archive", "status"),
+        # writes that act on what a home holds: a typo must not give them an empty one
+        ("evict", "--dry-run"),
+        ("evict",),
+        ("evict", "--recover"),
+        ("restore", "web_search", "--reason", "fixed"),
+        ("constraints", "lift", "0" * 32, "--reason", "r"),
+        ("forget", "--source", "alice"),
+        ("revocations", "run"),
+        ("archive", "maintain"),
+    ],
+    ids=" ".join,
+)
+def test_a_missing_home_is_an_error_unless_the_command_creates_one(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    typo = tmp_path / "typo"
+    proc = run(typo, *args)
+    assert proc.returncode == 5, proc.stderr
+    assert f"no sidecar home at {typo}" in proc.stderr
+    assert "`sidecar tools add`, `report`, `serve`, `mcp`, `gateway` and `demo`" in proc.stderr
+    assert not typo.exists()
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
