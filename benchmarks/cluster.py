@@ -350,7 +350,7 @@ class Cluster:
     def client(self, index: int, timeout: float = 120.0) -> RemoteSidecar:
         if index not in self._clients:
             self._clients[index] = RemoteSidecar(
-                self.replicas[index].url, self.token, timeout=timeout, token_source="cluster"
+                self.replicas[index].url, self.token, timeout=timeout, token_source="the cluster"
             )
         return self._clients[index]
 

@@ -263,6 +263,35 @@ def test_a_missing_home_is_an_error_unless_the_command_creates_one(
     assert not typo.exists()
 
 
+def test_a_refused_token_says_where_it_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hint of a 401 survives the redaction of error messages: it names
+    $SIDECAR_TOKEN or the token file, never "[REDACTED]"."""
+    from indexes import HashingEmbedder
+    from tests.serving import serving
+
+    client = tmp_path / "client"
+    with (
+        Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc,
+        serving(sc, "the-right-token-0123456789") as url,
+    ):
+        monkeypatch.setenv("SIDECAR_URL", url)
+        monkeypatch.setenv("SIDECAR_TOKEN", "a-wrong-token-0123456789")
+        wrong = run(client, "tools", "list")
+        monkeypatch.delenv("SIDECAR_TOKEN")
+        none = run(client, "tools", "list")
+        client.mkdir()
+        (client / "token").write_text("a-wrong-token-0123456789")
+        from_file = run(client, "tools", "list")
+    assert "(the token sent came from $SIDECAR_TOKEN)" in wrong.stderr
+    assert f"(no token was sent: none in $SIDECAR_TOKEN or {client / 'token'})" in none.stderr
+    assert "the Authorization header must be `Bearer <token>`" in none.stderr
+    assert f"(the token sent came from {client / 'token'})" in from_file.stderr
+    for proc in (wrong, none, from_file):
+        assert proc.returncode == 9 and "[REDACTED]" not in proc.stderr, proc.stderr
+
+
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
     proc = run(tmp_path, "check", "a,b", "--context", "novalue")
     assert proc.returncode == 2 and "key=value" in proc.stderr

@@ -77,13 +77,15 @@ def backend(
 
 
 def _token(home: Path) -> tuple[str | None, str]:
+    """The token to send and where it came from (where none was found, when none)."""
     env = os.environ.get("SIDECAR_TOKEN")
     if env:
-        return env, "from $SIDECAR_TOKEN"
+        return env, "$SIDECAR_TOKEN"
     path = home / "token"
     if path.exists():
-        return path.read_text().strip() or None, f"from {path}"
-    return None, f"none: neither $SIDECAR_TOKEN nor {path} is set"
+        token = path.read_text().strip() or None
+        return token, str(path)
+    return None, f"$SIDECAR_TOKEN or {path}"
 
 
 # ---- tools and lookup -----------------------------------------------------------------
