@@ -72,9 +72,9 @@ def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     cache = getattr(request.config, "cache", None)
     root = Path(cache.mkdir("mcp-conformance")) if cache else tmp_path_factory.mktemp("npm")
     found = Node(root / "node_modules/node/bin/node", root)
-    if _node_22(found.node) and _version(found.conformance) == CONFORMANCE:
-        if found.everything.exists():
-            return found
+    cached = _node_22(found.node) and _version(found.conformance) == CONFORMANCE
+    if cached and found.everything.exists():
+        return found
     npm, system_node = shutil.which("npm"), shutil.which("node")
     if npm is None or system_node is None:
         pytest.skip("Node 22 cannot be installed here: npm (and node to run it) not on PATH")
