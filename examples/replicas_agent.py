@@ -66,6 +66,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(args.url) not in (0, 2):
         parser.error("give --url twice (replica 1, then replica 2), or not at all")
+    if not args.url:
+        # the servers it starts need more than `make run` installs: say what, and how,
+        # before starting any of them
+        from benchmarks.cluster import missing
+
+        lacking = missing("s3")
+        if lacking:
+            print("\n".join(f"replicas_agent: {m}" for m in lacking), file=sys.stderr)
+            return 2
     with replicas(args.url, args.embedder) as (one, two):
         run_agent(one, two)
     return 0

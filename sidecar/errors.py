@@ -8,6 +8,7 @@
     │   └── UsageError              a command line that cannot be run (exit 2)
     ├── ConfigError                 a setting is invalid (500, exit 2)
     ├── NotFound                    an unknown tool, chain, pointer or home (404, 5)
+    │   ├── HomeNotFound            no home where a command that creates none looked
     │   └── EmptyArchive            the archive holds no chain: no digest is defined
     ├── Busy                        a lock is held: another eviction, or a server owns
     │                               the home (409, 6)
@@ -128,6 +129,26 @@ class NotFound(SidecarError):
     code = "not_found"
     status = 404
     exit_code = EXIT_NOT_FOUND
+
+
+HOME_CREATORS = "`sidecar tools add`, `report`, `serve`, `mcp`, `gateway` and `demo`"
+"""The commands that make a home where there is none: they bring what a home holds
+(tools, reports) or serve one.  Every other command needs an existing home."""
+
+
+class HomeNotFound(NotFound):
+    """A read, or a write that acts on what a home holds (an eviction, a restore, a
+    lift ...), was pointed at a folder that holds no sidecar home: making an empty one
+    there would only hide a mistyped path.  Keeps :class:`NotFound`'s code."""
+
+    path = ""
+
+    def __init__(self, path: object) -> None:
+        super().__init__(
+            f"no sidecar home at {path}: nothing was added or reported there (check --home "
+            f"or SIDECAR_HOME; {HOME_CREATORS} create a home, no other command does)"
+        )
+        self.path = str(path)
 
 
 class EmptyArchive(NotFound):

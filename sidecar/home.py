@@ -17,7 +17,9 @@ the hot index is on a Chroma server, so that several processes may write there) 
 long as it is open.  Only the owner writes, reconciles or finishes interrupted moves.
 A home opened for reading takes no lock and never writes anything: not a folder, not a
 table, not a WAL file; a read of a home that does not exist fails instead of creating
-an empty one.
+an empty one.  Opened for writing, a home is made where there is none: a caller that must
+not make one (the CLI's commands but :data:`~sidecar.errors.HOME_CREATORS`) asks
+:func:`require_home` first.
 
 **The backends** are chosen here and nowhere else: the state (:func:`open_state`) in the
 embedded SQLite file, or PostgreSQL when ``SIDECAR_DATABASE_URL`` is set; the cold
@@ -42,8 +44,10 @@ from cold_store.base import ColdTable
 from cold_store.errors import UnsafeStore
 from cold_store.probe import S3Options
 from sidecar.errors import (
+    HOME_CREATORS,
     Busy,
     ColdStoreUnavailable,
+    HomeNotFound,
     InvalidInput,
     NotFound,
     StateUnavailable,
@@ -86,7 +90,7 @@ def open_state(
         elif not db.has_table("meta"):
             raise NotFound(
                 f"no sidecar state in {db.location}: nothing was added or reported there "
-                "(check SIDECAR_DATABASE_URL; writes and `sidecar serve` create it)"
+                f"(check SIDECAR_DATABASE_URL; {HOME_CREATORS} create it)"
             )
         else:
             check(db, MIGRATIONS)
@@ -130,6 +134,15 @@ def open_cold(
         raise ColdStoreUnavailable(f"cannot open the cold store {where}: {exc}{note}") from exc
 
 
+def require_home(settings: Settings) -> None:
+    """Raise :class:`~sidecar.errors.HomeNotFound` when ``settings`` name a home that
+    does not exist (its SQLite state is not there), before anything is made.  A state in
+    PostgreSQL is the database's, checked as it is opened: the home folder then holds
+    only this process's lock and token."""
+    if settings.database_url is None and not settings.state_path.exists():
+        raise HomeNotFound(settings.home)
+
+
 class Home:
     def __init__(self, settings: Settings, writable: bool = True) -> None:
         self.settings = settings
@@ -138,11 +151,8 @@ class Home:
         self._owner: WriterLock | None = None
         if writable:
             self._claim()
-        elif settings.database_url is None and not settings.state_path.exists():
-            raise NotFound(
-                f"no sidecar home at {self.path}: nothing was added or reported there "
-                "(check --home or SIDECAR_HOME; writes and `sidecar serve` create a home)"
-            )
+        else:
+            require_home(settings)
 
         def no_writer() -> bool:
             return holder(self.path / OWNER_LOCK, "writer") is None
@@ -259,8 +269,7 @@ def migrate(
         settings.with_(cold_url=to_cold)
         if settings.cold_url is not None:
             raise InvalidInput(f"this home's archive is already at {settings.cold_url}")
-    if settings.database_url is None and not settings.state_path.exists():
-        raise NotFound(f"no sidecar home at {settings.home}: nothing to migrate")
+    require_home(settings)
     home = Home(settings, writable=True)
     out: dict[str, Any] = {}
     try:

@@ -214,6 +214,8 @@ class Evictor:
             mandates = 0
             done = 0
             late: list[ToolDecision] = []
+            if dry_run:
+                mandates = self._mandates_for([d.tool_id for d in evict])
             for start in range(0, len(evict), self._policy.batch_size):
                 batch = evict[start : start + self._policy.batch_size]
                 moves = self._intents(batch)
@@ -252,6 +254,15 @@ class Evictor:
             time.perf_counter() - started,
             pointers,
         )
+
+    def _mandates_for(self, tool_ids: list[str]) -> int:
+        """The mandates moving ``tool_ids`` writes, as a dry run counts them: one per
+        credential reference they hold that no tool staying active holds (whichever
+        batch releases it last: :meth:`~sidecar.eviction.journal.Journal.release`)."""
+        refs = {c.ref for creds in self._state.credentials.of(tool_ids).values() for c in creds}
+        if not refs:
+            return 0
+        return len(refs - self._state.credentials.held_beyond(refs, tool_ids))
 
     def _still_unused(self, db: Any, tool_ids: list[str]) -> set[str]:
         uses = self._uses(tool_ids, db)

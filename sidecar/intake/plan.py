@@ -284,10 +284,11 @@ class Planner:
         if verdict.kind == "transient":
             return f"{where}: transient, not archived ({verdict.reason})"
         normalized = normalize_signature(step.error)
-        seen = self._sight(plan, (step.tool,), normalized, who)
+        seen, _ = self._sight(plan, (step.tool,), normalized, who)
         cid = call_chain_id(who, j, step.tool, step.error)
         plan.counters.chain_sessions.append((cid, who))
         if cid in plan.archived_now or self._state.sequences.known([cid]):
+            # the chain is the session's own (its key is in the id): only a replay meets it
             plan.replayed[i] = cid
             return f"{where}: already archived (replayed report) as {make_pointer('chains', cid)}"
         if verdict.kind == "unknown" and seen < self._threshold:
@@ -325,13 +326,19 @@ class Planner:
             )
             return
         who = session_key(report, plan.source)
-        seen = self._sight(plan, report.topology, report.failure.signature, who)
+        seen, fresh = self._sight(plan, report.topology, report.failure.signature, who)
         cid = chain.chain_id
         plan.counters.chain_sessions.append((cid, who))
         if cid in plan.archived_now or cid in plan.stored:
-            plan.results[i] = IntakeResult(
-                "archived", cid, make_pointer("chains", cid), "already archived (replayed report)"
+            pointer = make_pointer("chains", cid)
+            # another session meeting the archived failure is a new sighting, counted as
+            # such: only the same session again is a replay
+            why = (
+                f"already archived as {pointer}; this session counted: {_sessions(seen)} so far"
+                if fresh
+                else "already archived (replayed report)"
             )
+            plan.results[i] = IntakeResult("archived", cid, pointer, why)
             return
         if verdict.kind == "unknown" and seen < self._threshold:
             plan.results[i] = IntakeResult(
@@ -346,15 +353,19 @@ class Planner:
             report.topology, report.failure.signature, report.constraint.rule, report.logs
         )
 
-    def _sight(self, plan: Plan, topology: tuple[str, ...], signature: str, who: str) -> int:
+    def _sight(
+        self, plan: Plan, topology: tuple[str, ...], signature: str, who: str
+    ) -> tuple[int, bool]:
         """A session met a failure: counted in the batch; returns how many distinct
-        sessions have met it, this batch's included."""
+        sessions have met it, this batch's included, and whether this session is new
+        among them (else its report is a replay)."""
         key = (topology, signature)
         if key not in plan.sightings:
             plan.sightings[key] = self._state.sightings.sessions(topology, signature)
+        fresh = who not in plan.sightings[key]
         plan.sightings[key].add(who)
         plan.counters.sighted.append((topology, signature, who))
-        return len(plan.sightings[key])
+        return len(plan.sightings[key]), fresh
 
 
 def _ask(who: str, text: str, steps: Sequence[Step], completed: bool) -> Ask:
@@ -392,6 +403,10 @@ def _context_only(steps: int, whole: bool) -> str:
         "(an untrusted source teaches only of tools the catalog holds or trusted evidence "
         "named)"
     )
+
+
+def _sessions(n: int) -> str:
+    return f"{n} session{'' if n == 1 else 's'}"
 
 
 def _size(*parts: Any) -> int:

@@ -91,10 +91,17 @@ class RemoteSidecar:
     def __init__(
         self, url: str, token: str | None, timeout: float = 600.0, token_source: str = ""
     ) -> None:
-        """``token_source`` says where the token came from, for a 401's message."""
+        """``token_source`` says where the token came from (``$SIDECAR_TOKEN``, a
+        file), or where none was found, for a 401's message."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = url.rstrip("/")
-        self._token_source = token_source or ("given" if token else "none found")
+        # worded so that the redaction of error messages keeps it whole: "token: from"
+        # reads as a secret after its name and would be masked
+        self._token_hint = (
+            f"the token sent came from {token_source or 'the caller'}"
+            if token
+            else f"no token was sent: none {f'in {token_source}' if token_source else 'given'}"
+        )
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
         self._limit: int | None = None
         self.page_size = MAX_LIMIT
@@ -123,9 +130,7 @@ class RemoteSidecar:
         except (ValueError, KeyError, TypeError):
             code, message = "http_error", response.text[:200]
         if response.status_code == 401:
-            raise Unauthorized(
-                f"{self.url} refused the token: {message} (token: {self._token_source})"
-            )
+            raise Unauthorized(f"{self.url} refused the token: {message} ({self._token_hint})")
         if response.status_code == 413:
             raise BodyTooLarge(
                 f"the sidecar at {self.url} refused the request: {message} (its limit is "

@@ -60,6 +60,22 @@ CREATE TABLE IF NOT EXISTS tool_credentials (
             used.update(r[0] for r in rows)
         return used
 
+    def held_beyond(self, refs: Iterable[str], tool_ids: Iterable[str]) -> set[str]:
+        """Which of ``refs`` an active tool other than ``tool_ids`` holds (one statement
+        per :data:`CHUNK`)."""
+        wanted = list(dict.fromkeys(refs))
+        leaving = set(tool_ids)
+        held: set[str] = set()
+        for start in range(0, len(wanted), CHUNK):
+            chunk = wanted[start : start + CHUNK]
+            rows = self._db.execute(
+                "SELECT ref, tool_id FROM tool_credentials "
+                f"WHERE ref IN ({','.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+            held.update(ref for ref, tool_id in rows if tool_id not in leaving)
+        return held
+
     def of(self, tool_ids: Iterable[str]) -> dict[str, list[CredentialRef]]:
         wanted = list(dict.fromkeys(tool_ids))
         out: dict[str, list[CredentialRef]] = {t: [] for t in wanted}

@@ -124,6 +124,28 @@ def test_missing_datasets_stop_the_run_before_it_starts(
     assert missing_files(tmp_path) == []
 
 
+def test_a_missing_bfcl_eval_is_named_with_its_install_command(tmp_path: Path) -> None:
+    """The bfcl domain reads its scenarios from the ``bfcl-eval`` package: when it is not
+    installed the failures benchmark says so and how to install it, not that the
+    datasets are missing."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\nsys.modules['bfcl_eval'] = None\n"
+        "from benchmarks.run import main\n"
+        f"sys.exit(main(['failures', '--domains', 'bfcl', '--dataset', {str(tmp_path)!r}]))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=root, timeout=300
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "the datasets are not under" not in proc.stderr
+    assert "bfcl-eval==2026.3.23 is not installed" in proc.stderr
+    assert f"{sys.executable} -m pip install --no-deps bfcl-eval==2026.3.23 mpmath" in proc.stderr
+
+
 def test_embed_benchmark_helpers() -> None:
     import numpy as np
 

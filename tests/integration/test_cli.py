@@ -234,11 +234,62 @@ def test_errors_become_messages_and_exit_codes(
     assert json.loads(as_json_err.stderr)["error"]["message"]
 
 
-def test_a_read_of_a_missing_home_fails_and_creates_nothing(tmp_path: Path) -> None:
-    for args in (("tools", "list"), ("check", "a,b"), ("archive", "status")):
-        proc = run(tmp_path / "typo", *args)
-        assert proc.returncode == 5 and "no sidecar home at" in proc.stderr, proc.stderr
-    assert not (tmp_path / "typo").exists()
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("tools", "list"),
+        ("check", "a,b"),
+        ("archive", "status"),
+        # writes that act on what a home holds: a typo must not give them an empty one
+        ("evict", "--dry-run"),
+        ("evict",),
+        ("evict", "--recover"),
+        ("restore", "web_search", "--reason", "fixed"),
+        ("constraints", "lift", "0" * 32, "--reason", "r"),
+        ("forget", "--source", "alice"),
+        ("revocations", "run"),
+        ("archive", "maintain"),
+    ],
+    ids=" ".join,
+)
+def test_a_missing_home_is_an_error_unless_the_command_creates_one(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    typo = tmp_path / "typo"
+    proc = run(typo, *args)
+    assert proc.returncode == 5, proc.stderr
+    assert f"no sidecar home at {typo}" in proc.stderr
+    assert "`sidecar tools add`, `report`, `serve`, `mcp`, `gateway` and `demo`" in proc.stderr
+    assert not typo.exists()
+
+
+def test_a_refused_token_says_where_it_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hint of a 401 survives the redaction of error messages: it names
+    $SIDECAR_TOKEN or the token file, never "[REDACTED]"."""
+    from indexes import HashingEmbedder
+    from tests.serving import serving
+
+    client = tmp_path / "client"
+    with (
+        Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc,
+        serving(sc, "the-right-token-0123456789") as url,
+    ):
+        monkeypatch.setenv("SIDECAR_URL", url)
+        monkeypatch.setenv("SIDECAR_TOKEN", "a-wrong-token-0123456789")
+        wrong = run(client, "tools", "list")
+        monkeypatch.delenv("SIDECAR_TOKEN")
+        none = run(client, "tools", "list")
+        client.mkdir()
+        (client / "token").write_text("a-wrong-token-0123456789")
+        from_file = run(client, "tools", "list")
+    assert "(the token sent came from $SIDECAR_TOKEN)" in wrong.stderr
+    assert f"(no token was sent: none in $SIDECAR_TOKEN or {client / 'token'})" in none.stderr
+    assert "the Authorization header must be `Bearer <token>`" in none.stderr
+    assert f"(the token sent came from {client / 'token'})" in from_file.stderr
+    for proc in (wrong, none, from_file):
+        assert proc.returncode == 9 and "[REDACTED]" not in proc.stderr, proc.stderr
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
@@ -333,6 +384,26 @@ def test_evict_min_chains_flag(tmp_path: Path) -> None:
     assert {d["tool_id"] for d in loose["evicted"]} == {"web_search", "html_parser"}
     bad = run(home, "evict", "--min-chains", "0")
     assert bad.returncode == 2 and "must be at least 1" in bad.stderr
+
+
+def test_a_dry_run_counts_the_revocation_mandates_the_run_writes(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    catalog = tmp_path / "tools.jsonl"
+    refs = {"web_search": ["env:SEARCH_KEY"], "html_parser": ["env:SHARED"],
+            "llm_extractor": ["env:SHARED"]}  # fmt: skip
+    lines = [
+        {"tool_id": t, "description": f"{t} tool", "credentials": [{"ref": r} for r in refs[t]]}
+        for t in FATAL.split(",")
+    ]
+    catalog.write_text("\n".join(json.dumps(line) for line in lines))
+    assert run(home, "tools", "add", str(catalog)).returncode == 0
+    assert run(home, "report", "-", stdin=json.dumps(REPORTS[0])).returncode == 0
+    dry = run(home, "evict", "--dry-run", "--min-chains", "1")
+    assert dry.returncode == 0, dry.stderr
+    # env:SEARCH_KEY; env:SHARED stays with llm_extractor, the terminal tool
+    assert "revocation mandates: 1" in dry.stdout.splitlines()
+    real = as_json(run(home, "evict", "--min-chains", "1", "--json"))
+    assert real["mandates"] == 1 and len(real["evicted"]) == 2
 
 
 def test_constraints_lift_and_reinstate(loaded: Path) -> None:

@@ -63,6 +63,31 @@ def test_the_library_agent_blocks_the_exchange_it_learned_fails(tmp_path: Path) 
         }
 
 
+def hidden(*modules: str) -> str:
+    """Python code that makes ``modules`` unimportable in the process that runs it, as if
+    they were not installed (a ``None`` in ``sys.modules`` stops their import)."""
+    return "import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in modules)
+
+
+def test_the_replicas_agent_names_what_to_install_before_starting_anything(
+    tmp_path: Path,
+) -> None:
+    """``make run`` installs no S3 server: the example says which package is missing and
+    the command that installs it, before it starts a server."""
+    script = str(EXAMPLES / "replicas_agent.py")
+    probe = hidden("moto") + (
+        f"import runpy\nsys.argv = [{script!r}, '--embedder', 'hashing']\n"
+        f"runpy.run_path({script!r}, run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "starting" not in proc.stdout and "Traceback" not in proc.stderr
+    assert "moto" in proc.stderr
+    assert f"{sys.executable} -m pip install 'moto[server]>=5.1'" in proc.stderr
+
+
 def test_replicas_agent_blocks_on_replica_2_what_replica_1_learned(tmp_path: Path) -> None:
     """``python -m benchmarks.cluster`` as the README's walk-through starts it, then the
     example against the two URLs it prints; SIGTERM stops everything it started."""

@@ -269,6 +269,8 @@ def test_an_eviction_can_set_its_own_min_chains(client: TestClient, sc: Sidecar)
     assert reasons == {"1 dead-end session(s) through it; eviction needs 2"}
     loose = client.post("/v1/evictions", json={"dry_run": True}, headers=AUTH).json()
     assert {d["tool_id"] for d in loose["evicted"]} == {"web_search", "html_parser"}
+    # web_search's vault key, which no other tool holds: the real run's one mandate
+    assert loose["mandates"] == 1
     for bad in (0, -3, "two", 1.5, True, "2"):
         response = client.post("/v1/evictions", json={"min_chains": bad}, headers=AUTH)
         assert_envelope(response, 422)

@@ -137,7 +137,8 @@ def test_dry_run_changes_nothing(sc: Sidecar) -> None:
     sc.report(abandoned(FATAL, "HTTP 413"))
     before = hot(sc)
     report = sc.evict(dry_run=True)
-    assert report.dry_run and len(report.evicted) == 2 and report.mandates == 0
+    # what the real run will write: env:SEARCH and env:PARSER (env:SHARED stays in use)
+    assert report.dry_run and len(report.evicted) == 2 and report.mandates == 2
     assert report.reclaimed["tools"] == 2 and report.reclaimed["schema_bytes"] > 0
     assert hot(sc) == before
     assert sc.cold.tools.count() == 0
@@ -177,6 +178,25 @@ def test_shared_credential_of_tools_evicted_together_gets_one_mandate(tmp_path: 
         sc.evict()
         [mandate] = sc.mandates()
         assert mandate.ref == "env:S" and mandate.tool_ids == ("a", "b")
+
+
+def test_a_dry_run_counts_the_mandates_the_run_writes(tmp_path: Path) -> None:
+    """Batches of one tool: a credential two evicted tools share is released by the
+    second batch only, and one a kept tool holds by none."""
+    with Sidecar.open(
+        embedder=HashingEmbedder(), home=tmp_path, evict_min_chains=1, evict_batch_size=1
+    ) as sc:
+        sc.add_tools(
+            [tool("a", "env:S", "env:A"), tool("b", "env:S"), tool("c", "env:K"),
+             tool("d", "env:K"), tool("sink")]
+        )  # fmt: skip
+        sc.report(abandoned(["a", "b", "c", "sink"], "HTTP 400"))
+        sc.report(completed(["d", "sink"]))
+        dry = sc.evict(dry_run=True)
+        assert sc.mandates() == []
+        real = sc.evict()
+        assert [d.tool_id for d in real.evicted] == ["a", "b", "c"]
+        assert dry.mandates == real.mandates == len(sc.mandates()) == 2  # env:S, env:A
 
 
 def test_evicted_tools_cannot_be_re_added_but_can_be_restored(sc: Sidecar) -> None:

@@ -98,6 +98,25 @@ def test_replayed_report_is_idempotent(sc: Sidecar) -> None:
     assert len(list(sc.cold.chains.scan())) == 1
 
 
+def test_a_new_session_on_an_archived_chain_is_answered_as_counted(sc: Sidecar) -> None:
+    """Only the same session again is a replay; another session meeting the archived
+    failure is a new sighting, and its answer says so."""
+    first = sc.report(abandoned(CHAIN, "HTTP 404", session_id="s1"))
+    second = sc.report(abandoned(CHAIN, "HTTP 404", session_id="s2"))
+    assert second.status == "archived" and second.chain_id == first.chain_id
+    assert second.reason == (
+        f"already archived as {first.pointer}; this session counted: 2 sessions so far"
+    )
+    replay = sc.report(abandoned(CHAIN, "HTTP 404", session_id="s2"))
+    assert replay.reason == "already archived (replayed report)"
+    third, again = sc.report_many(
+        [abandoned(CHAIN, "HTTP 404", session_id=s) for s in ("s3", "s3")]
+    )
+    assert third.reason is not None and third.reason.endswith("counted: 3 sessions so far")
+    assert again.reason == "already archived (replayed report)"
+    assert sc.cold.chains.count() == 1
+
+
 def test_completed_chains_are_recorded_as_usage(sc: Sidecar) -> None:
     result = sc.report(completed(["search_api", "summarizer"]))
     assert result.status == "recorded"

@@ -161,8 +161,10 @@ class Gate:
         its token names."""
         if not header:
             return (
-                "no bearer token: send Authorization: Bearer <token> (the token is in the "
-                "sidecar home's `token` file, or $SIDECAR_TOKEN, or a named token)"
+                # not "Authorization: Bearer <token>": a client's redaction masks "Bearer"
+                "no bearer token was sent: the Authorization header must be `Bearer <token>` "
+                "(the token is in the sidecar home's `token` file, or $SIDECAR_TOKEN, or a "
+                "named token)"
             ), None
         scheme, _, value = header.partition(b" ")
         if scheme.lower() != b"bearer":

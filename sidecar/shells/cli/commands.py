@@ -34,16 +34,30 @@ def home_of(args: argparse.Namespace) -> Path:
     return Path(os.environ.get("SIDECAR_HOME") or ".sidecar")
 
 
-def open_local(args: argparse.Namespace, read_only: bool = False) -> Sidecar:
+def open_local(args: argparse.Namespace, read_only: bool = False, create: bool = True) -> Sidecar:
+    """The library on the home; ``create``: a write may make the home where there is
+    none (a read never does)."""
     from sidecar.core import Sidecar
+    from sidecar.home import require_home
+    from sidecar.settings import Settings
 
-    return Sidecar.open(home=home_of(args), chroma_url=args.chroma_url, read_only=read_only)
+    settings = Settings.load(home=home_of(args), chroma_url=args.chroma_url)
+    if not create:
+        require_home(settings)
+    return Sidecar(settings, read_only=read_only)
 
 
 @contextlib.contextmanager
-def backend(args: argparse.Namespace, write: bool = False) -> Iterator[Backend]:
+def backend(
+    args: argparse.Namespace, write: bool = False, create: bool = False
+) -> Iterator[Backend]:
     """The sidecar at ``--url`` (or ``$SIDECAR_URL``); else the server that owns the
-    home, if one runs; else the library on the home, opened read-only for reads."""
+    home, if one runs; else the library on the home, opened read-only for reads.
+
+    ``create``: the command may make the home where there is none (it brings tools or
+    reports, or serves: :data:`~sidecar.errors.HOME_CREATORS`).  Any other command on a
+    path that holds no home fails and makes nothing, whether it reads or writes: a
+    mistyped ``--home`` given to ``evict --dry-run`` must not answer from an empty home."""
     from sidecar.home import server_url
 
     home = home_of(args)
@@ -55,7 +69,7 @@ def backend(args: argparse.Namespace, write: bool = False) -> Iterator[Backend]:
         token, source = _token(home)
         b = RemoteSidecar(url, token, token_source=source)
     else:
-        b = open_local(args, read_only=not write)
+        b = open_local(args, read_only=not write, create=create)
     try:
         yield b
     finally:
@@ -63,13 +77,15 @@ def backend(args: argparse.Namespace, write: bool = False) -> Iterator[Backend]:
 
 
 def _token(home: Path) -> tuple[str | None, str]:
+    """The token to send and where it came from (where none was found, when none)."""
     env = os.environ.get("SIDECAR_TOKEN")
     if env:
-        return env, "from $SIDECAR_TOKEN"
+        return env, "$SIDECAR_TOKEN"
     path = home / "token"
     if path.exists():
-        return path.read_text().strip() or None, f"from {path}"
-    return None, f"none: neither $SIDECAR_TOKEN nor {path} is set"
+        token = path.read_text().strip() or None
+        return token, str(path)
+    return None, f"$SIDECAR_TOKEN or {path}"
 
 
 # ---- tools and lookup -----------------------------------------------------------------
@@ -77,7 +93,7 @@ def tools_add(args: argparse.Namespace) -> int:
     from sidecar.tools.catalog import load_tool_file
 
     tools = [t for path in args.files for t in load_tool_file(path)]
-    with backend(args, write=True) as b:
+    with backend(args, write=True, create=True) as b:
         out = b.add_tools(tools, progress=None if args.json else bar("tools", len(tools)))
     emit(args, out, lambda: f"{len(out.added)} tool(s) added, {len(out.updated)} updated")
     return EXIT_OK
@@ -218,7 +234,7 @@ def report(args: argparse.Namespace) -> int:
     rejected: list[str] = []
     quiet = not (args.json or args.verbose)
     show = bar("reports", total) if quiet and total is not None else None
-    with backend(args, write=True) as b:
+    with backend(args, write=True, create=True) as b:
         for batch in batches(lines):
             good = [data for _, data in batch if not isinstance(data, BadLine)]
             progress = None if show is None else _offset(show, sum(tally.values()))
@@ -521,7 +537,7 @@ def mcp(args: argparse.Namespace) -> int:
     that server: every call goes through it over HTTP)."""
     from sidecar.shells.mcp_server import build_mcp
 
-    with backend(args, write=True) as b:
+    with backend(args, write=True, create=True) as b:
         url = getattr(b, "url", None)
         if url:
             status(f"sidecar mcp: serving stdio, every call sent to the sidecar at {url}")

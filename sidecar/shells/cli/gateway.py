@@ -23,7 +23,7 @@ def gateway(args: argparse.Namespace) -> int:
     from sidecar.shells.api.serve import bind, token_for
 
     home = home_of(args)
-    with backend(args, write=True) as b:
+    with backend(args, write=True, create=True) as b:
         through = getattr(b, "url", None)
         gw = _build_gateway(args, LibraryBackend(b), home, token_for)
         if args.stdio:
