@@ -108,9 +108,11 @@ class ConditionBook:
                     then(tx, 0)
             return
         now = time.time()
-        # the state's write lock first, then the learner's: a check reading the memory
-        # waits for a writer's folding, never for its turn at the state
-        with self._learner.writing(), self._state.tx() as tx, self._learner.lock:
+        # the state's write lock first, then this book's, then the learner's, the order a
+        # reader takes the last two in (:meth:`states`): a check reading the memory waits
+        # for a writer's folding, never for its turn at the state, and the rest of a batch
+        # (``then``) may read the conditions it just taught
+        with self._learner.writing(), self._state.tx() as tx, self._lock, self._learner.lock:
             learned = self._learner.learn(tx, sessions, manual, source, now)
             if learned is not None:
                 self._sync(tx, learned.tools, pointers or {}, now)
@@ -120,7 +122,7 @@ class ConditionBook:
     def forget(self, source: str, since: float | None = None) -> Unlearned:
         """Remove everything ``source`` taught the memory (since ``since``, when given)
         and derive again what rested on it."""
-        with self._learner.writing(), self._state.tx() as tx, self._learner.lock:
+        with self._learner.writing(), self._state.tx() as tx, self._lock, self._learner.lock:
             unlearned = self._learner.forget(tx, source, since)
             if unlearned is None:
                 return Unlearned(frozenset(), 0, frozenset())
@@ -239,7 +241,7 @@ class ConditionBook:
         contradictions from now on); returns whether the condition exists."""
         repo = self._state.conditions
         now = time.time()
-        with self._learner.writing(), self._state.tx() as tx, self._learner.lock:
+        with self._learner.writing(), self._state.tx() as tx, self._lock, self._learner.lock:
             raw = repo.record(tx, condition_id)
             if raw is None:
                 return False

@@ -6,6 +6,7 @@ are parsed again when the conditions' states are next read."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -185,3 +186,33 @@ def test_reading_the_states_again_parses_only_the_records_a_write_changed(
     assert {cid: st.condition.support for cid, st in got.items() if cid in after} == {
         cid: k.support for cid, k in after.items()
     }
+
+
+def test_a_check_reading_the_conditions_while_a_batch_archives_waits_its_turn(
+    sc: Sidecar, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch that archives reads, inside its transaction, the conditions it just taught
+    (for the cold record); a check reading the conditions meanwhile from another thread
+    waits for the batch and is answered, and neither holds a lock the other waits on."""
+    teach(sc)
+    book = sc.rules.conditions
+    enforced = ConditionBook.enforced
+    readers: list[threading.Thread] = []
+    read: list[int] = []
+
+    def archiving(self: ConditionBook, tool: str) -> list[FailureCondition]:
+        if not readers:  # the batch's own read: a check arrives just before it
+            reader = threading.Thread(target=lambda: read.append(len(book.states())))
+            readers.append(reader)
+            reader.start()
+            reader.join(0.3)  # long enough for the check to take what it can
+        return enforced(self, tool)
+
+    monkeypatch.setattr(ConditionBook, "enforced", archiving)
+    batch = threading.Thread(target=sc.report, args=(out_of_stock(0),), daemon=True)
+    batch.start()
+    batch.join(60)
+    assert not batch.is_alive(), "the batch and the check wait on each other"
+    assert readers
+    readers[0].join(60)
+    assert not readers[0].is_alive() and read and read[0] >= 1
