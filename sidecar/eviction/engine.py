@@ -23,6 +23,7 @@ from typing import Any
 
 from cold_store import ColdStoreError, ColdTable, make_pointer
 from indexes import ID_KEY, ActiveIndex, IndexRecord
+from sidecar.archive.publish import Publisher
 from sidecar.errors import NotFound
 from sidecar.eviction.decision import (
     LATE_USE,
@@ -34,7 +35,6 @@ from sidecar.eviction.decision import (
 )
 from sidecar.eviction.journal import Journal, move_id
 from sidecar.eviction.steps import MoveSteps
-from sidecar.intake.publish import Publisher
 from sidecar.model import ArchivedConstraint, CredentialRef
 from sidecar.rules import Rules
 from sidecar.rules.standing import source_of
@@ -46,7 +46,7 @@ from sidecar.tools.records import ToolRecords
 
 EVICTION_RECORD_VERSION = 1
 """The layout of an evicted tool's cold record (an archived chain's is
-:data:`~sidecar.intake.archive.CHAIN_RECORD_VERSION`)."""
+:data:`~sidecar.archive.chains.CHAIN_RECORD_VERSION`)."""
 
 
 class Evictor:

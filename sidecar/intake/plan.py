@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cold_store import make_pointer
+from sidecar.archive.chains import CallEvidence, chain_id
 from sidecar.classify import Classification, classify
 from sidecar.errors import InvalidInput
-from sidecar.intake.archive import CallEvidence, chain_id
 from sidecar.intake.counters import Counters
 from sidecar.intake.parse import parse_any, validate_abandoned
 from sidecar.intake.sessions import (

@@ -12,12 +12,14 @@ count.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
 from sidecar.memory import (
@@ -39,7 +41,7 @@ from sidecar.storage.base import Connection
 from sidecar.storage.conditions import Derived, Known
 from sidecar.storage.state import State
 
-AUDIT = logging.getLogger("sidecar.audit")
+AUDIT = logging.getLogger("sidecar.archive.audit")
 
 
 def predicate_key(condition: FailureCondition) -> str:
@@ -89,40 +91,42 @@ class ConditionBook:
         return self._learner.memory()
 
     # ---- learning and forgetting ---------------------------------------------------------
+    @contextlib.contextmanager
+    def writing(self, tx: Callable[[], AbstractContextManager[Connection]]) -> Iterator[Connection]:
+        """The unit of work a write to the memory happens in: ``tx()`` (the state's
+        transaction) inside the learner's guard (what it folded is forgotten unless the
+        transaction commits), then this book's lock, then the learner's: the order a
+        reader takes the last two in (:meth:`states`), so a check reading the memory
+        waits for a writer's folding, never for its turn at the state, and the writer
+        may read the conditions it just taught."""
+        with self._learner.writing(), tx() as conn, self._lock, self._learner.lock:
+            yield conn
+
     def learn(
         self,
+        tx: Connection,
         sessions: Sequence[Session],
         manual: Sequence[FailureCondition] = (),
         pointers: Mapping[tuple[str, str], str] | None = None,
         source: str = "local",
-        then: Callable[[Connection, int], None] | None = None,
-    ) -> None:
-        """Teach the memory these sessions (and hand-written conditions, from ``source``),
-        then record what its conditions now are, and run ``then`` (the rest of an intake
-        batch, told the bytes the evidence log took in), in one transaction.
-        ``pointers``: for a (tool, normalized signature), the cold record of its latest
-        failing call."""
+    ) -> int:
+        """Teach the memory these sessions (and hand-written conditions, from ``source``)
+        and record what its conditions now are, inside a unit of :meth:`writing`;
+        returns the bytes the evidence log took in.  ``pointers``: for a (tool,
+        normalized signature), the cold record of its latest failing call."""
         if not sessions and not manual:
-            if then is not None:
-                with self._state.tx() as tx:
-                    then(tx, 0)
-            return
+            return 0
         now = time.time()
-        # the state's write lock first, then this book's, then the learner's, the order a
-        # reader takes the last two in (:meth:`states`): a check reading the memory waits
-        # for a writer's folding, never for its turn at the state, and the rest of a batch
-        # (``then``) may read the conditions it just taught
-        with self._learner.writing(), self._state.tx() as tx, self._lock, self._learner.lock:
-            learned = self._learner.learn(tx, sessions, manual, source, now)
-            if learned is not None:
-                self._sync(tx, learned.tools, pointers or {}, now)
-            if then is not None:
-                then(tx, learned.stored if learned is not None else 0)
+        learned = self._learner.learn(tx, sessions, manual, source, now)
+        if learned is None:
+            return 0
+        self._sync(tx, learned.tools, pointers or {}, now)
+        return learned.stored
 
     def forget(self, source: str, since: float | None = None) -> Unlearned:
         """Remove everything ``source`` taught the memory (since ``since``, when given)
         and derive again what rested on it."""
-        with self._learner.writing(), self._state.tx() as tx, self._lock, self._learner.lock:
+        with self.writing(self._state.tx) as tx:
             unlearned = self._learner.forget(tx, source, since)
             if unlearned is None:
                 return Unlearned(frozenset(), 0, frozenset())
@@ -241,7 +245,7 @@ class ConditionBook:
         contradictions from now on); returns whether the condition exists."""
         repo = self._state.conditions
         now = time.time()
-        with self._learner.writing(), self._state.tx() as tx, self._lock, self._learner.lock:
+        with self.writing(self._state.tx) as tx:
             raw = repo.record(tx, condition_id)
             if raw is None:
                 return False

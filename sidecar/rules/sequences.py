@@ -26,7 +26,7 @@ from sidecar.storage.sequences import CompiledChain
 from sidecar.storage.state import State
 from sidecar.storage.usage import Usage
 
-AUDIT = logging.getLogger("sidecar.audit")
+AUDIT = logging.getLogger("sidecar.archive.audit")
 """What an operator should see when someone's evidence is set aside."""
 
 
