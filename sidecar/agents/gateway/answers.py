@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sidecar.agents.gateway.backend import Decision, Reason, Verdict
+from sidecar.agents.gateway.backend import Reason, Verdict
 from sidecar.agents.gateway.linking import SESSION_META_KEY
 from sidecar.neutralize import as_data, neutralize
 
@@ -38,29 +38,10 @@ _LT, _GT = "<\uff1c", ">\uff1e"  # and their full-width forms
 _TAG = re.compile(f"[{_LT}](/?[A-Za-z!?][^{_LT}{_GT}\\s]*(?:\\s[^{_LT}{_GT}]*)?/?)[{_GT}]")
 """A tag-like run (``<system>``, ``</tool_result>``, ``<!-- -->``); a comparison such as
 ``size > 5 MB`` has no ``<`` before a name, and stays."""
-_SEVERITY: dict[Decision, int] = {"allow": 0, "warn": 1, "block": 2}
 CONTEST_NOTE = (
     "the memory would have refused this call; it was forwarded as a sample, so that its "
     "outcome can confirm or contest the rule"
 )
-
-
-def strictest(verdicts: Sequence[Verdict]) -> Verdict:
-    """The strictest of ``verdicts``, with every reason once (the strictest first)."""
-    ordered = sorted(verdicts, key=lambda v: -_SEVERITY[v.decision])
-    if not ordered:
-        return Verdict.allow()
-    if len(ordered) == 1:
-        return ordered[0]
-    reasons: list[Reason] = []
-    seen: set[tuple[str, str, str | None]] = set()
-    for verdict in ordered:
-        for reason in verdict.reasons:
-            key = (reason.rule, reason.evidence, reason.pointer)
-            if key not in seen:
-                seen.add(key)
-                reasons.append(reason)
-    return Verdict(ordered[0].decision, tuple(reasons))
 
 
 def error(text: str) -> CallToolResult:

@@ -2,7 +2,7 @@
 
 The gateway never reaches into the library; it calls these five methods from worker
 threads (they may block on storage): the reads (``hidden_tools``, ``search``,
-``check_call``) one at a time, and the writes (``sync_tools``, ``report_session``) one at
+``check_views``) one at a time, and the writes (``sync_tools``, ``report_session``) one at
 a time, a read and a write possibly at once, so that a slow write never delays another
 session's check.  Any object with these methods serves, e.g.
 :class:`~sidecar.agents.gateway.standalone.StandaloneBackend` (in memory, for tests and
@@ -11,6 +11,7 @@ demonstrations) or an adapter over :class:`~sidecar.Sidecar`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -93,11 +94,15 @@ class GatewayBackend(Protocol):
         operator)."""
         ...
 
-    def check_call(
-        self, steps: list[Step], tool: str, arguments: dict[str, Any], viewer: str | None = None
+    def check_views(
+        self,
+        views: Sequence[tuple[list[Step], str]],
+        arguments: dict[str, Any],
+        viewer: str | None = None,
     ) -> Verdict:
-        """Whether ``tool(arguments)`` should run after ``steps``, its reasons worded for
-        ``viewer``."""
+        """Whether a call with ``arguments`` should run, seen as each of ``views`` (the
+        steps before it as a link reads the session, the tool under one of its names):
+        one verdict, decided by the memory, its reasons worded for ``viewer``."""
         ...
 
     def report_session(

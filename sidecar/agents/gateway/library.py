@@ -16,6 +16,7 @@ from sidecar.errors import InvalidInput, SidecarError
 from sidecar.memory import Step as MemoryStep
 from sidecar.model import CallCheck, IntakeResult, LookupResult, Tool
 from sidecar.principals import GATEWAY
+from sidecar.rules.verdict import merged
 from sidecar.tools.catalog import parse_tool
 from sidecar.tools.records import SyncResult as LibrarySync
 
@@ -83,10 +84,17 @@ class LibraryBackend:
         result = self.sc.search(query, k, steps=_steps(steps), viewer=viewer)
         return [Hit(h.tool_id, h.score, h.description, h.warnings) for h in result.hits]
 
-    def check_call(
-        self, steps: list[Step], tool: str, arguments: dict[str, Any], viewer: str | None = None
+    def check_views(
+        self,
+        views: Sequence[tuple[list[Step], str]],
+        arguments: dict[str, Any],
+        viewer: str | None = None,
     ) -> Verdict:
-        verdict = self.sc.check_call(_steps(steps), tool, arguments, viewer=viewer)
+        checks = [
+            self.sc.check_call(_steps(steps), tool, arguments, viewer=viewer)
+            for steps, tool in views
+        ]
+        verdict = merged(checks)  # decided where every check is, never here
         return Verdict(
             verdict.decision,
             tuple(

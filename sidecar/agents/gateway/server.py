@@ -16,7 +16,7 @@ code of its own.
 
 The backend is called from worker threads (:mod:`sidecar.agents.gateway.workers`);
 ``inline_checks=True`` runs the two calls on the call path (``hidden_tools``,
-``check_call``) on the event loop, for a backend whose checks never block.
+``check_views``) on the event loop, for a backend whose checks never block.
 """
 
 from __future__ import annotations
@@ -391,7 +391,7 @@ def build_gateway(
     :class:`GatewayOptions`.
 
     The backend is called from worker threads; with ``inline_checks``, ``hidden_tools``
-    and ``check_call`` run on the event loop instead (for a backend whose checks never
+    and ``check_views`` run on the event loop instead (for a backend whose checks never
     block: it saves a thread hop per call).  ``call_timeout_s``: how long an upstream
     may take to answer a request (``None``: no limit); ``contest``: the sampling of
     blocked calls (:class:`~sidecar.agents.gateway.contest.ContestPolicy`, on by default for

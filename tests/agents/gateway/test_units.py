@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 
@@ -262,14 +263,34 @@ def test_a_mapped_name_routes_to_the_original_and_every_view_is_checked() -> Non
     ]
 
 
-def test_the_strictest_verdict_wins_with_every_reason_once() -> None:
-    from sidecar.agents.gateway.answers import strictest as _strictest
-    from sidecar.agents.gateway.backend import Reason, Verdict
+def test_the_library_backend_asks_every_view_and_the_library_decides_once() -> None:
+    """The gateway never decides: the backend asks the memory about each view of a call
+    and hands back the one verdict the library's merge decided."""
+    from sidecar.agents.gateway.library import LibraryBackend
+    from sidecar.model import CallCheck, CheckReason
 
-    r1, r2 = Reason("r1", "e", "ev"), Reason("r2", "e", "ev")
-    merged = _strictest([Verdict("warn", (r1,)), Verdict("block", (r2, r1)), Verdict.allow()])
-    assert merged.decision == "block" and merged.reasons == (r2, r1)
-    assert _strictest([]).decision == "allow"
+    def reason(cid: str, level: Literal["warn", "block"]) -> CheckReason:
+        return CheckReason(level, cid, "call", f"{cid} explained", "evidence")
+
+    by_tool = {
+        "a_get": CallCheck("warn", (reason("c1", "warn"),)),
+        "get": CallCheck("block", (reason("c2", "block"), reason("c1", "block"))),
+    }
+    asked: list[tuple[str, int]] = []
+
+    class Memory:
+        def check_call(self, steps: Any, tool: str, arguments: Any, *, viewer: Any) -> CallCheck:
+            asked.append((tool, len(steps)))
+            return by_tool.get(tool, CallCheck("allow"))
+
+    backend = LibraryBackend(Memory())  # type: ignore[arg-type]
+    step = Step("a_list", {}, {"ids": [1]})
+    verdict = backend.check_views([([step], "a_get"), ([], "get"), ([], "x")], {"id": 1})
+    assert asked == [("a_get", 1), ("get", 0), ("x", 0)]
+    assert verdict.decision == "block"
+    # every rule once, at the strictest level it held at, block reasons first
+    assert [r.rule_id for r in verdict.reasons] == ["c2", "c1"]
+    assert backend.check_views([([], "x")], {}).decision == "allow"
 
 
 def test_contest_sampling_rate_budget_window_and_scope() -> None:
