@@ -135,7 +135,7 @@ class Intake:
         which = SessionFilter(session_filter_prefix(source), since)
         with self._state.tx() as tx:
             sightings = self._state.sightings.forget(tx, which)
-            usage = self._state.usage.forget(tx, which)
+            usage = self._state.uses.forget(tx, which)
             self._state.requests.forget(tx, which)
             self._state.budgets.forget(tx, source, since)
             self._rules.sequences.uncontradict(tx, usage.contradicted)

@@ -34,7 +34,7 @@ from sidecar.model import ChainReport, ConstraintSpec, Failure, IntakeResult, St
 from sidecar.redact import redact_text
 from sidecar.rules import Rules
 from sidecar.storage.state import State
-from sidecar.storage.usage import Usage
+from sidecar.storage.uses import Usage
 
 ROW_BYTES = 96
 """What one counter row (a sighting, a success, a session's usage) costs the state, about:
@@ -203,7 +203,7 @@ class Planner:
         fresh = self._count_usage(plan, usage)
         if fresh:
             plan.evidence_bytes += ROW_BYTES + _size(list(topology))
-        runs = self._state.usage.completed_runs(topology) + plan.fresh_runs[tuple(topology)]
+        runs = self._state.uses.completed_runs(topology) + plan.fresh_runs[tuple(topology)]
         if not fresh:
             return IntakeResult(
                 "recorded", reason=f"completed chain already recorded (a replay; {runs} run(s))"
@@ -216,7 +216,7 @@ class Planner:
         """Add a session's success to the batch; returns whether it is counted for the
         first time (the state counts it once, whatever this answer)."""
         # sets, not a scan of the batch's usage: a batch holds thousands of completions
-        fresh = usage.key not in plan.usage_keys and not self._state.usage.seen(usage.key)
+        fresh = usage.key not in plan.usage_keys and not self._state.uses.seen(usage.key)
         plan.counters.usage.append(usage)
         plan.usage_keys.add(usage.key)
         if fresh and usage.topology is not None:

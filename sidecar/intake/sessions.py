@@ -16,7 +16,7 @@ from sidecar.neutralize import neutralize
 from sidecar.redact import redact, redact_text
 from sidecar.rules.standing import LOCAL
 from sidecar.storage.filters import SOURCE_PREFIX
-from sidecar.storage.usage import topology_key
+from sidecar.storage.uses import topology_key
 
 R = TypeVar("R", ChainReport, StepReport)
 

@@ -94,7 +94,7 @@ class Lookup:
         rev = self._state.revisions.current().usage
         with self._lock:
             if rev != self._chains_rev:
-                self._chains = self._state.usage.completed_topologies()
+                self._chains = self._state.uses.completed_topologies()
                 self._chains_rev = rev
             return self._chains
 

@@ -5,7 +5,7 @@ evidence no longer holds), so that it can be read and reinstated.
 
 Learning and forgetting run the learner (:mod:`sidecar.rules.learner`) and record what
 its conditions now are, in one transaction.  A lift covers the condition's family
-(:mod:`sidecar.rules.families`).  Status follows :mod:`sidecar.rules.lifecycle`,
+(:mod:`sidecar.rules.lifting`).  Status follows :mod:`sidecar.rules.lifecycle`,
 counting only the contradictions :meth:`~sidecar.memory.Thresholds.contradictions` lets
 count.
 """
@@ -34,7 +34,7 @@ from sidecar.memory import (
     reasons_for,
 )
 from sidecar.memory.predicate import token
-from sidecar.rules import families
+from sidecar.rules import lifting
 from sidecar.rules.learner import Learner, Unlearned
 from sidecar.rules.lifecycle import ENFORCED, Lifecycle, Status
 from sidecar.storage.base import Connection
@@ -154,7 +154,7 @@ class ConditionBook:
                 pointer = pointers.get((c.tool, c.signature))
                 against = self._thresholds.contradictions(c)
                 if before is None:
-                    lifted = families.covered(predicate_key(c), families.words(c.signature), lifts)
+                    lifted = lifting.covered(predicate_key(c), lifting.words(c.signature), lifts)
                     repo.insert(
                         tx, cid, tool, c.signature, record, pointer, now, c.support, against,
                         lifted,
@@ -250,19 +250,19 @@ class ConditionBook:
             if raw is None:
                 return False
             condition = FailureCondition.from_dict(json.loads(raw))
-            key, of = predicate_key(condition), families.words(condition.signature)
+            key, of = predicate_key(condition), lifting.words(condition.signature)
             peers = [
-                (cid, predicate_key(c), families.words(c.signature))
+                (cid, predicate_key(c), lifting.words(c.signature))
                 for cid, record in repo.records_of(tx, condition.tool)
                 for c in (FailureCondition.from_dict(json.loads(record)),)
             ]
-            members = families.members(key, of, peers)
+            members = lifting.members(key, of, peers)
             if lifted:
                 repo.lift_family(tx, condition_id, key, of, now)
                 repo.set_lifted(tx, members)
             else:
                 # the family is enforced again, whichever of its members was lifted
-                for cid in families.members(key, of, repo.lifted_families(tx)):
+                for cid in lifting.members(key, of, repo.lifted_families(tx)):
                     repo.unlift_family(tx, cid)
                 repo.reinstate(tx, members, condition_id, now)
                 if condition_id not in {

@@ -15,22 +15,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from sidecar.memory import SessionOutcome, Step
+
 Decision = Literal["allow", "warn", "block"]
-Outcome = Literal["completed", "abandoned", "unknown"]
-
-
-@dataclass(frozen=True)
-class Step:
-    """One executed tool call of a session: its output, or the error it ended with."""
-
-    tool: str
-    arguments: dict[str, Any]
-    output: Any | None = None
-    error: str | None = None
-
-    @property
-    def failed(self) -> bool:
-        return self.error is not None
+Outcome = SessionOutcome
+__all__ = [
+    "Decision",
+    "GatewayBackend",
+    "Hit",
+    "Outcome",
+    "Reason",
+    "Step",
+    "SyncResult",
+    "Verdict",
+]
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sidecar.agents.gateway.backend import Outcome, Step
 from sidecar.agents.gateway.sessions import inferred_outcome
+from sidecar.memory import SessionOutcome as Outcome
+from sidecar.memory import Step
 
 Ended = Literal["trace", "idle", "evicted", "full", "shed", "shutdown"]
 

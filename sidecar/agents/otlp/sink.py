@@ -14,10 +14,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from sidecar.agents.gateway.backend import Outcome, Step
 from sidecar.agents.otlp.sessions import Report
 from sidecar.core import Sidecar
 from sidecar.errors import RateLimited
+from sidecar.memory import SessionOutcome as Outcome
+from sidecar.memory import Step
 from sidecar.sources import otlp_source
 
 log = logging.getLogger("sidecar.agents.otlp")
