@@ -69,3 +69,17 @@ def test_the_check_finds_paths_and_leaves_the_rest() -> None:
         "no/such.py",
     ]
     assert not any((base / "no/such.py").exists() for base in BASES)
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readmes_contents_list_every_section_in_order() -> None:
+    text = (ROOT / "README.md").read_text()
+    sections = [line[3:] for line in text.splitlines() if line.startswith("## ")]
+    assert sections[0] == "Contents"
+    listed = re.findall(r"^- \[(.+)\]\(#([^)]+)\)$", text.split("## Contents", 1)[1], re.M)
+    listed = listed[: len(sections) - 1]
+    assert [(h, _anchor(h)) for h in sections[1:]] == listed
