@@ -55,3 +55,28 @@ def test_import_direction(package: str) -> None:
         str(f.relative_to(ROOT)): sorted(imported_roots(f) & FORBIDDEN[package]) for f in files
     }
     assert {f: bad for f, bad in offenders.items() if bad} == {}
+
+
+def imported_modules(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize(("way_in", "other"), [("gateway", "otlp"), ("otlp", "gateway")])
+def test_the_agents_ways_in_share_only_what_lives_beside_them(way_in: str, other: str) -> None:
+    """The gateway and the OTLP intake share the step evidence and the outcome rule
+    (``sidecar/agents/``), never each other's modules."""
+    files = sorted((ROOT / "sidecar" / "agents" / way_in).rglob("*.py"))
+    assert files
+    sideways = {
+        str(f.relative_to(ROOT)): sorted(
+            m for m in imported_modules(f) if m.startswith(f"sidecar.agents.{other}")
+        )
+        for f in files
+    }
+    assert {f: bad for f, bad in sideways.items() if bad} == {}

@@ -11,7 +11,7 @@ a bounded sample,
 (:mod:`sidecar.agents.gateway.answers`); ``allow``: forwarded.  A call the upstream does not
 answer within ``call_timeout_s`` is answered with an ``isError`` result saying so (and
 cancelled upstream).  Each forwarded call becomes a bounded, redacted step of its
-session (:mod:`sidecar.agents.gateway.evidence`): a small result's after the call has
+session (:mod:`sidecar.agents.evidence`): a small result's after the call has
 returned (:mod:`sidecar.agents.gateway.learning`), a large one's before, on a worker
 thread, so that it never holds up another session.
 
@@ -28,11 +28,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sidecar.agents.evidence import result_size, step_from_error, step_from_result
 from sidecar.agents.gateway import answers
 from sidecar.agents.gateway.backend import GatewayBackend, Step, Verdict
 from sidecar.agents.gateway.catalog import Catalog, Route
 from sidecar.agents.gateway.contest import Contest
-from sidecar.agents.gateway.evidence import result_size, step_from_error, step_from_result
 from sidecar.agents.gateway.learning import Learning
 from sidecar.agents.gateway.linking import Link, handle_of
 from sidecar.agents.gateway.relay import Relay

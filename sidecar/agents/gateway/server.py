@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
+from sidecar.agents.evidence import DEFAULT_MAX_CHARS
 from sidecar.agents.gateway.answers import CONTEST_META_KEY, WARNINGS_META_KEY
 from sidecar.agents.gateway.backend import GatewayBackend, Outcome, Step
 from sidecar.agents.gateway.bulk import PresentingStream, present_http_responses
@@ -35,7 +36,6 @@ from sidecar.agents.gateway.calls import CallPath, CallSettings
 from sidecar.agents.gateway.catalog import Catalog
 from sidecar.agents.gateway.contest import Contest, ContestPolicy
 from sidecar.agents.gateway.errors import GatewayError
-from sidecar.agents.gateway.evidence import DEFAULT_MAX_CHARS
 from sidecar.agents.gateway.learning import Learning
 from sidecar.agents.gateway.linking import ConnectionState, Linker, token_name
 from sidecar.agents.gateway.metrics import route as metrics_route

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from sidecar.agents.gateway.evidence import arguments_evidence, error_evidence, output_evidence
+from sidecar.agents.evidence import arguments_evidence, error_evidence, output_evidence
 from sidecar.agents.otlp.limits import AssemblerLimits
 from sidecar.agents.otlp.spans import SpanRecord, decode, inflate, media_of
 from sidecar.agents.otlp.tools import DEFAULT_MAX_CHARS, ToolCall, session_hint, tool_call, tool_id

@@ -10,11 +10,12 @@ from typing import Any, Literal
 
 import pytest
 
+from sidecar.agents.evidence import arguments_evidence, cap, step_from_result
 from sidecar.agents.gateway import Step, Upstream, UpstreamSpecError
 from sidecar.agents.gateway.catalog import Catalog
-from sidecar.agents.gateway.evidence import arguments_evidence, cap, step_from_result
-from sidecar.agents.gateway.sessions import SessionBook, SessionLimits, inferred_outcome
+from sidecar.agents.gateway.sessions import SessionBook, SessionLimits
 from sidecar.agents.gateway.standalone import StandaloneBackend, facts_before
+from sidecar.agents.outcome import inferred_outcome
 
 OK = Step("get_order", {"order_id": "#W1"}, {"status": "pending"})
 BAD = Step("exchange", {"order_id": "#W1"}, None, "Non-delivered order cannot be exchanged")
@@ -203,7 +204,7 @@ SECRET = "sk-proj-" + "Z9y8X7w6V5u4T3s2R1q0P9o8"
 def test_evidence_never_shows_part_of_a_secret_the_cap_cuts_through() -> None:
     """A secret straddling the window the redaction sees is dropped with the margin,
     never shown in part (a whole one inside the window is masked)."""
-    from sidecar.agents.gateway.evidence import MARGIN, text_evidence
+    from sidecar.agents.evidence import MARGIN, text_evidence
 
     head = "x" * (4_096 + MARGIN - 10)
     out = text_evidence(head + SECRET + "y" * 10_000)
@@ -214,7 +215,7 @@ def test_evidence_never_shows_part_of_a_secret_the_cap_cuts_through() -> None:
 
 
 def test_evidence_of_deep_and_huge_values_is_bounded_with_markers() -> None:
-    from sidecar.agents.gateway.evidence import MAX_DEPTH, output_evidence, text_evidence
+    from sidecar.agents.evidence import MAX_DEPTH, output_evidence, text_evidence
 
     deep: object = "bottom"
     for _ in range(5_000):

@@ -1,4 +1,4 @@
-"""Turning observed tool calls into :class:`~sidecar.agents.gateway.backend.Step` evidence:
+"""Turning observed tool calls (the gateway's, the OTLP intake's) into step evidence:
 bounded first, then redacted (:func:`sidecar.redact.redact`), then capped, before
 anything leaves the process.
 
@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sidecar.agents.gateway.backend import Step
+from sidecar.memory import Step
 from sidecar.redact import redact, redact_text
 
 DEFAULT_MAX_CHARS = 4_096
