@@ -26,7 +26,10 @@ AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 
 def _post(url: str, document: Any) -> httpx.Response:
-    return httpx.post(f"{url}/v1/traces", content=json.dumps(document), headers=AUTH)
+    # no deadline of the client's own: a large body's first request starts the worker
+    # process, which on a loaded machine takes longer than httpx's default 5 s
+    body = json.dumps(document)
+    return httpx.post(f"{url}/v1/traces", content=body, headers=AUTH, timeout=120)
 
 
 def _conditions(sc: Sidecar, tool: str) -> dict[str, int]:
