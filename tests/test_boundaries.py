@@ -2,7 +2,7 @@
 or each other; chromadb and the model runtimes (torch, sentence-transformers,
 transformers, tokenizers, onnxruntime, onnx, safetensors) only in indexes, pyarrow and
 deltalake only in cold_store, BM25 (bm25s, PyStemmer) only in indexes; the library never
-imports its benchmarks or tests."""
+imports its benchmarks or tests, and no benchmark imports a test."""
 
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ FORBIDDEN = {
         "Stemmer",
         *MODEL_RUNTIME,
     },
+    # tests may start what the benchmarks start (an S3 server, the Delta stress writers),
+    # never the other way round
+    "benchmarks": {"tests"},
 }
 
 
