@@ -96,7 +96,6 @@ SHARED_CLASS_NAMES = {
     # its proposed call and the OTLP trace are named for what they hold
     "Call": {"sidecar.agents.otlp.calls", "sidecar.memory.families.base"},
     "Reason": {"sidecar.agents.gateway.backend", "sidecar.memory.thresholds"},
-    "Report": {"sidecar.agents.otlp.sessions", "sidecar.agents.gateway.standalone"},
     "SessionBook": {"sidecar.agents.otlp.sessions", "sidecar.agents.gateway.sessions"},
     "SessionLimits": {"sidecar.agents.otlp.sessions", "sidecar.agents.gateway.sessions"},
     "SessionStats": {"sidecar.agents.otlp.sessions", "sidecar.agents.gateway.sessions"},

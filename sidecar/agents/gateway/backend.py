@@ -4,9 +4,9 @@ The gateway never reaches into the library; it calls these five methods from wor
 threads (they may block on storage): the reads (``hidden_tools``, ``search``,
 ``check_views``) one at a time, and the writes (``sync_tools``, ``report_session``) one at
 a time, a read and a write possibly at once, so that a slow write never delays another
-session's check.  Any object with these methods serves, e.g.
-:class:`~sidecar.agents.gateway.standalone.StandaloneBackend` (in memory, for tests and
-demonstrations) or an adapter over :class:`~sidecar.Sidecar`.
+session's check.  Any object with these methods serves: the adapter over
+:class:`~sidecar.Sidecar` (:mod:`sidecar.agents.gateway.library`), or a small in-memory
+one the tests and benchmarks of the gateway use.
 """
 
 from __future__ import annotations

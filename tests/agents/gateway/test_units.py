@@ -10,11 +10,11 @@ from typing import Any, Literal
 
 import pytest
 
+from benchmarks.standalone_backend import StandaloneBackend, facts_before
 from sidecar.agents.evidence import arguments_evidence, cap, step_from_result
 from sidecar.agents.gateway import Step, Upstream, UpstreamSpecError
 from sidecar.agents.gateway.catalog import Catalog
 from sidecar.agents.gateway.sessions import SessionBook, SessionLimits
-from sidecar.agents.gateway.standalone import StandaloneBackend, facts_before
 from sidecar.agents.outcome import inferred_outcome
 
 OK = Step("get_order", {"order_id": "#W1"}, {"status": "pending"})

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from benchmarks.standalone_backend import StandaloneBackend
 from sidecar.agents.gateway.backend import Step
-from sidecar.agents.gateway.standalone import StandaloneBackend
 from sidecar.agents.otlp import AssemblerLimits
 from sidecar.agents.otlp.tools import CUT_MARGIN
 from sidecar.toolnames import tool_id_for
