@@ -73,10 +73,8 @@ from sidecar.model import (
     Tool,
 )
 from sidecar.paging import DEFAULT_LIMIT, ToolPage
-from sidecar.principals import LOCAL, Principals, Role, check_source
 from sidecar.quota import Quota, QuotaView
 from sidecar.recovery import Recovery, health
-from sidecar.redact import redact, redact_text
 from sidecar.results import (
     ArchiveMaintenance,
     ArchiveStatus,
@@ -93,6 +91,8 @@ from sidecar.rules import Lifecycle, Rules
 from sidecar.rules.wording import viewer_of
 from sidecar.settings import Settings
 from sidecar.tools import AddToolsResult, Fields, SyncResult, ToolRecords, Tools
+from sidecar.trust.principals import LOCAL, Principals, Role, check_source
+from sidecar.trust.redact import redact, redact_text
 
 log = logging.getLogger(__name__)
 

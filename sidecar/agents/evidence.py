@@ -1,5 +1,5 @@
 """Turning observed tool calls (the gateway's, the OTLP intake's) into step evidence:
-bounded first, then redacted (:func:`sidecar.redact.redact`), then capped, before
+bounded first, then redacted (:func:`sidecar.trust.redact.redact`), then capped, before
 anything leaves the process.
 
 Every value is *clipped* before anything else reads it: at most about ``max_chars``
@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sidecar.memory import Step
-from sidecar.redact import redact, redact_text
+from sidecar.trust.redact import redact, redact_text
 
 DEFAULT_MAX_CHARS = 4_096
 MAX_DEPTH = 32

@@ -31,10 +31,10 @@ from sidecar.intake.sessions import (
 )
 from sidecar.memory import FailureCondition, Session, Step, normalize_signature
 from sidecar.model import ChainReport, ConstraintSpec, Failure, IntakeResult, StepReport
-from sidecar.redact import redact_text
 from sidecar.rules import Rules
 from sidecar.storage.state import State
 from sidecar.storage.uses import Usage
+from sidecar.trust.redact import redact_text
 
 ROW_BYTES = 96
 """What one counter row (a sighting, a success, a session's usage) costs the state, about:

@@ -33,7 +33,6 @@ from indexes import ActiveIndex, IndexHit, query_vectors
 from sidecar.lookup.usage import UsageState
 from sidecar.memory import Step, Trace
 from sidecar.model import ArchivedConstraint, LookupHit, LookupResult, Withheld
-from sidecar.neutralize import shown
 from sidecar.ranking import hybrid_ranked, query_views, successors
 from sidecar.rules import Rules, wording
 from sidecar.rules.matcher import Hint
@@ -41,6 +40,7 @@ from sidecar.rules.wording import OPERATOR, Reading, Viewer
 from sidecar.settings import Settings
 from sidecar.storage.state import State
 from sidecar.tools.records import Fields
+from sidecar.trust.neutralize import shown
 
 
 class Lookup:

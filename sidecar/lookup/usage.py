@@ -14,9 +14,9 @@ import threading
 from collections.abc import Collection
 
 from indexes import Evidence, UsageIndex
-from sidecar.sources import is_trusted
 from sidecar.storage.requests import RequestRow
 from sidecar.storage.state import State
+from sidecar.trust.sources import is_trusted
 
 log = logging.getLogger(__name__)
 

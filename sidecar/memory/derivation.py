@@ -29,7 +29,7 @@ from sidecar.memory.independence import Situations
 from sidecar.memory.params import LearnParams
 from sidecar.memory.predicate import Predicate, token
 from sidecar.memory.stats import SOURCE_BITS, ToolStats, source_bit, source_names
-from sidecar.sources import is_trusted, witnesses
+from sidecar.trust.sources import is_trusted, witnesses
 
 
 @dataclass

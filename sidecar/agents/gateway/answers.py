@@ -8,10 +8,10 @@ and the OpenAI Agents SDK drop ``_meta``): a warning only in ``_meta`` is a warn
 model never sees.  A reason's words are the sidecar's own (:mod:`sidecar.rules.wording`):
 free text of the evidence comes only for an agent that may read it, on a line of its own
 as labelled, escaped data.  Every text shown is neutralized as well
-(:func:`sidecar.neutralize.neutralize`), a second line of defence.  Markup in it is defused too: a
-tag (``</tool_result>``, ``<system>``) has its angle brackets replaced by angle quotation marks, and
-a code fence its backticks, so that an upstream's error text cannot open or close a
-section of whatever prompt a client wraps tool results in.
+(:func:`sidecar.trust.neutralize.neutralize`), a second line of defence.  Markup in it is
+defused too: a tag (``</tool_result>``, ``<system>``) has its angle brackets replaced by
+angle quotation marks, and a code fence its backticks, so that an upstream's error text
+cannot open or close a section of whatever prompt a client wraps tool results in.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar.agents.gateway.backend import Reason, Verdict
 from sidecar.agents.gateway.linking import SESSION_META_KEY
-from sidecar.neutralize import as_data, neutralize
+from sidecar.trust.neutralize import as_data, neutralize
 
 if TYPE_CHECKING:
     from mcp.types import CallToolResult

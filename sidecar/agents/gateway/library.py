@@ -14,10 +14,10 @@ from typing import Any, Protocol
 from sidecar.agents.gateway.backend import Hit, Outcome, Reason, Step, SyncResult, Verdict
 from sidecar.errors import InvalidInput, SidecarError
 from sidecar.model import CallCheck, IntakeResult, LookupResult, Tool
-from sidecar.principals import GATEWAY
 from sidecar.rules.verdict import merged
 from sidecar.tools.catalog import parse_tool
 from sidecar.tools.records import SyncResult as LibrarySync
+from sidecar.trust.principals import GATEWAY
 
 log = logging.getLogger("sidecar.agents.gateway")
 

@@ -57,7 +57,7 @@ from sidecar.agents.gateway.syncing import CatalogSync
 from sidecar.agents.gateway.upstream import Upstream, UpstreamLink
 from sidecar.agents.gateway.workers import GatewayStats, Reporter, Workers
 from sidecar.errors import SidecarError
-from sidecar.principals import Principals
+from sidecar.trust.principals import Principals
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext

@@ -2,7 +2,7 @@
 :class:`~sidecar.core.Sidecar` in batches (one :meth:`~sidecar.core.Sidecar.report_many`
 per sender and batch: one intake transaction and at most one cold file, where one report
 per session would cost one of each).  Each session is attributed to the token that sent
-its spans, as the source ``otlp:<name>`` (:mod:`sidecar.sources`): trusted only when
+its spans, as the source ``otlp:<name>`` (:mod:`sidecar.trust.sources`): trusted only when
 that source or the token is, one witness with the token's own reports, under the
 token's report rate, and forgotten with the token or alone.  A session the library
 rejects is counted as refused, the rest of its batch is taken; a sender over its rate
@@ -19,7 +19,7 @@ from sidecar.core import Sidecar
 from sidecar.errors import RateLimited
 from sidecar.memory import SessionOutcome as Outcome
 from sidecar.memory import Step
-from sidecar.sources import otlp_source
+from sidecar.trust.sources import otlp_source
 
 log = logging.getLogger("sidecar.agents.otlp")
 

@@ -234,7 +234,7 @@ def test_evidence_of_deep_and_huge_values_is_bounded_with_markers() -> None:
 
 def test_names_outside_the_grammar_map_to_valid_distinct_names() -> None:
     from sidecar.agents.gateway.catalog import valid_name
-    from sidecar.toolnames import VALID_NAME
+    from sidecar.trust.toolnames import VALID_NAME
 
     names = ["files/read", "files read", "files:read", "files_read", "ä" * 200, "a" * 200]
     mapped = [valid_name(n) for n in names]

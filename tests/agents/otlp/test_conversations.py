@@ -15,7 +15,7 @@ import pytest
 from sidecar import Sidecar
 from sidecar.errors import ConfigError, NotFound
 from sidecar.settings import Settings
-from sidecar.toolnames import tool_id_for
+from sidecar.trust.toolnames import tool_id_for
 from tests.agents.otlp.bodies import agent_turn, request, trace_id
 from tests.agents.otlp.conftest import TOKEN, eventually
 
