@@ -72,8 +72,6 @@ from sidecar.model import (
     StepReport,
     Tool,
 )
-from sidecar.paging import DEFAULT_LIMIT, ToolPage
-from sidecar.quota import Quota, QuotaView
 from sidecar.recovery import Recovery, health
 from sidecar.results import (
     ArchiveMaintenance,
@@ -91,7 +89,9 @@ from sidecar.rules import Lifecycle, Rules
 from sidecar.rules.wording import viewer_of
 from sidecar.settings import Settings
 from sidecar.tools import AddToolsResult, Fields, SyncResult, ToolRecords, Tools
+from sidecar.tools.paging import DEFAULT_LIMIT, ToolPage
 from sidecar.trust.principals import LOCAL, Principals, Role, check_source
+from sidecar.trust.quota import Quota, QuotaView
 from sidecar.trust.redact import redact, redact_text
 
 log = logging.getLogger(__name__)
@@ -252,7 +252,7 @@ class Sidecar:
     ) -> ToolPage:
         """One page of :meth:`list_tools`, in id order; its ``next_cursor`` gives the
         next.  ``agent``: only what a lookup could show an agent (no tool evicted or
-        withheld from every lookup, no credentials: see :mod:`sidecar.paging`)."""
+        withheld from every lookup, no credentials: see :mod:`sidecar.tools.paging`)."""
         hidden = self._cold_tools() | (self.lookup.withheld_at_start() if agent else set())
         return self.tools.page(cursor, limit, hidden, "agent" if agent else "operator")
 
@@ -379,7 +379,7 @@ class Sidecar:
         """:meth:`report` for many reports, archiving each chunk as one cold file; a
         chunk that fails changes nothing.  ``progress`` hears the reports done so far
         after each chunk.  An untrusted source spends its token's quota (reports, steps
-        and tool ids in no catalog a minute, bytes of evidence: :mod:`sidecar.quota`;
+        and tool ids in no catalog a minute, bytes of evidence: :mod:`sidecar.trust.quota`;
         :class:`~sidecar.errors.RateLimited` past it), and teaches nothing of tools in
         no catalog."""
         self.recovery.writable()

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
         StepReport,
         Tool,
     )
-    from sidecar.paging import ToolPage
     from sidecar.results import (
         ArchiveMaintenance,
         ArchiveStatus,
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
         RevocationRun,
     )
     from sidecar.tools import AddToolsResult, SyncResult
+    from sidecar.tools.paging import ToolPage
 
 
 class SidecarAPI(Protocol):

@@ -16,7 +16,7 @@ import numpy as np
 
 from indexes import ActiveIndex, Evidence, query_vectors
 from sidecar.intake.plan import Ask
-from sidecar.ranking import query_views
+from sidecar.lookup.ranking import query_views
 from sidecar.storage.requests import RequestRow
 
 

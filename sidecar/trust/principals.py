@@ -1,5 +1,5 @@
 """Who is asking: named tokens with roles, and the sources evidence is attributed to
-(what an untrusted one may spend: :mod:`sidecar.quota`).
+(what an untrusted one may spend: :mod:`sidecar.trust.quota`).
 
 Roles:
 
