@@ -119,6 +119,16 @@ def test_no_two_library_classes_share_a_name() -> None:
     assert shared == SHARED_CLASS_NAMES
 
 
+MAX_ROOT_MODULES = 20
+"""Modules beside ``sidecar/``'s packages: the façade and what every room uses (the
+rest have rooms of their own; the number only falls)."""
+
+
+def test_the_librarys_root_holds_few_modules() -> None:
+    root = sorted(p.name for p in (ROOT / "sidecar").glob("*.py") if p.name != "__init__.py")
+    assert len(root) <= MAX_ROOT_MODULES, root
+
+
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     """The library modules ``name`` imports, wherever in it (type-only ones too)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
