@@ -83,3 +83,61 @@ def test_the_readmes_contents_list_every_section_in_order() -> None:
     listed = re.findall(r"^- \[(.+)\]\(#([^)]+)\)$", text.split("## Contents", 1)[1], re.M)
     listed = listed[: len(sections) - 1]
     assert [(h, _anchor(h)) for h in sections[1:]] == listed
+
+
+def _readme() -> str:
+    return (ROOT / "README.md").read_text()
+
+
+def test_every_route_is_in_the_readme(tmp_path: Path) -> None:
+    """Each route of the HTTP API, its parameters written ``{id}``, as ``METHOD /path``."""
+    from indexes import HashingEmbedder
+    from sidecar import Sidecar
+    from sidecar.shells.api import create_app
+
+    readme = _readme()
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        paths = create_app(sc, "t" * 32).api.openapi()["paths"]  # type: ignore[attr-defined]
+    routes = [
+        f"{method.upper()} {re.sub(r'[{][^}]+[}]', '{id}', path)}"
+        for path, operations in paths.items()
+        if path.startswith("/v1/")
+        for method in operations
+    ]
+    assert len(routes) > 20
+    # as a code span of its own, or followed by its arguments or its query
+    assert [r for r in routes if not any(f"`{r}{end}" in readme for end in "` ?")] == []
+
+
+def test_every_cli_command_is_in_the_readme() -> None:
+    import argparse
+
+    from sidecar.shells.cli.parser import build_parser
+
+    def commands(parser: argparse.ArgumentParser, prefix: str) -> list[str]:
+        out = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    out += [f"{prefix}{name}", *commands(sub, f"{prefix}{name} ")]
+        return out
+
+    found = commands(build_parser(), "")
+    assert {"serve", "gateway", "constraints lift", "forget"} <= set(found)
+    readme = _readme()
+    assert [c for c in found if c not in readme] == []
+
+
+def test_every_mcp_tool_is_in_the_readme(tmp_path: Path) -> None:
+    import anyio
+
+    from indexes import HashingEmbedder
+    from sidecar import Sidecar
+    from sidecar.shells.mcp_server import build_mcp
+
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        tools = anyio.run(build_mcp(sc).list_tools)
+    names = [t.name for t in tools]
+    assert "check_plan" in names
+    readme = _readme()
+    assert [n for n in names if f"`{n}`" not in readme] == []
