@@ -83,3 +83,22 @@ def test_the_agents_ways_in_share_only_what_lives_beside_them(way_in: str, other
         for f in files
     }
     assert {f: bad for f, bad in sideways.items() if bad} == {}
+
+
+MAX_TESTS_IMPORTING_TESTS = 16
+"""Test modules that still import another test module (its builders belong in
+``tests/support/``): the number only falls."""
+
+
+def test_tests_share_through_the_support_package() -> None:
+    importing = sorted(
+        str(f.relative_to(ROOT))
+        for f in (ROOT / "tests").rglob("*.py")
+        if any(
+            part.startswith("test_")
+            for m in imported_modules(f)
+            if m.startswith("tests.")
+            for part in m.split(".")
+        )
+    )
+    assert len(importing) <= MAX_TESTS_IMPORTING_TESTS, importing

@@ -15,7 +15,7 @@ import pytest
 
 from tests.integration.test_trust_live import post, serving
 from tests.sidecar.test_quota import CATALOG, attack, catalog_session, tools_in
-from tests.sidecar.test_trust import TOKENS, tokens_file
+from tests.support.tokens import TOKENS, tokens_file
 
 BUDGET = 60_000
 

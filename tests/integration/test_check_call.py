@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.shells.api import create_app
-from tests.sidecar.test_call_memory import exchange, failing_session, lookup, teach
+from tests.support.shop import exchange, failing_session, lookup, teach
 
 SCRIPT = str(Path(sys.executable).with_name("sidecar"))
 TOKEN = "check-token-0123456789"

@@ -34,7 +34,7 @@ from sidecar.shells.api.serve import MAINTAIN_EVERY_S
 from sidecar.shells.client import RemoteSidecar
 from tests.faults.invariants import assert_not_served
 from tests.sidecar.helpers import abandoned, completed
-from tests.sidecar.test_call_memory import (
+from tests.support.shop import (
     SUCCESSES,
     exchange,
     failing_session,

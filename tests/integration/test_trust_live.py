@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from tests.sidecar.helpers import abandoned, completed
-from tests.sidecar.test_call_memory import exchange, good_session, lookup
-from tests.sidecar.test_trust import TOKENS, fabricated, tokens_file
+from tests.support.shop import exchange, good_session, lookup
+from tests.support.tokens import TOKENS, fabricated, tokens_file
 
 BIN = Path(sys.executable).parent
 

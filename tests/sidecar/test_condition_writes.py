@@ -18,7 +18,7 @@ from sidecar import Sidecar, Tool
 from sidecar.memory import FailureCondition
 from sidecar.rules.conditions import ConditionBook, ConditionState
 from sidecar.storage.conditions import ConditionRepository, Derived, Known
-from tests.sidecar.test_call_memory import exchange, lookup, teach
+from tests.support.shop import exchange, lookup, teach
 
 OUT_OF_STOCK = "Error: out of stock"
 

@@ -21,7 +21,7 @@ from sidecar.storage.base import Database, Row
 from sidecar.storage.postgres import PostgresDatabase
 from sidecar.storage.revisions import RevisionRepository, Revisions
 from sidecar.storage.sqlite import SqliteDatabase
-from tests.sidecar.test_call_memory import failing_session, good_session, lookup
+from tests.support.shop import failing_session, good_session, lookup
 
 SUCCESSES = 20
 

@@ -290,7 +290,7 @@ def test_a_batch_is_learned_and_counted_in_one_transaction(
     """What the memory learns and what a batch counts commit together, in one turn at
     the state's write lock: a batch whose counting fails teaches the memory nothing."""
     from sidecar.errors import SidecarError
-    from tests.sidecar.test_call_memory import good_session
+    from tests.support.shop import good_session
 
     turns: list[int] = []
     opened = sc.state.tx
@@ -324,7 +324,7 @@ def test_a_record_archived_by_the_batch_that_teaches_a_condition_carries_it(
     transaction, before the record was built)."""
     from indexes import HashingEmbedder
     from sidecar import Sidecar
-    from tests.sidecar.test_call_memory import failing_session, good_session
+    from tests.support.shop import failing_session, good_session
 
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
         batch = [good_session(n) for n in range(20)] + [failing_session(n) for n in range(3)]

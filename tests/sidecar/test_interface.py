@@ -14,7 +14,7 @@ from indexes import HashingEmbedder
 from sidecar import RemoteSidecar, Sidecar, Tool
 from sidecar.interface import SidecarAPI
 from tests.serving import serving
-from tests.sidecar.test_call_memory import failing_session, good_session
+from tests.support.shop import failing_session, good_session
 
 TOKEN = "interface-contract-token-0123456789"
 

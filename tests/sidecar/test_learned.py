@@ -79,7 +79,7 @@ def test_a_learning_transaction_that_fails_leaves_no_trace_in_the_process(
     skip the next batch's rows, which take the same sequence numbers: its memory stays
     the one a fresh process folds from the state."""
     from sidecar.errors import SidecarError
-    from tests.sidecar.test_call_memory import good_session
+    from tests.support.shop import good_session
 
     home = tmp_path / "home"
     with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:

@@ -18,7 +18,7 @@ from sidecar.errors import InvalidInput
 from sidecar.model import CredentialRef
 from sidecar.shells.api import create_app
 from tests.sidecar.helpers import abandoned
-from tests.sidecar.test_trust import OPERATOR, TOKENS, tokens_file
+from tests.support.tokens import OPERATOR, TOKENS, tokens_file
 
 N = 230
 

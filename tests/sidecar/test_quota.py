@@ -17,8 +17,8 @@ from starlette.testclient import TestClient
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.errors import RateLimited
-from tests.sidecar.test_call_memory import good_session
-from tests.sidecar.test_trust import OPERATOR, TOKENS, post, tokens_file
+from tests.support.shop import good_session
+from tests.support.tokens import OPERATOR, TOKENS, post, tokens_file
 
 CATALOG = {"get_order", "exchange_items"}
 

@@ -7,7 +7,6 @@ import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -19,38 +18,8 @@ from sidecar.settings import Settings
 from sidecar.shells.api import create_app
 from sidecar.trust.principals import Principals
 from sidecar.trust.quota import RateLimit
-from tests.sidecar.test_call_memory import REFUSAL, exchange, good_session, lookup
-
-OPERATOR = "operator-token-0123456789"
-TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789"}
-
-
-def fabricated(n: int, who: str) -> dict[str, Any]:
-    """A failing exchange of a pending order, as a poisoner would write it."""
-    order = f"#{who[0].upper()}{5000 + n}"
-    return {
-        "steps": [lookup(order, "pending"), exchange(order, REFUSAL)],
-        "outcome": "abandoned",
-        "session_id": f"{who}-{n}",
-    }
-
-
-def tokens_file(path: Path) -> Path:
-    path.write_text(
-        json.dumps(
-            {
-                "tokens": [
-                    {"name": "alice", "role": "agent", "token": TOKENS["alice"]},
-                    {
-                        "name": "bob",
-                        "role": "agent",
-                        "token_sha256": hashlib.sha256(TOKENS["bob"].encode()).hexdigest(),
-                    },
-                ]
-            }
-        )
-    )
-    return path
+from tests.support.shop import REFUSAL, exchange, good_session, lookup
+from tests.support.tokens import OPERATOR, TOKENS, fabricated, post, tokens_file, verdict
 
 
 @pytest.fixture
@@ -63,15 +32,6 @@ def served(tmp_path: Path) -> Iterator[tuple[Sidecar, TestClient]]:
         sc.report_many([good_session(n) for n in range(20)])  # the operator's own evidence
         with TestClient(create_app(sc, OPERATOR), base_url="http://127.0.0.1") as client:
             yield sc, client
-
-
-def post(client: TestClient, token: str, path: str, body: Any) -> Any:
-    return client.post(path, json=body, headers={"Authorization": f"Bearer {token}"})
-
-
-def verdict(sc: Sidecar) -> str:
-    steps = [lookup("#C3000", "pending")]
-    return sc.check_call(steps, "exchange_items", {"order_id": "#C3000"}).decision
 
 
 def test_one_source_alone_never_blocks_two_do_and_forgetting_one_undoes_it(

@@ -19,9 +19,9 @@ from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.errors import ConfigError
 from sidecar.trust.principals import Principals, check_source
-from tests.sidecar.test_call_memory import good_session
-from tests.sidecar.test_trust import OPERATOR, TOKENS, fabricated, post, tokens_file, verdict
 from tests.sidecar.test_trust_rules import post_traces, settle, traces
+from tests.support.shop import good_session
+from tests.support.tokens import OPERATOR, TOKENS, fabricated, post, tokens_file, verdict
 
 CAROL = "carol-token-0123456789"
 """A token marked trusted in the tokens file."""

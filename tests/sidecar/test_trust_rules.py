@@ -20,8 +20,8 @@ from sidecar.model import CredentialRef
 from sidecar.shells.api import create_app
 from tests.agents.otlp.bodies import agent_turn, request, trace_id
 from tests.sidecar.helpers import abandoned, completed
-from tests.sidecar.test_call_memory import REFUSAL, exchange, good_session, lookup
-from tests.sidecar.test_trust import OPERATOR, TOKENS, fabricated, post, tokens_file, verdict
+from tests.support.shop import REFUSAL, exchange, good_session, lookup
+from tests.support.tokens import OPERATOR, TOKENS, fabricated, post, tokens_file, verdict
 
 FATAL = ["search_api", "html_parser", "llm_extractor"]
 

@@ -24,7 +24,7 @@ from sidecar.storage.copy import counts, tables_of
 from sidecar.storage.postgres import PostgresDatabase
 from sidecar.storage.sqlite import SqliteDatabase
 from tests.sidecar.helpers import abandoned
-from tests.sidecar.test_call_memory import lookup, teach
+from tests.support.shop import lookup, teach
 
 SCRIPT = str(Path(sys.executable).with_name("sidecar"))
 

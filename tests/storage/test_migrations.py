@@ -14,7 +14,7 @@ import numpy as np
 from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.memory import FailureMemory, Session, Step
-from tests.sidecar.test_call_memory import REFUSAL
+from tests.support.shop import REFUSAL
 
 OLD_TABLES = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

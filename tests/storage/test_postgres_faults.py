@@ -17,7 +17,7 @@ from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.errors import EXIT_UNAVAILABLE, StateUnavailable
 from sidecar.model import Tool
-from tests.sidecar.test_call_memory import failing_session, lookup, teach
+from tests.support.shop import failing_session, lookup, teach
 
 pytestmark = pytest.mark.integration
 SCRIPT = str(Path(sys.executable).with_name("sidecar"))

@@ -140,7 +140,7 @@ def test_a_named_tokens_sessions_are_its_own_and_forgotten_with_it(tmp_path: Pat
     that token's evidence (``gateway:<name>``), forgotten with the token, and a token it
     does not know is refused."""
     from sidecar.trust.principals import Principals
-    from tests.sidecar.test_trust import TOKENS, tokens_file
+    from tests.support.tokens import TOKENS, tokens_file
 
     principals = Principals.load(tokens_file(tmp_path / "tokens.json"), None)
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:

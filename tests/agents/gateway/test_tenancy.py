@@ -19,7 +19,7 @@ from sidecar.agents.gateway.library import LibraryBackend
 from sidecar.agents.gateway.server import Gateway
 from sidecar.trust.principals import Principals
 from tests.agents.gateway.conftest import TOKEN, eventually, mcp_session, serving, text_of
-from tests.sidecar.test_trust import TOKENS, tokens_file
+from tests.support.tokens import TOKENS, tokens_file
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,1 @@
+"""What tests share: builders of sessions, tokens and files, never tests."""
