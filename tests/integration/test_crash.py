@@ -97,14 +97,21 @@ def snapshot(home: Path) -> dict[str, Any]:
         }
 
 
-def wait_for_first_move(db: Path, proc: subprocess.Popen[bytes]) -> None:
+def journal_mark(db: Path) -> float:
+    """When the move journal last changed (0 before any move)."""
     import sqlite3
 
+    with contextlib.closing(sqlite3.connect(db, timeout=10)) as conn:
+        return float(conn.execute("SELECT COALESCE(MAX(updated_at), 0) FROM moves").fetchone()[0])
+
+
+def wait_for_a_move(db: Path, proc: subprocess.Popen[bytes], since: float = 0.0) -> None:
+    """Until ``proc`` has written to the move journal after ``since`` (it is past its
+    start, inside the moves), or has exited."""
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
-        with contextlib.closing(sqlite3.connect(db, timeout=10)) as conn:
-            if conn.execute("SELECT COUNT(*) FROM moves").fetchone()[0]:
-                return
+        if journal_mark(db) > since:
+            return
         time.sleep(0.005)
 
 
@@ -155,15 +162,16 @@ def test_random_kill_loop(reference: tuple[Path, dict[str, Any]], tmp_path: Path
            "SIDECAR_EVICT_BATCH_SIZE": "2", "SIDECAR_EVICT_MIN_CHAINS": "1"}  # fmt: skip
     rng = random.Random(20261130)
     kills = 0
-    for attempt in range(40):
+    for _attempt in range(100):
+        since = journal_mark(home / "state.sqlite")
         proc = subprocess.Popen(
             [SCRIPT, "evict"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
-        if attempt == 0:
-            # the first kill lands inside the moves, however fast the machine is
-            wait_for_first_move(home / "state.sqlite", proc)
-        else:
-            time.sleep(rng.uniform(0.3, 2.5))
+        # every kill lands inside the moves, at a random moment after this run's first
+        # step, however long a loaded machine takes to start the process: each run
+        # moves the work on, so the loop ends
+        wait_for_a_move(home / "state.sqlite", proc, since)
+        time.sleep(rng.uniform(0.0, 1.0))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1
