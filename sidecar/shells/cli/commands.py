@@ -23,6 +23,7 @@ from sidecar.wire import dump
 
 if TYPE_CHECKING:
     from sidecar.core import Sidecar
+    from sidecar.settings import Settings
     from sidecar.shells.client import RemoteSidecar
 
     Backend = Sidecar | RemoteSidecar
@@ -499,36 +500,41 @@ def revocations_run(args: argparse.Namespace) -> int:
 
 # ---- serving ----------------------------------------------------------------------------
 def serve(args: argparse.Namespace) -> int:
-    from sidecar.shells.api import serve as run_server
+    from sidecar.settings import Settings
+    from sidecar.shells.api.serve import serve_home
 
-    status(f"opening the sidecar home {home_of(args)}")
-    with open_local(args) as sc:
+    def demo_if_empty(sc: Sidecar) -> None:
         if args.demo_if_empty and not sc.list_tools():
             from sidecar.demo import demo_tools
 
             status("loading the demo catalog (62 tools) into the empty home")
             sc.add_tools(demo_tools())
 
-        def announce(url: str, token_path: str) -> None:
-            status(
-                f"sidecar serving {url} (MCP at {url}/mcp, streamable HTTP)\n"
-                f"token: {token_path} (or $SIDECAR_TOKEN)\n"
-                f"try:\n"
-                f'  curl -s -H "Authorization: Bearer $(cat {token_path})" \\\n'
-                f"       -H 'content-type: application/json' \\\n"
-                f'       -d \'{{"query": "weather forecast", "k": 3}}\' {url}/v1/search\n'
-                f"  OpenAPI: {url}/docs   MCP: point a client at {url}/mcp with the same "
-                f"bearer token, or run `sidecar mcp` for stdio"
-            )
-
-        run_server(
-            sc,
-            host=args.host,
-            port=args.port,
-            max_body_bytes=args.max_body,
-            announce=announce,
-            progress=status,
+    def announce(url: str, token_path: str | None) -> None:
+        # a shared state's tokens are configured: none is in the home to `cat`
+        token, where = "$SIDECAR_TOKEN", "$SIDECAR_TOKEN or a named token of $SIDECAR_TOKENS_FILE"
+        if token_path:
+            token, where = f"$(cat {token_path})", f"{token_path} (or $SIDECAR_TOKEN)"
+        status(
+            f"sidecar serving {url} (MCP at {url}/mcp, streamable HTTP)\n"
+            f"token: {where}\n"
+            f"try:\n"
+            f'  curl -s -H "Authorization: Bearer {token}" \\\n'
+            f"       -H 'content-type: application/json' \\\n"
+            f'       -d \'{{"query": "weather forecast", "k": 3}}\' {url}/v1/search\n'
+            f"  OpenAPI: {url}/docs   MCP: point a client at {url}/mcp with the same "
+            f"bearer token, or run `sidecar mcp` for stdio"
         )
+
+    serve_home(
+        Settings.load(home=home_of(args), chroma_url=args.chroma_url),
+        host=args.host,
+        port=args.port,
+        max_body_bytes=args.max_body,
+        announce=announce,
+        progress=status,
+        prepare=demo_if_empty,
+    )
     return EXIT_OK
 
 
@@ -546,10 +552,13 @@ def mcp(args: argparse.Namespace) -> int:
 
 
 def migrate(args: argparse.Namespace) -> int:
-    from sidecar.home import migrate as migrate_home
     from sidecar.settings import Settings
 
     settings = Settings.load(home=home_of(args), chroma_url=args.chroma_url)
+    if args.to_database is None and args.to_cold is None:
+        return migrate_schema(args, settings)
+    from sidecar.home import migrate as migrate_home
+
     copied = migrate_home(settings, args.to_database, args.to_cold)
 
     def human() -> str:
@@ -571,6 +580,26 @@ def migrate(args: argparse.Namespace) -> int:
         return "\n".join(lines)
 
     emit(args, copied, human)
+    return EXIT_OK
+
+
+def migrate_schema(args: argparse.Namespace, settings: Settings) -> int:
+    """``sidecar migrate`` with no target: the state's schema brought to this version."""
+    from sidecar.home import migrate_schema as migrate_state
+
+    done = migrate_state(settings)
+
+    def human() -> str:
+        did = []
+        if done.created:
+            did.append(f"{len(done.created)} table(s) created")
+        if done.applied:
+            did.append(f"{len(done.applied)} migration(s) applied ({'; '.join(done.applied)})")
+        return f"state schema at version {done.version} ({done.location}): " + (
+            "; ".join(did) if did else "nothing to do"
+        )
+
+    emit(args, done, human)
     return EXIT_OK
 
 

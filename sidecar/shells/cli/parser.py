@@ -404,11 +404,14 @@ def gateway_command(command: Command) -> None:
 
 
 def migrate_command(command: Command) -> None:
-    """``migrate``: the home's local state and archive, copied to shared stores."""
+    """``migrate``: the state's schema brought to this version, or the home's local state
+    and archive copied to shared stores."""
     migrate = command(
         "migrate",
-        "copy this home's local state into a PostgreSQL database and its archive into a "
-        "shared cold store (both empty)",
+        "create and upgrade the state's schema (one run at a time; what replicas with "
+        "SIDECAR_MIGRATE=never wait for); with --to-database or --to-cold: copy this home's "
+        "local state into a PostgreSQL database and its archive into a shared cold store "
+        "(both empty)",
     )
     migrate.add_argument(
         "--to-database",
