@@ -8,6 +8,7 @@
                       database holds it (``SIDECAR_DATABASE_URL``)
       owner.lock      held by the one process that writes (see below)
       evict.lock      held while tools move between the hot and the cold store
+      migrate.lock    held while ``sidecar migrate`` upgrades the schema (SQLite only)
       server.json     the URL of the server that owns the home, while it runs
       token           the HTTP API's bearer token (0600)
 

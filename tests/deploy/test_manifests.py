@@ -21,7 +21,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
@@ -38,6 +37,7 @@ from sidecar import Sidecar
 from sidecar.settings import Settings
 from sidecar.shells.api import create_app
 from tests.envs import requirements_env
+from tests.loopback import Listener
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -172,28 +172,18 @@ def test_the_schemas_refuse_what_a_cluster_would() -> None:
 
 
 # ---- the policies ----------------------------------------------------------------------
-class _Doorman:
-    """A local listener set as every proxy variable: any connection a tool attempts to
-    make through a proxy is counted here instead of leaving the machine."""
+class _Doorman(Listener):
+    """Set as every proxy variable: any connection a tool attempts to make through a
+    proxy is counted here instead of leaving the machine."""
 
     def __init__(self) -> None:
         self.knocks: list[bytes] = []
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            with conn, contextlib.suppress(OSError):
-                conn.settimeout(2)
-                self.knocks.append(conn.recv(200))
-
-    def close(self) -> None:
-        self._sock.close()
+    def handle(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.settimeout(2)
+            self.knocks.append(conn.recv(200))
 
 
 @pytest.fixture(scope="module")

@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 import sidecar
 from benchmarks.cluster import Replica
 from benchmarks.pgserver import PostgresServer, free_port
+from tests.loopback import Listener
 from tests.sidecar.helpers import abandoned
+from tests.storage.test_schema_step import tables_in
 
 pytestmark = pytest.mark.integration
 
@@ -44,30 +45,21 @@ ASKS = 6
 """Requests of each kind through the proxy: every replica serves several."""
 
 
-class RoundRobin:
-    """A TCP proxy on a loopback port the OS chose: each connection goes to the next
-    backend in turn (bytes piped both ways, nothing parsed), and is counted by backend."""
+class RoundRobin(Listener):
+    """A TCP proxy: each connection goes to the next backend in turn (bytes piped both
+    ways, nothing parsed), and is counted by backend."""
 
     def __init__(self, backends: list[tuple[str, int]]) -> None:
         self.backends = backends
         self.served: Counter[int] = Counter()
         self._next = 0
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            index = self._next % len(self.backends)
-            self._next += 1
-            self.served[index] += 1
-            threading.Thread(
-                target=self._relay, args=(client, self.backends[index]), daemon=True
-            ).start()
+    def handle(self, conn: socket.socket) -> None:
+        index = self._next % len(self.backends)
+        self._next += 1
+        self.served[index] += 1
+        threading.Thread(target=self._relay, args=(conn, self.backends[index]), daemon=True).start()
 
     @staticmethod
     def _relay(client: socket.socket, backend: tuple[str, int]) -> None:
@@ -77,9 +69,6 @@ class RoundRobin:
             _pipe(client, upstream)
             back.join()
 
-    def close(self) -> None:
-        self._listener.close()
-
 
 def _pipe(src: socket.socket, dst: socket.socket) -> None:
     with contextlib.suppress(OSError):
@@ -87,14 +76,6 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
             dst.sendall(data)
     with contextlib.suppress(OSError):
         dst.shutdown(socket.SHUT_WR)
-
-
-def tables(url: str) -> set[str]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
-        ).fetchall()
-    return {r[0] for r in rows}
 
 
 @pytest.fixture
@@ -167,7 +148,7 @@ def test_two_replicas_behind_one_address_are_one_service(
     for replica in started:
         until(lambda r=replica: answers(r.url) == 503, f"replica {replica.index} answers")
         assert httpx.get(f"{replica.url}/livez", timeout=5).status_code == 200
-    assert tables(env["SIDECAR_DATABASE_URL"]) == set()
+    assert tables_in(env["SIDECAR_DATABASE_URL"]) == set()
     migrated = subprocess.run(
         [SCRIPT, "migrate"], capture_output=True, text=True, env=env, timeout=300
     )

@@ -188,8 +188,7 @@ def serve(
     ``server.json``."""
 
     def run() -> None:
-        token = server_token(sc.settings, host)
-        with closing(bind(host, port)) as sock:
+        with _listening(sc.settings, host, port) as (token, sock):
             _serve(sc, sock, host, token, max_body_bytes, announce, progress)
 
     _until_stopped(run, progress)
@@ -211,8 +210,7 @@ def serve_home(
     schema_wait`), and only then is the home opened."""
 
     def run() -> None:
-        token = server_token(settings, host)
-        with closing(bind(host, port)) as sock:
+        with _listening(settings, host, port) as (token, sock):
             if settings.migrate == "never":
                 principals = Principals.load(settings.tokens_path, token)
                 wait_for_schema(sock, settings, principals, progress)
@@ -224,6 +222,16 @@ def serve_home(
                 _serve(sc, sock, host, token, max_body_bytes, announce, progress)
 
     _until_stopped(run, progress)
+
+
+@contextlib.contextmanager
+def _listening(
+    settings: Settings, host: str, port: int
+) -> Iterator[tuple[str | None, socket.socket]]:
+    """The server's token, settled first (a bad one binds nothing), and its socket."""
+    token = server_token(settings, host)
+    with closing(bind(host, port)) as sock:
+        yield token, sock
 
 
 def _until_stopped(run: Callable[[], None], progress: Callable[[str], None] | None) -> None:
