@@ -216,6 +216,7 @@ def checkov(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"report": report, "returncode": done.returncode, "knocks": doorman.knocks}
 
 
+@pytest.mark.integration  # a tool of its own, in a process of its own: not `make test-fast`
 def test_checkov_passes_on_every_overlay_offline(checkov: dict[str, Any]) -> None:
     report = checkov["report"]
     results = report["results"]

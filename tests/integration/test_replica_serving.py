@@ -52,6 +52,9 @@ def test_a_replica_takes_configured_tokens_and_makes_none(
     (home / "token").write_text("a-token-of-this-home-only\n")
     with pytest.raises(ConfigError, match="is this replica's own and is not read"):
         server_token(shared, "127.0.0.1")
+    monkeypatch.setenv("SIDECAR_TOKEN", TOKEN)
+    assert server_token(shared, "127.0.0.1") == TOKEN  # the configured one, not the file's
+    monkeypatch.delenv("SIDECAR_TOKEN")
     tokens_file(home / "tokens.json")
     with pytest.raises(ConfigError, match="SIDECAR_TOKENS_FILE"):
         server_token(shared, "127.0.0.1")
