@@ -142,13 +142,9 @@ class PostgresDatabase(Database):
         revision_lease_s: float = 0.0,
         migrate: bool = True,
     ) -> None:
-        """``revision_lease_s`` > 0: hot reads (the revisions) are cached under a lease
-        (:mod:`sidecar.storage.pgfeed`): no write acknowledged before a request is missed
-        by it.  Else ``revision_cache_s`` > 0: cached for at most that long, and less
-        once another process's write is announced; both 0: read on every request (see
-        :meth:`change_token`).  ``migrate=False``: a writable open runs no DDL (the
-        leases table is then ``sidecar migrate``'s to create), so a replica's role needs
-        no right to create tables."""
+        """The revisions cached under a lease if ``revision_lease_s`` > 0 (:mod:`sidecar.
+        storage.pgfeed`), else up to ``revision_cache_s`` (less once another process
+        writes), else read every request; ``migrate=False``: no DDL (no leases table)."""
         import psycopg
         from psycopg.conninfo import conninfo_to_dict
 

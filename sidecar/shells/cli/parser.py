@@ -13,6 +13,7 @@ from sidecar import __version__
 from sidecar.limits import CHECK_MODES, MANDATE_STATUSES, MAX_BODY_BYTES, MAX_K
 from sidecar.shells.cli import commands as cmd
 from sidecar.shells.cli import gateway as gateway_cli
+from sidecar.shells.cli import migrate as migrate_cli
 
 
 # ---- argument types -------------------------------------------------------------------
@@ -424,4 +425,4 @@ def migrate_command(command: Command) -> None:
         help="s3://bucket/prefix or delta+file:///folder that will hold the archive "
         "from now on (S3 endpoint and credentials from the AWS_* variables)",
     )
-    migrate.set_defaults(func=cmd.migrate)
+    migrate.set_defaults(func=migrate_cli.migrate)
