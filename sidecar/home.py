@@ -96,7 +96,7 @@ def open_state(
         elif writable:
             missing = pending(db, SCHEMAS, MIGRATIONS, db.own_tables)
             if missing:
-                raise SchemaPending(pending_message(db.location, missing))
+                raise SchemaPending(_pending_message(db.location, missing))
         elif not db.has_table("meta"):
             raise NotFound(
                 f"no sidecar state in {db.location}: nothing was added or reported there "
@@ -130,7 +130,7 @@ def _database(
     return SqliteDatabase(settings.state_path, writable, no_writer)
 
 
-def pending_message(location: str, missing: Sequence[str]) -> str:
+def _pending_message(location: str, missing: Sequence[str]) -> str:
     return (
         f"the state database {location} is not at this sidecar's schema ({'; '.join(missing)}) "
         "and SIDECAR_MIGRATE=never leaves that to one explicit step: run `sidecar migrate` "
@@ -170,7 +170,7 @@ def migrate_schema(settings: Settings) -> SchemaMigration:
             applied = upgrade(db, SCHEMAS, MIGRATIONS)
             left = pending(db, SCHEMAS, MIGRATIONS, db.own_tables)
             if left:
-                raise StateUnavailable(pending_message(db.location, left))
+                raise StateUnavailable(_pending_message(db.location, left))
             return SchemaMigration(
                 db.location,
                 latest(MIGRATIONS),

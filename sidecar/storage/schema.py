@@ -81,14 +81,14 @@ def upgrade(db: Database, ddl: Sequence[str], migrations: Sequence[Migration]) -
                 conn.execute(statement)
         # read again under the write lock: another process may have migrated meanwhile
         current = check(db, migrations)
-        pending = sorted((m for m in migrations if m.version > current), key=lambda m: m.version)
-        for migration in pending:
+        due = sorted((m for m in migrations if m.version > current), key=lambda m: m.version)
+        for migration in due:
             migration.apply(db)
             conn.execute(
                 "INSERT INTO schema_version VALUES (?, ?, ?)",
                 (migration.version, migration.description, time.time()),
             )
-    return pending
+    return due
 
 
 def created_tables(scripts: Iterable[str]) -> list[str]:
