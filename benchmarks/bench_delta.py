@@ -20,7 +20,7 @@ Two more questions, each its own mode:
   carrying that many callers' batches, each its own id)?  Appends are interleaved
   round-robin across stores and sizes.
 - ``--stress``: do many writer processes on one Delta table on S3, meeting injected
-  delays, 503s and lost replies at every step of a commit (``tests/cold_store/stress.py``
+  delays, 503s and lost replies at every step of a commit (``benchmarks/delta_stress.py``
   through ``benchmarks/s3server.py``'s fault proxy), lose any acknowledged row or store
   one twice?
 """
@@ -65,7 +65,7 @@ LABELS = {
 @contextmanager
 def s3_location() -> Iterator[tuple[str, S3Options]]:
     """A bucket on a moto server in a child process (the test suite's), for the run."""
-    from tests.cold_store.backends import S3Server
+    from benchmarks.s3server import S3Server
 
     server = S3Server()
     try:
@@ -538,9 +538,8 @@ def stress(quick: bool, seed: int = 7) -> dict[str, Any]:
 def _stress_phase(
     where: str, faults: str, seed: int, workers: int, appends: int, size: int
 ) -> dict[str, Any]:
+    from benchmarks.delta_stress import check, committed_rows, run_writers
     from benchmarks.s3server import FaultSpec, S3Server
-    from tests.cold_store.backends import Backend, committed_rows
-    from tests.cold_store.stress import check, run_writers
 
     started = time.perf_counter()
     spec = FaultSpec.parse(f"seed={seed},{faults}")
@@ -555,10 +554,8 @@ def _stress_phase(
         faults_seen = server.fault_counts()
         store = ColdStore(location, s3=server.options())
         try:
-            backend = Backend("s3", location, server.options(), server)
-            report = check(
-                store, committed_rows(backend, "chains"), outputs, workers, appends, size
-            )
+            committed = committed_rows(location, server.options(), "chains")
+            report = check(store, committed, outputs, workers, appends, size)
         finally:
             store.close()
     finally:

@@ -107,8 +107,8 @@ def serve(role: str, args: list[str]) -> None:
     elif role == "gateway-lag":
         _serve_gateway_with_lag(int(args[0]), Path(args[1]), Path(args[2]), args[3:])
     elif role.startswith("gateway-"):
+        from benchmarks.standalone_backend import StandaloneBackend
         from sidecar.agents.gateway import build_gateway
-        from sidecar.agents.gateway.standalone import StandaloneBackend
 
         spec = args[-1]
         inline = role.endswith("-inline")
@@ -422,10 +422,10 @@ async def _open_all(contexts: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
 # ---- 2. schema tokens ----------------------------------------------------------------
 def schema_tokens(dataset: Path, seed: int, queries: int) -> dict[str, Any]:
     from benchmarks.datasets import seal_tools, toolbench
+    from benchmarks.standalone_backend import StandaloneBackend
     from indexes import MiniLMEmbedder
     from sidecar.agents.gateway.own_tools import CALL_TOOL, REPORT_OUTCOME, SEARCH_TOOLS
     from sidecar.agents.gateway.own_tools import own_tools as _own_tools
-    from sidecar.agents.gateway.standalone import StandaloneBackend
 
     tokenizer = MiniLMEmbedder()
     own = _own_tools()
@@ -759,7 +759,7 @@ def otlp_throughput(bodies: int, traces_per_body: int, seed: int) -> dict[str, A
         ExportTraceServiceRequest,
     )
 
-    from sidecar.agents.gateway.standalone import StandaloneBackend
+    from benchmarks.standalone_backend import StandaloneBackend
     from sidecar.agents.otlp import AssemblerLimits, TraceAssembler, decode
 
     rng = random.Random(f"bench-gateway-otlp:{seed}")

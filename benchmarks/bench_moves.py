@@ -301,7 +301,7 @@ def _timed_moves(sidecars: dict[str, Any], trials: range, settle: bool) -> dict[
             sc = sidecars[mode]
             sc.report(_chain([f"move_{i}", f"then_{i}"], i))
             if settle:
-                _settle(sc.intake.publisher)
+                _settle(sc.publisher)
             t0 = time.perf_counter()
             report = sc.evict()
             samples[mode].append((time.perf_counter() - t0) * 1000.0)
@@ -318,7 +318,7 @@ def _counted_moves(sc: Any, trials: range, s3: Any) -> dict[str, Any]:
     with ``s3``, the S3 requests by step too, and those the group publisher makes after
     the move (it is held until the move returns)."""
     probe = Probe()
-    publisher = sc.intake.publisher
+    publisher = sc.publisher
     published: Counter[str] = Counter()
     with instrumented(probe):
         probe.s3_server = s3

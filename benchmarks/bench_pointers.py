@@ -56,9 +56,9 @@ def measure(chains: int, row_groups: list[int], lookups: int, seed: int = 7) -> 
     import pyarrow.parquet as pq
 
     from benchmarks.bench_store import make_row
+    from benchmarks.s3server import S3Server
     from cold_store import ColdStore
     from cold_store.delta.files import DataFiles
-    from tests.cold_store.backends import S3Server
 
     rng = random.Random(seed)
     day = datetime(2026, 11, 1, tzinfo=UTC)

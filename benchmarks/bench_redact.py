@@ -1,5 +1,5 @@
 """How much ordinary text does the redaction change, and how much of that do the shapes
-of :mod:`sidecar.secretshapes` (connection strings, password flags, login failures)
+of :mod:`sidecar.trust.secretshapes` (connection strings, password flags, login failures)
 change?  Every string of real agent data (tau2-bench trajectories' arguments, outputs and
 errors; ToolBench's CoT trajectories; Seal-Tools' catalog) is redacted; none is meant to
 hold a secret, so a changed string is a false positive or a real secret in the data
@@ -58,8 +58,8 @@ def texts(dataset: Path) -> dict[str, list[str]]:
 
 
 def _apply(rules: Sequence[Any], text: str) -> str:
-    """:func:`sidecar.redact.redact_text`'s loop over ``rules`` (the same shortcuts)."""
-    from sidecar.redact import apply_rule
+    """:func:`sidecar.trust.redact.redact_text`'s loop over ``rules`` (the same shortcuts)."""
+    from sidecar.trust.redact import apply_rule
 
     lowered = text.lower()
     for rule in rules:
@@ -69,8 +69,8 @@ def _apply(rules: Sequence[Any], text: str) -> str:
 
 
 def run(quick: bool, seed: int, dataset: Path) -> dict[str, Any]:
-    from sidecar.redact import RULES, redact_text
-    from sidecar.secretshapes import SHAPES
+    from sidecar.trust.redact import RULES, redact_text
+    from sidecar.trust.secretshapes import SHAPES
 
     del seed  # nothing is sampled
     shape_names = {s.name for s in SHAPES}

@@ -11,7 +11,7 @@ TensorFlow Hub, Hugging Face: single-tool instructions).  Rankers
 (:mod:`benchmarks.retrieval_rankers`): plain MiniLM (the whole query's cosine), BM25,
 the dense ranking over the query's views, reciprocal rank fusion (the fusion before),
 the fusion candidates, and ``hybrid``: the lookup's own fusion
-(:func:`sidecar.ranking.hybrid_order`).  The fusion and its weight are chosen on
+(:func:`sidecar.lookup.ranking.hybrid_order`).  The fusion and its weight are chosen on
 StableToolBench alone (:data:`TUNED_ON`): the run reports which candidate that catalog
 prefers, and every other catalog's figures for it.
 
@@ -26,7 +26,7 @@ training queries' chains at several weights.  Abstention: the best hit's similar
 against a threshold, out of scope being each catalog's queries asked of another and
 hand-made requests no catalog serves.  Usage: :mod:`benchmarks.retrieval_usage`.  End
 to end: ``Sidecar.search`` over the StableToolBench catalog in a real home, hybrid on
-and off, and :func:`sidecar.ranking.hybrid_ranked` over that home's index against this
+and off, and :func:`sidecar.lookup.ranking.hybrid_ranked` over that home's index against this
 benchmark's ``hybrid`` (they must agree: the benchmark measures what the lookup serves).
 """
 
@@ -183,7 +183,7 @@ def evaluate(
 def after_first_tool(engine: Engine, queries: Sequence[Query]) -> dict[str, Any]:
     """Multi-tool queries asked again after their first relevant tool, the rest relevant:
     the hybrid alone, and with the completed chains of the training queries."""
-    from sidecar.ranking import successors
+    from sidecar.lookup.ranking import successors
 
     protocol = engine.protocol
     rows: dict[str, list[dict[str, float]]] = defaultdict(list)
@@ -281,7 +281,7 @@ def hot_path(
     and the lookup's fusion over that home's index against this benchmark's."""
     from benchmarks.common import open_sidecar
     from sidecar import Sidecar
-    from sidecar.ranking import query_views
+    from sidecar.lookup.ranking import query_views
     from sidecar.settings import Settings
 
     rng = random.Random(f"retrieval-latency:{seed}")
@@ -312,10 +312,10 @@ def hot_path(
 
 
 def _agreement(engine: Engine, sc: Any, queries: Sequence[Query]) -> float:
-    """Share of ``queries`` whose top 5 by :func:`sidecar.ranking.hybrid_ranked` over the
+    """Share of ``queries`` whose top 5 by :func:`sidecar.lookup.ranking.hybrid_ranked` over the
     home's real index equals this benchmark's ``hybrid``."""
     from indexes import query_vectors
-    from sidecar.ranking import hybrid_ranked, query_views
+    from sidecar.lookup.ranking import hybrid_ranked, query_views
 
     index = sc.index
     same = []
@@ -409,7 +409,7 @@ def usage_protocol(
     """The learning curves of the usage protocols and the cost of usage, as ``plan``
     sizes them."""
     from benchmarks.retrieval_usage import cost, protocol_curves
-    from sidecar.ranking import query_views
+    from sidecar.lookup.ranking import query_views
 
     curves: dict[str, Any] = {}
     for name in plan.protocols:

@@ -186,8 +186,7 @@ class Services:
             self.postgres = PostgresServer().start()
             self._stack.callback(self.postgres.remove)
             self.chroma_url = self._start_chroma()
-            from benchmarks.s3server import FaultSpec
-            from tests.cold_store.backends import S3Server
+            from benchmarks.s3server import FaultSpec, S3Server
 
             self.s3 = S3Server(FaultSpec() if self.s3_proxy else None)
             self._stack.callback(self.s3.close)

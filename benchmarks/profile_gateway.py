@@ -92,8 +92,8 @@ def serve(port: int, upstream: str, out: Path, profiled: bool) -> None:
     """The instrumented gateway (in its own process), until SIGTERM."""
     import uvicorn
 
+    from benchmarks.standalone_backend import StandaloneBackend
     from sidecar.agents.gateway import build_gateway
-    from sidecar.agents.gateway.standalone import StandaloneBackend
 
     times: dict[str, list[float]] = {}
     _instrument(times)

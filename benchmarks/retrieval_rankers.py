@@ -1,11 +1,12 @@
 """The rankers of ``bench_retrieval``: every one ranks a whole catalog with the sidecar's
 own pieces (documents as the sidecar embeds them, through the fp32 ONNX graph; queries
-through its int8 query graph; :mod:`indexes.lexical` for BM25; :mod:`sidecar.ranking`
+through its int8 query graph; :mod:`indexes.lexical` for BM25; :mod:`sidecar.lookup.ranking`
 for the views and the fusion; :mod:`indexes.usage` for usage), in numpy over the whole
 catalog instead of through Chroma, so that a protocol of a thousand queries takes
 seconds.  :meth:`Engine.hybrid` is the lookup's own fusion
-(:func:`sidecar.ranking.hybrid_order`, the function :func:`sidecar.ranking.hybrid_ranked`
-runs over a real index); ``bench_retrieval`` checks that the two agree.
+(:func:`sidecar.lookup.ranking.hybrid_order`, the function
+:func:`sidecar.lookup.ranking.hybrid_ranked` runs over a real index);
+``bench_retrieval`` checks that the two agree.
 
 The fusion candidates the benchmark compares (:data:`FUSIONS`), each over the same three
 signals (the dense similarity over the query's views, the whole query's, BM25):
@@ -20,7 +21,7 @@ signals (the dense similarity over the query's views, the whole query's, BM25):
   ``(1 - a)`` x BM25 over its best score;
 - ``spread a``: ``a`` x dense / its spread + ``(1 - a)`` x BM25 / its spread, each
   spread the standard deviation over the catalog for the query (the sidecar's fusion,
-  ``a`` = :data:`sidecar.ranking.DENSE_WEIGHT`).
+  ``a`` = :data:`sidecar.lookup.ranking.DENSE_WEIGHT`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 K = 5
 DEPTH = K + 50
 """How deep each ranking is read: as deep as a lookup of ``k`` = 5 reads it
-(``k + sidecar.ranking.DEPTH``)."""
+(``k + sidecar.lookup.ranking.DEPTH``)."""
 ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.9)
 
 
@@ -105,7 +106,7 @@ class Engine:
         """The query's views (its sentences), or its whole text alone."""
         import numpy as np
 
-        from sidecar.ranking import query_views
+        from sidecar.lookup.ranking import query_views
 
         rows = []
         for view in [text.strip()] if whole else query_views(text):
@@ -137,9 +138,9 @@ class Engine:
         chains: Sequence[str] = (),
         chain_weight: float = 0.0,
     ) -> tuple[list[str], dict[str, Any]]:
-        """The lookup's hybrid order (:func:`sidecar.ranking.hybrid_order`) over the
+        """The lookup's hybrid order (:func:`sidecar.lookup.ranking.hybrid_order`) over the
         same candidates a lookup of ``k`` = 5 reads, and the usage boosts."""
-        from sidecar.ranking import hybrid_order
+        from sidecar.lookup.ranking import hybrid_order
 
         dense = {t: float(sig.dense[self.position[t]]) for t in self.top(sig.dense)}
         # the lexical tier's own scoring: its top, the dense candidates' scores, the spread
@@ -159,7 +160,7 @@ class Engine:
 
 # ---- the fusion candidates ------------------------------------------------------------
 def _rrf(engine: Engine, sig: Signals, bm25_weight: float = 1.0) -> list[str]:
-    from sidecar.ranking import fuse
+    from sidecar.lookup.ranking import fuse
 
     tiebreak = {t: float(sig.dense[engine.position[t]]) for t in engine.top(sig.dense)}
     return fuse(

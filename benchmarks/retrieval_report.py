@@ -315,7 +315,7 @@ def _latency_lines(result: Mapping[str, Any]) -> list[str]:
         "",
         f"### End to end: `Sidecar.search` over {lat['tools']:,} tools",
         "",
-        "Top 5 of `sidecar.ranking.hybrid_ranked` over the home's index identical to this "
+        "Top 5 of `sidecar.lookup.ranking.hybrid_ranked` over the home's index identical to this "
         f"benchmark's `hybrid`: {lat['hybrid_top5_same_as_benchmark_ranker']:.1%} of 100 "
         "queries.",
         "",

@@ -339,7 +339,7 @@ def _plain_lookup(index: ActiveIndex) -> Any:
 
 def _hybrid_lookup(index: ActiveIndex, usage: UsageIndex | None) -> Any:
     from indexes import query_vectors
-    from sidecar.ranking import hybrid_ranked, query_views
+    from sidecar.lookup.ranking import hybrid_ranked, query_views
 
     def lookup(text: str) -> Any:
         views = query_vectors(index.embedder, query_views(text))

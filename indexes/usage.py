@@ -5,7 +5,7 @@ deterministic failure says that the tool it failed at did not.  Each such fact i
 :class:`Evidence`: a tool, the *source* that reported it (a named token, ``gateway``,
 ``otlp``, ``local``), the session's key, the request's vector (embedded with the model
 of the index) and the outcome.  :class:`UsageIndex` turns the evidence into a boost per
-tool for a new request, which :func:`sidecar.ranking.fuse` adds to the tool's fused
+tool for a new request, which :func:`sidecar.lookup.ranking.fuse` adds to the tool's fused
 score.
 
 **The signal.**  A past request is a second description of the tool that served it, in

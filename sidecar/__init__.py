@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "AddToolsResult": "sidecar.tools",
-    "ToolPage": "sidecar.paging",
+    "ToolPage": "sidecar.tools.paging",
     "ArchiveStatus": "sidecar.results",
     "AuditRecord": "sidecar.results",
     "Busy": "sidecar.errors",

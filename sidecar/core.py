@@ -31,17 +31,16 @@ neither.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from indexes import ActiveIndex, Embedder, ToolIndexError
+from indexes import ActiveIndex, Embedder
 from sidecar import validate
-from sidecar.audit import Archive
+from sidecar.archive.audit import Archive
+from sidecar.archive.publish import Publisher
 from sidecar.boundary import boundary
 from sidecar.errors import (
     InvalidInput,
-    SidecarError,
 )
 from sidecar.eviction import (
     EvictionReport,
@@ -55,16 +54,14 @@ from sidecar.eviction import (
     ToolDecision,
     make_revoker,
 )
+from sidecar.eviction.on_report import after_batches
 from sidecar.forgetting import forget
 from sidecar.home import Home
 from sidecar.hot import HotIndex
 from sidecar.intake import Intake, StepPolicy
 from sidecar.intake.parse import redacted_steps, steps_of, task_text
-from sidecar.intake.plan import Ask
-from sidecar.intake.publish import Publisher
 from sidecar.limits import INTAKE_CHUNK, MANDATE_STATUSES, CheckMode
 from sidecar.lookup import Lookup
-from sidecar.lookup.usage import request_rows
 from sidecar.memory import Step, Thresholds
 from sidecar.model import (
     CallCheck,
@@ -75,11 +72,7 @@ from sidecar.model import (
     StepReport,
     Tool,
 )
-from sidecar.paging import DEFAULT_LIMIT, ToolPage
-from sidecar.principals import LOCAL, Principals, Role, check_source
-from sidecar.quota import Quota, QuotaView
 from sidecar.recovery import Recovery, health
-from sidecar.redact import redact, redact_text
 from sidecar.results import (
     ArchiveMaintenance,
     ArchiveStatus,
@@ -95,8 +88,11 @@ from sidecar.results import (
 from sidecar.rules import Lifecycle, Rules
 from sidecar.rules.wording import viewer_of
 from sidecar.settings import Settings
-from sidecar.storage.requests import RequestRow
 from sidecar.tools import AddToolsResult, Fields, SyncResult, ToolRecords, Tools
+from sidecar.tools.paging import DEFAULT_LIMIT, ToolPage
+from sidecar.trust.principals import LOCAL, Principals, Role, check_source
+from sidecar.trust.quota import Quota, QuotaView
+from sidecar.trust.redact import redact, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +125,13 @@ class Sidecar:
         self.tools = Tools(
             self.records, self.state, self.hot.get, self._home.hot_write, self._cold_tools
         )
-        after = self._evict_after_report if settings.evict_on_report else None
-        self.intake = _intake(settings, self._home, self.records, self.rules, after, self.hot)
+        # acknowledged cold records reach the archive one way, whoever wrote them
+        self.publisher = Publisher(self.state, self.cold, self.cold.backend != "parquet")
+        self.intake = _intake(
+            settings, self._home, self.records, self.rules, self.hot, self.publisher
+        )
         self.eviction = _evictor(
-            settings, self._home, self.hot, self.records, self.rules, self.intake.publisher
+            settings, self._home, self.hot, self.records, self.rules, self.publisher
         )
         self.recovery = Recovery(self.journal, self.eviction, read_only)
         self.archive = Archive(
@@ -159,7 +158,7 @@ class Sidecar:
         self.close()
 
     def close(self) -> None:
-        self.intake.close()
+        self.publisher.close()
         self.hot.close()
         self._home.close()
 
@@ -218,7 +217,7 @@ class Sidecar:
             self.cold,
             self.settings.home,
             self.recovery,
-            self.intake.publisher.error,
+            self.publisher.error,
         )
 
     # ---- tools --------------------------------------------------------------------
@@ -253,7 +252,7 @@ class Sidecar:
     ) -> ToolPage:
         """One page of :meth:`list_tools`, in id order; its ``next_cursor`` gives the
         next.  ``agent``: only what a lookup could show an agent (no tool evicted or
-        withheld from every lookup, no credentials: see :mod:`sidecar.paging`)."""
+        withheld from every lookup, no credentials: see :mod:`sidecar.tools.paging`)."""
         hidden = self._cold_tools() | (self.lookup.withheld_at_start() if agent else set())
         return self.tools.page(cursor, limit, hidden, "agent" if agent else "operator")
 
@@ -380,13 +379,15 @@ class Sidecar:
         """:meth:`report` for many reports, archiving each chunk as one cold file; a
         chunk that fails changes nothing.  ``progress`` hears the reports done so far
         after each chunk.  An untrusted source spends its token's quota (reports, steps
-        and tool ids in no catalog a minute, bytes of evidence: :mod:`sidecar.quota`;
+        and tool ids in no catalog a minute, bytes of evidence: :mod:`sidecar.trust.quota`;
         :class:`~sidecar.errors.RateLimited` past it), and teaches nothing of tools in
         no catalog."""
         self.recovery.writable()
         items = list(reports)
         taught = self.quota.admit(source, items).uncataloged  # the source's name checked too
-        return self.intake.report_many(items, chunk, source, role == "operator", progress, taught)
+        batches = self.intake.batches(items, chunk, source, role == "operator", taught)
+        evict = self.evict if self.settings.evict_on_report else None
+        return after_batches(batches, evict, progress)
 
     def quotas(self) -> QuotaView:
         """What untrusted tokens spent of their quotas, for ``/metrics``."""
@@ -406,13 +407,6 @@ class Sidecar:
 
     def trusted_sources(self) -> frozenset[str]:
         return self.trusted
-
-    def _evict_after_report(self) -> str:
-        try:
-            evicted = self.evict().evicted
-        except SidecarError as exc:
-            return f"; eviction skipped: {exc}"
-        return f"; evicted {', '.join(d.tool_id for d in evicted) or 'nothing'}"
 
     # ---- eviction -----------------------------------------------------------------
     @boundary
@@ -527,9 +521,9 @@ class Sidecar:
     @boundary
     def maintain_archive(self, retention_hours: float | None = None) -> ArchiveMaintenance:
         """Compact, checkpoint and vacuum the cold tables (see
-        :meth:`sidecar.audit.Archive.maintain`)."""
+        :meth:`sidecar.archive.audit.Archive.maintain`)."""
         self.recovery.writable()
-        self.intake.publisher.publish()  # what is acknowledged is compacted with the rest
+        self.publisher.publish()  # what is acknowledged is compacted with the rest
         return self.archive.maintain(retention_hours)
 
     @boundary
@@ -543,17 +537,9 @@ def _intake(
     home: Home,
     records: ToolRecords,
     rules: Rules,
-    after_archive: Callable[[], str] | None,
     hot: HotIndex,
+    publisher: Publisher,
 ) -> Intake:
-    def learn(asks: list[Ask], source: str) -> list[RequestRow]:
-        # usage is what lookups learn on the side: a report is never refused for it
-        try:
-            return request_rows(hot.get(), asks, source, time.time())
-        except (ToolIndexError, SidecarError) as exc:
-            log.warning("usage of %d request(s) not learned: %s", len(asks), exc)
-            return []
-
     return Intake(
         home.state,
         home.cold,
@@ -561,10 +547,9 @@ def _intake(
         rules,
         settings.reproduce_threshold,
         StepPolicy(settings.max_step_bytes, settings.keep_outputs),
-        after_archive=after_archive,
+        publisher,
         crash_at=settings.crash_at,
-        group_publish=home.cold.backend != "parquet",
-        learn=learn if settings.hybrid else None,
+        index=hot.get if settings.hybrid else None,
     )
 
 

@@ -8,7 +8,7 @@ import sqlite3
 from cold_store import ColdStoreError
 from indexes import ToolIndexError
 from sidecar.errors import SidecarError
-from sidecar.redact import redact_text
+from sidecar.trust.redact import redact_text
 
 FAILURES = (SidecarError, ColdStoreError, ToolIndexError, sqlite3.Error, OSError)
 """What a write to the stores may fail with: retried later, or reported."""

@@ -9,7 +9,7 @@ from sidecar.intake import Intake
 from sidecar.recovery import Recovery
 from sidecar.results import Forgotten
 from sidecar.rules import Rules
-from sidecar.sources import reached_by_forget
+from sidecar.trust.sources import reached_by_forget
 
 
 def forget(

@@ -20,9 +20,9 @@ from indexes import ActiveIndex, ToolIndexError
 from sidecar.errors import Busy, Degraded, InvalidInput, SidecarError
 from sidecar.eviction import Evictor, Journal
 from sidecar.faults import FAILURES, plain
-from sidecar.redact import redact_text
 from sidecar.results import Health
 from sidecar.storage import DatabaseError
+from sidecar.trust.redact import redact_text
 
 T = TypeVar("T")
 log = logging.getLogger("sidecar")

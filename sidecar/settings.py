@@ -35,7 +35,7 @@ DEFAULT_ABSTAIN_BELOW = 0.35
 """Best cosine similarity under which a lookup abstains: on the three catalogs of
 ``benchmarks/bench_retrieval.py`` it abstained on under 1% of in-scope queries."""
 DEFAULT_CHAIN_WEIGHT = 0.3
-"""Weight of the completed-chain ranking in the fusion (``sidecar.ranking``).  Heavier
+"""Weight of the completed-chain ranking in the fusion (``sidecar.lookup.ranking``).  Heavier
 weights raised multi-tool Comp@5 after a prefix more on StableToolBench
 (``benchmarks/bench_retrieval.py``), but let one completed run put a poor match first
 (the demo's ``text_summarizer`` for "parse the page HTML" after ``web_search``)."""

@@ -21,7 +21,7 @@ from sidecar.limits import (
     MAX_REASON,
     CheckMode,
 )
-from sidecar.redact import redact_text
+from sidecar.trust.redact import redact_text
 
 # MCP tool-name rules: 1-128 characters from A-Z a-z 0-9 _ - .
 TOOL_ID_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,128}")

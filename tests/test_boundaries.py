@@ -2,7 +2,7 @@
 or each other; chromadb and the model runtimes (torch, sentence-transformers,
 transformers, tokenizers, onnxruntime, onnx, safetensors) only in indexes, pyarrow and
 deltalake only in cold_store, BM25 (bm25s, PyStemmer) only in indexes; the library never
-imports its benchmarks or tests."""
+imports its benchmarks or tests, and no benchmark imports a test."""
 
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ FORBIDDEN = {
         "Stemmer",
         *MODEL_RUNTIME,
     },
+    # tests may start what the benchmarks start (an S3 server, the Delta stress writers),
+    # never the other way round
+    "benchmarks": {"tests"},
 }
 
 
@@ -55,3 +58,28 @@ def test_import_direction(package: str) -> None:
         str(f.relative_to(ROOT)): sorted(imported_roots(f) & FORBIDDEN[package]) for f in files
     }
     assert {f: bad for f, bad in offenders.items() if bad} == {}
+
+
+def imported_modules(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize(("way_in", "other"), [("gateway", "otlp"), ("otlp", "gateway")])
+def test_the_agents_ways_in_share_only_what_lives_beside_them(way_in: str, other: str) -> None:
+    """The gateway and the OTLP intake share the step evidence and the outcome rule
+    (``sidecar/agents/``), never each other's modules."""
+    files = sorted((ROOT / "sidecar" / "agents" / way_in).rglob("*.py"))
+    assert files
+    sideways = {
+        str(f.relative_to(ROOT)): sorted(
+            m for m in imported_modules(f) if m.startswith(f"sidecar.agents.{other}")
+        )
+        for f in files
+    }
+    assert {f: bad for f, bad in sideways.items() if bad} == {}

@@ -23,6 +23,7 @@ from typing import Any
 
 from cold_store import ColdStoreError, ColdTable, make_pointer
 from indexes import ID_KEY, ActiveIndex, IndexRecord
+from sidecar.archive.publish import Publisher
 from sidecar.errors import NotFound
 from sidecar.eviction.decision import (
     LATE_USE,
@@ -34,7 +35,6 @@ from sidecar.eviction.decision import (
 )
 from sidecar.eviction.journal import Journal, move_id
 from sidecar.eviction.steps import MoveSteps
-from sidecar.intake.publish import Publisher
 from sidecar.model import ArchivedConstraint, CredentialRef
 from sidecar.rules import Rules
 from sidecar.rules.standing import source_of
@@ -46,7 +46,7 @@ from sidecar.tools.records import ToolRecords
 
 EVICTION_RECORD_VERSION = 1
 """The layout of an evicted tool's cold record (an archived chain's is
-:data:`~sidecar.intake.archive.CHAIN_RECORD_VERSION`)."""
+:data:`~sidecar.archive.chains.CHAIN_RECORD_VERSION`)."""
 
 
 class Evictor:
@@ -157,11 +157,11 @@ class Evictor:
         outcome and successes inside abandoned sessions keep nothing.  Against rules of
         untrusted sources alone every use counts: eviction is the drastic step, and one
         honest agent's success is reason enough to wait."""
-        uses = self._state.usage.tool_uses(tool_ids, db, self._set_aside)
+        uses = self._state.uses.tool_uses(tool_ids, db, self._set_aside)
         standing = self._rules.standing
         for tool, n in uses.items():
             if n and tool in self._backed:
-                uses[tool] = self._state.usage.uses_by_sessions(
+                uses[tool] = self._state.uses.uses_by_sessions(
                     tool, lambda key: standing.is_trusted(source_of(key)), db
                 )
         return uses
@@ -174,7 +174,7 @@ class Evictor:
         ignoring = [c for c in constraints if c.ignored_sources]
         if not ignoring:
             return {}
-        against = self._state.usage.contradictions()
+        against = self._state.uses.contradictions()
         out: dict[str, set[str]] = {}
         for c in ignoring:
             who = set(c.ignored_sources)

@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
-from sidecar.redact import MASK, redact_text
 from sidecar.storage.mandates import Mandate as Mandate
 from sidecar.storage.state import State
+from sidecar.trust.redact import MASK, redact_text
 
 MAX_ATTEMPTS = 5
 

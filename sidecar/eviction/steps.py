@@ -20,8 +20,8 @@ from typing import Any
 
 from cold_store import ColdTable, make_pointer
 from indexes import ActiveIndex
+from sidecar.archive.publish import Publisher
 from sidecar.eviction.journal import Journal
-from sidecar.intake.publish import Publisher
 from sidecar.storage.base import Connection
 from sidecar.storage.moves import Move
 from sidecar.storage.state import State

@@ -4,7 +4,7 @@ In one transaction (one turn at the state's write lock), the memory learns the b
 sessions, the batch's counters are applied, the chains it archives compiled into rules,
 and their cold records kept as pending: once that commits, the batch is durable and in
 force, and it is acknowledged.  The records reach the archive through the publisher
-(:mod:`sidecar.intake.publish`): at once beside a local folder, in group commits beside
+(:mod:`sidecar.archive.publish`): at once beside a local folder, in group commits beside
 a Delta table.  A crash before the transaction commits leaves no trace (the same batch
 sent again counts once: every counter is keyed by session); one after it leaves records
 pending, which the next :meth:`Committer.reconcile` publishes, whoever runs it first.
@@ -16,21 +16,19 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from cold_store import ColdStore, ColdStoreError, make_pointer
-from sidecar.intake import archive
-from sidecar.intake.archive import CallEvidence
+from sidecar.archive.chains import CallEvidence, cold_row
+from sidecar.archive.publish import Publisher
 from sidecar.intake.counters import Counters, apply
 from sidecar.intake.parse import parse_condition
 from sidecar.intake.plan import Archival, Plan
-from sidecar.intake.publish import Publisher
 from sidecar.model import CredentialRef, IntakeResult
 from sidecar.rules import Rules
-from sidecar.storage.base import Connection
 from sidecar.storage.sequences import CompiledChain
 from sidecar.storage.state import State
 from sidecar.tools.records import ToolRecords, tool_from_record
@@ -50,22 +48,22 @@ class Committer:
         records: ToolRecords,
         rules: Rules,
         publisher: Publisher,
-        after_archive: Callable[[], str] | None = None,
         crash_at: str | None = None,
     ) -> None:
-        """``after_archive``: run after a batch archived chains (the eviction, when the
-        home evicts on report), returns a note for the answers."""
         self._state = state
         self._cold = cold
         self._publisher = publisher
         self._records = records
         self._rules = rules
-        self._after_archive = after_archive
         self._crash_at = crash_at
         self._snaps: dict[str, tuple[Any, str | None, list[CredentialRef]]] = {}
         self._snaps_rev = -1
 
     def commit(self, plan: Plan) -> list[IntakeResult]:
+        """The batch's unit of work, step by step in one transaction (one turn at the
+        state's write lock): the memory learns, the counters are applied, the chains
+        compiled, the cold records built (after learning: a record carries the
+        conditions its own batch taught) and queued, the source's budget spent."""
         pointers = {
             (a.report.topology[-1], a.calls.normalized_signature): make_pointer(
                 "chains", a.chain_id
@@ -77,46 +75,38 @@ class Committer:
         chains = [compiled(a, stamp.timestamp()) for a in plan.archive]
         now = time.time()
         rows: list[dict[str, Any]] = []
-
-        def count(tx: Connection, learned: int) -> None:
+        book = self._rules.conditions
+        with book.writing(self._state.tx) as tx:
+            learned = book.learn(tx, plan.sessions, plan.manual, pointers, plan.source)
             # counted before the new rules are compiled: a completed run of the same
             # batch is then among the runs that came before them
             usage = apply(tx, self._state, self._rules, plan.counters, now)
             if chains:
                 self._rules.sequences.compile(tx, chains, now)
-                # built once the batch is learned: a record carries the conditions this
-                # very batch taught
-                rows[:] = self._rows(plan.archive, stamp)
+                rows = self._rows(plan.archive, stamp)
                 self._publisher.queue(tx, rows, now)
             spent = plan.evidence_bytes + learned + usage
             self._state.budgets.spend(tx, plan.source, spent, now)
-
-        # one transaction: what the memory learns, the counters, the rules and the
-        # pending records commit together, under one turn at the state's write lock
-        self._rules.conditions.learn(plan.sessions, plan.manual, pointers, plan.source, count)
         if self._crash_at == "after_intake_staged":
             os.kill(os.getpid(), signal.SIGKILL)  # testing only (SIDECAR_CRASH_AT)
         self._rules.sequences.compiled()
-        suffix = ""
         if rows:
             self._publisher.queued()
-            if self._after_archive is not None:
-                suffix = self._after_archive()
-        self._answer(plan, suffix)
+        self._answer(plan)
         return [r for r in plan.results if r is not None]
 
     @staticmethod
-    def _answer(plan: Plan, suffix: str) -> None:
+    def _answer(plan: Plan) -> None:
         for a in plan.archive:
             if a.calls is None:
                 plan.results[a.position] = IntakeResult(
                     "archived",
                     a.chain_id,
                     make_pointer("chains", a.chain_id),
-                    f"deterministic: {a.why}{suffix}",
+                    f"deterministic: {a.why}",
                 )
         for i, notes in plan.summaries.items():
-            plan.results[i] = _session_answer(plan, i, notes, suffix)
+            plan.results[i] = _session_answer(plan, i, notes)
 
     def _apply(
         self, chains: Sequence[CompiledChain], staged: str | None, counters: Counters | None
@@ -137,7 +127,7 @@ class Committer:
         tools = sorted({t for a in accepted for t in a.report.topology})
         snapshots, types, credentials = self._snapshots(tools)
         return [
-            archive.cold_row(
+            cold_row(
                 cid=a.chain_id,
                 report=a.report,
                 kind="deterministic",
@@ -281,9 +271,9 @@ def compiled_row(row: Mapping[str, Any]) -> CompiledChain:
     )
 
 
-def _session_answer(plan: Plan, i: int, notes: list[str], suffix: str) -> IntakeResult:
+def _session_answer(plan: Plan, i: int, notes: list[str]) -> IntakeResult:
     archived = [a.chain_id for a in plan.archive if a.position == i and a.calls is not None]
-    reason = "; ".join(notes) + suffix
+    reason = "; ".join(notes)
     # a replayed session answers as it was first answered: its chain is archived
     last = archived[-1] if archived else plan.replayed.get(i)
     if last is None:

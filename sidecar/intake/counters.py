@@ -20,7 +20,7 @@ from sidecar.storage.base import Connection
 from sidecar.storage.requests import RequestRow
 from sidecar.storage.sightings import Sighted
 from sidecar.storage.state import State
-from sidecar.storage.usage import Usage
+from sidecar.storage.uses import Usage
 
 
 @dataclass
@@ -66,12 +66,12 @@ def apply(tx: Connection, state: State, rules: Rules, counters: Counters, now: f
     """Count completed runs and the contradictions they bring, record sightings and the
     sessions behind archived chains; whatever a session already counted (a replayed
     report) is not counted again.  Returns the bytes the usage rows grew by."""
-    fresh = state.usage.record(tx, counters.usage, now)
+    fresh = state.uses.record(tx, counters.usage, now)
     contradicted = Counter(cid for u in fresh for cid in u.contradicts)
     rules.sequences.contradict(tx, contradicted, now)
     rules.sequences.alert(tx, fresh)
     state.sightings.record(tx, counters.sighted, counters.chain_sessions, now)
-    state.usage.record_successes(tx, counters.succeeded, now)
+    state.uses.record_successes(tx, counters.succeeded, now)
     # a request counts the sessions whose success is counted now: a replay brings none
     counted = {u.session for u in fresh}
     grown = state.requests.add(tx, _once(r for r in counters.requests if r.session in counted))

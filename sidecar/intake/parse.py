@@ -38,8 +38,8 @@ from sidecar.model import (
     Failure,
     StepReport,
 )
-from sidecar.neutralize import neutralize
-from sidecar.redact import MASK, is_sensitive_key, redact, redact_text
+from sidecar.trust.neutralize import neutralize
+from sidecar.trust.redact import MASK, is_sensitive_key, redact, redact_text
 from sidecar.validate import check_json_value, check_tool_id
 
 # The seed's three messages, verbatim.
@@ -203,7 +203,7 @@ _CONDITION_TEXT = frozenset({"signature", "explanation", "predicate", "sessions"
 
 def _condition_field(key: str, value: Any) -> Any:
     """A hand-written condition's field as stored and shown to agents: free text
-    redacted, its explanation neutralized (:mod:`sidecar.neutralize`), and the value of a
+    redacted, its explanation neutralized (:mod:`sidecar.trust.neutralize`), and the value of a
     predicate over a sensitive argument masked (the memory only ever sees it masked)."""
     if key not in _CONDITION_TEXT:
         return value

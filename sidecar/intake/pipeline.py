@@ -18,14 +18,19 @@ which tools served it (:mod:`sidecar.lookup.usage`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cold_store import ColdStore
+from indexes import ActiveIndex, ToolIndexError
+from sidecar.archive.publish import Publisher
+from sidecar.errors import SidecarError
 from sidecar.intake.commit import Committer
 from sidecar.intake.plan import Ask, Planner
-from sidecar.intake.publish import Publisher
+from sidecar.intake.requests import request_rows
 from sidecar.intake.sessions import StepPolicy
 from sidecar.limits import INTAKE_CHUNK
 from sidecar.model import ChainReport, IntakeResult, StepReport
@@ -37,8 +42,17 @@ from sidecar.storage.state import State
 from sidecar.tools.records import ToolRecords
 
 Report = ChainReport | StepReport | Mapping[str, Any]
-Learn = Callable[[list[Ask], str], list[RequestRow]]
-"""Usage rows of a batch's finished requests, attributed to the batch's source."""
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A batch committed: its answers, in the order of its reports, and whether it
+    archived a chain (a home that evicts on report evicts then)."""
+
+    results: list[IntakeResult]
+    archived: bool
 
 
 @dataclass(frozen=True)
@@ -56,63 +70,59 @@ class Intake:
         records: ToolRecords,
         rules: Rules,
         reproduce_threshold: int,
-        steps: StepPolicy | None = None,
-        after_archive: Callable[[], str] | None = None,
+        steps: StepPolicy,
+        publisher: Publisher,
         crash_at: str | None = None,
-        group_publish: bool = False,
-        learn: Learn | None = None,
+        index: Callable[[], ActiveIndex] | None = None,
     ) -> None:
-        """``group_publish``: cold records reach the archive in group commits, from a
-        thread of their own (a shared Delta table); else after each batch.  ``learn``
-        turns the batch's finished requests into usage rows (:mod:`sidecar.lookup.usage`)."""
+        """``publisher``: what takes the batches' cold records to the archive.  ``index``:
+        the hot index a batch's finished requests are placed in as usage rows
+        (:mod:`sidecar.intake.requests`); none, no usage is learned."""
         self._state = state
-        self._learn = learn
+        self._index = index
         self._rules = rules
-        self.publisher = Publisher(state, cold, group_publish)
-        self._planner = Planner(state, rules, reproduce_threshold, steps or StepPolicy())
-        self._committer = Committer(
-            state, cold, records, rules, self.publisher, after_archive, crash_at
-        )
+        self._planner = Planner(state, rules, reproduce_threshold, steps)
+        self._committer = Committer(state, cold, records, rules, publisher, crash_at)
 
-    def report_many(
+    def batches(
         self,
         reports: Iterable[Report],
         chunk: int = INTAKE_CHUNK,
         source: str = LOCAL,
         operator: bool = True,
-        progress: Callable[[int], None] | None = None,
         uncataloged: frozenset[str] = frozenset(),
-    ) -> list[IntakeResult]:
-        """Each ``chunk`` of reports a batch (archived as one cold file).  ``source``:
-        who reports (a token's name); hand-written conditions are taken only from an
-        ``operator``.  ``progress`` hears the reports done so far after each batch.
-        ``uncataloged``: tools in no catalog that ``source`` may not teach of (a
-        session's steps on them are context only; a chain naming them is rejected)."""
-        results: list[IntakeResult] = []
+    ) -> Iterator[Committed]:
+        """Each ``chunk`` of reports a batch (archived as one cold file), committed as
+        the caller asks for the next.  ``source``: who reports (a token's name);
+        hand-written conditions are taken only from an ``operator``.  ``uncataloged``:
+        tools in no catalog that ``source`` may not teach of (a session's steps on them
+        are context only; a chain naming them is rejected)."""
         batch: list[Report] = []
         for item in reports:
             batch.append(item)
             if len(batch) == max(1, chunk):
-                results += self._batch(batch, source, operator, uncataloged)
+                yield self._batch(batch, source, operator, uncataloged)
                 batch = []
-                if progress is not None:
-                    progress(len(results))
         if batch:
-            results += self._batch(batch, source, operator, uncataloged)
-            if progress is not None:
-                progress(len(results))
-        return results
+            yield self._batch(batch, source, operator, uncataloged)
 
     def _batch(
         self, reports: Sequence[Report], source: str, operator: bool, uncataloged: frozenset[str]
-    ) -> list[IntakeResult]:
+    ) -> Committed:
         plan = self._planner.plan(reports, source, operator, uncataloged)
-        if plan.asks and self._learn is not None:
-            plan.counters.requests = self._learn(plan.asks, source)
-        return self._committer.commit(plan)
+        if plan.asks and self._index is not None:
+            plan.counters.requests = self._requests(plan.asks, source)
+        results = self._committer.commit(plan)
+        return Committed(results, bool(plan.archive))
 
-    def close(self) -> None:
-        self.publisher.close()
+    def _requests(self, asks: list[Ask], source: str) -> list[RequestRow]:
+        # usage is what lookups learn on the side: a report is never refused for it
+        assert self._index is not None
+        try:
+            return request_rows(self._index(), asks, source, time.time())
+        except (ToolIndexError, SidecarError) as exc:
+            log.warning("usage of %d request(s) not learned: %s", len(asks), exc)
+            return []
 
     def reconcile(self) -> list[str]:
         """Finish what a crash interrupted (see :meth:`Committer.reconcile`)."""
@@ -125,7 +135,7 @@ class Intake:
         which = SessionFilter(session_filter_prefix(source), since)
         with self._state.tx() as tx:
             sightings = self._state.sightings.forget(tx, which)
-            usage = self._state.usage.forget(tx, which)
+            usage = self._state.uses.forget(tx, which)
             self._state.requests.forget(tx, which)
             self._state.budgets.forget(tx, source, since)
             self._rules.sequences.uncontradict(tx, usage.contradicted)

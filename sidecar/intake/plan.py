@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cold_store import make_pointer
+from sidecar.archive.chains import CallEvidence, chain_id
 from sidecar.classify import Classification, classify
 from sidecar.errors import InvalidInput
-from sidecar.intake.archive import CallEvidence, chain_id
 from sidecar.intake.counters import Counters
 from sidecar.intake.parse import parse_any, validate_abandoned
 from sidecar.intake.sessions import (
@@ -31,10 +31,10 @@ from sidecar.intake.sessions import (
 )
 from sidecar.memory import FailureCondition, Session, Step, normalize_signature
 from sidecar.model import ChainReport, ConstraintSpec, Failure, IntakeResult, StepReport
-from sidecar.redact import redact_text
 from sidecar.rules import Rules
 from sidecar.storage.state import State
-from sidecar.storage.usage import Usage
+from sidecar.storage.uses import Usage
+from sidecar.trust.redact import redact_text
 
 ROW_BYTES = 96
 """What one counter row (a sighting, a success, a session's usage) costs the state, about:
@@ -203,7 +203,7 @@ class Planner:
         fresh = self._count_usage(plan, usage)
         if fresh:
             plan.evidence_bytes += ROW_BYTES + _size(list(topology))
-        runs = self._state.usage.completed_runs(topology) + plan.fresh_runs[tuple(topology)]
+        runs = self._state.uses.completed_runs(topology) + plan.fresh_runs[tuple(topology)]
         if not fresh:
             return IntakeResult(
                 "recorded", reason=f"completed chain already recorded (a replay; {runs} run(s))"
@@ -216,7 +216,7 @@ class Planner:
         """Add a session's success to the batch; returns whether it is counted for the
         first time (the state counts it once, whatever this answer)."""
         # sets, not a scan of the batch's usage: a batch holds thousands of completions
-        fresh = usage.key not in plan.usage_keys and not self._state.usage.seen(usage.key)
+        fresh = usage.key not in plan.usage_keys and not self._state.uses.seen(usage.key)
         plan.counters.usage.append(usage)
         plan.usage_keys.add(usage.key)
         if fresh and usage.topology is not None:

@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 from sidecar.intake.parse import redact_step
 from sidecar.memory import Step
 from sidecar.model import ChainReport, ConstraintSpec, Failure, StepReport
-from sidecar.neutralize import neutralize
-from sidecar.redact import redact, redact_text
 from sidecar.rules.standing import LOCAL
 from sidecar.storage.filters import SOURCE_PREFIX
-from sidecar.storage.usage import topology_key
+from sidecar.storage.uses import topology_key
+from sidecar.trust.neutralize import neutralize
+from sidecar.trust.redact import redact, redact_text
 
 R = TypeVar("R", ChainReport, StepReport)
 

@@ -6,7 +6,7 @@ fatal sequence after the executed prefix under the given context; the fatal
 continuations that the filter displaced come back as ``withheld`` with their rule and
 pointer, and hits that lead toward a fatal sequence carry warnings.
 
-With ``hybrid`` on (the default), the order is the fusion of :mod:`sidecar.ranking`: the
+With ``hybrid`` on (the default), the order is the fusion of :mod:`sidecar.lookup.ranking`: the
 dense ranking over the query's views, BM25 over the same documents, the usage finished
 sessions taught (:mod:`sidecar.lookup.usage`; a hit it raised says by how many sessions)
 and, after an executed prefix, the tools that completed chains after it.  Exclusions apply to the
@@ -30,17 +30,17 @@ from typing import Any
 import numpy as np
 
 from indexes import ActiveIndex, IndexHit, query_vectors
+from sidecar.lookup.ranking import hybrid_ranked, query_views, successors
 from sidecar.lookup.usage import UsageState
 from sidecar.memory import Step, Trace
 from sidecar.model import ArchivedConstraint, LookupHit, LookupResult, Withheld
-from sidecar.neutralize import shown
-from sidecar.ranking import hybrid_ranked, query_views, successors
 from sidecar.rules import Rules, wording
 from sidecar.rules.matcher import Hint
 from sidecar.rules.wording import OPERATOR, Reading, Viewer
 from sidecar.settings import Settings
 from sidecar.storage.state import State
 from sidecar.tools.records import Fields
+from sidecar.trust.neutralize import shown
 
 
 class Lookup:
@@ -94,7 +94,7 @@ class Lookup:
         rev = self._state.revisions.current().usage
         with self._lock:
             if rev != self._chains_rev:
-                self._chains = self._state.usage.completed_topologies()
+                self._chains = self._state.uses.completed_topologies()
                 self._chains_rev = rev
             return self._chains
 
@@ -190,7 +190,7 @@ class Lookup:
         the completed sessions whose usage raised each hit it raised."""
         weight = self._settings.chain_weight
         # beside the dense ranking alone (a lookup by vector) the chains outweigh it on
-        # catalogs whose chains rarely repeat: see sidecar.ranking
+        # catalogs whose chains rarely repeat: see sidecar.lookup.ranking
         chains = (
             successors(self.completed_chains(), executed)
             if executed and weight > 0 and text is not None

@@ -11,12 +11,12 @@ plain JSON dicts.
 - :mod:`~sidecar.memory.features`: ``call_features`` and the feature families;
 - :mod:`~sidecar.memory.conditions`: ``FailureCondition`` and ``Predicate`` (JSON form);
 - :mod:`~sidecar.memory.memory`: ``FailureMemory``, the incremental learner;
-- :mod:`~sidecar.memory.verdict`: ``assess``, ``may_apply``, ``Thresholds``, ``Verdict``.
+- :mod:`~sidecar.memory.thresholds`: ``assess``, ``may_apply``, ``Thresholds``, ``Verdict``.
 """
 
 from sidecar.classify import BUSINESS_RULE_TEXT
 from sidecar.memory.conditions import FailureCondition
-from sidecar.memory.evidence import Session, Step
+from sidecar.memory.evidence import Session, SessionOutcome, Step
 from sidecar.memory.features import FAMILIES, call_features
 from sidecar.memory.memory import FailureMemory
 from sidecar.memory.params import LearnParams
@@ -26,8 +26,7 @@ from sidecar.memory.signature import (
     is_business_rule_failure,
     normalize_signature,
 )
-from sidecar.memory.trace import Trace
-from sidecar.memory.verdict import (
+from sidecar.memory.thresholds import (
     DEFAULT_THRESHOLDS,
     Reason,
     Thresholds,
@@ -37,6 +36,7 @@ from sidecar.memory.verdict import (
     may_apply,
     reasons_for,
 )
+from sidecar.memory.trace import Trace
 
 __all__ = [
     "BUSINESS_RULE_TEXT",
@@ -48,6 +48,7 @@ __all__ = [
     "Predicate",
     "Reason",
     "Session",
+    "SessionOutcome",
     "Step",
     "Thresholds",
     "Trace",

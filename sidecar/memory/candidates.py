@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.memory.families import Rules, families, family_for
+from sidecar.memory.families import Variation, families, family_for
 from sidecar.memory.families.base import Candidate, Failing
 from sidecar.memory.predicate import Predicate, token
 from sidecar.memory.stats import ToolStats
@@ -98,7 +98,7 @@ def candidates(
     item: Any,
     stats: ToolStats,
     cardinality: Mapping[str, set[str]],
-    rules: Rules,
+    rules: Variation,
 ) -> Iterable[Predicate]:
     """The predicates that one value of a failing call's feature satisfies (its
     family's :meth:`~sidecar.memory.families.Family.candidates`)."""
@@ -130,7 +130,7 @@ def absent(predicate: Predicate) -> bool:
 
 __all__ = [
     "FailureRecord",
-    "Rules",
+    "Variation",
     "absent",
     "candidates",
     "group_candidates",

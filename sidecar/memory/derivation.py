@@ -14,7 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from sidecar.classify import Kind
-from sidecar.memory.candidates import FailureRecord, Rules, candidates, group_candidates, observe
+from sidecar.memory.candidates import (
+    FailureRecord,
+    Variation,
+    candidates,
+    group_candidates,
+    observe,
+)
 from sidecar.memory.chance import chance, without_one
 from sidecar.memory.conditions import MAX_EXAMPLE_SESSIONS, FailureCondition, confidence, explain
 from sidecar.memory.families import family_for
@@ -23,7 +29,7 @@ from sidecar.memory.independence import Situations
 from sidecar.memory.params import LearnParams
 from sidecar.memory.predicate import Predicate, token
 from sidecar.memory.stats import SOURCE_BITS, ToolStats, source_bit, source_names
-from sidecar.sources import is_trusted, witnesses
+from sidecar.trust.sources import is_trusted, witnesses
 
 
 @dataclass
@@ -41,7 +47,7 @@ class Judging:
     stats: ToolStats
     """The tool's successes."""
     cardinality: Mapping[str, set[str]]
-    rules: Rules
+    rules: Variation
     params: LearnParams
     sources: list[str]
     trusted: frozenset[str] = frozenset()

@@ -15,7 +15,7 @@ identical text is only judged between failing calls, where every pair can be com
 
 **Sources** (who reported the evidence: a named token, the gateway, OTLP) are a
 further axis: a learned block needs failures from at least two sources, or one trusted
-source (:class:`~sidecar.memory.verdict.Thresholds`).
+source (:class:`~sidecar.memory.thresholds.Thresholds`).
 
 Everything here is a function of the set of evidence, never of its order.
 """

@@ -42,7 +42,7 @@ from typing import Any
 from sidecar.classify import Kind
 from sidecar.memory.candidates import (
     FailureRecord,
-    Rules,
+    Variation,
     message_evidence,
     named_values,
 )
@@ -116,7 +116,7 @@ class FailureMemory:
 
     def __init__(self, params: LearnParams | None = None) -> None:
         self.params = params or LearnParams()
-        self._rules = Rules(self.params.max_categorical, self.params.max_not_in)
+        self._rules = Variation(self.params.max_categorical, self.params.max_not_in)
         self._sessions = 0
         self._calls = 0
         self._groups: dict[tuple[str, str], Group] = {}

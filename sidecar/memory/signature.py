@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from sidecar.classify import BUSINESS_RULE_TEXT, Kind, classify
-from sidecar.neutralize import neutralize
+from sidecar.trust.neutralize import neutralize
 
 MAX_SIGNATURE = 300
 
@@ -64,7 +64,7 @@ _TRANSIENT_MARKER = re.compile(
 
 def normalize_signature(text: str) -> str:
     """The failure text with its varying parts masked, instruction-like lines marked
-    (:func:`sidecar.neutralize.neutralize`), whitespace collapsed, capped."""
+    (:func:`sidecar.trust.neutralize.neutralize`), whitespace collapsed, capped."""
     kept: list[str] = []
 
     def keep(match: re.Match[str]) -> str:

@@ -5,19 +5,21 @@ evidence no longer holds), so that it can be read and reinstated.
 
 Learning and forgetting run the learner (:mod:`sidecar.rules.learner`) and record what
 its conditions now are, in one transaction.  A lift covers the condition's family
-(:mod:`sidecar.rules.families`).  Status follows :mod:`sidecar.rules.lifecycle`,
+(:mod:`sidecar.rules.lifting`).  Status follows :mod:`sidecar.rules.lifecycle`,
 counting only the contradictions :meth:`~sidecar.memory.Thresholds.contradictions` lets
 count.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
 from sidecar.memory import (
@@ -32,14 +34,14 @@ from sidecar.memory import (
     reasons_for,
 )
 from sidecar.memory.predicate import token
-from sidecar.rules import families
+from sidecar.rules import lifting
 from sidecar.rules.learner import Learner, Unlearned
 from sidecar.rules.lifecycle import ENFORCED, Lifecycle, Status
 from sidecar.storage.base import Connection
 from sidecar.storage.conditions import Derived, Known
 from sidecar.storage.state import State
 
-AUDIT = logging.getLogger("sidecar.audit")
+AUDIT = logging.getLogger("sidecar.archive.audit")
 
 
 def predicate_key(condition: FailureCondition) -> str:
@@ -89,40 +91,42 @@ class ConditionBook:
         return self._learner.memory()
 
     # ---- learning and forgetting ---------------------------------------------------------
+    @contextlib.contextmanager
+    def writing(self, tx: Callable[[], AbstractContextManager[Connection]]) -> Iterator[Connection]:
+        """The unit of work a write to the memory happens in: ``tx()`` (the state's
+        transaction) inside the learner's guard (what it folded is forgotten unless the
+        transaction commits), then this book's lock, then the learner's: the order a
+        reader takes the last two in (:meth:`states`), so a check reading the memory
+        waits for a writer's folding, never for its turn at the state, and the writer
+        may read the conditions it just taught."""
+        with self._learner.writing(), tx() as conn, self._lock, self._learner.lock:
+            yield conn
+
     def learn(
         self,
+        tx: Connection,
         sessions: Sequence[Session],
         manual: Sequence[FailureCondition] = (),
         pointers: Mapping[tuple[str, str], str] | None = None,
         source: str = "local",
-        then: Callable[[Connection, int], None] | None = None,
-    ) -> None:
-        """Teach the memory these sessions (and hand-written conditions, from ``source``),
-        then record what its conditions now are, and run ``then`` (the rest of an intake
-        batch, told the bytes the evidence log took in), in one transaction.
-        ``pointers``: for a (tool, normalized signature), the cold record of its latest
-        failing call."""
+    ) -> int:
+        """Teach the memory these sessions (and hand-written conditions, from ``source``)
+        and record what its conditions now are, inside a unit of :meth:`writing`;
+        returns the bytes the evidence log took in.  ``pointers``: for a (tool,
+        normalized signature), the cold record of its latest failing call."""
         if not sessions and not manual:
-            if then is not None:
-                with self._state.tx() as tx:
-                    then(tx, 0)
-            return
+            return 0
         now = time.time()
-        # the state's write lock first, then this book's, then the learner's, the order a
-        # reader takes the last two in (:meth:`states`): a check reading the memory waits
-        # for a writer's folding, never for its turn at the state, and the rest of a batch
-        # (``then``) may read the conditions it just taught
-        with self._learner.writing(), self._state.tx() as tx, self._lock, self._learner.lock:
-            learned = self._learner.learn(tx, sessions, manual, source, now)
-            if learned is not None:
-                self._sync(tx, learned.tools, pointers or {}, now)
-            if then is not None:
-                then(tx, learned.stored if learned is not None else 0)
+        learned = self._learner.learn(tx, sessions, manual, source, now)
+        if learned is None:
+            return 0
+        self._sync(tx, learned.tools, pointers or {}, now)
+        return learned.stored
 
     def forget(self, source: str, since: float | None = None) -> Unlearned:
         """Remove everything ``source`` taught the memory (since ``since``, when given)
         and derive again what rested on it."""
-        with self._learner.writing(), self._state.tx() as tx, self._lock, self._learner.lock:
+        with self.writing(self._state.tx) as tx:
             unlearned = self._learner.forget(tx, source, since)
             if unlearned is None:
                 return Unlearned(frozenset(), 0, frozenset())
@@ -150,7 +154,7 @@ class ConditionBook:
                 pointer = pointers.get((c.tool, c.signature))
                 against = self._thresholds.contradictions(c)
                 if before is None:
-                    lifted = families.covered(predicate_key(c), families.words(c.signature), lifts)
+                    lifted = lifting.covered(predicate_key(c), lifting.words(c.signature), lifts)
                     repo.insert(
                         tx, cid, tool, c.signature, record, pointer, now, c.support, against,
                         lifted,
@@ -241,24 +245,24 @@ class ConditionBook:
         contradictions from now on); returns whether the condition exists."""
         repo = self._state.conditions
         now = time.time()
-        with self._learner.writing(), self._state.tx() as tx, self._lock, self._learner.lock:
+        with self.writing(self._state.tx) as tx:
             raw = repo.record(tx, condition_id)
             if raw is None:
                 return False
             condition = FailureCondition.from_dict(json.loads(raw))
-            key, of = predicate_key(condition), families.words(condition.signature)
+            key, of = predicate_key(condition), lifting.words(condition.signature)
             peers = [
-                (cid, predicate_key(c), families.words(c.signature))
+                (cid, predicate_key(c), lifting.words(c.signature))
                 for cid, record in repo.records_of(tx, condition.tool)
                 for c in (FailureCondition.from_dict(json.loads(record)),)
             ]
-            members = families.members(key, of, peers)
+            members = lifting.members(key, of, peers)
             if lifted:
                 repo.lift_family(tx, condition_id, key, of, now)
                 repo.set_lifted(tx, members)
             else:
                 # the family is enforced again, whichever of its members was lifted
-                for cid in families.members(key, of, repo.lifted_families(tx)):
+                for cid in lifting.members(key, of, repo.lifted_families(tx)):
                     repo.unlift_family(tx, cid)
                 repo.reinstate(tx, members, condition_id, now)
                 if condition_id not in {

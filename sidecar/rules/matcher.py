@@ -28,9 +28,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sidecar.model import ArchivedConstraint, CheckMode, CheckResult, Collision, Condition
-from sidecar.neutralize import shown
 from sidecar.rules import wording
 from sidecar.rules.wording import Reading
+from sidecar.trust.neutralize import shown
 
 MissingField = Literal["block", "allow"]
 

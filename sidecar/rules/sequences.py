@@ -18,15 +18,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from sidecar.model import ArchivedConstraint
-from sidecar.rules import families
+from sidecar.rules import lifting
 from sidecar.rules.lifecycle import ENFORCED, Lifecycle, Status
 from sidecar.rules.standing import LOCAL, Standing, source_of
 from sidecar.storage.base import Connection
 from sidecar.storage.sequences import CompiledChain
 from sidecar.storage.state import State
-from sidecar.storage.usage import Usage
+from sidecar.storage.uses import Usage
 
-AUDIT = logging.getLogger("sidecar.audit")
+AUDIT = logging.getLogger("sidecar.archive.audit")
 """What an operator should see when someone's evidence is set aside."""
 
 
@@ -58,7 +58,7 @@ class SequenceBook:
         if not raw:
             return raw
         sessions = self._state.sightings.chain_sessions()
-        against = self._state.usage.contradictions()
+        against = self._state.uses.contradictions()
         reinstated = self._state.sequences.reinstated()
         return [
             self._judged(
@@ -144,15 +144,15 @@ class SequenceBook:
     def _family_lifted(self, tx: Connection, chain: CompiledChain) -> bool:
         key = _stored(chain.sequence)
         lifts = [(cid, key, w) for cid, w in self._state.sequences.lifted_families(tx, key)]
-        return families.covered(key, families.words(chain.signature), lifts)
+        return lifting.covered(key, lifting.words(chain.signature), lifts)
 
     def _earlier_completions(
         self, tx: Connection, fatal: Mapping[str, tuple[str, ...]], now: float
     ) -> None:
         """Completed runs that came before a new fatal sequence and contain it contradict
         it as those after it do: the evidence is the same whatever its order."""
-        completed = self._state.usage.completed_topologies(tx)
-        runs_by_key = self._state.usage.completions(tx)
+        completed = self._state.uses.completed_topologies(tx)
+        runs_by_key = self._state.uses.completions(tx)
         for cid, seq in fatal.items():
             runs = sum(times for topo, times in completed if contains(topo, seq))
             if not runs:
@@ -160,7 +160,7 @@ class SequenceBook:
             self._state.sequences.contradict(tx, {cid: runs}, self.retire_after, now)
             for key, topo, _session in runs_by_key:
                 if contains(topo, seq):
-                    self._state.usage.add_contradiction(tx, key, cid)
+                    self._state.uses.add_contradiction(tx, key, cid)
 
     def contradict(self, tx: Connection, counts: Mapping[str, int], now: float) -> None:
         self._state.sequences.contradict(tx, counts, self.retire_after, now)
@@ -223,20 +223,20 @@ class SequenceBook:
         if found is None:
             return
         sequence, signature = found
-        of = families.words(signature)
+        of = lifting.words(signature)
         if lift:
             repo.lift_family(tx, chain_id, sequence, of, now)
         else:
             lifts = [(cid, sequence, w) for cid, w in repo.lifted_families(tx, sequence)]
-            for cid in families.members(sequence, of, lifts):
+            for cid in lifting.members(sequence, of, lifts):
                 repo.unlift_family(tx, cid)
         status = "lifted" if lift else "active"
         others = [
-            (cid, sequence, families.words(sig))
+            (cid, sequence, lifting.words(sig))
             for cid, sig, st in repo.of_sequence(tx, sequence)
             if cid != chain_id and st != status
         ]
-        for cid in families.members(sequence, of, others):
+        for cid in lifting.members(sequence, of, others):
             repo.set_status(tx, cid, status)
             repo.log(tx, cid, status, f"with its family ({chain_id}): {reason}", now)
 

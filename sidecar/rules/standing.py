@@ -7,7 +7,7 @@ no prefix).  A rule's sources are those of the sessions behind it.
 - Evidence is *independent* when it comes from two witnesses, or from one trusted source
   (the process itself, an operator, a token marked trusted, the gateway's own
   observations).  A token's reports and its traces (``otlp:<name>``) are one witness
-  (:func:`~sidecar.sources.witness`).  Only independent evidence makes a rule block,
+  (:func:`~sidecar.trust.sources.witness`).  Only independent evidence makes a rule block,
   withhold or evict; otherwise the rule warns.
 - A success that matches a rule *contradicts* it.  Against a rule a trusted source
   stands behind, only a trusted source's contradictions count; against any other, they
@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sidecar.sources import LOCAL as LOCAL
-from sidecar.sources import is_trusted, witnesses
 from sidecar.storage.filters import SOURCE_PREFIX
+from sidecar.trust.sources import LOCAL as LOCAL
+from sidecar.trust.sources import is_trusted, witnesses
 
 
 def source_of(session_key: str) -> str:
@@ -53,7 +53,7 @@ class Against:
 @dataclass(frozen=True)
 class Standing:
     trusted: frozenset[str]
-    """Sources whose word alone is enough (:func:`~sidecar.sources.is_trusted`)."""
+    """Sources whose word alone is enough (:func:`~sidecar.trust.sources.is_trusted`)."""
     min_sources: int = 2
     """Untrusted witnesses it takes to make evidence independent."""
 

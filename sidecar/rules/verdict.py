@@ -1,4 +1,5 @@
-"""The one place a check's reasons are merged and its verdict decided.
+"""The one place a check's reasons are merged and its verdict decided (a call seen
+several ways, too: :func:`merged`).
 
 Before a call, two kinds of rule may hold: learned (or hand-written) call conditions
 and fatal sequences the call would complete.  Each gives reasons at a level; the verdict
@@ -72,3 +73,14 @@ def verdict(reasons: Sequence[CheckReason]) -> CallCheck:
     if not ordered:
         return CallCheck("allow")
     return CallCheck(decide(r.level for r in ordered), tuple(ordered))
+
+
+def merged(checks: Iterable[CallCheck]) -> CallCheck:
+    """One verdict for a call seen several ways (a gateway's session as each link reads
+    it, the tool under each name it has had): every rule that holds in any of them, once,
+    at the strictest level it held at, decided as one check is."""
+    reasons = sorted((r for c in checks for r in c.reasons), key=lambda r: r.level != "block")
+    kept: dict[str, CheckReason] = {}
+    for r in reasons:
+        kept.setdefault(r.constraint_id, r)
+    return verdict(list(kept.values()))

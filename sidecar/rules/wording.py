@@ -32,8 +32,8 @@ from sidecar.memory import FailureCondition
 from sidecar.memory.conditions import describe, evidence_line
 from sidecar.memory.predicate import Predicate
 from sidecar.model import ArchivedConstraint, CheckReason, Condition
-from sidecar.neutralize import as_data, neutralize
-from sidecar.sources import token_of
+from sidecar.trust.neutralize import as_data, neutralize
+from sidecar.trust.sources import token_of
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-\[\]]{0,63}")
 WITHHELD = "\u2026"

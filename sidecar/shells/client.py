@@ -34,8 +34,6 @@ from sidecar.limits import (
 )
 from sidecar.memory import Step
 from sidecar.model import CallCheck, CheckResult, IntakeResult, LookupResult, Tool
-from sidecar.paging import DEFAULT_LIMIT, MAX_LIMIT, ToolPage
-from sidecar.principals import LOCAL
 from sidecar.results import (
     ArchiveMaintenance,
     ArchiveStatus,
@@ -48,7 +46,9 @@ from sidecar.results import (
     Recovered,
     RevocationRun,
 )
+from sidecar.tools.paging import DEFAULT_LIMIT, MAX_LIMIT, ToolPage
 from sidecar.tools.records import AddToolsResult, SyncResult
+from sidecar.trust.principals import LOCAL
 from sidecar.wire import load
 
 T = TypeVar("T")

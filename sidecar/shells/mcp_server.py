@@ -18,9 +18,9 @@ from mcp.types import ToolAnnotations
 
 from sidecar.errors import SidecarError
 from sidecar.limits import CheckMode
-from sidecar.principals import THE_PROCESS, Principal, principal_of
-from sidecar.redact import redact_text
 from sidecar.shells.mcp_arguments import JsonObject, Next, Report, Steps, steps_of
+from sidecar.trust.principals import THE_PROCESS, Principal, principal_of
+from sidecar.trust.redact import redact_text
 from sidecar.wire import dump_dict
 
 if TYPE_CHECKING:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from sidecar.redact import scrub
-from sidecar.secretshapes import url_secrets
 from sidecar.storage.base import DatabaseError, MissingTable
+from sidecar.trust.redact import scrub
+from sidecar.trust.secretshapes import url_secrets
 
 _PG_TYPES = {"REAL": "DOUBLE PRECISION", "INTEGER": "BIGINT", "TEXT": 'TEXT COLLATE "C"'}
 _TYPE_WORDS = re.compile(r"\b(REAL|INTEGER|TEXT)\b")
@@ -77,5 +77,5 @@ def display(url: str) -> str:
 
 def safe(text: str, url: str) -> str:
     """``text`` (a message about the database at ``url``) with every part of the URL's
-    password masked, and redacted (see :func:`sidecar.secretshapes.url_secrets`)."""
+    password masked, and redacted (see :func:`sidecar.trust.secretshapes.url_secrets`)."""
     return scrub(text, url_secrets(url))

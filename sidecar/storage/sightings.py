@@ -18,7 +18,7 @@ from typing import ClassVar
 from sidecar.storage.base import Connection, Database
 from sidecar.storage.credentials import CHUNK
 from sidecar.storage.filters import SessionFilter
-from sidecar.storage.usage import topology_key
+from sidecar.storage.uses import topology_key
 
 Sighted = tuple[tuple[str, ...], str, str]
 """``(topology, signature, session_key)``: a session met a failure."""

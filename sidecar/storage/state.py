@@ -25,13 +25,13 @@ from sidecar.storage.sequences import SequenceRepository
 from sidecar.storage.sightings import SightingRepository, sessions_from_counts
 from sidecar.storage.staging import StagingRepository
 from sidecar.storage.tools import ToolRepository
-from sidecar.storage.usage import UsageRepository
+from sidecar.storage.uses import UsesRepository
 
 REPOSITORIES = (
     RevisionRepository,
     CredentialRepository,
     ToolRepository,
-    UsageRepository,
+    UsesRepository,
     SightingRepository,
     SequenceRepository,
     StagingRepository,
@@ -60,7 +60,7 @@ class State:
         self.revisions = RevisionRepository(db, uuid.uuid4().hex)
         self.credentials = CredentialRepository(db)
         self.tools = ToolRepository(db)
-        self.usage = UsageRepository(db)
+        self.uses = UsesRepository(db)
         self.sightings = SightingRepository(db)
         self.sequences = SequenceRepository(db)
         self.staging = StagingRepository(db)

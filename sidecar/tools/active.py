@@ -17,8 +17,8 @@ from dataclasses import replace
 from indexes import ActiveIndex, IndexRecord
 from sidecar.errors import IndexUnavailable, InvalidInput
 from sidecar.model import Tool
-from sidecar.paging import ToolPage, View, check_limit, decode_cursor, page_of
 from sidecar.storage.state import State
+from sidecar.tools.paging import ToolPage, View, check_limit, decode_cursor, page_of
 from sidecar.tools.records import (
     AddToolsResult,
     SyncResult,
@@ -160,7 +160,7 @@ class Tools:
         return [tool_from_record(r, creds.get(r.id, ())) for r in records]
 
     def page(self, cursor: str | None, limit: int, hidden: Collection[str], view: View) -> ToolPage:
-        """A page of :meth:`active` (see :mod:`sidecar.paging`), ``hidden`` left out."""
+        """A page of :meth:`active` (see :mod:`sidecar.tools.paging`), ``hidden`` left out."""
         after = decode_cursor(cursor)
         limit = check_limit(limit)
         if self._state.revisions.meta(REGISTRY_MIGRATED) is None:

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from sidecar.errors import InvalidInput, SecretValueError, ToolFormatError
 from sidecar.model import CredentialRef, Tool
-from sidecar.redact import looks_like_secret
+from sidecar.trust.redact import looks_like_secret
 from sidecar.validate import TOOL_TYPE_PATTERN, check_json_value, check_tool_id
 
 MAX_DESCRIPTION = 8_192

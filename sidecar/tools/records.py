@@ -18,9 +18,9 @@ from typing import Any
 
 from indexes import LEXICAL_KEY, ActiveIndex, IndexRecord
 from sidecar.model import CredentialRef, Tool
-from sidecar.redact import redact_schema, redact_text
 from sidecar.storage.state import State
 from sidecar.tools.catalog import check_credential
+from sidecar.trust.redact import redact_schema, redact_text
 
 ADD_BATCH = 256
 """Tools embedded and written per step of an add (a progress report each)."""

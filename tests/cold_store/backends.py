@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks.delta_stress import committed_rows as stress_committed_rows
 from benchmarks.s3server import ACCESS, REGION, S3Server
 from cold_store import ColdStore, S3Options
 
@@ -121,9 +121,4 @@ def torn(data: bytes) -> bytes:
 
 def committed_rows(backend: Backend, table: str) -> int:
     """Rows in the files the Delta table's current version names, copies included."""
-    from deltalake import DeltaTable
-
-    options = backend.s3.storage_options() if backend.s3 is not None else None
-    uri = backend.location.removeprefix("delta+file://") + f"/{table}"
-    actions = pa.table(DeltaTable(uri, storage_options=options).get_add_actions(flatten=True))
-    return sum(int(n) for n in actions.column("num_records").to_pylist())
+    return stress_committed_rows(backend.location, backend.s3, table)

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from benchmarks.delta_stress import check, run_writers
 from benchmarks.s3server import FaultSpec, S3Server
 from cold_store import ColdStore, StoreUnavailable
 from tests.cold_store.backends import Backend, committed_rows
 from tests.cold_store.helpers import chain_row
-from tests.cold_store.stress import check, run_writers
 
 FAULTS = {
     # every step of a commit

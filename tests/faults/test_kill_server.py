@@ -142,7 +142,7 @@ def _post_quietly(server: Server, path: str) -> None:
 
 KILL_BEFORE_PUBLISH = """
 import os, signal, sys
-from sidecar.intake.publish import Publisher
+from sidecar.archive.publish import Publisher
 
 def die(self):
     # the batch committed in the state (counters, rules, records pending), not published

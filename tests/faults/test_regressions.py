@@ -171,8 +171,8 @@ def counts(sc: Sidecar) -> dict[str, Any]:
     state = sc.state
     (fatal,) = [c for c in sc.constraints(include_lifted=True) if c.sequence == ("p", "q", "r")]
     return {
-        "runs p>q>r>z": state.usage.completed_runs(("p", "q", "r", "z")),
-        "runs m>n": state.usage.completed_runs(("m", "n")),
+        "runs p>q>r>z": state.uses.completed_runs(("p", "q", "r", "z")),
+        "runs m>n": state.uses.completed_runs(("m", "n")),
         "sightings d5>e5": len(state.sightings.sessions(("d5", "e5"), "weird failure")),
         "sightings a5>b5>c5": len(state.sightings.sessions(("a5", "b5", "c5"), "HTTP 400 batch")),
         "chains": sc.status().chains,

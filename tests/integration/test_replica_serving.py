@@ -16,10 +16,10 @@ from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.errors import ConfigError, InvalidInput, SchemaTooNew
 from sidecar.home import migrate_schema
-from sidecar.principals import Principals
 from sidecar.settings import Settings
 from sidecar.shells.api.schema_wait import wait_for_schema
 from sidecar.shells.api.serve import bind, server_token
+from sidecar.trust.principals import Principals
 
 SHARED = "postgresql://app@127.0.0.1:1/sidecar"
 """A shared state's URL: nothing here connects to it."""

@@ -39,7 +39,7 @@ from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool, load_tool_file, load_tools, parse_tool
 from sidecar.errors import SecretValueError
 from sidecar.model import CredentialRef
-from sidecar.redact import MASK
+from sidecar.trust.redact import MASK
 from tests.serving import serving
 from tests.sidecar.helpers import abandoned, completed
 
@@ -694,7 +694,7 @@ def otlp_body(g: Garden) -> bytes:
 
 def gateway_inputs(sc: Sidecar, g: Garden) -> None:
     """A session as the MCP gateway records it (its evidence functions, its backend)."""
-    from sidecar.agents.gateway.evidence import step_from_error, step_from_result
+    from sidecar.agents.evidence import step_from_error, step_from_result
     from sidecar.agents.gateway.library import LibraryBackend
 
     steps = [
@@ -1415,8 +1415,8 @@ def test_failure_text_shown_to_other_agents_is_neutralized(tmp_path: Path) -> No
     keeps it (redacted) for audit."""
     from starlette.testclient import TestClient
 
-    from sidecar.neutralize import REMOVED
     from sidecar.shells.api import create_app
+    from sidecar.trust.neutralize import REMOVED
 
     error = f"Error: Non-delivered order cannot be exchanged.\n{INJECTION}"
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:

@@ -210,3 +210,18 @@ def test_checks_read_only_the_matching_chains() -> None:
     assert m.seed_verdict(["a", "b", "x"])[0] is False
     assert m.warnings([], "a")
     assert CountingList.reads <= 8  # a linear scan would read 20,001
+
+
+def test_a_call_seen_several_ways_gets_one_verdict_decided_as_one_check_is() -> None:
+    from sidecar.model import CallCheck, CheckReason
+    from sidecar.rules.verdict import merged
+
+    warn_c1 = CheckReason("warn", "c1", "call", "e1", "seen one way")
+    block_c1 = CheckReason("block", "c1", "call", "e1", "seen the other way")
+    warn_c2 = CheckReason("warn", "c2", "sequence", "e2", "ev")
+    one = merged([CallCheck("warn", (warn_c1, warn_c2)), CallCheck("block", (block_c1,))])
+    assert one.decision == "block"
+    assert one.reasons == (block_c1, warn_c2)  # each rule once, at its strictest
+    assert merged([CallCheck("warn", (warn_c2,)), CallCheck("allow")]).reasons == (warn_c2,)
+    assert merged([CallCheck("warn", (warn_c2,))]).decision == "warn"
+    assert merged([]) == CallCheck("allow")

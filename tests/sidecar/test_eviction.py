@@ -280,6 +280,9 @@ def test_evict_on_report(tmp_path: Path) -> None:
         result = sc.report(abandoned(["a", "b"], "HTTP 400"))
         assert result.reason is not None and result.reason.endswith("evicted a")
         assert {t.tool_id for t in sc.list_tools()} == {"b"}
+        # a batch that archives nothing runs no eviction, and says none
+        again = sc.report_many([completed(["b"]), abandoned(["a", "b"], "HTTP 400")], chunk=1)
+        assert [r.reason is not None and "evicted" in r.reason for r in again] == [False, False]
 
 
 def test_reclaimed_tokens_use_the_model_tokenizer(tmp_path: Path, minilm: MiniLMEmbedder) -> None:

@@ -16,7 +16,7 @@ def test_the_group_publisher_survives_a_state_outage(tmp_path: Path) -> None:
     cold = f"delta+file://{tmp_path / 'cold'}"
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home", cold_url=cold) as sc:
         sc.add_tools([Tool(n, f"tool {n}") for n in ("fetch", "parse", "write")])
-        publisher = sc.intake.publisher
+        publisher = sc.publisher
         assert publisher.group
         pending = sc.state.pending
         real_count = pending.count

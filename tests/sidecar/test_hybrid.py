@@ -17,7 +17,7 @@ import pytest
 from indexes import HashingEmbedder, MiniLMEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.eviction.journal import Move
-from sidecar.ranking import fuse, query_views, successors
+from sidecar.lookup.ranking import fuse, query_views, successors
 from tests.indexes.test_lexical import fullwidth
 from tests.sidecar.helpers import abandoned, completed
 
@@ -254,9 +254,9 @@ def test_the_retrieval_settings_parse_and_fail_loudly() -> None:
             Settings.load(env={name: value})
 
 
-# ---- the fusion by spread, over a real index (sidecar.ranking.hybrid_ranked) -----------
+# ---- the fusion by spread, over a real index (sidecar.lookup.ranking.hybrid_ranked) -----------
 def test_the_spread_fusion_is_deterministic_and_weighs_each_ranker_by_its_spread() -> None:
-    from sidecar.ranking import Signal
+    from sidecar.lookup.ranking import Signal
 
     dense = Signal({"a": 0.50, "b": 0.52}, 1.0, spread=0.1)  # b ahead by 0.2 spreads
     lexical = Signal({"a": 9.0, "b": 0.0}, 1.0, spread=3.0)  # a ahead by 3 spreads
@@ -272,7 +272,7 @@ def test_the_spread_fusion_is_deterministic_and_weighs_each_ranker_by_its_spread
 
 def hybrid(sc: Sidecar, text: str, k: int = 3, **kw: Any) -> Any:
     from indexes import query_vectors
-    from sidecar.ranking import hybrid_ranked
+    from sidecar.lookup.ranking import hybrid_ranked
 
     views = query_vectors(sc.index.embedder, query_views(text))
     return hybrid_ranked(sc.index, views, text, k, kw.pop("excluded", ()), **kw)

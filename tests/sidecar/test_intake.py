@@ -121,10 +121,10 @@ def test_completed_chains_are_recorded_as_usage(sc: Sidecar) -> None:
     result = sc.report(completed(["search_api", "summarizer"]))
     assert result.status == "recorded"
     sc.report(completed(["search_api", "summarizer"]))
-    assert sc.state.usage.completed_chain_count("search_api") == 1  # one distinct chain
+    assert sc.state.uses.completed_chain_count("search_api") == 1  # one distinct chain
     sc.report(completed(["search_api", "translator"]))
-    assert sc.state.usage.completed_chain_count("search_api") == 2
-    assert sc.state.usage.completed_chain_count("html_parser") == 0
+    assert sc.state.uses.completed_chain_count("search_api") == 2
+    assert sc.state.uses.completed_chain_count("html_parser") == 0
 
 
 def test_a_batch_counts_each_completed_run_once(sc: Sidecar) -> None:
@@ -307,7 +307,7 @@ def test_a_batch_is_learned_and_counted_in_one_transaction(
     def fail(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("the counters could not be written")
 
-    monkeypatch.setattr(sc.state.usage, "record_successes", fail)
+    monkeypatch.setattr(sc.state.uses, "record_successes", fail)
     with pytest.raises((RuntimeError, SidecarError)):
         sc.report(good_session(2))
     monkeypatch.undo()

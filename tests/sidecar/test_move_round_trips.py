@@ -85,7 +85,7 @@ def test_a_move_takes_two_or_three_transactions_and_nothing_per_tool(sc: Sidecar
     # intents (with, beside a shared archive, the records, the mandates and the revision
     # before the hot delete), then the records removed and the moves done; beside a
     # local archive the append comes between the intents and the rest
-    assert one["tx"] == (2 if sc.intake.publisher.group else 3), one
+    assert one["tx"] == (2 if sc.publisher.group else 3), one
     # five tools in one batch cost the statements one tool costs
     assert five == one
     # the hot delete: one delete and the get that verifies it, for the whole batch

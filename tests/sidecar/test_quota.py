@@ -159,7 +159,7 @@ def test_the_rates_count_steps_and_tool_ids_in_no_catalog(
 
 
 def test_the_rate_limit_takes_from_every_bucket_or_none() -> None:
-    from sidecar.quota import RateLimit
+    from sidecar.trust.quota import RateLimit
 
     rate = RateLimit({"reports": 60, "steps": 120})
     rate.take("alice", {"reports": 1, "steps": 100}, now=0.0)

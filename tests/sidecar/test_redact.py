@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from sidecar.redact import MASK, line_redactor, looks_like_secret, redact, redact_text
+from sidecar.trust.redact import MASK, line_redactor, looks_like_secret, redact, redact_text
 
 SECRETS = {
     "aws access key": "AKIAIOSFODNN7EXAMPLE",
@@ -153,7 +153,7 @@ def test_a_secret_used_as_a_key_is_masked() -> None:
 
 
 def _every_pattern(text: str) -> str:
-    from sidecar.redact import RULES, apply_rule
+    from sidecar.trust.redact import RULES, apply_rule
 
     for rule in RULES:
         text = apply_rule(rule, text)
@@ -457,8 +457,8 @@ def test_ordinary_text_near_those_shapes_is_kept(text: str) -> None:
 
 
 def test_the_secrets_of_a_connection_string_as_messages_quote_them() -> None:
-    from sidecar.redact import scrub
-    from sidecar.secretshapes import url_secrets
+    from sidecar.trust.redact import scrub
+    from sidecar.trust.secretshapes import url_secrets
 
     url = "postgresql://app:pa/ss w0rd%zz@db.internal:5432/app?sslmode=require"
     secrets = url_secrets(url)

@@ -8,8 +8,8 @@ import pytest
 
 from indexes import HashingEmbedder
 from sidecar import ReportRejected, Sidecar, parse_report
+from sidecar.archive.chains import archive_digest, digest_entry
 from sidecar.errors import EmptyArchive
-from sidecar.intake.archive import archive_digest, digest_entry
 from tests.sidecar.helpers import abandoned
 from tests.sidecar.seed_oracle import OracleChain, oracle_digest, oracle_prefix_check
 

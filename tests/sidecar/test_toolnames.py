@@ -14,7 +14,7 @@ import pytest
 
 from sidecar.agents.gateway.catalog import valid_name
 from sidecar.agents.otlp.tools import tool_id
-from sidecar.toolnames import VALID_NAME, tool_id_for
+from sidecar.trust.toolnames import VALID_NAME, tool_id_for
 
 REAL = ("refund", "get_order", "exchange_items", "transfer_funds", "delete_user")
 FORMAT_CHARACTERS = (

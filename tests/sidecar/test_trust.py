@@ -15,10 +15,10 @@ from starlette.testclient import TestClient
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.errors import ConfigError, RateLimited
-from sidecar.principals import Principals
-from sidecar.quota import RateLimit
 from sidecar.settings import Settings
 from sidecar.shells.api import create_app
+from sidecar.trust.principals import Principals
+from sidecar.trust.quota import RateLimit
 from tests.sidecar.test_call_memory import REFUSAL, exchange, good_session, lookup
 
 OPERATOR = "operator-token-0123456789"

@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.errors import ConfigError
-from sidecar.principals import Principals, check_source
+from sidecar.trust.principals import Principals, check_source
 from tests.sidecar.test_call_memory import good_session
 from tests.sidecar.test_trust import OPERATOR, TOKENS, fabricated, post, tokens_file, verdict
 from tests.sidecar.test_trust_rules import post_traces, settle, traces
@@ -131,7 +131,7 @@ def test_forgetting_a_tokens_otlp_source_removes_that_evidence_only(
 
 def test_source_names_and_trust() -> None:
     from sidecar.rules.standing import Standing
-    from sidecar.sources import is_trusted, token_of, witness
+    from sidecar.trust.sources import is_trusted, token_of, witness
 
     trusted = frozenset({"local", "carol", "otlp:bob", "gateway:"})
     assert is_trusted("otlp:carol", trusted)  # the token is

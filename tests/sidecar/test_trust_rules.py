@@ -133,7 +133,7 @@ def test_an_agent_cannot_retire_an_operators_rules(
     sc.report_many([fabricated(n, "ops") for n in range(3)])  # the operator's evidence
     sc.report(abandoned(["a", "b"], "HTTP 400 bad"))
     assert verdict(sc) == "block" and not sc.check(["a", "b"]).safe
-    caplog.set_level(logging.WARNING, logger="sidecar.audit")
+    caplog.set_level(logging.WARNING, logger="sidecar.archive.audit")
     fakes = [
         {"steps": [lookup(f"#M{n}", "pending"), exchange(f"#M{n}")],
          "outcome": "completed", "session_id": f"mallory-{n}"}

@@ -209,7 +209,7 @@ def test_each_tool_of_a_request_with_several_parts_keeps_the_part_nearest_it(
     import numpy as np
 
     from indexes import query_vectors
-    from sidecar.ranking import query_views
+    from sidecar.lookup.ranking import query_views
 
     text = "Reimburse the taxi fare from my client visit. Then tell me the weather in Paris."
     steps = [

@@ -169,7 +169,7 @@ def test_the_archive_is_maintained_by_one_process_at_a_time(
         for i in range(4):  # one commit, one data file each
             sc.report(abandoned(["fetch", "parse", "write"], f"HTTP 40{i}", session_id=f"s{i}"))
             # the group publisher may gather reports in one commit: publish each alone
-            sc.intake.publisher.publish()
+            sc.publisher.publish()
         before = sc.digest().digest
         with (
             sc.state.lock("archive", "archive maintenance"),

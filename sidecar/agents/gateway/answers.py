@@ -8,10 +8,10 @@ and the OpenAI Agents SDK drop ``_meta``): a warning only in ``_meta`` is a warn
 model never sees.  A reason's words are the sidecar's own (:mod:`sidecar.rules.wording`):
 free text of the evidence comes only for an agent that may read it, on a line of its own
 as labelled, escaped data.  Every text shown is neutralized as well
-(:func:`sidecar.neutralize.neutralize`), a second line of defence.  Markup in it is defused too: a
-tag (``</tool_result>``, ``<system>``) has its angle brackets replaced by angle quotation marks, and
-a code fence its backticks, so that an upstream's error text cannot open or close a
-section of whatever prompt a client wraps tool results in.
+(:func:`sidecar.trust.neutralize.neutralize`), a second line of defence.  Markup in it is
+defused too: a tag (``</tool_result>``, ``<system>``) has its angle brackets replaced by
+angle quotation marks, and a code fence its backticks, so that an upstream's error text
+cannot open or close a section of whatever prompt a client wraps tool results in.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sidecar.agents.gateway.backend import Decision, Reason, Verdict
+from sidecar.agents.gateway.backend import Reason, Verdict
 from sidecar.agents.gateway.linking import SESSION_META_KEY
-from sidecar.neutralize import as_data, neutralize
+from sidecar.trust.neutralize import as_data, neutralize
 
 if TYPE_CHECKING:
     from mcp.types import CallToolResult
@@ -38,29 +38,10 @@ _LT, _GT = "<\uff1c", ">\uff1e"  # and their full-width forms
 _TAG = re.compile(f"[{_LT}](/?[A-Za-z!?][^{_LT}{_GT}\\s]*(?:\\s[^{_LT}{_GT}]*)?/?)[{_GT}]")
 """A tag-like run (``<system>``, ``</tool_result>``, ``<!-- -->``); a comparison such as
 ``size > 5 MB`` has no ``<`` before a name, and stays."""
-_SEVERITY: dict[Decision, int] = {"allow": 0, "warn": 1, "block": 2}
 CONTEST_NOTE = (
     "the memory would have refused this call; it was forwarded as a sample, so that its "
     "outcome can confirm or contest the rule"
 )
-
-
-def strictest(verdicts: Sequence[Verdict]) -> Verdict:
-    """The strictest of ``verdicts``, with every reason once (the strictest first)."""
-    ordered = sorted(verdicts, key=lambda v: -_SEVERITY[v.decision])
-    if not ordered:
-        return Verdict.allow()
-    if len(ordered) == 1:
-        return ordered[0]
-    reasons: list[Reason] = []
-    seen: set[tuple[str, str, str | None]] = set()
-    for verdict in ordered:
-        for reason in verdict.reasons:
-            key = (reason.rule, reason.evidence, reason.pointer)
-            if key not in seen:
-                seen.add(key)
-                reasons.append(reason)
-    return Verdict(ordered[0].decision, tuple(reasons))
 
 
 def error(text: str) -> CallToolResult:

@@ -2,34 +2,33 @@
 
 The gateway never reaches into the library; it calls these five methods from worker
 threads (they may block on storage): the reads (``hidden_tools``, ``search``,
-``check_call``) one at a time, and the writes (``sync_tools``, ``report_session``) one at
+``check_views``) one at a time, and the writes (``sync_tools``, ``report_session``) one at
 a time, a read and a write possibly at once, so that a slow write never delays another
-session's check.  Any object with these methods serves, e.g.
-:class:`~sidecar.agents.gateway.standalone.StandaloneBackend` (in memory, for tests and
-demonstrations) or an adapter over :class:`~sidecar.Sidecar`.
+session's check.  Any object with these methods serves: the adapter over
+:class:`~sidecar.Sidecar` (:mod:`sidecar.agents.gateway.library`), or a small in-memory
+one the tests and benchmarks of the gateway use.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from sidecar.memory import SessionOutcome, Step
+
 Decision = Literal["allow", "warn", "block"]
-Outcome = Literal["completed", "abandoned", "unknown"]
-
-
-@dataclass(frozen=True)
-class Step:
-    """One executed tool call of a session: its output, or the error it ended with."""
-
-    tool: str
-    arguments: dict[str, Any]
-    output: Any | None = None
-    error: str | None = None
-
-    @property
-    def failed(self) -> bool:
-        return self.error is not None
+Outcome = SessionOutcome
+__all__ = [
+    "Decision",
+    "GatewayBackend",
+    "Hit",
+    "Outcome",
+    "Reason",
+    "Step",
+    "SyncResult",
+    "Verdict",
+]
 
 
 @dataclass(frozen=True)
@@ -93,11 +92,15 @@ class GatewayBackend(Protocol):
         operator)."""
         ...
 
-    def check_call(
-        self, steps: list[Step], tool: str, arguments: dict[str, Any], viewer: str | None = None
+    def check_views(
+        self,
+        views: Sequence[tuple[list[Step], str]],
+        arguments: dict[str, Any],
+        viewer: str | None = None,
     ) -> Verdict:
-        """Whether ``tool(arguments)`` should run after ``steps``, its reasons worded for
-        ``viewer``."""
+        """Whether a call with ``arguments`` should run, seen as each of ``views`` (the
+        steps before it as a link reads the session, the tool under one of its names):
+        one verdict, decided by the memory, its reasons worded for ``viewer``."""
         ...
 
     def report_session(

@@ -2,14 +2,16 @@
 belongs to, then refused, forwarded as a sample, or forwarded; what came back becomes a
 step of that session.
 
-``check_call(steps so far, tool, arguments)`` first, under every name the tool has had
-(:mod:`sidecar.agents.gateway.catalog`).  ``block``: an ``isError`` result naming the rule, its
-evidence and its pointer, not forwarded (but for a bounded sample,
+``check_views`` first: the call under every name the tool has had
+(:mod:`sidecar.agents.gateway.catalog`) after the steps as each link reads the session,
+one verdict the memory decides; the gateway's own policy comes after it.  ``block``: an
+``isError`` result naming the rule, its evidence and its pointer, not forwarded (but for
+a bounded sample,
 :mod:`sidecar.agents.gateway.contest`); ``warn``: forwarded, the reasons in the result
 (:mod:`sidecar.agents.gateway.answers`); ``allow``: forwarded.  A call the upstream does not
 answer within ``call_timeout_s`` is answered with an ``isError`` result saying so (and
 cancelled upstream).  Each forwarded call becomes a bounded, redacted step of its
-session (:mod:`sidecar.agents.gateway.evidence`): a small result's after the call has
+session (:mod:`sidecar.agents.evidence`): a small result's after the call has
 returned (:mod:`sidecar.agents.gateway.learning`), a large one's before, on a worker
 thread, so that it never holds up another session.
 
@@ -26,11 +28,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sidecar.agents.evidence import result_size, step_from_error, step_from_result
 from sidecar.agents.gateway import answers
 from sidecar.agents.gateway.backend import GatewayBackend, Step, Verdict
 from sidecar.agents.gateway.catalog import Catalog, Route
 from sidecar.agents.gateway.contest import Contest
-from sidecar.agents.gateway.evidence import result_size, step_from_error, step_from_result
 from sidecar.agents.gateway.learning import Learning
 from sidecar.agents.gateway.linking import Link, handle_of
 from sidecar.agents.gateway.relay import Relay
@@ -140,11 +142,7 @@ class CallPath:
         # one worker-thread hop for every question
         if self.names(name) & self._backend.hidden_tools():
             return True, Verdict.allow()
-        verdicts = [
-            self._backend.check_call(view_steps, tool, arguments, viewer)
-            for view_steps, tool in views
-        ]
-        return False, answers.strictest(verdicts)
+        return False, self._backend.check_views(views, arguments, viewer)
 
     async def _forward(
         self,

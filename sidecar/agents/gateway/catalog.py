@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sidecar.agents.gateway.backend import Step
-from sidecar.toolnames import MAX_NAME, suffixed, tool_id_for
+from sidecar.trust.toolnames import MAX_NAME, suffixed, tool_id_for
 
 if TYPE_CHECKING:
     from mcp.types import Tool
@@ -38,7 +38,7 @@ log = logging.getLogger("sidecar.agents.gateway")
 
 def valid_name(name: str) -> str:
     """``name`` when MCP accepts it, else the valid name it is mapped to (the mapping the
-    OTLP intake shares: :func:`sidecar.toolnames.tool_id_for`)."""
+    OTLP intake shares: :func:`sidecar.trust.toolnames.tool_id_for`)."""
     return tool_id_for(name)
 
 

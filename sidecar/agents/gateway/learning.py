@@ -1,5 +1,5 @@
 """What a forwarded call teaches, taken off the call's path: the step a small result
-becomes (:mod:`sidecar.agents.gateway.evidence`: clipped, redacted, capped) and its
+becomes (:mod:`sidecar.agents.evidence`: clipped, redacted, capped) and its
 place in its session (:class:`~sidecar.agents.gateway.sessions.SessionBook`) are worked
 out after the result has been handed back, not before.
 

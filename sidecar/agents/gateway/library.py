@@ -13,17 +13,13 @@ from typing import Any, Protocol
 
 from sidecar.agents.gateway.backend import Hit, Outcome, Reason, Step, SyncResult, Verdict
 from sidecar.errors import InvalidInput, SidecarError
-from sidecar.memory import Step as MemoryStep
 from sidecar.model import CallCheck, IntakeResult, LookupResult, Tool
-from sidecar.principals import GATEWAY
+from sidecar.rules.verdict import merged
 from sidecar.tools.catalog import parse_tool
 from sidecar.tools.records import SyncResult as LibrarySync
+from sidecar.trust.principals import GATEWAY
 
 log = logging.getLogger("sidecar.agents.gateway")
-
-
-def _steps(steps: list[Step]) -> list[MemoryStep]:
-    return [MemoryStep(s.tool, dict(s.arguments), s.output, s.error) for s in steps]
 
 
 class Memory(Protocol):
@@ -80,13 +76,19 @@ class LibraryBackend:
         return self.sc.hidden_tools()
 
     def search(self, query: str, k: int, steps: list[Step], viewer: str | None = None) -> list[Hit]:
-        result = self.sc.search(query, k, steps=_steps(steps), viewer=viewer)
+        result = self.sc.search(query, k, steps=steps, viewer=viewer)
         return [Hit(h.tool_id, h.score, h.description, h.warnings) for h in result.hits]
 
-    def check_call(
-        self, steps: list[Step], tool: str, arguments: dict[str, Any], viewer: str | None = None
+    def check_views(
+        self,
+        views: Sequence[tuple[list[Step], str]],
+        arguments: dict[str, Any],
+        viewer: str | None = None,
     ) -> Verdict:
-        verdict = self.sc.check_call(_steps(steps), tool, arguments, viewer=viewer)
+        checks = [
+            self.sc.check_call(steps, tool, arguments, viewer=viewer) for steps, tool in views
+        ]
+        verdict = merged(checks)  # decided where every check is, never here
         return Verdict(
             verdict.decision,
             tuple(

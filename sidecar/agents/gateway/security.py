@@ -13,7 +13,7 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from sidecar.principals import Principals
+from sidecar.trust.principals import Principals
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

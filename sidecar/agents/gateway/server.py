@@ -16,7 +16,7 @@ code of its own.
 
 The backend is called from worker threads (:mod:`sidecar.agents.gateway.workers`);
 ``inline_checks=True`` runs the two calls on the call path (``hidden_tools``,
-``check_call``) on the event loop, for a backend whose checks never block.
+``check_views``) on the event loop, for a backend whose checks never block.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
+from sidecar.agents.evidence import DEFAULT_MAX_CHARS
 from sidecar.agents.gateway.answers import CONTEST_META_KEY, WARNINGS_META_KEY
 from sidecar.agents.gateway.backend import GatewayBackend, Outcome, Step
 from sidecar.agents.gateway.bulk import PresentingStream, present_http_responses
@@ -35,7 +36,6 @@ from sidecar.agents.gateway.calls import CallPath, CallSettings
 from sidecar.agents.gateway.catalog import Catalog
 from sidecar.agents.gateway.contest import Contest, ContestPolicy
 from sidecar.agents.gateway.errors import GatewayError
-from sidecar.agents.gateway.evidence import DEFAULT_MAX_CHARS
 from sidecar.agents.gateway.learning import Learning
 from sidecar.agents.gateway.linking import ConnectionState, Linker, token_name
 from sidecar.agents.gateway.metrics import route as metrics_route
@@ -57,7 +57,7 @@ from sidecar.agents.gateway.syncing import CatalogSync
 from sidecar.agents.gateway.upstream import Upstream, UpstreamLink
 from sidecar.agents.gateway.workers import GatewayStats, Reporter, Workers
 from sidecar.errors import SidecarError
-from sidecar.principals import Principals
+from sidecar.trust.principals import Principals
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
@@ -391,7 +391,7 @@ def build_gateway(
     :class:`GatewayOptions`.
 
     The backend is called from worker threads; with ``inline_checks``, ``hidden_tools``
-    and ``check_call`` run on the event loop instead (for a backend whose checks never
+    and ``check_views`` run on the event loop instead (for a backend whose checks never
     block: it saves a thread hop per call).  ``call_timeout_s``: how long an upstream
     may take to answer a request (``None``: no limit); ``contest``: the sampling of
     blocked calls (:class:`~sidecar.agents.gateway.contest.ContestPolicy`, on by default for

@@ -27,12 +27,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
 from sidecar.agents.gateway.backend import Outcome, Step
 from sidecar.agents.gateway.linking import call_key, output_values, token_name
+from sidecar.agents.outcome import inferred_outcome
 
 EndReason = Literal["closed", "idle", "evicted", "declared", "shutdown", "failed", "settled"]
 """Why a session was reported: it ended (closed, idle, evicted to make room, declared,
@@ -117,18 +118,6 @@ class _Session:
     @property
     def known(self) -> bool:
         return self.grounded or self.calls >= 2
-
-
-def inferred_outcome(steps: Sequence[Step]) -> Outcome | None:
-    """``abandoned`` when the last failure was never followed by a success of the same
-    tool, ``unknown`` when it was, ``None`` when nothing failed."""
-    steps = list(steps)
-    last = next((i for i in range(len(steps) - 1, -1, -1) if steps[i].failed), None)
-    if last is None:
-        return None
-    tool = steps[last].tool
-    recovered = any(s.tool == tool and not s.failed for s in steps[last + 1 :])
-    return "unknown" if recovered else "abandoned"
 
 
 @dataclass

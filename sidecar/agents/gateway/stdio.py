@@ -28,7 +28,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from sidecar.agents.gateway.bulk import parse_line
-from sidecar.redact import line_redactor
+from sidecar.trust.redact import line_redactor
 
 if TYPE_CHECKING:
     from mcp import StdioServerParameters

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import anyio
 
 from sidecar.agents.gateway.errors import UpstreamSpecError, UpstreamUnavailable
-from sidecar.redact import redact_text
+from sidecar.trust.redact import redact_text
 
 if TYPE_CHECKING:
     import mcp_types

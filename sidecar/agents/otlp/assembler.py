@@ -49,7 +49,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from sidecar.agents.gateway.backend import Outcome, Step
 from sidecar.agents.otlp.calls import Trace, calls_of, hints_of
 from sidecar.agents.otlp.limits import AssemblerLimits, AssemblerStats
 from sidecar.agents.otlp.prepare import (
@@ -68,6 +67,8 @@ from sidecar.agents.otlp.spans import (
     status_body,
 )
 from sidecar.errors import BodyTooLarge, SidecarError
+from sidecar.memory import SessionOutcome as Outcome
+from sidecar.memory import Step
 
 log = logging.getLogger("sidecar.agents.otlp")
 

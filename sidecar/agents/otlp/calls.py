@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sidecar.agents.gateway.backend import Step
 from sidecar.agents.otlp.prepare import Node
+from sidecar.memory import Step
 
 
 @dataclass

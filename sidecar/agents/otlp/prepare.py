@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from sidecar.agents.gateway.backend import Step
-from sidecar.agents.gateway.evidence import arguments_evidence, error_evidence, output_evidence
+from sidecar.agents.evidence import arguments_evidence, error_evidence, output_evidence
 from sidecar.agents.otlp.limits import AssemblerLimits
 from sidecar.agents.otlp.spans import SpanRecord, decode, inflate, media_of
 from sidecar.agents.otlp.tools import DEFAULT_MAX_CHARS, ToolCall, session_hint, tool_call, tool_id
+from sidecar.memory import Step
 
 NODE_BYTES = 400
 """What one kept span costs beyond its texts (ids, the node, the dict entry): an

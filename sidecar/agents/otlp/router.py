@@ -31,7 +31,7 @@ from sidecar.agents.otlp.spans import (
     status_body,
 )
 from sidecar.errors import BodyTooLarge, SidecarError
-from sidecar.principals import principal_of
+from sidecar.trust.principals import principal_of
 
 MAX_BODY_BYTES = 16 * 1_048_576
 SMALL_BODY_BYTES = 1_048_576

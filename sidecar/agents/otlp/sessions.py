@@ -13,7 +13,7 @@ and room is needed, or when it reaches ``max_steps``: then it is reported and st
 afresh under a new id.
 
 Which sessions are reported follows the gateway's rule
-(:func:`~sidecar.agents.gateway.sessions.inferred_outcome`): a session with a failing call,
+(:func:`~sidecar.agents.outcome.inferred_outcome`): a session with a failing call,
 ``abandoned`` unless the tool later succeeded (``unknown``); with ``report_clean``, a
 session with no failure too (``unknown``).
 
@@ -31,8 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sidecar.agents.gateway.backend import Outcome, Step
-from sidecar.agents.gateway.sessions import inferred_outcome
+from sidecar.agents.outcome import inferred_outcome
+from sidecar.memory import SessionOutcome as Outcome
+from sidecar.memory import Step
 
 Ended = Literal["trace", "idle", "evicted", "full", "shed", "shutdown"]
 

@@ -2,7 +2,7 @@
 :class:`~sidecar.core.Sidecar` in batches (one :meth:`~sidecar.core.Sidecar.report_many`
 per sender and batch: one intake transaction and at most one cold file, where one report
 per session would cost one of each).  Each session is attributed to the token that sent
-its spans, as the source ``otlp:<name>`` (:mod:`sidecar.sources`): trusted only when
+its spans, as the source ``otlp:<name>`` (:mod:`sidecar.trust.sources`): trusted only when
 that source or the token is, one witness with the token's own reports, under the
 token's report rate, and forgotten with the token or alone.  A session the library
 rejects is counted as refused, the rest of its batch is taken; a sender over its rate
@@ -14,11 +14,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from sidecar.agents.gateway.backend import Outcome, Step
 from sidecar.agents.otlp.sessions import Report
 from sidecar.core import Sidecar
 from sidecar.errors import RateLimited
-from sidecar.sources import otlp_source
+from sidecar.memory import SessionOutcome as Outcome
+from sidecar.memory import Step
+from sidecar.trust.sources import otlp_source
 
 log = logging.getLogger("sidecar.agents.otlp")
 

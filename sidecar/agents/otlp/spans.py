@@ -24,8 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.agents.gateway.errors import GatewayError
-from sidecar.errors import BodyTooLarge
+from sidecar.errors import BodyTooLarge, GatewayError
 from sidecar.model import MAX_DEPTH
 
 PROTOBUF = "application/x-protobuf"

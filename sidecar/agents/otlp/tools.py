@@ -41,7 +41,7 @@ from typing import Any
 
 from sidecar.agents.otlp.spans import MalformedPayload, SpanRecord
 from sidecar.model import MAX_DEPTH, TOOL_ID_PATTERN
-from sidecar.toolnames import tool_id_for
+from sidecar.trust.toolnames import tool_id_for
 
 SESSION_KEYS = (
     "mcp.session.id",
@@ -102,7 +102,7 @@ def tool_call(span: SpanRecord, max_chars: int = DEFAULT_MAX_CHARS) -> ToolCall 
 def tool_id(name: str) -> tuple[str | None, str | None]:
     """The library's id for a span's tool name, and what was done to it: ``(name,
     None)`` when it is valid; ``(mapped, "renamed")`` for any other name, mapped as the
-    gateway maps an upstream's (:func:`sidecar.toolnames.tool_id_for`: ``fs/read file``
+    gateway maps an upstream's (:func:`sidecar.trust.toolnames.tool_id_for`: ``fs/read file``
     -> ``fs_read_file_`` and a digest of the whole), so that a look-alike of a real tool
     (``get/order``, ``refund`` with a zero-width space, fullwidth letters) is a
     tool of its own, never the real one; ``(None, reason)`` when the name holds no letter

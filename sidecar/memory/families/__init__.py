@@ -14,7 +14,7 @@ import importlib
 import pkgutil
 from collections.abc import Iterable
 
-from sidecar.memory.families.base import Call, Family, Features, Rules, build_call
+from sidecar.memory.families.base import Call, Family, Features, Variation, build_call
 
 
 def discover(path: Iterable[str], package: str) -> list[Family]:
@@ -85,7 +85,7 @@ __all__ = [
     "Call",
     "Family",
     "Features",
-    "Rules",
+    "Variation",
     "build_call",
     "discover",
     "families",

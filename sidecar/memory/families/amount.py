@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from sidecar.memory.families.base import Call, Family, Features, Rules, number
+from sidecar.memory.families.base import Call, Family, Features, Variation, number
 from sidecar.memory.predicate import Predicate
 from sidecar.memory.stats import ToolStats
 
@@ -35,7 +35,7 @@ class Amount(Family):
         item: Any,
         stats: ToolStats,
         cardinality: Mapping[str, set[str]],
-        rules: Rules,
+        rules: Variation,
     ) -> Iterable[Predicate]:
         value = number(item)
         low, high = stats.extremes.get(name, (None, None))

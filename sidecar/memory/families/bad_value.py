@@ -15,7 +15,7 @@ from sidecar.memory.families.base import (
     Call,
     Family,
     Features,
-    Rules,
+    Variation,
     all_named,
     ids_named,
     short,
@@ -48,7 +48,7 @@ class BadValue(Family):
         item: Any,
         stats: ToolStats,
         cardinality: Mapping[str, set[str]],
-        rules: Rules,
+        rules: Variation,
     ) -> Iterable[Predicate]:
         yield Predicate(name, "==", item)
 

@@ -62,7 +62,7 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Rules:
+class Variation:
     """How far a feature's values may vary and still be a state."""
 
     max_categorical: int
@@ -198,7 +198,7 @@ class Family:
         item: Any,
         stats: ToolStats,
         cardinality: Mapping[str, set[str]],
-        rules: Rules,
+        rules: Variation,
     ) -> Iterable[Predicate]:
         """The predicates one value of a failing call's feature satisfies: a boolean
         or null ``==``; a number ``>`` the largest / ``<`` the smallest seen succeeding
@@ -298,7 +298,7 @@ class Family:
 _MISSING = object()
 
 
-def novel(name: str, item: Any, stats: ToolStats, rules: Rules) -> Iterable[Predicate]:
+def novel(name: str, item: Any, stats: ToolStats, rules: Variation) -> Iterable[Predicate]:
     """``not_in`` the values seen succeeding, when they are known and few enough."""
     succeeded = stats.succeeded(name)
     if not succeeded or len(succeeded) > rules.max_not_in or not stats.complete(name):

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from sidecar.memory.families.base import Call, Candidate, Failing, Family, Features, Rules
+from sidecar.memory.families.base import Call, Candidate, Failing, Family, Features, Variation
 from sidecar.memory.predicate import Predicate
 from sidecar.memory.stats import ToolStats
 from sidecar.memory.values import FeatureValue, Scalar
@@ -54,7 +54,7 @@ class Prerequisite(Family):
         item: Any,
         stats: ToolStats,
         cardinality: Mapping[str, set[str]],
-        rules: Rules,
+        rules: Variation,
     ) -> Iterable[Predicate]:
         return ()  # proposed by the group: see group_candidates
 

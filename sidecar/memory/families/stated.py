@@ -46,7 +46,7 @@ from sidecar.memory.families.base import (
     Failing,
     Family,
     Features,
-    Rules,
+    Variation,
     number,
     scalar_keys,
 )
@@ -96,7 +96,7 @@ class Stated(Family):
         item: Any,
         stats: ToolStats,
         cardinality: Mapping[str, set[str]],
-        rules: Rules,
+        rules: Variation,
     ) -> Iterable[Predicate]:
         return ()  # proposed by the group, from what the messages state
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from sidecar.memory.families.base import Call, Family, Features, Rules, novel, quality
+from sidecar.memory.families.base import Call, Family, Features, Variation, novel, quality
 from sidecar.memory.predicate import Predicate
 from sidecar.memory.stats import ToolStats
 from sidecar.memory.values import Scalar, shape
@@ -43,7 +43,7 @@ class ValueShape(Family):
         item: Any,
         stats: ToolStats,
         cardinality: Mapping[str, set[str]],
-        rules: Rules,
+        rules: Variation,
     ) -> Iterable[Predicate]:
         if isinstance(item, bool) or item is None:
             yield Predicate(name, "==", item)

@@ -26,13 +26,13 @@ from sidecar.core import Sidecar
 from sidecar.errors import RateLimited, SidecarError
 from sidecar.limits import MAX_BODY_BYTES
 from sidecar.metrics import Metrics
-from sidecar.principals import Principals
-from sidecar.redact import redact_text
 from sidecar.settings import Settings
 from sidecar.shells.api.docs import add_docs
 from sidecar.shells.api.gate import PUBLIC, ASGIApp, Gate, envelope
 from sidecar.shells.api.mcp_mount import McpMount
 from sidecar.shells.api.routes import ROUTERS
+from sidecar.trust.principals import Principals
+from sidecar.trust.redact import redact_text
 
 if TYPE_CHECKING:
     from mcp.server import MCPServer

@@ -9,7 +9,7 @@ from fastapi import Depends, Request
 from sidecar.core import Sidecar
 from sidecar.errors import Forbidden
 from sidecar.metrics import Metrics
-from sidecar.principals import THE_PROCESS, Principal, principal_of
+from sidecar.trust.principals import THE_PROCESS, Principal, principal_of
 
 
 def library(request: Request) -> Sidecar:

@@ -21,9 +21,9 @@ from fastapi.responses import JSONResponse
 
 from sidecar.errors import BodyTooLarge
 from sidecar.metrics import Metrics
-from sidecar.principals import PRINCIPAL, Principal, Principals
-from sidecar.redact import redact_text
 from sidecar.shells.api.docs import ASSETS
+from sidecar.trust.principals import PRINCIPAL, Principal, Principals
+from sidecar.trust.redact import redact_text
 
 log = logging.getLogger("sidecar.service")
 Scope = MutableMapping[str, Any]

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from sidecar.redact import redact_text
 from sidecar.shells.api.gate import ASGIApp, Receive, Scope, Send, envelope
+from sidecar.trust.redact import redact_text
 
 if TYPE_CHECKING:
     from mcp.server import MCPServer

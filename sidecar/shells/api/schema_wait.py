@@ -25,9 +25,9 @@ from urllib.parse import urlsplit
 
 from sidecar.errors import SchemaPending, SchemaTooNew, StateUnavailable
 from sidecar.home import schema_pending
-from sidecar.principals import Principals
-from sidecar.redact import redact_text
 from sidecar.settings import Settings
+from sidecar.trust.principals import Principals
+from sidecar.trust.redact import redact_text
 
 log = logging.getLogger("sidecar.service")
 POLL_S = 1.0

@@ -24,10 +24,10 @@ from sidecar.core import Sidecar
 from sidecar.errors import AddressInUse, Busy, ConfigError, InvalidInput
 from sidecar.home import TOKEN_FILE
 from sidecar.limits import MAX_BODY_BYTES
-from sidecar.principals import Principals, check_token
 from sidecar.settings import Settings
 from sidecar.shells.api.app import create_app
 from sidecar.shells.api.schema_wait import wait_for_schema
+from sidecar.trust.principals import Principals, check_token
 
 log = logging.getLogger("sidecar.service")
 MAINTAIN_EVERY_S = 10.0
@@ -88,7 +88,7 @@ def _shared_token(settings: Settings) -> str | None:
 def token_for(home: Path, create: bool = True) -> str | None:
     """``$SIDECAR_TOKEN``, else the home's 0600 ``token`` file (made on first start),
     stripped; one that is blank or too short once stripped is refused here, before
-    anything is bound or loaded (:func:`~sidecar.principals.check_token`)."""
+    anything is bound or loaded (:func:`~sidecar.trust.principals.check_token`)."""
     env = os.environ.get("SIDECAR_TOKEN")
     if env:
         return check_token(env, "SIDECAR_TOKEN")

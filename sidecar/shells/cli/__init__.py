@@ -66,8 +66,8 @@ def _shown(message: str, args: argparse.Namespace) -> str:
     """An error as printed: redacted, and with every part of the database passwords this
     command was given masked (a parser's error quotes what it choked on, which may be a
     password no pattern would know as one)."""
-    from sidecar.redact import scrub
-    from sidecar.secretshapes import url_secrets
+    from sidecar.trust.redact import scrub
+    from sidecar.trust.secretshapes import url_secrets
 
     urls = (os.environ.get("SIDECAR_DATABASE_URL"), getattr(args, "to_database", None))
     return scrub(message, [s for url in urls for s in url_secrets(url)])

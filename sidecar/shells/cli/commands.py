@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sidecar.errors import EXIT_BLOCKED, EXIT_OK, EXIT_REJECTED, EXIT_WARNED, UsageError
-from sidecar.neutralize import as_data
-from sidecar.redact import redact
 from sidecar.shells.cli.inputs import BadLine, StepsFile, batches, read_steps, report_lines
 from sidecar.shells.cli.output import bar, emit, short, status
+from sidecar.trust.neutralize import as_data
+from sidecar.trust.redact import redact
 from sidecar.wire import dump
 
 if TYPE_CHECKING:

@@ -105,8 +105,8 @@ def add_arguments(gw: argparse.ArgumentParser, port: Callable[[str], int]) -> No
 def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for: Any) -> Any:
     from sidecar.agents.gateway import build_gateway
     from sidecar.agents.gateway.contest import ContestPolicy
-    from sidecar.principals import Principals
     from sidecar.settings import Settings
+    from sidecar.trust.principals import Principals
 
     settings = Settings.load(home=home)
     timeout = args.call_timeout if args.call_timeout is not None else settings.gateway_call_timeout

@@ -11,8 +11,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from benchmarks.standalone_backend import StandaloneBackend
 from sidecar.agents.gateway import Step, Upstream, build_gateway
-from sidecar.agents.gateway.standalone import StandaloneBackend
 from tests.agents.gateway.conftest import shop_stdio
 
 

@@ -10,12 +10,12 @@ from typing import Any
 import anyio
 import pytest
 
+from benchmarks.standalone_backend import StandaloneBackend
 from sidecar.agents.gateway import Step, build_gateway
 from sidecar.agents.gateway.catalog import Catalog
 from sidecar.agents.gateway.learning import Learning
 from sidecar.agents.gateway.linking import Link
 from sidecar.agents.gateway.sessions import SessionBook, SessionLimits
-from sidecar.agents.gateway.standalone import StandaloneBackend
 from sidecar.agents.gateway.views import SessionViews
 from sidecar.agents.gateway.workers import GatewayStats
 from tests.agents.gateway.conftest import TOKEN, mcp_session, serving, shop_stdio, text_of

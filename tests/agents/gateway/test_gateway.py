@@ -9,8 +9,8 @@ import anyio
 import httpx
 import pytest
 
+from benchmarks.standalone_backend import StandaloneBackend
 from sidecar.agents.gateway import build_gateway
-from sidecar.agents.gateway.standalone import StandaloneBackend
 from tests.agents.gateway.conftest import (
     TOKEN,
     eventually,

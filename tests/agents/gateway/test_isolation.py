@@ -12,10 +12,10 @@ from typing import Any
 import anyio
 import pytest
 
+from benchmarks.standalone_backend import StandaloneBackend
 from sidecar.agents.gateway import Upstream, build_gateway
 from sidecar.agents.gateway import calls as gateway_server
 from sidecar.agents.gateway.catalog import valid_name
-from sidecar.agents.gateway.standalone import StandaloneBackend
 from tests.agents.gateway.conftest import TOKEN, eventually, mcp_session, serving, text_of
 
 pytestmark = pytest.mark.integration

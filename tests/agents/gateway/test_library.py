@@ -139,7 +139,7 @@ def test_a_named_tokens_sessions_are_its_own_and_forgotten_with_it(tmp_path: Pat
     """The gateway accepts the home's named tokens; what it observes of a token's calls is
     that token's evidence (``gateway:<name>``), forgotten with the token, and a token it
     does not know is refused."""
-    from sidecar.principals import Principals
+    from sidecar.trust.principals import Principals
     from tests.sidecar.test_trust import TOKENS, tokens_file
 
     principals = Principals.load(tokens_file(tmp_path / "tokens.json"), None)

@@ -13,8 +13,8 @@ import anyio
 import mcp_types as types
 import pytest
 
+from benchmarks.standalone_backend import StandaloneBackend
 from sidecar.agents.gateway import Upstream, build_gateway
-from sidecar.agents.gateway.standalone import StandaloneBackend
 from tests.agents.gateway.conftest import (
     TOKEN,
     eventually,

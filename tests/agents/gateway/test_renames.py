@@ -10,11 +10,11 @@ from typing import Any
 import anyio
 import pytest
 
+from benchmarks.standalone_backend import StandaloneBackend
 from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.agents.gateway import build_gateway
 from sidecar.agents.gateway.library import LibraryBackend
-from sidecar.agents.gateway.standalone import StandaloneBackend
 from tests.agents.gateway.conftest import (
     TOKEN,
     eventually,

@@ -16,12 +16,12 @@ from typing import Any, Literal
 import anyio
 import pytest
 
+from benchmarks.standalone_backend import StandaloneBackend
 from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.agents.gateway import build_gateway
 from sidecar.agents.gateway.answers import WARNING_PREFIX, WARNINGS_META_KEY
 from sidecar.agents.gateway.library import LibraryBackend
-from sidecar.agents.gateway.standalone import StandaloneBackend
 from tests.agents.gateway.conftest import TOKEN, eventually, serving, shop_stdio, text_of
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from mcp import StdioServerParameters
 
 from sidecar.agents.gateway.stdio import MAX_STDERR_LINE, StderrLines, copy_stderr
-from sidecar.redact import MASK
+from sidecar.trust.redact import MASK
 
 ROOT = Path(__file__).resolve().parents[3]
 

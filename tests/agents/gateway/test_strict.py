@@ -16,10 +16,10 @@ from typing import Any
 import anyio
 import pytest
 
+from benchmarks.standalone_backend import StandaloneBackend
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.agents.gateway import build_gateway
-from sidecar.agents.gateway.standalone import StandaloneBackend
 from tests.agents.gateway.conftest import TOKEN, serving, shop_stdio
 
 agents = pytest.importorskip(

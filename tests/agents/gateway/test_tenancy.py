@@ -17,7 +17,7 @@ from sidecar import Sidecar
 from sidecar.agents.gateway import build_gateway
 from sidecar.agents.gateway.library import LibraryBackend
 from sidecar.agents.gateway.server import Gateway
-from sidecar.principals import Principals
+from sidecar.trust.principals import Principals
 from tests.agents.gateway.conftest import TOKEN, eventually, mcp_session, serving, text_of
 from tests.sidecar.test_trust import TOKENS, tokens_file
 

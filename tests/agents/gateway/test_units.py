@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 
+from benchmarks.standalone_backend import StandaloneBackend, facts_before
+from sidecar.agents.evidence import arguments_evidence, cap, step_from_result
 from sidecar.agents.gateway import Step, Upstream, UpstreamSpecError
 from sidecar.agents.gateway.catalog import Catalog
-from sidecar.agents.gateway.evidence import arguments_evidence, cap, step_from_result
-from sidecar.agents.gateway.sessions import SessionBook, SessionLimits, inferred_outcome
-from sidecar.agents.gateway.standalone import StandaloneBackend, facts_before
+from sidecar.agents.gateway.sessions import SessionBook, SessionLimits
+from sidecar.agents.outcome import inferred_outcome
 
 OK = Step("get_order", {"order_id": "#W1"}, {"status": "pending"})
 BAD = Step("exchange", {"order_id": "#W1"}, None, "Non-delivered order cannot be exchanged")
@@ -202,7 +204,7 @@ SECRET = "sk-proj-" + "Z9y8X7w6V5u4T3s2R1q0P9o8"
 def test_evidence_never_shows_part_of_a_secret_the_cap_cuts_through() -> None:
     """A secret straddling the window the redaction sees is dropped with the margin,
     never shown in part (a whole one inside the window is masked)."""
-    from sidecar.agents.gateway.evidence import MARGIN, text_evidence
+    from sidecar.agents.evidence import MARGIN, text_evidence
 
     head = "x" * (4_096 + MARGIN - 10)
     out = text_evidence(head + SECRET + "y" * 10_000)
@@ -213,7 +215,7 @@ def test_evidence_never_shows_part_of_a_secret_the_cap_cuts_through() -> None:
 
 
 def test_evidence_of_deep_and_huge_values_is_bounded_with_markers() -> None:
-    from sidecar.agents.gateway.evidence import MAX_DEPTH, output_evidence, text_evidence
+    from sidecar.agents.evidence import MAX_DEPTH, output_evidence, text_evidence
 
     deep: object = "bottom"
     for _ in range(5_000):
@@ -232,7 +234,7 @@ def test_evidence_of_deep_and_huge_values_is_bounded_with_markers() -> None:
 
 def test_names_outside_the_grammar_map_to_valid_distinct_names() -> None:
     from sidecar.agents.gateway.catalog import valid_name
-    from sidecar.toolnames import VALID_NAME
+    from sidecar.trust.toolnames import VALID_NAME
 
     names = ["files/read", "files read", "files:read", "files_read", "ä" * 200, "a" * 200]
     mapped = [valid_name(n) for n in names]
@@ -262,14 +264,34 @@ def test_a_mapped_name_routes_to_the_original_and_every_view_is_checked() -> Non
     ]
 
 
-def test_the_strictest_verdict_wins_with_every_reason_once() -> None:
-    from sidecar.agents.gateway.answers import strictest as _strictest
-    from sidecar.agents.gateway.backend import Reason, Verdict
+def test_the_library_backend_asks_every_view_and_the_library_decides_once() -> None:
+    """The gateway never decides: the backend asks the memory about each view of a call
+    and hands back the one verdict the library's merge decided."""
+    from sidecar.agents.gateway.library import LibraryBackend
+    from sidecar.model import CallCheck, CheckReason
 
-    r1, r2 = Reason("r1", "e", "ev"), Reason("r2", "e", "ev")
-    merged = _strictest([Verdict("warn", (r1,)), Verdict("block", (r2, r1)), Verdict.allow()])
-    assert merged.decision == "block" and merged.reasons == (r2, r1)
-    assert _strictest([]).decision == "allow"
+    def reason(cid: str, level: Literal["warn", "block"]) -> CheckReason:
+        return CheckReason(level, cid, "call", f"{cid} explained", "evidence")
+
+    by_tool = {
+        "a_get": CallCheck("warn", (reason("c1", "warn"),)),
+        "get": CallCheck("block", (reason("c2", "block"), reason("c1", "block"))),
+    }
+    asked: list[tuple[str, int]] = []
+
+    class Memory:
+        def check_call(self, steps: Any, tool: str, arguments: Any, *, viewer: Any) -> CallCheck:
+            asked.append((tool, len(steps)))
+            return by_tool.get(tool, CallCheck("allow"))
+
+    backend = LibraryBackend(Memory())  # type: ignore[arg-type]
+    step = Step("a_list", {}, {"ids": [1]})
+    verdict = backend.check_views([([step], "a_get"), ([], "get"), ([], "x")], {"id": 1})
+    assert asked == [("a_get", 1), ("get", 0), ("x", 0)]
+    assert verdict.decision == "block"
+    # every rule once, at the strictest level it held at, block reasons first
+    assert [r.rule_id for r in verdict.reasons] == ["c2", "c1"]
+    assert backend.check_views([([], "x")], {}).decision == "allow"
 
 
 def test_contest_sampling_rate_budget_window_and_scope() -> None:

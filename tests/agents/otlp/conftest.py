@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from benchmarks.standalone_backend import StandaloneBackend
 from indexes import HashingEmbedder
 from sidecar import Sidecar
-from sidecar.agents.gateway.standalone import StandaloneBackend
 from sidecar.agents.otlp import AssemblerLimits, TraceAssembler, otlp_router
 from tests.serving import serving
 

@@ -15,7 +15,7 @@ import pytest
 from sidecar import Sidecar
 from sidecar.errors import ConfigError, NotFound
 from sidecar.settings import Settings
-from sidecar.toolnames import tool_id_for
+from sidecar.trust.toolnames import tool_id_for
 from tests.agents.otlp.bodies import agent_turn, request, trace_id
 from tests.agents.otlp.conftest import TOKEN, eventually
 
@@ -26,7 +26,10 @@ AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 
 def _post(url: str, document: Any) -> httpx.Response:
-    return httpx.post(f"{url}/v1/traces", content=json.dumps(document), headers=AUTH)
+    # no deadline of the client's own: a large body's first request starts the worker
+    # process, which on a loaded machine takes longer than httpx's default 5 s
+    body = json.dumps(document)
+    return httpx.post(f"{url}/v1/traces", content=body, headers=AUTH, timeout=120)
 
 
 def _conditions(sc: Sidecar, tool: str) -> dict[str, int]:

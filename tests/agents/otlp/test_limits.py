@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
+from benchmarks.standalone_backend import StandaloneBackend
 from sidecar.agents.gateway.backend import Step
-from sidecar.agents.gateway.standalone import StandaloneBackend
 from sidecar.agents.otlp import AssemblerLimits
 from sidecar.agents.otlp.tools import CUT_MARGIN
-from sidecar.toolnames import tool_id_for
+from sidecar.trust.toolnames import tool_id_for
 from tests.agents.otlp.bodies import agent_turn, request, span, span_id, tool_span, trace_id
 from tests.agents.otlp.conftest import Collector, eventually, run_collector
 

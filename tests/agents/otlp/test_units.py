@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.agents.gateway.standalone import StandaloneBackend
+from benchmarks.standalone_backend import StandaloneBackend
 from sidecar.agents.otlp import (
     AssemblerLimits,
     MalformedPayload,

@@ -18,7 +18,7 @@ from sidecar.memory import (
     call_features,
 )
 from sidecar.memory.predicate import Predicate
-from sidecar.memory.verdict import Verdict
+from sidecar.memory.thresholds import Verdict
 from tests.sidecar.memory.world import (
     COUNT_MISMATCH,
     NOT_DELIVERED,

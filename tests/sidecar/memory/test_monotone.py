@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidecar.memory import FailureMemory, Session, Step, Thresholds, assess
-from sidecar.memory.verdict import exact_repeat
+from sidecar.memory.thresholds import exact_repeat
 
 IDS = ("#A1001", "#A1002", "#B77", "X_1", "1000000001", "1000000002")
 STATES = ("open", "closed", "held")

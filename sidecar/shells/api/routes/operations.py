@@ -5,9 +5,9 @@ import sys
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from sidecar.principals import principal_of
-from sidecar.quota import LIMITS, QuotaView
 from sidecar.shells.api.deps import Lib, Meter
+from sidecar.trust.principals import principal_of
+from sidecar.trust.quota import LIMITS, QuotaView
 from sidecar.wire import dump
 
 router = APIRouter(tags=["operations"])
@@ -62,7 +62,7 @@ def prometheus(sc: Lib, meter: Meter) -> str:
 
 
 def _quota_lines(view: QuotaView) -> list[str]:
-    """What untrusted tokens spent of their quotas (:mod:`sidecar.quota`)."""
+    """What untrusted tokens spent of their quotas (:mod:`sidecar.trust.quota`)."""
     lines = [
         "# HELP sidecar_evidence_budget_bytes Bytes of evidence each untrusted token may "
         "put into the state (0: no limit).",

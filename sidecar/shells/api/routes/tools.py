@@ -4,10 +4,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from sidecar.paging import DEFAULT_LIMIT, MAX_LIMIT
 from sidecar.shells.api.deps import Caller, Lib, Operator
 from sidecar.shells.api.models import SyncIn, ToolsIn
 from sidecar.tools.catalog import load_tools
+from sidecar.tools.paging import DEFAULT_LIMIT, MAX_LIMIT
 from sidecar.wire import dump_dict
 
 router = APIRouter(tags=["tools"])

@@ -1,5 +1,5 @@
 """Who is asking: named tokens with roles, and the sources evidence is attributed to
-(what an untrusted one may spend: :mod:`sidecar.quota`).
+(what an untrusted one may spend: :mod:`sidecar.trust.quota`).
 
 Roles:
 
@@ -32,7 +32,7 @@ it reports; operators are trusted, agents are not unless marked ``trusted``.  Ev
 reports through the library itself is the ``local`` source; what the MCP gateway
 observed of a token's calls is ``gateway:<name>``; what a token exported as OTLP traces
 is ``otlp:<name>``, trusted only when that source or the token is
-(:mod:`sidecar.sources`).  A token's name may not start with ``gateway:`` or ``otlp:``:
+(:mod:`sidecar.trust.sources`).  A token's name may not start with ``gateway:`` or ``otlp:``:
 it would pass for another token's route.
 """
 
@@ -48,10 +48,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sidecar.errors import ConfigError, InvalidInput
-from sidecar.sources import GATEWAY as GATEWAY
-from sidecar.sources import LOCAL as LOCAL
-from sidecar.sources import OTLP as OTLP
-from sidecar.sources import ROUTE_PREFIXES
+from sidecar.trust.sources import GATEWAY as GATEWAY
+from sidecar.trust.sources import LOCAL as LOCAL
+from sidecar.trust.sources import OTLP as OTLP
+from sidecar.trust.sources import ROUTE_PREFIXES
 
 Role = Literal["agent", "operator"]
 ROLES: tuple[Role, ...] = ("agent", "operator")

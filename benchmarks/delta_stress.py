@@ -2,7 +2,7 @@
 faults into every request (``benchmarks.s3server.FaultSpec``), and the check that
 nothing acknowledged was lost or stored twice.
 
-Each writer (``python -m tests.cold_store.stress LOCATION ENDPOINT WORKER APPENDS SIZE
+Each writer (``python -m benchmarks.delta_stress LOCATION ENDPOINT WORKER APPENDS SIZE
 SEED``) opens the store, prints ``ready``, waits for a line on stdin, then appends
 ``APPENDS`` batches of ``SIZE`` chains: every third one the same rows under the same
 batch id in every writer (a batch replayed by processes racing each other), the others
@@ -24,6 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
+from benchmarks.cold_rows import chain_row, run_together
+from benchmarks.s3server import ACCESS, REGION
 from cold_store import (
     AppendResult,
     ColdStore,
@@ -35,8 +39,6 @@ from cold_store import (
     S3Options,
     StoreUnavailable,
 )
-from tests.cold_store.backends import ACCESS, REGION
-from tests.cold_store.helpers import chain_row, run_together
 
 TRIES = 30
 """Tries of one batch before a writer gives up on it (reported: a liveness failure)."""
@@ -164,7 +166,7 @@ def run_writers(
 ) -> list[dict[str, Any]]:
     """Start the writers, let them all go at once, return what each printed."""
     commands = [
-        ["-m", "tests.cold_store.stress", location, endpoint]
+        ["-m", "benchmarks.delta_stress", location, endpoint]
         + [str(v) for v in (w, appends, size, seed)]
         for w in range(workers)
     ]
@@ -216,3 +218,13 @@ if __name__ == "__main__":
     except ColdStoreError as exc:
         print(f"writer failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         raise
+
+
+def committed_rows(location: str, s3: S3Options | None, table: str) -> int:
+    """Rows in the files the Delta table's current version names, copies included."""
+    from deltalake import DeltaTable
+
+    options = s3.storage_options() if s3 is not None else None
+    uri = location.removeprefix("delta+file://") + f"/{table}"
+    actions = pa.table(DeltaTable(uri, storage_options=options).get_add_actions(flatten=True))
+    return sum(int(n) for n in actions.column("num_records").to_pylist())

@@ -10,7 +10,7 @@
   before it), holds the lines under it that are indented deeper than the key; each is
   masked whole, its indentation kept, and a blank line among them neither shown
   masked nor ending them.  Which keys hold a secret is the caller's to say
-  (:func:`sidecar.redact.line_redactor` uses the name rule of ``name: value``).
+  (:func:`sidecar.trust.redact.line_redactor` uses the name rule of ``name: value``).
 
 Alone, a line of base64 from the middle of a key or an indented word under a key looks
 like nothing, so a redactor that sees one line at a time (an upstream's stderr, copied

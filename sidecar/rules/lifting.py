@@ -1,4 +1,5 @@
-"""A rule's *family*: the same rule with its failure written any other way.
+"""What a lift covers: a rule's *family*, the same rule with its failure written any other
+way.
 
 Two rules are of one family when they test the same thing (the same fatal sequence; the
 same tool and predicate) and their signatures' words mostly agree

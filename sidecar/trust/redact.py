@@ -11,7 +11,7 @@ Three nets:
   "..."``, escaped inside a string or not), URL query parameters (``?key=``,
   ``token=``, ``sig=``), a quoted value after a secret's noun (``Invalid API key
   'X'``), phrases (``my password is X``), and a YAML value on the lines under its key
-  (``password: |``; :mod:`sidecar.secretblocks`).  A text that is a whole JSON document
+  (``password: |``; :mod:`sidecar.trust.secretblocks`).  A text that is a whole JSON document
   is parsed and redacted as a structure.
 
 Key names are compared by their words (split at separators and case changes, then
@@ -47,10 +47,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.secretblocks import KEY_BLOCK, KEY_OVER_VALUE, LineRedactor, values_under_keys
-from sidecar.secretshapes import SHAPES, Shape, secret_shaped
-from sidecar.secretshapes import WHY_WORDS as _NOT_SECRETS
-from sidecar.secretshapes import word_of as _word_value
+from sidecar.trust.secretblocks import KEY_BLOCK, KEY_OVER_VALUE, LineRedactor, values_under_keys
+from sidecar.trust.secretshapes import SHAPES, Shape, secret_shaped
+from sidecar.trust.secretshapes import WHY_WORDS as _NOT_SECRETS
+from sidecar.trust.secretshapes import word_of as _word_value
 
 MASK = "[REDACTED]"
 
@@ -400,13 +400,13 @@ def redact_text(text: str) -> str:
 def line_redactor() -> LineRedactor:
     """A redactor for a text read one line at a time (an upstream's stderr): each line as
     :func:`redact_text` redacts it, with what spans lines remembered from the lines
-    before (:mod:`sidecar.secretblocks`)."""
+    before (:mod:`sidecar.trust.secretblocks`)."""
     return LineRedactor(redact_text, _strong_name, MASK)
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:
     """``text`` with each of the known ``secrets`` masked wherever it appears (longest
-    first; see :func:`sidecar.secretshapes.url_secrets`), then redacted."""
+    first; see :func:`sidecar.trust.secretshapes.url_secrets`), then redacted."""
     for secret in sorted(secrets, key=len, reverse=True):
         if secret:
             text = text.replace(secret, MASK)

@@ -1,5 +1,6 @@
-"""Usage evidence: which sessions succeeded, what they completed and which fatal
-sequences their successes contradicted.
+"""Uses: which sessions succeeded, what they completed and which fatal sequences their
+successes contradicted (the evidence that keeps a tool; lookups learn from requests in
+:mod:`sidecar.storage.requests`).
 
 - ``usage_sessions``: whose success was counted (a session and what it completed), so a
   replayed report counts its completed run, and the constraints it contradicts, once;
@@ -54,7 +55,7 @@ class ForgottenUsage:
     contradiction."""
 
 
-class UsageRepository:
+class UsesRepository:
     SCHEMA: ClassVar[str] = """
 CREATE TABLE IF NOT EXISTS completed_chains (
     chain_key TEXT PRIMARY KEY, topology TEXT NOT NULL, times INTEGER NOT NULL,

@@ -10,9 +10,9 @@ from cold_store import RecordNotFound, RecordQuarantined, make_pointer, parse_po
 from cold_store.delta import DEFAULT_VACUUM_RETENTION, MIN_VACUUM_RETENTION
 from cold_store.store import ColdStore
 from sidecar import validate
+from sidecar.archive import chains
 from sidecar.errors import EmptyArchive, Forbidden, NotFound
 from sidecar.eviction import Journal
-from sidecar.intake import archive
 from sidecar.recovery import Recovery
 from sidecar.results import (
     ArchiveMaintenance,
@@ -62,10 +62,10 @@ class Archive:
             waiting = self._state.pending.get(key)
             if waiting is None:
                 raise NotFound(f"nothing archived at {pointer}") from exc
-            view = archive.audit_view(waiting, pointer)
+            view = chains.audit_view(waiting, pointer)
             view["published"] = False  # acknowledged, on its way to the archive
             return AuditRecord(view)
-        return AuditRecord(archive.audit_view(row, pointer))
+        return AuditRecord(chains.audit_view(row, pointer))
 
     def _own(self, table: str, key: str, viewer: Viewer) -> None:
         sessions = self._state.sightings.sessions_behind(key) if table == "chains" else []
@@ -90,11 +90,11 @@ class Archive:
             raise NotFound(f"nothing archived at {pointer}")
         shown = make_pointer("tools", move)
         try:
-            view = archive.audit_view(self._cold.tools.get(move), shown)
+            view = chains.audit_view(self._cold.tools.get(move), shown)
         except RecordNotFound as exc:
             waiting = self._state.pending.get(move)
             if waiting is not None:
-                view = archive.audit_view(waiting, shown)
+                view = chains.audit_view(waiting, shown)
                 view["published"] = False  # acknowledged, on its way to the archive
             else:
                 view = self._intent(move, shown, exc, pointer)
@@ -111,20 +111,20 @@ class Archive:
             if isinstance(exc, RecordNotFound):
                 raise NotFound(f"nothing archived at {pointer}") from exc
             raise exc
-        return archive.intent_view(intent, move, shown, str(exc))
+        return chains.intent_view(intent, move, shown, str(exc))
 
     def digest(self) -> Digest:
         # what is acknowledged counts, published or not: pending is read first, so a
         # record published meanwhile is found in the table (and counted once)
-        chains = {r["chain_id"]: r for r in self._state.pending.rows("chains")}
+        rows = {r["chain_id"]: r for r in self._state.pending.rows("chains")}
         columns = ["chain_id", "topology", "terminal_signature"]
-        chains.update((r["chain_id"], r) for r in self._cold.chains.scan(columns))
+        rows.update((r["chain_id"], r) for r in self._cold.chains.scan(columns))
         entries = [
-            archive.digest_entry(r["topology"], r["terminal_signature"]) for r in chains.values()
+            chains.digest_entry(r["topology"], r["terminal_signature"]) for r in rows.values()
         ]
         if not entries:
             raise EmptyArchive()
-        return Digest(archive.archive_digest(entries), len(entries), self.unreadable_chains())
+        return Digest(chains.archive_digest(entries), len(entries), self.unreadable_chains())
 
     def unreadable_chains(self) -> int:
         waiting = self._state.pending.count("chains")  # acknowledged, not unreadable

@@ -1,5 +1,5 @@
 """Secrets in the shapes deployments write them: connection strings, command lines, AWS
-secret keys after their label and login failures.  :mod:`sidecar.redact` compiles
+secret keys after their label and login failures.  :mod:`sidecar.trust.redact` compiles
 :data:`SHAPES` with its other text rules.
 
 - **Connection strings** of any scheme, with or without a user name (``redis://:pw@h``,
@@ -146,7 +146,7 @@ _FLAG_NAMES = r"[\w-]*(?:password|passwd|passphrase|token|secret|api-?key)"
 
 SHAPES: tuple[Shape, ...] = (
     Shape(
-        # the userinfo rule of sidecar.redact takes passwords without "/": this one takes
+        # the userinfo rule of sidecar.trust.redact takes passwords without "/": this one takes
         # the rest (a port is digits before "/": "http://h:8080/@x" holds no password)
         "url userinfo with a slash",
         r"(?<=://)([^/\s:@]*:(?!\d{1,5}/)[^\s@/]*/[^\s@]*)@(?=[^/\s@:]+)",

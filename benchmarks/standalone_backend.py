@@ -167,6 +167,23 @@ class StandaloneBackend:
         ordered = [r for b, r in reasons if b] + [r for b, r in reasons if not b]
         return Verdict(decision, tuple(ordered))
 
+    def check_views(
+        self,
+        views: Sequence[tuple[list[Step], str]],
+        arguments: dict[str, Any],
+        viewer: str | None = None,
+    ) -> Verdict:
+        """Each view checked, every reason once, the strictest first: any block blocks."""
+        found = [self.check_call(steps, tool, arguments, viewer) for steps, tool in views]
+        reasons: dict[tuple[str, str], tuple[bool, Reason]] = {}
+        for verdict in sorted(found, key=lambda v: v.decision != "block"):
+            for r in verdict.reasons:
+                reasons.setdefault((r.rule, r.evidence), (verdict.decision == "block", r))
+        if not reasons:
+            return Verdict.allow()
+        decision: Decision = "block" if any(b for b, _ in reasons.values()) else "warn"
+        return Verdict(decision, tuple(r for _, r in reasons.values()))
+
     def report_session(
         self,
         session_id: str,

@@ -1,5 +1,5 @@
-"""Turning observed tool calls into :class:`~sidecar.agents.gateway.backend.Step` evidence:
-bounded first, then redacted (:func:`sidecar.redact.redact`), then capped, before
+"""Turning observed tool calls (the gateway's, the OTLP intake's) into step evidence:
+bounded first, then redacted (:func:`sidecar.trust.redact.redact`), then capped, before
 anything leaves the process.
 
 Every value is *clipped* before anything else reads it: at most about ``max_chars``
@@ -24,8 +24,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sidecar.agents.gateway.backend import Step
-from sidecar.redact import redact, redact_text
+from sidecar.memory import Step
+from sidecar.trust.redact import redact, redact_text
 
 DEFAULT_MAX_CHARS = 4_096
 MAX_DEPTH = 32

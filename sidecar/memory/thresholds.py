@@ -9,7 +9,7 @@ chance:
   reaches ``min_confidence_block`` (when it rests on two numbers its failure messages
   state, ``min_support_stated`` situations, whatever its confidence);
 - its failures came from at least ``min_sources_block`` sources (counted as witnesses:
-  a token's reports and its traces are one, :func:`~sidecar.sources.witness`), or from
+  a token's reports and its traces are one, :func:`~sidecar.trust.sources.witness`), or from
   one of the ``trusted`` sources;
 - at most ``max_contradictions_block`` successes contradict it (successes counted only
   from a trusted source, from one of its own sources, or from several sources: no
@@ -45,7 +45,7 @@ from sidecar.memory.families import Family, build_call, family_for
 from sidecar.memory.features import call_features
 from sidecar.memory.trace import Trace
 from sidecar.memory.values import FeatureValue
-from sidecar.sources import is_trusted, witnesses
+from sidecar.trust.sources import is_trusted, witnesses
 
 Decision = Literal["allow", "warn", "block"]
 Level = Literal["warn", "block"]

@@ -40,10 +40,10 @@ from typing import Any
 
 from sidecar.errors import BudgetExhausted, RateLimited
 from sidecar.model import ChainReport, StepReport
-from sidecar.principals import check_source
 from sidecar.settings import Settings
-from sidecar.sources import reached_by_forget, token_of
 from sidecar.storage.budgets import BudgetRepository
+from sidecar.trust.principals import check_source
+from sidecar.trust.sources import reached_by_forget, token_of
 from sidecar.validate import TOOL_ID_PATTERN
 
 REPORTS, STEPS, NEW_TOOLS, BUDGET = "reports", "steps", "new_tool_ids", "evidence_budget"

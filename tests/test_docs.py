@@ -1,0 +1,85 @@
+"""The docs name only what exists: every repository path the README, BENCHMARKS.md and
+the design notes name in code spans is a file or folder of the repository (design.md
+names the library's modules from ``sidecar/``), so a module that moves takes its docs
+with it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
+PATH = re.compile(r"`([A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)+/?)`")
+"""A code span that is a relative path: two parts or more, no spaces, no wildcards."""
+FILE_ENDINGS = (".py", ".md", ".toml", ".txt", ".json", ".jsonl", ".sh", ".yaml", ".yml")
+BASES = (ROOT, ROOT / "sidecar")
+NOT_IN_THE_REPOSITORY = (
+    "cold/",  # inside a home: where an evicted tool's record moves
+    "benchmarks/results/",  # what the benchmarks write (git ignores it)
+)
+
+
+def named_paths(text: str) -> list[str]:
+    found = []
+    for match in PATH.finditer(text):
+        path = match.group(1)
+        if not (path.endswith(FILE_ENDINGS) or path.endswith("/")):
+            continue  # a route (/v1/check), a type (sidecar/warnings), a version
+        if not path.startswith(NOT_IN_THE_REPOSITORY):
+            found.append(path)
+    return found
+
+
+def test_every_path_the_docs_name_exists() -> None:
+    missing = [
+        f"{doc.name}: {path}"
+        for doc in DOCS
+        for path in named_paths(doc.read_text())
+        if not any((base / path).exists() for base in BASES)
+    ]
+    assert missing == []
+
+
+MODULE = re.compile(r"`([A-Za-z0-9_]+\.py)`")
+
+
+def test_every_module_the_docs_name_by_file_name_exists() -> None:
+    """A module named without its folder (``core.py``) is one the repository has."""
+    tops = ("sidecar", "indexes", "cold_store", "tests", "benchmarks", "examples", "deploy")
+    files = {p.name for top in tops for p in (ROOT / top).rglob("*.py")}
+    missing = [
+        f"{doc.name}: {name}"
+        for doc in DOCS
+        for name in MODULE.findall(doc.read_text())
+        if name not in files
+    ]
+    assert missing == []
+
+
+def test_the_check_finds_paths_and_leaves_the_rest() -> None:
+    text = (
+        "see `sidecar/core.py`, `intake/commit.py`, `tests/integration/`, `no/such.py`, "
+        "`POST /v1/check`, `sidecar/warnings`, `cold/tools/`, `a b/c.py`"
+    )
+    assert named_paths(text) == [
+        "sidecar/core.py",
+        "intake/commit.py",
+        "tests/integration/",
+        "no/such.py",
+    ]
+    assert not any((base / "no/such.py").exists() for base in BASES)
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readmes_contents_list_every_section_in_order() -> None:
+    text = (ROOT / "README.md").read_text()
+    sections = [line[3:] for line in text.splitlines() if line.startswith("## ")]
+    assert sections[0] == "Contents"
+    listed = re.findall(r"^- \[(.+)\]\(#([^)]+)\)$", text.split("## Contents", 1)[1], re.M)
+    listed = listed[: len(sections) - 1]
+    assert [(h, _anchor(h)) for h in sections[1:]] == listed
