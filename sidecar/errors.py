@@ -17,7 +17,9 @@
     │   ├── ColdStoreUnavailable    the cold archive (unwritable, unreadable record)
     │   ├── StateUnavailable        the state database (read-only home, full disk,
     │   │   │                       PostgreSQL unreachable)
-    │   │   └── SchemaTooNew        the state was written by a newer sidecar
+    │   │   ├── SchemaTooNew        the state was written by a newer sidecar
+    │   │   └── SchemaPending       the state is not at this code's schema and this
+    │   │                           process may not migrate it (``SIDECAR_MIGRATE=never``)
     │   ├── Degraded                writes refused until interrupted moves recover
     │   └── UnsafeStorage           a shared store that several processes cannot write
     │                               safely: an object store ignoring conditional
@@ -192,6 +194,13 @@ class SchemaTooNew(StateUnavailable):
     sidecar wrote it, and reading or writing it here could lose what that one added."""
 
     code = "schema_too_new"
+
+
+class SchemaPending(StateUnavailable):
+    """The state database's schema is not at this code's version, and this process was
+    told not to migrate it (``SIDECAR_MIGRATE=never``): ``sidecar migrate`` does."""
+
+    code = "schema_pending"
 
 
 class Degraded(StorageError):

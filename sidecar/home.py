@@ -8,6 +8,7 @@
                       database holds it (``SIDECAR_DATABASE_URL``)
       owner.lock      held by the one process that writes (see below)
       evict.lock      held while tools move between the hot and the cold store
+      migrate.lock    held while ``sidecar migrate`` upgrades the schema (SQLite only)
       server.json     the URL of the server that owns the home, while it runs
       token           the HTTP API's bearer token (0600)
 
@@ -26,6 +27,11 @@ embedded SQLite file, or PostgreSQL when ``SIDECAR_DATABASE_URL`` is set; the co
 archive (:func:`open_cold`) in the home's folder, or at ``SIDECAR_COLD_URL``.  Opened for
 writing, the database gets every module's tables and the migrations it lacks
 (:mod:`sidecar.storage.schema`); a database written by a newer sidecar is refused.
+
+**Migrations as one step.**  Replicas of a shared state are told not to migrate
+(``SIDECAR_MIGRATE=never``): :func:`migrate_schema` (``sidecar migrate``) is then the one
+writer of the schema, one run at a time, and a replica asks :func:`schema_pending`
+until there is nothing left to wait for.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import hashlib
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +56,23 @@ from sidecar.errors import (
     HomeNotFound,
     InvalidInput,
     NotFound,
+    SchemaPending,
     StateUnavailable,
     UnsafeStorage,
 )
 from sidecar.lock import WriterLock, holder
+from sidecar.results import SchemaMigration
 from sidecar.settings import Settings
 from sidecar.storage import Database, DatabaseError, Lock, SchemaTooNew
-from sidecar.storage.schema import check, prepare
+from sidecar.storage.schema import (
+    SCHEMA,
+    check,
+    created_tables,
+    latest,
+    pending,
+    prepare,
+    upgrade,
+)
 from sidecar.storage.state import MIGRATIONS, SCHEMAS, State
 
 OWNER_LOCK = "owner.lock"
@@ -69,24 +85,18 @@ def open_state(
 ) -> Database:
     """The state database ``settings`` name: PostgreSQL at ``database_url``, else the
     SQLite file under the home.  Opened for writing, it is given every module's tables
-    and the migrations it lacks; either way a newer schema is refused."""
-    db: Database
-    if settings.database_url is not None:
-        from sidecar.storage.postgres import PostgresDatabase
-
-        db = PostgresDatabase(
-            settings.database_url,
-            writable,
-            revision_cache_s=settings.revision_cache_ms / 1000,
-            revision_lease_s=settings.revision_lease_ms / 1000,
-        )
-    else:
-        from sidecar.storage.sqlite import SqliteDatabase
-
-        db = SqliteDatabase(settings.state_path, writable, no_writer)
+    and the migrations it lacks, unless ``settings.migrate`` is ``never``: then it must
+    be at this code's schema already (:class:`~sidecar.errors.SchemaPending` names
+    what it lacks).  Either way a newer schema is refused."""
+    may_migrate = settings.migrate == "auto"
+    db = _database(settings, writable, no_writer, migrate=may_migrate)
     try:
-        if writable:
+        if writable and may_migrate:
             prepare(db, SCHEMAS, MIGRATIONS)
+        elif writable:
+            missing = pending(db, SCHEMAS, MIGRATIONS, db.own_tables)
+            if missing:
+                raise SchemaPending(_pending_message(db.location, missing))
         elif not db.has_table("meta"):
             raise NotFound(
                 f"no sidecar state in {db.location}: nothing was added or reported there "
@@ -98,6 +108,77 @@ def open_state(
         db.close()
         raise
     return db
+
+
+def _database(
+    settings: Settings, writable: bool, no_writer: Callable[[], bool] | None, migrate: bool
+) -> Database:
+    """The backend ``settings`` name, connected; nothing of the schema done yet.
+    ``migrate=False``: a writable open runs no DDL of the backend's own either."""
+    if settings.database_url is not None:
+        from sidecar.storage.postgres import PostgresDatabase
+
+        return PostgresDatabase(
+            settings.database_url,
+            writable,
+            revision_cache_s=settings.revision_cache_ms / 1000,
+            revision_lease_s=settings.revision_lease_ms / 1000,
+            migrate=migrate,
+        )
+    from sidecar.storage.sqlite import SqliteDatabase
+
+    return SqliteDatabase(settings.state_path, writable, no_writer)
+
+
+def _pending_message(location: str, missing: Sequence[str]) -> str:
+    return (
+        f"the state database {location} is not at this sidecar's schema ({'; '.join(missing)}) "
+        "and SIDECAR_MIGRATE=never leaves that to one explicit step: run `sidecar migrate` "
+        "with the same settings"
+    )
+
+
+def schema_pending(settings: Settings) -> list[str]:
+    """What the state ``settings`` name lacks to be at this code's schema (empty: it is
+    there), read with nothing written, not even a table or a file.  Raises
+    :class:`~sidecar.errors.SchemaTooNew` for a newer schema, and the backend's
+    :class:`~sidecar.storage.DatabaseError` when it cannot be read."""
+    if settings.database_url is None and not settings.state_path.exists():
+        return [f"no state at {settings.state_path}"]
+    db = _database(settings, writable=False, no_writer=None, migrate=False)
+    try:
+        return pending(db, SCHEMAS, MIGRATIONS, db.own_tables)
+    finally:
+        db.close()
+
+
+def migrate_schema(settings: Settings) -> SchemaMigration:
+    """The one explicit step that brings the state ``settings`` name to this code's
+    schema: every module's missing tables (and the backend's own), then the migrations
+    it lacks, whatever ``settings.migrate`` says.  One at a time: a second run while one
+    holds the state's ``migrate`` lock (PostgreSQL: an advisory lock; SQLite: a lock
+    file beside the database, besides the write lock its transaction takes) is refused
+    with :class:`~sidecar.errors.Busy`.  A home that does not exist is not made."""
+    require_home(settings)
+    db = _database(settings, writable=True, no_writer=None, migrate=False)
+    try:
+        with db.advisory_lock("migrate", "a schema migration"):
+            check(db, MIGRATIONS)
+            wanted = (*created_tables((SCHEMA, *SCHEMAS)), *db.own_tables)
+            missing = tuple(t for t in wanted if not db.has_table(t))
+            db.create_own_tables()
+            applied = upgrade(db, SCHEMAS, MIGRATIONS)
+            left = pending(db, SCHEMAS, MIGRATIONS, db.own_tables)
+            if left:
+                raise StateUnavailable(_pending_message(db.location, left))
+            return SchemaMigration(
+                db.location,
+                latest(MIGRATIONS),
+                missing,
+                tuple(f"{m.version}: {m.description}" for m in applied),
+            )
+    finally:
+        db.close()
 
 
 def s3_options(env: Mapping[str, str] | None = None) -> S3Options:
@@ -159,7 +240,7 @@ class Home:
 
         try:
             self.state = State(open_state(settings, writable, no_writer))
-        except (NotFound, SchemaTooNew, UnsafeStorage):
+        except (NotFound, SchemaTooNew, SchemaPending, UnsafeStorage):
             self.release()
             raise
         except DatabaseError as exc:

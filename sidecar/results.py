@@ -154,6 +154,20 @@ class Health:
     checks: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class SchemaMigration:
+    """What ``sidecar migrate`` did to the state's schema."""
+
+    location: str
+    """The state database (a path, or a URL without its password)."""
+    version: int
+    """The schema version the state is at now: this code's."""
+    created: tuple[str, ...] = ()
+    """Tables it created."""
+    applied: tuple[str, ...] = ()
+    """Migrations it applied, oldest first, as ``"<version>: <description>"``."""
+
+
 class AuditRecord(dict[str, Any]):
     """The full archived record behind a pointer, JSON columns decoded, times as ISO
     text (a plain JSON object: ``record["topology"]``)."""

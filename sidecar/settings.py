@@ -26,6 +26,8 @@ INTAKE_CRASH_POINTS = ("after_intake_staged",)
 """Where a test may kill the process while it takes in a batch: once the batch's state
 transaction has committed, before its chains are appended to the cold archive."""
 MissingField = Literal["block", "allow"]
+MigrateMode = Literal["auto", "never"]
+MIGRATE_MODES: tuple[str, ...] = ("auto", "never")
 ContestScope = Literal["safe", "all"]
 DEFAULT_EVICT_MIN_CHAINS = 2
 """Distinct abandoned chains a tool must drive before it is evicted, by default."""
@@ -50,6 +52,7 @@ class Settings:
     missing_field: MissingField = "block"
     chroma_url: str | None = None
     database_url: str | None = None
+    migrate: MigrateMode = "auto"
     cold_url: str | None = None
     revision_cache_ms: float = 0.0
     revision_lease_ms: float = 2000.0
@@ -156,6 +159,9 @@ SETTINGS: dict[str, str] = {
     "chroma_url": "http://host:port of a Chroma server; unset means the embedded store",
     "database_url": "postgresql://... of a PostgreSQL database holding the state; unset "
     "means SQLite under the home",
+    "migrate": "'auto' (a process that opens the state for writing creates and upgrades "
+    "its schema) or 'never' (it leaves that to `sidecar migrate`: a server waits, not "
+    "ready, until the schema is at its version; other commands fail)",
     "revision_cache_ms": "shared state only, with revision_lease_ms 0: keep the revisions a "
     "lookup or check reads for up to this long, less once another replica's write is "
     "announced (0: read every request)",
@@ -369,6 +375,8 @@ def _check_stores(s: Settings) -> None:
             "database_url must be a URL starting with postgresql:// (or postgres://), got "
             + _shown_database_url(s.database_url)
         )
+    if s.migrate not in MIGRATE_MODES:
+        raise ConfigError(f"migrate must be 'auto' or 'never', got {s.migrate!r}")
     if s.cold_url is not None:
         from cold_store.errors import BadLocation
         from cold_store.store import parse_location

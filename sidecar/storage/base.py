@@ -106,6 +106,9 @@ class Database(ABC):
     """``sqlite`` or ``postgresql``."""
     writable: bool
     """A read-only database refuses every write (and :meth:`ensure` does nothing)."""
+    own_tables: ClassVar[tuple[str, ...]] = ()
+    """Tables the backend keeps for its own machinery (not a repository's), created when
+    it is opened for writing by a process that may migrate the schema."""
 
     @abstractmethod
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
@@ -130,6 +133,10 @@ class Database(ABC):
     @abstractmethod
     def has_table(self, name: str) -> bool:
         """Whether the database has a table of this name."""
+
+    @abstractmethod
+    def create_own_tables(self) -> None:
+        """Create :attr:`own_tables` where they are missing (writable only)."""
 
     @abstractmethod
     def advisory_lock(self, name: str, purpose: str) -> Lock:

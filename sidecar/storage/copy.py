@@ -7,22 +7,21 @@ schema (each was prepared by the same code), so rows are copied column for colum
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
 from sidecar.errors import InvalidInput
 from sidecar.storage.base import Database, DatabaseError
+from sidecar.storage.schema import created_tables
 
 CHUNK = 1000
 """Rows written per statement batch."""
-_TABLE = re.compile(r"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)", re.IGNORECASE)
 KEEP_OWN = frozenset({"schema_version"})
 """Tables the target writes for itself when it is prepared."""
 
 
 def tables_of(scripts: Iterable[str]) -> list[str]:
     """The tables a set of DDL scripts creates, in order."""
-    return [name for ddl in scripts for name in _TABLE.findall(ddl) if name not in KEEP_OWN]
+    return [name for name in created_tables(scripts) if name not in KEEP_OWN]
 
 
 def counts(db: Database, tables: Sequence[str]) -> dict[str, int]:

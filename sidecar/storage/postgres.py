@@ -132,6 +132,7 @@ class _Rows:
 
 class PostgresDatabase(Database):
     dialect: ClassVar[str] = "postgresql"
+    own_tables: ClassVar[tuple[str, ...]] = ("feed_leases",)
 
     def __init__(
         self,
@@ -139,12 +140,11 @@ class PostgresDatabase(Database):
         writable: bool = True,
         revision_cache_s: float = 0.0,
         revision_lease_s: float = 0.0,
+        migrate: bool = True,
     ) -> None:
-        """``revision_lease_s`` > 0: hot reads (the revisions) are cached under a lease
-        (:mod:`sidecar.storage.pgfeed`): no write acknowledged before a request is missed
-        by it.  Else ``revision_cache_s`` > 0: cached for at most that long, and less
-        once another process's write is announced; both 0: read on every request (see
-        :meth:`change_token`)."""
+        """The revisions cached under a lease if ``revision_lease_s`` > 0 (:mod:`sidecar.
+        storage.pgfeed`), else up to ``revision_cache_s`` (less once another process
+        writes), else read every request; ``migrate=False``: no DDL (no leases table)."""
         import psycopg
         from psycopg.conninfo import conninfo_to_dict
 
@@ -182,7 +182,8 @@ class PostgresDatabase(Database):
                 )
             if writable:
                 self._check_session_pooling(conn)
-                self._leases_table(conn)
+                if migrate:
+                    self._leases_table(conn)
         except BaseException:
             conn.close()
             raise
@@ -269,6 +270,13 @@ class PostgresDatabase(Database):
                 f"(backends {sorted(pids)}): a pooler in transaction or statement mode "
                 "(PgBouncer) breaks the state's locks; connect directly or use session pooling"
             )
+
+    def create_own_tables(self) -> None:
+        conn = self._get()
+        try:
+            self._leases_table(conn)
+        finally:
+            self._put(conn)
 
     def _leases_table(self, conn: psycopg.Connection[Any]) -> None:
         """The table every writer counts the caching processes' leases in (under the

@@ -178,6 +178,9 @@ class SqliteDatabase(Database):
         ).fetchone()
         return row is not None
 
+    def create_own_tables(self) -> None:
+        """SQLite keeps no table of its own: its locks are files."""
+
     def advisory_lock(self, name: str, purpose: str) -> WriterLock:
         """A file lock beside the database (``evict.lock`` for ``evict``)."""
         return WriterLock(self.path.parent / f"{name}.lock", purpose)

@@ -1517,7 +1517,10 @@ def test_no_database_password_in_any_error_printed(tmp_path: Path) -> None:
             url = template.format(pw=pw, port=port)
             label = f"password {shape}, as a {form}"
             home = tmp_path / f"home{len(runs)}"  # each its own: they run side by side
-            env = {**base, "SIDECAR_HOME": str(home), "SIDECAR_DATABASE_URL": url}
+            # a replica of a shared state takes a configured token: with one, it goes on
+            # to open the database, whose errors are what this test reads
+            env = {**base, "SIDECAR_HOME": str(home), "SIDECAR_DATABASE_URL": url,
+                   "SIDECAR_TOKEN": "replica-token-0123456789"}  # fmt: skip
             runs.append((f"serve: {label}", parts, ["serve", "--port", "0"], env))
             if form == "URL":
                 home = tmp_path / f"home{len(runs)}"

@@ -49,7 +49,6 @@ def assert_envelope(response: Any, status: int, code: str | None = None) -> dict
 
 
 ROUTES: list[tuple[str, str, dict[str, Any] | None]] = [
-    ("GET", "/readyz", None),
     ("GET", "/version", None),
     ("GET", "/metrics", None),
     ("GET", "/v1/tools", None),
@@ -80,6 +79,22 @@ def test_every_route_needs_the_token(
 
 def test_liveness_needs_no_token(client: TestClient) -> None:
     assert client.get("/livez").json() == {"status": "ok"}
+
+
+def test_readiness_answers_a_probe_and_shows_its_checks_to_a_token(
+    client: TestClient, sc: Sidecar, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Kubernetes probe sends no token: it gets the status and ``ready`` alone; the
+    checks (which name stores and their errors) only with a valid token."""
+    assert (r := client.get("/readyz")).status_code == 200 and r.json() == {"ready": True}
+    wrong = client.get("/readyz", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 200 and wrong.json() == {"ready": True}
+    full = client.get("/readyz", headers=AUTH).json()
+    assert full["ready"] is True and full["checks"]["hot_index"] == "ok"
+    monkeypatch.setattr(sc.cold, "health", lambda: "not writable: disk full (/srv/cold)")
+    down = client.get("/readyz")
+    assert down.status_code == 503 and down.json() == {"ready": False}
+    assert "/srv/cold" in client.get("/readyz", headers=AUTH).json()["checks"]["cold_store"]
 
 
 def test_search_check_report_audit_shapes(client: TestClient) -> None:

@@ -26,6 +26,11 @@ def test_the_revision_lease_is_on_by_default_and_can_be_turned_off() -> None:
         Settings.load(env={"SIDECAR_REVISION_LEASE_MS": "soon"})
 
 
+def test_a_process_migrates_unless_told_never() -> None:
+    assert Settings.load(env={}).migrate == "auto"
+    assert Settings.load(env={"SIDECAR_MIGRATE": "never"}).migrate == "never"
+
+
 def test_every_setting_has_a_help_line() -> None:
     assert set(SETTINGS) == set(Settings.__dataclass_fields__)
 
@@ -55,6 +60,7 @@ def test_environment_then_overrides() -> None:
         ("SIDECAR_EVICT_ON_REPORT", "maybe", "SIDECAR_EVICT_ON_REPORT must be true or false"),
         ("SIDECAR_EMBEDDER", "bert", "embedder"),
         ("SIDECAR_MISSING_FIELD", "ignore", "missing_field"),
+        ("SIDECAR_MIGRATE", "sometimes", "migrate must be 'auto' or 'never'"),
         ("SIDECAR_CHROMA_URL", "localhost:8000", "chroma_url"),
         ("SIDECAR_REVOKER", "email", "revoker"),
         ("SIDECAR_CRASH_AT", "somewhere", "crash_at"),

@@ -17,7 +17,7 @@ import pytest
 from benchmarks.pgserver import PostgresServer
 from indexes import HashingEmbedder
 from sidecar import Sidecar
-from sidecar.errors import EXIT_INVALID, EXIT_OK
+from sidecar.errors import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
 from sidecar.home import SCHEMAS, table_digest
 from sidecar.model import CredentialRef, Tool
 from sidecar.storage.copy import counts, tables_of
@@ -148,7 +148,15 @@ def views_of_archive(sc: Sidecar, pointers: dict[str, str]) -> dict[str, object]
 
 
 def test_migrate_needs_somewhere_to_go(tmp_path: Path) -> None:
+    """The library's copy needs a target; the command with none is the schema step
+    (``tests/storage/test_schema_step.py``), which makes no home where there is none."""
+    from sidecar.errors import InvalidInput
+    from sidecar.home import migrate
+    from sidecar.settings import Settings
+
+    with pytest.raises(InvalidInput, match="--to-database URL, --to-cold URL or both"):
+        migrate(Settings(home=tmp_path / "home"))
     env = {**os.environ, "SIDECAR_HOME": str(tmp_path / "home")}
     proc = subprocess.run([SCRIPT, "migrate"], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == EXIT_INVALID
-    assert "--to-database URL, --to-cold URL or both" in proc.stderr
+    assert proc.returncode == EXIT_NOT_FOUND, proc.stderr
+    assert "no sidecar home at" in proc.stderr and not (tmp_path / "home").exists()

@@ -56,8 +56,10 @@ class _TraceIntake(NamedTuple):
 
 
 def create_app(
-    sc: Sidecar, token: str, max_body_bytes: int = MAX_BODY_BYTES, with_mcp: bool = True
+    sc: Sidecar, token: str | None, max_body_bytes: int = MAX_BODY_BYTES, with_mcp: bool = True
 ) -> ASGIApp:
+    """The app over ``sc``; ``token``: the operator's single token (``None``: the named
+    tokens alone)."""
     metrics = Metrics()
     mcp = McpMount(lambda: _mcp_transport(sc)) if with_mcp else None
     intake = _trace_intake(sc, metrics)
@@ -66,8 +68,8 @@ def create_app(
     api = FastAPI(
         title="tool-chain sidecar",
         version=__version__,
-        description="Failure memory for agent tool retrieval. Every route but /livez and "
-        "the documentation needs `Authorization: Bearer <token>`.",
+        description="Failure memory for agent tool retrieval. Every route but /livez, "
+        "/readyz and the documentation needs `Authorization: Bearer <token>`.",
         lifespan=_lifespan(mcp, intake),
         docs_url=None,
         redoc_url=None,

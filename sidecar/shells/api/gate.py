@@ -32,8 +32,10 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-PUBLIC = frozenset({"/livez", "/docs", "/redoc", "/openapi.json"})
-"""Routes served without the token: liveness, and the API's documentation (no data)."""
+PUBLIC = frozenset({"/livez", "/readyz", "/docs", "/redoc", "/openapi.json"})
+"""Routes served without the token: liveness and readiness (for probes, which send
+none: readiness shows its checks only to a caller with a token), and the API's
+documentation (no data)."""
 PUBLIC_PREFIX = ASSETS + "/"
 """The documentation pages' scripts and styles."""
 
@@ -131,6 +133,11 @@ class Gate:
                 return
             # who asks: the routes and the MCP tools read it (the source of what it reports)
             scope.setdefault("state", {})[PRINCIPAL] = principal
+        elif headers.get("authorization"):
+            # a public route may show more to a caller with a token (readiness's checks)
+            _refusal, principal = self._refusal(headers.get("authorization"))
+            if principal is not None:
+                scope.setdefault("state", {})[PRINCIPAL] = principal
         limit = self.limits.get(path, self.limit)
         length = headers.get("content-length")
         if length is not None:

@@ -16,15 +16,18 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from types import FrameType
 
 from sidecar.core import Sidecar
-from sidecar.errors import AddressInUse, Busy, InvalidInput
+from sidecar.errors import AddressInUse, Busy, ConfigError, InvalidInput
 from sidecar.home import TOKEN_FILE
 from sidecar.limits import MAX_BODY_BYTES
+from sidecar.settings import Settings
 from sidecar.shells.api.app import create_app
-from sidecar.trust.principals import check_token
+from sidecar.shells.api.schema_wait import wait_for_schema
+from sidecar.trust.principals import Principals, check_token
 
 log = logging.getLogger("sidecar.service")
 MAINTAIN_EVERY_S = 10.0
@@ -32,6 +35,54 @@ MAINTAIN_EVERY_S = 10.0
 a shared state looks for moves another one left unfinished)."""
 ARCHIVE_MAINTAIN_EVERY_S = 3600.0
 """How often a Delta archive is compacted, checkpointed and vacuumed."""
+
+
+def server_token(settings: Settings, host: str) -> str | None:
+    """The operator's single token the server takes (``None``: the named tokens of
+    ``SIDECAR_TOKENS_FILE`` alone), settled before anything is bound or opened.
+
+    On a shared state (``SIDECAR_DATABASE_URL``) every replica must take the same
+    tokens, so that a client behind a load balancer is let in by whichever replica it
+    reaches: they are configured (``SIDECAR_TOKEN``, ``SIDECAR_TOKENS_FILE``), never made
+    in the home (:func:`_shared_token`).  Otherwise ``$SIDECAR_TOKEN``, else the home's
+    ``token`` file, made on a loopback server's first start; a server on another address
+    needs a token configured, or named tokens."""
+    if settings.shared:
+        return _shared_token(settings)
+    if is_loopback(host):
+        return token_for(settings.home)
+    token = token_for(settings.home, create=False)
+    if token is None and not len(Principals.load(settings.tokens_path, None)):
+        raise InvalidInput(
+            f"refusing to bind {host} (not loopback) without a token: set SIDECAR_TOKEN, "
+            f"create {settings.home / TOKEN_FILE}, or name tokens with SIDECAR_TOKENS_FILE"
+        )
+    return token
+
+
+def _shared_token(settings: Settings) -> str | None:
+    """The token set of a replica of a shared state: ``$SIDECAR_TOKEN`` and the named
+    tokens of ``SIDECAR_TOKENS_FILE``, at least one of them.  A home's own token set
+    would let a client in on that replica alone: its ``tokens.json`` (unless named by
+    the setting) is refused, its ``token`` file is neither read nor made."""
+    if settings.tokens_file is None and settings.tokens_path.exists():
+        raise ConfigError(
+            f"{settings.tokens_path} holds this replica's own tokens, but replicas of a "
+            "shared state take one token set: name the same file on every replica with "
+            "SIDECAR_TOKENS_FILE"
+        )
+    env = os.environ.get("SIDECAR_TOKEN")
+    if env:
+        return check_token(env, "SIDECAR_TOKEN")
+    if settings.tokens_file is not None and len(Principals.load(settings.tokens_file, None)):
+        return None
+    own = settings.home / TOKEN_FILE
+    raise ConfigError(
+        "replicas of a shared state take one token set, so that a client is let in by "
+        "whichever replica it reaches: set SIDECAR_TOKEN, or SIDECAR_TOKENS_FILE to named "
+        "tokens, the same on every replica (no token is made in a replica's home"
+        + (f"; {own} is this replica's own and is not read)" if own.exists() else ")")
+    )
 
 
 def token_for(home: Path, create: bool = True) -> str | None:
@@ -118,21 +169,75 @@ def stop_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+Announce = Callable[[str, str | None], None]
+"""Told the URL once the server answers, and the home's token file (``None``: the
+tokens are configured, none was made in the home)."""
+
+
 def serve(
     sc: Sidecar,
     host: str = "127.0.0.1",
     port: int = 8765,
     max_body_bytes: int = MAX_BODY_BYTES,
-    announce: Callable[[str, str], None] | None = None,
+    announce: Announce | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM (either: a clean shutdown, ``server.json``
     withdrawn).  ``sc`` must own its home (opened for writing): the server is then the
     one process that writes to it, and local CLI commands find it through the home's
     ``server.json``."""
+
+    def run() -> None:
+        with _listening(sc.settings, host, port) as (token, sock):
+            _serve(sc, sock, host, token, max_body_bytes, announce, progress)
+
+    _until_stopped(run, progress)
+
+
+def serve_home(
+    settings: Settings,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    announce: Announce | None = None,
+    progress: Callable[[str], None] | None = None,
+    prepare: Callable[[Sidecar], None] | None = None,
+) -> None:
+    """Open the home ``settings`` name and :func:`serve` it (``sidecar serve``), with
+    ``prepare`` run on the library before the first request.  The tokens are settled
+    and the socket bound first; under ``SIDECAR_MIGRATE=never`` the socket answers not
+    ready until the state is at this code's schema (:mod:`~sidecar.shells.api.
+    schema_wait`), and only then is the home opened."""
+
+    def run() -> None:
+        with _listening(settings, host, port) as (token, sock):
+            if settings.migrate == "never":
+                principals = Principals.load(settings.tokens_path, token)
+                wait_for_schema(sock, settings, principals, progress)
+            if progress is not None:
+                progress(f"opening the sidecar home {settings.home}")
+            with Sidecar(settings) as sc:
+                if prepare is not None:
+                    prepare(sc)
+                _serve(sc, sock, host, token, max_body_bytes, announce, progress)
+
+    _until_stopped(run, progress)
+
+
+@contextlib.contextmanager
+def _listening(
+    settings: Settings, host: str, port: int
+) -> Iterator[tuple[str | None, socket.socket]]:
+    """The server's token, settled first (a bad one binds nothing), and its socket."""
+    token = server_token(settings, host)
+    with closing(bind(host, port)) as sock:
+        yield token, sock
+
+
+def _until_stopped(run: Callable[[], None], progress: Callable[[str], None] | None) -> None:
     try:
         with stop_signals():
-            _serve(sc, host, port, max_body_bytes, announce, progress)
+            run()
     except Stopped as stopped:
         if progress is not None:
             progress(f"sidecar stopped ({stopped})")
@@ -140,26 +245,16 @@ def serve(
 
 def _serve(
     sc: Sidecar,
+    sock: socket.socket,
     host: str,
-    port: int,
+    token: str | None,
     max_body_bytes: int,
-    announce: Callable[[str, str], None] | None,
+    announce: Announce | None,
     progress: Callable[[str], None] | None,
 ) -> None:
     import uvicorn
 
     home = sc.settings.home
-    if is_loopback(host):
-        token = token_for(home)
-    else:
-        token = token_for(home, create=False)
-        if not token:
-            raise InvalidInput(
-                f"refusing to bind {host} (not loopback) without a token: set SIDECAR_TOKEN "
-                f"or create {home / TOKEN_FILE}"
-            )
-    assert token is not None
-    sock = bind(host, port)
     bound = sock.getsockname()[1]
     url = f"http://{host}:{bound}" if ":" not in host else f"http://[{host}]:{bound}"
     listener = _configure_logging()
@@ -179,14 +274,13 @@ def _serve(
         keeper.start()
         sc.announce_server(url)
         if announce is not None:
-            announce(url, str(home / TOKEN_FILE))
+            announce(url, None if sc.settings.shared else str(home / TOKEN_FILE))
         try:
             server.run(sockets=[sock])
         finally:
             stop.set()
             sc.withdraw_server()
     finally:
-        sock.close()
         listener.stop()
 
 

@@ -499,36 +499,41 @@ def revocations_run(args: argparse.Namespace) -> int:
 
 # ---- serving ----------------------------------------------------------------------------
 def serve(args: argparse.Namespace) -> int:
-    from sidecar.shells.api import serve as run_server
+    from sidecar.settings import Settings
+    from sidecar.shells.api.serve import serve_home
 
-    status(f"opening the sidecar home {home_of(args)}")
-    with open_local(args) as sc:
+    def demo_if_empty(sc: Sidecar) -> None:
         if args.demo_if_empty and not sc.list_tools():
             from sidecar.demo import demo_tools
 
             status("loading the demo catalog (62 tools) into the empty home")
             sc.add_tools(demo_tools())
 
-        def announce(url: str, token_path: str) -> None:
-            status(
-                f"sidecar serving {url} (MCP at {url}/mcp, streamable HTTP)\n"
-                f"token: {token_path} (or $SIDECAR_TOKEN)\n"
-                f"try:\n"
-                f'  curl -s -H "Authorization: Bearer $(cat {token_path})" \\\n'
-                f"       -H 'content-type: application/json' \\\n"
-                f'       -d \'{{"query": "weather forecast", "k": 3}}\' {url}/v1/search\n'
-                f"  OpenAPI: {url}/docs   MCP: point a client at {url}/mcp with the same "
-                f"bearer token, or run `sidecar mcp` for stdio"
-            )
-
-        run_server(
-            sc,
-            host=args.host,
-            port=args.port,
-            max_body_bytes=args.max_body,
-            announce=announce,
-            progress=status,
+    def announce(url: str, token_path: str | None) -> None:
+        # a shared state's tokens are configured: none is in the home to `cat`
+        token, where = "$SIDECAR_TOKEN", "$SIDECAR_TOKEN or a named token of $SIDECAR_TOKENS_FILE"
+        if token_path:
+            token, where = f"$(cat {token_path})", f"{token_path} (or $SIDECAR_TOKEN)"
+        status(
+            f"sidecar serving {url} (MCP at {url}/mcp, streamable HTTP)\n"
+            f"token: {where}\n"
+            f"try:\n"
+            f'  curl -s -H "Authorization: Bearer {token}" \\\n'
+            f"       -H 'content-type: application/json' \\\n"
+            f'       -d \'{{"query": "weather forecast", "k": 3}}\' {url}/v1/search\n'
+            f"  OpenAPI: {url}/docs   MCP: point a client at {url}/mcp with the same "
+            f"bearer token, or run `sidecar mcp` for stdio"
         )
+
+    serve_home(
+        Settings.load(home=home_of(args), chroma_url=args.chroma_url),
+        host=args.host,
+        port=args.port,
+        max_body_bytes=args.max_body,
+        announce=announce,
+        progress=status,
+        prepare=demo_if_empty,
+    )
     return EXIT_OK
 
 
@@ -542,35 +547,6 @@ def mcp(args: argparse.Namespace) -> int:
         if url:
             status(f"sidecar mcp: serving stdio, every call sent to the sidecar at {url}")
         build_mcp(b).run("stdio")
-    return EXIT_OK
-
-
-def migrate(args: argparse.Namespace) -> int:
-    from sidecar.home import migrate as migrate_home
-    from sidecar.settings import Settings
-
-    settings = Settings.load(home=home_of(args), chroma_url=args.chroma_url)
-    copied = migrate_home(settings, args.to_database, args.to_cold)
-
-    def human() -> str:
-        lines = []
-        if "tables" in copied:
-            total = sum(copied["tables"].values())
-            lines.append(
-                f"state: {total} row(s) in {len(copied['tables'])} table(s) copied; every "
-                "count matches. Set SIDECAR_DATABASE_URL to use the copy"
-            )
-        if "cold" in copied:
-            parts = ", ".join(
-                f"{name} {c['rows']} row(s) (digest {c['digest'][:12]})"
-                for name, c in copied["cold"].items()
-            )
-            lines.append(
-                f"archive: {parts}; every row matches. Set SIDECAR_COLD_URL to use the copy"
-            )
-        return "\n".join(lines)
-
-    emit(args, copied, human)
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ from sidecar import __version__
 from sidecar.limits import CHECK_MODES, MANDATE_STATUSES, MAX_BODY_BYTES, MAX_K
 from sidecar.shells.cli import commands as cmd
 from sidecar.shells.cli import gateway as gateway_cli
+from sidecar.shells.cli import migrate as migrate_cli
 
 
 # ---- argument types -------------------------------------------------------------------
@@ -404,11 +405,14 @@ def gateway_command(command: Command) -> None:
 
 
 def migrate_command(command: Command) -> None:
-    """``migrate``: the home's local state and archive, copied to shared stores."""
+    """``migrate``: the state's schema brought to this version, or the home's local state
+    and archive copied to shared stores."""
     migrate = command(
         "migrate",
-        "copy this home's local state into a PostgreSQL database and its archive into a "
-        "shared cold store (both empty)",
+        "create and upgrade the state's schema (one run at a time; what replicas with "
+        "SIDECAR_MIGRATE=never wait for); with --to-database or --to-cold: copy this home's "
+        "local state into a PostgreSQL database and its archive into a shared cold store "
+        "(both empty)",
     )
     migrate.add_argument(
         "--to-database",
@@ -421,4 +425,4 @@ def migrate_command(command: Command) -> None:
         help="s3://bucket/prefix or delta+file:///folder that will hold the archive "
         "from now on (S3 endpoint and credentials from the AWS_* variables)",
     )
-    migrate.set_defaults(func=cmd.migrate)
+    migrate.set_defaults(func=migrate_cli.migrate)

@@ -9,13 +9,14 @@ an allowed call."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.envs import requirements_env
 
 pytestmark = pytest.mark.integration
 
@@ -93,30 +94,9 @@ def test_langgraph_with_langchain_mcp_adapters(tmp_path: Path, mode: str) -> Non
 
 def framework_env(name: str) -> Path:
     """The Python of ``examples/requirements-NAME.txt``'s own environment, kept under this
-    virtual environment (``frameworks/NAME``) and rebuilt when the file changes; ``make
-    test`` builds it before the suite.  Skipped, saying so, only when the package
-    registry cannot be reached."""
-    wanted = (EXAMPLES / f"requirements-{name}.txt").read_bytes()
+    virtual environment (``frameworks/NAME``: :func:`tests.envs.requirements_env`)."""
     home = Path(sys.prefix) / "frameworks" / name
-    python, stamp = home / "bin" / "python", home / ".requirements-sha256"
-    digest = hashlib.sha256(wanted).hexdigest()
-    if python.exists() and stamp.exists() and stamp.read_text() == digest:
-        return python
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True, timeout=300)
-    install = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    done = subprocess.run(
-        [*install, "-r", str(EXAMPLES / f"requirements-{name}.txt")],
-        capture_output=True,
-        text=True,
-        timeout=1_200,
-    )
-    if done.returncode != 0:
-        unreachable = ("NewConnectionError", "Temporary failure", "Network is unreachable")
-        if any(sign in done.stderr for sign in unreachable):
-            pytest.skip(f"the package registry cannot be reached to build {home}")
-        raise AssertionError(done.stderr[-3000:])
-    stamp.write_text(digest)
-    return python
+    return requirements_env(EXAMPLES / f"requirements-{name}.txt", home) / "python"
 
 
 PROTOCOLS = (
