@@ -26,7 +26,7 @@ def readiness_url() -> str:
     """``/readyz`` of the URL the server announced; a server bound to every address
     (``0.0.0.0``, ``::``) is asked on the loopback."""
     url = json.loads((home() / "server.json").read_text())["url"]
-    parts = urlsplit(url)
+    parts = urlsplit(str(url))
     netloc = parts.netloc.replace("0.0.0.0", "127.0.0.1").replace("[::]", "[::1]")
     return urlunsplit((parts.scheme, netloc, "/readyz", "", ""))
 
