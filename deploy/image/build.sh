@@ -7,7 +7,8 @@
 # BASE_IMAGE, so that a host that reaches only package registries builds the same
 # Containerfile.  REBUILD_BASE=1 makes the base again.
 #
-# Prints the image's name and size last.
+# Prints the image's name and size last.  REBUILD=1 builds even when the image was
+# built from the same inputs (see inputs_digest).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -84,6 +85,31 @@ if [[ -z "$base" ]]; then
     base="$BASE_IMAGE"
 fi
 
+# The digest of what the build reads: the files the ignore file lets into the context,
+# the Containerfile and the base image.  The image carries it as a label, and a build
+# whose inputs are the image's is skipped: with the vfs driver even a build that takes
+# every step from podman's cache copies the whole image (minutes).
+inputs_digest() {
+    local includes
+    mapfile -t includes < <(sed -n 's/^!//p' "$here/Containerfile.dockerignore")
+    {
+        cd "$root"
+        find "${includes[@]}" deploy/image/Containerfile -type f \
+            ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum
+        # a base not pulled yet is named by its reference
+        "${podman[@]}" image inspect --format '{{.Id}}' "$base" 2>/dev/null || echo "$base"
+    } | sha256sum | cut -d' ' -f1
+}
+digest=$(inputs_digest)
+label=toolchain-sidecar.build-inputs
+built=$("${podman[@]}" image inspect --format "{{index .Labels \"$label\"}}" "$IMAGE" \
+    2>/dev/null || true)
+if [[ "${REBUILD:-0}" != 1 && "$built" == "$digest" ]]; then
+    say "$IMAGE is up to date: built from these inputs (REBUILD=1 builds it again)"
+    "${podman[@]}" image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$IMAGE"
+    exit 0
+fi
+
 # the CA bundle the host's pip trusts, for the build's pip (a build secret: in no layer)
 ca="${PIP_CERT:-${SSL_CERT_FILE:-}}"
 secret=()
@@ -99,10 +125,11 @@ say "building $IMAGE on $base"
     --format docker \
     "${secret[@]}" \
     --build-arg "BASE=$base" \
+    --build-arg "INPUTS=$digest" \
     --ignorefile "$here/Containerfile.dockerignore" \
     --file "$here/Containerfile" \
     --tag "$IMAGE" \
     "$root"
 
-size=$("${podman[@]}" image inspect --format '{{.Size}}' "$IMAGE")
-say "built $IMAGE: $((size / 1000000)) MB ($size bytes uncompressed)"
+say "built $IMAGE"
+"${podman[@]}" image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$IMAGE"
