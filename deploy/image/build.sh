@@ -83,6 +83,9 @@ base="${IMAGE_BASE:-}"
 if [[ -z "$base" ]]; then
     make_base
     base="$BASE_IMAGE"
+elif ! "${podman[@]}" image exists "$base"; then
+    # pulled now rather than by the build, so that the inputs' digest names its id
+    "${podman[@]}" pull "$base"
 fi
 
 # The digest of what the build reads: the files the ignore file lets into the context,
@@ -96,8 +99,7 @@ inputs_digest() {
         cd "$root"
         find "${includes[@]}" deploy/image/Containerfile -type f \
             ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum
-        # a base not pulled yet is named by its reference
-        "${podman[@]}" image inspect --format '{{.Id}}' "$base" 2>/dev/null || echo "$base"
+        "${podman[@]}" image inspect --format '{{.Id}}' "$base"
     } | sha256sum | cut -d' ' -f1
 }
 digest=$(inputs_digest)
