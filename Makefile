@@ -20,7 +20,7 @@ CHECKOV_STAMP := $(CHECKOV)/.requirements-sha256
 # dependencies, whose pins clash with ours; the simulators need only mpmath
 BFCL_INSTALL := $(PIP) install --progress-bar off --no-deps bfcl-eval==2026.3.23 mpmath
 
-.PHONY: run demo test test-fast lint bench clean
+.PHONY: run demo test test-fast lint bench image image-test clean
 
 $(STAMP): pyproject.toml Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -94,6 +94,16 @@ $(BENCH_STAMP): $(TEST_STAMP)
 # the quick sizes; `make bench ARGS=--full` for the full ones
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.run all $(ARGS)
+
+# The container image (deploy/image/): built with podman, on a base made here from
+# Debian's packages (IMAGE_BASE=docker.io/library/python:3.11-slim where base images can
+# be pulled); then the image's smoke test, which needs no .venv.  Neither is part of
+# `make test`: a cold build takes longer than the whole suite (README, "Container image").
+image:
+	deploy/image/build.sh
+
+image-test: image
+	$(PYTHON) deploy/image/smoke_test.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .sidecar build *.egg-info
