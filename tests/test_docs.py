@@ -17,6 +17,7 @@ BASES = (ROOT, ROOT / "sidecar")
 NOT_IN_THE_REPOSITORY = (
     "cold/",  # inside a home: where an evicted tool's record moves
     "benchmarks/results/",  # what the benchmarks write (git ignores it)
+    "build/",  # what the image build writes (git ignores it)
 )
 
 

@@ -34,7 +34,7 @@ from benchmarks.cluster import Replica
 from benchmarks.pgserver import PostgresServer, free_port
 from tests.loopback import Listener
 from tests.sidecar.helpers import abandoned
-from tests.storage.test_schema_step import tables_in
+from tests.support.postgres import tables_in
 
 pytestmark = pytest.mark.integration
 

@@ -33,6 +33,7 @@ from sidecar.storage.postgres import PostgresDatabase
 from sidecar.storage.schema import SCHEMA, created_tables, latest
 from sidecar.storage.state import MIGRATIONS
 from tests.sidecar.helpers import abandoned
+from tests.support.postgres import tables_in
 
 SCRIPT = str(Path(sys.executable).with_name("sidecar"))
 TABLES = len(created_tables((SCHEMA, *SCHEMAS)))
@@ -42,14 +43,6 @@ def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [SCRIPT, *args], capture_output=True, text=True, env={**os.environ, **env}, timeout=300
     )
-
-
-def tables_in(url: str) -> set[str]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
-        ).fetchall()
-    return {r[0] for r in rows}
 
 
 @pytest.fixture
