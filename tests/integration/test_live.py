@@ -191,6 +191,14 @@ def test_commands_on_a_served_home_go_through_its_server(server: Server, tmp_pat
         Sidecar.open(embedder=HashingEmbedder(), home=server.home)
 
 
+def until_lookups(lookups: list[Any], n: int, deadline_s: float = 600.0) -> None:
+    """Until ``n`` lookups have come back (a hang fails after ``deadline_s``)."""
+    deadline = time.monotonic() + deadline_s
+    while len(lookups) < n:
+        assert time.monotonic() < deadline, f"only {len(lookups)} lookups came back"
+        time.sleep(0.05)
+
+
 def test_load_during_a_batch_eviction(tmp_path: Path) -> None:
     """8 concurrent lookup clients while a batch eviction runs: zero errors, and no
     lookup that started after a tool's eviction committed returns it."""
@@ -222,10 +230,12 @@ def test_load_during_a_batch_eviction(tmp_path: Path) -> None:
         threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
         for t in threads:
             t.start()
-        time.sleep(1.0)
+        # lookups before and after the eviction counted, not timed: a loaded machine
+        # serves fewer of them a second
+        until_lookups(lookups, 30)
         with httpx.Client(base_url=srv.url, headers=srv.headers, timeout=600) as http:
             evicted = http.post("/v1/evictions", json={}).json()
-        time.sleep(1.0)
+        until_lookups(lookups, len(lookups) + 30)
         stop.set()
         for t in threads:
             t.join()
