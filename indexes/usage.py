@@ -20,41 +20,63 @@ the neighbourhood of them (below ``FLOOR + MARGIN``: a paraphrase scores 0.6-0.9
 this model, an unrelated request 0-0.3), and never for requests like those it was
 abandoned on: for such a request ``a >= p`` and the source's part is at most zero.
 
+**Memory.**  The sources of a tool fall in two *pools*, the trusted and the untrusted.
+Each (tool, outcome, pool) keeps at most ``memory`` distinct requests, those whose hash
+is smallest among every request any source of the pool reported (a bottom-k sample of
+their union: the same evidence in any order keeps the same requests), and for each kept
+request the sessions each source that made it brought (:mod:`indexes.usage_sample`).  So
+a tool holds at most ``4 * memory`` request vectors (int8, a scale each) however many
+sources report it: another source adds a count to a kept request, never a vector.  A
+source's requests are those of the sample it made; a request seen again adds a session.
+
 **Bounds.**  One source's part, raise or penalty, is capped at ``source_cap`` (or
 ``trusted_cap`` for a trusted source), the sum of every untrusted source's part at
-``source_cap`` too, and the sum of all parts at ``total_cap``: one source alone can never
-move a tool by more than its cap, whatever it reports, and any number of untrusted
-sources together no more than one of them.  Each
-(tool, source, outcome) keeps at most ``memory`` distinct requests, those whose hash is
-smallest (a bottom-k sample: the same evidence in any order keeps the same requests),
-each with the number of sessions that made it; a request seen again adds a session.
-Everything the index answers is a function of the kept requests alone, so the rows a
-store holds can be pruned to them (:attr:`Added.evicted`) and :meth:`UsageIndex.
-from_rows` on another replica rebuilds the same index, bit for bit.
+``source_cap`` too, and the sum of all parts at ``total_cap``: one source's own part is
+never more than its cap, and any number of untrusted sources together never move a
+tool by more than one of them may.  A sample is shared within its pool, so a source's
+requests may push another source's requests of the same pool out of it (only those
+whose hash is larger); an untrusted source can thus also shrink the other untrusted
+sources' parts, never a trusted source's: one untrusted source moves a tool by at most
+twice ``source_cap`` (its own part, and the untrusted sum it shares, which stays within
+``source_cap`` of zero), whatever it reports.
+
+**Order and replicas.**  Everything the index answers is a function of the kept
+requests and their counts alone, whatever the order the evidence came in, so
+:meth:`UsageIndex.from_rows` on another replica rebuilds the same index, bit for bit,
+from the rows a store keeps.  A store that keeps each (tool, source, outcome)'s
+``memory`` smallest request keys keeps every request the index may ever need: the
+bottom-k of a union is the bottom-k of its members' bottom-k samples.
 
 **Cost.**  A lookup asks about the candidates its other rankers found (any tools, if
-it names none).  Among them, each source nominates its ``preselect`` tools whose usage
-centroid (the session-weighted mean of the source's kept requests for the tool, one row
-per tool, source and outcome, summed exactly as integers) comes nearest the request, at
+it names none).  Among them, each pool nominates its ``preselect`` tools whose usage
+centroid (the session-weighted mean of the pool's kept requests for the tool, one row
+per tool, pool and outcome, summed exactly as integers) comes nearest the request, at
 ``FLOOR`` or above, and only their kept requests are scored: the cost grows with the
-candidates and the sources that taught them, never with the number of sessions.  Each
-source nominates its own tools, so that none can push another's out of the lookup.
+candidates, never with the number of sessions or sources.  Each pool nominates its own
+tools, so that no untrusted source can push a trusted source's tool out of the lookup.
 
-**Forgetting.**  :meth:`UsageIndex.forget` drops every piece of a source's evidence: the
-index is then exactly what it would be had the source never reported.
+**Forgetting.**  :meth:`UsageIndex.forget` drops every piece of a source's evidence:
+nothing it reported is counted or scored afterwards, and the requests only it made
+leave the samples.  The index is then exactly what it would be had the source never
+reported whenever the source's requests pushed none of its pool's others out; in every
+case, :meth:`UsageIndex.from_rows` over the remaining sources' rows of a store that keeps
+each source's own bottom-k (as :mod:`sidecar.storage.requests` does, rebuilding the
+lookups' index after a forget) is exactly that index.
 
 This module is pure (numpy only): it stores nothing and imports nothing of the sidecar.
 """
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from indexes.usage_centroids import UsageCentroids
+from indexes.usage_sample import RequestSample
 
 GAIN = 0.75
 """Spreads of raise per spread by which a past request beats the tool's own text."""
@@ -71,12 +93,11 @@ TRUSTED_CAP = 4.0
 TOTAL_CAP = 4.0
 """The most all sources together can raise or lower a tool."""
 MEMORY = 64
-"""Distinct requests kept per tool, source and outcome."""
+"""Distinct requests kept per tool, outcome and pool (the trusted or untrusted sources)."""
 PRESELECT = 8
-"""Tools, nearest by usage centroid, whose requests a lookup scores."""
-QUANTUM = float(1 << 20)
-"""Request vectors are summed as integers of this resolution: exact in any order."""
+"""Tools, nearest by usage centroid, whose requests a lookup scores, per pool."""
 OUTCOMES = ("completed", "abandoned")
+POOLS = ("trusted", "untrusted")
 TOLERANCE = 1e-5
 """Similarities closer than this are equal (float32 dot products in other orders)."""
 
@@ -160,8 +181,8 @@ def request_vector(views: np.ndarray, tool_vector: np.ndarray | None) -> np.ndar
 @dataclass(frozen=True)
 class Added:
     """What :meth:`UsageIndex.add` did: whether the request is kept, and the keys of the
-    requests of the same tool, source and outcome it pushed out of the memory (rows a
-    store may delete)."""
+    requests of the same tool, outcome and pool it pushed out of the sample (with every
+    source's count of them)."""
 
     kept: bool
     evicted: tuple[str, ...] = ()
@@ -177,149 +198,16 @@ class UsageBoost:
     sessions: int
 
 
-def _quantized(vector: np.ndarray) -> np.ndarray:
-    return np.rint(vector.astype(np.float64) * QUANTUM).astype(np.int64)
+@dataclass
+class _Scored:
+    """One nominated tool's (request, source) pairs: their sources, whether trusted,
+    completed, their similarity to the request and their sessions."""
 
-
-class _Memory:
-    """The kept requests of one tool, source and outcome: key -> (vector, sessions), and
-    the session-weighted sum of their vectors as exact integers."""
-
-    def __init__(self, size: int, dim: int) -> None:
-        self.size = size
-        self.entries: dict[str, tuple[np.ndarray, int]] = {}
-        self.total = np.zeros(dim, dtype=np.int64)
-        self._matrix: tuple[np.ndarray, np.ndarray] | None = None
-
-    def sessions(self) -> int:
-        return sum(n for _, n in self.entries.values())
-
-    def add(self, key: str, vector: np.ndarray, sessions: int = 1) -> Added:
-        self._matrix = None
-        found = self.entries.get(key)
-        if found is not None:
-            self.entries[key] = (found[0], found[1] + sessions)
-            self.total += _quantized(found[0]) * sessions
-            return Added(True)
-        self.entries[key] = (vector, sessions)
-        self.total += _quantized(vector) * sessions
-        if len(self.entries) <= self.size:
-            return Added(True)
-        largest = max(self.entries)
-        dropped, sessions = self.entries.pop(largest)
-        self.total -= _quantized(dropped) * sessions
-        return Added(False) if largest == key else Added(True, (largest,))
-
-    def matrix(self) -> tuple[np.ndarray, np.ndarray]:
-        """The kept vectors (rows in key order) and their session counts."""
-        if self._matrix is None:
-            keys = sorted(self.entries)
-            vectors = np.stack([self.entries[k][0] for k in keys])
-            self._matrix = (vectors, np.array([self.entries[k][1] for k in keys]))
-        return self._matrix
-
-
-class _Centroids:
-    """One unit row per (source, tool, outcome) with usage: the direction of its kept
-    requests' session-weighted sum.  Rows stay in key order, so that the same evidence
-    makes the same matrix whatever order it came in (and the same products, to the last
-    bit); a row changes in place, and only a new or a forgotten one moves the others.
-    The caller holds the index's lock."""
-
-    def __init__(self, dim: int) -> None:
-        self.keys: list[tuple[str, str, str]] = []
-        self._matrix = np.zeros((16, dim), dtype=np.float32)
-        self._rows: _RowIndex | None = None
-
-    @property
-    def matrix(self) -> np.ndarray:
-        return self._matrix[: len(self.keys)]
-
-    def put(self, key: tuple[str, str, str], total: np.ndarray | None) -> None:
-        """Set ``key``'s row to the direction of ``total`` (``None`` or zero: remove)."""
-        norm = 0.0 if total is None else float(np.linalg.norm(total.astype(np.float64)))
-        at = bisect.bisect_left(self.keys, key)
-        present = at < len(self.keys) and self.keys[at] == key
-        n = len(self.keys)
-        if total is None or norm == 0.0:
-            if present:
-                self._matrix[at : n - 1] = self._matrix[at + 1 : n]
-                del self.keys[at]
-                self._rows = None
-            return
-        if not present:
-            if n == len(self._matrix):
-                self._matrix = np.concatenate([self._matrix, np.zeros_like(self._matrix)])
-            self._matrix[at + 1 : n + 1] = self._matrix[at:n]
-            self.keys.insert(at, key)
-            self._rows = None
-        self._matrix[at] = total.astype(np.float64) / norm
-
-    def nominated(
-        self,
-        queries: np.ndarray,
-        per_source: int,
-        floor: float,
-        tools: Collection[str] | None = None,
-    ) -> list[tuple[str, str]]:
-        """(source, tool) pairs: for each source, the ``per_source`` tools whose rows of
-        that source (either outcome) come nearest the request, at ``floor`` or above,
-        among ``tools`` (``None``: all); nearest first, equal ones by name."""
-        if not self.keys:
-            return []
-        index = self._index()
-        if tools is None:
-            rows = np.arange(len(self.keys))
-        else:
-            found = [index.tool_rows[t] for t in tools if t in index.tool_rows]
-            if not found:
-                return []
-            rows = np.sort(np.concatenate(found))
-        sims = (self.matrix[rows] @ queries.T).max(axis=1)
-        pairs = index.pair_of_row[rows]
-        starts = np.flatnonzero(np.r_[True, pairs[1:] != pairs[:-1]])
-        best, pairs = np.maximum.reduceat(sims, starts), pairs[starts]
-        keep = best >= floor
-        best, pairs = best[keep], pairs[keep]
-        sources, names = index.pair_source[pairs], index.pair_tool[pairs]
-        order = np.lexsort((names, -best, sources))
-        sources, names = sources[order], names[order]
-        first = np.flatnonzero(np.r_[True, sources[1:] != sources[:-1]])
-        rank = np.arange(len(sources)) - np.repeat(first, np.diff(np.r_[first, len(sources)]))
-        chosen = rank < per_source
-        return [
-            (index.sources[s], index.tools[t])
-            for s, t in zip(sources[chosen].tolist(), names[chosen].tolist(), strict=True)
-        ]
-
-    def _index(self) -> _RowIndex:
-        if self._rows is None:
-            self._rows = _RowIndex(self.keys)
-        return self._rows
-
-
-class _RowIndex:
-    """Where each (source, tool) pair's rows are, in a centroid table's key order."""
-
-    def __init__(self, keys: Sequence[tuple[str, str, str]]) -> None:
-        self.sources = sorted({k[0] for k in keys})
-        self.tools = sorted({k[1] for k in keys})
-        source_at = {s: i for i, s in enumerate(self.sources)}
-        tool_at = {t: i for i, t in enumerate(self.tools)}
-        pair_of_row: list[int] = []
-        pair_source: list[int] = []
-        pair_tool: list[int] = []
-        rows_of: dict[str, list[int]] = {}
-        for row, (source, tool, _) in enumerate(keys):
-            if not pair_of_row or keys[row - 1][:2] != (source, tool):
-                pair_source.append(source_at[source])
-                pair_tool.append(tool_at[tool])
-            pair_of_row.append(len(pair_source) - 1)
-            rows_of.setdefault(tool, []).append(row)
-        self.pair_of_row = np.array(pair_of_row, dtype=np.intp)
-        self.pair_source = np.array(pair_source, dtype=np.intp)
-        self.pair_tool = np.array(pair_tool, dtype=np.intp)
-        self.tool_rows = {t: np.array(r, dtype=np.intp) for t, r in rows_of.items()}
+    sources: np.ndarray
+    trusted: np.ndarray
+    completed: np.ndarray
+    sims: np.ndarray
+    counts: np.ndarray
 
 
 class UsageIndex:
@@ -356,9 +244,12 @@ class UsageIndex:
         self._margin = margin
         self._floor = floor
         self._lock = threading.Lock()
-        # tool -> source -> outcome -> memory
-        self._tools: dict[str, dict[str, dict[str, _Memory]]] = {}
-        self._centroids = _Centroids(dim)
+        # tool -> (pool, outcome) -> sample
+        self._tools: dict[str, dict[tuple[str, str], RequestSample]] = {}
+        self._centroids = UsageCentroids(dim)
+        # a source's name by its number in the samples, and back
+        self._names: list[str] = []
+        self._numbers: dict[str, int] = {}
 
     @classmethod
     def from_rows(cls, rows: Iterable[Sequence[object]], dim: int, **options: object) -> UsageIndex:
@@ -377,39 +268,81 @@ class UsageIndex:
         if sessions < 1:
             raise ValueError(f"a request is made by at least one session, got {sessions}")
         vector = self._unit(evidence.vector)
+        key = bytes.fromhex(request_key(vector))
+        pool = self._pool(evidence.source)
         with self._lock:
-            sources = self._tools.setdefault(evidence.tool_id, {})
-            outcomes = sources.setdefault(evidence.source, {})
-            memory = outcomes.get(evidence.outcome)
-            if memory is None:
-                memory = outcomes[evidence.outcome] = _Memory(self._size, self.dim)
-            added = memory.add(request_key(vector), vector, sessions)
-            self._recentre(evidence.tool_id, evidence.source, evidence.outcome)
-            return added
+            number = self._number(evidence.source)
+            samples = self._tools.setdefault(evidence.tool_id, {})
+            sample = samples.get((pool, evidence.outcome))
+            if sample is None:
+                sample = samples[(pool, evidence.outcome)] = RequestSample(self._size, self.dim)
+            kept, evicted = sample.add(key, vector, number, sessions)
+            if kept:
+                self._recentre(evidence.tool_id, pool, evidence.outcome)
+            if not samples[(pool, evidence.outcome)]:
+                self._drop(evidence.tool_id, (pool, evidence.outcome))
+            return Added(kept, (evicted,) if evicted else ())
+
+    def counted(self, evidence: Evidence) -> int:
+        """The sessions of ``evidence``'s source the index holds for its request (0 when
+        the request is not kept): what a row read again adds is its count beyond this."""
+        key = bytes.fromhex(evidence.key)
+        pool = self._pool(evidence.source)
+        with self._lock:
+            number = self._numbers.get(evidence.source)
+            sample = self._tools.get(evidence.tool_id, {}).get((pool, evidence.outcome))
+            if number is None or sample is None:
+                return 0
+            return sample.counted(key, number)
 
     def forget(self, source: str) -> int:
-        """Drop everything ``source`` taught; returns the sessions forgotten."""
+        """Drop everything ``source`` taught; returns the sessions forgotten (of the
+        requests the index kept)."""
+        pool = self._pool(source)
         with self._lock:
+            number = self._numbers.get(source)
+            if number is None:
+                return 0
             forgotten = 0
             for tool in sorted(self._tools):
-                outcomes = self._tools[tool].pop(source, {})
-                forgotten += sum(m.sessions() for m in outcomes.values())
-                if not self._tools[tool]:
-                    del self._tools[tool]
-                for outcome in outcomes:
-                    self._recentre(tool, source, outcome)
+                for outcome in OUTCOMES:
+                    sample = self._tools.get(tool, {}).get((pool, outcome))
+                    if sample is None:
+                        continue
+                    dropped = sample.forget(number)
+                    forgotten += dropped
+                    if dropped:
+                        self._recentre(tool, pool, outcome)
+                    if not sample:
+                        self._drop(tool, (pool, outcome))
             return forgotten
 
     def forget_tool(self, tool_id: str) -> None:
         """Drop a tool's usage (the tool left the catalog)."""
         with self._lock:
-            for source, outcomes in self._tools.pop(tool_id, {}).items():
-                for outcome in outcomes:
-                    self._centroids.put((source, tool_id, outcome), None)
+            for pool, outcome in self._tools.pop(tool_id, {}):
+                self._centroids.put((pool, tool_id, outcome), None)
 
-    def _recentre(self, tool: str, source: str, outcome: str) -> None:
-        memory = self._tools.get(tool, {}).get(source, {}).get(outcome)
-        self._centroids.put((source, tool, outcome), None if memory is None else memory.total)
+    def _drop(self, tool: str, which: tuple[str, str]) -> None:
+        samples = self._tools[tool]
+        del samples[which]
+        self._centroids.put((which[0], tool, which[1]), None)
+        if not samples:
+            del self._tools[tool]
+
+    def _recentre(self, tool: str, pool: str, outcome: str) -> None:
+        sample = self._tools.get(tool, {}).get((pool, outcome))
+        self._centroids.put((pool, tool, outcome), None if sample is None else sample.total())
+
+    def _number(self, source: str) -> int:
+        number = self._numbers.get(source)
+        if number is None:
+            number = self._numbers[source] = len(self._names)
+            self._names.append(source)
+        return number
+
+    def _pool(self, source: str) -> str:
+        return POOLS[0] if self.is_trusted(source) else POOLS[1]
 
     def is_trusted(self, source: str) -> bool:
         """Whether ``source`` is trusted: as ``trusts`` says when given; else named in
@@ -446,9 +379,10 @@ class UsageIndex:
         with self._lock:
             pairs = self._centroids.nominated(queries, self._preselect, self._floor, candidates)
             by_tool: dict[str, list[str]] = {}
-            for source, tool in sorted(pairs):
-                by_tool.setdefault(tool, []).append(source)
-            parts = {t: self._memories(t, sources) for t, sources in by_tool.items()}
+            for pool, tool in sorted(pairs):
+                by_tool.setdefault(tool, []).append(pool)
+            parts = {t: self._scored(t, pools, queries) for t, pools in by_tool.items()}
+            names = list(self._names)
         known = dict(dense)
         missing = sorted(t for t in parts if t not in known)
         if missing and similarity is not None:
@@ -456,62 +390,61 @@ class UsageIndex:
         out: dict[str, UsageBoost] = {}
         for tool in sorted(parts):
             if tool in known:
-                boost = self._boost(parts[tool], queries, known[tool], max(spread, 1e-6))
+                boost = self._boost(parts[tool], names, known[tool], max(spread, 1e-6))
                 if boost.score != 0.0:
                     out[tool] = boost
         return out
 
-    def _memories(
-        self, tool: str, sources: Sequence[str]
-    ) -> list[tuple[bool, np.ndarray, np.ndarray, np.ndarray]]:
-        """For each of the ``sources`` that nominated ``tool``: whether it is trusted, and
-        its kept requests of both outcomes (vectors, sessions, and which are completed)."""
-        taught = self._tools.get(tool, {})
-        out = []
-        for source in sources:
-            outcomes = taught.get(source)
-            if outcomes is None:
-                continue
-            parts = [(o, *outcomes[o].matrix()) for o in OUTCOMES if o in outcomes]
-            vectors = np.concatenate([v for _, v, _ in parts]) if len(parts) > 1 else parts[0][1]
-            counts = np.concatenate([c for _, _, c in parts]) if len(parts) > 1 else parts[0][2]
-            completed = np.concatenate([np.full(len(c), o == OUTCOMES[0]) for o, _, c in parts])
-            out.append((self.is_trusted(source), vectors, counts, completed))
-        return out
+    def _scored(self, tool: str, pools: Sequence[str], queries: np.ndarray) -> _Scored:
+        """The (request, source) pairs of the samples of ``tool`` in ``pools``, with
+        their similarity to the request."""
+        samples = self._tools.get(tool, {})
+        found = [
+            (pool == POOLS[0], outcome == OUTCOMES[0], samples[(pool, outcome)])
+            for pool in pools
+            for outcome in OUTCOMES
+            if (pool, outcome) in samples
+        ]
+        sizes = [len(s.pair_sources) for _, _, s in found]
+        return _Scored(
+            np.concatenate([s.pair_sources for _, _, s in found]),
+            np.repeat([t for t, _, _ in found], sizes).astype(bool),
+            np.repeat([c for _, c, _ in found], sizes).astype(bool),
+            np.concatenate([s.similarities(queries) for _, _, s in found]),
+            np.concatenate([s.pair_counts for _, _, s in found]),
+        )
 
     def _boost(
-        self,
-        sources: list[tuple[bool, np.ndarray, np.ndarray, np.ndarray]],
-        queries: np.ndarray,
-        dense: float,
-        spread: float,
+        self, scored: _Scored, names: Sequence[str], dense: float, spread: float
     ) -> UsageBoost:
         floor = max(dense, self._floor) + self._margin
-        score = untrusted = 0.0
-        sessions = 0
         source_cap, trusted_cap, total_cap = self._caps
-        for trusted, vectors, counts, completed in sources:
-            sims = (vectors @ queries.T).max(axis=1)
-            lifts = np.maximum(sims - floor, 0.0)
-            raise_, lower = lifts[completed], lifts[~completed]
-            best = (float(raise_.max()) if len(raise_) else 0.0) - (
-                float(lower.max()) if len(lower) else 0.0
-            )
-            if abs(best) <= TOLERANCE:
-                # one request both completed and abandoned: its similarities, summed in
-                # other orders, may differ in the last bits; they are the same request
-                best = 0.0
-            cap = trusted_cap if trusted else source_cap
-            part = min(cap, max(-cap, self._gain * best / spread))
-            if trusted:
-                score += part
+        sources, at = np.unique(scored.sources, return_inverse=True)
+        lifts = np.maximum(scored.sims.astype(np.float64) - floor, 0.0)
+        raise_, lower = np.zeros(len(sources)), np.zeros(len(sources))
+        done = scored.completed
+        np.maximum.at(raise_, at[done], lifts[done])
+        np.maximum.at(lower, at[~done], lifts[~done])
+        best = raise_ - lower
+        # one request both completed and abandoned: its similarities, summed in other
+        # orders, may differ in the last bits; they are the same request
+        best[np.abs(best) <= TOLERANCE] = 0.0
+        trusted = np.zeros(len(sources), dtype=bool)
+        trusted[at] = scored.trusted
+        caps = np.where(trusted, trusted_cap, source_cap)
+        parts = np.clip(self._gain * best / spread, -caps, caps)
+        score = untrusted = 0.0
+        # summed in the sources' name order: the same bits whatever their numbers
+        for i in sorted(range(len(sources)), key=lambda i: names[int(sources[i])]):
+            if trusted[i]:
+                score += float(parts[i])
             else:
-                untrusted += part
-            if part > 0:
-                sessions += int(counts[completed & (sims > floor)].sum())
+                untrusted += float(parts[i])
         # untrusted sources together move a tool no more than one of them may: several
         # tokens acting together are no stronger than one
         score += min(source_cap, max(-source_cap, untrusted))
+        raised = done & (scored.sims > floor) & (parts[at] > 0)
+        sessions = int(scored.counts[raised].sum())
         return UsageBoost(min(total_cap, max(-total_cap, score)), sessions)
 
     def tools(self) -> list[str]:
@@ -523,13 +456,12 @@ class UsageIndex:
         """Tools with usage, sources, kept requests, the sessions behind them, and the
         bytes their vectors take."""
         with self._lock:
-            memories = [
-                m for sources in self._tools.values() for o in sources.values() for m in o.values()
-            ]
+            samples = [s for by in self._tools.values() for s in by.values()]
+            requests = sum(len(s) for s in samples)
             return {
                 "tools": len(self._tools),
-                "sources": len({s for sources in self._tools.values() for s in sources}),
-                "requests": sum(len(m.entries) for m in memories),
-                "sessions": sum(m.sessions() for m in memories),
-                "vector_bytes": sum(len(m.entries) for m in memories) * self.dim * 4,
+                "sources": len(set().union(*(s.sources() for s in samples))),
+                "requests": requests,
+                "sessions": sum(s.sessions() for s in samples),
+                "vector_bytes": sum(s.codes.nbytes + s.scales.nbytes for s in samples),
             }

@@ -3,8 +3,11 @@
 Intake writes the rows (:mod:`sidecar.intake.requests`).  At lookup, :class:`UsageState`
 keeps a :class:`~indexes.UsageIndex` in step with the
 state's rows: the rows added since its last read are added (the index is the same
-whatever the order the rows arrive in); a forget rebuilds it.  So every replica's
-lookups see every replica's usage on their next request.
+whatever the order the rows arrive in); a forget rebuilds it from the rows left, which
+hold each source's own kept requests, so the rebuilt index is exactly the one that never
+heard of the forgotten evidence (its requests may have pushed others out of the index's
+shared samples; the rows still hold those).  So every replica's lookups see every
+replica's usage on their next request.
 """
 
 from __future__ import annotations
@@ -32,9 +35,6 @@ class UsageState:
         self._generation = -1
         self._seq = 0
         self._rows = 0
-        self._counted: dict[tuple[str, str, str, str], int] = {}
-        """Per stored row, the sessions the index holds of it: a row read again (its
-        request seen again) adds what its count grew by."""
 
     def current(self, dim: int) -> UsageIndex | None:
         """The usage index (``None`` while no session taught any usage)."""
@@ -44,7 +44,6 @@ class UsageState:
             if index is None or index.dim != dim or rev.requests_generation != self._generation:
                 index = UsageIndex(dim, trusts=lambda s: is_trusted(s, self._trusted))
                 self._seq = self._rows = 0
-                self._counted = {}
                 self._generation = rev.requests_generation
             if rev.requests > self._seq:
                 rows, self._seq = self._state.requests.since(self._seq)
@@ -54,17 +53,15 @@ class UsageState:
             return index if self._rows else None
 
     def _add(self, index: UsageIndex, row: RequestRow) -> None:
-        grown = row.sessions - self._counted.get(row.group, 0)
-        if grown <= 0:
-            return
+        """Add what a row's count grew by since the index last counted it (the index
+        holds each kept request's sessions per source: nothing per stored row here)."""
         try:
-            added = index.add(Evidence.from_row(row.evidence_row()), sessions=grown)
+            evidence = Evidence.from_row(row.evidence_row())
+            grown = row.sessions - index.counted(evidence)
+            if grown <= 0:
+                return
+            index.add(evidence, sessions=grown)
         except ValueError as exc:  # a row of another model's dimension
             log.warning("usage row of %s skipped: %s", row.tool_id, exc)
             return
         self._rows += 1
-        if added.kept:
-            self._counted[row.group] = row.sessions
-        # the store deletes the rows the index pushed out: one coming back starts again
-        for key in added.evicted:
-            self._counted.pop((row.tool_id, row.source, row.outcome, key), None)

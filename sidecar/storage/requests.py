@@ -8,10 +8,14 @@
   replica reads only the rows changed since its last read, and adds what their counts
   grew by).
 
-A (tool, source, outcome) keeps the rows of its ``memory`` smallest request keys, the
-same bottom-k sample the usage index keeps: the rows the index would never score are
-deleted as they are pushed out, and a request seen again grows its count, not the
-rows, so disk stays bounded per tool and source whatever the number of sessions.  Each
+A (tool, source, outcome) keeps the rows of its ``memory`` smallest request keys: a row
+pushed out is one no index can ever score, for the usage index keeps per (tool, outcome,
+pool of sources) the smallest keys of the union, and the bottom-k of a union is the
+bottom-k of its members' bottom-k.  The index's memory is shared by the sources of a pool;
+the rows are kept per source so that a forget, which rebuilds the index from the rows
+left, is exact: the requests of other sources that the forgotten one pushed out of the
+index come back from their rows.  A request seen again grows its count, not the rows, so
+disk stays bounded per tool and source whatever the number of sessions.  Each
 session is counted once: the caller passes only the sessions whose success it counts
 for the first time (a replay brings none).  Forgetting moves ``requests_generation``:
 replicas then read the rows again from the start.  A forget since a time removes the

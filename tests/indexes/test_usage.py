@@ -4,6 +4,7 @@ order, and rows that rebuild it (pure numpy; the real model where meaning matter
 from __future__ import annotations
 
 import random
+import tracemalloc
 from collections.abc import Sequence
 
 import numpy as np
@@ -143,24 +144,69 @@ def test_a_trusted_source_has_the_larger_cap() -> None:
 
 
 # ---- bounds, forgetting, order, rows --------------------------------------------------
-def test_memory_is_bounded_per_tool_source_and_outcome_and_prunes_exactly() -> None:
+def test_memory_is_bounded_per_tool_outcome_and_pool_and_prunes_exactly() -> None:
     rng = np.random.default_rng(3)
     usage = UsageIndex(DIM, memory=4)
     evidence = [
         Evidence("t", src, f"k{i}", rng.standard_normal(DIM).astype(np.float32), i % 3 > 0)
         for i, src in enumerate(["a", "b"] * 20)
     ]
-    dropped: set[tuple[str, str, str]] = set()
+    dropped: set[tuple[str, str]] = set()
     for e in evidence:
         added = usage.add(e)
         if not added.kept:
-            dropped.add((e.source, e.outcome, e.key))
-        dropped |= {(e.source, e.outcome, k) for k in added.evicted}
-    assert usage.stats()["requests"] == 4 * 2 * 2
-    kept = [e for e in evidence if (e.source, e.outcome, e.key) not in dropped]
-    assert len(kept) == 16
+            dropped.add((e.outcome, e.key))
+        dropped |= {(e.outcome, k) for k in added.evicted}
+    # two untrusted sources share one sample per outcome
+    assert usage.stats()["requests"] == 4 * 2
+    kept = [e for e in evidence if (e.outcome, e.key) not in dropped]
+    assert len(kept) == 8
     # the rows of the kept requests alone rebuild the same index
     assert_same(usage, UsageIndex.from_rows([e.row() for e in kept], DIM, memory=4))
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_memory_does_not_grow_with_the_number_of_sources(trusted: bool) -> None:
+    """The same requests of one tool from one source or from sixteen: the index keeps
+    the same ``memory`` vectors (and measured, about the same bytes); a source adds a
+    count to a kept request, never a vector.  (A sample per source kept sixteen times
+    as many.)"""
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((16 * 8, DIM)).astype(np.float32)
+
+    def held(sources: int) -> tuple[dict[str, int], int]:
+        names = [f"gateway:{n}" if trusted else f"agent{n}" for n in range(sources)]
+        tracemalloc.start()
+        usage = UsageIndex(DIM, trusted={"gateway:"}, memory=8)
+        for i, v in enumerate(vectors):
+            usage.add(Evidence("t", names[i % sources], f"k{i}", v, True))
+        size = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        return usage.stats(), size
+
+    (one, one_bytes), (many, many_bytes) = held(1), held(16)
+    assert one["requests"] == many["requests"] == 8
+    assert one["vector_bytes"] == many["vector_bytes"]
+    assert many["sources"] <= 8 and many_bytes < 2 * one_bytes
+
+
+def test_an_untrusted_source_never_pushes_a_trusted_one_out() -> None:
+    """Untrusted floods of other requests fill the untrusted sample only: the trusted
+    source's requests and part stay, and the flood moves the tool by at most twice the
+    untrusted cap."""
+    rng = np.random.default_rng(9)
+    usage = UsageIndex(DIM, trusted={"gateway"}, memory=3)
+    usage.add(Evidence("t", "gateway", "g", vec(1), True))
+    usage.add(Evidence("t", "agent", "a", vec(1, 0.05), True))
+    before = usage.boosts(vec(1), {"t": 0.0}, SPREAD)["t"].score
+    for i in range(200):
+        flood = rng.standard_normal(DIM).astype(np.float32)
+        usage.add(Evidence("t", "attacker", f"x{i}", flood, i % 2 == 0))
+        usage.add(Evidence("t", "attacker", f"y{i}", vec(1, 0.01 * (i + 1)), False))
+    after = usage.boosts(vec(1), {"t": 0.0}, SPREAD)["t"].score
+    assert usage.counted(Evidence("t", "gateway", "g", vec(1), True)) == 1
+    assert after >= TRUSTED_CAP - SOURCE_CAP
+    assert abs(after - before) <= 2 * SOURCE_CAP + 1e-9
 
 
 def assert_same(a: UsageIndex, b: UsageIndex, queries: int = 12) -> None:
@@ -177,24 +223,67 @@ def assert_same(a: UsageIndex, b: UsageIndex, queries: int = 12) -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(evidence_lists, st.sampled_from(["s1", "s2", "gateway"]))
-def test_forget_removes_a_source_exactly(
+def test_forget_removes_a_source_exactly_when_it_pushed_nothing_out(
     items: list[tuple[str, str, list[float], bool]], source: str
 ) -> None:
-    usage = build(items, memory=3, preselect=2)
+    usage = build(items, memory=64, preselect=2)
     forgotten = usage.forget(source)
-    assert forgotten == sum(1 for _, s, _, _ in items if s == source) - _dropped(items, source)
-    keys = [(t, s, v, c, f"k{n}") for n, (t, s, v, c) in enumerate(items) if s != source]
-    never = UsageIndex(DIM, trusted={"gateway"}, memory=3, preselect=2)
-    for tool, src, values, completed, key in keys:
-        never.add(Evidence(tool, src, key, np.array(values, dtype=np.float32), completed))
+    assert forgotten == sum(1 for _, s, _, _ in items if s == source)
+    never = build_keyed(
+        [(t, s, v, c, f"k{n}") for n, (t, s, v, c) in enumerate(items) if s != source],
+        memory=64,
+        preselect=2,
+    )
     assert_same(usage, never)
 
 
-def _dropped(items: Sequence[tuple[str, str, list[float], bool]], source: str) -> int:
-    """Sessions of ``source`` whose requests a memory of 3 pushed out (forget counts the
-    kept ones)."""
-    mine = [(t, s, v, c) for t, s, v, c in items if s == source]
-    return len(mine) - build(mine, memory=3).stats()["sessions"]
+@settings(max_examples=100, deadline=None)
+@given(evidence_lists, st.sampled_from(["s1", "s2", "gateway"]))
+def test_forget_drops_every_piece_of_a_source_and_its_rows_rebuild_the_rest_exactly(
+    items: list[tuple[str, str, list[float], bool]], source: str
+) -> None:
+    """With a small memory a source's requests may have pushed others out of a shared
+    sample: after a forget the index holds nothing of the source, and the rows a store
+    keeps (each tool, source and outcome's own bottom-k) rebuild, without the source's,
+    exactly the index that never heard of it."""
+    keyed = [(t, s, v, c, f"k{n}") for n, (t, s, v, c) in enumerate(items)]
+    usage = build_keyed(keyed, memory=3, preselect=2)
+    usage.forget(source)
+    assert all(
+        usage.counted(Evidence(t, s, k, np.array(v, dtype=np.float32), c)) == 0
+        for t, s, v, c, k in keyed
+        if s == source
+    )
+    never = build_keyed([i for i in keyed if i[1] != source], memory=3, preselect=2)
+    stored = [i for i in _store_rows(keyed, 3) if i[1] != source]
+    assert_same(build_keyed(stored, memory=3, preselect=2), never)
+
+
+def build_keyed(
+    items: Sequence[tuple[str, str, list[float], bool, str]], **options: object
+) -> UsageIndex:
+    usage = UsageIndex(DIM, trusted={"gateway"}, **options)  # type: ignore[arg-type]
+    for tool, source, values, completed, key in items:
+        usage.add(Evidence(tool, source, key, np.array(values, dtype=np.float32), completed))
+    return usage
+
+
+def _store_rows(
+    items: Sequence[tuple[str, str, list[float], bool, str]], kept: int
+) -> list[tuple[str, str, list[float], bool, str]]:
+    """The sessions whose requests a store keeping each (tool, source, outcome)'s
+    ``kept`` smallest request keys keeps (:mod:`sidecar.storage.requests`)."""
+    keys: dict[tuple[str, str, bool], set[str]] = {}
+    for tool, source, values, completed, _ in items:
+        e = Evidence(tool, source, "", np.array(values, dtype=np.float32), completed)
+        keys.setdefault((tool, source, completed), set()).add(e.key)
+    smallest = {g: set(sorted(k)[:kept]) for g, k in keys.items()}
+    return [
+        i
+        for i in items
+        if Evidence(i[0], i[1], "", np.array(i[2], dtype=np.float32), i[3]).key
+        in smallest[(i[0], i[1], i[3])]
+    ]
 
 
 @settings(max_examples=100, deadline=None)

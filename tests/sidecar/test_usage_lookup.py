@@ -158,8 +158,9 @@ def test_usage_survives_a_restart_and_reaches_another_process(
 
 
 def test_the_rows_kept_per_tool_and_source_are_bounded(sc: Sidecar) -> None:
-    """The store keeps, per tool, source and outcome, the rows of the requests the index
-    would score: its bottom-k by request key, whatever the order they arrive in."""
+    """The store keeps, per tool, source and outcome, the bottom-k of its request keys,
+    whatever the order they arrive in: every request the index (one sample per tool,
+    outcome and pool of sources) may score, and they rebuild it."""
     import numpy as np
 
     from indexes import Evidence, UsageIndex
@@ -184,8 +185,12 @@ def test_the_rows_kept_per_tool_and_source_are_bounded(sc: Sidecar) -> None:
     index = UsageIndex(8, memory=3)
     for e in evidence:
         index.add(e)
-    # three groups (source b completed every session), three requests each
-    assert len(kept[0]) == index.stats()["requests"] == 3 * 3
+    # three groups (source b completed every session), three requests each; the index
+    # shares one sample per outcome between the two sources, each of its requests stored
+    assert len(kept[0]) == 3 * 3
+    assert index.stats()["requests"] == 2 * 3
+    stored = UsageIndex.from_rows([r.evidence_row() for r in rows], 8, memory=3)
+    assert stored.stats() == index.stats()
 
 
 def test_reports_over_http_raise_the_tool_in_http_lookups(sc: Sidecar) -> None:
@@ -250,3 +255,39 @@ def test_sessions_of_one_request_are_one_row_and_a_replay_adds_nothing(tmp_path:
         assert [(r.tool_id, r.sessions) for r in rows] == [("ledger_post", 500)]
         sc.forget("finance-bot")
         assert sc.state.requests.count() == 0
+
+
+def test_forgetting_a_source_brings_back_the_requests_it_pushed_out(sc: Sidecar) -> None:
+    """Two untrusted sources share the index's sample of a tool: the flood's requests,
+    every key smaller than the other source's, push that one out of the index (the
+    store keeps it); forgetting the flood rebuilds the index from the rows left, with
+    the other source's request back, as if the flood had never reported."""
+    import numpy as np
+
+    from indexes import Evidence, UsageIndex
+    from sidecar.lookup.usage import UsageState
+    from sidecar.storage.filters import SessionFilter
+    from sidecar.storage.requests import RequestRow
+
+    rng = np.random.default_rng(11)
+    vectors = sorted(
+        (rng.standard_normal(8).astype(np.float32) for _ in range(MEMORY + 1)),
+        key=lambda v: Evidence("t", "", "", v).key,
+    )
+    flood = [Evidence("t", "flood", f"src:flood/{i}", v) for i, v in enumerate(vectors[:-1])]
+    mine = Evidence("t", "mine", "src:mine/0", vectors[-1])
+    usage = UsageState(sc.state, trusted=())
+    with sc.state.tx() as tx:
+        sc.state.requests.add(tx, [RequestRow(*mine.row())])
+    index = usage.current(8)
+    assert index is not None and index.counted(mine) == 1
+    with sc.state.tx() as tx:
+        sc.state.requests.add(tx, [RequestRow(*e.row()) for e in flood])
+    index = usage.current(8)
+    assert index is not None and index.counted(mine) == 0
+    assert index.stats()["requests"] == MEMORY
+    with sc.state.tx() as tx:
+        sc.state.requests.forget(tx, SessionFilter("src:flood/"))
+    index = usage.current(8)
+    assert index is not None and index.counted(mine) == 1
+    assert index.stats() == UsageIndex.from_rows([mine.row()], 8).stats()
