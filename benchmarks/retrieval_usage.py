@@ -17,8 +17,8 @@ The cost (:func:`cost`): lookups end to end through a real :class:`indexes.Activ
 (embedded Chroma, the exact and lexical tiers; the embedding of each query included,
 each lookup a query of its own), interleaved: the plain dense lookup (the whole query's
 cosine), the hybrid without usage, with the usage of 1,000 sessions and with that of
-100,000; the memory the usage index holds and the size its rows would take in SQLite
-(every session's row, and only the rows of the requests it keeps), per 10,000 sessions.
+100,000; the memory each usage index holds (measured) and the size its rows take in
+SQLite (every session's row, and only the rows the state keeps).
 Synthetic sessions for the cost: each a training request's vector moved by noise (so
 that every session is a request of its own and the memories fill), its tools, one of
 eight agents, a fifth abandoned on a random tool.
@@ -192,17 +192,13 @@ def synthetic_sessions(
                 yield (tool, source, moved, True, f"x{i}")
 
 
-MEASURED_MEMORY_UP_TO = 10_000
-"""Sessions up to which the usage index's memory is measured (tracemalloc slows the
-adds tenfold); a larger one's is its kept requests times the bytes each took there."""
-
-
 def build_usage(
-    engine: Engine, train: Sequence[Query], n: int, seed: int, per_request: float | None
+    engine: Engine, train: Sequence[Query], n: int, seed: int
 ) -> tuple[UsageIndex, dict[str, Any]]:
     """The usage index of ``n`` synthetic sessions, how fast it learned them, what it
-    holds, and the size of its rows in SQLite (all of them, and only those of the
-    requests it keeps).  Its memory is measured, or estimated from ``per_request``."""
+    holds (its memory measured: the same sessions learned again under tracemalloc), and
+    the size of its rows in SQLite: all of them, and those the state keeps (each tool,
+    source and outcome's ``KEPT`` smallest request keys)."""
     import time
 
     from indexes import Evidence
@@ -213,23 +209,18 @@ def build_usage(
     ]
     usage = _usage()
     started = time.perf_counter()
-    added = [usage.add(e) for e in evidence]
+    for e in evidence:
+        usage.add(e)
     seconds = time.perf_counter() - started
-    if per_request is None:
-        tracemalloc.start()
-        again = _usage()
-        for e in evidence:
-            again.add(e)
-        held = float(tracemalloc.get_traced_memory()[0])
-        tracemalloc.stop()
-        del again
+    tracemalloc.start()
+    again = _usage()
+    for e in evidence:
+        again.add(e)
+    held = float(tracemalloc.get_traced_memory()[0])
+    tracemalloc.stop()
+    del again
     rows = [e.row() for e in evidence]
-    dropped = {(r[0], r[1], r[5], r[3]) for r, a in zip(rows, added, strict=True) if not a.kept}
-    dropped |= {(r[0], r[1], r[5], k) for r, a in zip(rows, added, strict=True) for k in a.evicted}
-    kept = [r for r in rows if (r[0], r[1], r[5], r[3]) not in dropped]
     stats = usage.stats()
-    if per_request is not None:
-        held = per_request * stats["requests"]
     return usage, {
         "sessions": n,
         "evidence_rows": len(rows),
@@ -237,11 +228,28 @@ def build_usage(
         "kept_requests": stats["requests"],
         "tools_with_usage": stats["tools"],
         "memory_mb": round(held / 2**20, 1),
-        "memory_measured": per_request is None,
-        "_per_request": held / max(1, stats["requests"]),
+        "memory_measured": True,
         "sqlite_mb_every_row": round(_sqlite_bytes(rows) / 2**20, 1),
-        "sqlite_mb_kept_rows": round(_sqlite_bytes(kept) / 2**20, 1),
+        "sqlite_mb_kept_rows": round(_sqlite_bytes(stored_rows(rows)) / 2**20, 1),
     }
+
+
+def stored_rows(
+    rows: Sequence[tuple[str, str, str, str, bytes, str, float]],
+) -> list[tuple[str, str, str, str, bytes, str, float]]:
+    """The rows the state keeps of ``rows`` (:mod:`sidecar.storage.requests`): one per
+    tool, source, outcome and request, of each tool, source and outcome's ``KEPT``
+    smallest request keys."""
+    from sidecar.storage.requests import KEPT
+
+    first: dict[tuple[str, str, str, str], tuple[str, str, str, str, bytes, str, float]] = {}
+    for r in rows:
+        first.setdefault((r[0], r[1], r[5], r[3]), r)
+    groups: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for tool, source, outcome, key in first:
+        groups[(tool, source, outcome)].append(key)
+    kept = {(*g, k) for g, keys in groups.items() for k in sorted(keys)[:KEPT]}
+    return [r for g, r in first.items() if g in kept]
 
 
 def _usage() -> UsageIndex:
@@ -284,16 +292,8 @@ def cost(
     train = engine.protocol.training(0) if engine.protocol.folds else engine.protocol.train
     held: dict[str, dict[str, Any]] = {}
     built: dict[int, UsageIndex] = {}
-    per_request: float | None = None
-    per_10k = {MEASURED_MEMORY_UP_TO} if large >= MEASURED_MEMORY_UP_TO else set()
-    for n in sorted({small, large} | per_10k):
-        measured = n <= MEASURED_MEMORY_UP_TO
-        built[n], held[str(n)] = build_usage(
-            engine, train, n, seed, None if measured else per_request
-        )
-        per_request = held[str(n)].pop("_per_request")
-        if n not in sizes:
-            del built[n]
+    for n in sorted({small, large}):
+        built[n], held[str(n)] = build_usage(engine, train, n, seed)
     usage_small, usage_large = built[small], built[large]
     names = ("plain", "hybrid", f"usage {small:,}", f"usage {large:,}")
     out: dict[str, Any] = {"tools": len(engine.ids)}
@@ -418,3 +418,44 @@ def intake_cost(engine: Engine, embedder: Any, repeat: int, seed: int) -> dict[s
         "usage_rows": rows,
         "state_bytes": state_bytes,
     }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m benchmarks.retrieval_usage cost [--sizes 1000 100000] [--repeat 100]``
+    (the cost part of ``bench_retrieval``'s usage protocol alone, over StableToolBench) or
+    ``... curves [--full]`` (its learning curves alone); JSON on stdout."""
+    import argparse
+    import json
+
+    from benchmarks.bench_retrieval import PLANS, SHORT_QUERIES, loaders
+    from benchmarks.common import DEFAULT_DATASETS, model_embedder
+    from benchmarks.retrieval_data import sample
+    from sidecar.lookup.ranking import query_views
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("part", choices=("cost", "curves"))
+    parser.add_argument("--sizes", type=int, nargs=2, default=(1_000, 100_000))
+    parser.add_argument("--repeat", type=int, default=100)
+    parser.add_argument("--full", action="store_true", help="the full plan's curves")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASETS)
+    args = parser.parse_args(argv)
+    embedder = model_embedder("onnx")
+    plan = PLANS["full" if args.full else "quick"]
+    out: dict[str, Any] = {}
+    for name in (plan.cost_on,) if args.part == "cost" else plan.protocols:
+        engine = Engine(loaders()[name](args.dataset.resolve()), embedder, {})
+        if args.part == "curves":
+            queries = sample(engine.protocol, plan.queries, args.seed)
+            out[name] = protocol_curves(engine, queries, args.seed, plan.points)
+            continue
+        longs = [q.text for q in sample(engine.protocol, 300, args.seed)]
+        short = [*SHORT_QUERIES, *(query_views(t)[-1] for t in longs)]
+        texts = {"short": short, "long": longs}
+        sizes = (args.sizes[0], args.sizes[1])
+        out = cost(engine, texts, embedder, sizes, args.repeat, args.seed)
+    print(json.dumps(out, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
