@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from cold_store import ColdStore
+from benchmarks.s3server import FaultSpec, S3Server
+from cold_store import ColdStore, CommitFailed, CommitStateUnknown
 from cold_store.delta import Deadline, DeadlineExceeded, DeltaColdTable
 from tests.cold_store.backends import Backend, committed_rows
 from tests.cold_store.helpers import chain_row
@@ -207,3 +208,42 @@ def test_a_commit_abandoned_before_it_landed_is_retried_and_never_lands_twice(
         gate.open.set()
         store.close()
     _stored_once(location, ["c1", "c2"])
+
+
+# ---- on S3, behind a proxy that holds the log's replies --------------------------------
+@pytest.mark.integration
+def test_a_writer_behind_a_store_that_stops_answering_returns_within_its_deadlines() -> None:
+    """Every listing and read of the log is taken by the store, and its reply held back
+    far longer than the call deadline (the client's own timeout is longer still): the
+    append gives up within a few deadlines with a clear error, the same batch retried
+    once the store answers again is stored once, and the abandoned calls all end."""
+    held_s = 8.0
+    server = S3Server(faults=FaultSpec(lose_reply=1.0, lost_reply_s=held_s, only="list|log read"))
+    options = server.options(timeout_s=60, max_retries=0)
+    location = f"s3://{server.new_bucket()}/cold"
+    try:
+        server.set_faults(False)
+        store = ColdStore(location, s3=options, call_deadline_s=DEADLINE_S)
+        try:
+            store.chains.append([chain_row("c0")], batch="b0")
+            server.set_faults(True)
+            started = time.monotonic()
+            with pytest.raises((CommitFailed, CommitStateUnknown), match="abandoned"):
+                finishes(lambda: store.chains.append([chain_row("c1")], batch="b1"))
+            assert time.monotonic() - started < held_s  # no reply came in the meantime
+            assert store.deadline.abandoned >= 1
+            server.set_faults(False)
+            retried = finishes(lambda: store.chains.append([chain_row("c1")], batch="b1"))
+            assert retried.written == ("c1",) or retried.skipped == ("c1",)
+            _wait_for(lambda: store.deadline.abandoned == 0, held_s * 4)
+        finally:
+            store.close()
+        reader = ColdStore(location, s3=options, writable=False)
+        try:
+            assert sorted(reader.chains.all_keys()) == ["c0", "c1"]
+        finally:
+            reader.close()
+        backend = Backend("s3", location, options, server)
+        assert committed_rows(backend, "chains") == 2
+    finally:
+        server.close()
