@@ -6,7 +6,9 @@ Each phase starts a test S3 server behind a fault proxy (``benchmarks/s3server.p
 creates the table without faults, lets the writers (``benchmarks/delta_stress.py``) go
 at once with the faults on, then checks the table against what each writer was told.
 Quick: 6 writers x 12 appends; full: 8 writers x 40 appends; 4 chains a batch; once
-with faults at every step, once with faults only at the log entry's put.
+with faults at every step, once with faults only at the log entry's put, once with 0.2%
+of the log's listings and reads taken by the store and answered by nothing for 40 s,
+past the writers' 30 s deadline on each call into deltalake.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from cold_store import ColdStore
 STRESS_FAULTS = {
     "every step": "delay=0.2,max_delay_s=0.05,fail=0.05,lose_reply=0.05",
     "the log entry's put": "fail=0.2,lose_reply=0.3,only=log write",
+    # the store takes the request and its reply never comes within the call deadline
+    "replies held past the deadline": "lose_reply=0.002,lost_reply_s=40,only=list|log read",
 }
 
 
 def stress(quick: bool, seed: int = 7) -> dict[str, Any]:
     """Quick: 6 writers x 12 appends; full: 8 writers x 40 appends; 4 chains a batch;
-    once with faults at every step, once with faults only at the log entry's put."""
+    one phase per pattern of :data:`STRESS_FAULTS`."""
     started = time.perf_counter()
     workers, appends, size = (6, 12, 4) if quick else (8, 40, 4)
     phases = [

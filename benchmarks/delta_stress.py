@@ -48,7 +48,10 @@ TRIES = 30
 """Tries of one batch before a writer gives up on it (reported: a liveness failure)."""
 RETRIED = (CommitFailed, CommitStateUnknown, StoreUnavailable)
 CALL_DEADLINE_S = 30.0
-"""Each writer's deadline on one call into deltalake: three of its requests' timeouts."""
+"""Each writer's deadline on one call into deltalake."""
+REQUEST_TIMEOUT_S = 60.0
+"""Each writer's timeout on one request, above :data:`CALL_DEADLINE_S`: a reply the proxy
+holds back is cut by the deadline, as a call that never returns would be."""
 
 
 def batches_of(worker: int, appends: int, size: int) -> list[list[tuple[str, list[str]]]]:
@@ -75,7 +78,7 @@ def _open(location: str, endpoint: str) -> ColdStore:
         region=REGION,
         access_key_id=ACCESS["aws_access_key_id"],
         secret_access_key=ACCESS["aws_secret_access_key"],
-        timeout_s=10,
+        timeout_s=REQUEST_TIMEOUT_S,
         max_retries=0,  # every fault reaches the cold store, none is retried below it
     )
     for attempt in range(TRIES):
