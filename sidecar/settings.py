@@ -39,6 +39,9 @@ DEFAULT_CHAIN_WEIGHT = 0.3
 weights raised multi-tool Comp@5 after a prefix more on StableToolBench
 (``benchmarks/bench_retrieval.py``), but let one completed run put a poor match first
 (the demo's ``text_summarizer`` for "parse the page HTML" after ``web_search``)."""
+DEFAULT_COLD_CALL_DEADLINE = 120.0
+"""Seconds one call of a Delta cold table into deltalake may take before it is abandoned
+(kept in step with ``cold_store.delta.DEFAULT_CALL_DEADLINE_S``)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class Settings:
     database_url: str | None = None
     migrate: MigrateMode = "auto"
     cold_url: str | None = None
+    cold_call_deadline: float = DEFAULT_COLD_CALL_DEADLINE
     revision_cache_ms: float = 0.0
     revision_lease_ms: float = 2000.0
     collection: str = "tools"
@@ -171,6 +175,9 @@ SETTINGS: dict[str, str] = {
     "cold_url": "where the cold archive is: s3://bucket/prefix (Delta tables; endpoint and "
     "credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
     "AWS_REGION), delta+file:///folder or a folder; unset means the home's cold/ folder",
+    "cold_call_deadline": "Delta cold archive only: seconds one call into deltalake (a log "
+    "load, a commit, a read) may take before it is abandoned and the operation retried or "
+    "failed (a commit abandoned so is decided as one whose outcome is unknown)",
     "collection": "name of the Chroma collection holding active tools",
     "max_warnings_per_tool": "fatal sequences named in one lookup hit's warnings, at most",
     "revoker": "'record-only' (mandates stay pending for operators) or 'rfc7009' (HTTP)",
@@ -222,6 +229,7 @@ def _parse(name: str, raw: str) -> Any:
         "revision_lease_ms",
         "abstain_below",
         "chain_weight",
+        "cold_call_deadline",
         "gateway_call_timeout",
         "gateway_contest_rate",
         "gateway_link_window",
@@ -385,6 +393,11 @@ def _check_stores(s: Settings) -> None:
             parse_location(s.cold_url)
         except BadLocation as exc:
             raise ConfigError(f"cold_url: {exc}") from None
+    deadline = s.cold_call_deadline
+    if _not_number(deadline) or not 1 <= deadline <= 3600:
+        raise ConfigError(
+            f"cold_call_deadline must be a number of seconds from 1 to 3600, got {deadline!r}"
+        )
     cache = s.revision_cache_ms
     if _not_number(cache) or not 0 <= cache <= 60_000:
         raise ConfigError(f"revision_cache_ms must be a number from 0 to 60000, got {cache!r}")

@@ -31,6 +31,15 @@ def test_a_process_migrates_unless_told_never() -> None:
     assert Settings.load(env={"SIDECAR_MIGRATE": "never"}).migrate == "never"
 
 
+def test_the_cold_call_deadline_has_the_cold_stores_default_and_bounds() -> None:
+    from cold_store.delta import DEFAULT_CALL_DEADLINE_S
+
+    assert Settings.load(env={}).cold_call_deadline == DEFAULT_CALL_DEADLINE_S
+    assert Settings.load(env={"SIDECAR_COLD_CALL_DEADLINE": "45"}).cold_call_deadline == 45.0
+    with pytest.raises(ConfigError, match="SIDECAR_COLD_CALL_DEADLINE must be a number"):
+        Settings.load(env={"SIDECAR_COLD_CALL_DEADLINE": "soon"})
+
+
 def test_every_setting_has_a_help_line() -> None:
     assert set(SETTINGS) == set(Settings.__dataclass_fields__)
 
@@ -113,6 +122,8 @@ def test_with_validates(value: object) -> None:
             "'mysql'://...",
         ),
         ({"cold_url": "ftp://host/archive"}, "cold_url: "),
+        ({"cold_call_deadline": 0}, "cold_call_deadline must be a number of seconds from 1"),
+        ({"cold_call_deadline": 3601}, "cold_call_deadline must be a number of seconds from 1"),
         ({"gateway_call_timeout": -1}, "gateway_call_timeout must be a number >= 0, got -1"),
         ({"gateway_contest_rate": 2}, "gateway_contest_rate must be from 0 to 1, got 2"),
         ({"gateway_contest_budget": 0.5}, "gateway_contest_budget must be an integer >= 0"),
