@@ -20,11 +20,6 @@ EMBEDDERS: tuple[str, ...] = ("minilm", "minilm-onnx", "minilm-torch", "hashing"
 DEFAULT_EXACT_LIMIT = 15_000
 """Tools up to which lookups rank in the process (the crossover measured by
 ``benchmarks/bench_embed.py``; kept in step with ``indexes.EXACT_LIMIT``)."""
-CRASH_POINTS = ("after_intent", "after_cold", "after_mandates", "after_hot_delete", "after_done")
-"""The steps of an eviction move after which a test may kill the process."""
-INTAKE_CRASH_POINTS = ("after_intake_staged",)
-"""Where a test may kill the process while it takes in a batch: once the batch's state
-transaction has committed, before its chains are appended to the cold archive."""
 MissingField = Literal["block", "allow"]
 MigrateMode = Literal["auto", "never"]
 MIGRATE_MODES: tuple[str, ...] = ("auto", "never")
@@ -80,7 +75,6 @@ class Settings:
     otlp_conversation_idle_s: float = 300.0
     otlp_max_request_bytes: int = 20 * 1_048_576
     otlp_max_memory_bytes: int = 256 * 1_048_576
-    crash_at: str | None = None
     hybrid: bool = True
     abstain_below: float = DEFAULT_ABSTAIN_BELOW
     chain_weight: float = DEFAULT_CHAIN_WEIGHT
@@ -205,7 +199,6 @@ SETTINGS: dict[str, str] = {
     "otlp_max_request_bytes": "largest OTLP/HTTP trace request, once inflated (413 past it)",
     "otlp_max_memory_bytes": "bytes the trace intake may hold in open traces, sessions and "
     "requests (503 with Retry-After past it)",
-    "crash_at": "testing only: SIGKILL the process at this named eviction or intake crash point",
     "hybrid": "fuse BM25 and per-sentence views with the dense ranking (true/false)",
     "abstain_below": "best similarity under which a lookup answers abstained (0: never)",
     "chain_weight": "weight of tools that completed chains after the executed prefix (0: off)",
@@ -344,10 +337,6 @@ def _check_memory(s: Settings) -> None:
         raise ConfigError(f"constraint_max_age_days must be a number >= 0, got {age!r}")
     if s.revoker not in ("record-only", "rfc7009"):
         raise ConfigError(f"revoker must be 'record-only' or 'rfc7009', got {s.revoker!r}")
-    if s.crash_at is not None and s.crash_at not in (*CRASH_POINTS, *INTAKE_CRASH_POINTS):
-        raise ConfigError(
-            f"crash_at must be one of {', '.join((*CRASH_POINTS, *INTAKE_CRASH_POINTS))}"
-        )
 
 
 def _check_intake(s: Settings) -> None:

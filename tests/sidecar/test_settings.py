@@ -72,7 +72,6 @@ def test_environment_then_overrides() -> None:
         ("SIDECAR_MIGRATE", "sometimes", "migrate must be 'auto' or 'never'"),
         ("SIDECAR_CHROMA_URL", "localhost:8000", "chroma_url"),
         ("SIDECAR_REVOKER", "email", "revoker"),
-        ("SIDECAR_CRASH_AT", "somewhere", "crash_at"),
         ("SIDECAR_COLLECTION", "ab", "collection"),
         ("SIDECAR_STEP_RATE", "-1", "step_rate must be an integer >= 0"),
         ("SIDECAR_NEW_TOOL_RATE", "many", "SIDECAR_NEW_TOOL_RATE must be an integer"),
