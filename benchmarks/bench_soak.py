@@ -51,12 +51,15 @@ from benchmarks.common import (
     emit,
     machine,
     md_table,
+    md_targets,
     progress,
     pyplot,
     revision,
     save_figure,
+    target,
 )
 
+VERDICT = {True: "met", False: "missed", None: "not measured"}
 QUIET_SHARE = 0.15
 """The last part of the run, in which no new evidence comes in."""
 FLAT = 1.20
@@ -376,8 +379,9 @@ def soak(p: Plan, tmp: Path, seed: int) -> tuple[list[dict[str, Any]], Counts]:
 # ---- the verdict ---------------------------------------------------------------------
 def flatness(samples: list[dict[str, Any]], warmup_min: float, key: str) -> dict[str, Any]:
     after = [s for s in samples if s["minute"] >= warmup_min]
-    if not after:
-        return {"met": None}
+    if not after:  # a run shorter than its warm-up says nothing of flatness
+        keys = ("at_warmup_mb", "peak_mb", "last_mb", "peak_over_warmup", "slope_mb_per_hour")
+        return dict.fromkeys(keys) | {"met": None}
     base = after[0][key]
     peak = max(s[key] for s in after)
     minutes = [s["minute"] for s in after]
@@ -410,7 +414,7 @@ def state_growth(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "quiet_minutes": round(quiet[-1]["minute"] - quiet[0]["minute"], 2) if quiet else 0,
         "quiet_replays": quiet[-1]["replays"] if quiet else 0,
         "quiet_growth_mb": round(grown, 3) if grown is not None else None,
-        "met": grown is not None and grown <= 0.5,
+        "met": None if grown is None else grown <= 0.5,
     }
 
 
@@ -428,9 +432,29 @@ def run(quick: bool, seed: int = 7, minutes: float | None = None) -> dict[str, A
         "rates_per_s": RATES,
         "samples": samples,
         "last_error": counts.last_error,
-        "server": flatness(samples, p.warmup_min, "server_rss_mb"),
-        "gateway": flatness(samples, p.warmup_min, "gateway_rss_mb"),
-        "state": state_growth(samples),
+        "server": (server := flatness(samples, p.warmup_min, "server_rss_mb")),
+        "gateway": (gateway := flatness(samples, p.warmup_min, "gateway_rss_mb")),
+        "state": (state := state_growth(samples)),
+        "targets": [
+            target(
+                "server RSS flat",
+                f"peak <= {FLAT}x warm-up",
+                server["peak_over_warmup"],
+                server["met"],
+            ),
+            target(
+                "gateway RSS flat",
+                f"peak <= {FLAT}x warm-up",
+                gateway["peak_over_warmup"],
+                gateway["met"],
+            ),
+            target(
+                "state without new evidence",
+                "grows <= 0.5 MB",
+                state["quiet_growth_mb"],
+                state["met"],
+            ),
+        ],
     }
 
 
@@ -439,7 +463,7 @@ def markdown(result: dict[str, Any]) -> str:
     last = result["samples"][-1]
     rows = [
         [name, r["at_warmup_mb"], r["peak_mb"], r["last_mb"], r["peak_over_warmup"],
-         r["slope_mb_per_hour"], "met" if r["met"] else "missed"]
+         r["slope_mb_per_hour"], VERDICT[r["met"]]]
         for name, r in (("server", result["server"]), ("gateway", result["gateway"]))
     ]  # fmt: skip
     lines = [
@@ -462,7 +486,9 @@ def markdown(result: dict[str, Any]) -> str:
         f"State: +{state['busy_growth_mb']} MB over {state['new_sessions']} new sessions "
         f"({state['kb_per_new_session']} KB each); over the last {state['quiet_minutes']} "
         f"min, {state['quiet_replays']} replayed reports and no new evidence: "
-        f"+{state['quiet_growth_mb']} MB ({'met' if state['met'] else 'missed'}).",
+        f"+{state['quiet_growth_mb']} MB ({VERDICT[state['met']]}).",
+        "",
+        md_targets(result["targets"]),
     ]
     return "\n".join(lines) + "\n"
 
