@@ -98,7 +98,7 @@ bench: $(BENCH_STAMP)
 # The container image (deploy/image/): built with podman, on a base made here from
 # Debian's packages (IMAGE_BASE=docker.io/library/python:3.11-slim where base images can
 # be pulled); then the image's smoke test, which needs no .venv.  Neither is part of
-# `make test`: a cold build takes longer than the whole suite (README, "Container image").
+# `make test`: a cold build takes longer than the whole suite (docs/deploy.md, "Container image").
 image:
 	deploy/image/build.sh
 

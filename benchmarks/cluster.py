@@ -69,6 +69,7 @@ def missing(cold: Cold | None = "s3") -> list[str]:
 
 
 SCRIPT = str(Path(sys.executable).with_name("sidecar"))
+ROOT = Path(__file__).resolve().parents[1]
 UP_S = 180.0
 """Longest a process may take to come up on a busy machine (two cores shared with other
 work, and the first replica may build the ONNX model)."""
@@ -104,8 +105,12 @@ class Replica:
         (self.home / "server.json").unlink(missing_ok=True)
         self._close_log()
         self._log = self.log_path.open("ab")
+        argv = [SCRIPT]
+        if env.get("SIDECAR_CRASH_AT"):  # the CLI with a hook that kills it at that point
+            argv = [sys.executable, "-m", "benchmarks.crashing"]
+            env = {**env, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
-            [SCRIPT, "serve", "--home", str(self.home), "--port", str(self.port)],
+            [*argv, "serve", "--home", str(self.home), "--port", str(self.port)],
             env=dict(env),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
@@ -380,7 +385,8 @@ class Cluster:
     def start(self, index: int, env: Mapping[str, str] | None = None, ready: bool = True) -> None:
         """(Re)start replica ``index`` on its home and port and wait until it serves
         (``ready``: until ``/readyz`` too).  ``env``: settings for this replica from
-        now on (``SIDECAR_CRASH_AT`` ...); ``{}`` drops those given before."""
+        now on (``SIDECAR_CRASH_AT``: started through :mod:`benchmarks.crashing`, to die
+        at that point); ``{}`` drops those given before."""
         if env is not None:
             self._replica_env[index] = dict(env)
         replica = self.replicas[index]

@@ -9,13 +9,17 @@ batch id in every writer (a batch replayed by processes racing each other), the 
 its own, some of them several at once in one commit (:meth:`append_batches`).  A call
 that fails is retried with the same batch, as the sidecar retries a report; after each
 append one key it acknowledged is read back.  It prints one JSON line: the keys each call
-acknowledged (written or found stored), those it reported written, the errors it met,
-and any read of an acknowledged key that did not return the row.
+acknowledged (written or found stored), those it reported written, the errors it met
+(those raised by a call into deltalake abandoned past its deadline counted apart), and any
+read of an acknowledged key that did not return the row.  Each call into deltalake has
+:data:`CALL_DEADLINE_S`; a writer left with abandoned calls still hung when it is done
+exits without the interpreter's teardown (a thread inside deltalake cannot be joined).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import time
@@ -43,6 +47,11 @@ from cold_store import (
 TRIES = 30
 """Tries of one batch before a writer gives up on it (reported: a liveness failure)."""
 RETRIED = (CommitFailed, CommitStateUnknown, StoreUnavailable)
+CALL_DEADLINE_S = 30.0
+"""Each writer's deadline on one call into deltalake."""
+REQUEST_TIMEOUT_S = 60.0
+"""Each writer's timeout on one request, above :data:`CALL_DEADLINE_S`: a reply the proxy
+holds back is cut by the deadline, as a call that never returns would be."""
 
 
 def batches_of(worker: int, appends: int, size: int) -> list[list[tuple[str, list[str]]]]:
@@ -69,12 +78,12 @@ def _open(location: str, endpoint: str) -> ColdStore:
         region=REGION,
         access_key_id=ACCESS["aws_access_key_id"],
         secret_access_key=ACCESS["aws_secret_access_key"],
-        timeout_s=10,
+        timeout_s=REQUEST_TIMEOUT_S,
         max_retries=0,  # every fault reaches the cold store, none is retried below it
     )
     for attempt in range(TRIES):
         try:
-            return ColdStore(location, s3=s3)
+            return ColdStore(location, s3=s3, call_deadline_s=CALL_DEADLINE_S)
         except StoreUnavailable:
             time.sleep(0.05 * (attempt + 1))
     raise RuntimeError("the store could not be opened")
@@ -93,11 +102,15 @@ def _read_back(store: ColdStore, key: str, errors: Counter[str], bad: list[str])
             if store.chains.get(key) != chain_row(key):
                 bad.append(f"{key}: another row")
             return
-        except StoreUnavailable:
-            errors["read: StoreUnavailable"] += 1
+        except StoreUnavailable as exc:
+            errors[f"read: {_kind(exc)}"] += 1
         except (RecordNotFound, RecordQuarantined) as exc:
             bad.append(f"{key}: {type(exc).__name__}: {exc}")
             return
+
+
+def _kind(exc: ColdStoreError) -> str:
+    return f"{type(exc).__name__}{' (deadline)' if 'abandoned' in str(exc) else ''}"
 
 
 def main() -> None:
@@ -114,7 +127,7 @@ def main() -> None:
                 results = _append(store, call)
                 break
             except RETRIED as exc:
-                errors[type(exc).__name__] += 1
+                errors[_kind(exc)] += 1
                 time.sleep(rng.uniform(0, 0.1))
         else:
             out["gave_up"].extend(b for b, _keys in call)
@@ -123,9 +136,13 @@ def main() -> None:
             out["written"].extend(result.written)
             out["acknowledged"].extend([*result.written, *result.skipped])
         _read_back(store, rng.choice(call)[1][0], errors, out["bad_reads"])
+    hung = store.deadline.abandoned
     store.close()
     out["errors"] = dict(errors)
+    out["hung_at_exit"] = hung
     print(json.dumps(out), flush=True)
+    if hung:
+        os._exit(0)
 
 
 @dataclass
@@ -148,6 +165,9 @@ class StressReport:
     errors: dict[str, int]
     faults: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    hung_at_exit: int = 0
+    """Calls into deltalake the writers had abandoned and that were still running when
+    they were done."""
 
     @property
     def ok(self) -> bool:
@@ -209,6 +229,7 @@ def check(
         gave_up=[b for out in outputs for b in out["gave_up"]],
         bad_reads=[r for out in outputs for r in out["bad_reads"]],
         errors=dict(errors),
+        hung_at_exit=sum(out.get("hung_at_exit", 0) for out in outputs),
     )
 
 

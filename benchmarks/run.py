@@ -1,6 +1,6 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
 [--json]`` with NAME one of pollution, failures, lookup, embed, serve, gateway, retrieval,
-check, evict, store, delta, startup, state, otlp, shared, fleet, bounds, all.
+check, evict, store, delta, startup, state, otlp, shared, fleet, bounds, soak, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -54,6 +54,7 @@ MODULES = {
     "shared": "benchmarks.bench_shared",
     "fleet": "benchmarks.bench_fleet",
     "bounds": "benchmarks.bench_bounds",
+    "soak": "benchmarks.bench_soak",
 }
 ALL_ORDER = (
     "startup",
@@ -144,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
         "replicas: offered vs achieved load, where it saturates and why",
         "bounds": "one agent token's steps on tools in no catalog against a running server: "
         "what the server and its state grow by, and ordinary reports after vs before",
+        "soak": "a server and a gateway under steady mixed traffic for an hour (--full) or "
+        "four minutes: RSS and the home's size each minute",
         "all": "every benchmark, fastest first",
     }
     for name, text in helps.items():
@@ -151,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
         one = sub.add_parser(name, parents=parents, help=text, description=text)
         if name in ("failures", "all"):
             _domain_options(one)
+        if name == "soak":
+            one.add_argument(
+                "--minutes", type=float, default=None, help="how long (default 4, --full 65)"
+            )
         if name == "delta":
             mode = one.add_mutually_exclusive_group()
             mode.add_argument(
@@ -222,6 +229,8 @@ def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[st
         }
     elif name == "delta" and getattr(args, "delta_mode", None):
         options |= {"mode": args.delta_mode}
+    elif name == "soak":
+        options |= {"minutes": args.minutes}
     elif name in ("embed", "serve", "gateway", "retrieval"):
         options |= {"dataset": args.dataset.resolve()}
     progress(f"{name} ({'quick' if args.quick else 'full'}) starting")

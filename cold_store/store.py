@@ -16,6 +16,9 @@ The location picks the backend, here and nowhere else:
 Delta tables may be written by several processes at once.  Before one is opened for
 writing, the store is asked whether it refuses a second put-if-absent of one key
 (:mod:`cold_store.probe`); one that does not is refused with :class:`UnsafeStore`.
+Every call a Delta table makes into deltalake runs within ``call_deadline_s`` (see
+:mod:`cold_store.delta.deadline`): one that has not returned by then is abandoned, and
+the table fails or retries as its crash-safety rules say.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from urllib.parse import unquote, urlparse
 
 from cold_store import schemas
 from cold_store.base import ColdTable, Maintenance, QuarantinedFile
-from cold_store.delta import DeltaColdTable
+from cold_store.delta import DEFAULT_CALL_DEADLINE_S, Deadline, DeltaColdTable
 from cold_store.errors import BadLocation, ColdStoreError, PointerError
 from cold_store.local import ParquetTable
 from cold_store.probe import S3Options, probe_folder, probe_s3
@@ -93,12 +96,15 @@ class ColdStore:
         writable: bool = True,
         no_writer: Callable[[], bool] | None = None,
         s3: S3Options | None = None,
+        call_deadline_s: float = DEFAULT_CALL_DEADLINE_S,
     ) -> None:
         """``writable=False`` opens every table read-only: nothing at ``location`` is
         created, indexed or moved; ``no_writer`` (the local backend) says whether no
         process writes the store now (see :class:`~cold_store.local.ParquetTable`);
-        ``s3``: how to reach the store of an ``s3://`` location."""
+        ``s3``: how to reach the store of an ``s3://`` location; ``call_deadline_s``:
+        seconds a Delta table's call into deltalake may take before it is abandoned."""
         self.backend, where = parse_location(location)
+        self.deadline = Deadline(call_deadline_s)
         self.writable = writable
         self.root: Path | None = None
         """The local folder, for the folder backends."""
@@ -155,6 +161,7 @@ class ColdStore:
                     partition_by="archive_date",
                     storage_options=options,
                     writable=self.writable,
+                    deadline=self.deadline,
                 )
         except BaseException:
             for table in tables.values():

@@ -1,6 +1,7 @@
 """Decision-boundary step 1: is a failure deterministic?
 
-The first rule that applies decides (the same table is in the README):
+The first rule that applies decides (the same table is in `docs/service.md`, *Is a failure
+deterministic?*):
 
 ==  ========================================  ==============  ===========================
 #   evidence                                  kind            example

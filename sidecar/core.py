@@ -548,7 +548,6 @@ def _intake(
         settings.reproduce_threshold,
         StepPolicy(settings.max_step_bytes, settings.keep_outputs),
         publisher,
-        crash_at=settings.crash_at,
         index=hot.get if settings.hybrid else None,
     )
 
@@ -570,7 +569,7 @@ def _evictor(
         cold_tools=home.cold.tools,
         lock=home.evict_lock,
         hot_write=home.hot_write,
-        policy=Policy(settings.evict_min_chains, settings.evict_batch_size, settings.crash_at),
+        policy=Policy(settings.evict_min_chains, settings.evict_batch_size),
         count_tokens=hot.token_counter,
         publisher=publisher,
     )

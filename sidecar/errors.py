@@ -63,7 +63,7 @@ EXIT_REJECTED = 4
 EXIT_WARNED = EXIT_REJECTED
 """``check`` of a call: warned.  The same code as :data:`EXIT_REJECTED` on purpose: no
 command can end both ways (``report`` never warns, ``check`` rejects nothing), and 4 is
-what the README and ``check``'s help promise for a warning."""
+what the docs and ``check``'s help promise for a warning."""
 EXIT_NOT_FOUND = 5
 EXIT_BUSY = 6
 EXIT_UNAVAILABLE = 7

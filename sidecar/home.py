@@ -207,7 +207,13 @@ def open_cold(
     it is written: one that does not refuse a second put-if-absent is refused here."""
     where = settings.cold_location
     try:
-        return ColdStore(where, writable=writable, no_writer=no_writer, s3=s3_options())
+        return ColdStore(
+            where,
+            writable=writable,
+            no_writer=no_writer,
+            s3=s3_options(),
+            call_deadline_s=settings.cold_call_deadline,
+        )
     except UnsafeStore as exc:
         raise UnsafeStorage(f"refusing the cold store {where}: {exc}") from exc
     except (ColdStoreError, OSError, sqlite3.Error) as exc:

@@ -20,11 +20,6 @@ EMBEDDERS: tuple[str, ...] = ("minilm", "minilm-onnx", "minilm-torch", "hashing"
 DEFAULT_EXACT_LIMIT = 15_000
 """Tools up to which lookups rank in the process (the crossover measured by
 ``benchmarks/bench_embed.py``; kept in step with ``indexes.EXACT_LIMIT``)."""
-CRASH_POINTS = ("after_intent", "after_cold", "after_mandates", "after_hot_delete", "after_done")
-"""The steps of an eviction move after which a test may kill the process."""
-INTAKE_CRASH_POINTS = ("after_intake_staged",)
-"""Where a test may kill the process while it takes in a batch: once the batch's state
-transaction has committed, before its chains are appended to the cold archive."""
 MissingField = Literal["block", "allow"]
 MigrateMode = Literal["auto", "never"]
 MIGRATE_MODES: tuple[str, ...] = ("auto", "never")
@@ -39,6 +34,9 @@ DEFAULT_CHAIN_WEIGHT = 0.3
 weights raised multi-tool Comp@5 after a prefix more on StableToolBench
 (``benchmarks/bench_retrieval.py``), but let one completed run put a poor match first
 (the demo's ``text_summarizer`` for "parse the page HTML" after ``web_search``)."""
+DEFAULT_COLD_CALL_DEADLINE = 120.0
+"""Seconds one call of a Delta cold table into deltalake may take before it is abandoned
+(kept in step with ``cold_store.delta.DEFAULT_CALL_DEADLINE_S``)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +52,7 @@ class Settings:
     database_url: str | None = None
     migrate: MigrateMode = "auto"
     cold_url: str | None = None
+    cold_call_deadline: float = DEFAULT_COLD_CALL_DEADLINE
     revision_cache_ms: float = 0.0
     revision_lease_ms: float = 2000.0
     collection: str = "tools"
@@ -76,7 +75,6 @@ class Settings:
     otlp_conversation_idle_s: float = 300.0
     otlp_max_request_bytes: int = 20 * 1_048_576
     otlp_max_memory_bytes: int = 256 * 1_048_576
-    crash_at: str | None = None
     hybrid: bool = True
     abstain_below: float = DEFAULT_ABSTAIN_BELOW
     chain_weight: float = DEFAULT_CHAIN_WEIGHT
@@ -171,6 +169,9 @@ SETTINGS: dict[str, str] = {
     "cold_url": "where the cold archive is: s3://bucket/prefix (Delta tables; endpoint and "
     "credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
     "AWS_REGION), delta+file:///folder or a folder; unset means the home's cold/ folder",
+    "cold_call_deadline": "Delta cold archive only: seconds one call into deltalake (a log "
+    "load, a commit, a read) may take before it is abandoned and the operation retried or "
+    "failed (a commit abandoned so is decided as one whose outcome is unknown)",
     "collection": "name of the Chroma collection holding active tools",
     "max_warnings_per_tool": "fatal sequences named in one lookup hit's warnings, at most",
     "revoker": "'record-only' (mandates stay pending for operators) or 'rfc7009' (HTTP)",
@@ -198,7 +199,6 @@ SETTINGS: dict[str, str] = {
     "otlp_max_request_bytes": "largest OTLP/HTTP trace request, once inflated (413 past it)",
     "otlp_max_memory_bytes": "bytes the trace intake may hold in open traces, sessions and "
     "requests (503 with Retry-After past it)",
-    "crash_at": "testing only: SIGKILL the process at this named eviction or intake crash point",
     "hybrid": "fuse BM25 and per-sentence views with the dense ranking (true/false)",
     "abstain_below": "best similarity under which a lookup answers abstained (0: never)",
     "chain_weight": "weight of tools that completed chains after the executed prefix (0: off)",
@@ -222,6 +222,7 @@ def _parse(name: str, raw: str) -> Any:
         "revision_lease_ms",
         "abstain_below",
         "chain_weight",
+        "cold_call_deadline",
         "gateway_call_timeout",
         "gateway_contest_rate",
         "gateway_link_window",
@@ -336,10 +337,6 @@ def _check_memory(s: Settings) -> None:
         raise ConfigError(f"constraint_max_age_days must be a number >= 0, got {age!r}")
     if s.revoker not in ("record-only", "rfc7009"):
         raise ConfigError(f"revoker must be 'record-only' or 'rfc7009', got {s.revoker!r}")
-    if s.crash_at is not None and s.crash_at not in (*CRASH_POINTS, *INTAKE_CRASH_POINTS):
-        raise ConfigError(
-            f"crash_at must be one of {', '.join((*CRASH_POINTS, *INTAKE_CRASH_POINTS))}"
-        )
 
 
 def _check_intake(s: Settings) -> None:
@@ -385,6 +382,11 @@ def _check_stores(s: Settings) -> None:
             parse_location(s.cold_url)
         except BadLocation as exc:
             raise ConfigError(f"cold_url: {exc}") from None
+    deadline = s.cold_call_deadline
+    if _not_number(deadline) or not 1 <= deadline <= 3600:
+        raise ConfigError(
+            f"cold_call_deadline must be a number of seconds from 1 to 3600, got {deadline!r}"
+        )
     cache = s.revision_cache_ms
     if _not_number(cache) or not 0 <= cache <= 60_000:
         raise ConfigError(f"revision_cache_ms must be a number from 0 to 60000, got {cache!r}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tests.support.docs import documentation
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
 PATH = re.compile(r"`([A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)+/?)`")
@@ -77,20 +79,56 @@ def _anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_the_readmes_contents_list_every_section_in_order() -> None:
+def _headings(text: str, level: str) -> list[str]:
+    """The headings of ``level`` (``"# "``, ``"## "``) outside fenced blocks."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith(level):
+            out.append(line[len(level) :])
+    return out
+
+
+def test_the_readmes_contents_list_every_section_and_every_page_in_order() -> None:
+    """The front page's contents: its own sections, then each docs page (its title) with
+    the page's sections under it; ``docs/design.md`` is linked from *Where to read on*."""
     text = (ROOT / "README.md").read_text()
-    sections = [line[3:] for line in text.splitlines() if line.startswith("## ")]
-    assert sections[0] == "Contents"
-    listed = re.findall(r"^- \[(.+)\]\(#([^)]+)\)$", text.split("## Contents", 1)[1], re.M)
-    listed = listed[: len(sections) - 1]
-    assert [(h, _anchor(h)) for h in sections[1:]] == listed
+    own = _headings(text, "## ")
+    assert own[0] == "Contents"
+    contents = text.split("## Contents", 1)[1].split("\n## ", 1)[0]
+    entries = re.findall(r"^( *)- \[(.+)\]\(([^)]+)\)$", contents, re.M)
+    tops = [(name, link) for indent, name, link in entries if not indent]
+    assert tops[: len(own) - 1] == [(h, f"#{_anchor(h)}") for h in own[1:]]
+    pages = [p for p in sorted((ROOT / "docs").glob("*.md")) if p.name != "design.md"]
+    listed_pages = [link for _, link in tops[len(own) - 1 :]]
+    assert sorted(listed_pages) == sorted(f"docs/{p.name}" for p in pages)
+    for page in pages:
+        link = f"docs/{page.name}"
+        page_text = page.read_text()
+        (title,) = _headings(page_text, "# ")
+        assert (title, link) in tops
+        at = next(i for i, (_, _, target) in enumerate(entries) if target == link)
+        under = []
+        for indent, name, target in entries[at + 1 :]:
+            if not indent:
+                break
+            under.append((name, target))
+        assert under == [(h, f"{link}#{_anchor(h)}") for h in _headings(page_text, "## ")]
+
+
+def test_the_front_page_stays_short() -> None:
+    """What it is, the two commands, the three jobs with an example each, where to read
+    on: the rest lives in ``docs/``."""
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
 
 
 def _readme() -> str:
-    return (ROOT / "README.md").read_text()
+    """The README and the docs pages: where a user looks for a route, a command, a tool."""
+    return documentation()
 
 
-def test_every_route_is_in_the_readme(tmp_path: Path) -> None:
+def test_every_route_is_in_the_docs(tmp_path: Path) -> None:
     """Each route of the HTTP API, its parameters written ``{id}``, as ``METHOD /path``."""
     from indexes import HashingEmbedder
     from sidecar import Sidecar
@@ -110,7 +148,7 @@ def test_every_route_is_in_the_readme(tmp_path: Path) -> None:
     assert [r for r in routes if not any(f"`{r}{end}" in readme for end in "` ?")] == []
 
 
-def test_every_cli_command_is_in_the_readme() -> None:
+def test_every_cli_command_is_in_the_docs() -> None:
     import argparse
 
     from sidecar.shells.cli.parser import build_parser
@@ -129,7 +167,7 @@ def test_every_cli_command_is_in_the_readme() -> None:
     assert [c for c in found if c not in readme] == []
 
 
-def test_every_mcp_tool_is_in_the_readme(tmp_path: Path) -> None:
+def test_every_mcp_tool_is_in_the_docs(tmp_path: Path) -> None:
     import anyio
 
     from indexes import HashingEmbedder

@@ -18,7 +18,9 @@ entry there holds its nonce or another's.  The appender reloads, decides, and ei
 returns (it landed: its keys are reported written) or tries again, checking the keys
 anew: an attempt still in flight can only land as a version that does not exist yet,
 and the next attempt competes for that same version, so the keys are never stored
-twice and a landed attempt is never reported lost.
+twice and a landed attempt is never reported lost.  A commit abandoned past the store's
+call deadline (:mod:`.deadline`) is such an attempt: it may still be running, and is
+decided the same way.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from deltalake import (
 from cold_store import rows as checks
 from cold_store.base import AppendResult
 from cold_store.delta.boundary import STORE_ERRORS, Conflict, lost_race, store_error
+from cold_store.delta.deadline import DeadlineExceeded
 from cold_store.delta.keys import KeyCache
 from cold_store.delta.log import TableLog
 from cold_store.errors import (
@@ -184,27 +187,34 @@ class Appender:
         time.sleep(random.uniform(0, 0.01 * min(attempt + 1, 20)))
 
     def _commit(self, data: pa.Table, batches: list[str], nonce: str) -> None:
-        write_deltalake(
-            self.log.writable_table(),
-            data,
-            mode="append",
-            schema_mode="merge" if self.log.merge_schema else None,
-            writer_properties=writer_properties(self.row_group_size),
-            commit_properties=CommitProperties(
-                max_commit_retries=0,
-                app_transactions=[Transaction(app_id=b, version=1) for b in batches],
-                custom_metadata={NONCE: nonce},
+        self.log.call(
+            lambda table: write_deltalake(
+                table,
+                data,
+                mode="append",
+                schema_mode="merge" if self.log.merge_schema else None,
+                writer_properties=writer_properties(self.row_group_size),
+                commit_properties=CommitProperties(
+                    max_commit_retries=0,
+                    app_transactions=[Transaction(app_id=b, version=1) for b in batches],
+                    custom_metadata={NONCE: nonce},
+                ),
+                post_commithook_properties=NO_HOOKS,
             ),
-            post_commithook_properties=NO_HOOKS,
+            "appending",
         )
         self.log.merge_schema = False
 
     def _failed(self, exc: BaseException, attempt: _Attempt) -> ColdStoreError | None:
         """Judge a failed commit: ``None`` for a lost race (another writer's version
-        exists), else the failure; a log entry put that got no answer may still land."""
+        exists), else the failure; a log entry put that got no answer, or a commit
+        abandoned past its deadline, may still land."""
         mapped = store_error(exc, f"appending to {self.log.uri}")
         if isinstance(mapped, SchemaError):
             raise mapped from exc
+        if isinstance(exc, DeadlineExceeded):
+            attempt.in_flight = True
+            return StoreUnavailable(f"appending to {self.log.uri}: {exc}")
         if isinstance(mapped, Conflict):
             if lost_race(exc):
                 return None

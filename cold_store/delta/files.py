@@ -10,6 +10,9 @@ store lacks or holds at another size, are the file's damage; a fetch that fails 
 file that is there as committed is the store's (:class:`~cold_store.errors.StoreUnavailable`):
 a store that answers 503, resets or times out never gets a healthy file quarantined.
 
+Every request to the object store runs within the store's call deadline
+(:mod:`.deadline`); one abandoned past it fails as the store's.
+
 The footers of the most recently used files are kept, so that a lookup in one of them
 reads only its row group.
 """
@@ -29,6 +32,7 @@ import pyarrow.parquet as pq
 from deltalake.fs import DeltaStorageHandler
 
 from cold_store.delta.boundary import MISSING, STORE_ERRORS, Damaged, raise_store_error
+from cold_store.delta.deadline import Deadline
 from cold_store.errors import StoreUnavailable
 from cold_store.publish import publish
 
@@ -117,8 +121,10 @@ class DataFiles:
         key: str,
         sizes: Callable[[], dict[str, int]],
         lock: threading.RLock,
+        deadline: Deadline,
     ) -> None:
         self.uri = uri
+        self._deadline = deadline
         self.key = key
         self._options = dict(options)
         self._sizes = sizes
@@ -162,10 +168,14 @@ class DataFiles:
         """The bytes of ``ranges`` of a file, one ranged GET each (in parallel)."""
         handler = self._handler()
 
-        def one(span: tuple[int, int]) -> tuple[int, bytes]:
-            start, end = span
+        def get(start: int, end: int) -> bytes:
             with handler.open_input_file(path) as handle:
                 data: bytes = handle.read_at(end - start, start)
+            return data
+
+        def one(span: tuple[int, int]) -> tuple[int, bytes]:
+            start, end = span
+            data = self._deadline.run(lambda: get(start, end), f"reading {self.uri}/{path}")
             if len(data) != end - start:
                 raise OSError(f"{path}: {len(data)} bytes fetched where {end - start} were asked")
             return start, data
@@ -351,9 +361,14 @@ class DataFiles:
             with self.fs.open_input_stream(path) as handle:
                 data: bytes = handle.read()
             return data
-        with self._handler().open_input_stream(path) as stream:
-            whole: bytes = stream.read()
-        return whole
+        handler = self._handler()
+
+        def read() -> bytes:
+            with handler.open_input_stream(path) as stream:
+                whole: bytes = stream.read()
+            return whole
+
+        return self._deadline.run(read, f"reading {self.uri}/{path}")
 
     def _any_fs(self) -> pafs.FileSystem:
         return self.fs if not self.remote else pafs.PyFileSystem(self._handler())
@@ -361,7 +376,8 @@ class DataFiles:
     def listing(self, folder: str) -> list[str]:
         """The names of the files in ``folder`` of the table (none when it is absent)."""
         selector = pafs.FileSelector(folder, allow_not_found=True)
-        infos = self._any_fs().get_file_info(selector)
+        fs = self._any_fs()
+        infos = self._deadline.run(lambda: fs.get_file_info(selector), f"listing {folder}")
         return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
 
     def write_bytes(self, path: str, data: bytes) -> None:
@@ -375,20 +391,29 @@ class DataFiles:
             publish(Path(self.uri) / path, whole)
             return
         # deltalake's stream takes bytes, not the pyarrow buffers a NativeFile passes on
-        stream: Any = self._handler()._handler.open_output_stream(path, None)
-        try:
-            stream.write(data)
-        finally:
-            stream.close()
+        handler = self._handler()
+
+        def put() -> None:
+            stream: Any = handler._handler.open_output_stream(path, None)
+            try:
+                stream.write(data)
+            finally:
+                stream.close()
+
+        self._deadline.run(put, f"writing {self.uri}/{path}")
 
     def delete(self, path: str) -> None:
-        self._any_fs().delete_file(path)
+        fs = self._any_fs()
+        self._deadline.run(lambda: fs.delete_file(path), f"deleting {self.uri}/{path}")
 
     def file_info(self, path: str) -> pafs.FileInfo:
         try:
             if not self.remote:
                 return self.fs.get_file_info(path)
-            (info,) = self._handler().get_file_info([path])
+            handler = self._handler()
+            (info,) = self._deadline.run(
+                lambda: handler.get_file_info([path]), f"looking up {self.uri}/{path}"
+            )
             return info
         except STORE_ERRORS as exc:
             raise_store_error(exc, f"reading {self.uri}/{path}")

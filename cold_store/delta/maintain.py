@@ -6,11 +6,10 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-from deltalake import DeltaTable
-
 from cold_store.base import Maintenance
 from cold_store.delta.append import NO_HOOKS, writer_properties
 from cold_store.delta.boundary import STORE_ERRORS, raise_store_error
+from cold_store.delta.log import TableLog
 from cold_store.errors import ColdStoreError
 
 DEFAULT_VACUUM_RETENTION = timedelta(days=7)
@@ -22,29 +21,32 @@ committing it (a slow upload, a retried commit) must never find the file gone, a
 reader whose cache still names a compacted-away file must still be able to read it."""
 
 
-def compact(table: DeltaTable, uri: str, row_group_size: int) -> tuple[int, int]:
+def compact(log: TableLog, row_group_size: int) -> tuple[int, int]:
     """Merge small files into large ones: a commit that removes them and adds files
     holding the same rows; appends racing it commit after it.  Returns (files added,
     files removed)."""
     try:
-        metrics = table.optimize.compact(
-            writer_properties=writer_properties(row_group_size),
-            post_commithook_properties=NO_HOOKS,
+        metrics = log.call(
+            lambda table: table.optimize.compact(
+                writer_properties=writer_properties(row_group_size),
+                post_commithook_properties=NO_HOOKS,
+            ),
+            "compacting",
         )
     except STORE_ERRORS as exc:
-        raise_store_error(exc, f"compacting {uri}")
+        raise_store_error(exc, f"compacting {log.uri}")
     return int(metrics.get("numFilesAdded", 0)), int(metrics.get("numFilesRemoved", 0))
 
 
-def checkpoint(table: DeltaTable, uri: str) -> None:
+def checkpoint(log: TableLog) -> None:
     """Write a checkpoint of the loaded version (a new reader then loads one file
     instead of every commit), and delete log entries past the log retention
     (``delta.logRetentionDuration``, 30 days) that the checkpoint makes unneeded."""
     try:
-        table.create_checkpoint()
-        table.cleanup_metadata()
+        log.call(lambda table: table.create_checkpoint(), "checkpointing")
+        log.call(lambda table: table.cleanup_metadata(), "cleaning the log")
     except STORE_ERRORS as exc:
-        raise_store_error(exc, f"checkpointing {uri}")
+        raise_store_error(exc, f"checkpointing {log.uri}")
 
 
 def vacuum_retention(retention: timedelta | None) -> timedelta:
@@ -60,19 +62,22 @@ def vacuum_retention(retention: timedelta | None) -> timedelta:
     return kept
 
 
-def vacuum(table: DeltaTable, uri: str, kept: timedelta) -> int:
+def vacuum(log: TableLog, kept: timedelta) -> int:
     """Delete files no commit names any more that are older than ``kept`` (see
     :func:`vacuum_retention`); returns how many were deleted."""
     try:
-        deleted = table.vacuum(
-            retention_hours=math.ceil(kept.total_seconds() / 3600),
-            dry_run=False,
-            enforce_retention_duration=False,
-            full=True,
-            post_commithook_properties=NO_HOOKS,
+        deleted = log.call(
+            lambda table: table.vacuum(
+                retention_hours=math.ceil(kept.total_seconds() / 3600),
+                dry_run=False,
+                enforce_retention_duration=False,
+                full=True,
+                post_commithook_properties=NO_HOOKS,
+            ),
+            "vacuuming",
         )
     except STORE_ERRORS as exc:
-        raise_store_error(exc, f"vacuuming {uri}")
+        raise_store_error(exc, f"vacuuming {log.uri}")
     return len(deleted)
 
 

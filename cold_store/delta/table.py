@@ -11,7 +11,8 @@ Layout of one table (``<location>/<name>``)::
 
 The parts: the log (:mod:`.log`), the data files (:mod:`.files`), each process's key
 cache (:mod:`.keys`), the appender (:mod:`.append`), maintenance (:mod:`.maintain`);
-errors cross into this package's in one place (:mod:`.boundary`).
+errors cross into this package's in one place (:mod:`.boundary`), and every call into
+deltalake runs within a deadline (:mod:`.deadline`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from cold_store.base import AppendResult, Maintenance, QuarantinedFile
 from cold_store.delta import maintain, snapshot
 from cold_store.delta.append import Appender
 from cold_store.delta.boundary import MISSING, STORE_ERRORS, Damaged, raise_store_error
+from cold_store.delta.deadline import Deadline
 from cold_store.delta.files import DataFiles
 from cold_store.delta.keys import KeyCache
 from cold_store.delta.log import TableLog
@@ -49,11 +51,13 @@ class DeltaColdTable:
         storage_options: Mapping[str, str] | None = None,
         row_group_size: int = 1024,
         writable: bool = True,
+        deadline: Deadline | None = None,
     ) -> None:
         """``partition_by`` is checked as the local backend checks it (so that any row
         one backend takes, the other takes too), but the Delta table is not partitioned
         by it.  ``writable=False`` never writes, and a table not created yet reads as
-        empty."""
+        empty.  ``deadline``: how long each call into deltalake may take (shared by the
+        tables of one store; see :mod:`.deadline`)."""
         if key not in schema.names or partition_by not in schema.names:
             raise SchemaError(f"key {key!r} and partition {partition_by!r} must be columns")
         self.uri = uri.rstrip("/")
@@ -65,9 +69,10 @@ class DeltaColdTable:
         self.writable = writable
         options = dict(storage_options or {})
         self._lock = threading.RLock()
-        self._log = TableLog(self.uri, schema, options, writable)
+        deadline = deadline or Deadline()
+        self._log = TableLog(self.uri, schema, options, writable, deadline)
         self._cache = KeyCache()
-        self._files = DataFiles(self.uri, options, key, self._cache.sizes, self._lock)
+        self._files = DataFiles(self.uri, options, key, self._cache.sizes, self._lock, deadline)
         self._appender = Appender(
             self._log,
             self._cache,
@@ -308,9 +313,7 @@ class DeltaColdTable:
         :func:`.maintain.compact`."""
         with self._lock:
             self._writable()
-            added, removed = maintain.compact(
-                self._log.writable_table(), self.uri, self.row_group_size
-            )
+            added, removed = maintain.compact(self._log, self.row_group_size)
             self._sync()
             return maintain.done(self.name, self.version, added, removed)
 
@@ -319,7 +322,7 @@ class DeltaColdTable:
         snapshot of the key cache beside it (:mod:`.snapshot`)."""
         with self._lock:
             self._writable()
-            maintain.checkpoint(self._log.writable_table(), self.uri)
+            maintain.checkpoint(self._log)
             try:
                 snapshot.write(self._files, self._cache)
             except STORE_ERRORS as exc:
@@ -331,6 +334,6 @@ class DeltaColdTable:
         kept = maintain.vacuum_retention(retention)
         with self._lock:
             self._writable()
-            removed = maintain.vacuum(self._log.writable_table(), self.uri, kept)
+            removed = maintain.vacuum(self._log, kept)
             self._sync()
             return maintain.done(self.name, self.version, removed=removed)

@@ -196,8 +196,6 @@ def approximate_tokens(text: str) -> int:
 class Policy:
     min_chains: int = DEFAULT_EVICT_MIN_CHAINS
     batch_size: int = 500
-    crash_at: str | None = None
-    """Testing only: SIGKILL the process at this named step of a move."""
 
 
 @dataclass(frozen=True)

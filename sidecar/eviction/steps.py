@@ -43,8 +43,8 @@ class MoveSteps:
         publisher: Publisher,
         crash: Callable[[str], None],
     ) -> None:
-        """``crash(point)``: where a test may kill the process (the settings'
-        ``CRASH_POINTS``)."""
+        """``crash(point)``: the move is past ``point`` (one of
+        :data:`sidecar.faults.CRASH_POINTS`), where a test may kill the process."""
         self._state = state
         self._journal = journal
         self._index = index

@@ -13,8 +13,6 @@ pending, which the next :meth:`Committer.reconcile` publishes, whoever runs it f
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -24,6 +22,7 @@ from typing import Any
 from cold_store import ColdStore, ColdStoreError, make_pointer
 from sidecar.archive.chains import CallEvidence, cold_row
 from sidecar.archive.publish import Publisher
+from sidecar.faults import passed
 from sidecar.intake.counters import Counters, apply
 from sidecar.intake.parse import parse_condition
 from sidecar.intake.plan import Archival, Plan
@@ -48,14 +47,12 @@ class Committer:
         records: ToolRecords,
         rules: Rules,
         publisher: Publisher,
-        crash_at: str | None = None,
     ) -> None:
         self._state = state
         self._cold = cold
         self._publisher = publisher
         self._records = records
         self._rules = rules
-        self._crash_at = crash_at
         self._snaps: dict[str, tuple[Any, str | None, list[CredentialRef]]] = {}
         self._snaps_rev = -1
 
@@ -87,8 +84,7 @@ class Committer:
                 self._publisher.queue(tx, rows, now)
             spent = plan.evidence_bytes + learned + usage
             self._state.budgets.spend(tx, plan.source, spent, now)
-        if self._crash_at == "after_intake_staged":
-            os.kill(os.getpid(), signal.SIGKILL)  # testing only (SIDECAR_CRASH_AT)
+        passed("after_intake_staged")
         self._rules.sequences.compiled()
         if rows:
             self._publisher.queued()

@@ -72,7 +72,6 @@ class Intake:
         reproduce_threshold: int,
         steps: StepPolicy,
         publisher: Publisher,
-        crash_at: str | None = None,
         index: Callable[[], ActiveIndex] | None = None,
     ) -> None:
         """``publisher``: what takes the batches' cold records to the archive.  ``index``:
@@ -82,7 +81,7 @@ class Intake:
         self._index = index
         self._rules = rules
         self._planner = Planner(state, rules, reproduce_threshold, steps)
-        self._committer = Committer(state, cold, records, rules, publisher, crash_at)
+        self._committer = Committer(state, cold, records, rules, publisher)
 
     def batches(
         self,

@@ -217,6 +217,13 @@ def pollution(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
     return ["--dataset", str(DEFAULT_DATASETS)]
 
 
+def soak(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
+    from benchmarks import bench_soak as m
+
+    mp.setattr(m, "plan", lambda quick, minutes: m.Plan(0.75, 0.25, 5.0))
+    return []
+
+
 model = pytest.mark.model
 servers = pytest.mark.integration
 data = pytest.mark.skipif(
@@ -238,6 +245,7 @@ CASES: dict[str, tuple[Patch, tuple[Any, ...]]] = {
     "otlp": (otlp, (servers,)),
     "bounds": (bounds, (servers,)),
     "pollution": (pollution, (model, data)),
+    "soak": (soak, (model, servers)),
 }
 COVERED_ELSEWHERE = {
     "shared": ("tests.benchmarks.test_shared_bench", "test_a_tiny_run_has_every_row"),

@@ -18,7 +18,7 @@ import pytest
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar
-from tests.integration.test_live import SCRIPT, Server
+from tests.support.live import SCRIPT, Server
 
 LIMIT = 20_000
 

@@ -27,11 +27,12 @@ import pytest
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
+from sidecar.faults import CRASH_POINTS
 from sidecar.model import CredentialRef
-from sidecar.settings import CRASH_POINTS
 from tests.sidecar.helpers import abandoned, completed
 
 SCRIPT = str(Path(sys.executable).with_name("sidecar"))
+ROOT = Path(__file__).resolve().parents[2]
 TOOLS = [f"t{i:02d}" for i in range(40)]
 
 
@@ -60,9 +61,11 @@ def cli(home: Path, *args: str, crash_at: str | None = None, batch: int = 7) -> 
         "SIDECAR_EVICT_MIN_CHAINS": "1",
     }
     env.pop("SIDECAR_CRASH_AT", None)
-    if crash_at:
-        env["SIDECAR_CRASH_AT"] = crash_at
-    return subprocess.run([SCRIPT, *args], env=env, capture_output=True, text=True, timeout=300)
+    argv = [SCRIPT, *args]
+    if crash_at:  # the CLI with a hook that kills it at that point
+        env |= {"SIDECAR_CRASH_AT": crash_at, "PYTHONPATH": str(ROOT)}
+        argv = [sys.executable, "-m", "benchmarks.crashing", *args]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
 
 
 def snapshot(home: Path) -> dict[str, Any]:

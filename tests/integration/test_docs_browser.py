@@ -19,7 +19,7 @@ import pytest
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar
-from tests.integration.test_live import Server
+from tests.support.live import Server
 
 OFFLINE = "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
 """Chromium's resolver rule: no name resolves except the loopback (a CDN script fails)."""

@@ -44,7 +44,7 @@ def test_the_library_agent_blocks_the_exchange_it_learned_fails(tmp_path: Path) 
     assert looked_up.startswith("4. look up the next step: ")
     assert "cancel_order" in looked_up and "exchange_item (may fail)" in looked_up
     # and all of it is what examples/README.md shows
-    from tests.integration.test_readme import blocks, matches
+    from tests.support.docs import blocks, matches
 
     text = (EXAMPLES / "README.md").read_text()
     part = text[text.index("## The library") : text.index("\n## ", text.index("## The library"))]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import shlex
 import socket
 import subprocess
 import sys
@@ -25,64 +24,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.docs import blocks, commands, matches, section
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DATASETS = ROOT.parent / "shared" / "datasets"
 BIN = Path(sys.executable).parent
-
-
-def section(title: str) -> str:
-    text = README.read_text()
-    start = text.index(f"## {title}")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end > 0 else len(text)]
-
-
-def blocks(text: str) -> list[tuple[str, list[str]]]:
-    """The fenced blocks of ``text``: (language, lines)."""
-    out: list[tuple[str, list[str]]] = []
-    for match in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.M | re.S):
-        out.append((match.group(1), match.group(2).rstrip("\n").split("\n")))
-    return out
-
-
-def commands(lines: list[str]) -> list[tuple[str, list[str]]]:
-    """A shell block as (command, the ``# `` lines after it)."""
-    out: list[tuple[str, list[str]]] = []
-    pending: list[str] = []
-    for line in lines:
-        if not pending and line.startswith("#"):
-            if out:
-                out[-1][1].append(line[2:] if line.startswith("# ") else line[1:])
-            continue
-        pending.append(line)
-        text = "\n".join(pending)
-        if text.endswith("\\"):
-            continue
-        try:
-            shlex.split(text)
-        except ValueError:
-            continue  # a quote still open: the command goes on
-        out.append((text, []))  # a trailing ``# note`` is bash's to ignore
-        pending = []
-    assert not pending, f"an unfinished command in the README: {pending}"
-    return out
-
-
-def matches(expected: list[str], actual: list[str]) -> bool:
-    """Whether ``actual`` shows ``expected`` in order (see the module docstring), with
-    runs of white space (line breaks too) counted as one space: what the README wraps,
-    a command may print on one line."""
-    parts = []
-    for line in (e.strip() for e in expected if e.strip()):
-        if line in ("...", "…"):
-            parts.append(".*?")
-            continue
-        pieces = [re.escape(" ".join(p.split())) for p in re.split(r"…|\.\.\.", line)]
-        parts.append(".*?".join(pieces))
-    pattern = " ?".join(parts)
-    text = " ".join(" ".join(actual).split())
-    return re.search(pattern, text, re.S) is not None
 
 
 def run(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

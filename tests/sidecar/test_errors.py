@@ -18,6 +18,7 @@ from sidecar import errors as E
 from sidecar.errors import SidecarError, error_table, from_code
 from sidecar.shells.api import create_app
 from sidecar.shells.cli import main
+from tests.support.docs import documentation
 
 DOCUMENTED_EXITS = {1, 2, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}
 CLASSES = sorted(error_table().values(), key=lambda c: c.code)
@@ -102,11 +103,11 @@ def test_an_unknown_code_from_a_newer_server_is_a_remote_error() -> None:
     assert isinstance(from_code("invalid_request", "k: too big", 422), E.InvalidInput)
 
 
-def test_the_readme_lists_every_exit_code() -> None:
-    """The README's exit-code list names each code an error class declares."""
+def test_the_docs_list_every_exit_code() -> None:
+    """The docs' exit-code list names each code an error class declares."""
     import re
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = documentation()
     listed = readme[readme.index("Exit codes: 0 ok;") :].split("\n\n")[0]
     named = {int(n) for n in re.findall(r"(?:^|[;:] ?|\n)(\d+) ", listed)}
     assert {cls.exit_code for cls in CLASSES} | {0, 3, 4} <= named, listed
@@ -122,6 +123,6 @@ def test_exit_codes_are_distinct_but_for_the_one_documented_alias() -> None:
     assert shared == {"EXIT_REJECTED", "EXIT_WARNED"}, codes
     assert E.EXIT_WARNED == E.EXIT_REJECTED == 4
     assert E.EXIT_WARNED not in {cls.exit_code for cls in CLASSES}
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = documentation()
     listed = " ".join(readme[readme.index("Exit codes: 0 ok;") :].split("\n\n")[0].split())
     assert "; 4 `report` rejected a line, or `check` of a call warned;" in listed

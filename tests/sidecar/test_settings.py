@@ -31,6 +31,15 @@ def test_a_process_migrates_unless_told_never() -> None:
     assert Settings.load(env={"SIDECAR_MIGRATE": "never"}).migrate == "never"
 
 
+def test_the_cold_call_deadline_has_the_cold_stores_default_and_bounds() -> None:
+    from cold_store.delta import DEFAULT_CALL_DEADLINE_S
+
+    assert Settings.load(env={}).cold_call_deadline == DEFAULT_CALL_DEADLINE_S
+    assert Settings.load(env={"SIDECAR_COLD_CALL_DEADLINE": "45"}).cold_call_deadline == 45.0
+    with pytest.raises(ConfigError, match="SIDECAR_COLD_CALL_DEADLINE must be a number"):
+        Settings.load(env={"SIDECAR_COLD_CALL_DEADLINE": "soon"})
+
+
 def test_every_setting_has_a_help_line() -> None:
     assert set(SETTINGS) == set(Settings.__dataclass_fields__)
 
@@ -63,7 +72,6 @@ def test_environment_then_overrides() -> None:
         ("SIDECAR_MIGRATE", "sometimes", "migrate must be 'auto' or 'never'"),
         ("SIDECAR_CHROMA_URL", "localhost:8000", "chroma_url"),
         ("SIDECAR_REVOKER", "email", "revoker"),
-        ("SIDECAR_CRASH_AT", "somewhere", "crash_at"),
         ("SIDECAR_COLLECTION", "ab", "collection"),
         ("SIDECAR_STEP_RATE", "-1", "step_rate must be an integer >= 0"),
         ("SIDECAR_NEW_TOOL_RATE", "many", "SIDECAR_NEW_TOOL_RATE must be an integer"),
@@ -113,6 +121,8 @@ def test_with_validates(value: object) -> None:
             "'mysql'://...",
         ),
         ({"cold_url": "ftp://host/archive"}, "cold_url: "),
+        ({"cold_call_deadline": 0}, "cold_call_deadline must be a number of seconds from 1"),
+        ({"cold_call_deadline": 3601}, "cold_call_deadline must be a number of seconds from 1"),
         ({"gateway_call_timeout": -1}, "gateway_call_timeout must be a number >= 0, got -1"),
         ({"gateway_contest_rate": 2}, "gateway_contest_rate must be from 0 to 1, got 2"),
         ({"gateway_contest_budget": 0.5}, "gateway_contest_budget must be an integer >= 0"),
@@ -135,10 +145,9 @@ def test_a_database_url_that_is_not_one_is_never_echoed() -> None:
     assert "hunter2" not in str(caught.value)
 
 
-def test_every_setting_is_a_row_of_the_readmes_table() -> None:
+def test_every_setting_is_a_row_of_the_settings_table() -> None:
     from dataclasses import fields
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    table = readme[readme.index("## Settings") : readme.index("## Benchmarks")]
+    table = (Path(__file__).resolve().parents[2] / "docs" / "settings.md").read_text()
     rows = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `SIDECAR_")}
     assert {f"SIDECAR_{f.name.upper()}" for f in fields(Settings)} <= rows

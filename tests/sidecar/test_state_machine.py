@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from indexes import HashingEmbedder
 from sidecar import InvalidInput, Sidecar, Tool
-from sidecar.settings import CRASH_POINTS
+from sidecar.faults import CRASH_POINTS
 from tests.sidecar.helpers import abandoned, completed
 
 POOL = ["alpha", "beta", "gamma", "delta", "eps", "pinned"]

@@ -61,11 +61,11 @@ def _run(python: str, example: str, tmp_path: Path, *args: str) -> str:
 @pytest.mark.parametrize("mode", ["session", "stateless"])
 def test_the_plain_mcp_client(tmp_path: Path, mode: str) -> None:
     out = _run(sys.executable, "gateway_agent.py", tmp_path, "--mode", mode).splitlines()
-    # what the READMEs show is what the agent printed
-    from tests.integration.test_readme import blocks, matches
+    # what the docs show is what the agent printed
+    from tests.support.docs import blocks, matches
 
     for readme, title in (
-        (ROOT / "README.md", "## No code"),
+        (ROOT / "docs" / "gateway.md", "## No code"),
         (EXAMPLES / "README.md", "## The MCP"),
     ):
         text = readme.read_text()

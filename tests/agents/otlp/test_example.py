@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.agents.otlp.conftest import eventually
-from tests.integration.test_live import wait_for_url
+from tests.support.live import wait_for_url
 
 # real servers and subprocesses: the slow suite, not `make test-fast`
 pytestmark = pytest.mark.integration
