@@ -295,9 +295,9 @@ def test_a_batch_is_learned_and_counted_in_one_transaction(
     turns: list[int] = []
     opened = sc.state.tx
 
-    def tx() -> object:
+    def tx(concern: str | None = None) -> object:
         turns.append(1)
-        return opened()
+        return opened(concern)  # type: ignore[arg-type]
 
     monkeypatch.setattr(sc.state, "tx", tx)
     sc.report(good_session(1))
