@@ -5,8 +5,9 @@ included); see :mod:`sidecar.storage.postgres`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sidecar.errors import Busy
 from sidecar.storage.base import DatabaseError, Row
@@ -14,8 +15,6 @@ from sidecar.storage.pgsql import failure
 
 if TYPE_CHECKING:
     import psycopg
-
-    from sidecar.storage.postgres import PostgresDatabase
 
 
 LOCK_SESSION_KEEPALIVE = (
@@ -29,10 +28,35 @@ server ends the session, and with it the lock, about 40 s after the holder went
 silent.  A holder that dies on a live machine loses it at once (its socket closes)."""
 
 
+class LockHost(Protocol):
+    """What a lock uses of its database (the PostgreSQL backend's): its connections,
+    one statement's row, its keys."""
+
+    @property
+    def _psycopg(self) -> Any: ...
+
+    @property
+    def location(self) -> str: ...
+
+    def key(self, name: str) -> int: ...
+
+    def _connect(self) -> psycopg.Connection[Any]: ...
+
+    def _get(self) -> psycopg.Connection[Any]: ...
+
+    def _put(self, conn: psycopg.Connection[Any]) -> None: ...
+
+    def _lock_connection(self) -> tuple[psycopg.Connection[Any], bool]: ...
+
+    def _keep_lock_connection(self, conn: psycopg.Connection[Any]) -> None: ...
+
+    def _one(self, conn: psycopg.Connection[Any], sql: str, params: Sequence[Any] = ()) -> Row: ...
+
+
 class PgLock:
     """A session advisory lock on a connection of its own (see :mod:`sidecar.storage.postgres`)."""
 
-    def __init__(self, db: PostgresDatabase, name: str, purpose: str) -> None:
+    def __init__(self, db: LockHost, name: str, purpose: str) -> None:
         self._db = db
         self.name = name
         self.purpose = purpose

@@ -205,8 +205,7 @@ class PostgresDatabase(Database):
             raise
         self._put(conn)
         self.channel = f"sidecar_changes_{self.key('state') & 0xFFFF_FFFF_FFFF:012x}"
-        self._concern_keys = {concern: self.key(concern) for concern in CONCERNS}
-        self._commit_key = self.key("commit")
+        self._keys = {name: self.key(name) for name in (*CONCERNS, "commit")}
         self._feed: ChangeFeed | None = None
         self._cache_s = revision_cache_s
         self._lease_s = revision_lease_s if writable else 0.0
@@ -377,7 +376,7 @@ class PostgresDatabase(Database):
     def _tx(self, concern: Concern | None) -> Iterator[Connection]:
         if getattr(self._local, "conn", None) is not None:
             raise DatabaseError("write transactions do not nest")
-        keys = [self._concern_keys[c] for c in CONCERNS if concern in (None, c)]
+        keys = [self._keys[c] for c in CONCERNS if concern in (None, c)]
         write, leases = 0, 0
         conn = self._get()
         try:
@@ -408,7 +407,7 @@ class PostgresDatabase(Database):
         notification (delivered at commit to every process's change feed, none on
         rollback) and the leases of the processes whose caches must see it before it is
         acknowledged (counted in a statement after the lock's own: see :mod:`.pgfeed`)."""
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._commit_key,))
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._keys["commit"],))
         write, _, leases = self._one(
             conn,
             f"WITH n AS ({NEXT_WRITE}) SELECT w, pg_notify(%s, w::text), ({LIVE_LEASES}) FROM n",
@@ -458,7 +457,7 @@ class PostgresDatabase(Database):
                     lambda: self._closed,
                     self._psycopg.Error,
                     lease_s=self._lease_s,
-                    commit_key=self._commit_key,
+                    commit_key=self._keys["commit"],
                 )
         feed = self._feed
         if feed is None or not (feed.leased() if leased else feed.listening):
