@@ -425,7 +425,8 @@ def _lock_cell(row: dict[str, Any]) -> str:
     if not locks or not locks.get("samples"):
         return "-"
     return (
-        f"{locks['state_lock_held']:.0%} held, {locks['state_lock_waiters_mean']:.1f} waiting; "
+        f"{locks['report_lock_held']:.0%} held, {locks['report_lock_waiters_mean']:.1f} waiting; "
+        f"commit {locks.get('held', {}).get('commit', 0):.0%}; "
         f"publisher {locks['publisher_busy']:.0%}, pending <= {locks['pending_max']}"
     )
 
@@ -509,7 +510,7 @@ def markdown(result: dict[str, Any]) -> str:
                     "report p50 / p95 ms",
                     "errors",
                     "cores: replicas / postgres / chroma / s3 / clients / other",
-                    "state lock",
+                    "a report's write lock (state or learned), commit lock",
                     "saturated",
                 ],
                 steps,

@@ -42,8 +42,8 @@ STEPS: tuple[tuple[str, str, str], ...] = (
     # (module, class.attribute, step): the innermost one entered names a round trip;
     # the library before and after the batching (one of each pair may be absent)
     ("sidecar.recovery", "Recovery.moves_ready", "before: unfinished moves?"),
-    ("sidecar.storage.postgres", "PgLock.acquire", "lock"),
-    ("sidecar.storage.postgres", "PgLock.release", "lock"),
+    ("sidecar.storage.pglock", "PgLock.acquire", "lock"),
+    ("sidecar.storage.pglock", "PgLock.release", "lock"),
     ("sidecar.lock", "WriterLock.acquire", "lock"),
     ("sidecar.lock", "WriterLock.release", "lock"),
     ("sidecar.eviction.engine", "Evictor._recover_locked", "recover?"),

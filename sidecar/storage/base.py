@@ -11,8 +11,10 @@ backend translates what its engine spells differently (:mod:`sidecar.storage.pos
 
 A :class:`Database` answers reads with :meth:`~Database.execute` and groups writes in
 :meth:`~Database.tx`, a write transaction that excludes every other writer of the same
-state for as long as it runs, as SQLite's ``BEGIN IMMEDIATE`` does: code that reads,
-decides and writes inside one is correct however many processes share the state.
+*concern* for as long as it runs (:data:`CONCERNS`; with none named, every writer of the
+state, as SQLite's ``BEGIN IMMEDIATE`` does): code that reads, decides and writes inside
+one is correct however many processes share the state, as long as what it reads and
+decides on belongs to its concern.  SQLite has one writer whatever the concern.
 
 Errors: a backend raises :class:`DatabaseError` (a
 :class:`~sidecar.errors.StateUnavailable`: HTTP 503, exit code 7) for whatever its
@@ -28,12 +30,26 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from sidecar.errors import SchemaTooNew as SchemaTooNew
 from sidecar.errors import StateUnavailable
 
 Row = tuple[Any, ...]
+Concern = Literal["learned", "archive"]
+CONCERNS: tuple[Concern, ...] = ("learned", "archive")
+"""What a write transaction may name as the part of the state it reads, decides on and
+writes, in the one order locks are taken in (a transaction naming none takes all):
+
+- ``learned``: what a report folds in and what reads it back to decide: the evidence
+  log and the conditions, the rules (fatal sequences, their sightings and
+  contradictions), the usage counters and requests, budgets, staged batches; and the
+  revision counters of these;
+- ``archive``: the records acknowledged and not yet published (``archive_pending``),
+  as the group publisher removes the ones it published.
+
+A report queues its records in ``learned`` (it only inserts them); every other writer
+(the catalog, evictions, revocations, migrations, forgetting a source) names none."""
 
 
 class DatabaseError(StateUnavailable):
@@ -121,10 +137,11 @@ class Database(ABC):
         """Run one statement for each row of parameters."""
 
     @abstractmethod
-    def tx(self) -> AbstractContextManager[Connection]:
+    def tx(self, concern: Concern | None = None) -> AbstractContextManager[Connection]:
         """A write transaction: committed when the body returns, rolled back when it
-        raises; it excludes every other write transaction on the state (of this
-        process or any other) from its start to its end.  Transactions do not nest."""
+        raises; from its start to its end it excludes every other write transaction on
+        the state (of this process or any other) of the same ``concern``, or, with
+        none named, every other one.  Transactions do not nest."""
 
     @abstractmethod
     def ensure(self, ddl: str) -> None:

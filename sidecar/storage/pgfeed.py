@@ -4,16 +4,19 @@ lease, so that the process may answer from that cache with no read at all and st
 every write acknowledged before its request.
 
 **The lease.** A process that caches holds a row in ``feed_leases``: its holder id, its
-process, an expiry on the database's clock, and the last write it has *seen* (the
-transaction id each write transaction sends as its notification's payload).  Each write
-transaction, under the state's lock, counts the live leases of other processes; after it
-commits and before it returns, it waits until each of them has seen it or expired
-(:func:`wait_seen`).  The feed's thread, on a notification, first moves
+process, an expiry on the database's clock, and the last write it has *seen* (the id
+each write transaction takes from the ``feed_writes`` counter and sends as its
+notification's payload).  Each write transaction, under the state's commit lock (the
+last lock a write takes, held until it commits: :mod:`sidecar.storage.postgres`), takes
+its id and counts the live leases of other processes, so ids, notifications and commits
+come in one order however many writes run at once; after it commits and before it
+returns, it waits until each of them has seen it or expired (:func:`wait_seen`).  The
+feed's thread, on a notification, first moves
 :attr:`ChangeFeed.generation` (every cached value is dropped), then records the write as
 seen, renewing the lease in the same statement; idle, it renews every third of the
 lease.  Its own clock ends the lease before the database's does (it counts from before
 the renewal was sent, minus a margin), and a lease found expired, or one its own clock
-has ended, is taken again under the state's lock, so no write can slip between a lease's
+has ended, is taken again under the commit lock, so no write can slip between a lease's
 start and the first read made under it.  (A renewal sent after a stall, as the
 database's expiry passes, could otherwise commit after a write counted the lease
 expired, and be trusted while that write is not waited for.) Every transaction here runs
@@ -52,6 +55,17 @@ LEASES_DDL = (
     "CREATE TABLE IF NOT EXISTS feed_leases (holder TEXT PRIMARY KEY, process TEXT NOT "
     "NULL, expires_at DOUBLE PRECISION NOT NULL, seen BIGINT NOT NULL)"
 )
+WRITES_DDL = "CREATE TABLE IF NOT EXISTS feed_writes (id BIGINT PRIMARY KEY, n BIGINT NOT NULL)"
+"""The last write id, in one row moved under the commit lock only, so ids follow commit
+order (a table, not a sequence: a role that may read and write rows needs no other
+right)."""
+NEXT_WRITE = (
+    "INSERT INTO feed_writes VALUES (0, pg_current_xact_id()::text::bigint) "
+    "ON CONFLICT (id) DO UPDATE SET n = feed_writes.n + 1 RETURNING n AS w"
+)
+"""The next write id.  The first one is the transaction's id, past every id an earlier
+sidecar sent (its own transaction ids): a lease it left never counts a later write as
+seen."""
 NOW = "EXTRACT(EPOCH FROM clock_timestamp())"
 LOCAL_MARGIN = 0.2
 """Share of a lease this process gives up at its end: its own clock ends the lease
@@ -114,7 +128,8 @@ class ChangeFeed:
 
     ``lease_s`` > 0: the feed also holds a lease (see the module); :meth:`leased` says
     whether it holds now.  ``connect`` opens an autocommit connection; ``closed`` says
-    when to stop; ``errors`` is the driver's base error; ``state_key`` the state's lock."""
+    when to stop; ``errors`` is the driver's base error; ``commit_key`` the state's
+    commit lock."""
 
     def __init__(
         self,
@@ -123,14 +138,14 @@ class ChangeFeed:
         closed: Callable[[], bool],
         errors: type[Exception],
         lease_s: float = 0.0,
-        state_key: int = 0,
+        commit_key: int = 0,
     ) -> None:
         self._connect = connect
         self._channel = channel
         self._closed = closed
         self._errors = errors
         self._lease_s = lease_s
-        self._state_key = state_key
+        self._commit_key = commit_key
         self.holder = f"{PROCESS}:{uuid.uuid4().hex[:12]}"
         self.generation = 0
         self.listening = False
@@ -231,19 +246,21 @@ class ChangeFeed:
             self._take(conn)
 
     def _take(self, conn: Any) -> None:
-        """A lease begun (or begun again once it lapsed) under the state's lock: every
+        """A lease begun (or begun again once it lapsed) under the commit lock: every
         write that counted no lease of this process has committed, and is in what this
-        process reads from now on; every later one counts this lease.  What was cached
-        before is dropped."""
+        process reads from now on; every later one counts this lease, and takes a
+        later id than the one the lease starts from.  What was cached before is
+        dropped."""
         self.generation += 1
         with self._taking:
             if self._closed():
                 return  # given up, or about to be: not taken again
             with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._state_key,))
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._commit_key,))
+                # seen from an id of its own: every earlier write has a smaller one
                 conn.execute(
-                    f"INSERT INTO feed_leases VALUES (%s, %s, {NOW} + %s, "
-                    "pg_current_xact_id()::text::bigint) ON CONFLICT (holder) DO UPDATE SET "
+                    f"WITH n AS ({NEXT_WRITE}) INSERT INTO feed_leases "
+                    f"SELECT %s, %s, {NOW} + %s, w FROM n ON CONFLICT (holder) DO UPDATE SET "
                     "expires_at = excluded.expires_at, seen = excluded.seen",
                     (self.holder, PROCESS, self._lease_s),
                 )

@@ -15,14 +15,29 @@ statement relies on SQLite assigning it), ``TEXT`` to ``TEXT COLLATE "C"`` (byte
 order and equality, as SQLite compares, whatever the database's locale). ``INSERT OR
 REPLACE`` is refused: it deletes the old row first, which no upsert here means.
 
-**Write transactions.**  Each takes ``pg_advisory_xact_lock`` on one key for the whole
-state before its first statement, so write transactions of every process run one at a
-time, as SQLite's ``BEGIN IMMEDIATE`` makes them: code that reads, decides and writes
-inside a transaction (a revision bump, the learner's snapshot, a staged batch applied
-once) stays correct with any number of replicas, and no update is lost.  The price is
-one writer at a time across the replicas (``python -m benchmarks.run state`` measures
-it against the same transactions without the lock).  Reads run outside transactions on
-pooled connections and see what is committed.
+**Write transactions and the lock order.**  A write transaction takes transaction-level
+advisory locks, always in this one order, so two transactions never wait for each other
+in a circle:
+
+1. its concern's lock (:data:`~sidecar.storage.base.CONCERNS`: ``learned``, then
+   ``archive``), or, when it names none, every concern's lock in that order, before its
+   first statement;
+2. once its body is done, the *commit* lock, held until it commits: under it the write
+   takes its id from the ``feed_writes`` counter, notifies the change feed and counts
+   the leases (:mod:`sidecar.storage.pgfeed`), so ids, notifications and commits follow
+   one order.  A lease is taken under this lock alone.
+
+So writes of one concern run one at a time across every process, as SQLite's ``BEGIN
+IMMEDIATE`` makes all writes run: code that reads, decides and writes inside a
+transaction (a revision bump, the learner's snapshot, a staged batch applied once) stays
+correct with any number of replicas, as long as what it decides on is its concern's.
+Writes of different concerns overlap, except for the commit lock's few round trips: the
+group publisher removes published records while a report learns.  A report cannot be
+split further: each one folds into the evidence log and the conditions that the next
+report's learning reads, in the log's order.  (``python -m benchmarks.run state``
+measures a write lock against the same transactions without it.)  Session locks (below)
+are only tried, never waited for, so they take no place in the order.  Reads run outside
+transactions on pooled connections and see what is committed.
 
 **Locks for singleton work** (:meth:`PostgresDatabase.advisory_lock`) are session
 advisory locks held on a connection of their own for as long as the work runs; the
@@ -31,7 +46,7 @@ verifiably released leaves its connection to the next lock of the process (a con
 per eviction cost more than the eviction's other round trips to the state).
 
 **Change feed and revision lease.**  Every write transaction notifies the state's
-channel at commit with its transaction id; a process that caches listens on a
+channel at commit with its write id; a process that caches listens on a
 connection of its own and, by default, holds a lease that every write of another
 process waits on, after its commit, until the process has heard of it
 (:mod:`sidecar.storage.pgfeed`).
@@ -62,22 +77,32 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sidecar.errors import Busy, UnsafeStorage
+from sidecar.errors import UnsafeStorage
 from sidecar.storage import pgread
-from sidecar.storage.base import Connection, Database, DatabaseError, Row, statements
+from sidecar.storage.base import (
+    CONCERNS,
+    Concern,
+    Connection,
+    Database,
+    DatabaseError,
+    Row,
+    statements,
+)
 from sidecar.storage.pgfeed import (
     LEASES_DDL,
     LIVE_LEASES,
+    NEXT_WRITE,
     OWN_WRITES,
     PROCESS,
     UNSEEN,
+    WRITES_DDL,
     ChangeFeed,
     read_committed,
     wait_seen,
 )
+from sidecar.storage.pglock import PgLock
 from sidecar.storage.pgsql import display, failure, safe, translate
 
 if TYPE_CHECKING:
@@ -99,15 +124,6 @@ KEEPALIVES = {
     "keepalives_interval": 10,
     "keepalives_count": 3,
 }
-LOCK_SESSION_KEEPALIVE = (
-    "SELECT set_config('tcp_keepalives_idle', '10', false), "
-    "set_config('tcp_keepalives_interval', '10', false), "
-    "set_config('tcp_keepalives_count', '3', false)"
-)
-"""Run on a lock's own connection: a holder whose machine vanished must not keep
-singleton work (a move, a revocation run) from every other replica for hours; the
-server ends the session, and with it the lock, about 40 s after the holder went
-silent.  A holder that dies on a live machine loses it at once (its socket closes)."""
 
 
 class _Rows:
@@ -132,7 +148,7 @@ class _Rows:
 
 class PostgresDatabase(Database):
     dialect: ClassVar[str] = "postgresql"
-    own_tables: ClassVar[tuple[str, ...]] = ("feed_leases",)
+    own_tables: ClassVar[tuple[str, ...]] = ("feed_leases", "feed_writes")
 
     def __init__(
         self,
@@ -188,8 +204,8 @@ class PostgresDatabase(Database):
             conn.close()
             raise
         self._put(conn)
-        self._state_key = self.key("state")
-        self.channel = f"sidecar_changes_{self._state_key & 0xFFFF_FFFF_FFFF:012x}"
+        self.channel = f"sidecar_changes_{self.key('state') & 0xFFFF_FFFF_FFFF:012x}"
+        self._keys = {name: self.key(name) for name in (*CONCERNS, "commit")}
         self._feed: ChangeFeed | None = None
         self._cache_s = revision_cache_s
         self._lease_s = revision_lease_s if writable else 0.0
@@ -279,12 +295,14 @@ class PostgresDatabase(Database):
             self._put(conn)
 
     def _leases_table(self, conn: psycopg.Connection[Any]) -> None:
-        """The table every writer counts the caching processes' leases in (under the
-        state's lock: two processes creating one table at once may collide)."""
+        """The table every writer counts the caching processes' leases in, and the one
+        that numbers the writes in commit order (under the commit lock: two processes
+        creating one table at once may collide)."""
         try:
             with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.key("state"),))
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.key("commit"),))
                 conn.execute(LEASES_DDL)
+                conn.execute(WRITES_DDL)
         except self._psycopg.Error as exc:
             raise failure(exc) from exc
 
@@ -351,33 +369,27 @@ class PostgresDatabase(Database):
 
         return rows
 
-    def tx(self) -> AbstractContextManager[Connection]:
-        return self._tx()
+    def tx(self, concern: Concern | None = None) -> AbstractContextManager[Connection]:
+        return self._tx(concern)
 
     @contextmanager
-    def _tx(self) -> Iterator[Connection]:
+    def _tx(self, concern: Concern | None) -> Iterator[Connection]:
         if getattr(self._local, "conn", None) is not None:
             raise DatabaseError("write transactions do not nest")
+        keys = [self._keys[c] for c in CONCERNS if concern in (None, c)]
+        write, leases = 0, 0
         conn = self._get()
         try:
             with conn.transaction():
-                # one writer at a time across every process on this state (see above)
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._state_key,))
-                # delivered at commit to every process's change feed (none on rollback),
-                # with this write's id; and the processes whose caches must see it
-                # before it is acknowledged (their leases, counted under the lock)
-                write, leases = self._one(
-                    conn,
-                    "SELECT pg_current_xact_id()::text::bigint, "
-                    f"pg_notify(%s, pg_current_xact_id()::text), ({LIVE_LEASES})",
-                    (self.channel, PROCESS),
-                )[::2]
-                OWN_WRITES.add(self.channel, int(write))
+                # the concern's lock, or every concern's in the global order (see above)
+                for key in keys:
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
                 self._local.conn = conn
                 try:
                     yield self
                 finally:
                     self._local.conn = None
+                write, leases = self._in_commit_order(conn)
         except self._psycopg.Error as exc:
             raise failure(exc) from exc
         finally:
@@ -387,7 +399,22 @@ class PostgresDatabase(Database):
                 _WRITES[self.channel] = _WRITES.get(self.channel, 0) + 1
             self._put(conn)
         if leases:
-            self._wait_seen(int(write))
+            self._wait_seen(write)
+
+    def _in_commit_order(self, conn: psycopg.Connection[Any]) -> tuple[int, int]:
+        """The body done, under the commit lock until the commit: the write's id (the
+        next of the ``feed_writes`` counter, so ids follow commit order), its
+        notification (delivered at commit to every process's change feed, none on
+        rollback) and the leases of the processes whose caches must see it before it is
+        acknowledged (counted in a statement after the lock's own: see :mod:`.pgfeed`)."""
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._keys["commit"],))
+        write, _, leases = self._one(
+            conn,
+            f"WITH n AS ({NEXT_WRITE}) SELECT w, pg_notify(%s, w::text), ({LIVE_LEASES}) FROM n",
+            (self.channel, PROCESS),
+        )
+        OWN_WRITES.add(self.channel, int(write))
+        return int(write), int(leases)
 
     def _wait_seen(self, write: int) -> None:
         """Committed: return once every other process that caches under a lease has
@@ -430,7 +457,7 @@ class PostgresDatabase(Database):
                     lambda: self._closed,
                     self._psycopg.Error,
                     lease_s=self._lease_s,
-                    state_key=self._state_key,
+                    commit_key=self._keys["commit"],
                 )
         feed = self._feed
         if feed is None or not (feed.leased() if leased else feed.listening):
@@ -486,113 +513,3 @@ class PostgresDatabase(Database):
 _WRITES: dict[str, int] = {}
 """Write transactions this process ended, per state (its channel)."""
 _WRITES_LOCK = threading.Lock()
-
-
-class PgLock:
-    """A session advisory lock on a connection of its own (see :mod:`.postgres`)."""
-
-    def __init__(self, db: PostgresDatabase, name: str, purpose: str) -> None:
-        self._db = db
-        self.name = name
-        self.purpose = purpose
-        self._key = db.key(name)
-        self._conn: psycopg.Connection[Any] | None = None
-        self._pid = 0
-
-    @property
-    def held(self) -> bool:
-        return self._conn is not None
-
-    def acquire(self) -> None:
-        conn, fresh = self._db._lock_connection()
-        try:
-            try:
-                got, pid = self._try(conn)
-            except DatabaseError:
-                if fresh:
-                    raise
-                # a kept connection the server has since dropped: a new one
-                conn.close()
-                conn, fresh = self._db._connect(), True
-                got, pid = self._try(conn)
-            if not got:
-                who = self._holder(conn) or "holder unknown"
-                self._db._keep_lock_connection(conn)
-                raise Busy(
-                    f"another {self.purpose} is running ({who}); wait for it to finish "
-                    f"(lock: {self.name} in {self._db.location})",
-                    who,
-                )
-            if fresh:  # the setting stays with the session, for every later lock on it
-                self._db._one(conn, LOCK_SESSION_KEEPALIVE)
-        except Busy:
-            raise
-        except BaseException:
-            conn.close()
-            raise
-        self._conn, self._pid = conn, int(pid)
-
-    def _try(self, conn: psycopg.Connection[Any]) -> Row:
-        return self._db._one(
-            conn, "SELECT pg_try_advisory_lock(%s), pg_backend_pid()", (self._key,)
-        )
-
-    def release(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        try:
-            still, pid = self._db._one(
-                conn, "SELECT pg_advisory_unlock(%s), pg_backend_pid()", (self._key,)
-            )
-        except BaseException:
-            conn.close()
-            raise
-        if not still or pid != self._pid:
-            conn.close()
-            raise DatabaseError(
-                f"the {self.purpose} lock was no longer held when released: its connection "
-                "changed server session (a pooler in transaction mode?) or was reset"
-            )
-        self._db._keep_lock_connection(conn)
-
-    def holder(self) -> str | None:
-        conn = self._db._get()
-        try:
-            return self._holder(conn)
-        finally:
-            self._db._put(conn)
-
-    def _holder(self, conn: psycopg.Connection[Any]) -> str | None:
-        unsigned = self._key & 0xFFFF_FFFF_FFFF_FFFF
-        try:
-            row = conn.execute(
-                "SELECT l.pid, a.application_name FROM pg_locks l "
-                "LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
-                "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
-                "AND l.classid::bigint = %s AND l.objid::bigint = %s "
-                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-                (unsigned >> 32, unsigned & 0xFFFF_FFFF),
-            ).fetchone()
-        except self._db._psycopg.Error as exc:
-            raise failure(exc) from exc
-        if row is None:
-            return None
-        pid, app = row
-        return f"{app or 'a client'} (server pid {pid})"
-
-    def __enter__(self) -> PgLock:
-        self.acquire()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self.release()
-        except DatabaseError:
-            if exc_type is None:
-                raise  # a failure already on its way says more than a lost lock

@@ -4,11 +4,12 @@ Every module's tables are created with ``CREATE TABLE IF NOT EXISTS`` whenever a
 database is opened for writing; a :class:`Migration` is the change that cannot be said
 that way (a column, data moved between tables).  The ``schema_version`` table records
 each migration applied.  :func:`prepare` runs them all in one write transaction, which
-excludes every other writer of the state (SQLite's ``BEGIN IMMEDIATE``; PostgreSQL's
-state-wide advisory transaction lock), so that processes opening one database at once
-apply each migration once.  A database whose version is newer than the newest
-migration this code knows was written by a newer sidecar: it is refused, for reading
-and for writing, before anything is written (:class:`~sidecar.storage.base.SchemaTooNew`).
+excludes every other writer of the state (SQLite's ``BEGIN IMMEDIATE``; on PostgreSQL
+every concern's advisory transaction lock, as a write naming no concern takes), so
+that processes opening one database at once apply each migration once.  A database
+whose version is newer than the newest migration this code knows was written by a
+newer sidecar: it is refused, for reading and for writing, before anything is written
+(:class:`~sidecar.storage.base.SchemaTooNew`).
 
 A process told not to migrate (``SIDECAR_MIGRATE=never``) asks :func:`pending` instead:
 what the database lacks to be at this code's schema, with nothing written, so that the

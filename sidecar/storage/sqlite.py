@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from sidecar.lock import WriterLock
-from sidecar.storage.base import Connection, Database, DatabaseError, MissingTable, Row
+from sidecar.storage.base import (
+    Concern,
+    Connection,
+    Database,
+    DatabaseError,
+    MissingTable,
+    Row,
+)
 
 
 def failure(exc: sqlite3.Error) -> DatabaseError:
@@ -140,8 +147,8 @@ class SqliteDatabase(Database):
         except sqlite3.Error as exc:
             raise failure(exc) from exc
 
-    def tx(self) -> AbstractContextManager[Connection]:
-        return self._tx()
+    def tx(self, concern: Concern | None = None) -> AbstractContextManager[Connection]:
+        return self._tx()  # one writer at a time, whatever the concern
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:

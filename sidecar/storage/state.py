@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from contextlib import AbstractContextManager
 
-from sidecar.storage.base import Connection, Database, Lock
+from sidecar.storage.base import Concern, Connection, Database, Lock
 from sidecar.storage.budgets import BudgetRepository
 from sidecar.storage.conditions import ConditionRepository, numbered_log
 from sidecar.storage.credentials import CredentialRepository
@@ -89,9 +89,10 @@ class State:
         tests of the backends); the rest of the sidecar uses the repositories."""
         return self._db
 
-    def tx(self) -> AbstractContextManager[Connection]:
-        """A write transaction that excludes every other writer of the state."""
-        return self._db.tx()
+    def tx(self, concern: Concern | None = None) -> AbstractContextManager[Connection]:
+        """A write transaction that excludes every other writer of the state, or of
+        ``concern`` only (:data:`~sidecar.storage.base.CONCERNS`)."""
+        return self._db.tx(concern)
 
     def lock(self, name: str, purpose: str) -> Lock:
         """A lock for singleton work across every process of the state."""

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from benchmarks.bench_fleet import CLOSED, Sizes, markdown, measure, plot, saturation
-from benchmarks.fleet_probes import CpuProbe, lock_key
+from benchmarks.fleet_probes import WATCHED, CpuProbe, lock_key
 
 TINY = Sizes(
     period_s=1.0, agents=(2,), step_s=3.0, replicas=(1,), closed_clients=2, closed_s=2.0
@@ -51,7 +51,7 @@ def test_the_lock_probe_watches_the_key_the_state_locks() -> None:
     from sidecar.storage.postgres import PostgresDatabase
 
     db = SimpleNamespace(schema="m_abc")
-    for name in ("state", "publish"):
+    for name in WATCHED:
         assert lock_key("m_abc", name) == PostgresDatabase.key(db, name)  # type: ignore[arg-type]
 
 
@@ -85,7 +85,7 @@ def test_a_tiny_fleet_loses_nothing(tmp_path: Path) -> None:
         assert config["pending_records"] == 0 and config["lost"] == 0
         assert config["chains"] == config["acknowledged_archived"] > first["sessions"]
     shared = configs["1"]["steps"][0]["locks"]
-    assert shared["samples"] > 0 and 0 <= shared["state_lock_held"] <= 1
+    assert shared["samples"] > 0 and 0 <= shared["report_lock_held"] <= 1
     assert set(result["intake"]["sessions_per_s"]) == {"embedded", "1"}
     assert {t["met"] for t in result["targets"]} <= {True, False, None}
 

@@ -288,20 +288,21 @@ def test_a_batch_is_learned_and_counted_in_one_transaction(
     sc: Sidecar, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the memory learns and what a batch counts commit together, in one turn at
-    the state's write lock: a batch whose counting fails teaches the memory nothing."""
+    the state's ``learned`` lock: a batch whose counting fails teaches the memory
+    nothing."""
     from sidecar.errors import SidecarError
     from tests.support.shop import good_session
 
-    turns: list[int] = []
+    turns: list[str | None] = []
     opened = sc.state.tx
 
-    def tx() -> object:
-        turns.append(1)
-        return opened()
+    def tx(concern: str | None = None) -> object:
+        turns.append(concern)
+        return opened(concern)  # type: ignore[arg-type]
 
     monkeypatch.setattr(sc.state, "tx", tx)
     sc.report(good_session(1))
-    assert len(turns) == 1
+    assert turns == ["learned"]
     assert sc.rules.conditions.memory().summary()["sessions"] == 1
 
     def fail(*_args: object, **_kwargs: object) -> None:
@@ -314,6 +315,27 @@ def test_a_batch_is_learned_and_counted_in_one_transaction(
     assert sc.rules.conditions.memory().summary()["sessions"] == 1
     sc.report(good_session(2))  # sent again once the state takes it: learned once
     assert sc.rules.conditions.memory().summary()["sessions"] == 2
+
+
+def test_a_report_locks_what_it_learns_and_the_publisher_what_it_publishes(
+    sc: Sidecar, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An archived session's report takes the ``learned`` lock (it folds into the
+    memory and the rules), the publisher's removal of the records it published the
+    ``archive`` lock; neither takes every lock of the state."""
+    from tests.support.shop import failing_session
+
+    turns: list[str | None] = []
+    opened = sc.state.tx
+
+    def tx(concern: str | None = None) -> object:
+        turns.append(concern)
+        return opened(concern)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sc.state, "tx", tx)
+    result = sc.report(failing_session(1))
+    assert result.status == "archived"
+    assert turns == ["learned", "archive"]
 
 
 def test_a_record_archived_by_the_batch_that_teaches_a_condition_carries_it(

@@ -65,7 +65,7 @@ def test_a_lease_this_process_let_lapse_is_taken_again_under_the_lock() -> None:
     feed, conn = _feed(), _Recorded()
     feed._until = time.monotonic() - 0.001
     feed._listen(conn)
-    assert conn.sent == ["SELECT lock", "INSERT"]
+    assert conn.sent == ["SELECT lock", "WITH"]
     assert feed._until > time.monotonic()  # held again, from the take
     conn.sent.clear()
     feed._listen(conn)  # and renewed as usual from then on
@@ -88,7 +88,7 @@ def test_a_lease_taken_as_the_state_closes_is_given_up_after_it_not_before() -> 
     locked.set()
     taking.join(10)
     giving_up.join(10)
-    assert sent == ["SELECT lock", "INSERT", "DELETE"]
+    assert sent == ["SELECT lock", "WITH", "DELETE"]
     sent.clear()
     feed._take(_Recorded(sent))  # closed: not taken again
     assert sent == []
