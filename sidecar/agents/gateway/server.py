@@ -15,8 +15,9 @@ code of its own.
   sampling and elicitation requests) is relayed: :mod:`sidecar.agents.gateway.relay`.
 
 The backend is called from worker threads (:mod:`sidecar.agents.gateway.workers`);
-``inline_checks=True`` runs the two calls on the call path (``hidden_tools``,
-``check_views``) on the event loop, for a backend whose checks never block.
+``inline_checks=True``, or a backend that says its checks are memory reads
+(:func:`~sidecar.agents.gateway.backend.checks_in_memory`), runs the two calls on the
+call path (``hidden_tools``, ``check_views``) on the event loop.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import anyio
 
 from sidecar.agents.evidence import DEFAULT_MAX_CHARS
 from sidecar.agents.gateway.answers import CONTEST_META_KEY, WARNINGS_META_KEY
-from sidecar.agents.gateway.backend import GatewayBackend, Outcome, Step
+from sidecar.agents.gateway.backend import GatewayBackend, Outcome, Step, checks_in_memory
 from sidecar.agents.gateway.bulk import PresentingStream, present_http_responses
 from sidecar.agents.gateway.calls import CallPath, CallSettings
 from sidecar.agents.gateway.catalog import Catalog
@@ -103,6 +104,9 @@ class GatewayOptions:
     call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S
     contest: ContestPolicy | None = None
     warning_text: bool = True
+    raw_calls: bool = True
+    """``tools/call`` forwarded upstream as JSON-RPC bodies below the SDK's client
+    session, where the link's protocol allows (:mod:`sidecar.agents.gateway.forwarding`)."""
 
     def __post_init__(self) -> None:
         if self.expose not in ("all", "search"):
@@ -135,16 +139,12 @@ class Gateway:
         self.linker = Linker(self.book)
         self.catalog = Catalog(reserved=OWN_TOOLS)
         self.contest = Contest(options.contest)
-        relay_requests = not options.json_response
-        self.links = {
-            u.name: UpstreamLink(u, self, options.connect_timeout_s, relay_requests=relay_requests)
-            for u in upstreams
-        }
+        self.links = _links(upstreams, self, options)
         live: dict[str, Any] = {}  # connection id -> its connection, for notifications
         self.relay = Relay(self.links, live, options.call_timeout_s)
         self.connections = Connections(self.linker, live, self._connection_closed)
         self._live = live
-        self.workers = Workers(options.inline_checks)
+        self.workers = Workers(options.inline_checks or checks_in_memory(backend))
         self.learning = Learning(self.stats)
         self.reporter = Reporter(
             backend, self.workers, self.book, self.stats, self.learning.settle_all
@@ -363,6 +363,7 @@ class Gateway:
             "sessions": asdict(self.book.stats),
             "linked": dict(self.linker.stats),
             "upstream_connects": {n: link.connects for n, link in self.links.items()},
+            "raw_calls": {n: link.raw.sent if link.raw else 0 for n, link in self.links.items()},
             "contest": self.contest.snapshot(),
             "relay": self.relay.snapshot(),
         }
@@ -404,6 +405,21 @@ def build_gateway(
 
 
 # ---- helpers
+def _links(
+    upstreams: Sequence[Upstream], events: Gateway, options: GatewayOptions
+) -> dict[str, UpstreamLink]:
+    return {
+        u.name: UpstreamLink(
+            u,
+            events,
+            options.connect_timeout_s,
+            relay_requests=not options.json_response,
+            raw_calls=options.raw_calls,
+        )
+        for u in upstreams
+    }
+
+
 @contextlib.contextmanager
 def _first_sidecar_error() -> Iterator[None]:
     """A task group wraps what its tasks raise in a group: the one error of the tree
