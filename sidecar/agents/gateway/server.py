@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from sidecar.agents.evidence import DEFAULT_MAX_CHARS
+from sidecar.agents.gateway import json_answers
 from sidecar.agents.gateway.answers import CONTEST_META_KEY, WARNINGS_META_KEY
 from sidecar.agents.gateway.backend import GatewayBackend, Outcome, Step, checks_in_memory
 from sidecar.agents.gateway.bulk import PresentingStream, present_http_responses
@@ -206,19 +207,26 @@ class Gateway:
         """Streamable HTTP at :attr:`path`, loopback ``Host``/``Origin`` only, behind the
         bearer token when one was given.  A request is answered on an event stream, which
         carries what the upstream sends during it (progress, log messages, sampling and
-        elicitation requests); ``json_response=True`` answers with a plain JSON body
-        instead, which is faster but relays none of that.  Served on its own, its
+        elicitation requests), but for a ``tools/call`` nothing else can reach
+        (:mod:`sidecar.agents.gateway.json_answers`: a plain JSON body);
+        ``json_response=True`` answers every request with a plain JSON body, which is
+        faster but relays none of that.  Served on its own, its
         lifespan runs :meth:`lifespan`; mounted inside another app, run :meth:`lifespan`
         from that app's lifespan."""
         if self._asgi is None:
-            app = self._server.streamable_http_app(
+            starlette_app = self._server.streamable_http_app(
                 streamable_http_path=self.path,
                 transport_security=loopback_only(),
                 json_response=self.options.json_response,
             )
-            present_http_responses(self._server.session_manager)
-            app.router.routes.append(metrics_route(self.snapshot))
-            app.router.lifespan_context = self._app_lifespan
+            app: ASGIApp = starlette_app
+            manager = self._server.session_manager
+            present_http_responses(manager)
+            if not self.options.json_response:
+                json_answers.hook(manager)
+                app = json_answers.JsonAnswers(app, self.path, self.connections.quiet)
+            starlette_app.router.routes.append(metrics_route(self.snapshot))
+            starlette_app.router.lifespan_context = self._app_lifespan
             principals = self.options.principals
             guarded = self.token or (principals is not None and len(principals) > 0)
             self._asgi = BearerGate(app, self.token, principals) if guarded else app

@@ -24,7 +24,7 @@ from benchmarks.standalone_backend import StandaloneBackend
 from sidecar.agents.gateway import Upstream, build_gateway
 from sidecar.agents.gateway.forwarding import ID_PREFIX, NOT_OURS, RawCalls, route_value
 from sidecar.agents.gateway.upstream import CallTimedOut, UpstreamLink, is_link_failure
-from tests.agents.gateway.conftest import eventually, free_port, text_of
+from tests.agents.gateway.conftest import TOKEN, eventually, free_port, serving, text_of
 
 WIRE = str(Path(__file__).with_name("wire_server.py"))
 
@@ -293,3 +293,74 @@ def test_a_backend_that_checks_from_memory_is_asked_on_the_event_loop() -> None:
         anyio.run(main)
         on_loop = backend.threads == [loop_threads[-1]]
         assert on_loop is in_memory
+
+
+# ---- the gateway's answer: a JSON body when nothing else can reach the client -------
+def _post(client: httpx.AsyncClient, url: str, message: dict[str, Any], sid: str | None) -> Any:
+    headers = {
+        "authorization": f"Bearer {TOKEN}",
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+        "mcp-protocol-version": "2025-11-25",
+    }
+    if sid:
+        headers["mcp-session-id"] = sid
+    return client.post(url, json=message, headers=headers)
+
+
+async def _open(client: httpx.AsyncClient, url: str, capabilities: dict[str, Any]) -> str:
+    params = {
+        "protocolVersion": "2025-11-25",
+        "capabilities": capabilities,
+        "clientInfo": {"name": "wire-test", "version": "1"},
+    }
+    opened = await _post(
+        client, url, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}, None
+    )
+    sid = str(opened.headers["mcp-session-id"])
+    await _post(client, url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+    await _post(client, url, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, sid)
+    return sid
+
+
+def _answer(response: Any) -> tuple[str, dict[str, Any]]:
+    kind = response.headers["content-type"].split(";")[0]
+    if kind == "application/json":
+        return kind, json.loads(response.text)
+    data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+    return kind, json.loads([d for d in data if d][-1])
+
+
+@pytest.mark.integration
+def test_a_call_nothing_else_can_reach_is_answered_with_a_json_body() -> None:
+    gateway = build_gateway(StandaloneBackend(), [_upstream("stdio", "")], token=TOKEN)
+
+    async def call(client: httpx.AsyncClient, url: str, sid: str, rid: Any, meta: Any) -> Any:
+        params: dict[str, Any] = {"name": "request_id", "arguments": {}}
+        if meta:
+            params["_meta"] = meta
+        message = {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+        return _answer(await _post(client, url, message, sid))
+
+    async def main() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with serving(gateway) as url, httpx.AsyncClient(timeout=30) as client:
+            quiet = await _open(client, url, {})
+            out["plain"] = await call(client, url, quiet, "call-7", None)
+            out["progress"] = await call(client, url, quiet, 8, {"progressToken": "p"})
+            asking = await _open(client, url, {"sampling": {}})
+            out["sampling"] = await call(client, url, asking, 9, None)
+            failing = {"name": "fail", "arguments": {}}
+            message = {"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": failing}
+            out["error"] = _answer(await _post(client, url, message, quiet))
+        return out
+
+    out = anyio.run(main)
+    kind, answer = out["plain"]
+    assert kind == "application/json" and answer["id"] == "call-7"
+    assert json.loads(answer["result"]["content"][0]["text"])["id"].startswith(ID_PREFIX)
+    assert out["progress"][0] == "text/event-stream" and out["progress"][1]["id"] == 8
+    assert out["sampling"][0] == "text/event-stream" and out["sampling"][1]["id"] == 9
+    kind, error = out["error"]
+    assert kind == "application/json" and error["id"] == 10
+    assert error["error"]["code"] == -32042 and error["error"]["data"] == {"why": "a test"}
