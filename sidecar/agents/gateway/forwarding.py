@@ -31,8 +31,9 @@ import contextlib
 import itertools
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -54,9 +55,12 @@ Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
 @dataclass
 class _Call:
-    done: anyio.Event = field(default_factory=anyio.Event)
-    answer: dict[str, Any] | None = None
     on_progress: Progress | None = None
+    answer: dict[str, Any] | None = None
+    events: Any = None  # (send, receive): the call's progress, then its answer, in order
+
+    def __post_init__(self) -> None:
+        self.events = anyio.create_memory_object_stream[tuple[str, Any]](math.inf)
 
 
 class RawCalls:
@@ -115,10 +119,16 @@ class RawCalls:
         try:
             self.sent += 1
             await send(rid, body)
-            await call.done.wait()
+            # the progress that came before the answer reaches the client before it
+            async for kind, value in call.events[1]:
+                if kind == "answer":
+                    break
+                await _relay_progress(call, value)
             answered = True
         finally:
             self._calls.pop(rid, None)
+            for end in call.events:
+                end.close()
             if not answered and call.answer is None:
                 await self._cancel(rid)
         return _unpacked(call.answer)
@@ -159,40 +169,25 @@ class RawCalls:
         call = self._calls.get(rid)
         if call is not None and call.answer is None:
             call.answer = value
-            call.done.set()
+            call.events[0].send_nowait(("answer", value))
 
     @staticmethod
     def _progress(call: _Call, params: dict[str, Any]) -> None:
-        if call.on_progress is None:
-            return
-        progress, total = params.get("progress"), params.get("total")
-        message = params.get("message")
-        if not isinstance(progress, int | float):
-            return
-
-        async def relay() -> None:
-            assert call.on_progress is not None
-            with contextlib.suppress(Exception):  # progress is advisory
-                await call.on_progress(
-                    float(progress),
-                    float(total) if isinstance(total, int | float) else None,
-                    message if isinstance(message, str) else None,
-                )
-
-        _spawn(relay)
+        if call.on_progress is not None and call.answer is None:
+            call.events[0].send_nowait(("progress", params))
 
 
-def _spawn(fn: Callable[[], Awaitable[None]]) -> None:
-    """``fn`` run on the event loop, not awaited by the reader that found it (a slow
-    client must not hold the upstream's other messages)."""
-    import asyncio
-
-    task = asyncio.get_running_loop().create_task(fn())
-    _background.add(task)
-    task.add_done_callback(_background.discard)
-
-
-_background: set[Any] = set()
+async def _relay_progress(call: _Call, params: dict[str, Any]) -> None:
+    progress, total = params.get("progress"), params.get("total")
+    message = params.get("message")
+    if call.on_progress is None or not isinstance(progress, int | float):
+        return
+    with contextlib.suppress(Exception):  # progress is advisory
+        await call.on_progress(
+            float(progress),
+            float(total) if isinstance(total, int | float) else None,
+            message if isinstance(message, str) else None,
+        )
 
 
 def request_body(
