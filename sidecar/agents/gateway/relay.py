@@ -279,7 +279,7 @@ class Relay:
         return types.ErrorData(code=code, message=message)
 
     async def _send_to_request(self, origin: _Origin, notification: Any) -> None:
-        if not getattr(origin.ctx.session, "can_send_request", True):
+        if origin.session in self._live and not origin.ctx.session.can_send_request:
             # answered with a JSON body (:mod:`.json_answers`): the session's own stream
             await self._send_to_session(origin.session, notification)
             return
