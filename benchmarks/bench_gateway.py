@@ -13,10 +13,10 @@ save an agent?
    asked from a worker thread.  ``gateway`` forwards ``tools/call`` upstream as raw
    JSON-RPC bodies, and over HTTP answers this client (which declares neither sampling
    nor elicitation) with a JSON body per call; ``gateway_json`` answers every request
-   with one JSON body (``json_response=True``: it relays nothing during a call).  Two reference rows: ``bare_relay``, the least a relay on the ``mcp``
-   SDK does (forward list and call over one upstream session, nothing else, answering on
-   an event stream as the gateway does), and
-   ``fastmcp_proxy``, a pass-through fastmcp proxy over one shared upstream session
+   with one JSON body (``json_response=True``: it relays nothing during a call).  Two
+   reference rows: ``bare_relay``, the least a relay on the ``mcp`` SDK does (forward
+   list and call over one upstream session, nothing else, answering on an event stream),
+   and ``fastmcp_proxy``, a pass-through fastmcp proxy over one shared upstream session
    (when fastmcp is installed: ``.[bench]``).
 2. **Schema tokens.** The ``tools/list`` an agent is handed with ``expose="all"``
    against ``expose="search"`` (``search_tools``, ``call_tool``, ``report_outcome``),
