@@ -7,14 +7,16 @@ save an agent?
    HTTP (gateway and upstream each in their own process) and over stdio (the client
    starts the gateway, which starts the upstream).  The backend is the in-memory one,
    whose check is a few dictionary reads: this is the gateway's own cost, a real check
-   adds its own.  ``gateway`` asks the backend from a worker thread (the default, for a
-   backend that touches storage); ``gateway_inline`` runs the checks on the event loop
-   (``inline_checks=True``); over HTTP, ``gateway_json`` answers with one JSON body
-   instead of an event stream (``json_response=True``: faster, but it relays nothing
-   during a call).  Two reference rows: ``bare_relay``, the least a relay on the ``mcp``
-   SDK does (forward list and call over one upstream session, nothing else, answering on
-   an event stream as the gateway does), and
-   ``fastmcp_proxy``, a pass-through fastmcp proxy over one shared upstream session
+   adds its own.  The in-memory backend says its checks are memory reads
+   (``checks_in_memory``), so ``gateway`` asks them on the event loop, as
+   ``gateway_inline`` (``inline_checks=True``) does; a backend that touches storage is
+   asked from a worker thread.  ``gateway`` forwards ``tools/call`` upstream as raw
+   JSON-RPC bodies, and over HTTP answers this client (which declares neither sampling
+   nor elicitation) with a JSON body per call; ``gateway_json`` answers every request
+   with one JSON body (``json_response=True``: it relays nothing during a call).  Two
+   reference rows: ``bare_relay``, the least a relay on the ``mcp`` SDK does (forward
+   list and call over one upstream session, nothing else, answering on an event stream),
+   and ``fastmcp_proxy``, a pass-through fastmcp proxy over one shared upstream session
    (when fastmcp is installed: ``.[bench]``).
 2. **Schema tokens.** The ``tools/list`` an agent is handed with ``expose="all"``
    against ``expose="search"`` (``search_tools``, ``call_tool``, ``report_outcome``),

@@ -78,6 +78,10 @@ class Report:
 
 
 class StandaloneBackend:
+    checks_in_memory = True
+    """Its checks are a few dictionary reads: the gateway asks them on its event loop
+    (:func:`sidecar.agents.gateway.backend.checks_in_memory`)."""
+
     def __init__(self, block_after: int = 2) -> None:
         if block_after < 1:
             raise ValueError("block_after must be at least 1")

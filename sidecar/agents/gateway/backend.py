@@ -7,6 +7,12 @@ a time, a read and a write possibly at once, so that a slow write never delays a
 session's check.  Any object with these methods serves: the adapter over
 :class:`~sidecar.Sidecar` (:mod:`sidecar.agents.gateway.library`), or a small in-memory
 one the tests and benchmarks of the gateway use.
+
+A backend whose checks are a few reads of its own memory, never storage, says so with a
+true ``checks_in_memory`` attribute (:func:`checks_in_memory`): the gateway then asks
+``hidden_tools`` and ``check_views`` on the event loop, which saves a worker-thread hop
+(about 0.2-0.3 ms) on every call.  The library's adapter reads SQLite in a check and
+keeps the hop.
 """
 
 from __future__ import annotations
@@ -28,7 +34,13 @@ __all__ = [
     "Step",
     "SyncResult",
     "Verdict",
+    "checks_in_memory",
 ]
+
+
+def checks_in_memory(backend: object) -> bool:
+    """Whether ``backend`` answers its checks from memory (never blocking on storage)."""
+    return getattr(backend, "checks_in_memory", False) is True
 
 
 @dataclass(frozen=True)

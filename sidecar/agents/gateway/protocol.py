@@ -43,6 +43,7 @@ INSTRUCTIONS = (
 )
 log = logging.getLogger("sidecar.agents.gateway")
 _CONNECTION_KEY = "sidecar.agents.gateway.connection"
+_SESSION_ID = "mcp-session-id"
 INVALID_REQUEST = -32600
 NOT_YOURS = (
     "this MCP session was opened with another token: a session belongs to the token "
@@ -78,6 +79,19 @@ class Connections:
         self._on_close = on_close
         self.crossed = 0
         """Requests refused for presenting another token's MCP session."""
+        self._quiet: dict[str, str] = {}  # Mcp-Session-Id -> its connection's id
+
+    def quiet(self, session_id: str) -> bool:
+        """Whether nothing but an answer can reach the client of the MCP session
+        ``session_id`` during its call: it declared neither sampling nor elicitation and
+        set no log level (:mod:`sidecar.agents.gateway.json_answers`)."""
+        return session_id in self._quiet
+
+    def noisy(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """The client of ``ctx`` asked for log messages: its calls keep the stream."""
+        session_id = _headers(ctx).get(_SESSION_ID)
+        if session_id is not None:
+            self._quiet.pop(session_id, None)
 
     def origin(self, ctx: ServerRequestContext[Any, Any]) -> Origin:
         headers = _headers(ctx)
@@ -117,6 +131,7 @@ class Connections:
             connection.state[_CONNECTION_KEY] = state
             connection.exit_stack.push_async_callback(self._closed, state)
             self._live[state.id] = connection
+            self._note_quiet(connection, headers, state)
         assert isinstance(state, ConnectionState)
         if "authorization" in headers and _principal(ctx, headers) != state.principal:
             # an MCP session belongs to the token that opened it: another token that
@@ -131,8 +146,19 @@ class Connections:
             raise MCPError(INVALID_REQUEST, NOT_YOURS)
         return state
 
+    def _note_quiet(
+        self, connection: Any, headers: Mapping[str, str], state: ConnectionState
+    ) -> None:
+        session_id = headers.get(_SESSION_ID)
+        params = getattr(connection, "client_params", None)
+        caps = getattr(params, "capabilities", None)
+        if session_id and caps is not None and caps.sampling is None and caps.elicitation is None:
+            self._quiet[session_id] = state.id
+
     async def _closed(self, state: ConnectionState) -> None:
         self._live.pop(state.id, None)
+        for session_id in [s for s, c in self._quiet.items() if c == state.id]:
+            del self._quiet[session_id]
         await self._on_close(state)
 
 
@@ -175,6 +201,7 @@ def build_server(handlers: Handlers, name: str) -> Server[Any]:
         return handler
 
     async def on_set_level(ctx: Ctx, params: types.SetLevelRequestParams) -> Any:
+        connections.noisy(ctx)
         return await relay.set_level(connections.relay_key(ctx), ctx, params.level)
 
     server = _server_class(relay)(

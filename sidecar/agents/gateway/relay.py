@@ -279,6 +279,10 @@ class Relay:
         return types.ErrorData(code=code, message=message)
 
     async def _send_to_request(self, origin: _Origin, notification: Any) -> None:
+        if origin.session in self._live and not origin.ctx.session.can_send_request:
+            # answered with a JSON body (:mod:`.json_answers`): the session's own stream
+            await self._send_to_session(origin.session, notification)
+            return
         with contextlib.suppress(Exception):  # notifications are advisory
             await origin.ctx.session.send_notification(
                 notification, related_request_id=origin.ctx.request_id

@@ -15,8 +15,9 @@ code of its own.
   sampling and elicitation requests) is relayed: :mod:`sidecar.agents.gateway.relay`.
 
 The backend is called from worker threads (:mod:`sidecar.agents.gateway.workers`);
-``inline_checks=True`` runs the two calls on the call path (``hidden_tools``,
-``check_views``) on the event loop, for a backend whose checks never block.
+``inline_checks=True``, or a backend that says its checks are memory reads
+(:func:`~sidecar.agents.gateway.backend.checks_in_memory`), runs the two calls on the
+call path (``hidden_tools``, ``check_views``) on the event loop.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from sidecar.agents.evidence import DEFAULT_MAX_CHARS
+from sidecar.agents.gateway import json_answers
 from sidecar.agents.gateway.answers import CONTEST_META_KEY, WARNINGS_META_KEY
-from sidecar.agents.gateway.backend import GatewayBackend, Outcome, Step
+from sidecar.agents.gateway.backend import GatewayBackend, Outcome, Step, checks_in_memory
 from sidecar.agents.gateway.bulk import PresentingStream, present_http_responses
 from sidecar.agents.gateway.calls import CallPath, CallSettings
 from sidecar.agents.gateway.catalog import Catalog
@@ -103,6 +105,9 @@ class GatewayOptions:
     call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S
     contest: ContestPolicy | None = None
     warning_text: bool = True
+    raw_calls: bool = True
+    """``tools/call`` forwarded upstream as JSON-RPC bodies below the SDK's client
+    session, where the link's protocol allows (:mod:`sidecar.agents.gateway.forwarding`)."""
 
     def __post_init__(self) -> None:
         if self.expose not in ("all", "search"):
@@ -135,16 +140,12 @@ class Gateway:
         self.linker = Linker(self.book)
         self.catalog = Catalog(reserved=OWN_TOOLS)
         self.contest = Contest(options.contest)
-        relay_requests = not options.json_response
-        self.links = {
-            u.name: UpstreamLink(u, self, options.connect_timeout_s, relay_requests=relay_requests)
-            for u in upstreams
-        }
+        self.links = _links(upstreams, self, options)
         live: dict[str, Any] = {}  # connection id -> its connection, for notifications
         self.relay = Relay(self.links, live, options.call_timeout_s)
         self.connections = Connections(self.linker, live, self._connection_closed)
         self._live = live
-        self.workers = Workers(options.inline_checks)
+        self.workers = Workers(options.inline_checks or checks_in_memory(backend))
         self.learning = Learning(self.stats)
         self.reporter = Reporter(
             backend, self.workers, self.book, self.stats, self.learning.settle_all
@@ -206,19 +207,26 @@ class Gateway:
         """Streamable HTTP at :attr:`path`, loopback ``Host``/``Origin`` only, behind the
         bearer token when one was given.  A request is answered on an event stream, which
         carries what the upstream sends during it (progress, log messages, sampling and
-        elicitation requests); ``json_response=True`` answers with a plain JSON body
-        instead, which is faster but relays none of that.  Served on its own, its
+        elicitation requests), but for a ``tools/call`` nothing else can reach
+        (:mod:`sidecar.agents.gateway.json_answers`: a plain JSON body);
+        ``json_response=True`` answers every request with a plain JSON body, which is
+        faster but relays none of that.  Served on its own, its
         lifespan runs :meth:`lifespan`; mounted inside another app, run :meth:`lifespan`
         from that app's lifespan."""
         if self._asgi is None:
-            app = self._server.streamable_http_app(
+            starlette_app = self._server.streamable_http_app(
                 streamable_http_path=self.path,
                 transport_security=loopback_only(),
                 json_response=self.options.json_response,
             )
-            present_http_responses(self._server.session_manager)
-            app.router.routes.append(metrics_route(self.snapshot))
-            app.router.lifespan_context = self._app_lifespan
+            app: ASGIApp = starlette_app
+            manager = self._server.session_manager
+            present_http_responses(manager)
+            if not self.options.json_response:
+                json_answers.hook(manager)
+                app = json_answers.JsonAnswers(app, self.path, self.connections.quiet)
+            starlette_app.router.routes.append(metrics_route(self.snapshot))
+            starlette_app.router.lifespan_context = self._app_lifespan
             principals = self.options.principals
             guarded = self.token or (principals is not None and len(principals) > 0)
             self._asgi = BearerGate(app, self.token, principals) if guarded else app
@@ -363,6 +371,7 @@ class Gateway:
             "sessions": asdict(self.book.stats),
             "linked": dict(self.linker.stats),
             "upstream_connects": {n: link.connects for n, link in self.links.items()},
+            "raw_calls": {n: link.raw.sent if link.raw else 0 for n, link in self.links.items()},
             "contest": self.contest.snapshot(),
             "relay": self.relay.snapshot(),
         }
@@ -404,6 +413,21 @@ def build_gateway(
 
 
 # ---- helpers
+def _links(
+    upstreams: Sequence[Upstream], events: Gateway, options: GatewayOptions
+) -> dict[str, UpstreamLink]:
+    return {
+        u.name: UpstreamLink(
+            u,
+            events,
+            options.connect_timeout_s,
+            relay_requests=not options.json_response,
+            raw_calls=options.raw_calls,
+        )
+        for u in upstreams
+    }
+
+
 @contextlib.contextmanager
 def _first_sidecar_error() -> Iterator[None]:
     """A task group wraps what its tasks raise in a group: the one error of the tree

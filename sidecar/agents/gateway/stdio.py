@@ -28,6 +28,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from sidecar.agents.gateway.bulk import parse_line
+from sidecar.agents.gateway.forwarding import NOT_OURS, RawCalls, route_value, session_message
 from sidecar.trust.redact import line_redactor
 
 if TYPE_CHECKING:
@@ -102,10 +103,12 @@ async def lines(stream: Any, max_line: int) -> AsyncIterator[bytes | LineTooLong
 
 @contextlib.asynccontextmanager
 async def stdio_transport(
-    server: StdioServerParameters, errlog: TextIO, max_line: int
+    server: StdioServerParameters, errlog: TextIO, max_line: int, raw: RawCalls | None = None
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Start ``server`` and yield its (read, write) message streams, as the SDK's
-    ``stdio_client`` does."""
+    ``stdio_client`` does; ``raw``: the link's raw calls
+    (:mod:`sidecar.agents.gateway.forwarding`), written to the same stdin and answered
+    from the same stdout."""
     from mcp.client import stdio as sdk
 
     command = await sdk._get_executable_command(server.command)
@@ -117,7 +120,7 @@ async def stdio_transport(
         cwd=server.cwd,
     )
     # no awaits before the task group: a cancellation here would leak the process
-    pipes = _Pipes(server, process, max_line)
+    pipes = _Pipes(server, process, max_line, raw)
     async with anyio.create_task_group() as tg:
         tg.start_soon(pipes.reader)
         tg.start_soon(pipes.writer)
@@ -138,16 +141,34 @@ class _Pipes:
     the reader turns its stdout into messages, the writer sends the session's messages
     to its stdin."""
 
-    def __init__(self, server: StdioServerParameters, process: Any, max_line: int) -> None:
+    def __init__(
+        self, server: StdioServerParameters, process: Any, max_line: int, raw: RawCalls | None
+    ) -> None:
         from mcp.shared.message import SessionMessage
 
         self.server, self.process, self.max_line = server, process, max_line
+        self.raw = raw
+        self._stdin_lock = anyio.Lock()  # one whole line at a time, the session's or raw
         self.read_writer, self.read_stream = anyio.create_memory_object_stream[
             SessionMessage | Exception
         ](0)
         self.write_stream, self.write_reader = anyio.create_memory_object_stream[SessionMessage](0)
         self.stopping = False
         self.writer_done = anyio.Event()
+        if raw is not None:
+            raw.attach(self.send_raw, lambda body: self.send_raw("", body))
+
+    async def send_raw(self, _rid: str, body: bytes) -> None:
+        assert self.process.stdin is not None
+        async with self._stdin_lock:
+            await self.process.stdin.send(body + b"\n")
+
+    async def _message(self, line: bytes) -> Any:
+        """The session's message from ``line``; ``None`` when a raw call took it."""
+        routed = await route_value(self.raw, line)
+        if routed is NOT_OURS:
+            return await parse_line(line)
+        return None if routed is None else session_message(routed)
 
     async def reader(self) -> None:
         from mcp.client import stdio as sdk
@@ -157,12 +178,16 @@ class _Pipes:
             async with self.read_writer:
                 try:
                     async for line in lines(self.process.stdout, self.max_line):
-                        message = line if isinstance(line, Exception) else await parse_line(line)
+                        message = line if isinstance(line, Exception) else await self._message(line)
+                        if message is None:
+                            continue
                         try:
                             await self.read_writer.send(message)
                         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                             return
                 finally:
+                    if self.raw is not None:
+                        self.raw.detach("the upstream closed its output")
                     await sdk._drain_stdout(self.process)
         except anyio.ClosedResourceError:
             pass  # our own shutdown closed the pipe under the read
@@ -178,7 +203,8 @@ class _Pipes:
             async with self.write_reader:
                 async for message in self.write_reader:
                     text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await self.process.stdin.send((text + "\n").encode(self.server.encoding))
+                    async with self._stdin_lock:
+                        await self.process.stdin.send((text + "\n").encode(self.server.encoding))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             await self.read_writer.aclose()  # the session sees the end, not a hang
         finally:
@@ -187,6 +213,8 @@ class _Pipes:
     async def shutdown(self) -> None:
         from mcp.client import stdio as sdk
 
+        if self.raw is not None:
+            self.raw.detach("the upstream link was closed")
         self.read_stream.close()
         self.write_stream.close()
         with anyio.move_on_after(0.5):

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import anyio
 
 from sidecar.agents.gateway.errors import UpstreamSpecError, UpstreamUnavailable
+from sidecar.agents.gateway.forwarding import RawCalls
 from sidecar.trust.redact import redact_text
 
 if TYPE_CHECKING:
@@ -201,7 +202,10 @@ class UpstreamLink:
         events: LinkEvents,
         connect_timeout_s: float = 30.0,
         relay_requests: bool = True,
+        raw_calls: bool = True,
     ) -> None:
+        """``raw_calls``: ``tools/call`` forwarded as JSON-RPC bodies below the SDK's
+        session where the protocol allows (:mod:`sidecar.agents.gateway.forwarding`)."""
         self.upstream = upstream
         self.connect_timeout_s = connect_timeout_s
         self.clocks = CallClocks()
@@ -213,6 +217,7 @@ class UpstreamLink:
         self._stopping = False
         self.connects = 0
         self.capabilities: mcp_types.ServerCapabilities | None = None
+        self.raw: RawCalls | None = RawCalls() if raw_calls else None
 
     @property
     def name(self) -> str:
@@ -237,6 +242,7 @@ class UpstreamLink:
                         connected = True
                         self._live = client
                         self.capabilities = client.server_capabilities
+                        self._take_raw_calls(client)
                         self.connects += 1
                         self._broken = anyio.Event()
                         self._up.set()
@@ -259,6 +265,15 @@ class UpstreamLink:
             if not self._stopping:
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
+
+    def _take_raw_calls(self, client: Client) -> None:
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+        if self.raw is not None:
+            version = client.protocol_version
+            self.raw.protocol_version = version
+            # a 2026-07-28 request carries the protocol's envelope: the session's
+            self.raw.enabled = version not in MODERN_PROTOCOL_VERSIONS
 
     def _why(self, error: BaseException) -> str:
         """Why the first connection failed, in a line: the cause, not a traceback."""
@@ -288,17 +303,14 @@ class UpstreamLink:
     def _client(self) -> Client:
         from mcp import Client, StdioServerParameters
 
+        from sidecar.agents.gateway.http_upstream import http_transport
         from sidecar.agents.gateway.stdio import stdio_transport
 
         target: Any
         if self.upstream.url:
-            from mcp.client.streamable_http import streamable_http_client
-
             # the SDK's client refuses an SSE event over 1 MiB by default; a relay takes
             # what its upstream sends, up to a bound (the evidence is capped anyway)
-            target = streamable_http_client(
-                self.upstream.url, max_sse_event_size=UPSTREAM_MAX_EVENT_BYTES
-            )
+            target = http_transport(self.upstream.url, UPSTREAM_MAX_EVENT_BYTES, self.raw)
         else:
             head, *tail = self.upstream.command
             params = StdioServerParameters(
@@ -306,7 +318,7 @@ class UpstreamLink:
             )
             # the SDK's default error log is the sys.stderr of when it was imported,
             # which may since have been replaced by an object with no file descriptor
-            target = stdio_transport(params, _errlog(), UPSTREAM_MAX_EVENT_BYTES)
+            target = stdio_transport(params, _errlog(), UPSTREAM_MAX_EVENT_BYTES, self.raw)
         callbacks: dict[str, Any] = {}
         if self._relay_requests:
             callbacks = {
@@ -397,8 +409,12 @@ class UpstreamLink:
     ) -> mcp_types.CallToolResult:
         """``tools/call``: the session's own ``call_tool`` re-validates structured output
         against the tool's output schema (~0.3 ms a call here); a relay leaves that to the
-        caller's client and passes the result on as it came."""
+        caller's client and passes the result on as it came.  Sent as a raw JSON-RPC body
+        when the link takes raw calls (:mod:`sidecar.agents.gateway.forwarding`)."""
         from mcp import types
+
+        if self.raw is not None and self.raw.ready and self._live is not None:
+            return await self._raw_call(self.raw, name, arguments, meta, timeout, on_progress)
 
         params = types.CallToolRequestParams(name=name, arguments=arguments)
         if meta:
@@ -434,6 +450,28 @@ class UpstreamLink:
         if result is None:  # the clock ran out
             raise CallTimedOut(self.name, str(request.method), timeout or 0.0)
         return result
+
+    async def _raw_call(
+        self,
+        raw: RawCalls,
+        name: str,
+        arguments: dict[str, Any],
+        meta: dict[str, Any] | None,
+        timeout: float | None,
+        on_progress: Any | None,
+    ) -> mcp_types.CallToolResult:
+        from mcp import types
+
+        result: dict[str, Any] | None = None
+        with self.clocks.clock(timeout):
+            try:
+                result = await raw.call(name, arguments, meta, on_progress)
+            except Exception as exc:
+                self._fail(exc)
+                raise
+        if result is None:  # the clock ran out (the call was cancelled upstream)
+            raise CallTimedOut(self.name, "tools/call", timeout or 0.0)
+        return types.CallToolResult.model_validate(result)
 
     def _fail(self, exc: BaseException) -> None:
         if is_link_failure(exc):
