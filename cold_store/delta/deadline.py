@@ -52,7 +52,7 @@ class DeadlineExceeded(TimeoutError):
 
 
 @dataclass
-class _Call:
+class _Abandonable:
     done: bool = False
     abandoned: bool = False
 
@@ -81,7 +81,7 @@ class Deadline:
         with self._lock:
             if self._abandoned >= self.limit:
                 raise DeadlineExceeded(what, self.seconds, refused_at=self.limit)
-        call = _Call()
+        call = _Abandonable()
         finished = threading.Event()
         outcome: list[tuple[bool, object]] = []
 

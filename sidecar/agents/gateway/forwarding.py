@@ -54,7 +54,7 @@ Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
 @dataclass
-class _Call:
+class _InFlight:
     on_progress: Progress | None = None
     answer: dict[str, Any] | None = None
     events: Any = None  # (send, receive): the call's progress, then its answer, in order
@@ -68,7 +68,7 @@ class RawCalls:
 
     def __init__(self) -> None:
         self._ids = itertools.count(1)
-        self._calls: dict[str, _Call] = {}
+        self._calls: dict[str, _InFlight] = {}
         self.send: Send | None = None
         self.notify: Notify | None = None
         self.enabled = False
@@ -114,7 +114,7 @@ class RawCalls:
             raise MCPError(CONNECTION_CLOSED, "the upstream link is not connected")
         rid = f"{ID_PREFIX}{next(self._ids)}"
         body = request_body(rid, name, arguments, meta, with_progress=on_progress is not None)
-        call = self._calls[rid] = _Call(on_progress=on_progress)
+        call = self._calls[rid] = _InFlight(on_progress=on_progress)
         answered = False
         try:
             self.sent += 1
@@ -172,12 +172,12 @@ class RawCalls:
             call.events[0].send_nowait(("answer", value))
 
     @staticmethod
-    def _progress(call: _Call, params: dict[str, Any]) -> None:
+    def _progress(call: _InFlight, params: dict[str, Any]) -> None:
         if call.on_progress is not None and call.answer is None:
             call.events[0].send_nowait(("progress", params))
 
 
-async def _relay_progress(call: _Call, params: dict[str, Any]) -> None:
+async def _relay_progress(call: _InFlight, params: dict[str, Any]) -> None:
     progress, total = params.get("progress"), params.get("total")
     message = params.get("message")
     if call.on_progress is None or not isinstance(progress, int | float):
