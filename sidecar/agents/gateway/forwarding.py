@@ -156,9 +156,9 @@ class RawCalls:
         if isinstance(rid, str) and rid in self._calls and ("result" in value or "error" in value):
             self._answer(rid, value)
             return True
-        if value.get("method") == "notifications/progress":
-            params = value.get("params")
-            token = params.get("progressToken") if isinstance(params, dict) else None
+        params = value.get("params")
+        if value.get("method") == "notifications/progress" and isinstance(params, dict):
+            token = params.get("progressToken")
             call = self._calls.get(token) if isinstance(token, str) else None
             if call is not None:
                 self._progress(call, params)
