@@ -74,6 +74,7 @@ ALL_ORDER = (
     "shared",
     "fleet",
     "pollution",
+    "soak",
 )
 DATASET_BENCHMARKS = ("pollution", "failures", "embed", "serve", "gateway", "retrieval")
 """Fast ones first: a broken environment shows up in seconds, not after the model."""
@@ -230,7 +231,7 @@ def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[st
     elif name == "delta" and getattr(args, "delta_mode", None):
         options |= {"mode": args.delta_mode}
     elif name == "soak":
-        options |= {"minutes": args.minutes}
+        options |= {"minutes": getattr(args, "minutes", None)}
     elif name in ("embed", "serve", "gateway", "retrieval"):
         options |= {"dataset": args.dataset.resolve()}
     progress(f"{name} ({'quick' if args.quick else 'full'}) starting")
