@@ -32,9 +32,9 @@ from indexes import (
     ToolIndexError,
 )
 from tests.indexes.helpers import CallRecorder
+from tests.support.geometry import ANGLES, GEO_IDS, axis, plane_vectors
 
 REPO = Path(__file__).resolve().parents[2]
-DIM = 384
 
 TOOLS = [
     IndexRecord("weather", "weather forecast temperature city", {"domain": "weather"}),
@@ -51,24 +51,6 @@ def ten_records(prefix: str = "r") -> list[IndexRecord]:
 
 # Explicit geometry: record gI lies at I*10 degrees from the query axis e0 in the (e0, e1)
 # plane, so its cosine similarity to e0 is exactly cos(I*10 deg) and the ranking is g0..g9.
-ANGLES = [i * 10.0 for i in range(10)]
-GEO_IDS = [f"g{i}" for i in range(10)]
-
-
-def plane_vectors(angles_deg: list[float], dim: int = DIM) -> np.ndarray:
-    out = np.zeros((len(angles_deg), dim), dtype=np.float32)
-    rad = np.radians(angles_deg)
-    out[:, 0] = np.cos(rad)
-    out[:, 1] = np.sin(rad)
-    return out
-
-
-def axis(dim: int = DIM) -> np.ndarray:
-    e0 = np.zeros(dim, dtype=np.float32)
-    e0[0] = 1.0
-    return e0
-
-
 @pytest.fixture
 def geo(index: ActiveIndex) -> ActiveIndex:
     records = [

@@ -23,8 +23,8 @@ from indexes import (
 )
 from indexes.exact import ExactTier, Snapshot
 from tests.indexes.helpers import CallRecorder
-from tests.indexes.test_active import ANGLES, GEO_IDS, axis, plane_vectors
-from tests.indexes.test_semantic_search import QUERIES
+from tests.support.catalog import QUERIES
+from tests.support.geometry import ANGLES, GEO_IDS, axis, plane_vectors
 
 REPO = Path(__file__).resolve().parents[2]
 DIM = 384

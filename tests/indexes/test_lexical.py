@@ -10,6 +10,7 @@ import pytest
 
 from indexes import ActiveIndex, HashingEmbedder, IndexRecord
 from indexes.lexical import LexicalSnapshot, LexicalTier, terms, words
+from tests.support.text import fullwidth
 
 
 def test_identifiers_are_split_into_words() -> None:
@@ -25,11 +26,6 @@ def test_identifiers_are_split_into_words() -> None:
     assert words("parseHTTPResponse") == ["parse", "http", "response"]
     # stop words go, the rest is stemmed
     assert terms("Searching the flights") == ["search", "flight"]
-
-
-def fullwidth(text: str) -> str:
-    """``text`` in full-width Latin letters (U+FF21...)."""
-    return "".join(chr(ord(c) + 0xFEE0) if c.isascii() and c.isalpha() else c for c in text)
 
 
 def test_non_ascii_text_has_terms() -> None:

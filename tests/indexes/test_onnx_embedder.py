@@ -23,7 +23,7 @@ from indexes import (
     OnnxMiniLMEmbedder,
 )
 from indexes.embedder import MINILM_NAME
-from tests.indexes.test_semantic_search import CATALOG, QUERIES
+from tests.support.catalog import CATALOG, QUERIES
 
 pytestmark = pytest.mark.model
 

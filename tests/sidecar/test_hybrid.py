@@ -18,8 +18,8 @@ from indexes import HashingEmbedder, MiniLMEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.eviction.journal import Move
 from sidecar.lookup.ranking import fuse, query_views, successors
-from tests.indexes.test_lexical import fullwidth
 from tests.sidecar.helpers import abandoned, completed
+from tests.support.text import fullwidth
 
 LEXICAL_ONLY = "Tell me about vehicles"
 """Reaches ``getVehicleBatteryLevel`` only through its split, stemmed name."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sidecar.storage import Database
 from sidecar.storage.budgets import DAY_S
-from tests.storage.test_requests import state_on
+from tests.support.state import state_on
 
 
 def test_bytes_add_up_per_source_and_are_released_by_a_forget(db: Database) -> None:

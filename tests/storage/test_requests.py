@@ -9,13 +9,7 @@ import numpy as np
 from sidecar.storage import Database
 from sidecar.storage.filters import SessionFilter
 from sidecar.storage.requests import RequestRepository, RequestRow
-from sidecar.storage.schema import prepare
-from sidecar.storage.state import MIGRATIONS, SCHEMAS, State
-
-
-def state_on(db: Database) -> State:
-    prepare(db, SCHEMAS, MIGRATIONS)
-    return State(db)
+from tests.support.state import state_on
 
 
 def row(session: str, text: int, source: str = "alice", outcome: str = "completed") -> RequestRow:
