@@ -85,7 +85,7 @@ def test_the_agents_ways_in_share_only_what_lives_beside_them(way_in: str, other
     assert {f: bad for f, bad in sideways.items() if bad} == {}
 
 
-MAX_TESTS_IMPORTING_TESTS = 7
+MAX_TESTS_IMPORTING_TESTS = 4
 """Test modules that still import another test module (its builders belong in
 ``tests/support/``): the number only falls."""
 

@@ -70,7 +70,7 @@ def state(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
 
 
 def failures(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
-    from tests.benchmarks.test_failure_domains import tau2_file
+    from tests.support.datasets import tau2_file
 
     tau2_file(tmp)
     return ["--dataset", str(tmp), "--domains", "retail"]

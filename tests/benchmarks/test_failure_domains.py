@@ -4,7 +4,6 @@ synthetic τ² file and the bfcl domain)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from benchmarks.failure_domains import (
 )
 from benchmarks.tau2 import FLAT, Corpus, Run
 from sidecar.memory import Step, Thresholds
+from tests.support.datasets import tau2_file
 
 MISSING = "Error: Account not found"
 
@@ -132,22 +132,6 @@ def test_the_same_situation_variant_waits_for_the_learner_field(
     variants, note = same_situation_variants()
     assert note is None
     assert variants == {SAME_SITUATION: WithIndependence("session")}
-
-
-def tau2_file(folder: Path) -> None:
-    """A retail file of eight runs: two tasks fail on a stale e-mail."""
-    lines = []
-    for n in range(8):
-        fails = n < 2
-        call = {"requestor": "assistant", "name": "find_user_id_by_email",
-                "args": {"email": "old9@x.com" if fails else f"u{n}@x.com"},
-                "output": "Error: User not found" if fails else f"user_{n}",
-                "error": fails, "msg_idx": 1}  # fmt: skip
-        lines.append({"domain": "retail", "task_id": str(n), "sim_id": f"s{n}",
-                      "agent_model": "m", "reward": 0.0 if fails else 1.0,
-                      "calls": [call]})  # fmt: skip
-    (folder / FLAT).parent.mkdir(parents=True)
-    (folder / FLAT).write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 
 def test_a_whole_run_reports_each_domain_and_each_domain_left_out(

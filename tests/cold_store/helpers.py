@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -11,6 +12,9 @@ import pyarrow.parquet as pq
 from benchmarks.cold_rows import DAY, chain_row, run_together
 from cold_store.publish import publish
 from cold_store.schemas import CHAINS
+
+if TYPE_CHECKING:
+    from tests.cold_store.backends import Backend
 
 __all__ = [
     "DAY",
@@ -65,3 +69,15 @@ def tear(path: Path) -> None:
     """Cut a file in half, as a crash during an in-place write would."""
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
+
+
+def run_writers(backend: Backend, workers: int, batches: int, size: int) -> list[list[str]]:
+    """Start ``workers`` writer processes on the backend's store, let them all go at
+    once, and return what each reported written."""
+    endpoint = backend.server.endpoint if backend.server is not None else "-"
+    args = [backend.location, endpoint]
+    commands = [
+        ["-m", "tests.cold_store.writer", *args, str(w), str(batches), str(size)]
+        for w in range(workers)
+    ]
+    return [json.loads(line)["written"] for line in run_together(commands, timeout=300)]

@@ -8,7 +8,6 @@ status checks and skipped by reads."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from cold_store import (
 )
 from cold_store.schemas import CHAINS
 from tests.cold_store.backends import Backend, garbage, torn
-from tests.cold_store.helpers import OTHER_DAY, chain_row, run_together
+from tests.cold_store.helpers import OTHER_DAY, chain_row, run_writers
 from tests.cold_store.writer import own_keys, shared_keys
 
 
@@ -275,18 +274,6 @@ def test_a_read_only_store_of_nothing_is_empty_and_creates_nothing(backend: Back
     with pytest.raises(RecordNotFound):
         reader.chains.get("c1")
     assert backend.data_files("chains") == []
-
-
-def run_writers(backend: Backend, workers: int, batches: int, size: int) -> list[list[str]]:
-    """Start ``workers`` writer processes on the backend's store, let them all go at
-    once, and return what each reported written."""
-    endpoint = backend.server.endpoint if backend.server is not None else "-"
-    args = [backend.location, endpoint]
-    commands = [
-        ["-m", "tests.cold_store.writer", *args, str(w), str(batches), str(size)]
-        for w in range(workers)
-    ]
-    return [json.loads(line)["written"] for line in run_together(commands, timeout=300)]
 
 
 def test_concurrent_writer_processes_lose_nothing(backend: Backend) -> None:

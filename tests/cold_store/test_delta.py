@@ -28,8 +28,7 @@ from cold_store.delta.append import FAILED_ATTEMPTS, NONCE
 from cold_store.delta.files import DataFiles
 from cold_store.schemas import CHAINS
 from tests.cold_store.backends import Backend, committed_rows, garbage
-from tests.cold_store.helpers import chain_row
-from tests.cold_store.test_contract import run_writers
+from tests.cold_store.helpers import chain_row, run_writers
 from tests.cold_store.writer import own_keys, shared_keys
 
 Commit = Callable[[pa.Table, list[str], str], None]

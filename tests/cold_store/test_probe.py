@@ -7,12 +7,9 @@ from __future__ import annotations
 import errno
 import os
 import socket
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 from unittest import mock
 
 import botocore.auth
@@ -29,43 +26,7 @@ from cold_store import (
     parse_location,
 )
 from cold_store.probe import probe_folder, signed_headers
-from tests.cold_store.backends import S3Server
-
-
-class FakeStore:
-    """An HTTP server answering every PUT with ``put_status`` (ignoring If-None-Match
-    when that is 200) and every other request with 204; records what it was asked."""
-
-    def __init__(self, put_status: int) -> None:
-        self.requests: list[tuple[str, str, str | None]] = []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_PUT(self) -> None:
-                length = int(self.headers.get("content-length", "0"))
-                self.rfile.read(length)
-                fake.requests.append(("PUT", self.path, self.headers.get("if-none-match")))
-                self.send_response(put_status)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def do_DELETE(self) -> None:
-                fake.requests.append(("DELETE", self.path, None))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+from tests.cold_store.backends import FakeStore, S3Server
 
 
 @pytest.fixture

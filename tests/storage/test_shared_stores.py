@@ -27,8 +27,7 @@ from sidecar.errors import (
 from sidecar.home import s3_options
 from sidecar.settings import Settings
 from sidecar.storage.postgres import PostgresDatabase
-from tests.cold_store.backends import ACCESS, REGION, S3Server
-from tests.cold_store.test_probe import FakeStore
+from tests.cold_store.backends import ACCESS, REGION, FakeStore, S3Server
 from tests.sidecar.helpers import abandoned
 
 SCRIPT = str(Path(sys.executable).with_name("sidecar"))
