@@ -85,12 +85,9 @@ def test_the_agents_ways_in_share_only_what_lives_beside_them(way_in: str, other
     assert {f: bad for f, bad in sideways.items() if bad} == {}
 
 
-MAX_TESTS_IMPORTING_TESTS = 4
-"""Test modules that still import another test module (its builders belong in
-``tests/support/``): the number only falls."""
-
-
 def test_tests_share_through_the_support_package() -> None:
+    """No test module imports another test module: what tests share lives in
+    ``tests/support/`` (or a helper module beside them, never a ``test_`` one)."""
     importing = sorted(
         str(f.relative_to(ROOT))
         for f in (ROOT / "tests").rglob("*.py")
@@ -101,4 +98,4 @@ def test_tests_share_through_the_support_package() -> None:
             for part in m.split(".")
         )
     )
-    assert len(importing) <= MAX_TESTS_IMPORTING_TESTS, importing
+    assert importing == []

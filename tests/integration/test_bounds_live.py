@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.test_trust_live import post, serving
-from tests.sidecar.test_quota import CATALOG, attack, catalog_session, tools_in
+from tests.support.live import post, serving
+from tests.support.quota import CATALOG, attack, catalog_session, tools_in
 from tests.support.tokens import TOKENS, tokens_file
 
 BUDGET = 60_000

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from tests.sidecar.helpers import abandoned, completed
+from tests.support.live import post, serving
 from tests.support.shop import exchange, good_session, lookup
 from tests.support.tokens import TOKENS, fabricated, tokens_file
 
@@ -33,45 +34,6 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path, dict[str, str]]]:
     home.mkdir()
     tokens_file(home / "tokens.json")
     yield from serving(home)
-
-
-def serving(
-    home: Path, settings: dict[str, str] | None = None
-) -> Iterator[tuple[str, Path, dict[str, str]]]:
-    """``sidecar serve`` on ``home`` (its tokens file written) with ``settings`` (more
-    ``SIDECAR_*`` variables), until the caller is done."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
-    env |= {"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": "hashing", **(settings or {})}
-    env["SIDECAR_MODEL_CACHE"] = os.environ["SIDECAR_MODEL_CACHE"]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [str(BIN / "sidecar"), "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline
-            try:
-                if httpx.get(f"{url}/livez", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        yield url, home, env
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-
-
-def post(url: str, token: str, path: str, body: Any) -> httpx.Response:
-    return httpx.post(
-        f"{url}{path}", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=60
-    )
 
 
 def decision(url: str, token: str) -> str:

@@ -5,11 +5,8 @@ trusted sources and operators keep working as they did."""
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -17,46 +14,9 @@ from starlette.testclient import TestClient
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.errors import RateLimited
+from tests.support.quota import CATALOG, attack, catalog_session, ghost_steps, tools_in
 from tests.support.shop import good_session
 from tests.support.tokens import OPERATOR, TOKENS, post, tokens_file
-
-CATALOG = {"get_order", "exchange_items"}
-
-
-def ghost_steps(n: int, count: int, failing: bool) -> list[dict[str, Any]]:
-    """``count`` calls of tools no catalog holds, every other one refused by a business
-    rule when ``failing``."""
-    steps = []
-    for i in range(count):
-        tool = f"ghost_{n}_{i}"
-        refused = failing and i % 2 == 1
-        steps.append({"tool": tool, "arguments": {"id": f"x{n}-{i}", "n": i},
-                      "output": None if refused else {"id": f"x{n}-{i}", "status": "ok"},
-                      "error": f"Error: invalid id x{n}-{i}" if refused else None})  # fmt: skip
-    return steps
-
-
-def attack(n: int, count: int = 120) -> dict[str, Any]:
-    """A session of made-up tools around one call of the catalog's ``get_order``."""
-    completed = n % 2 == 0
-    order = {"tool": "get_order", "arguments": {"order_id": f"#G{n}"},
-             "output": {"order_id": f"#G{n}", "status": "delivered"}, "error": None}  # fmt: skip
-    return {
-        "steps": [*ghost_steps(n, count, not completed), order],
-        "outcome": "completed" if completed else "abandoned",
-        "session_id": f"attack-{n}",
-        "task_input": f"please do thing number {n}",
-    }
-
-
-def catalog_session(n: int) -> dict[str, Any]:
-    steps = []
-    for i in range(20):
-        order = f"#F{n}-{i}"
-        arguments = {"order_id": order, "note": "n" * 200}
-        output = {"order_id": order, "status": "delivered"}
-        steps.append({"tool": "get_order", "arguments": arguments, "output": output, "error": None})
-    return {"steps": steps, "outcome": "completed", "session_id": f"flood-{n}"}
 
 
 @pytest.fixture
@@ -69,25 +29,6 @@ def sc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sidecar]:
         s.add_tools([Tool("get_order", "look up an order"), Tool("exchange_items", "exchange")])
         s.report_many([good_session(n) for n in range(5)])
         yield s
-
-
-def tools_in(home: Path) -> dict[str, set[str]]:
-    """The tools each per-tool table of the state names."""
-    db = sqlite3.connect(home / "state.sqlite")
-    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    out = {}
-    for table in ("tool_successes", "completed_tools"):
-        out[table] = {r[0] for r in db.execute(f"SELECT DISTINCT tool_id FROM {table}")}
-    out["conditions"] = {r[0] for r in db.execute("SELECT DISTINCT tool FROM conditions")}
-    out["sightings"] = {
-        t for (topology,) in db.execute("SELECT topology FROM sighting_sessions")
-        for t in json.loads(topology)
-    }  # fmt: skip
-    for table in ("usage_requests", "usage_request_counts"):
-        if table in tables:
-            out["usage"] = {r[0] for r in db.execute(f"SELECT DISTINCT tool_id FROM {table}")}
-    db.close()
-    return out
 
 
 def test_an_agents_steps_on_tools_in_no_catalog_grow_no_per_tool_state(sc: Sidecar) -> None:

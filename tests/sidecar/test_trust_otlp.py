@@ -19,7 +19,7 @@ from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.errors import ConfigError
 from sidecar.trust.principals import Principals, check_source
-from tests.sidecar.test_trust_rules import post_traces, settle, traces
+from tests.support.otlp import post_traces, settle, traces
 from tests.support.shop import good_session
 from tests.support.tokens import OPERATOR, TOKENS, fabricated, post, tokens_file, verdict
 

@@ -5,11 +5,9 @@ the attacker undoes what it caused."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -18,9 +16,9 @@ from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.model import CredentialRef
 from sidecar.shells.api import create_app
-from tests.agents.otlp.bodies import agent_turn, request, trace_id
 from tests.sidecar.helpers import abandoned, completed
-from tests.support.shop import REFUSAL, exchange, good_session, lookup
+from tests.support.otlp import post_traces, settle, traces
+from tests.support.shop import exchange, good_session, lookup
 from tests.support.tokens import OPERATOR, TOKENS, fabricated, post, tokens_file, verdict
 
 FATAL = ["search_api", "html_parser", "llm_extractor"]
@@ -46,33 +44,6 @@ def served(tmp_path: Path) -> Iterator[tuple[Sidecar, TestClient]]:
         sc.report_many([good_session(n) for n in range(20)])  # the operator's own evidence
         with TestClient(create_app(sc, OPERATOR), base_url="http://127.0.0.1") as client:
             yield sc, client
-
-
-def traces(who: str, n: int) -> dict[str, Any]:
-    """A failing exchange of a pending order as one agent turn, sent as OTLP/JSON."""
-    order = f"#{who[0].upper()}{7000 + n}"
-    calls = [
-        {"tool": "get_order", "arguments": {"order_id": order},
-         "result": {"order_id": order, "status": "pending", "items": ["i0"]}},
-        {"tool": "exchange_items", "arguments": {"order_id": order, "item_ids": ["i1"]},
-         "error": REFUSAL},
-    ]  # fmt: skip
-    return request(agent_turn(trace_id(n + (0 if who == "alice" else 500)), None, calls))
-
-
-def post_traces(client: TestClient, token: str, body: dict[str, Any]) -> int:
-    answer = client.post(
-        "/v1/traces",
-        content=json.dumps(body),
-        headers={"Authorization": f"Bearer {token}", "content-type": "application/json"},
-    )
-    return answer.status_code
-
-
-def settle(sc: Sidecar, client: TestClient) -> None:
-    """Close every open trace now and deliver its sessions (as the sweep would)."""
-    assembler = client.app.api.state.traces  # type: ignore[attr-defined]
-    assembler.deliver(assembler.flush())
 
 
 def test_otlp_traces_teach_as_the_token_that_sent_them(

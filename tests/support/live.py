@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -71,3 +74,42 @@ class Server:
         self.proc.wait(timeout=30)
         self._stderr.close()
         return self.stderr_path.read_text()
+
+
+def serving(
+    home: Path, settings: dict[str, str] | None = None
+) -> Iterator[tuple[str, Path, dict[str, str]]]:
+    """``sidecar serve`` on ``home`` (its tokens file written) with ``settings`` (more
+    ``SIDECAR_*`` variables), until the caller is done."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    env |= {"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": "hashing", **(settings or {})}
+    env["SIDECAR_MODEL_CACHE"] = os.environ["SIDECAR_MODEL_CACHE"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [SCRIPT, "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline
+            try:
+                if httpx.get(f"{url}/livez", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        yield url, home, env
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def post(url: str, token: str, path: str, body: Any) -> httpx.Response:
+    return httpx.post(
+        f"{url}{path}", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=60
+    )

@@ -9,7 +9,6 @@ of its session, and never reports a call it could not tie to anything."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,61 +22,24 @@ from sidecar.agents.gateway import build_gateway
 from sidecar.agents.gateway.answers import WARNING_PREFIX, WARNINGS_META_KEY
 from sidecar.agents.gateway.library import LibraryBackend
 from tests.agents.gateway.conftest import TOKEN, eventually, serving, shop_stdio, text_of
+from tests.agents.gateway.stateless_client import call, root_span
 
 pytestmark = pytest.mark.integration
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
-@contextlib.asynccontextmanager
-async def _client(url: str, headers: dict[str, str] | None = None) -> AsyncIterator[Any]:
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}", **(headers or {})})
-    async with (
-        http,
-        streamable_http_client(url, http_client=http) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
-
-
 Traced = Literal["no", "task", "call"]
 """What trace context a client's calls carry: none; one trace per task (an agent span
 around it); a trace of its own for each call (OpenTelemetry set up, no span around the
 task: the ``mcp`` client's span of each request is a root)."""
-_TRACER: Any = None
-
-
-def _span(name: str) -> contextlib.AbstractContextManager[Any]:
-    """A root span of a tracer of this module's own (no global provider: the ``mcp``
-    client propagates the current context, whichever provider made it)."""
-    global _TRACER
-    if _TRACER is None:
-        from opentelemetry.sdk.trace import TracerProvider
-
-        _TRACER = TracerProvider().get_tracer("agent")
-    return _TRACER.start_as_current_span(name)  # type: ignore[no-any-return]
-
-
-async def call(url: str, tool: str, arguments: dict[str, Any], **kw: Any) -> Any:
-    """One call in an MCP session of its own, as a stateless client makes it (in a
-    trace of its own, with ``traced="call"``)."""
-    headers = kw.pop("headers", None)
-    traced = kw.pop("traced", "no")
-    with _span(f"call {tool}") if traced == "call" else contextlib.nullcontext():
-        async with _client(url, headers) as session:
-            return await session.call_tool(tool, arguments, **kw)
 
 
 async def task(
     url: str, order: str, outcome: bool = True, traced: Traced = "no"
 ) -> tuple[Any, Any, Any]:
     """Look the order up, exchange its shirt, say how it ended: three sessions."""
-    with _span("invoke_agent shop") if traced == "task" else contextlib.nullcontext():
+    with root_span("invoke_agent shop") if traced == "task" else contextlib.nullcontext():
         looked = await call(url, "get_order", {"order_id": order}, traced=traced)
         tried = await call(
             url, "exchange", {"order_id": order, "item": "blue shirt"}, traced=traced

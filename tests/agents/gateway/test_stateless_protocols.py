@@ -30,7 +30,7 @@ from sidecar.agents.gateway.answers import WARNING_PREFIX, WARNINGS_META_KEY
 from sidecar.agents.gateway.library import LibraryBackend
 from sidecar.agents.gateway.server import Gateway
 from tests.agents.gateway.conftest import TOKEN, eventually, serving, shop_stdio, text_of
-from tests.agents.gateway.test_stateless import call
+from tests.agents.gateway.stateless_client import call
 
 pytestmark = pytest.mark.integration
 

@@ -9,46 +9,9 @@ import json
 from typing import Any
 
 import httpx
-from opentelemetry.trace import Status, StatusCode
 
+from tests.agents.otlp.agent_runs import agent_run
 from tests.agents.otlp.conftest import Collector, eventually, local_tracer, otlp_json
-
-
-def _agent_run(tracer: Any, order: str, scheme: str = "gen_ai") -> None:
-    """One agent run: a root span around two tool spans, the second failing."""
-    with tracer.start_as_current_span("invoke_agent shop-assistant"):
-        with tracer.start_as_current_span("execute_tool get_order") as span:
-            _tool_attributes(span, scheme, "get_order", {"order_id": order})
-            _result(span, scheme, {"order_id": order, "status": "pending"})
-        with tracer.start_as_current_span("execute_tool exchange") as span:
-            _tool_attributes(span, scheme, "exchange", {"order_id": order, "item": "hat"})
-            span.set_attribute("error.type", "ToolError")
-            span.set_status(Status(StatusCode.ERROR, "Non-delivered order cannot be exchanged"))
-
-
-def _tool_attributes(span: Any, scheme: str, name: str, arguments: dict[str, Any]) -> None:
-    if scheme == "gen_ai":
-        span.set_attribute("gen_ai.operation.name", "execute_tool")
-        span.set_attribute("gen_ai.tool.name", name)
-        span.set_attribute("gen_ai.tool.call.id", f"call-{name}")
-        span.set_attribute("gen_ai.tool.call.arguments", json.dumps(arguments))
-    elif scheme == "openinference":
-        span.set_attribute("openinference.span.kind", "TOOL")
-        span.set_attribute("tool.name", name)
-        span.set_attribute("input.value", json.dumps(arguments))
-    else:
-        span.set_attribute("traceloop.span.kind", "tool")
-        span.set_attribute("traceloop.entity.name", name)
-        span.set_attribute("traceloop.entity.input", json.dumps({"args": [], "kwargs": arguments}))
-
-
-def _result(span: Any, scheme: str, result: dict[str, Any]) -> None:
-    key = {
-        "gen_ai": "gen_ai.tool.call.result",
-        "openinference": "output.value",
-        "openllmetry": "traceloop.entity.output",
-    }[scheme]
-    span.set_attribute(key, json.dumps(result))
 
 
 def _exporter(collector: Collector) -> Any:
@@ -61,7 +24,7 @@ def test_sdk_exporter_children_before_their_root(collector: Collector) -> None:
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     tracer, memory = local_tracer()
-    _agent_run(tracer, "#W1")
+    agent_run(tracer, "#W1")
     looked, failed, root = memory.get_finished_spans()
     exporter = _exporter(collector)
     assert exporter.export([failed]) == SpanExportResult.SUCCESS  # the last child first
@@ -80,8 +43,8 @@ def test_sdk_exporter_children_before_their_root(collector: Collector) -> None:
 
 def test_json_bodies_of_other_schemes_with_a_rejected_span(collector: Collector) -> None:
     tracer, memory = local_tracer()
-    _agent_run(tracer, "#W2", scheme="openinference")
-    _agent_run(tracer, "#W3", scheme="openllmetry")
+    agent_run(tracer, "#W2", scheme="openinference")
+    agent_run(tracer, "#W3", scheme="openllmetry")
     document = otlp_json(memory.get_finished_spans())
     spans = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
     spans.append({**spans[0], "traceId": "not-hex", "spanId": "00f067aa0ba902b7"})
@@ -99,7 +62,7 @@ def test_json_bodies_of_other_schemes_with_a_rejected_span(collector: Collector)
 
 def test_gzip_json_body(collector: Collector) -> None:
     tracer, memory = local_tracer()
-    _agent_run(tracer, "#W1")
+    agent_run(tracer, "#W1")
     body = gzip.compress(json.dumps(otlp_json(memory.get_finished_spans())).encode())
     answer = httpx.post(
         collector.url,
@@ -114,7 +77,7 @@ def test_malformed_bodies_are_refused_and_lose_nothing_accepted(collector: Colle
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     tracer, memory = local_tracer()
-    _agent_run(tracer, "#W1")
+    agent_run(tracer, "#W1")
     looked, failed, root = memory.get_finished_spans()
     protobuf = {"Content-Type": "application/x-protobuf"}
     first = httpx.post(

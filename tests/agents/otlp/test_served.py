@@ -14,8 +14,8 @@ import pytest
 from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.errors import NotFound
+from tests.agents.otlp.agent_runs import agent_run
 from tests.agents.otlp.conftest import TOKEN, eventually, local_tracer
-from tests.agents.otlp.test_intake import _agent_run
 from tests.serving import serving
 
 # real servers and subprocesses: the slow suite, not `make test-fast`
@@ -52,7 +52,7 @@ def test_exported_spans_teach_the_library(served: tuple[str, Sidecar]) -> None:
     sc.report_many([delivered_session(n) for n in range(10)])
     tracer, memory = local_tracer()
     for order in ("#W1", "#W2", "#W5"):
-        _agent_run(tracer, order)
+        agent_run(tracer, order)
     spans = list(memory.get_finished_spans())
     assert _exporter(url, None).export(spans) == SpanExportResult.FAILURE  # 401
     assert _exporter(url, TOKEN).export(spans[::-1]) == SpanExportResult.SUCCESS  # any order
@@ -101,7 +101,7 @@ def test_a_session_still_open_when_the_server_stops_is_reported(tmp_path: Path) 
 
         sc.report_many = spy  # type: ignore[method-assign]
         tracer, memory = local_tracer()
-        _agent_run(tracer, "#W3")
+        agent_run(tracer, "#W3")
         tools_only = [s for s in memory.get_finished_spans() if s.parent is not None]
         assert len(tools_only) == 2
         with serving(sc, TOKEN) as url:
