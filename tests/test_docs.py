@@ -17,6 +17,7 @@ PATH = re.compile(r"`([A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)+/?)`")
 FILE_ENDINGS = (".py", ".md", ".toml", ".txt", ".json", ".jsonl", ".sh", ".yaml", ".yml")
 BASES = (ROOT, ROOT / "sidecar")
 NOT_IN_THE_REPOSITORY = (
+    "../",  # beside the repository (the shared datasets), not in it
     "cold/",  # inside a home: where an evicted tool's record moves
     "benchmarks/results/",  # what the benchmarks write (git ignores it)
     "build/",  # what the image build writes (git ignores it)
