@@ -18,8 +18,9 @@ from tests.cold_store.helpers import chain_row
 
 FAULTS = {
     # every step of a commit
-    # a delay on half the requests: with a fifth, the 16 or so log entries' puts of a run
-    # all went through unharmed about once in 200 runs, and the run tested nothing there
+    # a delay on half the requests: with a fifth, a request went through unharmed with
+    # chance 0.72, so the 16 or so log entries' puts of a run all did about once in 200
+    # runs (0.72 ** 16), and one such run failed here
     "everywhere": FaultSpec(seed=11, delay=0.5, max_delay_s=0.05, fail=0.05, lose_reply=0.05),
     # the log entry's put, where an attempt's outcome is left open
     "log entry": FaultSpec(seed=12, fail=0.2, lose_reply=0.3, only="log write"),
