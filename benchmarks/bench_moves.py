@@ -42,8 +42,8 @@ STEPS: tuple[tuple[str, str, str], ...] = (
     # (module, class.attribute, step): the innermost one entered names a round trip;
     # the library before and after the batching (one of each pair may be absent)
     ("sidecar.recovery", "Recovery.moves_ready", "before: unfinished moves?"),
-    ("sidecar.storage.pglock", "PgLock.acquire", "lock"),
-    ("sidecar.storage.pglock", "PgLock.release", "lock"),
+    ("sidecar.storage.backends.pglock", "PgLock.acquire", "lock"),
+    ("sidecar.storage.backends.pglock", "PgLock.release", "lock"),
     ("sidecar.lock", "WriterLock.acquire", "lock"),
     ("sidecar.lock", "WriterLock.release", "lock"),
     ("sidecar.eviction.engine", "Evictor._recover_locked", "recover?"),
@@ -204,7 +204,7 @@ def instrumented(probe: Probe) -> Iterator[None]:
     import httpx
     import psycopg
 
-    from sidecar.storage.sqlite import SqliteDatabase
+    from sidecar.storage.backends.sqlite import SqliteDatabase
 
     with contextlib.ExitStack() as stack:
         _patch(stack, psycopg.Cursor, "execute", _timed(probe, "PG statement"))

@@ -84,7 +84,7 @@ def profile(rounds: int = 2_000, seed: int = 7) -> dict[str, Any]:
     from benchmarks.pgserver import PostgresServer
     from indexes import HashingEmbedder
     from sidecar import Sidecar
-    from sidecar.storage.postgres import PostgresDatabase
+    from sidecar.storage.backends.postgres import PostgresDatabase
     from sidecar.storage.revisions import COUNTERS
 
     server = PostgresServer().start()
@@ -165,7 +165,7 @@ def profile(rounds: int = 2_000, seed: int = 7) -> dict[str, Any]:
 
 LEASE_HOLDER = """
 import sys, time
-from sidecar.storage.postgres import PostgresDatabase
+from sidecar.storage.backends.postgres import PostgresDatabase
 db = PostgresDatabase(sys.argv[1], revision_lease_s=float(sys.argv[2]))
 while db.change_token() is None:
     time.sleep(0.01)
@@ -188,7 +188,7 @@ def writes(rounds: int = 500, lease_ms: float = 2000.0) -> dict[str, Any]:
     import sys
 
     from benchmarks.pgserver import PostgresServer
-    from sidecar.storage.postgres import PostgresDatabase
+    from sidecar.storage.backends.postgres import PostgresDatabase
     from sidecar.storage.state import SCHEMAS
 
     server = PostgresServer().start()

@@ -34,9 +34,9 @@ from typing import Any
 from benchmarks.common import machine, md_table, md_targets, progress, quick_main, ratio, target
 from benchmarks.pgserver import PostgresServer
 from sidecar.storage import Connection, Database
+from sidecar.storage.backends.postgres import PostgresDatabase
+from sidecar.storage.backends.sqlite import SqliteDatabase
 from sidecar.storage.base import Concern
-from sidecar.storage.postgres import PostgresDatabase
-from sidecar.storage.sqlite import SqliteDatabase
 
 DDL = "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);"
 

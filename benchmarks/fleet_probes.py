@@ -7,7 +7,7 @@ time, so that what other work on the shared cores took shows as the remainder.
 
 :class:`LockProbe` asks PostgreSQL every :data:`LOCK_SAMPLE_S` which of the state's
 advisory locks are held and how many transactions wait for each (:data:`WATCHED`: the
-write locks of :mod:`sidecar.storage.postgres`, those of a library from before they
+write locks of :mod:`sidecar.storage.backends.postgres`, those of a library from before they
 were split included, and the group publisher's), and how many cold records wait to be
 published: the share of samples that saw a lock held is its utilisation.
 """

@@ -116,7 +116,7 @@ def _database(
     """The backend ``settings`` name, connected; nothing of the schema done yet.
     ``migrate=False``: a writable open runs no DDL of the backend's own either."""
     if settings.database_url is not None:
-        from sidecar.storage.postgres import PostgresDatabase
+        from sidecar.storage.backends.postgres import PostgresDatabase
 
         return PostgresDatabase(
             settings.database_url,
@@ -125,7 +125,7 @@ def _database(
             revision_lease_s=settings.revision_lease_ms / 1000,
             migrate=migrate,
         )
-    from sidecar.storage.sqlite import SqliteDatabase
+    from sidecar.storage.backends.sqlite import SqliteDatabase
 
     return SqliteDatabase(settings.state_path, writable, no_writer)
 

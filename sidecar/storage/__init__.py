@@ -1,8 +1,10 @@
-"""Where the sidecar's state lives, behind one small interface (:mod:`.base`).
+"""Where the sidecar's state lives, behind one small interface (:mod:`.base`): one
+repository per concept (its tables and statements) in this package, the databases in
+:mod:`.backends`:
 
-- :mod:`.sqlite`: the embedded default, one SQLite file under the home;
-- :mod:`.postgres`: shared state in PostgreSQL (``SIDECAR_DATABASE_URL``), for several
-  sidecars on one memory.
+- :mod:`.backends.sqlite`: the embedded default, one SQLite file under the home;
+- :mod:`.backends.postgres`: shared state in PostgreSQL (``SIDECAR_DATABASE_URL``), for
+  several sidecars on one memory.
 
 The backend is chosen in one place, where a home opens its stores
 (:func:`sidecar.home.open_state`); every other module sees only a

@@ -7,7 +7,7 @@ table (``SET n = t.n + 1``: PostgreSQL finds a bare ``n`` ambiguous) and never a
 ``INSERT OR REPLACE``, column
 types in capitals (``TEXT``, ``INTEGER``, ``REAL``) with names in lower case, and no
 engine's own functions or hidden columns (``rowid``, ``sqlite_master``, PRAGMAs).  A
-backend translates what its engine spells differently (:mod:`sidecar.storage.postgres`).
+backend translates what its engine spells differently (:mod:`sidecar.storage.backends.postgres`).
 
 A :class:`Database` answers reads with :meth:`~Database.execute` and groups writes in
 :meth:`~Database.tx`, a write transaction that excludes every other writer of the same

@@ -48,7 +48,7 @@ def test_a_step_saturates_on_throughput_latency_or_errors() -> None:
 
 
 def test_the_lock_probe_watches_the_key_the_state_locks() -> None:
-    from sidecar.storage.postgres import PostgresDatabase
+    from sidecar.storage.backends.postgres import PostgresDatabase
 
     db = SimpleNamespace(schema="m_abc")
     for name in WATCHED:

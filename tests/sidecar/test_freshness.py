@@ -17,10 +17,10 @@ from psycopg import pq
 from benchmarks.pgserver import PostgresServer
 from indexes import HashingEmbedder
 from sidecar import Sidecar
+from sidecar.storage.backends.postgres import PostgresDatabase
+from sidecar.storage.backends.sqlite import SqliteDatabase
 from sidecar.storage.base import Database, Row
-from sidecar.storage.postgres import PostgresDatabase
 from sidecar.storage.revisions import RevisionRepository, Revisions
-from sidecar.storage.sqlite import SqliteDatabase
 from tests.support.shop import failing_session, good_session, lookup
 
 SUCCESSES = 20

@@ -10,8 +10,8 @@ import pytest
 
 from benchmarks.pgserver import PostgresServer
 from sidecar.storage import Database
-from sidecar.storage.postgres import PostgresDatabase
-from sidecar.storage.sqlite import SqliteDatabase
+from sidecar.storage.backends.postgres import PostgresDatabase
+from sidecar.storage.backends.sqlite import SqliteDatabase
 
 Opener = Callable[..., Database]
 

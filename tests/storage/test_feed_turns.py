@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.storage import pgfeed
-from sidecar.storage.pgfeed import ChangeFeed, OwnWrites
+from sidecar.storage.backends import pgfeed
+from sidecar.storage.backends.pgfeed import ChangeFeed, OwnWrites
 
 
 class _Recorded:

@@ -20,9 +20,9 @@ from sidecar import Sidecar
 from sidecar.errors import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
 from sidecar.home import SCHEMAS, table_digest
 from sidecar.model import CredentialRef, Tool
+from sidecar.storage.backends.postgres import PostgresDatabase
+from sidecar.storage.backends.sqlite import SqliteDatabase
 from sidecar.storage.copy import counts, tables_of
-from sidecar.storage.postgres import PostgresDatabase
-from sidecar.storage.sqlite import SqliteDatabase
 from tests.sidecar.helpers import abandoned
 from tests.support.shop import lookup, teach
 

@@ -16,9 +16,9 @@ import psycopg
 import pytest
 
 from benchmarks.pgserver import PostgresServer
+from sidecar.storage.backends.pgfeed import UNSEEN
+from sidecar.storage.backends.postgres import PostgresDatabase
 from sidecar.storage.base import DatabaseError
-from sidecar.storage.pgfeed import UNSEEN
-from sidecar.storage.postgres import PostgresDatabase
 from sidecar.storage.state import SCHEMAS, State
 
 pytestmark = pytest.mark.integration
@@ -30,8 +30,8 @@ BUMP = (
 WRITER = f"""
 import sys
 from sidecar.storage.base import DatabaseError
-from sidecar.storage.pgfeed import UNSEEN
-from sidecar.storage.postgres import PostgresDatabase
+from sidecar.storage.backends.pgfeed import UNSEEN
+from sidecar.storage.backends.postgres import PostgresDatabase
 db = PostgresDatabase(sys.argv[1])
 with db.tx() as tx:
     tx.execute({BUMP!r})
@@ -170,8 +170,8 @@ def test_a_write_made_while_the_listener_was_away_is_not_waited_on_for_ever(
 REPLICA = f"""
 import sys, time
 from sidecar.storage.base import DatabaseError
-from sidecar.storage.pgfeed import UNSEEN
-from sidecar.storage.postgres import PostgresDatabase
+from sidecar.storage.backends.pgfeed import UNSEEN
+from sidecar.storage.backends.postgres import PostgresDatabase
 db = PostgresDatabase(sys.argv[1], revision_lease_s={LEASE_S})
 while db.change_token() is None:
     time.sleep(0.01)

@@ -29,7 +29,7 @@ from sidecar.errors import (
 )
 from sidecar.home import SCHEMAS, migrate_schema, schema_pending
 from sidecar.settings import Settings
-from sidecar.storage.postgres import PostgresDatabase
+from sidecar.storage.backends.postgres import PostgresDatabase
 from sidecar.storage.schema import SCHEMA, created_tables, latest
 from sidecar.storage.state import MIGRATIONS
 from tests.sidecar.helpers import abandoned

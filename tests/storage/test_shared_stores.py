@@ -26,7 +26,7 @@ from sidecar.errors import (
 )
 from sidecar.home import s3_options
 from sidecar.settings import Settings
-from sidecar.storage.postgres import PostgresDatabase
+from sidecar.storage.backends.postgres import PostgresDatabase
 from tests.cold_store.backends import ACCESS, REGION, FakeStore, S3Server
 from tests.sidecar.helpers import abandoned
 
@@ -216,7 +216,7 @@ def test_a_revision_cache_follows_writes_at_once_here_and_by_notification_elsewh
 ) -> None:
     import psycopg
 
-    from sidecar.storage import postgres
+    from sidecar.storage.backends import postgres
     from sidecar.storage.state import SCHEMAS, State
 
     clock = [1000.0]

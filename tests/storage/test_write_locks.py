@@ -1,4 +1,4 @@
-"""The write locks and their order (:mod:`sidecar.storage.postgres`): writes of one
+"""The write locks and their order (:mod:`sidecar.storage.backends.postgres`): writes of one
 concern take turns across processes, writes of different concerns overlap on
 PostgreSQL, a write naming no concern excludes every other, and write ids, notifications
 and commits follow one order whichever concern commits first.  SQLite keeps one writer
@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from benchmarks.pgserver import PostgresServer
+from sidecar.storage.backends.postgres import PostgresDatabase
 from sidecar.storage.base import CONCERNS, Concern, Database
-from sidecar.storage.postgres import PostgresDatabase
 from tests.storage.conftest import Opener
 
 DDL = "CREATE TABLE IF NOT EXISTS marks (name TEXT PRIMARY KEY, n INTEGER NOT NULL);"

@@ -5,7 +5,7 @@ in the connection's current schema (``?options=-csearch_path%3Dname`` picks anot
 several deployments may share one database, each in its own schema; every lock below is
 keyed by the schema too.
 
-**Translation** (:mod:`sidecar.storage.pgsql`). The modules write SQL once, in the
+**Translation** (:mod:`sidecar.storage.backends.pgsql`). The modules write SQL once, in the
 dialect SQLite and PostgreSQL share (see :mod:`sidecar.storage.base`); this backend
 rewrites, once per statement text: ``?`` placeholders to ``%s`` (and ``%`` to ``%%``),
 ``INSERT OR IGNORE INTO ...`` to ``INSERT INTO ... ON CONFLICT DO NOTHING``, and in
@@ -24,7 +24,7 @@ in a circle:
    first statement;
 2. once its body is done, the *commit* lock, held until it commits: under it the write
    takes its id from the ``feed_writes`` counter, notifies the change feed and counts
-   the leases (:mod:`sidecar.storage.pgfeed`), so ids, notifications and commits follow
+   the leases (:mod:`sidecar.storage.backends.pgfeed`), so ids, notifications and commits follow
    one order.  A lease is taken under this lock alone.
 
 So writes of one concern run one at a time across every process, as SQLite's ``BEGIN
@@ -49,7 +49,7 @@ per eviction cost more than the eviction's other round trips to the state).
 channel at commit with its write id; a process that caches listens on a
 connection of its own and, by default, holds a lease that every write of another
 process waits on, after its commit, until the process has heard of it
-(:mod:`sidecar.storage.pgfeed`).
+(:mod:`sidecar.storage.backends.pgfeed`).
 
 **Poolers.**  Session advisory locks and ``LISTEN`` belong to one server session, so a
 pooler that hands a client connection a different server session per transaction
@@ -80,17 +80,8 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sidecar.errors import UnsafeStorage
-from sidecar.storage import pgread
-from sidecar.storage.base import (
-    CONCERNS,
-    Concern,
-    Connection,
-    Database,
-    DatabaseError,
-    Row,
-    statements,
-)
-from sidecar.storage.pgfeed import (
+from sidecar.storage.backends import pgread
+from sidecar.storage.backends.pgfeed import (
     LEASES_DDL,
     LIVE_LEASES,
     NEXT_WRITE,
@@ -102,8 +93,17 @@ from sidecar.storage.pgfeed import (
     read_committed,
     wait_seen,
 )
-from sidecar.storage.pglock import PgLock
-from sidecar.storage.pgsql import display, failure, safe, translate
+from sidecar.storage.backends.pglock import PgLock
+from sidecar.storage.backends.pgsql import display, failure, safe, translate
+from sidecar.storage.base import (
+    CONCERNS,
+    Concern,
+    Connection,
+    Database,
+    DatabaseError,
+    Row,
+    statements,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -346,7 +346,7 @@ class PostgresDatabase(Database):
     overlaps_reads: ClassVar[bool] = True
 
     def begin_read(self, sql: str) -> Callable[[], list[Row]]:
-        """One round trip and no more (see :mod:`sidecar.storage.pgread`): sent now, its
+        """One round trip and no more (see :mod:`sidecar.storage.backends.pgread`): sent now, its
         answer awaited when the caller asks for it."""
         if getattr(self._local, "conn", None) is not None:
             return super().begin_read(sql)  # inside this thread's write transaction

@@ -1,5 +1,5 @@
 """The common dialect as PostgreSQL spells it, and psycopg's errors and URLs as the
-sidecar shows them (see :mod:`sidecar.storage.postgres`, *Translation*)."""
+sidecar shows them (see :mod:`sidecar.storage.backends.postgres`, *Translation*)."""
 
 from __future__ import annotations
 

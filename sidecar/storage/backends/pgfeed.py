@@ -7,7 +7,7 @@ every write acknowledged before its request.
 process, an expiry on the database's clock, and the last write it has *seen* (the id
 each write transaction takes from the ``feed_writes`` counter and sends as its
 notification's payload).  Each write transaction, under the state's commit lock (the
-last lock a write takes, held until it commits: :mod:`sidecar.storage.postgres`), takes
+last lock a write takes, held until it commits: :mod:`sidecar.storage.backends.postgres`), takes
 its id and counts the live leases of other processes, so ids, notifications and commits
 come in one order however many writes run at once; after it commits and before it
 returns, it waits until each of them has seen it or expired (:func:`wait_seen`).  The

@@ -1,7 +1,7 @@
 """A session advisory lock of a PostgreSQL state, for singleton work (an eviction, a
 revocation run, the group publisher): held on a connection of its own for as long as
 the work runs, freed by the server when its holder's connection ends (a killed process
-included); see :mod:`sidecar.storage.postgres`."""
+included); see :mod:`sidecar.storage.backends.postgres`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sidecar.errors import Busy
+from sidecar.storage.backends.pgsql import failure
 from sidecar.storage.base import DatabaseError, Row
-from sidecar.storage.pgsql import failure
 
 if TYPE_CHECKING:
     import psycopg
@@ -54,7 +54,8 @@ class LockHost(Protocol):
 
 
 class PgLock:
-    """A session advisory lock on a connection of its own (see :mod:`sidecar.storage.postgres`)."""
+    """A session advisory lock on a connection of its own (see
+    :mod:`sidecar.storage.backends.postgres`)."""
 
     def __init__(self, db: LockHost, name: str, purpose: str) -> None:
         self._db = db

@@ -4,7 +4,7 @@ an Execute through libpq itself (no cursor, no parameters to adapt), its answer 
 on the socket (other threads run meanwhile) and read as text.
 
 Sending and waiting are split so that the caller works while the read travels
-(:meth:`~sidecar.storage.postgres.PostgresDatabase.begin_read`).  Both raise psycopg's
+(:meth:`~sidecar.storage.backends.postgres.PostgresDatabase.begin_read`).  Both raise psycopg's
 errors; the database maps them to its own.
 """
 
