@@ -58,7 +58,8 @@ class RequestSample:
         """Count ``sessions`` of ``source`` for the request; returns whether the request
         is kept and the hex key of the one it pushed out ("" for none)."""
         at = int(np.searchsorted(self.keys, key))
-        if at < len(self.keys) and self.keys[at] == key:
+        # a key read back from the array has lost its trailing zero bytes (``KEY``)
+        if at < len(self.keys) and self.keys[at] == key.rstrip(b"\0"):
             self._count(key, source, sessions)
             return True, ""
         if len(self.keys) == self.size and at == self.size:

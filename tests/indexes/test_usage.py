@@ -374,3 +374,22 @@ def test_usage_raises_a_tool_for_a_paraphrase_of_its_requests_only(minilm: MiniL
         "Summarise this PDF report in five bullet points",
     ):
         assert boost(unrelated) == 0.0
+
+
+def test_a_request_whose_key_ends_in_a_zero_byte_is_counted_as_one_request() -> None:
+    """The sample keeps keys as 16-byte strings, which numpy reads back without their
+    trailing zero bytes: a request whose key ends in one, seen again, is still the same
+    request (found by the property test above: 2 requests one by one, 1 counted)."""
+    from indexes.usage import request_key
+
+    vector = next(
+        v for i in range(1, 10_000) if request_key(unit(v := vec(1.0, i / 1000))).endswith("00")
+    )
+    one_by_one = UsageIndex(DIM, trusted={"gateway"}, memory=3, preselect=2)
+    counted = UsageIndex(DIM, trusted={"gateway"}, memory=3, preselect=2)
+    e = Evidence("a", "s1", "k1", vector, False)
+    one_by_one.add(e)
+    one_by_one.add(e)
+    counted.add(e, sessions=2)
+    assert one_by_one.stats()["requests"] == counted.stats()["requests"] == 1
+    assert_same(one_by_one, counted)
