@@ -29,7 +29,7 @@ import functools
 import json
 import re
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -296,11 +296,10 @@ class PresentingStream:
         return await self._inner.__aexit__(*exc)
 
 
-def present_http_responses(session_manager: Any) -> bool:
-    """Make every session of ``session_manager`` (streamable HTTP) write its large
-    responses through :class:`PresentingStream`.  Returns whether it could: the hook is
-    the SDK's private session admission, and without it responses are written as
-    before, only all at once."""
+def on_each_session(session_manager: Any, apply: Callable[[Any], None]) -> bool:
+    """Call ``apply(transport)`` on every session ``session_manager`` (streamable HTTP)
+    admits from now on.  Returns whether it could: the hook is the SDK's private session
+    admission, without which sessions are left as the SDK makes them."""
     admit = getattr(session_manager, "_admit_session", None)
     if admit is None:
         return False
@@ -308,11 +307,18 @@ def present_http_responses(session_manager: Any) -> bool:
     def admitted(requestor: Any) -> Any:
         transport = admit(requestor)
         if transport is not None:
-            _present_through(transport)
+            apply(transport)
         return transport
 
     session_manager._admit_session = admitted
     return True
+
+
+def present_http_responses(session_manager: Any) -> bool:
+    """Make every session of ``session_manager`` (streamable HTTP) write its large
+    responses through :class:`PresentingStream`.  Returns whether it could (without the
+    hook, responses are written as before, only all at once)."""
+    return on_each_session(session_manager, _present_through)
 
 
 def _present_through(transport: Any) -> None:

@@ -25,6 +25,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from sidecar.agents.gateway.bulk import on_each_session
 from sidecar.agents.gateway.security import ASGIApp, Receive, Scope, Send
 
 _ANSWER_JSON: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -141,15 +142,4 @@ def hook(session_manager: Any) -> bool:
     """Every session ``session_manager`` admits answers a marked request with a JSON
     body (:func:`answer_json_when_marked`).  Returns whether it could: the hook is the
     SDK's private session admission, without which every request keeps its stream."""
-    admit = getattr(session_manager, "_admit_session", None)
-    if admit is None:
-        return False
-
-    def admitted(requestor: Any) -> Any:
-        transport = admit(requestor)
-        if transport is not None:
-            answer_json_when_marked(transport)
-        return transport
-
-    session_manager._admit_session = admitted
-    return True
+    return on_each_session(session_manager, answer_json_when_marked)

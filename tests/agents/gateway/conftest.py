@@ -36,9 +36,15 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def shop_http() -> Iterator[str]:
     """The shop over streamable HTTP in its own process; yields its URL."""
+    yield from serving_script(SHOP)
+
+
+def serving_script(script: str) -> Iterator[str]:
+    """``python script --http PORT`` (an MCP server over streamable HTTP) in its own
+    process, once it answers; yields its URL."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, SHOP, "--http", str(port)],
+        [sys.executable, script, "--http", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -49,8 +55,8 @@ def shop_http() -> Iterator[str]:
             httpx.get(url, timeout=1)
             break
         except httpx.HTTPError:
-            assert proc.poll() is None, "the shop server exited"
-            assert time.monotonic() < deadline, "the shop server did not start"
+            assert proc.poll() is None, f"{script} exited"
+            assert time.monotonic() < deadline, f"{script} did not start"
             time.sleep(0.1)
     yield url
     proc.terminate()

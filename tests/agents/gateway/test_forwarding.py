@@ -6,10 +6,8 @@ that answers from memory, taken on the event loop."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,13 @@ from benchmarks.standalone_backend import StandaloneBackend
 from sidecar.agents.gateway import Upstream, build_gateway
 from sidecar.agents.gateway.forwarding import ID_PREFIX, NOT_OURS, RawCalls, route_value
 from sidecar.agents.gateway.upstream import CallTimedOut, UpstreamLink, is_link_failure
-from tests.agents.gateway.conftest import TOKEN, eventually, free_port, serving, text_of
+from tests.agents.gateway.conftest import (
+    TOKEN,
+    eventually,
+    serving,
+    serving_script,
+    text_of,
+)
 
 WIRE = str(Path(__file__).with_name("wire_server.py"))
 
@@ -164,25 +168,7 @@ def test_progress_of_a_raw_call_reaches_its_callback_and_only_its_own() -> None:
 # ---- against a real upstream, over both transports ---------------------------------
 @pytest.fixture(scope="module")
 def wire_http() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, WIRE, "--http", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            httpx.get(url, timeout=1)
-            break
-        except httpx.HTTPError:
-            assert proc.poll() is None, "the wire server exited"
-            assert time.monotonic() < deadline, "the wire server did not start"
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+    yield from serving_script(WIRE)
 
 
 class _Events:
