@@ -72,7 +72,10 @@ class Settings:
     step_rate: int = 60_000
     new_tool_rate: int = 600
     evidence_budget: int = 256 * 1_048_576
-    otlp_conversation_idle_s: float = 300.0
+    session_idle_s: float = 300.0
+    session_max: int = 10_000
+    session_max_steps: int = 256
+    session_max_bytes: int = 256 * 1_048_576
     otlp_max_request_bytes: int = 20 * 1_048_576
     otlp_max_memory_bytes: int = 256 * 1_048_576
     hybrid: bool = True
@@ -138,11 +141,16 @@ class Settings:
         values: dict[str, Any] = {}
         for f in fields(cls):
             raw = env.get(f"SIDECAR_{f.name.upper()}")
+            if (raw is None or raw == "") and f.name in RENAMED:
+                raw = env.get(f"SIDECAR_{RENAMED[f.name].upper()}")
             if raw is not None and raw != "":
                 values[f.name] = _parse(f.name, raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return validate(cls(**values))
 
+
+RENAMED: dict[str, str] = {"session_idle_s": "otlp_conversation_idle_s"}
+"""Settings whose old variable is still read when the new one is not set."""
 
 SETTINGS: dict[str, str] = {
     "home": "folder holding the hot index, the cold archive and the state database",
@@ -194,8 +202,15 @@ SETTINGS: dict[str, str] = {
     "evidence_budget": "bytes of evidence each untrusted token may put into the state "
     "(sessions, steps, archived calls, usage rows); 429 past it until an operator forgets "
     "some (0: no limit)",
-    "otlp_conversation_idle_s": "seconds a conversation seen in traces stays open for its "
-    "later traces (each of its traces is reported when it closes)",
+    "session_idle_s": "seconds an agent session the gateway or the trace intake observes "
+    "stays open after its last call (a conversation seen in traces: for its later traces); "
+    "it is reported then (SIDECAR_OTLP_CONVERSATION_IDLE_S, its old name, is still read)",
+    "session_max": "agent sessions the gateway or the trace intake keeps open at once; the "
+    "least recently active is reported and closed past it",
+    "session_max_steps": "steps one observed agent session holds; a session that reaches it "
+    "is reported and goes on under a new id",
+    "session_max_bytes": "bytes of steps the open observed sessions may hold, estimated; the "
+    "least recently active is reported and closed past it",
     "otlp_max_request_bytes": "largest OTLP/HTTP trace request, once inflated (413 past it)",
     "otlp_max_memory_bytes": "bytes the trace intake may hold in open traces, sessions and "
     "requests (503 with Retry-After past it)",
@@ -226,7 +241,7 @@ def _parse(name: str, raw: str) -> Any:
         "gateway_call_timeout",
         "gateway_contest_rate",
         "gateway_link_window",
-        "otlp_conversation_idle_s",
+        "session_idle_s",
     ):
         try:
             return float(raw)
@@ -248,6 +263,9 @@ def _parse(name: str, raw: str) -> Any:
         "gateway_contest_budget",
         "otlp_max_request_bytes",
         "otlp_max_memory_bytes",
+        "session_max",
+        "session_max_steps",
+        "session_max_bytes",
     }:
         try:
             return int(raw)
@@ -347,9 +365,13 @@ def _check_intake(s: Settings) -> None:
             raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
     if _not_integer(s.max_step_bytes) or s.max_step_bytes < 1:
         raise ConfigError(f"max_step_bytes must be an integer >= 1, got {s.max_step_bytes!r}")
-    idle = s.otlp_conversation_idle_s
+    idle = s.session_idle_s
     if _not_number(idle) or not 0 < idle < 1e7:
-        raise ConfigError(f"otlp_conversation_idle_s must be a number > 0, got {idle!r}")
+        raise ConfigError(f"session_idle_s must be a number > 0, got {idle!r}")
+    for name in ("session_max", "session_max_steps", "session_max_bytes"):
+        value = getattr(s, name)
+        if _not_integer(value) or value < 1:
+            raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
     for name in ("otlp_max_request_bytes", "otlp_max_memory_bytes"):
         value = getattr(s, name)
         if _not_integer(value) or value < 1024:

@@ -96,13 +96,9 @@ SHARED_CLASS_NAMES = {
     # its proposed call and the OTLP trace are named for what they hold
     "Call": {"sidecar.agents.otlp.calls", "sidecar.memory.families.base"},
     "Reason": {"sidecar.agents.gateway.backend", "sidecar.memory.thresholds"},
-    "SessionBook": {"sidecar.agents.otlp.sessions", "sidecar.agents.gateway.sessions"},
-    "SessionLimits": {"sidecar.agents.otlp.sessions", "sidecar.agents.gateway.sessions"},
-    "SessionStats": {"sidecar.agents.otlp.sessions", "sidecar.agents.gateway.sessions"},
     "SyncResult": {"sidecar.agents.gateway.backend", "sidecar.tools.records"},
     "Trace": {"sidecar.agents.otlp.calls", "sidecar.memory.trace"},
     "Verdict": {"sidecar.agents.gateway.backend", "sidecar.memory.thresholds"},
-    "_Session": {"sidecar.agents.otlp.sessions", "sidecar.agents.gateway.sessions"},
 }
 """The classes that still share a name, each to be renamed; the list only shrinks."""
 

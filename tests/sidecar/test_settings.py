@@ -104,7 +104,8 @@ def test_with_validates(value: object) -> None:
         ({"new_tool_rate": True}, "new_tool_rate must be an integer >= 0, got True"),
         ({"evidence_budget": -1}, "evidence_budget must be an integer >= 0, got -1"),
         ({"max_step_bytes": 0}, "max_step_bytes must be an integer >= 1, got 0"),
-        ({"otlp_conversation_idle_s": 0}, "otlp_conversation_idle_s must be a number > 0"),
+        ({"session_idle_s": 0}, "session_idle_s must be a number > 0"),
+        ({"session_max_steps": 0}, "session_max_steps must be an integer >= 1"),
         ({"otlp_max_request_bytes": 1023}, "otlp_max_request_bytes must be an integer >= 1024"),
         (
             {"otlp_max_request_bytes": 4096, "otlp_max_memory_bytes": 2048},

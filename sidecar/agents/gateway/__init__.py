@@ -29,8 +29,8 @@ from sidecar.agents.gateway.errors import (
     UpstreamSpecError,
     UpstreamUnavailable,
 )
-from sidecar.agents.gateway.sessions import SessionLimits
 from sidecar.agents.gateway.upstream import Upstream
+from sidecar.agents.sessions import SessionLimits
 
 if TYPE_CHECKING:
     from sidecar.agents.gateway.server import Gateway, build_gateway

@@ -36,7 +36,7 @@ from sidecar.agents.gateway.contest import Contest
 from sidecar.agents.gateway.learning import Learning
 from sidecar.agents.gateway.linking import Link, handle_of
 from sidecar.agents.gateway.relay import Relay
-from sidecar.agents.gateway.sessions import SessionBook
+from sidecar.agents.gateway.sessions import LinkedSessionBook
 from sidecar.agents.gateway.upstream import CallTimedOut, UpstreamLink, is_link_failure
 from sidecar.agents.gateway.views import SessionViews
 from sidecar.agents.gateway.workers import GatewayStats, Reporter, Workers
@@ -65,7 +65,7 @@ class CallPath:
         self,
         backend: GatewayBackend,
         catalog: Catalog,
-        book: SessionBook,
+        book: LinkedSessionBook,
         links: Mapping[str, UpstreamLink],
         relay: Relay,
         contest: Contest,
@@ -231,7 +231,7 @@ class CallPath:
         """``step`` joins the session ``link`` names."""
         traced = link.how == "trace"
         self._reporter.schedule(
-            *self._book.record(link.key, step, link.principal, link.inferred, traced)
+            *self._book.observe(link.key, step, link.principal, link.inferred, traced)
         )
         if sampled:
             self._book.flag(link.key)  # a sample's outcome is evidence, even a success

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from sidecar.agents.gateway.backend import Hit, Outcome, Reason, Step, SyncResult, Verdict
+from sidecar.agents.sink import step_report
 from sidecar.errors import InvalidInput, SidecarError
 from sidecar.model import CallCheck, IntakeResult, LookupResult, Tool
 from sidecar.rules.verdict import merged
@@ -117,17 +118,7 @@ class LibraryBackend:
         it (``gateway:<name>``: trusted only when the token is, since the agent chose
         the calls and declared the outcome); the home's token's are the backend's
         ``source``."""
-        report: dict[str, Any] = {
-            "steps": [
-                {"tool": s.tool, "arguments": s.arguments, "output": s.output, "error": s.error}
-                for s in steps
-            ],
-            "outcome": outcome,
-            "session_id": session_id,
-            "task_input": task_input,
-        }
-        if not context_known:
-            report["context"] = "unknown"
+        report = step_report(session_id, steps, outcome, task_input, context_known)
         who = f"{GATEWAY}:{source}" if source else self.source
         (result,) = self.sc.report_many([report], source=who)
         if result.status == "rejected":

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -54,10 +54,11 @@ from sidecar.agents.gateway.own_tools import (
 from sidecar.agents.gateway.protocol import Connections, build_server
 from sidecar.agents.gateway.relay import Relay
 from sidecar.agents.gateway.security import BearerGate, loopback_only
-from sidecar.agents.gateway.sessions import SessionBook, SessionLimits
+from sidecar.agents.gateway.sessions import LINK_WINDOW_S, LinkedSessionBook
 from sidecar.agents.gateway.syncing import CatalogSync
 from sidecar.agents.gateway.upstream import Upstream, UpstreamLink
 from sidecar.agents.gateway.workers import GatewayStats, Reporter, Workers
+from sidecar.agents.sessions import SessionLimits
 from sidecar.errors import SidecarError
 from sidecar.trust.principals import Principals
 
@@ -91,6 +92,7 @@ class GatewayOptions:
     expose: Expose = "all"
     pins: frozenset[str] = frozenset()
     limits: SessionLimits = field(default_factory=SessionLimits)
+    link_window_s: float = LINK_WINDOW_S
     token: str | None = None
     principals: Principals | None = None
     """Named tokens the gateway also accepts; each session is reported as its token's
@@ -136,7 +138,7 @@ class Gateway:
         self.expose: Expose = options.expose
         self.token, self.path = options.token, options.path
         self.stats = GatewayStats()
-        self.book = SessionBook(options.limits)
+        self.book = LinkedSessionBook(options.limits, options.link_window_s)
         self.linker = Linker(self.book)
         self.catalog = Catalog(reserved=OWN_TOOLS)
         self.contest = Contest(options.contest)
@@ -387,17 +389,17 @@ def build_gateway(
     backend: GatewayBackend,
     upstreams: Sequence[Upstream | str],
     *,
-    idle_timeout_s: float = 300.0,
-    max_sessions: int = 1_000,
-    max_steps: int = 256,
-    report_clean: bool = False,
-    link_window_s: float = 120.0,
+    sessions: SessionLimits | None = None,
+    idle_s: float | None = None,
+    report_clean: bool | None = None,
     pins: Sequence[str] = (),
     **options: Any,
 ) -> Gateway:
     """A gateway over ``upstreams`` (:class:`Upstream` or ``NAME=URL`` /
     ``NAME=COMMAND ARGS...`` strings) asking ``backend``; ``options`` are the fields of
-    :class:`GatewayOptions`.
+    :class:`GatewayOptions`.  ``sessions``: the bounds of its session book (default
+    :class:`~sidecar.agents.sessions.SessionLimits`), with ``idle_s`` and
+    ``report_clean`` replacing theirs when given.
 
     The backend is called from worker threads; with ``inline_checks``, ``hidden_tools``
     and ``check_views`` run on the event loop instead (for a backend whose checks never
@@ -408,7 +410,11 @@ def build_gateway(
     warning as text for the model (on by default); ``link_window_s``: how long an
     inferred session may be joined (:mod:`sidecar.agents.gateway.linking`)."""
     parsed = [u if isinstance(u, Upstream) else Upstream.parse(u) for u in upstreams]
-    limits = SessionLimits(max_sessions, max_steps, idle_timeout_s, report_clean, link_window_s)
+    limits = sessions or SessionLimits()
+    if idle_s is not None:
+        limits = replace(limits, idle_s=idle_s)
+    if report_clean is not None:
+        limits = replace(limits, report_clean=report_clean)
     return Gateway(backend, parsed, GatewayOptions(limits=limits, pins=frozenset(pins), **options))
 
 

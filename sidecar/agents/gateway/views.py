@@ -5,9 +5,9 @@ A call is checked with the session's steps named as now, under every tool's plai
 and under every tool's prefixed name.  Renaming a session's steps costs one new step per
 renamed step: rebuilt on every call, a session of 256 steps cost about 0.3 ms a call
 before the check itself (BENCHMARKS.md, section 10).  A session only ever gains steps at
-its end and loses them at its start (its last ``max_steps``), so the renamed copies are
-kept and extended by the steps recorded since the last call; they are rebuilt when the
-session is another one under the same key, or when the catalog renamed tools since.
+its end (a full one goes on under a new id), so the renamed copies are kept and extended
+by the steps recorded since the last call; they are rebuilt when the session is another
+one under the same key, or when the catalog renamed tools since.
 What the memory is asked is the same as :meth:`Catalog.views` answers (a test holds the
 two equal).
 """
@@ -22,8 +22,8 @@ from sidecar.agents.gateway.backend import Step
 from sidecar.agents.gateway.catalog import Catalog
 
 Stamp = tuple[str, int]
-"""A session's id and how many steps it recorded in all
-(:meth:`~sidecar.agents.gateway.sessions.SessionBook.stamped_steps`)."""
+"""A session's id and how many steps it holds
+(:meth:`~sidecar.agents.sessions.SessionBook.stamped_steps`)."""
 
 
 @dataclass

@@ -23,7 +23,8 @@ from sidecar.agents.gateway.backend import GatewayBackend
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from sidecar.agents.gateway.sessions import SessionBook, SessionReport
+    from sidecar.agents.gateway.sessions import LinkedSessionBook
+    from sidecar.agents.sessions import SessionReport
 
 log = logging.getLogger("sidecar.agents.gateway")
 T = TypeVar("T")
@@ -92,7 +93,7 @@ class Reporter:
         self,
         backend: GatewayBackend,
         workers: Workers,
-        book: SessionBook,
+        book: LinkedSessionBook,
         stats: GatewayStats,
         settle: Callable[[], None] | None = None,
     ) -> None:
@@ -147,7 +148,7 @@ class Reporter:
 
     async def _sweep(self) -> None:
         limits = self._book.limits
-        shortest = min(limits.idle_timeout_s, limits.link_window_s, limits.settle_s)
+        shortest = min(limits.idle_s, self._book.link_window_s, limits.settle_s)
         interval = min(max(shortest / 4, 0.05), 5.0)
         while True:
             await anyio.sleep(interval)

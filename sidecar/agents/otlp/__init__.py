@@ -12,7 +12,6 @@ from sidecar.agents.otlp.assembler import Receipt, ReportSink, TraceAssembler
 from sidecar.agents.otlp.limits import AssemblerLimits
 from sidecar.agents.otlp.metrics import prometheus_lines
 from sidecar.agents.otlp.router import otlp_router, sweep
-from sidecar.agents.otlp.sessions import Report
 from sidecar.agents.otlp.spans import MalformedPayload, SpanRecord, UnsupportedMediaType, decode
 from sidecar.agents.otlp.tools import ToolCall, session_hint, tool_call, tool_id
 from sidecar.errors import BodyTooLarge
@@ -22,7 +21,6 @@ __all__ = [
     "BodyTooLarge",
     "MalformedPayload",
     "Receipt",
-    "Report",
     "ReportSink",
     "SpanRecord",
     "ToolCall",

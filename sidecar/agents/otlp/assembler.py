@@ -47,7 +47,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, cast
 
 from sidecar.agents.otlp.calls import Trace, calls_of, hints_of
 from sidecar.agents.otlp.limits import AssemblerLimits, AssemblerStats
@@ -56,9 +56,7 @@ from sidecar.agents.otlp.prepare import (
     PreparedRequest,
     prepare_request,
     prepare_span,
-    step_size,
 )
-from sidecar.agents.otlp.sessions import Report, SessionBook, SessionLimits, SessionStats
 from sidecar.agents.otlp.spans import (
     UNAVAILABLE,
     MalformedPayload,
@@ -66,6 +64,7 @@ from sidecar.agents.otlp.spans import (
     response_body,
     status_body,
 )
+from sidecar.agents.sessions import SessionBook, SessionReport, SessionStats, step_size
 from sidecar.errors import BodyTooLarge, SidecarError
 from sidecar.memory import SessionOutcome as Outcome
 from sidecar.memory import Step
@@ -80,14 +79,23 @@ DELIVERY_BATCH = 500
 """Sessions handed to a sink that takes many at once (one intake batch in the library)."""
 
 
-class ReportSink(Protocol):
-    """Where finished sessions go.  A sink that also has ``report_sessions(reports) ->
-    int`` (how many it took) is given them in batches (:class:`~sidecar.agents.otlp.sink.
-    LibrarySink`)."""
+class OneByOne(Protocol):
+    """A sink given finished sessions one at a time."""
 
     def report_session(
         self, session_id: str, steps: list[Step], outcome: Outcome, task_input: str | None
     ) -> None: ...
+
+
+class InBatches(Protocol):
+    """A sink given them in batches, answering how many it took
+    (:class:`~sidecar.agents.sink.LibrarySink`)."""
+
+    def report_sessions(self, reports: Sequence[SessionReport]) -> int: ...
+
+
+ReportSink = OneByOne | InBatches
+"""Where finished sessions go."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +106,7 @@ class Receipt:
     body: bytes
     accepted: int
     rejected: int
-    reports: list[Report]
+    reports: list[SessionReport]
     status: int = 200
     """503 when the memory limit refused the request (then ``body`` is an error)."""
 
@@ -116,19 +124,11 @@ class TraceAssembler:
         self._traces: OrderedDict[str, Trace] = OrderedDict()
         self._rooted: deque[tuple[float, str, int]] = deque()
         self._serial = 0
-        self._sessions = SessionBook(
-            SessionLimits(
-                max_sessions=self.limits.max_sessions,
-                max_steps=self.limits.max_steps,
-                idle_s=self.limits.session_idle_s,
-                report_clean=self.limits.report_clean,
-            ),
-            clock=clock,
-        )
+        self._sessions = SessionBook(self.limits.sessions, clock=clock)
         self._lock = threading.Lock()
         self._trace_bytes = 0
         self._pending_bytes = 0
-        self._queue: deque[Report] = deque()
+        self._queue: deque[SessionReport] = deque()
         self._delivering = threading.Lock()
         self.stats = AssemblerStats()
 
@@ -186,17 +186,17 @@ class TraceAssembler:
             reports,
         )
 
-    def ingest(self, spans: Iterable[SpanRecord], source: str = "") -> list[Report]:
+    def ingest(self, spans: Iterable[SpanRecord], source: str = "") -> list[SessionReport]:
         """Take decoded spans (as :meth:`receive` does, whatever the memory limit);
         returns the sessions this finished (a root arrived with no grace, or room was
         made)."""
         prepared = [prepare_span(s, self.limits.max_chars) for s in spans]
         return self._ingest(prepared, 0, source)
 
-    def expire(self) -> list[Report]:
+    def expire(self) -> list[SessionReport]:
         """Close the traces and sessions whose time is up."""
         now = self._clock()
-        reports: list[Report] = []
+        reports: list[SessionReport] = []
         with self._lock:
             while self._rooted and now - self._rooted[0][0] >= self.limits.root_grace_s:
                 _at, trace_id, serial = self._rooted.popleft()
@@ -214,17 +214,17 @@ class TraceAssembler:
             self._pending(reports)
         return reports
 
-    def flush(self) -> list[Report]:
+    def flush(self) -> list[SessionReport]:
         """Close everything (shutdown)."""
         with self._lock:
-            reports: list[Report] = []
+            reports: list[SessionReport] = []
             for trace_id in list(self._traces):
                 reports += self._close(trace_id)
             reports += self._sessions.close_all()
             self._pending(reports)
             return reports
 
-    def deliver(self, reports: Sequence[Report]) -> int:
+    def deliver(self, reports: Sequence[SessionReport]) -> int:
         """Hand finished sessions to the sink, in batches of :data:`DELIVERY_BATCH`, one
         delivery at a time: a call while another delivers queues its reports for that
         one and returns at once (the sink's work never runs in many threads at once,
@@ -251,7 +251,7 @@ class TraceAssembler:
                     break
         return delivered
 
-    def _deliver(self, batch: list[Report]) -> int:
+    def _deliver(self, batch: list[SessionReport]) -> int:
         delivered = refused = failed = 0
         many = getattr(self.sink, "report_sessions", None)
         if self.sink is None:
@@ -264,9 +264,10 @@ class TraceAssembler:
                 failed = len(batch)
                 log.error('{"event": "report_failed", "type": "%s"}', type(exc).__name__)
         else:
+            one = cast(OneByOne, self.sink)  # a sink with no report_sessions
             for report in batch:
                 try:
-                    self.sink.report_session(
+                    one.report_session(
                         report.session_id, list(report.steps), report.outcome, report.task_input
                     )
                     delivered += 1
@@ -309,16 +310,16 @@ class TraceAssembler:
     def _held(self) -> int:
         return self._trace_bytes + self._sessions.bytes + self._pending_bytes
 
-    def _admit(self, size: int) -> tuple[bool, list[Report]]:
+    def _admit(self, size: int) -> tuple[bool, list[SessionReport]]:
         """Room for ``size`` more bytes of kept spans, made first when needed; ``False``
         when there is none to make (reports still wait for the backend)."""
         limit = self.limits.max_memory_bytes
-        reports: list[Report] = []
+        reports: list[SessionReport] = []
         with self._lock:
             if self._held() + size > limit:
                 # down to a little under the limit, not to it: else every request sheds
                 target = limit - limit // 10 - size
-                reports += self._sessions.shed_settled(self._room(target))
+                self._sessions.shed_settled(self._room(target))
                 while self._traces and self._held() > target:
                     self.stats.traces_shed += 1
                     reports += self._close(next(iter(self._traces)))
@@ -327,7 +328,9 @@ class TraceAssembler:
                 self._pending(reports)
             return self._held() + size <= limit, reports
 
-    def refused(self, media: str, reports: list[Report] | None = None, why: str = "") -> Receipt:
+    def refused(
+        self, media: str, reports: list[SessionReport] | None = None, why: str = ""
+    ) -> Receipt:
         """The answer to a request refused for now (503: an exporter retries it)."""
         with self._lock:
             self.stats.refused_requests += 1
@@ -339,14 +342,14 @@ class TraceAssembler:
         """The bytes sessions may keep for the total to come down to ``target``."""
         return max(target - (self._held() - self._sessions.bytes), 0)
 
-    def _pending(self, reports: Iterable[Report]) -> None:
+    def _pending(self, reports: Iterable[SessionReport]) -> None:
         self._pending_bytes += sum(_held(r) for r in reports)
 
     # ---- taking spans --------------------------------------------------------------
     def _ingest(
         self, prepared: Sequence[Prepared], rejected: int, source: str = ""
-    ) -> list[Report]:
-        reports: list[Report] = []
+    ) -> list[SessionReport]:
+        reports: list[SessionReport] = []
         with self._lock:
             self.stats.rejected += rejected
         for start in range(0, len(prepared), INGEST_CHUNK):
@@ -356,8 +359,8 @@ class TraceAssembler:
             reports += taken
         return reports
 
-    def _ingest_chunk(self, chunk: Sequence[Prepared], source: str = "") -> list[Report]:
-        reports: list[Report] = []
+    def _ingest_chunk(self, chunk: Sequence[Prepared], source: str = "") -> list[SessionReport]:
+        reports: list[SessionReport] = []
         now = self._clock()
         rooted: list[str] = []
         for item in chunk:
@@ -403,15 +406,15 @@ class TraceAssembler:
         self.stats.dropped[reason] = self.stats.dropped.get(reason, 0) + 1
 
     # ---- closing (under the lock) --------------------------------------------------
-    def _make_room(self) -> list[Report]:
-        reports: list[Report] = []
+    def _make_room(self) -> list[SessionReport]:
+        reports: list[SessionReport] = []
         while len(self._traces) > self.limits.max_traces:
             oldest = next(iter(self._traces))
             self.stats.traces_evicted += 1
             reports += self._close(oldest)
         return reports
 
-    def _close(self, trace_id: str) -> list[Report]:
+    def _close(self, trace_id: str) -> list[SessionReport]:
         trace = self._traces.pop(trace_id)
         self._trace_bytes -= trace.size
         self.stats.traces_closed += 1
@@ -421,7 +424,7 @@ class TraceAssembler:
             return []
         hints = hints_of(trace)
         trace_hint = next((n.hint for n in trace.nodes.values() if n.hint), None)
-        reports: list[Report] = []
+        reports: list[SessionReport] = []
         own = f"trace:{trace_id}"
         keys: list[str] = []
         for call in calls:
@@ -430,15 +433,17 @@ class TraceAssembler:
             key = f"hint:{trace.source}{SEP}{hint}" if hint else own
             if key not in keys:
                 keys.append(key)
-            reports += self._sessions.record(key, call.step, step_size(call.step), trace.source)
+            reports += self._sessions.record(key, call.step, trace.source, step_size(call.step))
         for key in keys:
-            report = self._sessions.close(key) if key == own else self._sessions.report(key)
+            report = (
+                self._sessions.close(key, "trace") if key == own else self._sessions.report(key)
+            )
             if report is not None:
                 reports.append(report)
         return reports
 
 
-def _held(report: Report) -> int:
+def _held(report: SessionReport) -> int:
     """What an undelivered report holds alone: a session that stays open shares its
     steps with the report."""
-    return report.size if report.ended is not None else 0
+    return 0 if report.ongoing else report.size

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from sidecar.agents.otlp.spans import MAX_SPANS
 from sidecar.agents.otlp.tools import DEFAULT_MAX_CHARS
+from sidecar.agents.sessions import SessionLimits
 
 MIB = 1_048_576
 
@@ -17,13 +18,11 @@ class AssemblerLimits:
     max_traces: int = 10_000
     max_spans_per_trace: int = 2_000
     max_spans_per_request: int = MAX_SPANS
-    max_sessions: int = 10_000
-    max_steps: int = 256
     root_grace_s: float = 5.0
     trace_idle_s: float = 30.0
-    session_idle_s: float = 300.0
-    """How long a conversation stays open for its later traces after its last one."""
-    report_clean: bool = False
+    sessions: SessionLimits = field(default_factory=SessionLimits)
+    """The open sessions' bounds (``idle_s``: how long a conversation stays open for its
+    later traces after its last one)."""
     max_chars: int = DEFAULT_MAX_CHARS
     max_request_bytes: int = 20 * MIB
     """Largest request body once inflated."""

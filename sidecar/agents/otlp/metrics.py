@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sidecar.agents.otlp.assembler import TraceAssembler
 from sidecar.agents.otlp.limits import AssemblerStats
-from sidecar.agents.otlp.sessions import SessionStats
+from sidecar.agents.sessions import SessionStats
 
 Series = tuple[str, str, str, dict[str, int | float]]
 """A counter by outcome: its name, its type, its help text, its value per outcome."""

@@ -6,13 +6,13 @@ worker process may do this work (:mod:`sidecar.agents.otlp.lanes`)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from sidecar.agents.evidence import arguments_evidence, error_evidence, output_evidence
 from sidecar.agents.otlp.limits import AssemblerLimits
 from sidecar.agents.otlp.spans import SpanRecord, decode, inflate, media_of
 from sidecar.agents.otlp.tools import DEFAULT_MAX_CHARS, ToolCall, session_hint, tool_call, tool_id
+from sidecar.agents.sessions import step_size
 from sidecar.memory import Step
 
 NODE_BYTES = 400
@@ -93,9 +93,3 @@ def _step(call: ToolCall, tool: str, cap: int) -> Step:
     if call.error is not None:
         return Step(tool, args, None, error_evidence(call.error, cap))
     return Step(tool, args, output_evidence(call.output, cap), None)
-
-
-def step_size(step: Step) -> int:
-    """Estimated bytes of a step's evidence (its texts as JSON, plus the objects)."""
-    parts = (step.tool, step.arguments, step.output, step.error)
-    return 200 + len(json.dumps(parts, ensure_ascii=False, default=str))

@@ -113,7 +113,9 @@ def _trace_intake(sc: Sidecar, metrics: Metrics) -> _TraceIntake:
     """The trace intake of ``sc``, its counters added to ``metrics``."""
     from sidecar.agents.otlp import AssemblerLimits, TraceAssembler, prometheus_lines
     from sidecar.agents.otlp.lanes import ProcessLane
-    from sidecar.agents.otlp.sink import LibrarySink
+    from sidecar.agents.sessions import session_limits
+    from sidecar.agents.sink import LibrarySink
+    from sidecar.trust.sources import otlp_source
 
     # a stand-in for a library not opened yet (an OpenAPI document built at import) has
     # no settings: the defaults then
@@ -122,12 +124,11 @@ def _trace_intake(sc: Sidecar, metrics: Metrics) -> _TraceIntake:
     otlp_body = settings.otlp_max_request_bytes
     limits = AssemblerLimits(
         # every traced session is evidence: successes are what a failure is tested against
-        report_clean=True,
-        session_idle_s=settings.otlp_conversation_idle_s,
+        sessions=session_limits(settings, report_clean=True),
         max_request_bytes=otlp_body,
         max_memory_bytes=settings.otlp_max_memory_bytes,
     )
-    traces = TraceAssembler(LibrarySink(sc), limits)
+    traces = TraceAssembler(LibrarySink(sc, otlp_source), limits)
     metrics.add_source(lambda: prometheus_lines(traces))
     # a large trace request is parsed in a worker process, started on first use
     return _TraceIntake(traces, otlp_body, ProcessLane())

@@ -65,9 +65,9 @@ def add_arguments(gw: argparse.ArgumentParser, port: Callable[[str], int]) -> No
     gw.add_argument(
         "--idle-timeout",
         type=float,
-        default=300.0,
+        default=None,
         metavar="S",
-        help="report a session after this many idle seconds (default 300)",
+        help="report a session after this many idle seconds (default $SIDECAR_SESSION_IDLE_S, 300)",
     )
     gw.add_argument(
         "--call-timeout",
@@ -105,6 +105,7 @@ def add_arguments(gw: argparse.ArgumentParser, port: Callable[[str], int]) -> No
 def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for: Any) -> Any:
     from sidecar.agents.gateway import build_gateway
     from sidecar.agents.gateway.contest import ContestPolicy
+    from sidecar.agents.sessions import session_limits
     from sidecar.settings import Settings
     from sidecar.trust.principals import Principals
 
@@ -124,8 +125,8 @@ def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for:
         args.upstream,
         expose=args.expose,
         pins=args.pin,
-        idle_timeout_s=args.idle_timeout,
-        report_clean=True,
+        sessions=session_limits(settings, report_clean=True),
+        idle_s=args.idle_timeout,
         token=token,
         principals=principals,
         call_timeout_s=timeout or None,

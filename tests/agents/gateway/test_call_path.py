@@ -15,7 +15,7 @@ from sidecar.agents.gateway import Step, build_gateway
 from sidecar.agents.gateway.catalog import Catalog
 from sidecar.agents.gateway.learning import Learning
 from sidecar.agents.gateway.linking import Link
-from sidecar.agents.gateway.sessions import SessionBook, SessionLimits
+from sidecar.agents.sessions import SessionBook, SessionLimits
 from sidecar.agents.gateway.views import SessionViews
 from sidecar.agents.gateway.workers import GatewayStats
 from tests.agents.gateway.conftest import TOKEN, mcp_session, serving, shop_stdio, text_of
@@ -70,7 +70,8 @@ def test_a_call_renames_only_the_steps_recorded_since_the_last_one() -> None:
     for n in range(300):
         stamp, steps = book.stamped_steps("s")
         views = kept.views("s", stamp, steps, "get")
-        assert [len(v) for v, _ in views] == [min(n, 256)] * 2  # as named now; prefixed
+        held = n if n <= 256 else n - 256  # the 257th step starts the session afresh
+        assert [len(v) for v, _ in views] == [held] * 2  # as named now; prefixed
         book.record("s", Step("get", {"n": n}, {"ok": True}))
     # two namings of each step once, not of every step on every call (~88,000)
     assert len(renamed) == 2 * 299
@@ -108,7 +109,7 @@ def test_a_step_learned_after_its_call_is_in_the_next_calls_check_and_blocks_it(
     comes from a call whose evidence is still queued when the exchange is made: the
     exchange is checked with it, refused, and never reaches the upstream."""
     backend = StandaloneBackend(block_after=1)
-    gateway = build_gateway(backend, [shop_stdio()], token=TOKEN, idle_timeout_s=60)
+    gateway = build_gateway(backend, [shop_stdio()], token=TOKEN, idle_s=60)
     gateway.learning.delay_s = 3600  # no timer: only what reads a session settles it
 
     async def main() -> dict[str, Any]:

@@ -33,7 +33,7 @@ async def _failing_exchange(url: str, order: str) -> tuple[Any, Any]:
 
 def test_a_failure_seen_in_enough_sessions_is_warned_then_blocked() -> None:
     backend = StandaloneBackend(block_after=3)
-    gateway = build_gateway(backend, [shop_stdio()], token=TOKEN, idle_timeout_s=60)
+    gateway = build_gateway(backend, [shop_stdio()], token=TOKEN, idle_s=60)
 
     async def main() -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -149,7 +149,7 @@ def test_recovered_failure_is_reported_unknown_and_secrets_are_redacted() -> Non
 
 def test_idle_sessions_are_reported_while_still_open() -> None:
     backend = StandaloneBackend()
-    gateway = build_gateway(backend, [shop_stdio()], token=TOKEN, idle_timeout_s=0.3)
+    gateway = build_gateway(backend, [shop_stdio()], token=TOKEN, idle_s=0.3)
 
     async def main() -> int:
         async with serving(gateway) as url, mcp_session(url) as s:
@@ -338,9 +338,7 @@ def test_stateless_era_calls_are_grouped_by_the_session_the_client_names() -> No
     from mcp.shared._httpx_utils import create_mcp_http_client
 
     backend = StandaloneBackend()
-    gateway = build_gateway(
-        backend, [shop_stdio()], token=TOKEN, idle_timeout_s=0.3, inline_checks=True
-    )
+    gateway = build_gateway(backend, [shop_stdio()], token=TOKEN, idle_s=0.3, inline_checks=True)
     named = {"sidecar/session": "run-42"}
 
     async def main() -> str:

@@ -22,7 +22,8 @@ from sidecar.agents.gateway.linking import (
     trace_id,
     trace_session,
 )
-from sidecar.agents.gateway.sessions import SessionBook, SessionLimits
+from sidecar.agents.gateway.sessions import LinkedSessionBook
+from sidecar.agents.sessions import SessionLimits
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{TRACE}-00f067aa0ba902b7-01"
@@ -120,9 +121,9 @@ LOOKED = Step("get_order", {"order_id": "#W1"}, {"order_id": "#W1", "status": "p
 FAILED = Step("exchange", {"order_id": "#W1"}, None, "Non-delivered order cannot be exchanged")
 
 
-def _linker(window: float = 60.0) -> tuple[Linker, SessionBook, Clock]:
+def _linker(window: float = 60.0) -> tuple[Linker, LinkedSessionBook, Clock]:
     clock = Clock()
-    book = SessionBook(SessionLimits(link_window_s=window, report_clean=True), clock=clock)
+    book = LinkedSessionBook(SessionLimits(report_clean=True), window, clock=clock)
     return Linker(book), book, clock
 
 
@@ -135,12 +136,12 @@ def test_calls_on_connections_of_their_own_are_linked_by_a_value_an_output_showe
     linker, book, clock = _linker()
     first = linker.for_call(_fresh(), "get_order", {"order_id": "#W1"})
     assert first.how == "new"
-    book.record(first.key, LOOKED, first.principal, inferred=first.inferred)
+    book.observe(first.key, LOOKED, first.principal, inferred=first.inferred)
     clock.now = 5
     second = linker.for_call(_fresh(), "get_order", {"order_id": "#W1", "item": "blue shirt"})
     assert (second.how, second.key) == ("linked", first.key)
     assert book.steps(second.key) == [LOOKED]  # the call is checked in that state
-    book.record(second.key, FAILED, second.principal, inferred=second.inferred)
+    book.observe(second.key, FAILED, second.principal, inferred=second.inferred)
     # another principal's call on the same value starts its own session
     assert linker.for_call(_fresh("bob"), "get_order", {"order_id": "#W1"}).how == "new"
     # report_outcome on yet another connection speaks of the latest inferred session
@@ -159,15 +160,15 @@ def test_a_call_tied_to_nothing_teaches_what_it_alone_shows_as_it_fails() -> Non
     linker, book, clock = _linker(window=60)
     alone = linker.for_call(_fresh(), "exchange", {"order_id": "#W3"})
     ok = Step("exchange", {"order_id": "#W3"}, {"exchanged": "hat"})
-    assert book.record(alone.key, ok, alone.principal, inferred=True) == []
+    assert book.observe(alone.key, ok, alone.principal, inferred=True) == []
     assert not book.known(alone.key)
     assert book.declare(alone.key, "completed", None) is None  # even when declared
     again = linker.for_call(_fresh(), "exchange", {"order_id": "#W4"})
-    (failed,) = book.record(again.key, FAILED, again.principal, inferred=True)
+    (failed,) = book.observe(again.key, FAILED, again.principal, inferred=True)
     assert (failed.ended, failed.outcome, failed.context_known) == ("failed", "unknown", False)
     assert failed.steps == (FAILED,) and failed.failed_at == clock.now
     third = linker.for_call(_fresh(), "exchange", {"order_id": "#W5"})
-    book.record(third.key, ok, third.principal, inferred=True)
+    book.observe(third.key, ok, third.principal, inferred=True)
     clock.now = 61
     # past the window: the failing one was reported already; the success now
     (success,) = book.expire()
@@ -178,9 +179,9 @@ def test_a_call_tied_to_nothing_teaches_what_it_alone_shows_as_it_fails() -> Non
 def test_a_failing_call_of_a_known_session_is_evidence_before_the_session_ends() -> None:
     linker, book, clock = _linker()
     first = linker.for_call(_fresh(), "get_order", {"order_id": "#W1"})
-    book.record(first.key, LOOKED, first.principal, inferred=True)
+    book.observe(first.key, LOOKED, first.principal, inferred=True)
     second = linker.for_call(_fresh(), "exchange", {"order_id": "#W1"})
-    (now,) = book.record(second.key, FAILED, second.principal, inferred=second.inferred)
+    (now,) = book.observe(second.key, FAILED, second.principal, inferred=second.inferred)
     assert (now.ended, now.context_known, now.steps) == ("failed", True, (LOOKED, FAILED))
     clock.now = 61
     (ended,) = book.expire()  # the session's end: the same steps, its outcome
@@ -193,10 +194,10 @@ def test_a_link_the_gateway_is_unsure_of_is_kept_apart() -> None:
     outputs could answer for joins neither."""
     linker, book, _clock = _linker()
     a = linker.for_call(_fresh(), "get_order", {"order_id": "#W1"})
-    book.record(a.key, LOOKED, a.principal, inferred=True)
+    book.observe(a.key, LOOKED, a.principal, inferred=True)
     b = linker.for_call(_fresh(), "get_order", {"order_id": "#W1"})
     assert b.how == "new" and b.key != a.key
-    book.record(b.key, LOOKED, b.principal, inferred=True)
+    book.observe(b.key, LOOKED, b.principal, inferred=True)
     c = linker.for_call(_fresh(), "exchange", {"order_id": "#W1"})
     assert c.how == "new" and c.key not in (a.key, b.key)
 
@@ -208,11 +209,11 @@ def test_a_client_sends_back_the_handle_to_keep_its_session() -> None:
     first = linker.for_call(_fresh(), "get_order", {"order_id": "#W1"})
     handle = handle_of(first)
     assert handle is not None and handle.startswith("gw-")
-    book.record(first.key, LOOKED, first.principal, inferred=True)
+    book.observe(first.key, LOOKED, first.principal, inferred=True)
     declared = Origin("alice", new_connection("alice"), f"named:{handle}")
     again = linker.for_call(declared, "track", {"carrier": "none"})
     assert again.key == first.key and handle_of(again) is None
-    book.record(again.key, Step("track", {"carrier": "none"}, {"ok": 1}), "alice")
+    book.observe(again.key, Step("track", {"carrier": "none"}, {"ok": 1}), "alice")
     assert book.known(first.key)  # declared: its context is known
     # another principal declaring the same handle is another session
     assert linker.for_call(Origin("bob", None, f"named:{handle}"), "t", {}).key != first.key
@@ -225,7 +226,7 @@ def test_low_entropy_values_never_link() -> None:
     linker, book, _clock = _linker()
     first = linker.for_call(_fresh(), "get_order", {"order_id": "#W1"})
     shown = Step("get_order", {"order_id": "#W1"}, {"placed": "2024-05-01", "total": 1999})
-    book.record(first.key, shown, first.principal, inferred=True)
+    book.observe(first.key, shown, first.principal, inferred=True)
     other = linker.for_call(_fresh(), "list_orders", {"since": "2024-05-01", "min": 1999})
     assert other.how == "new"
 
@@ -233,7 +234,7 @@ def test_low_entropy_values_never_link() -> None:
 def test_an_inferred_session_is_joined_only_within_the_window() -> None:
     linker, book, clock = _linker(window=60)
     first = linker.for_call(_fresh(), "get_order", {"order_id": "#W1"})
-    book.record(first.key, LOOKED, first.principal, inferred=True)
+    book.observe(first.key, LOOKED, first.principal, inferred=True)
     clock.now = 61
     late = linker.for_call(_fresh(), "get_order", {"order_id": "#W1"})
     assert late.how == "new" and late.key != first.key
@@ -247,12 +248,12 @@ def test_a_connection_that_keeps_its_session_is_never_joined() -> None:
     linker.request(kept)  # it listed the tools before its first call
     own = linker.for_call(Origin("alice", kept, None), "get_order", {"order_id": "#W1"})
     assert (own.how, own.key, kept.kept) == ("mcp", kept.id, True)
-    book.record(own.key, LOOKED, own.principal, inferred=own.inferred)
+    book.observe(own.key, LOOKED, own.principal, inferred=own.inferred)
     assert linker.for_call(_fresh(), "get_order", {"order_id": "#W1"}).how == "new"
     # a connection whose first call was inferred keeps it once it makes a second call
     conn = new_connection("alice")
     first = linker.for_call(Origin("alice", conn, None), "get_order", {"order_id": "#W9"})
-    book.record(first.key, Step("get_order", {}, {"order_id": "#W9"}), "alice", inferred=True)
+    book.observe(first.key, Step("get_order", {}, {"order_id": "#W9"}), "alice", inferred=True)
     assert linker.for_call(Origin("alice", conn, None), "get_order", {}).key == first.key
     assert conn.kept and linker.for_call(_fresh(), "get_order", {"order_id": "#W9"}).how == "new"
 
@@ -275,12 +276,12 @@ def test_a_trace_two_calls_share_is_one_session_whose_context_is_known() -> None
     linker, book, _clock = _linker()
     first = linker.for_call(_traced(TRACE), "get_order", {"order_id": "#W3"})
     assert (first.how, first.inferred) == ("trace", True)
-    book.record(first.key, LOOKED, first.principal, first.inferred, traced=True)
+    book.observe(first.key, LOOKED, first.principal, first.inferred, traced=True)
     assert not book.known(first.key)  # one call: perhaps a trace of one request
     second = linker.for_call(_traced(TRACE), "get_order", {"order_id": "#W1"})  # no value in common
     assert (second.how, second.key) == ("trace", first.key)
     assert book.known(first.key)  # two calls in one trace: a task's
-    book.record(second.key, FAILED, second.principal, second.inferred, traced=True)
+    book.observe(second.key, FAILED, second.principal, second.inferred, traced=True)
     report = book.close(first.key)
     assert report is not None and [s.tool for s in report.steps] == ["get_order", "exchange"]
     # another principal's calls in the same trace are a session of their own
@@ -293,19 +294,19 @@ def test_traces_of_one_request_each_are_linked_by_values_and_their_context_kept(
     trace, and a trace of one call that nothing joined is not reported."""
     linker, book, clock = _linker(window=60)
     first = linker.for_call(_traced("1" * 32), "get_order", {"order_id": "#W1"})
-    book.record(first.key, LOOKED, first.principal, first.inferred, traced=True)
+    book.observe(first.key, LOOKED, first.principal, first.inferred, traced=True)
     clock.now = 5
     second = linker.for_call(
         _traced("2" * 32), "get_order", {"order_id": "#W1", "item": "blue shirt"}
     )
     assert (second.how, second.key) == ("linked", first.key)
     assert book.steps(second.key) == [LOOKED]  # checked in the lookup's state
-    book.record(second.key, FAILED, second.principal, second.inferred)
+    book.observe(second.key, FAILED, second.principal, second.inferred)
     declared = linker.for_own_tool(_traced("3" * 32))  # report_outcome, a trace of its own
     assert declared is not None and declared.key == first.key
     alone = linker.for_call(_traced("4" * 32), "get_order", {"order_id": "#W7"})
     ok = Step("exchange", {"order_id": "#W7"}, {"exchanged": "hat"})
-    book.record(alone.key, ok, alone.principal, alone.inferred, traced=True)
+    book.observe(alone.key, ok, alone.principal, alone.inferred, traced=True)
     clock.now = 100  # past the link window, within the idle timeout: still open
     (settled,) = book.expire()  # quiet: what it did is evidence, its context unknown
     assert (settled.ended, settled.context_known) == ("settled", False) and alone.key in book

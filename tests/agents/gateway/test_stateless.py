@@ -91,7 +91,7 @@ def test_a_known_failing_call_is_refused_though_every_call_has_a_session_of_its_
             token=TOKEN,
             report_clean=True,
             link_window_s=5.0,
-            idle_timeout_s=5.0,
+            idle_s=5.0,
         )
 
         async def main() -> dict[str, Any]:
@@ -146,7 +146,7 @@ def test_calls_sharing_trace_context_or_a_declared_session_are_one_session() -> 
     # (a memory that never blocks: each failure is evidence as it comes back, and the
     # third exchange of a pending order would be refused)
     backend = StandaloneBackend(block_after=100)
-    gateway = build_gateway(backend, [shop_stdio()], token=TOKEN, idle_timeout_s=3.0)
+    gateway = build_gateway(backend, [shop_stdio()], token=TOKEN, idle_s=3.0)
     traceparent = f"00-{TRACE}-00f067aa0ba902b7-01"
 
     async def main() -> None:
@@ -202,7 +202,7 @@ def test_an_instrumented_agents_calls_are_one_session_by_the_trace_its_client_pr
 
     tracer = TracerProvider().get_tracer("agent")  # no global provider: this test's own
     backend = StandaloneBackend()
-    gateway = build_gateway(backend, [shop_stdio()], token=TOKEN, idle_timeout_s=3.0)
+    gateway = build_gateway(backend, [shop_stdio()], token=TOKEN, idle_s=3.0)
 
     async def main() -> tuple[str, Any]:
         async with serving(gateway) as url:

@@ -14,7 +14,6 @@ from benchmarks.standalone_backend import StandaloneBackend, facts_before
 from sidecar.agents.evidence import arguments_evidence, cap, step_from_result
 from sidecar.agents.gateway import Step, Upstream, UpstreamSpecError
 from sidecar.agents.gateway.catalog import Catalog
-from sidecar.agents.gateway.sessions import SessionBook, SessionLimits
 from sidecar.agents.outcome import inferred_outcome
 
 OK = Step("get_order", {"order_id": "#W1"}, {"status": "pending"})
@@ -43,70 +42,6 @@ class Clock:
 )
 def test_inferred_outcome(steps: list[Step], outcome: str | None) -> None:
     assert inferred_outcome(steps) == outcome
-
-
-def test_idle_sessions_expire_and_only_failing_ones_are_reported() -> None:
-    clock = Clock()
-    book = SessionBook(SessionLimits(idle_timeout_s=10), clock=clock)
-    book.record("a", OK)
-    book.record("a", BAD)
-    book.record("b", OK)
-    clock.now = 5
-    book.record("c", BAD)
-    clock.now = 10
-    [report] = book.expire()  # a and b are idle; c is not; b has nothing to report
-    assert report.outcome == "abandoned" and report.steps == (OK, BAD)
-    assert report.ended == "idle"
-    assert list(book._sessions) == ["c"]
-    assert book.stats.unreported == 1
-    clock.now = 15
-    assert [r.steps for r in book.expire()] == [(BAD,)]
-
-
-def test_the_least_recently_active_session_is_evicted_and_reported() -> None:
-    clock = Clock()
-    book = SessionBook(SessionLimits(max_sessions=2), clock=clock)
-    book.record("a", BAD)
-    clock.now = 1
-    book.record("b", OK)
-    clock.now = 2
-    book.steps("a")  # a is active again: b is now the oldest
-    assert book.record("c", OK) == []  # b had nothing to report
-    clock.now = 3
-    [evicted] = book.record("d", OK)
-    assert evicted.ended == "evicted" and evicted.steps == (BAD,)
-    assert sorted(book._sessions) == ["c", "d"] and book.stats.evicted == 2
-
-
-def test_a_session_keeps_its_last_steps_and_counts_the_dropped() -> None:
-    book = SessionBook(SessionLimits(max_steps=2))
-    for step in (OK, BAD, FIXED):
-        book.record("a", step)
-    assert book.steps("a") == [BAD, FIXED]
-    report = book.close("a")
-    assert report is not None and report.dropped_steps == 1 and report.outcome == "unknown"
-
-
-def test_a_declared_outcome_is_reported_and_the_session_starts_afresh() -> None:
-    book = SessionBook(SessionLimits(report_clean=False))
-    book.record("a", OK)
-    report = book.declare("a", "completed", "look up an order")
-    assert report is not None
-    assert (report.outcome, report.task_input, report.steps) == (
-        "completed",
-        "look up an order",
-        (OK,),
-    )
-    assert book.steps("a") == [] and "a" not in book
-    assert book.close("a") is None
-    assert book.declare("a", "abandoned", None) is None  # nothing to report
-
-
-def test_report_clean_reports_sessions_without_failures() -> None:
-    book = SessionBook(SessionLimits(report_clean=True))
-    book.record("a", OK)
-    report = book.close("a")
-    assert report is not None and report.outcome == "unknown"
 
 
 def test_evidence_is_redacted_and_capped_key_by_key() -> None:

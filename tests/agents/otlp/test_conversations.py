@@ -101,8 +101,8 @@ def test_metrics_count_renamed_and_dropped_tool_spans(served: tuple[str, Sidecar
 @pytest.mark.parametrize(
     ("variable", "value"),
     [
-        ("SIDECAR_OTLP_CONVERSATION_IDLE_S", "0"),
-        ("SIDECAR_OTLP_CONVERSATION_IDLE_S", "soon"),
+        ("SIDECAR_SESSION_IDLE_S", "0"),
+        ("SIDECAR_SESSION_IDLE_S", "soon"),
         ("SIDECAR_OTLP_MAX_REQUEST_BYTES", "12"),
         ("SIDECAR_OTLP_MAX_MEMORY_BYTES", "2048"),  # less than one request
     ],
@@ -113,9 +113,9 @@ def test_bad_intake_settings_fail_loudly(variable: str, value: str) -> None:
 
 
 def test_intake_settings_are_read() -> None:
-    env = {"SIDECAR_OTLP_CONVERSATION_IDLE_S": "12.5", "SIDECAR_OTLP_MAX_REQUEST_BYTES": "4096"}
+    env = {"SIDECAR_SESSION_IDLE_S": "12.5", "SIDECAR_OTLP_MAX_REQUEST_BYTES": "4096"}
     s = Settings.load(env=env)
-    assert (s.otlp_conversation_idle_s, s.otlp_max_request_bytes) == (12.5, 4096)
+    assert (s.session_idle_s, s.otlp_max_request_bytes) == (12.5, 4096)
     assert s.otlp_max_memory_bytes == 256 * 1_048_576
 
 

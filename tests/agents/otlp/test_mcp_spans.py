@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.agents.otlp import AssemblerLimits
+from sidecar.agents.sessions import SessionLimits
 from tests.agents.otlp.conftest import Collector, eventually, run_collector
 
 # real servers and subprocesses: the slow suite, not `make test-fast`
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[3]
 @pytest.fixture
 def slow_collector() -> Iterator[Collector]:
     # spans of one trace come from two processes: wait a little after the root
-    yield from run_collector(AssemblerLimits(root_grace_s=1.0, session_idle_s=1.0))
+    yield from run_collector(AssemblerLimits(root_grace_s=1.0, sessions=SessionLimits(idle_s=1.0)))
 
 
 def test_mcp_sdk_spans_from_two_processes_become_sessions(slow_collector: Collector) -> None:

@@ -16,6 +16,7 @@ from sidecar.agents.otlp import (
     decode,
 )
 from sidecar.agents.otlp.spans import UnsupportedMediaType
+from sidecar.agents.sessions import SessionLimits
 from sidecar.agents.otlp.tools import session_hint, tool_call
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -163,7 +164,11 @@ def test_nested_and_same_id_tool_spans_are_one_call_and_steps_follow_start_time(
 def test_bounds_idle_traces_and_named_sessions() -> None:
     clock = Clock()
     limits = AssemblerLimits(
-        max_traces=2, max_spans_per_trace=2, root_grace_s=1, trace_idle_s=10, session_idle_s=5
+        max_traces=2,
+        max_spans_per_trace=2,
+        root_grace_s=1,
+        trace_idle_s=10,
+        sessions=SessionLimits(idle_s=5),
     )
     assembler = TraceAssembler(StandaloneBackend(), limits, clock)
     traces = [f"{i:032x}" for i in range(1, 5)]
@@ -184,6 +189,6 @@ def test_bounds_idle_traces_and_named_sessions() -> None:
     clock.now = 11
     [named] = assembler.expire()
     assert [s.tool for s in named.steps] == ["b"] and named.outcome == "abandoned"
-    assert named.ended is None and assembler.open_sessions() == 1
+    assert named.ended == "traced" and named.ongoing and assembler.open_sessions() == 1
     clock.now = 16
     assert assembler.expire() == [] and assembler.open_sessions() == 0  # nothing new
