@@ -16,8 +16,8 @@ from sidecar.agents.otlp import (
     decode,
 )
 from sidecar.agents.otlp.spans import UnsupportedMediaType
-from sidecar.agents.sessions import SessionLimits
 from sidecar.agents.otlp.tools import session_hint, tool_call
+from sidecar.agents.sessions import SessionLimits
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
