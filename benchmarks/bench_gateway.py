@@ -426,8 +426,8 @@ def schema_tokens(dataset: Path, seed: int, queries: int) -> dict[str, Any]:
     from benchmarks.datasets import seal_tools, toolbench
     from benchmarks.standalone_backend import StandaloneBackend
     from indexes import MiniLMEmbedder
-    from sidecar.agents.gateway.own_tools import CALL_TOOL, REPORT_OUTCOME, SEARCH_TOOLS
-    from sidecar.agents.gateway.own_tools import own_tools as _own_tools
+    from sidecar.agents.gateway.guard.own_tools import CALL_TOOL, REPORT_OUTCOME, SEARCH_TOOLS
+    from sidecar.agents.gateway.guard.own_tools import own_tools as _own_tools
 
     tokenizer = MiniLMEmbedder()
     own = _own_tools()
@@ -535,8 +535,8 @@ def _serve_gateway_with_lag(port: int, home: Path, lag_file: Path, specs: list[s
     from indexes import HashingEmbedder
     from sidecar import Sidecar
     from sidecar.agents.gateway import build_gateway
-    from sidecar.agents.gateway.library import LibraryBackend
-    from sidecar.agents.gateway.serving import serve_on
+    from sidecar.agents.gateway.guard.library import LibraryBackend
+    from sidecar.agents.gateway.proxy.serving import serve_on
     from sidecar.shells.api.serve import bind
 
     samples: list[tuple[float, float]] = []

@@ -41,11 +41,11 @@ from benchmarks.common import machine, md_table, progress, quick_main, ratio, su
 STEPS: tuple[tuple[str, str, str], ...] = (
     # (module, class.attribute, step): the innermost one entered names a round trip;
     # the library before and after the batching (one of each pair may be absent)
-    ("sidecar.recovery", "Recovery.moves_ready", "before: unfinished moves?"),
+    ("sidecar.eviction.recovery", "Recovery.moves_ready", "before: unfinished moves?"),
     ("sidecar.storage.backends.pglock", "PgLock.acquire", "lock"),
     ("sidecar.storage.backends.pglock", "PgLock.release", "lock"),
-    ("sidecar.lock", "WriterLock.acquire", "lock"),
-    ("sidecar.lock", "WriterLock.release", "lock"),
+    ("sidecar.app.lock", "WriterLock.acquire", "lock"),
+    ("sidecar.app.lock", "WriterLock.release", "lock"),
     ("sidecar.eviction.engine", "Evictor._recover_locked", "recover?"),
     ("sidecar.eviction.engine", "Evictor.decide", "decide"),
     ("sidecar.eviction.engine", "Evictor._intents", "intent: read records"),
@@ -58,7 +58,7 @@ STEPS: tuple[tuple[str, str, str], ...] = (
     ("sidecar.eviction.journal", "Journal.status", "archived, mandated"),
     ("sidecar.eviction.journal", "Journal.release_credentials", "archived, mandated"),
     ("sidecar.eviction.steps", "MoveSteps._settle", "archived, mandated"),
-    ("sidecar.home", "Home._bump_tools", "hot delete: revisions"),
+    ("sidecar.app.home", "Home._bump_tools", "hot delete: revisions"),
     ("indexes.active", "ActiveIndex.delete", "hot delete: Chroma"),
     ("indexes.active", "ActiveIndex.discard", "hot delete: Chroma"),
     ("sidecar.tools.records", "ToolRecords.remove", "hot delete: records"),

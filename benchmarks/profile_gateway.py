@@ -37,17 +37,17 @@ from benchmarks.common import emit, machine, progress, revision
 
 STEPS = (
     ("on_call", "sidecar.agents.gateway.server", "Gateway", "on_call"),
-    ("origin", "sidecar.agents.gateway.protocol", "Connections", "origin"),
-    ("relay_key", "sidecar.agents.gateway.protocol", "Connections", "relay_key"),
-    ("linking", "sidecar.agents.gateway.linking", "Linker", "for_call"),
-    ("session_steps", "sidecar.agents.gateway.sessions", "SessionBook", "steps"),
-    ("check_with_hop", "sidecar.agents.gateway.workers", "Workers", "checked"),
-    ("check_itself", "sidecar.agents.gateway.calls", "CallPath", "_guard"),
-    ("upstream", "sidecar.agents.gateway.upstream", "UpstreamLink", "call_tool"),
-    ("evidence", "sidecar.agents.gateway.calls", "CallPath", "_evidence"),
-    ("record", "sidecar.agents.gateway.calls", "CallPath", "record"),
-    ("learn", "sidecar.agents.gateway.calls", "CallPath", "learn"),
-    ("serialise_pass", "sidecar.agents.gateway.bulk", None, "present"),
+    ("origin", "sidecar.agents.gateway.proxy.protocol", "Connections", "origin"),
+    ("relay_key", "sidecar.agents.gateway.proxy.protocol", "Connections", "relay_key"),
+    ("linking", "sidecar.agents.gateway.guard.linking", "Linker", "for_call"),
+    ("session_steps", "sidecar.agents.gateway.guard.sessions", "SessionBook", "steps"),
+    ("check_with_hop", "sidecar.agents.gateway.guard.workers", "Workers", "checked"),
+    ("check_itself", "sidecar.agents.gateway.guard.calls", "CallPath", "_guard"),
+    ("upstream", "sidecar.agents.gateway.proxy.upstream", "UpstreamLink", "call_tool"),
+    ("evidence", "sidecar.agents.gateway.guard.calls", "CallPath", "_evidence"),
+    ("record", "sidecar.agents.gateway.guard.calls", "CallPath", "record"),
+    ("learn", "sidecar.agents.gateway.guard.calls", "CallPath", "learn"),
+    ("serialise_pass", "sidecar.agents.gateway.proxy.bulk", None, "present"),
 )
 
 

@@ -1,4 +1,4 @@
-"""An in-memory :class:`~sidecar.agents.gateway.backend.GatewayBackend`: small, deterministic,
+"""An in-memory :class:`~sidecar.agents.gateway.guard.backend.GatewayBackend`: small, deterministic,
 and honest about what it knows.  For tests, demonstrations and benchmarks of the gateway
 and the OTLP intake; the sidecar library is the real one.
 
@@ -26,7 +26,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.agents.gateway.backend import Decision, Hit, Outcome, Reason, Step, SyncResult, Verdict
+from sidecar.agents.gateway.guard.backend import (
+    Decision,
+    GuardReason,
+    GuardVerdict,
+    Hit,
+    Outcome,
+    Step,
+    SyncedTools,
+)
 
 Fact = tuple[str, str, str]
 _WORD = re.compile(r"[a-z0-9]+")
@@ -80,7 +88,7 @@ class Report:
 class StandaloneBackend:
     checks_in_memory = True
     """Its checks are a few dictionary reads: the gateway asks them on its event loop
-    (:func:`sidecar.agents.gateway.backend.checks_in_memory`)."""
+    (:func:`sidecar.agents.gateway.guard.backend.checks_in_memory`)."""
 
     def __init__(self, block_after: int = 2) -> None:
         if block_after < 1:
@@ -94,7 +102,7 @@ class StandaloneBackend:
         self._reported: dict[str, tuple[int, int]] = {}
         """Per session: where its report is in :attr:`reports`, and how many of its steps
         were taken in."""
-        self.syncs: list[tuple[str, SyncResult]] = []
+        self.syncs: list[tuple[str, SyncedTools]] = []
         self.checks = 0
         self._failures: dict[tuple[str, str], _Failure] = {}
         self._by_tool: dict[str, list[_Failure]] = {}
@@ -102,7 +110,7 @@ class StandaloneBackend:
         self._lock = threading.Lock()
 
     # ---- the protocol --------------------------------------------------------------
-    def sync_tools(self, source: str, tools: list[dict[str, Any]]) -> SyncResult:
+    def sync_tools(self, source: str, tools: list[dict[str, Any]]) -> SyncedTools:
         with self._lock:
             before = self.sources.get(source, set())
             now = {str(t["name"]) for t in tools}
@@ -116,7 +124,7 @@ class StandaloneBackend:
             self.gone |= set(gone)
             self.gone -= now
             self.sources[source] = now
-            result = SyncResult(tuple(added), tuple(updated), tuple(gone))
+            result = SyncedTools(tuple(added), tuple(updated), tuple(gone))
             self.syncs.append((source, result))
             return result
 
@@ -149,14 +157,14 @@ class StandaloneBackend:
 
     def check_call(
         self, steps: list[Step], tool: str, arguments: dict[str, Any], viewer: str | None = None
-    ) -> Verdict:
+    ) -> GuardVerdict:
         with self._lock:
             self.checks += 1
             failures = self._by_tool.get(tool)
             if not failures:
-                return Verdict.allow()  # nothing known against this tool: no facts needed
+                return GuardVerdict.allow()  # nothing known against this tool: no facts needed
             current = facts_before(steps, arguments)
-            reasons: list[tuple[bool, Reason]] = []
+            reasons: list[tuple[bool, GuardReason]] = []
             for failure in failures:
                 condition = failure.condition()
                 if not condition or not condition <= current:
@@ -166,27 +174,27 @@ class StandaloneBackend:
                 blocks = seen >= self.block_after and not contested
                 reasons.append((blocks, self._reason(failure, condition, seen, contested)))
         if not reasons:
-            return Verdict.allow()
+            return GuardVerdict.allow()
         decision: Decision = "block" if any(b for b, _ in reasons) else "warn"
         ordered = [r for b, r in reasons if b] + [r for b, r in reasons if not b]
-        return Verdict(decision, tuple(ordered))
+        return GuardVerdict(decision, tuple(ordered))
 
     def check_views(
         self,
         views: Sequence[tuple[list[Step], str]],
         arguments: dict[str, Any],
         viewer: str | None = None,
-    ) -> Verdict:
+    ) -> GuardVerdict:
         """Each view checked, every reason once, the strictest first: any block blocks."""
         found = [self.check_call(steps, tool, arguments, viewer) for steps, tool in views]
-        reasons: dict[tuple[str, str], tuple[bool, Reason]] = {}
+        reasons: dict[tuple[str, str], tuple[bool, GuardReason]] = {}
         for verdict in sorted(found, key=lambda v: v.decision != "block"):
             for r in verdict.reasons:
                 reasons.setdefault((r.rule, r.evidence), (verdict.decision == "block", r))
         if not reasons:
-            return Verdict.allow()
+            return GuardVerdict.allow()
         decision: Decision = "block" if any(b for b, _ in reasons.values()) else "warn"
-        return Verdict(decision, tuple(r for _, r in reasons.values()))
+        return GuardVerdict(decision, tuple(r for _, r in reasons.values()))
 
     def report_session(
         self,
@@ -234,10 +242,10 @@ class StandaloneBackend:
     # ---- internals -----------------------------------------------------------------
     def _reason(
         self, failure: _Failure, condition: frozenset[Fact], seen: int, contested: bool
-    ) -> Reason:
+    ) -> GuardReason:
         when = _describe(condition)
         note = "; a success under the same condition contests it" if contested else ""
-        return Reason(
+        return GuardReason(
             rule=f"{failure.tool} fails when {when}",
             explanation=f"Seen in {seen} reported session(s){note}.",
             evidence=failure.error,

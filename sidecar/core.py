@@ -18,7 +18,7 @@ where a store's own errors become the library's (:func:`boundary`).
 
 ``Sidecar.open(..., read_only=True)`` opens a home for reading: it never writes, never
 recovers, and fails on a home that does not exist.  Opened for writing (the default),
-the process owns the home (see :mod:`sidecar.home`), finishes moves a crash
+the process owns the home (see :mod:`sidecar.app.home`), finishes moves a crash
 interrupted and compiles archived chains the state missed; when that recovery cannot
 run (an unwritable cold store), reads keep working and writes that move tools fail with
 :class:`~sidecar.errors.Degraded` until a retry succeeds.
@@ -36,6 +36,8 @@ from typing import Any
 
 from indexes import ActiveIndex, Embedder
 from sidecar import validate
+from sidecar.app.home import Home
+from sidecar.app.hot import HotIndex
 from sidecar.archive.audit import Archive
 from sidecar.archive.publish import Publisher
 from sidecar.boundary import boundary
@@ -55,9 +57,7 @@ from sidecar.eviction import (
     make_revoker,
 )
 from sidecar.eviction.on_report import after_batches
-from sidecar.forgetting import forget
-from sidecar.home import Home
-from sidecar.hot import HotIndex
+from sidecar.eviction.recovery import Recovery, health
 from sidecar.intake import Intake, StepPolicy
 from sidecar.intake.parse import redacted_steps, steps_of, task_text
 from sidecar.limits import INTAKE_CHUNK, MANDATE_STATUSES, CheckMode
@@ -72,7 +72,6 @@ from sidecar.model import (
     StepReport,
     Tool,
 )
-from sidecar.recovery import Recovery, health
 from sidecar.results import (
     ArchiveMaintenance,
     ArchiveStatus,
@@ -90,6 +89,7 @@ from sidecar.rules.wording import viewer_of
 from sidecar.settings import Settings
 from sidecar.tools import AddToolsResult, Fields, SyncResult, ToolRecords, Tools
 from sidecar.tools.paging import DEFAULT_LIMIT, ToolPage
+from sidecar.trust.forgetting import forget
 from sidecar.trust.principals import LOCAL, Principals, Role, check_source
 from sidecar.trust.quota import Quota, QuotaView
 from sidecar.trust.redact import redact, redact_text
@@ -398,7 +398,7 @@ class Sidecar:
         """Remove what ``source`` reported (since ``since``, a Unix time, when given)
         and derive again what rested on it: the conditions it taught, the sessions it
         counted toward sightings, dead ends and contradictions, and the evictions whose
-        evidence came from it (see :func:`sidecar.forgetting.forget`)."""
+        evidence came from it (see :func:`sidecar.trust.forgetting.forget`)."""
         self.recovery.writable()
         check_source(source)
         return forget(

@@ -89,40 +89,40 @@ def test_no_class_holds_over_300_lines_of_logic() -> None:
     assert large == {}
 
 
-SHARED_CLASS_NAMES = {
-    # one name, two meanings, still to be given names by role: the gateway's and the
-    # OTLP intake's session books become one; the gateway's records of a check and of a
-    # sync are the library's own over the wire; the memory's per-condition reasons,
-    # its proposed call and the OTLP trace are named for what they hold
-    "Call": {"sidecar.agents.otlp.calls", "sidecar.memory.families.base"},
-    "Reason": {"sidecar.agents.gateway.backend", "sidecar.memory.thresholds"},
-    "SyncResult": {"sidecar.agents.gateway.backend", "sidecar.tools.records"},
-    "Trace": {"sidecar.agents.otlp.calls", "sidecar.memory.trace"},
-    "Verdict": {"sidecar.agents.gateway.backend", "sidecar.memory.thresholds"},
-}
-"""The classes that still share a name, each to be renamed; the list only shrinks."""
-
-
 def test_no_two_library_classes_share_a_name() -> None:
-    """A name means one thing: two classes of one name are two things a reader mixes up
-    (the list above is what is left to rename, and must be kept exact)."""
+    """A name means one thing: two classes of one name are two things a reader mixes up."""
     where: dict[str, set[str]] = {}
     for name, path in modules():
         for node in tree(path).body:
             if isinstance(node, ast.ClassDef):
                 where.setdefault(node.name, set()).add(name)
     shared = {cls: mods for cls, mods in where.items() if len(mods) > 1}
-    assert shared == SHARED_CLASS_NAMES
+    assert shared == {}
 
 
-MAX_ROOT_MODULES = 20
-"""Modules beside ``sidecar/``'s packages: the façade and what every room uses (the
-rest have rooms of their own; the number only falls)."""
+ROOT_MODULES = {
+    "core.py": "the façade, Sidecar",
+    "interface.py": "what a caller may write against, here or over HTTP",
+    "validate.py": "the façade's argument checks",
+    "boundary.py": "where a store's errors become the library's",
+    "errors.py": "every error and how a shell shows it",
+    "faults.py": "what a store may fail with; the named points of a move",
+    "model.py": "the domain types every room passes",
+    "results.py": "the typed answers the shells show",
+    "wire.py": "those answers as JSON",
+    "settings.py": "the one settings object",
+    "limits.py": "request limits and status words",
+    "classify.py": "whether a failure is deterministic (intake and the memory ask)",
+    "metrics.py": "the Prometheus text format",
+}
+"""The modules beside ``sidecar/``'s packages: the façade and what every room uses.
+Everything else lives in the room of its concept (opening a home in ``app/``, lookup in
+``lookup/``, trust in ``trust/``, the archive's side in ``archive/``...)."""
 
 
-def test_the_librarys_root_holds_few_modules() -> None:
-    root = sorted(p.name for p in (ROOT / "sidecar").glob("*.py") if p.name != "__init__.py")
-    assert len(root) <= MAX_ROOT_MODULES, root
+def test_the_librarys_root_holds_only_the_facade_and_what_every_room_uses() -> None:
+    root = {p.name for p in (ROOT / "sidecar").glob("*.py") if p.name != "__init__.py"}
+    assert root == set(ROOT_MODULES)
 
 
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:

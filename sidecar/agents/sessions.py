@@ -2,7 +2,7 @@
 rules that turn them into reports.  The gateway (which sees the calls it forwards) and
 the OTLP intake (which reads them from traces) both keep their sessions here; each adds
 only what its transport needs (the gateway links calls into sessions:
-:class:`~sidecar.agents.gateway.sessions.LinkedSessionBook`).
+:class:`~sidecar.agents.gateway.guard.sessions.LinkedSessionBook`).
 
 One set of limits (:class:`SessionLimits`, from the ``SIDECAR_SESSION_*`` settings):
 

@@ -13,7 +13,7 @@ from sidecar import validate
 from sidecar.archive import chains
 from sidecar.errors import EmptyArchive, Forbidden, NotFound
 from sidecar.eviction import Journal
-from sidecar.recovery import Recovery
+from sidecar.eviction.recovery import Recovery
 from sidecar.results import (
     ArchiveMaintenance,
     ArchiveStatus,

@@ -7,7 +7,7 @@ repository per concept (its tables and statements) in this package, the database
   several sidecars on one memory.
 
 The backend is chosen in one place, where a home opens its stores
-(:func:`sidecar.home.open_state`); every other module sees only a
+(:func:`sidecar.app.home.open_state`); every other module sees only a
 :class:`~.base.Database`.  :mod:`.schema` versions the tables.
 """
 

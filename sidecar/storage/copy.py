@@ -1,6 +1,6 @@
 """Moving a state between databases: every row of every table, checked by count.
 
-Used by ``sidecar migrate --to-database URL`` (:func:`sidecar.home.migrate`) to
+Used by ``sidecar migrate --to-database URL`` (:func:`sidecar.app.home.migrate`) to
 bring a local home's SQLite state into PostgreSQL.  Both databases hold the same
 schema (each was prepared by the same code), so rows are copied column for column.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.agents.gateway.sessions import LinkedSessionBook
+from sidecar.agents.gateway.guard.sessions import LinkedSessionBook
 from sidecar.agents.sessions import SessionBook, SessionLimits, step_size
 from sidecar.errors import ConfigError
 from sidecar.memory import Step

@@ -12,7 +12,7 @@ import pytest
 
 from indexes import HashingEmbedder
 from sidecar import Busy, Sidecar
-from sidecar.lock import holder
+from sidecar.app.lock import holder
 from tests.faults.harness import (
     SCRIPT,
     Server,

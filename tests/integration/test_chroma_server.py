@@ -10,7 +10,7 @@ import pytest
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
-from sidecar.lock import LockBusy
+from sidecar.app.lock import LockBusy
 from tests.sidecar.helpers import abandoned
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar
+from sidecar.app.home import migrate_schema
 from sidecar.errors import ConfigError, InvalidInput, SchemaTooNew
-from sidecar.home import migrate_schema
 from sidecar.settings import Settings
 from sidecar.shells.api.schema_wait import wait_for_schema
 from sidecar.shells.api.serve import bind, server_token
@@ -128,6 +128,6 @@ def test_a_schema_newer_than_the_code_ends_the_wait(
     import sidecar.storage.state as state
 
     monkeypatch.setattr(state, "MIGRATIONS", state.MIGRATIONS[:-1])
-    monkeypatch.setattr("sidecar.home.MIGRATIONS", state.MIGRATIONS)
+    monkeypatch.setattr("sidecar.app.home.MIGRATIONS", state.MIGRATIONS)
     with bind("127.0.0.1", 0) as sock, pytest.raises(SchemaTooNew):
         wait_for_schema(sock, Settings(home=home, migrate="never"), Principals(), poll_s=0.05)

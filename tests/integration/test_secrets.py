@@ -695,7 +695,7 @@ def otlp_body(g: Garden) -> bytes:
 def gateway_inputs(sc: Sidecar, g: Garden) -> None:
     """A session as the MCP gateway records it (its evidence functions, its backend)."""
     from sidecar.agents.evidence import step_from_error, step_from_result
-    from sidecar.agents.gateway.library import LibraryBackend
+    from sidecar.agents.gateway.guard.library import LibraryBackend
 
     steps = [
         step_from_result(

@@ -12,8 +12,8 @@ import pytest
 import indexes
 from indexes import CachedEmbedder, HashingEmbedder, MiniLMEmbedder, OnnxMiniLMEmbedder
 from sidecar import Sidecar
+from sidecar.app.hot import make_embedder
 from sidecar.errors import ConfigError
-from sidecar.hot import make_embedder
 from sidecar.model import Tool
 from sidecar.settings import DEFAULT_EXACT_LIMIT, Settings
 from tests.faults.faults import unwritable_folder

@@ -15,9 +15,9 @@ import pytest
 
 from indexes import HashingEmbedder, MiniLMEmbedder
 from sidecar import InvalidInput, NotFound, Sidecar, Tool
+from sidecar.app.lock import LockBusy, WriterLock
 from sidecar.eviction import decide
 from sidecar.eviction.journal import Move
-from sidecar.lock import LockBusy, WriterLock
 from sidecar.model import CredentialRef
 from tests.sidecar.helpers import abandoned, completed, constraint
 

@@ -1,5 +1,5 @@
 """A home that does not exist: a read fails on it, and so does a caller that asks
-:func:`~sidecar.home.require_home` before a write that must not make one; neither
+:func:`~sidecar.app.home.require_home` before a write that must not make one; neither
 makes anything."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar
+from sidecar.app.home import require_home
 from sidecar.errors import HomeNotFound, NotFound
-from sidecar.home import require_home
 from sidecar.settings import Settings
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.agents.gateway.catalog import valid_name
+from sidecar.agents.gateway.proxy.catalog import valid_name
 from sidecar.agents.otlp.tools import tool_id
 from sidecar.trust.toolnames import VALID_NAME, tool_id_for
 

@@ -17,8 +17,8 @@ import pytest
 from benchmarks.pgserver import PostgresServer
 from indexes import HashingEmbedder
 from sidecar import Sidecar
+from sidecar.app.home import SCHEMAS, table_digest
 from sidecar.errors import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
-from sidecar.home import SCHEMAS, table_digest
 from sidecar.model import CredentialRef, Tool
 from sidecar.storage.backends.postgres import PostgresDatabase
 from sidecar.storage.backends.sqlite import SqliteDatabase
@@ -150,8 +150,8 @@ def views_of_archive(sc: Sidecar, pointers: dict[str, str]) -> dict[str, object]
 def test_migrate_needs_somewhere_to_go(tmp_path: Path) -> None:
     """The library's copy needs a target; the command with none is the schema step
     (``tests/storage/test_schema_step.py``), which makes no home where there is none."""
+    from sidecar.app.home import migrate
     from sidecar.errors import InvalidInput
-    from sidecar.home import migrate
     from sidecar.settings import Settings
 
     with pytest.raises(InvalidInput, match="--to-database URL, --to-cold URL or both"):

@@ -19,6 +19,7 @@ import pytest
 from benchmarks.pgserver import PostgresServer
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
+from sidecar.app.home import SCHEMAS, migrate_schema, schema_pending
 from sidecar.errors import (
     EXIT_BUSY,
     EXIT_OK,
@@ -27,7 +28,6 @@ from sidecar.errors import (
     SchemaPending,
     StateUnavailable,
 )
-from sidecar.home import SCHEMAS, migrate_schema, schema_pending
 from sidecar.settings import Settings
 from sidecar.storage.backends.postgres import PostgresDatabase
 from sidecar.storage.schema import SCHEMA, created_tables, latest
@@ -91,7 +91,7 @@ def test_sqlite_migrations_take_turns_on_a_lock_file(tmp_path: Path) -> None:
     with Sidecar.open(embedder=HashingEmbedder(), home=home):
         pass
     settings = Settings(home=home)
-    from sidecar.lock import WriterLock
+    from sidecar.app.lock import WriterLock
 
     lock = WriterLock(home / "migrate.lock", "a schema migration")
     lock.acquire()

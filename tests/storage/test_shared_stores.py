@@ -16,6 +16,7 @@ import pytest
 from benchmarks.pgserver import PostgresServer
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
+from sidecar.app.home import s3_options
 from sidecar.errors import (
     EXIT_INVALID,
     EXIT_UNSAFE,
@@ -24,7 +25,6 @@ from sidecar.errors import (
     InvalidInput,
     UnsafeStorage,
 )
-from sidecar.home import s3_options
 from sidecar.settings import Settings
 from sidecar.storage.backends.postgres import PostgresDatabase
 from tests.cold_store.backends import ACCESS, REGION, FakeStore, S3Server

@@ -12,24 +12,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sidecar.agents.gateway.backend import (
-    Decision,
-    GatewayBackend,
-    Hit,
-    Outcome,
-    Reason,
-    Step,
-    SyncResult,
-    Verdict,
-)
-from sidecar.agents.gateway.contest import ContestPolicy
 from sidecar.agents.gateway.errors import (
     GatewayError,
     GatewayUnavailable,
     UpstreamSpecError,
     UpstreamUnavailable,
 )
-from sidecar.agents.gateway.upstream import Upstream
+from sidecar.agents.gateway.guard.backend import (
+    Decision,
+    GatewayBackend,
+    GuardReason,
+    GuardVerdict,
+    Hit,
+    Outcome,
+    Step,
+    SyncedTools,
+)
+from sidecar.agents.gateway.guard.contest import ContestPolicy
+from sidecar.agents.gateway.proxy.upstream import Upstream
 from sidecar.agents.sessions import SessionLimits
 
 if TYPE_CHECKING:
@@ -42,16 +42,16 @@ __all__ = [
     "GatewayBackend",
     "GatewayError",
     "GatewayUnavailable",
+    "GuardReason",
+    "GuardVerdict",
     "Hit",
     "Outcome",
-    "Reason",
     "SessionLimits",
     "Step",
-    "SyncResult",
+    "SyncedTools",
     "Upstream",
     "UpstreamSpecError",
     "UpstreamUnavailable",
-    "Verdict",
     "build_gateway",
 ]
 

@@ -1,22 +1,25 @@
 """The gateway: an MCP server in front of upstream MCP servers that curates ``tools/list``
 and guards ``tools/call`` with the failure memory, so that an agent gains from it with no
-code of its own.
+code of its own.  It is a proxy (:mod:`sidecar.agents.gateway.proxy`: the upstream links,
+the relay, the exposed catalog, serving) and a guard (:mod:`sidecar.agents.gateway.guard`:
+each call checked, its session, what it teaches); this module wires the two.
 
 - ``tools/list``: every upstream tool (renamed ``UPSTREAM_NAME`` only on a clash) minus
   the hidden (evicted) ones, plus ``report_outcome``; with ``expose="search"``, only
   ``search_tools``, ``call_tool``, ``report_outcome`` and the pinned tools
-  (:mod:`sidecar.agents.gateway.own_tools`).  Listings are kept in step with the backend by
-  :mod:`sidecar.agents.gateway.syncing`.
-- ``tools/call``: assigned to its agent session (:mod:`sidecar.agents.gateway.linking`: the MCP
-  session, trace context, a declared id, or values linking it to an earlier output),
-  then checked and forwarded in that session's state (:mod:`sidecar.agents.gateway.calls`);
-  :mod:`sidecar.agents.gateway.sessions` says when a session is reported.
+  (:mod:`sidecar.agents.gateway.guard.own_tools`).  Listings are kept in step with the
+  backend by :mod:`sidecar.agents.gateway.guard.syncing`.
+- ``tools/call``: assigned to its agent session
+  (:mod:`sidecar.agents.gateway.guard.linking`: the MCP session, trace context, a
+  declared id, or values linking it to an earlier output), then checked and forwarded in
+  that session's state (:mod:`sidecar.agents.gateway.guard.calls`);
+  :mod:`sidecar.agents.gateway.guard.sessions` says when a session is reported.
 - Everything else (resources, prompts, completion, logging, progress, the upstreams'
-  sampling and elicitation requests) is relayed: :mod:`sidecar.agents.gateway.relay`.
+  sampling and elicitation requests) is relayed: :mod:`sidecar.agents.gateway.proxy.relay`.
 
-The backend is called from worker threads (:mod:`sidecar.agents.gateway.workers`);
+The backend is called from worker threads (:mod:`sidecar.agents.gateway.guard.workers`);
 ``inline_checks=True``, or a backend that says its checks are memory reads
-(:func:`~sidecar.agents.gateway.backend.checks_in_memory`), runs the two calls on the
+(:func:`~sidecar.agents.gateway.guard.backend.checks_in_memory`), runs the two calls on the
 call path (``hidden_tools``, ``check_views``) on the event loop.
 """
 
@@ -30,18 +33,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from sidecar.agents.evidence import DEFAULT_MAX_CHARS
-from sidecar.agents.gateway import json_answers
-from sidecar.agents.gateway.answers import CONTEST_META_KEY, WARNINGS_META_KEY
-from sidecar.agents.gateway.backend import GatewayBackend, Outcome, Step, checks_in_memory
-from sidecar.agents.gateway.bulk import PresentingStream, present_http_responses
-from sidecar.agents.gateway.calls import CallPath, CallSettings
-from sidecar.agents.gateway.catalog import Catalog
-from sidecar.agents.gateway.contest import Contest, ContestPolicy
 from sidecar.agents.gateway.errors import GatewayError
-from sidecar.agents.gateway.learning import Learning
-from sidecar.agents.gateway.linking import ConnectionState, Linker, token_name
-from sidecar.agents.gateway.metrics import route as metrics_route
-from sidecar.agents.gateway.own_tools import (
+from sidecar.agents.gateway.guard.answers import CONTEST_META_KEY, WARNINGS_META_KEY
+from sidecar.agents.gateway.guard.backend import GatewayBackend, Outcome, Step, checks_in_memory
+from sidecar.agents.gateway.guard.calls import CallPath, CallSettings
+from sidecar.agents.gateway.guard.contest import Contest, ContestPolicy
+from sidecar.agents.gateway.guard.learning import Learning
+from sidecar.agents.gateway.guard.linking import ConnectionState, Linker, token_name
+from sidecar.agents.gateway.guard.own_tools import (
     CALL_TOOL,
     OWN_TOOLS,
     REPORT_OUTCOME,
@@ -51,13 +50,17 @@ from sidecar.agents.gateway.own_tools import (
     call_tool_target,
     own_tools,
 )
-from sidecar.agents.gateway.protocol import Connections, build_server
-from sidecar.agents.gateway.relay import Relay
-from sidecar.agents.gateway.security import BearerGate, loopback_only
-from sidecar.agents.gateway.sessions import LINK_WINDOW_S, LinkedSessionBook
-from sidecar.agents.gateway.syncing import CatalogSync
-from sidecar.agents.gateway.upstream import Upstream, UpstreamLink
-from sidecar.agents.gateway.workers import GatewayStats, Reporter, Workers
+from sidecar.agents.gateway.guard.sessions import LINK_WINDOW_S, LinkedSessionBook
+from sidecar.agents.gateway.guard.syncing import CatalogSync
+from sidecar.agents.gateway.guard.workers import GatewayStats, Reporter, Workers
+from sidecar.agents.gateway.metrics import route as metrics_route
+from sidecar.agents.gateway.proxy import json_answers
+from sidecar.agents.gateway.proxy.bulk import PresentingStream, present_http_responses
+from sidecar.agents.gateway.proxy.catalog import Catalog
+from sidecar.agents.gateway.proxy.protocol import Connections, build_server
+from sidecar.agents.gateway.proxy.relay import Relay
+from sidecar.agents.gateway.proxy.security import BearerGate, loopback_only
+from sidecar.agents.gateway.proxy.upstream import Upstream, UpstreamLink
 from sidecar.agents.sessions import SessionLimits
 from sidecar.errors import SidecarError
 from sidecar.trust.principals import Principals
@@ -66,7 +69,7 @@ if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
     from mcp.types import CallToolResult, Tool
 
-    from sidecar.agents.gateway.security import ASGIApp
+    from sidecar.agents.gateway.proxy.security import ASGIApp
 
 __all__ = [
     "CALL_TOOL",
@@ -109,7 +112,7 @@ class GatewayOptions:
     warning_text: bool = True
     raw_calls: bool = True
     """``tools/call`` forwarded upstream as JSON-RPC bodies below the SDK's client
-    session, where the link's protocol allows (:mod:`sidecar.agents.gateway.forwarding`)."""
+    session, where the link's protocol allows (:mod:`sidecar.agents.gateway.proxy.forwarding`)."""
 
     def __post_init__(self) -> None:
         if self.expose not in ("all", "search"):
@@ -210,7 +213,7 @@ class Gateway:
         bearer token when one was given.  A request is answered on an event stream, which
         carries what the upstream sends during it (progress, log messages, sampling and
         elicitation requests), but for a ``tools/call`` nothing else can reach
-        (:mod:`sidecar.agents.gateway.json_answers`: a plain JSON body);
+        (:mod:`sidecar.agents.gateway.proxy.json_answers`: a plain JSON body);
         ``json_response=True`` answers every request with a plain JSON body, which is
         faster but relays none of that.  Served on its own, its
         lifespan runs :meth:`lifespan`; mounted inside another app, run :meth:`lifespan`
@@ -259,8 +262,8 @@ class Gateway:
 
     def serve_http(self, host: str = "127.0.0.1", port: int = 8766) -> None:
         """Serve until interrupted (SIGINT or SIGTERM); see
-        :func:`sidecar.agents.gateway.serving.serve_http`."""
-        from sidecar.agents.gateway.serving import serve_http
+        :func:`sidecar.agents.gateway.proxy.serving.serve_http`."""
+        from sidecar.agents.gateway.proxy.serving import serve_http
 
         serve_http(self, host, port)
 
@@ -282,7 +285,7 @@ class Gateway:
         return own.input_schema if own is not None else self.catalog.input_schema(name)
 
     async def sync(self, force: bool = False) -> list[str]:
-        """See :meth:`sidecar.agents.gateway.syncing.CatalogSync.sync`."""
+        """See :meth:`sidecar.agents.gateway.guard.syncing.CatalogSync.sync`."""
         return await self.syncer.sync(force)
 
     # ---- what the upstream links report (LinkEvents) -------------------------------
@@ -405,10 +408,10 @@ def build_gateway(
     and ``check_views`` run on the event loop instead (for a backend whose checks never
     block: it saves a thread hop per call).  ``call_timeout_s``: how long an upstream
     may take to answer a request (``None``: no limit); ``contest``: the sampling of
-    blocked calls (:class:`~sidecar.agents.gateway.contest.ContestPolicy`, on by default for
+    blocked calls (:class:`~sidecar.agents.gateway.guard.contest.ContestPolicy`, on by default for
     tools without side effects); ``warning_text``: a warned call's result carries the
     warning as text for the model (on by default); ``link_window_s``: how long an
-    inferred session may be joined (:mod:`sidecar.agents.gateway.linking`)."""
+    inferred session may be joined (:mod:`sidecar.agents.gateway.guard.linking`)."""
     parsed = [u if isinstance(u, Upstream) else Upstream.parse(u) for u in upstreams]
     limits = sessions or SessionLimits()
     if idle_s is not None:

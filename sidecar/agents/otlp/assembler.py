@@ -12,7 +12,7 @@ closes a trace
   memory must be made (below).
 
 A closed trace's tool calls become steps, ordered by start time, the nested and
-repeated spans of one call merged (:mod:`sidecar.agents.otlp.calls`).  Steps go to a
+repeated spans of one call merged (:mod:`sidecar.agents.otlp.span_tree`).  Steps go to a
 session named by the nearest session hint (:func:`~sidecar.agents.otlp.tools.
 session_hint`) up the span's ancestry, else by any hint in the trace, else by the
 trace itself.  A trace's own session is reported when the trace
@@ -49,7 +49,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, cast
 
-from sidecar.agents.otlp.calls import Trace, calls_of, hints_of
 from sidecar.agents.otlp.limits import AssemblerLimits, AssemblerStats
 from sidecar.agents.otlp.prepare import (
     Prepared,
@@ -57,6 +56,7 @@ from sidecar.agents.otlp.prepare import (
     prepare_request,
     prepare_span,
 )
+from sidecar.agents.otlp.span_tree import SpanTree, calls_of, hints_of
 from sidecar.agents.otlp.spans import (
     UNAVAILABLE,
     MalformedPayload,
@@ -121,7 +121,7 @@ class TraceAssembler:
         self.sink = sink
         self.limits = limits or AssemblerLimits()
         self._clock = clock
-        self._traces: OrderedDict[str, Trace] = OrderedDict()
+        self._traces: OrderedDict[str, SpanTree] = OrderedDict()
         self._rooted: deque[tuple[float, str, int]] = deque()
         self._serial = 0
         self._sessions = SessionBook(self.limits.sessions, clock=clock)
@@ -371,7 +371,7 @@ class TraceAssembler:
             trace = self._traces.get(trace_key)
             if trace is None:
                 self._serial += 1
-                trace = self._traces[trace_key] = Trace(self._serial, source)
+                trace = self._traces[trace_key] = SpanTree(self._serial, source)
                 reports += self._make_room()
             trace.last_seen = now
             self._traces.move_to_end(trace_key)

@@ -6,7 +6,7 @@ a replica is told not to do), so the server binds its socket first and answers t
 what a probe asks while it waits: ``/livez`` 200 (the process is alive: restarting it
 would not help), ``/readyz`` 503, and every other request 503 ``schema_pending``.  What
 the state lacks is shown only to a caller with a token, as the real ``/readyz`` shows its
-checks.  Once :func:`~sidecar.home.schema_pending` finds nothing missing, this responder
+checks.  Once :func:`~sidecar.app.home.schema_pending` finds nothing missing, this responder
 stops and the real app takes over the same socket: a connection made meanwhile waits in
 the socket's backlog, it is not refused.
 """
@@ -23,8 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from sidecar.app.home import schema_pending
 from sidecar.errors import SchemaPending, SchemaTooNew, StateUnavailable
-from sidecar.home import schema_pending
 from sidecar.settings import Settings
 from sidecar.trust.principals import Principals
 from sidecar.trust.redact import redact_text

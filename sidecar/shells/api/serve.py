@@ -20,9 +20,9 @@ from contextlib import closing
 from pathlib import Path
 from types import FrameType
 
+from sidecar.app.home import TOKEN_FILE
 from sidecar.core import Sidecar
 from sidecar.errors import AddressInUse, Busy, ConfigError, InvalidInput
-from sidecar.home import TOKEN_FILE
 from sidecar.limits import MAX_BODY_BYTES
 from sidecar.settings import Settings
 from sidecar.shells.api.app import create_app

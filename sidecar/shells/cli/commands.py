@@ -37,8 +37,8 @@ def home_of(args: argparse.Namespace) -> Path:
 def open_local(args: argparse.Namespace, read_only: bool = False, create: bool = True) -> Sidecar:
     """The library on the home; ``create``: a write may make the home where there is
     none (a read never does)."""
+    from sidecar.app.home import require_home
     from sidecar.core import Sidecar
-    from sidecar.home import require_home
     from sidecar.settings import Settings
 
     settings = Settings.load(home=home_of(args), chroma_url=args.chroma_url)
@@ -58,7 +58,7 @@ def backend(
     reports, or serves: :data:`~sidecar.errors.HOME_CREATORS`).  Any other command on a
     path that holds no home fails and makes nothing, whether it reads or writes: a
     mistyped ``--home`` given to ``evict --dry-run`` must not answer from an empty home."""
-    from sidecar.home import server_url
+    from sidecar.app.home import server_url
 
     home = home_of(args)
     url = args.url or os.environ.get("SIDECAR_URL") or server_url(home)

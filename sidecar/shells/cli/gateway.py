@@ -18,8 +18,8 @@ def gateway(args: argparse.Namespace) -> int:
     beside a server that owns the home, or with --url, that server's)."""
     import anyio
 
-    from sidecar.agents.gateway.library import LibraryBackend
-    from sidecar.agents.gateway.serving import serve_on
+    from sidecar.agents.gateway.guard.library import LibraryBackend
+    from sidecar.agents.gateway.proxy.serving import serve_on
     from sidecar.shells.api.serve import bind, token_for
 
     home = home_of(args)
@@ -104,7 +104,7 @@ def add_arguments(gw: argparse.ArgumentParser, port: Callable[[str], int]) -> No
 
 def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for: Any) -> Any:
     from sidecar.agents.gateway import build_gateway
-    from sidecar.agents.gateway.contest import ContestPolicy
+    from sidecar.agents.gateway.guard.contest import ContestPolicy
     from sidecar.agents.sessions import session_limits
     from sidecar.settings import Settings
     from sidecar.trust.principals import Principals

@@ -16,7 +16,7 @@ def migrate(args: argparse.Namespace) -> int:
     settings = Settings.load(home=home_of(args), chroma_url=args.chroma_url)
     if args.to_database is None and args.to_cold is None:
         return migrate_schema(args, settings)
-    from sidecar.home import migrate as migrate_home
+    from sidecar.app.home import migrate as migrate_home
 
     copied = migrate_home(settings, args.to_database, args.to_cold)
 
@@ -44,7 +44,7 @@ def migrate(args: argparse.Namespace) -> int:
 
 def migrate_schema(args: argparse.Namespace, settings: Settings) -> int:
     """``sidecar migrate`` with no target: the state's schema brought to this version."""
-    from sidecar.home import migrate_schema as migrate_state
+    from sidecar.app.home import migrate_schema as migrate_state
 
     done = migrate_state(settings)
 

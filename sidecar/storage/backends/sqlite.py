@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sidecar.lock import WriterLock
+from sidecar.app.lock import WriterLock
 from sidecar.storage.base import (
     Concern,
     Connection,

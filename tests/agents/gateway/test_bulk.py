@@ -14,8 +14,8 @@ import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.agents.gateway import bulk
-from sidecar.agents.gateway.stdio import LineTooLong, lines
+from sidecar.agents.gateway.proxy import bulk
+from sidecar.agents.gateway.proxy.stdio import LineTooLong, lines
 
 # the characters that make slicing hard: escapes, quotes, surrogates, multi-byte UTF-8
 TRICKY = st.text(

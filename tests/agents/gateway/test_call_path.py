@@ -12,11 +12,11 @@ import pytest
 
 from benchmarks.standalone_backend import StandaloneBackend
 from sidecar.agents.gateway import Step, build_gateway
-from sidecar.agents.gateway.catalog import Catalog
-from sidecar.agents.gateway.learning import Learning
-from sidecar.agents.gateway.linking import Link
-from sidecar.agents.gateway.views import SessionViews
-from sidecar.agents.gateway.workers import GatewayStats
+from sidecar.agents.gateway.guard.learning import Learning
+from sidecar.agents.gateway.guard.linking import Link
+from sidecar.agents.gateway.guard.session_views import SessionViews
+from sidecar.agents.gateway.guard.workers import GatewayStats
+from sidecar.agents.gateway.proxy.catalog import Catalog
 from sidecar.agents.sessions import SessionBook, SessionLimits
 from tests.agents.gateway.conftest import TOKEN, mcp_session, serving, shop_stdio, text_of
 

@@ -213,7 +213,7 @@ def test_beside_a_running_server_the_gateway_goes_through_it(tmp_path: Path) -> 
     """On a home a server owns, ``sidecar gateway`` sends its checks and its evidence to
     that server (as the other commands do); with ``--url`` from another home too: what
     it saw is in the server's one memory, attributed to the gateway."""
-    from sidecar.home import server_url
+    from sidecar.app.home import server_url
 
     home, env = tmp_path / "home", _env(tmp_path)
     server = subprocess.Popen(

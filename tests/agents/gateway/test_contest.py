@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks.standalone_backend import StandaloneBackend
 from sidecar.agents.gateway import Step, build_gateway
-from sidecar.agents.gateway.contest import ContestPolicy
+from sidecar.agents.gateway.guard.contest import ContestPolicy
 from sidecar.agents.gateway.server import CONTEST_META_KEY, WARNINGS_META_KEY
 from tests.agents.gateway.conftest import (
     TOKEN,

@@ -1,4 +1,4 @@
-"""``tools/call`` forwarded as a raw JSON-RPC body (:mod:`sidecar.agents.gateway.forwarding`):
+"""``tools/call`` forwarded as a raw JSON-RPC body (:mod:`sidecar.agents.gateway.proxy.forwarding`):
 its ids, errors, cancellation, progress and large results, on a fake wire and on both
 transports against a real upstream (``wire_server.py``); and the checks of a backend
 that answers from memory, taken on the event loop."""
@@ -20,8 +20,8 @@ from mcp_types import CONNECTION_CLOSED
 
 from benchmarks.standalone_backend import StandaloneBackend
 from sidecar.agents.gateway import Upstream, build_gateway
-from sidecar.agents.gateway.forwarding import ID_PREFIX, NOT_OURS, RawCalls, route_value
-from sidecar.agents.gateway.upstream import CallTimedOut, UpstreamLink, is_link_failure
+from sidecar.agents.gateway.proxy.forwarding import ID_PREFIX, NOT_OURS, RawCalls, route_value
+from sidecar.agents.gateway.proxy.upstream import CallTimedOut, UpstreamLink, is_link_failure
 from tests.agents.gateway.conftest import (
     TOKEN,
     eventually,

@@ -15,7 +15,7 @@ import pytest
 from benchmarks.standalone_backend import StandaloneBackend
 from sidecar.agents.gateway import Upstream, build_gateway
 from sidecar.agents.gateway import calls as gateway_server
-from sidecar.agents.gateway.catalog import valid_name
+from sidecar.agents.gateway.proxy.catalog import valid_name
 from tests.agents.gateway.conftest import TOKEN, eventually, mcp_session, serving, text_of
 
 pytestmark = pytest.mark.integration
@@ -133,7 +133,7 @@ def test_tool_names_outside_the_grammar_are_mapped_at_start_and_at_run_time() ->
 def test_an_upstream_with_bad_names_from_the_start_serves_on_the_library(tmp_path: Path) -> None:
     from indexes import HashingEmbedder
     from sidecar import Sidecar
-    from sidecar.agents.gateway.library import LibraryBackend
+    from sidecar.agents.gateway.guard.library import LibraryBackend
 
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
         gateway = build_gateway(LibraryBackend(sc), [rogue("rogue", "--bad-names")], token=TOKEN)

@@ -1,4 +1,4 @@
-"""Which session a gateway call belongs to (:mod:`sidecar.agents.gateway.linking`), as pure
+"""Which session a gateway call belongs to (:mod:`sidecar.agents.gateway.guard.linking`), as pure
 bookkeeping: declared ids from headers and ``_meta``, grounded values, and the linker over
 a real :class:`SessionBook` with an injected clock."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.agents.gateway.backend import Step
-from sidecar.agents.gateway.linking import (
+from sidecar.agents.gateway.guard.backend import Step
+from sidecar.agents.gateway.guard.linking import (
     Linker,
     Origin,
     argument_values,
@@ -22,7 +22,7 @@ from sidecar.agents.gateway.linking import (
     trace_id,
     trace_session,
 )
-from sidecar.agents.gateway.sessions import LinkedSessionBook
+from sidecar.agents.gateway.guard.sessions import LinkedSessionBook
 from sidecar.agents.sessions import SessionLimits
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

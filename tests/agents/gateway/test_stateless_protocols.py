@@ -26,8 +26,8 @@ import pytest
 from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.agents.gateway import Upstream, build_gateway
-from sidecar.agents.gateway.answers import WARNING_PREFIX, WARNINGS_META_KEY
-from sidecar.agents.gateway.library import LibraryBackend
+from sidecar.agents.gateway.guard.answers import WARNING_PREFIX, WARNINGS_META_KEY
+from sidecar.agents.gateway.guard.library import LibraryBackend
 from sidecar.agents.gateway.server import Gateway
 from tests.agents.gateway.conftest import TOKEN, eventually, serving, shop_stdio, text_of
 from tests.agents.gateway.stateless_client import call

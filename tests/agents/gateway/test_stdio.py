@@ -18,7 +18,7 @@ import pytest
 if TYPE_CHECKING:
     from mcp import StdioServerParameters
 
-from sidecar.agents.gateway.stdio import MAX_STDERR_LINE, StderrLines, copy_stderr
+from sidecar.agents.gateway.proxy.stdio import MAX_STDERR_LINE, StderrLines, copy_stderr
 from sidecar.trust.redact import MASK
 
 ROOT = Path(__file__).resolve().parents[3]

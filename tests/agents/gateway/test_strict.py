@@ -61,7 +61,7 @@ def _converts(schema: dict[str, Any]) -> bool:
 def test_a_free_form_object_does_not_convert() -> None:
     """What the check guards against: ``call_tool``'s arguments as any object (its first
     shape) cannot be strict; as one JSON text they can."""
-    from sidecar.agents.gateway.own_tools import own_tools
+    from sidecar.agents.gateway.guard.own_tools import own_tools
 
     free = {"type": "object", "additionalProperties": True}
     loose = {"type": "object", "properties": {"name": {"type": "string"}, "arguments": free}}

@@ -15,7 +15,7 @@ import pytest
 from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.agents.gateway import build_gateway
-from sidecar.agents.gateway.library import LibraryBackend
+from sidecar.agents.gateway.guard.library import LibraryBackend
 from sidecar.agents.gateway.server import Gateway
 from sidecar.trust.principals import Principals
 from tests.agents.gateway.conftest import TOKEN, eventually, mcp_session, serving, text_of

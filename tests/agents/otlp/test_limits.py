@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from benchmarks.standalone_backend import StandaloneBackend
-from sidecar.agents.gateway.backend import Step
+from sidecar.agents.gateway.guard.backend import Step
 from sidecar.agents.otlp import AssemblerLimits
 from sidecar.agents.otlp.tools import CUT_MARGIN
 from sidecar.trust.toolnames import tool_id_for

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sidecar.agents.gateway.backend import Step
+from sidecar.agents.gateway.guard.backend import Step
 from sidecar.trust.toolnames import MAX_NAME, suffixed, tool_id_for
 
 if TYPE_CHECKING:

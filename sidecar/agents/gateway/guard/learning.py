@@ -1,6 +1,6 @@
 """What a forwarded call teaches, taken off the call's path: the step a small result
 becomes (:mod:`sidecar.agents.evidence`: clipped, redacted, capped) and its
-place in its session (:class:`~sidecar.agents.gateway.sessions.SessionBook`) are worked
+place in its session (:class:`~sidecar.agents.gateway.guard.sessions.SessionBook`) are worked
 out after the result has been handed back, not before.
 
 A bare relay returns the upstream's result as it came; the gateway did the evidence work
@@ -8,7 +8,7 @@ first (0.07 ms a call for a small result), and the client waited for it (BENCHMA
 section 10).  Now the call queues that work and returns; a task that waits for work
 does it :data:`DEFER_S` later, on the event loop (the response is on its way out by
 then).  A large result's evidence is still taken before its call returns, on the worker
-thread for heavy work (:mod:`sidecar.agents.gateway.calls`): queued, it would hold up
+thread for heavy work (:mod:`sidecar.agents.gateway.guard.calls`): queued, it would hold up
 whichever call of another session came to settle it.
 
 Nothing is learned later than it is needed, nor lost:
@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from sidecar.agents.gateway.backend import Step
-from sidecar.agents.gateway.workers import GatewayStats
+from sidecar.agents.gateway.guard.backend import Step
+from sidecar.agents.gateway.guard.workers import GatewayStats
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup

@@ -17,7 +17,7 @@ message holds (a text block, an image's base64 data), never its structure.  So:
 
 A slice boundary never falls inside an escape sequence, between the two halves of an
 escaped surrogate pair, or inside a UTF-8 character.  Stdio upstreams are read through
-:mod:`sidecar.agents.gateway.stdio`, which parses with :func:`parse_line`; an HTTP upstream's
+:mod:`sidecar.agents.gateway.proxy.stdio`, which parses with :func:`parse_line`; an HTTP upstream's
 messages are parsed by the SDK's own client, at once (about 5 ms per MB on the event loop).
 """
 

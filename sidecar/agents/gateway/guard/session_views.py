@@ -1,4 +1,4 @@
-"""The views a call is checked under (:meth:`~sidecar.agents.gateway.catalog.Catalog.views`),
+"""The views a call is checked under (:meth:`~sidecar.agents.gateway.proxy.catalog.Catalog.views`),
 kept per session as its steps grow rather than rebuilt on every call.
 
 A call is checked with the session's steps named as now, under every tool's plain name
@@ -18,8 +18,8 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sidecar.agents.gateway.backend import Step
-from sidecar.agents.gateway.catalog import Catalog
+from sidecar.agents.gateway.guard.backend import Step
+from sidecar.agents.gateway.proxy.catalog import Catalog
 
 Stamp = tuple[str, int]
 """A session's id and how many steps it holds

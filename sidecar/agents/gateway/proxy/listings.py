@@ -1,6 +1,7 @@
 """The upstreams' resources, resource templates, subscriptions and prompts, merged for
 the gateway's clients, and each request on them routed to the upstream that listed what
-it names (see :mod:`sidecar.agents.gateway.relay`, which sends what it cannot route itself)."""
+it names (see :mod:`sidecar.agents.gateway.proxy.relay`, which sends what it cannot
+route itself)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from sidecar.agents.gateway.upstream import UpstreamLink
+    from sidecar.agents.gateway.proxy.upstream import UpstreamLink
 
 
 class Upstreams(Protocol):
-    """What the listings use of the relay (:class:`~sidecar.agents.gateway.relay.Relay`)."""
+    """What the listings use of the relay (:class:`~sidecar.agents.gateway.proxy.relay.Relay`)."""
 
     links: Mapping[str, UpstreamLink]
     timeout_s: float | None

@@ -1,4 +1,4 @@
-"""The gateway's backend over the library: what :class:`~sidecar.agents.gateway.backend.
+"""The gateway's backend over the library: what :class:`~sidecar.agents.gateway.guard.backend.
 GatewayBackend` asks, answered by a :class:`~sidecar.core.Sidecar` in this process, or by
 a running sidecar over HTTP (:class:`~sidecar.shells.client.RemoteSidecar`: a gateway beside
 ``sidecar serve`` on the same home, so that its evidence reaches the one memory).  It
@@ -11,7 +11,14 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from sidecar.agents.gateway.backend import Hit, Outcome, Reason, Step, SyncResult, Verdict
+from sidecar.agents.gateway.guard.backend import (
+    GuardReason,
+    GuardVerdict,
+    Hit,
+    Outcome,
+    Step,
+    SyncedTools,
+)
 from sidecar.agents.sink import step_report
 from sidecar.errors import InvalidInput, SidecarError
 from sidecar.model import CallCheck, IntakeResult, LookupResult, Tool
@@ -53,7 +60,7 @@ class LibraryBackend:
         self.sc = sc
         self.source = source
 
-    def sync_tools(self, source: str, tools: list[dict[str, Any]]) -> SyncResult:
+    def sync_tools(self, source: str, tools: list[dict[str, Any]]) -> SyncedTools:
         """A tool the hot index refuses (an oversized schema, a secret in a default...) is
         left out with a warning: the gateway still lists and guards it, and one odd tool
         never stops the sync of the others."""
@@ -71,7 +78,7 @@ class LibraryBackend:
                 continue
             taken[tool.tool_id] = tool
         result = self.sc.sync_tools(source, list(taken.values()))
-        return SyncResult(result.added, result.updated, result.gone)
+        return SyncedTools(result.added, result.updated, result.gone)
 
     def hidden_tools(self) -> set[str]:
         return self.sc.hidden_tools()
@@ -85,15 +92,15 @@ class LibraryBackend:
         views: Sequence[tuple[list[Step], str]],
         arguments: dict[str, Any],
         viewer: str | None = None,
-    ) -> Verdict:
+    ) -> GuardVerdict:
         checks = [
             self.sc.check_call(steps, tool, arguments, viewer=viewer) for steps, tool in views
         ]
         verdict = merged(checks)  # decided where every check is, never here
-        return Verdict(
+        return GuardVerdict(
             verdict.decision,
             tuple(
-                Reason(
+                GuardReason(
                     rule=f"{r.kind} constraint {r.constraint_id} ({r.status})",
                     explanation=r.explanation,
                     evidence=r.evidence,

@@ -49,6 +49,7 @@ from cold_store import ColdStore, ColdStoreError
 from cold_store.base import ColdTable
 from cold_store.errors import UnsafeStore
 from cold_store.probe import S3Options
+from sidecar.app.lock import WriterLock, holder
 from sidecar.errors import (
     HOME_CREATORS,
     Busy,
@@ -60,7 +61,6 @@ from sidecar.errors import (
     StateUnavailable,
     UnsafeStorage,
 )
-from sidecar.lock import WriterLock, holder
 from sidecar.results import SchemaMigration
 from sidecar.settings import Settings
 from sidecar.storage import Database, DatabaseError, Lock, SchemaTooNew

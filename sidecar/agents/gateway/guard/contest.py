@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from sidecar.agents.gateway.backend import Reason
+from sidecar.agents.gateway.guard.backend import GuardReason
 
 if TYPE_CHECKING:
     from mcp.types import Tool
@@ -74,7 +74,7 @@ def side_effect_free(tool: Tool | None) -> bool:
     return hints.read_only_hint is True or hints.destructive_hint is False
 
 
-def rule_key(reason: Reason) -> str:
+def rule_key(reason: GuardReason) -> str:
     return reason.rule_id or f"{reason.rule}|{reason.pointer or ''}"
 
 
@@ -93,7 +93,7 @@ class Contest:
         self._spent: dict[str, list[float]] = {}  # rule -> when its samples went out
         self.sampled = 0
 
-    def sample(self, tool: Tool | None, reasons: Sequence[Reason]) -> bool:
+    def sample(self, tool: Tool | None, reasons: Sequence[GuardReason]) -> bool:
         """Whether this blocked call of ``tool`` goes out as a sample; if so, it is
         charged to every rule that blocks it."""
         policy = self.policy

@@ -38,7 +38,7 @@ from typing import Any
 
 import anyio
 
-from sidecar.agents.gateway.bulk import LARGE_LINE, loads
+from sidecar.agents.gateway.proxy.bulk import LARGE_LINE, loads
 
 log = logging.getLogger("sidecar.agents.gateway")
 
@@ -231,7 +231,7 @@ def _unpacked(answer: dict[str, Any] | None) -> dict[str, Any]:
 
 async def parse(data: bytes | str) -> Any:
     """``json.loads(data)``; a large message's long strings unescaped in slices
-    (:func:`sidecar.agents.gateway.bulk.loads`)."""
+    (:func:`sidecar.agents.gateway.proxy.bulk.loads`)."""
     if len(data) < LARGE_LINE:
         return json.loads(data)
     return await loads(data.encode() if isinstance(data, str) else data)

@@ -14,7 +14,7 @@ message.  The SDK's transport answers either way, but for the whole server at on
 Such a request's channel says it cannot carry a server request (the relay refuses the
 upstream's sampling and elicitation requests as it does for any client that cannot take
 them), and a log message relayed during it goes on the session's standalone stream
-(:meth:`sidecar.agents.gateway.relay.Relay`), which it keeps.  Every other request is
+(:meth:`sidecar.agents.gateway.proxy.relay.Relay`), which it keeps.  Every other request is
 answered on an event stream, as before.
 """
 
@@ -25,8 +25,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from sidecar.agents.gateway.bulk import on_each_session
-from sidecar.agents.gateway.security import ASGIApp, Receive, Scope, Send
+from sidecar.agents.gateway.proxy.bulk import on_each_session
+from sidecar.agents.gateway.proxy.security import ASGIApp, Receive, Scope, Send
 
 _ANSWER_JSON: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "sidecar_gateway_answer_json", default=False

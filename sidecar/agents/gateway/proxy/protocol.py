@@ -4,9 +4,9 @@ each request comes from.
 A request comes from a *connection* (the ``Mcp-Session-Id`` session over streamable
 HTTP, the process over stdio) in the handshake era; requests of the stateless 2026-07-28
 era have none.  :class:`Connections` keeps what the gateway knows of each connection
-(:class:`~sidecar.agents.gateway.linking.ConnectionState`), and says where a request comes
+(:class:`~sidecar.agents.gateway.guard.linking.ConnectionState`), and says where a request comes
 from: its principal, its connection and the session it declares
-(:mod:`sidecar.agents.gateway.linking`).  The relay (resources, prompts, logging...) keys its
+(:mod:`sidecar.agents.gateway.guard.linking`).  The relay (resources, prompts, logging...) keys its
 per-client state by connection.
 """
 
@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sidecar.agents.gateway.linking import (
+from sidecar.agents.gateway.guard.linking import (
     ConnectionState,
     Linker,
     Origin,
@@ -28,8 +28,8 @@ from sidecar.agents.gateway.linking import (
     token_name,
     trace_session,
 )
-from sidecar.agents.gateway.relay import Relay
-from sidecar.agents.gateway.security import PRINCIPAL_HEADER
+from sidecar.agents.gateway.proxy.relay import Relay
+from sidecar.agents.gateway.proxy.security import PRINCIPAL_HEADER
 
 if TYPE_CHECKING:
     from mcp import types
@@ -84,7 +84,7 @@ class Connections:
     def quiet(self, session_id: str) -> bool:
         """Whether nothing but an answer can reach the client of the MCP session
         ``session_id`` during its call: it declared neither sampling nor elicitation and
-        set no log level (:mod:`sidecar.agents.gateway.json_answers`)."""
+        set no log level (:mod:`sidecar.agents.gateway.proxy.json_answers`)."""
         return session_id in self._quiet
 
     def noisy(self, ctx: ServerRequestContext[Any, Any]) -> None:

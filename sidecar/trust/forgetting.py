@@ -5,8 +5,8 @@ dead ends and contradictions, and the evictions whose evidence it supplied."""
 from __future__ import annotations
 
 from sidecar.eviction import Evictor
+from sidecar.eviction.recovery import Recovery
 from sidecar.intake import Intake
-from sidecar.recovery import Recovery
 from sidecar.results import Forgotten
 from sidecar.rules import Rules
 from sidecar.trust.sources import reached_by_forget

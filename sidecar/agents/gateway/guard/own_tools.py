@@ -16,13 +16,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sidecar.agents.gateway.answers import error
-from sidecar.agents.gateway.backend import Hit, Outcome, Step
+from sidecar.agents.gateway.guard.answers import error
+from sidecar.agents.gateway.guard.backend import Hit, Outcome, Step
 
 if TYPE_CHECKING:
     from mcp.types import CallToolResult, Tool
 
-    from sidecar.agents.gateway.catalog import Catalog
+    from sidecar.agents.gateway.proxy.catalog import Catalog
 
 SEARCH_TOOLS, CALL_TOOL, REPORT_OUTCOME = "search_tools", "call_tool", "report_outcome"
 OWN_TOOLS = frozenset({SEARCH_TOOLS, CALL_TOOL, REPORT_OUTCOME})

@@ -5,7 +5,7 @@ threads (they may block on storage): the reads (``hidden_tools``, ``search``,
 ``check_views``) one at a time, and the writes (``sync_tools``, ``report_session``) one at
 a time, a read and a write possibly at once, so that a slow write never delays another
 session's check.  Any object with these methods serves: the adapter over
-:class:`~sidecar.Sidecar` (:mod:`sidecar.agents.gateway.library`), or a small in-memory
+:class:`~sidecar.Sidecar` (:mod:`sidecar.agents.gateway.guard.library`), or a small in-memory
 one the tests and benchmarks of the gateway use.
 
 A backend whose checks are a few reads of its own memory, never storage, says so with a
@@ -28,12 +28,12 @@ Outcome = SessionOutcome
 __all__ = [
     "Decision",
     "GatewayBackend",
+    "GuardReason",
+    "GuardVerdict",
     "Hit",
     "Outcome",
-    "Reason",
     "Step",
-    "SyncResult",
-    "Verdict",
+    "SyncedTools",
     "checks_in_memory",
 ]
 
@@ -44,7 +44,7 @@ def checks_in_memory(backend: object) -> bool:
 
 
 @dataclass(frozen=True)
-class SyncResult:
+class SyncedTools:
     """What a :meth:`GatewayBackend.sync_tools` call changed, by tool name."""
 
     added: tuple[str, ...] = ()
@@ -61,7 +61,7 @@ class Hit:
 
 
 @dataclass(frozen=True)
-class Reason:
+class GuardReason:
     """Why a call is warned about or blocked: the rule, the evidence behind it, and where
     the full record lives (a cold storage pointer, when there is one)."""
 
@@ -77,18 +77,18 @@ class Reason:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class GuardVerdict:
     decision: Decision
-    reasons: tuple[Reason, ...] = field(default_factory=tuple)
+    reasons: tuple[GuardReason, ...] = field(default_factory=tuple)
 
     @classmethod
-    def allow(cls) -> Verdict:
+    def allow(cls) -> GuardVerdict:
         return cls("allow")
 
 
 @runtime_checkable
 class GatewayBackend(Protocol):
-    def sync_tools(self, source: str, tools: list[dict[str, Any]]) -> SyncResult:
+    def sync_tools(self, source: str, tools: list[dict[str, Any]]) -> SyncedTools:
         """Make ``source``'s tools in the hot index exactly ``tools`` (MCP ``Tool`` dicts:
         ``name``, ``description``, ``inputSchema``): new ones added, changed ones
         re-embedded, missing ones marked gone."""
@@ -109,7 +109,7 @@ class GatewayBackend(Protocol):
         views: Sequence[tuple[list[Step], str]],
         arguments: dict[str, Any],
         viewer: str | None = None,
-    ) -> Verdict:
+    ) -> GuardVerdict:
         """Whether a call with ``arguments`` should run, seen as each of ``views`` (the
         steps before it as a link reads the session, the tool under one of its names):
         one verdict, decided by the memory, its reasons worded for ``viewer``."""

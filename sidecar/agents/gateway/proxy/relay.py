@@ -41,9 +41,9 @@ if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
     from mcp_types import LoggingLevel, ServerCapabilities
 
-    from sidecar.agents.gateway.upstream import UpstreamLink
+    from sidecar.agents.gateway.proxy.upstream import UpstreamLink
 
-from sidecar.agents.gateway.listings import Listings, not_offered
+from sidecar.agents.gateway.proxy.listings import Listings, not_offered
 
 log = logging.getLogger("sidecar.agents.gateway")
 
@@ -163,7 +163,7 @@ class Relay:
         from mcp.shared.exceptions import MCPError
         from mcp_types import REQUEST_TIMEOUT
 
-        from sidecar.agents.gateway.upstream import CallTimedOut
+        from sidecar.agents.gateway.proxy.upstream import CallTimedOut
 
         method = str(request.method)
         self.stats.relayed[method] = self.stats.relayed.get(method, 0) + 1

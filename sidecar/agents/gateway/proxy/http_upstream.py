@@ -1,5 +1,5 @@
 """The transport to a streamable HTTP upstream: the SDK's, with the link's raw calls
-(:mod:`sidecar.agents.gateway.forwarding`) posted on the same HTTP client and the same
+(:mod:`sidecar.agents.gateway.proxy.forwarding`) posted on the same HTTP client and the same
 MCP session.
 
 :func:`http_transport` is the SDK's ``streamable_http_client`` with a handle kept on its
@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from sidecar.agents.gateway.forwarding import RawCalls, parse, session_message
+from sidecar.agents.gateway.proxy.forwarding import RawCalls, parse, session_message
 
 _JSON = "application/json"
 _SSE = "text/event-stream"

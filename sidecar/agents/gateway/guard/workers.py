@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from sidecar.agents.gateway.backend import GatewayBackend
+from sidecar.agents.gateway.guard.backend import GatewayBackend
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from sidecar.agents.gateway.sessions import LinkedSessionBook
+    from sidecar.agents.gateway.guard.sessions import LinkedSessionBook
     from sidecar.agents.sessions import SessionReport
 
 log = logging.getLogger("sidecar.agents.gateway")

@@ -18,7 +18,7 @@ from sidecar.memory import Step
 
 
 @dataclass
-class Trace:
+class SpanTree:
     serial: int
     source: str = ""
     nodes: dict[str, Node] = field(default_factory=dict)
@@ -28,7 +28,7 @@ class Trace:
 
 
 @dataclass(frozen=True)
-class Call:
+class TracedCall:
     start_ns: int
     node_id: str
     """The outermost span of the call (its session hint is looked up from there)."""
@@ -37,7 +37,7 @@ class Call:
     """Spans merged into it beyond the first."""
 
 
-def calls_of(trace: Trace) -> list[Call]:
+def calls_of(trace: SpanTree) -> list[TracedCall]:
     """One entry per call, in start order: nested same-tool spans and shared call ids
     merged."""
     tops = _outermost_same_tool(trace)
@@ -50,16 +50,16 @@ def calls_of(trace: Trace) -> list[Call]:
         if node.call_id:
             top = by_call_id.setdefault(node.call_id, top)
         groups.setdefault(top, []).append(node_id)
-    out: list[Call] = []
+    out: list[TracedCall] = []
     for top, members in groups.items():
         ordered = [top, *(m for m in members if m != top)]
         steps = [s for m in ordered if (s := trace.nodes[m].step) is not None]
         start = min(trace.nodes[m].start_ns for m in members)
-        out.append(Call(start, top, _merge(steps), len(members) - 1))
+        out.append(TracedCall(start, top, _merge(steps), len(members) - 1))
     return sorted(out, key=lambda c: (c.start_ns, c.node_id))
 
 
-def hints_of(trace: Trace) -> dict[str, str | None]:
+def hints_of(trace: SpanTree) -> dict[str, str | None]:
     """For each node, the nearest session hint up its ancestry (itself first)."""
     found: dict[str, str | None] = {}
     for node_id, parent in _walk(trace):
@@ -68,7 +68,7 @@ def hints_of(trace: Trace) -> dict[str, str | None]:
     return found
 
 
-def _tree(trace: Trace) -> tuple[list[str], dict[str, list[str]]]:
+def _tree(trace: SpanTree) -> tuple[list[str], dict[str, list[str]]]:
     """The trace's nodes in an order where every parent comes before its children (a
     node whose parent is absent, or in a cycle, starts a tree of its own), and each
     node's children."""
@@ -95,7 +95,7 @@ def _tree(trace: Trace) -> tuple[list[str], dict[str, list[str]]]:
     return order, children
 
 
-def _walk(trace: Trace) -> list[tuple[str, str | None]]:
+def _walk(trace: SpanTree) -> list[tuple[str, str | None]]:
     """(node, the node it descends from in the walk), parents before children."""
     order, children = _tree(trace)
     parent_in_walk: dict[str, str | None] = dict.fromkeys(order)
@@ -108,7 +108,7 @@ def _walk(trace: Trace) -> list[tuple[str, str | None]]:
     return [(n, parent_in_walk[n]) for n in order]
 
 
-def _outermost_same_tool(trace: Trace) -> dict[str, str]:
+def _outermost_same_tool(trace: SpanTree) -> dict[str, str]:
     """For each tool span, its outermost ancestor calling the same tool (itself when
     none does), in one pass over the trace."""
     # per node, the outermost node of each tool on its path from the top

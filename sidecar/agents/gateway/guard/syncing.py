@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import anyio
 
-from sidecar.agents.gateway.backend import GatewayBackend
-from sidecar.agents.gateway.catalog import Catalog
 from sidecar.agents.gateway.errors import UpstreamUnavailable
-from sidecar.agents.gateway.upstream import UpstreamLink
-from sidecar.agents.gateway.workers import GatewayStats, Workers
+from sidecar.agents.gateway.guard.backend import GatewayBackend
+from sidecar.agents.gateway.guard.workers import GatewayStats, Workers
+from sidecar.agents.gateway.proxy.catalog import Catalog
+from sidecar.agents.gateway.proxy.upstream import UpstreamLink
 
 log = logging.getLogger("sidecar.agents.gateway")
 

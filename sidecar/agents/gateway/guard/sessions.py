@@ -2,7 +2,7 @@
 (:class:`~sidecar.agents.sessions.SessionBook`), with what linking calls into sessions
 needs.
 
-A session is what :mod:`sidecar.agents.gateway.linking` ties calls into: an MCP session, a
+A session is what :mod:`sidecar.agents.gateway.guard.linking` ties calls into: an MCP session, a
 trace or a declared id, or calls linked by the values their outputs showed (*inferred*).
 A session ends when its client closes it (a client that kept it: more than one call on
 one connection), when it idles past the timeout (an inferred one past the link window),
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from sidecar.agents.gateway.linking import call_key, output_values, token_name
+from sidecar.agents.gateway.guard.linking import call_key, output_values, token_name
 from sidecar.agents.sessions import ObservedSession, SessionBook, SessionLimits, SessionReport
 from sidecar.memory import Step
 
@@ -53,7 +53,7 @@ class _Joinable:
 
 class LinkedSessionBook(SessionBook):
     """Sessions by key, least recently active first; inferred ones joinable by value
-    within ``link_window_s`` (:mod:`sidecar.agents.gateway.linking`)."""
+    within ``link_window_s`` (:mod:`sidecar.agents.gateway.guard.linking`)."""
 
     def __init__(
         self,

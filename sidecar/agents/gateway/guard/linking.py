@@ -38,7 +38,7 @@ Declared ids are scoped by principal: a client cannot add steps to another token
 session by naming its id.  An inferred session that no second call joined has an
 unknown context (its one call may have followed calls the gateway could not tie to it):
 it is never reported, so it can neither teach a rule nor count as a success against one
-whose features it could not show (:class:`~sidecar.agents.gateway.sessions.SessionBook`).
+whose features it could not show (:class:`~sidecar.agents.gateway.guard.sessions.SessionBook`).
 
 Limits and failure modes of inference, by design:
 
@@ -140,7 +140,7 @@ class Link:
 
 class Sessions(Protocol):
     """What the linker asks of the sessions it links into
-    (:class:`~sidecar.agents.gateway.sessions.SessionBook`)."""
+    (:class:`~sidecar.agents.gateway.guard.sessions.SessionBook`)."""
 
     def link(self, principal: str, values: Iterable[str], call: str = "") -> str | None: ...
 

@@ -20,8 +20,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sidecar.agents.gateway.backend import Reason, Verdict
-from sidecar.agents.gateway.linking import SESSION_META_KEY
+from sidecar.agents.gateway.guard.backend import GuardReason, GuardVerdict
+from sidecar.agents.gateway.guard.linking import SESSION_META_KEY
 from sidecar.trust.neutralize import as_data, neutralize
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def error(text: str) -> CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
-def refusal(tool: str, reasons: Sequence[Reason]) -> CallToolResult:
+def refusal(tool: str, reasons: Sequence[GuardReason]) -> CallToolResult:
     """The answer to a blocked call: not run, and why."""
     lines = [f"Refused: {tool} was not run, because calls like this one failed before."]
     for r in reasons:
@@ -61,7 +61,7 @@ def refusal(tool: str, reasons: Sequence[Reason]) -> CallToolResult:
     return error("\n".join(lines))
 
 
-def warning_text(tool: str, reasons: Sequence[Reason], sampled: bool = False) -> str:
+def warning_text(tool: str, reasons: Sequence[GuardReason], sampled: bool = False) -> str:
     """The short block a warned call's result carries for the model to read."""
     head = (
         f"{WARNING_PREFIX} {tool} was run, but calls like this one failed before"
@@ -79,7 +79,7 @@ def warning_text(tool: str, reasons: Sequence[Reason], sampled: bool = False) ->
 
 
 def warned(
-    result: CallToolResult, tool: str, verdict: Verdict, sampled: bool, text: bool
+    result: CallToolResult, tool: str, verdict: GuardVerdict, sampled: bool, text: bool
 ) -> CallToolResult:
     """``result`` of a forwarded call the memory warned about (or sampled): the reasons
     in ``_meta`` and, with ``text``, in a text block after the content."""
@@ -107,7 +107,7 @@ def with_handle(result: CallToolResult, handle: str | None) -> CallToolResult:
     return result.model_copy(update={"meta": {**(result.meta or {}), SESSION_META_KEY: handle}})
 
 
-def reason_dict(reason: Reason) -> dict[str, Any]:
+def reason_dict(reason: GuardReason) -> dict[str, Any]:
     return {
         "rule": reason.rule,
         "explanation": reason.explanation,

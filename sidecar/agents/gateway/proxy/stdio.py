@@ -4,7 +4,7 @@ takes a large message without holding the event loop.
 The SDK's reader joins each chunk of the upstream's output to everything before it and
 splits the lot again (for a 20 MB line, some 300 copies of up to 20 MB), then parses the
 line in one go.  Here the chunks of a line are kept apart until its end is seen, and a
-long line is parsed by :func:`sidecar.agents.gateway.bulk.parse_line` in slices.  A line over
+long line is parsed by :func:`sidecar.agents.gateway.proxy.bulk.parse_line` in slices.  A line over
 ``max_line`` bytes is dropped (the request it answered then ends at its timeout) and
 reported as a parse error, so an upstream cannot make the gateway hold unbounded output.
 Starting, stopping and killing the process (its whole tree) are the SDK's.
@@ -27,8 +27,8 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from sidecar.agents.gateway.bulk import parse_line
-from sidecar.agents.gateway.forwarding import NOT_OURS, RawCalls, route_value, session_message
+from sidecar.agents.gateway.proxy.bulk import parse_line
+from sidecar.agents.gateway.proxy.forwarding import NOT_OURS, RawCalls, route_value, session_message
 from sidecar.trust.redact import line_redactor
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ async def stdio_transport(
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Start ``server`` and yield its (read, write) message streams, as the SDK's
     ``stdio_client`` does; ``raw``: the link's raw calls
-    (:mod:`sidecar.agents.gateway.forwarding`), written to the same stdin and answered
+    (:mod:`sidecar.agents.gateway.proxy.forwarding`), written to the same stdin and answered
     from the same stdout."""
     from mcp.client import stdio as sdk
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import anyio
 
 from sidecar.agents.gateway.errors import UpstreamSpecError, UpstreamUnavailable
-from sidecar.agents.gateway.forwarding import RawCalls
+from sidecar.agents.gateway.proxy.forwarding import RawCalls
 from sidecar.trust.redact import redact_text
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ class UpstreamLink:
         raw_calls: bool = True,
     ) -> None:
         """``raw_calls``: ``tools/call`` forwarded as JSON-RPC bodies below the SDK's
-        session where the protocol allows (:mod:`sidecar.agents.gateway.forwarding`)."""
+        session where the protocol allows (:mod:`sidecar.agents.gateway.proxy.forwarding`)."""
         self.upstream = upstream
         self.connect_timeout_s = connect_timeout_s
         self.clocks = CallClocks()
@@ -303,8 +303,8 @@ class UpstreamLink:
     def _client(self) -> Client:
         from mcp import Client, StdioServerParameters
 
-        from sidecar.agents.gateway.http_upstream import http_transport
-        from sidecar.agents.gateway.stdio import stdio_transport
+        from sidecar.agents.gateway.proxy.http_upstream import http_transport
+        from sidecar.agents.gateway.proxy.stdio import stdio_transport
 
         target: Any
         if self.upstream.url:
@@ -410,7 +410,7 @@ class UpstreamLink:
         """``tools/call``: the session's own ``call_tool`` re-validates structured output
         against the tool's output schema (~0.3 ms a call here); a relay leaves that to the
         caller's client and passes the result on as it came.  Sent as a raw JSON-RPC body
-        when the link takes raw calls (:mod:`sidecar.agents.gateway.forwarding`)."""
+        when the link takes raw calls (:mod:`sidecar.agents.gateway.proxy.forwarding`)."""
         from mcp import types
 
         if self.raw is not None and self.raw.ready and self._live is not None:

@@ -3,20 +3,20 @@ belongs to, then refused, forwarded as a sample, or forwarded; what came back be
 step of that session.
 
 ``check_views`` first: the call under every name the tool has had
-(:mod:`sidecar.agents.gateway.catalog`) after the steps as each link reads the session,
+(:mod:`sidecar.agents.gateway.proxy.catalog`) after the steps as each link reads the session,
 one verdict the memory decides; the gateway's own policy comes after it.  ``block``: an
 ``isError`` result naming the rule, its evidence and its pointer, not forwarded (but for
 a bounded sample,
-:mod:`sidecar.agents.gateway.contest`); ``warn``: forwarded, the reasons in the result
-(:mod:`sidecar.agents.gateway.answers`); ``allow``: forwarded.  A call the upstream does not
+:mod:`sidecar.agents.gateway.guard.contest`); ``warn``: forwarded, the reasons in the result
+(:mod:`sidecar.agents.gateway.guard.answers`); ``allow``: forwarded.  A call the upstream does not
 answer within ``call_timeout_s`` is answered with an ``isError`` result saying so (and
 cancelled upstream).  Each forwarded call becomes a bounded, redacted step of its
 session (:mod:`sidecar.agents.evidence`): a small result's after the call has
-returned (:mod:`sidecar.agents.gateway.learning`), a large one's before, on a worker
+returned (:mod:`sidecar.agents.gateway.guard.learning`), a large one's before, on a worker
 thread, so that it never holds up another session.
 
 The check stays on the path and is kept cheap: the session's steps under every name the
-tool has had are kept as the session grows (:mod:`sidecar.agents.gateway.views`), not
+tool has had are kept as the session grows (:mod:`sidecar.agents.gateway.guard.session_views`), not
 renamed again on every call.
 """
 
@@ -29,17 +29,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sidecar.agents.evidence import result_size, step_from_error, step_from_result
-from sidecar.agents.gateway import answers
-from sidecar.agents.gateway.backend import GatewayBackend, Step, Verdict
-from sidecar.agents.gateway.catalog import Catalog, Route
-from sidecar.agents.gateway.contest import Contest
-from sidecar.agents.gateway.learning import Learning
-from sidecar.agents.gateway.linking import Link, handle_of
-from sidecar.agents.gateway.relay import Relay
-from sidecar.agents.gateway.sessions import LinkedSessionBook
-from sidecar.agents.gateway.upstream import CallTimedOut, UpstreamLink, is_link_failure
-from sidecar.agents.gateway.views import SessionViews
-from sidecar.agents.gateway.workers import GatewayStats, Reporter, Workers
+from sidecar.agents.gateway.guard import answers
+from sidecar.agents.gateway.guard.backend import GatewayBackend, GuardVerdict, Step
+from sidecar.agents.gateway.guard.contest import Contest
+from sidecar.agents.gateway.guard.learning import Learning
+from sidecar.agents.gateway.guard.linking import Link, handle_of
+from sidecar.agents.gateway.guard.session_views import SessionViews
+from sidecar.agents.gateway.guard.sessions import LinkedSessionBook
+from sidecar.agents.gateway.guard.workers import GatewayStats, Reporter, Workers
+from sidecar.agents.gateway.proxy.catalog import Catalog, Route
+from sidecar.agents.gateway.proxy.relay import Relay
+from sidecar.agents.gateway.proxy.upstream import CallTimedOut, UpstreamLink, is_link_failure
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
@@ -138,10 +138,10 @@ class CallPath:
         name: str,
         arguments: dict[str, Any],
         viewer: str | None,
-    ) -> tuple[bool, Verdict]:
+    ) -> tuple[bool, GuardVerdict]:
         # one worker-thread hop for every question
         if self.names(name) & self._backend.hidden_tools():
-            return True, Verdict.allow()
+            return True, GuardVerdict.allow()
         return False, self._backend.check_views(views, arguments, viewer)
 
     async def _forward(
@@ -222,7 +222,7 @@ class CallPath:
 
     def learn(self, link: Link, build: Callable[[], Step], sampled: bool = False) -> None:
         """The step ``build`` makes joins the session ``link`` names, after the call has
-        returned (:mod:`sidecar.agents.gateway.learning`), after its session's earlier
+        returned (:mod:`sidecar.agents.gateway.guard.learning`), after its session's earlier
         steps."""
         done = functools.partial(self.record, link, sampled=sampled)
         self._learning.defer(link.principal, build, done)
