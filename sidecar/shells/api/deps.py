@@ -1,14 +1,17 @@
-"""What a route receives: the library handle of the app it serves, and its caller."""
+"""What a route receives: the library handle of the app it serves, and its caller; and
+:func:`route`, which makes a route of its declared operations."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, Request
+from fastapi import APIRouter, Depends, Request
 
 from sidecar.core import Sidecar
 from sidecar.errors import Forbidden
 from sidecar.metrics import Metrics
+from sidecar.shells.operations import BY_NAME, joined, strictest
 from sidecar.trust.principals import THE_PROCESS, Principal, principal_of
 
 
@@ -53,5 +56,30 @@ def viewer(who: Principal, asked: str | None) -> str | None:
 
 Lib = Annotated[Sidecar, Depends(library)]
 Caller = Annotated[Principal, Depends(caller)]
-Operator = Annotated[Principal, Depends(operator)]
 Meter = Annotated[Metrics, Depends(metrics)]
+
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+def route(router: APIRouter, *names: str, **more: Any) -> Callable[[Handler], Handler]:
+    """The route of the operations ``names`` (:mod:`sidecar.shells.operations`): its
+    method and path, its summary, its description (their details; else the handler's
+    docstring) and the role it needs, all as declared.  ``more``: what only the route
+    says (its response class)."""
+    ops = [BY_NAME[name] for name in names]
+    routes = {op.http for op in ops}
+    if len(routes) != 1 or None in routes:
+        raise ValueError(f"{names} must declare one route between them, not {routes}")
+    (http,) = routes
+    assert http is not None
+    # the token itself the Gate requires of every path not declared public
+    needs = [Depends(operator)] if strictest(ops) == "operator" else []
+    return router.api_route(
+        http.path,
+        methods=[http.method],
+        summary=joined(ops),
+        description=joined(ops, "detail") or None,
+        dependencies=needs,
+        **more,
+    )

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 
 from sidecar.errors import BodyTooLarge
 from sidecar.metrics import Metrics
-from sidecar.shells.api.docs import ASSETS
+from sidecar.shells.operations import public_paths
 from sidecar.trust.principals import PRINCIPAL, Principal, Principals
 from sidecar.trust.redact import redact_text
 
@@ -32,20 +32,22 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-PUBLIC = frozenset({"/livez", "/readyz", "/docs", "/redoc", "/openapi.json"})
-"""Routes served without the token: liveness and readiness (for probes, which send
-none: readiness shows its checks only to a caller with a token), and the API's
-documentation (no data)."""
-PUBLIC_PREFIX = ASSETS + "/"
-"""The documentation pages' scripts and styles."""
+PUBLIC, PUBLIC_FOLDERS = public_paths()
+"""Routes served without the token, as :mod:`sidecar.shells.operations` declares them:
+liveness and readiness (for probes, which send none: readiness shows its checks only to
+a caller with a token), and the API's documentation (no data), with the folder of its
+scripts and styles.  Every other path needs a token; the role a route needs beyond one
+is the route's own dependency (:func:`sidecar.shells.api.deps.route`), read from the
+same declaration."""
 
 
 def is_public(path: str) -> bool:
-    """Whether ``path`` is served without the token (an asset path may not climb out of
-    its folder: the router never sees it as another route, and it is not even asked)."""
+    """Whether ``path`` is served without the token (a path in a public folder may not
+    climb out of it: the router never sees it as another route, and it is not even
+    asked)."""
     if path in PUBLIC:
         return True
-    return path.startswith(PUBLIC_PREFIX) and ".." not in path.split("/")
+    return path.startswith(PUBLIC_FOLDERS) and ".." not in path.split("/")
 
 
 UNMATCHED = "(unmatched)"
