@@ -6,12 +6,13 @@ RemoteSidecar` method, a CLI command, an MCP tool).
 An operation's arguments and result are its library method's: :meth:`Operation.
 signature` and :meth:`Operation.result` read them from ``Sidecar``, never from here.
 The surfaces follow from this table where that is cheap and clear (a route's path,
-method, summary and role: :func:`sidecar.shells.api.routes.declared.route`; the public
+method, summary and role: :func:`sidecar.shells.api.deps.route`; the public
 paths of :mod:`sidecar.shells.api.gate`; the CLI's help; the MCP tools' descriptions),
 and ``tests/sidecar/test_operations.py`` holds each surface to it either way: a route,
 a command, a tool or a client method that is not declared, or a declared one that is
 missing or answers another role, fails it.  The tables of ``docs/service.md`` are
-printed from it (``python -m sidecar.shells.operations --markdown``).
+printed from it (``python -m sidecar.shells.operations --markdown``; ``--update
+docs/service.md`` writes the table into that page in place).
 
 Imported by ``sidecar --help``: this module imports nothing heavy (the library is read
 only when a signature is asked for).
@@ -488,12 +489,31 @@ def _code(text: str | None) -> str:
     return f"`{text}`" if text else ""
 
 
+def updated(text: str) -> str:
+    """``text`` (a docs page) with the table between :data:`BEGIN` and :data:`END` as
+    :func:`markdown` prints it now."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"no table to update: the page needs the lines {BEGIN} and {END}")
+    return text[:start] + markdown() + text[end + len(END) :]
+
+
+USAGE = "usage: python -m sidecar.shells.operations --markdown | --update PAGE.md"
+
+
 def main(argv: Sequence[str]) -> int:
-    if list(argv) != ["--markdown"]:
-        print("usage: python -m sidecar.shells.operations --markdown", file=sys.stderr)
-        return 2
-    print(markdown())
-    return 0
+    args = list(argv)
+    if args == ["--markdown"]:
+        print(markdown())
+        return 0
+    if len(args) == 2 and args[0] == "--update":
+        from pathlib import Path
+
+        page = Path(args[1])
+        page.write_text(updated(page.read_text()))
+        return 0
+    print(USAGE, file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
