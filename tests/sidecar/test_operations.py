@@ -73,6 +73,26 @@ def test_each_routes_summary_is_its_operations() -> None:
             assert served and r.summary == ops.joined(served), (method, path)
 
 
+def test_the_openapi_document_names_each_routes_declared_role() -> None:
+    """``x-role`` and the description's last sentence; the OTLP intake's route is made
+    beside its assembler (``sidecar/agents/otlp/``), not from the declaration: its role
+    is held by the calls below."""
+    from sidecar.shells.api.deps import ROLE_NOTES
+
+    app = create_app(cast(Sidecar, object()), None, with_mcp=False)
+    schema = app.api.openapi()  # type: ignore[attr-defined]
+    unmarked = []
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            role = ops.strictest(ops.on_route(method.upper(), path))
+            if "x-role" not in operation:
+                unmarked.append(f"{method.upper()} {path}")
+                continue
+            assert operation["x-role"] == role, (method, path)
+            assert operation["description"].endswith(ROLE_NOTES[role]), (method, path)
+    assert unmarked == ["POST /v1/traces"]
+
+
 def test_the_operations_of_one_surface_agree_on_the_role() -> None:
     """A route, a command or a tool that serves two operations asks one role."""
     surfaces: dict[Any, set[str]] = {}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -62,24 +63,41 @@ Meter = Annotated[Metrics, Depends(metrics)]
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 
+ROLE_NOTES = {
+    "public": "Needs no token.",
+    "agent": "Needs a token: an agent's or an operator's.",
+    "operator": "Needs an operator's token.",
+}
+"""The sentence that closes a route's OpenAPI description: the role it needs."""
+
+
 def route(router: APIRouter, *names: str, **more: Any) -> Callable[[Handler], Handler]:
     """The route of the operations ``names`` (:mod:`sidecar.shells.operations`): its
-    method and path, its summary, its description (their details; else the handler's
-    docstring) and the role it needs, all as declared.  ``more``: what only the route
-    says (its response class)."""
+    method and path, its summary, its description (their details, else the handler's
+    docstring, then the role) and the role's check, all as declared; the role is also
+    the OpenAPI operation's ``x-role``.  ``more``: what only the route says (its
+    response class)."""
     ops = [BY_NAME[name] for name in names]
     routes = {op.http for op in ops}
     if len(routes) != 1 or None in routes:
         raise ValueError(f"{names} must declare one route between them, not {routes}")
     (http,) = routes
     assert http is not None
+    access = strictest(ops)
     # the token itself the Gate requires of every path not declared public
-    needs = [Depends(operator)] if strictest(ops) == "operator" else []
-    return router.api_route(
-        http.path,
-        methods=[http.method],
-        summary=joined(ops),
-        description=joined(ops, "detail") or None,
-        dependencies=needs,
-        **more,
-    )
+    needs = [Depends(operator)] if access == "operator" else []
+
+    def declared(handler: Handler) -> Handler:
+        told = joined(ops, "detail") or inspect.cleandoc(handler.__doc__ or "")
+        add = router.api_route(
+            http.path,
+            methods=[http.method],
+            summary=joined(ops),
+            description=f"{told}\n\n{ROLE_NOTES[access]}".strip(),
+            dependencies=needs,
+            openapi_extra={"x-role": access},
+            **more,
+        )
+        return add(handler)
+
+    return declared
