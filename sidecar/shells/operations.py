@@ -10,7 +10,7 @@ method, summary and role: :func:`sidecar.shells.api.deps.route`; the public
 paths of :mod:`sidecar.shells.api.gate`; the CLI's help; the MCP tools' descriptions),
 and ``tests/sidecar/test_operations.py`` holds each surface to it either way: a route,
 a command, a tool or a client method that is not declared, or a declared one that is
-missing or answers another role, fails it.  The tables of ``docs/service.md`` are
+missing or answers another role, fails it.  The table of ``docs/service.md`` is
 printed from it (``python -m sidecar.shells.operations --markdown``; ``--update
 docs/service.md`` writes the table into that page in place).
 
