@@ -347,6 +347,13 @@ SHELL: tuple[Operation, ...] = (
         "OTLP/HTTP trace intake (protobuf or JSON): tool spans become sessions",
         http="POST /v1/traces",
     ),
+    _shell(
+        "mcp_http",
+        "agent",
+        "the MCP tools over streamable HTTP, for loopback hosts and origins (served beside "
+        "the API's routes)",
+        http="POST /mcp",
+    ),
     _shell("openapi", "public", "the OpenAPI document", http="GET /openapi.json"),
     _shell("swagger", "public", "the API's documentation (Swagger UI)", http="GET /docs"),
     _shell("redoc", "public", "the API's documentation (ReDoc)", http="GET /redoc"),

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 
 from sidecar.errors import BodyTooLarge
 from sidecar.metrics import Metrics
-from sidecar.shells.operations import public_paths
+from sidecar.shells.operations import BY_NAME, public_paths
 from sidecar.trust.principals import PRINCIPAL, Principal, Principals
 from sidecar.trust.redact import redact_text
 
@@ -39,6 +39,17 @@ a caller with a token), and the API's documentation (no data), with the folder o
 scripts and styles.  Every other path needs a token; the role a route needs beyond one
 is the route's own dependency (:func:`sidecar.shells.api.deps.route`), read from the
 same declaration."""
+
+
+_MCP_ROUTE = BY_NAME["mcp_http"].http
+assert _MCP_ROUTE is not None
+MCP_PATH = _MCP_ROUTE.path
+"""Where the MCP transport is served (every method of streamable HTTP, and the paths
+under it), as declared."""
+
+
+def is_mcp(path: str) -> bool:
+    return path == MCP_PATH or path.startswith(MCP_PATH + "/")
 
 
 def is_public(path: str) -> bool:
@@ -119,8 +130,8 @@ class Gate:
         the scope: ``/v1/tools/{tool_id}/restore``), or one shared label: a bounded set,
         whatever paths clients send."""
         path = scope.get("path", "")
-        if self.mcp is not None and (path == "/mcp" or path.startswith("/mcp/")):
-            return "/mcp"
+        if self.mcp is not None and is_mcp(path):
+            return MCP_PATH
         template = getattr(scope.get("route"), "path", None)
         return template if isinstance(template, str) else UNMATCHED
 
@@ -150,11 +161,7 @@ class Gate:
             if too_big:
                 await self._too_large(scope, receive, send, limit)
                 return
-        target = (
-            self.mcp
-            if self.mcp is not None and (path == "/mcp" or path.startswith("/mcp/"))
-            else self.api
-        )
+        target = self.mcp if self.mcp is not None and is_mcp(path) else self.api
         if scope.get("method") in ("POST", "PUT", "PATCH"):
             # read at most `limit` bytes (chunked bodies have no Content-Length), then
             # replay them to the app
