@@ -1,7 +1,9 @@
 """Every surface against the declaration of the operations
 (:mod:`sidecar.shells.operations`): a route, a CLI command, an MCP tool or a client
 method that is not declared fails here, and so does a declared one that is missing,
-or a route that lets in a role it should refuse (or refuses the role it should let in).
+or a route that lets in a role it should refuse (or refuses the role it should let in),
+or a client method or a CLI command that calls another route or library method than
+its operation declares.
 
 The client's signatures are held to the library's by ``tests/sidecar/test_surface.py``
 (over the declared client operations), the docs' table by ``tests/test_docs.py``, and
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -301,3 +304,80 @@ def test_each_client_method_asks_its_declared_route() -> None:
             for name, value in ids.items():
                 path = path.replace("{" + name + "}", value)
             assert seen[0] == (op.http.method, path), op.name
+
+
+# ---- each CLI command calls its declared library methods ---------------------------------
+class _Called(Exception):
+    """A library method was called (the spy stops the command there)."""
+
+
+class _SpyBackend:
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def __getattr__(self, name: str) -> Any:
+        def record(*_args: Any, **_kwargs: Any) -> Any:
+            self.calls.append(name)
+            raise _Called
+
+        return record
+
+
+def _cli_samples(folder: Path) -> list[tuple[str, list[str]]]:
+    """A call of every command that calls the library: its words, and its arguments
+    (``constraints lift --reinstate`` is ``reinstate`` by another name, and left out)."""
+    tools = folder / "tools.jsonl"
+    tools.write_text('{"tool_id": "a", "description": "an a"}\n')
+    reports = folder / "reports.jsonl"
+    reports.write_text('{"topology": ["a"], "outcome": "completed"}\n')
+    steps = folder / "steps.json"
+    steps.write_text('{"steps": [], "next": {"tool": "a", "arguments": {}}}')
+    return [
+        ("tools add", [str(tools)]),
+        ("tools list", []),
+        ("search", ["q"]),
+        ("report", [str(reports)]),
+        ("check", ["a,b"]),
+        ("check", ["--steps", str(steps)]),
+        ("audit", ["cold://chains/c1"]),
+        ("archive digest", []),
+        ("archive status", []),
+        ("archive maintain", []),
+        ("constraints list", []),
+        ("constraints show", ["c1"]),
+        ("constraints lift", ["c1", "--reason", "r"]),
+        ("constraints reinstate", ["c1", "--reason", "r"]),
+        ("forget", ["--source", "s1"]),
+        ("evict", []),
+        ("evict", ["--recover"]),
+        ("restore", ["t1", "--reason", "r"]),
+        ("revocations", []),
+        ("revocations run", []),
+    ]
+
+
+def test_each_cli_command_calls_its_declared_library_methods(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each command, run on a spy of the library, calls one of the methods its
+    operations declare; every declared pair of command and method is run."""
+    import contextlib
+
+    from sidecar.shells.cli import commands, main
+
+    calls: list[str] = []
+
+    @contextlib.contextmanager
+    def spy(*_args: Any, **_kwargs: Any) -> Iterator[_SpyBackend]:
+        yield _SpyBackend(calls)
+
+    monkeypatch.setattr(commands, "backend", spy)
+    seen: set[tuple[str, str]] = set()
+    for words, args in _cli_samples(tmp_path):
+        calls.clear()
+        with pytest.raises(_Called):
+            main(["--home", str(tmp_path / "home"), "--json", *words.split(), *args])
+        declared = {op.method for op in ops.of_command(words)}
+        assert calls[:1] and calls[0] in declared, (words, args, calls, declared)
+        seen.add((words, calls[0]))
+    assert seen == {(op.cli, op.method) for op in OPERATIONS if op.cli and op.method}
