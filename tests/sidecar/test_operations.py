@@ -2,8 +2,8 @@
 (:mod:`sidecar.shells.operations`): a route, a CLI command, an MCP tool or a client
 method that is not declared fails here, and so does a declared one that is missing,
 or a route that lets in a role it should refuse (or refuses the role it should let in),
-or a client method or a CLI command that calls another route or library method than
-its operation declares.
+or a client method, a CLI command or an MCP tool that calls another route or library
+method than its operation declares.
 
 The client's signatures are held to the library's by ``tests/sidecar/test_surface.py``
 (over the declared client operations), the docs' table by ``tests/test_docs.py``, and
@@ -381,3 +381,36 @@ def test_each_cli_command_calls_its_declared_library_methods(
         assert calls[:1] and calls[0] in declared, (words, args, calls, declared)
         seen.add((words, calls[0]))
     assert seen == {(op.cli, op.method) for op in OPERATIONS if op.cli and op.method}
+
+
+MCP_SAMPLES: list[tuple[str, dict[str, Any]]] = [
+    ("search_tools", {"query": "q"}),
+    ("check_plan", {"plan": ["a", "b"]}),
+    ("check_plan", {"steps": [], "next": {"tool": "a"}}),
+    ("report_chain", {"report": {"topology": ["a"], "outcome": "completed"}}),
+    ("audit_chain", {"pointer": "cold://chains/c1"}),
+    ("forget_source", {"source": "s1"}),
+]
+
+
+def test_each_mcp_tool_calls_its_declared_library_methods() -> None:
+    """Each tool, called on a spy of the library (in this process: as its owner), calls
+    one of the methods its operations declare; every declared pair of tool and method is
+    called."""
+    import anyio
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from sidecar.shells.mcp_server import build_mcp
+
+    calls: list[str] = []
+    server = build_mcp(cast(Sidecar, _SpyBackend(calls)))
+    seen: set[tuple[str, str]] = set()
+    for tool, arguments in MCP_SAMPLES:
+        calls.clear()
+        # the spy stops the tool at the library's call; the server reports that as an error
+        with pytest.raises(ToolError, match=f"Error executing tool {tool}"):
+            anyio.run(server.call_tool, tool, arguments)
+        declared = {op.method for op in ops.of_tool(tool)}
+        assert calls[:1] and calls[0] in declared, (tool, calls, declared)
+        seen.add((tool, calls[0]))
+    assert seen == {(op.mcp, op.method) for op in OPERATIONS if op.mcp and op.method}
