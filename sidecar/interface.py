@@ -2,7 +2,10 @@
 over HTTP (:class:`~sidecar.shells.client.RemoteSidecar`): what a caller may write
 against either.  Each implementation may take more (a local home's ``source`` and
 ``role``, a revoker), never less; mypy holds both to it (``_implementations``) and
-``tests/sidecar/test_interface.py`` runs the same calls against both."""
+``tests/sidecar/test_interface.py`` runs the same calls against both.  Each method is an
+operation declared in :mod:`sidecar.shells.operations` (with its route, command and
+tool); ``tests/sidecar/test_operations.py`` fails on a method declared in neither or
+one alone."""
 
 from __future__ import annotations
 

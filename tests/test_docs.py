@@ -181,3 +181,20 @@ def test_every_mcp_tool_is_in_the_docs(tmp_path: Path) -> None:
     assert "check_plan" in names
     readme = _readme()
     assert [n for n in names if f"`{n}`" not in readme] == []
+
+
+def test_the_operations_table_is_the_declarations() -> None:
+    """``docs/service.md``'s table of operations is the one the declarations print:
+    a declaration changed without the docs fails here, with the command that fixes it."""
+    from sidecar.shells import operations
+
+    page = ROOT / "docs" / "service.md"
+    text = page.read_text()
+    start, end = text.find(operations.BEGIN), text.find(operations.END)
+    assert 0 <= start < end, f"{page.name} has lost its operations table"
+    held = text[start : end + len(operations.END)]
+    assert held == operations.markdown(), (
+        "the operations table of docs/service.md is not the declarations': run "
+        "`python -m sidecar.shells.operations --update docs/service.md`"
+    )
+    assert operations.updated(text) == text

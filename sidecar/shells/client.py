@@ -4,7 +4,9 @@
 use, with the same parameters, returning the same typed values (read back with
 :func:`sidecar.wire.load`); an HTTP error comes back as the library's error class for
 its code (:func:`sidecar.errors.from_code`).  ``tests/sidecar/test_surface.py`` checks
-that the two agree.  Ids put into a URL path are percent-encoded.
+that the two agree; ``tests/sidecar/test_operations.py`` that each method is an operation
+declared in :mod:`sidecar.shells.operations` and asks the route declared for it.  Ids
+put into a URL path are percent-encoded.
 
 Batches of any size: tools and reports are sent in as many requests as it takes to keep
 each body under the limit the server states in ``/version`` (``max_body_bytes``; the

@@ -2,7 +2,8 @@
 for operators.
 
 Every tool calls the same :class:`~sidecar.core.Sidecar` methods as the CLI and the HTTP
-API.  Served over streamable HTTP inside the HTTP app (``/mcp``) or over stdio
+API; its description and the role it needs are the ones :mod:`sidecar.shells.operations`
+declares for it.  Served over streamable HTTP inside the HTTP app (``/mcp``) or over stdio
 (``sidecar mcp``).
 """
 
@@ -19,6 +20,7 @@ from mcp.types import ToolAnnotations
 from sidecar.errors import SidecarError
 from sidecar.limits import CheckMode
 from sidecar.shells.mcp_arguments import JsonObject, Next, Report, Steps, steps_of
+from sidecar.shells.operations import admits, of_tool, strictest, tool_description
 from sidecar.trust.principals import THE_PROCESS, Principal, principal_of
 from sidecar.trust.redact import redact_text
 from sidecar.wire import dump_dict
@@ -73,10 +75,7 @@ def _answer(fn: Callable[[], Any]) -> dict[str, Any]:
 def _lookup_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
     @server.tool(
         title="Search tools",
-        description="Semantic tool lookup that withholds continuations known to fail "
-        "after the executed prefix `after` under `context`; pass the session's `steps` "
-        "for warnings about calls known to fail in this state. `abstained: true` means no "
-        "tool fits well: the hits are only the closest candidates.",
+        description=tool_description("search_tools"),
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
     )
     def search_tools(
@@ -95,9 +94,7 @@ def _lookup_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
 
     @server.tool(
         title="Check plan",
-        description="Before you act: check a planned tool sequence (`plan`) against archived "
-        "fatal sequences, or one call (`steps` so far, `next`: {tool, arguments}) against "
-        "learned failures: allow, warn (with reasons) or block (do not make the call).",
+        description=tool_description("check_plan"),
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
     )
     def check_plan(
@@ -119,7 +116,7 @@ def _lookup_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
 
     @server.tool(
         title="Audit chain",
-        description="The full archived record behind a cold storage pointer.",
+        description=tool_description("audit_chain"),
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
     )
     def audit_chain(pointer: str, ctx: Context) -> dict[str, Any]:
@@ -134,9 +131,7 @@ def _report_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
 
     @server.tool(
         title="Report chain",
-        description="Report a session: its `steps` (tool, arguments, output, error) and "
-        "`outcome`, or a chain's `topology` (same JSON shape as `sidecar report`); "
-        "deterministic failures are archived and learned from.",
+        description=tool_description("report_chain"),
         annotations=ToolAnnotations(
             read_only_hint=False,
             destructive_hint=False,
@@ -153,10 +148,7 @@ def _report_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
 
     @server.tool(
         title="Forget a source",
-        description="Operators only: remove what one source reported (a token's name: all "
-        "its evidence, whatever the route; 'otlp:<name>' or 'gateway:<name>': that route's "
-        "alone; 'gateway', 'otlp', 'local'), since `since` (a Unix time) when given, and "
-        "derive again what rested on it.",
+        description=tool_description("forget_source"),
         annotations=ToolAnnotations(
             read_only_hint=False,
             destructive_hint=True,
@@ -166,7 +158,8 @@ def _report_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
     )
     def forget_source(source: str, ctx: Context, since: float | None = None) -> dict[str, Any]:
         who = caller(ctx)
-        if not remote and who.role != "operator":  # a server checks the role itself
+        # a server checks the role itself, as its route declares it
+        if not remote and not admits(strictest(of_tool("forget_source")), who.role):
             raise ToolError(
                 f"forbidden: forgetting a source needs an operator token; {who.name!r} holds "
                 f"an {who.role} token"

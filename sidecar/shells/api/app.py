@@ -28,7 +28,7 @@ from sidecar.limits import MAX_BODY_BYTES
 from sidecar.metrics import Metrics
 from sidecar.settings import Settings
 from sidecar.shells.api.docs import add_docs
-from sidecar.shells.api.gate import PUBLIC, ASGIApp, Gate, envelope
+from sidecar.shells.api.gate import MCP_PATH, PUBLIC, ASGIApp, Gate, envelope
 from sidecar.shells.api.mcp_mount import McpMount
 from sidecar.shells.api.routes import ROUTERS
 from sidecar.trust.principals import Principals
@@ -99,7 +99,7 @@ def _mcp_transport(sc: Sidecar) -> tuple[MCPServer, ASGIApp]:
 
     server = build_mcp(sc)
     app = server.streamable_http_app(
-        streamable_http_path="/mcp",
+        streamable_http_path=MCP_PATH,
         transport_security=TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=LOOPBACK_HOSTS,

@@ -18,7 +18,17 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
-ASSETS = "/docs/assets"
+from sidecar.shells.operations import BY_NAME
+
+
+def _path(name: str) -> str:
+    """The path :mod:`sidecar.shells.operations` declares for the page ``name``."""
+    http = BY_NAME[name].http
+    assert http is not None, name
+    return http.path
+
+
+ASSETS = _path("docs_assets")
 
 
 def asset_folder() -> str:
@@ -39,7 +49,7 @@ def add_docs(api: FastAPI, public: Iterable[str] = ()) -> None:
     _declare_bearer(api, frozenset(public))
     openapi = api.openapi_url or "/openapi.json"
 
-    @api.get("/docs", include_in_schema=False)
+    @api.get(_path("swagger"), include_in_schema=False)
     def swagger() -> HTMLResponse:
         return get_swagger_ui_html(
             openapi_url=openapi,
@@ -50,7 +60,7 @@ def add_docs(api: FastAPI, public: Iterable[str] = ()) -> None:
             swagger_ui_parameters={"persistAuthorization": True},
         )
 
-    @api.get("/redoc", include_in_schema=False)
+    @api.get(_path("redoc"), include_in_schema=False)
     def redoc() -> HTMLResponse:
         return get_redoc_html(
             openapi_url=openapi,

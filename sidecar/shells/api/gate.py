@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 
 from sidecar.errors import BodyTooLarge
 from sidecar.metrics import Metrics
-from sidecar.shells.api.docs import ASSETS
+from sidecar.shells.operations import BY_NAME, public_paths
 from sidecar.trust.principals import PRINCIPAL, Principal, Principals
 from sidecar.trust.redact import redact_text
 
@@ -32,20 +32,33 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-PUBLIC = frozenset({"/livez", "/readyz", "/docs", "/redoc", "/openapi.json"})
-"""Routes served without the token: liveness and readiness (for probes, which send
-none: readiness shows its checks only to a caller with a token), and the API's
-documentation (no data)."""
-PUBLIC_PREFIX = ASSETS + "/"
-"""The documentation pages' scripts and styles."""
+PUBLIC, PUBLIC_FOLDERS = public_paths()
+"""Routes served without the token, as :mod:`sidecar.shells.operations` declares them:
+liveness and readiness (for probes, which send none: readiness shows its checks only to
+a caller with a token), and the API's documentation (no data), with the folder of its
+scripts and styles.  Every other path needs a token; the role a route needs beyond one
+is the route's own dependency (:func:`sidecar.shells.api.deps.route`), read from the
+same declaration."""
+
+
+_MCP_ROUTE = BY_NAME["mcp_http"].http
+assert _MCP_ROUTE is not None
+MCP_PATH = _MCP_ROUTE.path
+"""Where the MCP transport is served (every method of streamable HTTP, and the paths
+under it), as declared."""
+
+
+def is_mcp(path: str) -> bool:
+    return path == MCP_PATH or path.startswith(MCP_PATH + "/")
 
 
 def is_public(path: str) -> bool:
-    """Whether ``path`` is served without the token (an asset path may not climb out of
-    its folder: the router never sees it as another route, and it is not even asked)."""
+    """Whether ``path`` is served without the token (a path in a public folder may not
+    climb out of it: the router never sees it as another route, and it is not even
+    asked)."""
     if path in PUBLIC:
         return True
-    return path.startswith(PUBLIC_PREFIX) and ".." not in path.split("/")
+    return path.startswith(PUBLIC_FOLDERS) and ".." not in path.split("/")
 
 
 UNMATCHED = "(unmatched)"
@@ -117,8 +130,8 @@ class Gate:
         the scope: ``/v1/tools/{tool_id}/restore``), or one shared label: a bounded set,
         whatever paths clients send."""
         path = scope.get("path", "")
-        if self.mcp is not None and (path == "/mcp" or path.startswith("/mcp/")):
-            return "/mcp"
+        if self.mcp is not None and is_mcp(path):
+            return MCP_PATH
         template = getattr(scope.get("route"), "path", None)
         return template if isinstance(template, str) else UNMATCHED
 
@@ -148,11 +161,7 @@ class Gate:
             if too_big:
                 await self._too_large(scope, receive, send, limit)
                 return
-        target = (
-            self.mcp
-            if self.mcp is not None and (path == "/mcp" or path.startswith("/mcp/"))
-            else self.api
-        )
+        target = self.mcp if self.mcp is not None and is_mcp(path) else self.api
         if scope.get("method") in ("POST", "PUT", "PATCH"):
             # read at most `limit` bytes (chunked bodies have no Content-Length), then
             # replay them to the app

@@ -14,6 +14,7 @@ from sidecar.limits import CHECK_MODES, MANDATE_STATUSES, MAX_BODY_BYTES, MAX_K
 from sidecar.shells.cli import commands as cmd
 from sidecar.shells.cli import gateway as gateway_cli
 from sidecar.shells.cli import migrate as migrate_cli
+from sidecar.shells.operations import command_help
 
 
 # ---- argument types -------------------------------------------------------------------
@@ -108,7 +109,10 @@ def common_options() -> argparse.ArgumentParser:
 
 
 Command = Callable[..., argparse.ArgumentParser]
-"""``command(name, help, parent=sub)``: a sub-parser with the common options."""
+"""``command(name, help, parent=sub)``: a sub-parser with the common options; ``help``
+``None``: the command's words are ``name`` after its groups', and its help is the one
+:mod:`sidecar.shells.operations` declares (``note``: what the command's own ``--help``
+adds, such as its exit codes)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,7 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def command(name: str, help: str, parent: Any = sub, **kw: Any) -> argparse.ArgumentParser:
+    def command(
+        name: str, help: str | None = None, parent: Any = sub, note: str = "", **kw: Any
+    ) -> argparse.ArgumentParser:
+        if help is None:
+            help = command_help(_words(parent, name))
+            kw["description"] = f"{help}: {note}" if note else help
         p: argparse.ArgumentParser = parent.add_parser(name, help=help, parents=[common], **kw)
         return p
 
@@ -134,19 +143,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _words(parent: Any, name: str) -> str:
+    """A sub-parser's words after ``sidecar``: its groups' (the parent parser's ``prog``
+    is ``sidecar tools ...``) and its own."""
+    groups = parent._prog_prefix.split()[1:]
+    return " ".join([w for w in groups if not w.startswith("-")] + [name])
+
+
 def tool_commands(command: Command) -> None:
     """The commands of the tool index."""
     tools = command("tools", "manage the active tool index")
     tools_sub = tools.add_subparsers(dest="tools_command", metavar="ACTION", required=True)
-    add = command(
-        "add",
-        "add or update tools from files (MCP tools/list, OpenAI function tools, or sidecar "
-        "JSON lines)",
-        tools_sub,
-    )
+    add = command("add", parent=tools_sub, note="from files")
     add.add_argument("files", nargs="+", metavar="FILE")
     add.set_defaults(func=cmd.tools_add)
-    command("list", "list the active tools", tools_sub).set_defaults(func=cmd.tools_list)
+    command("list", parent=tools_sub).set_defaults(func=cmd.tools_list)
 
 
 def lookup_commands(command: Command) -> None:
@@ -158,7 +169,7 @@ def lookup_commands(command: Command) -> None:
 
 def search_command(command: Command) -> None:
     """``search``: a lookup, after the tools already executed."""
-    search = command("search", "semantic tool lookup")
+    search = command("search")
     search.add_argument("query")
     search.add_argument("-k", type=k_int, default=5, help="number of tools (default 5)")
     search.add_argument(
@@ -186,7 +197,7 @@ def report_command(command: Command) -> None:
     """``report``: sessions or chains, as JSON lines."""
     report = command(
         "report",
-        "report sessions or chains (JSON lines) from FILE or - for stdin: one summary line "
+        note="one JSON object per line, from FILE or - for stdin: one summary line "
         "(archived, recorded, not archived, rejected), a progress bar on a terminal",
     )
     report.add_argument("file", metavar="FILE|-")
@@ -200,8 +211,8 @@ def check_command(command: Command) -> None:
     """``check``: a plan against the archive, or a call before it is made."""
     check = command(
         "check",
-        "check a plan (A,B,C) against the archive, or a call before it is made (--steps "
-        "FILE [--next TOOL] [--args JSON]: exit 0 allow, 4 warn, 3 block)",
+        note="a plan as A,B,C, or a call as --steps FILE [--next TOOL] [--args JSON] (exit "
+        "0 allow, 4 warn, 3 block)",
     )
     check.add_argument("plan", type=csv, metavar="A,B,C", nargs="?")
     check.add_argument("--mode", choices=CHECK_MODES, default="sequence")
@@ -229,22 +240,17 @@ def check_command(command: Command) -> None:
 
 def archive_commands(command: Command) -> None:
     """The commands of the archive and its constraints."""
-    audit = command(
-        "audit",
-        "show an archived record: cold://chains/<chain_id> or cold://tools/<tool_id>",
-    )
+    audit = command("audit")
     audit.add_argument("pointer", metavar="POINTER")
     audit.set_defaults(func=cmd.audit)
 
     arch = command("archive", "the abandoned chain archive")
     arch_sub = arch.add_subparsers(dest="archive_command", metavar="ACTION", required=True)
-    command("digest", "the archive digest", arch_sub).set_defaults(func=cmd.archive_digest)
-    st = command("status", "counts, quarantined and damaged files, health", arch_sub)
+    command("digest", parent=arch_sub).set_defaults(func=cmd.archive_digest)
+    st = command("status", parent=arch_sub)
     st.add_argument("--verify", action="store_true", help="checksum every cold file")
     st.set_defaults(func=cmd.archive_status)
-    maint = command(
-        "maintain", "compact, checkpoint and vacuum a Delta archive (operator)", arch_sub
-    )
+    maint = command("maintain", parent=arch_sub, note="one replica at a time")
     maint.add_argument(
         "--retention-hours",
         type=float,
@@ -265,7 +271,7 @@ def eviction_commands(command: Command) -> None:
 
 def evict_command(command: Command) -> None:
     """``evict``: dead-end prefix tools to cold storage."""
-    evict = command("evict", "evict dead-end prefix tools to cold storage")
+    evict = command("evict")
     evict.add_argument("--dry-run", action="store_true", help="decide and report; change nothing")
     evict.add_argument(
         "--recover", action="store_true", help="only finish moves a crash interrupted"
@@ -283,7 +289,7 @@ def evict_command(command: Command) -> None:
 
 def restore_command(command: Command) -> None:
     """``restore``: an evicted tool back from cold storage."""
-    restore = command("restore", "bring an evicted tool back from cold storage")
+    restore = command("restore")
     restore.add_argument("tool_id", metavar="TOOL_ID")
     restore.add_argument("--reason", required=True, help="what was fixed (kept for audit)")
     restore.add_argument(
@@ -296,35 +302,31 @@ def restore_command(command: Command) -> None:
 
 def revocations_command(command: Command) -> None:
     """``revocations``: the credential revocation ledger, and ``revocations run``."""
-    rev = command("revocations", "credential revocation mandates")
+    rev = command("revocations")
     rev.add_argument("--status", choices=MANDATE_STATUSES)
     rev.set_defaults(func=cmd.revocations)
     rev_sub = rev.add_subparsers(dest="revocations_command", metavar="ACTION")
-    command("run", "apply the configured revoker to due mandates", rev_sub).set_defaults(
-        func=cmd.revocations_run
-    )
+    command("run", parent=rev_sub).set_defaults(func=cmd.revocations_run)
 
 
 def constraints_commands(command: Command) -> None:
     """``constraints``: list, show, lift and reinstate archived negative constraints."""
     cons = command("constraints", "archived negative constraints")
     cons_sub = cons.add_subparsers(dest="constraints_command", metavar="ACTION", required=True)
-    cons_list = command("list", "list constraints", cons_sub)
+    cons_list = command("list", parent=cons_sub)
     cons_list.add_argument("--all", action="store_true", help="include lifted ones")
     cons_list.set_defaults(func=cmd.constraints_list)
-    show = command("show", "one constraint, its evidence and its status", cons_sub)
+    show = command("show", parent=cons_sub)
     show.add_argument("constraint_id", metavar="ID")
     show.set_defaults(func=cmd.constraints_show)
-    lift = command(
-        "lift", "stop enforcing a constraint (a chain id, or a call condition id)", cons_sub
-    )
+    lift = command("lift", parent=cons_sub)
     lift.add_argument("constraint_id", metavar="ID")
     lift.add_argument("--reason", required=True, help="why (kept for audit)")
     lift.add_argument(
         "--reinstate", action="store_true", help="enforce it again instead (= reinstate)"
     )
     lift.set_defaults(func=cmd.constraints_lift)
-    reinstate = command("reinstate", "enforce a lifted or retired constraint again", cons_sub)
+    reinstate = command("reinstate", parent=cons_sub)
     reinstate.add_argument("constraint_id", metavar="ID")
     reinstate.add_argument("--reason", required=True, help="why (kept for audit)")
     reinstate.set_defaults(func=cmd.constraints_reinstate)
@@ -332,7 +334,7 @@ def constraints_commands(command: Command) -> None:
 
 def forget_command(command: Command) -> None:
     """``forget``: what one source reported, removed (operator)."""
-    forget = command("forget", "remove what one source reported, and derive again")
+    forget = command("forget")
     forget.add_argument("--source", required=True, help=FORGET_SOURCE)
     forget.add_argument(
         "--since",
@@ -363,20 +365,15 @@ def since_time(text: str) -> float:
 def serving_commands(command: Command) -> None:
     """The commands of serving and the walk-through."""
     serve_command(command)
-    command(
-        "mcp",
-        "serve MCP over stdio (beside a running server, or with --url: through that server)",
-    ).set_defaults(func=cmd.mcp)
+    command("mcp").set_defaults(func=cmd.mcp)
     gateway_command(command)
-    command("demo", "walk through the sediment fallacy and its prevention").set_defaults(
-        func=cmd.demo
-    )
+    command("demo").set_defaults(func=cmd.demo)
     migrate_command(command)
 
 
 def serve_command(command: Command) -> None:
     """``serve``: the HTTP API and MCP over streamable HTTP."""
-    serve = command("serve", "serve the HTTP API and MCP (streamable HTTP)")
+    serve = command("serve")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument(
         "--port", type=port_int, default=8765, help="port (default 8765; 0: any free port)"
@@ -395,11 +392,7 @@ def serve_command(command: Command) -> None:
 
 def gateway_command(command: Command) -> None:
     """``gateway``: an MCP server in front of upstream MCP servers."""
-    gw = command(
-        "gateway",
-        "an MCP server in front of upstream MCP servers: curated tools/list, every "
-        "tools/call checked against the failure memory, sessions reported with no code",
-    )
+    gw = command("gateway")
     gateway_cli.add_arguments(gw, port_int)
     gw.set_defaults(func=gateway_cli.gateway)
 
@@ -409,10 +402,9 @@ def migrate_command(command: Command) -> None:
     and archive copied to shared stores."""
     migrate = command(
         "migrate",
-        "create and upgrade the state's schema (one run at a time; what replicas with "
-        "SIDECAR_MIGRATE=never wait for); with --to-database or --to-cold: copy this home's "
-        "local state into a PostgreSQL database and its archive into a shared cold store "
-        "(both empty)",
+        note="the schema one run at a time (what replicas with SIDECAR_MIGRATE=never wait "
+        "for); with --to-database or --to-cold: this home's local state into a PostgreSQL "
+        "database and its archive into a shared cold store (both empty)",
     )
     migrate.add_argument(
         "--to-database",

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query
 
 from sidecar.errors import Forbidden
 from sidecar.limits import MAX_POINTER
-from sidecar.shells.api.deps import Caller, Lib, Operator
+from sidecar.shells.api.deps import Caller, Lib, route
 from sidecar.shells.api.deps import viewer as shown_to
 from sidecar.shells.api.models import ForgetIn, MaintainIn, ReasonIn, ReportsIn
 from sidecar.wire import dump, dump_dict
@@ -14,7 +14,7 @@ from sidecar.wire import dump, dump_dict
 router = APIRouter(tags=["archive"])
 
 
-@router.post("/v1/reports")
+@route(router, "report_many")
 def reports(body: ReportsIn, sc: Lib, who: Caller) -> dict[str, Any]:
     if body.source is not None and body.source != who.name and not who.operator:
         # worded as deps.operator's: "the token 'x'" would be masked as a quoted token
@@ -31,7 +31,7 @@ VIEWER = Query(
 )
 
 
-@router.get("/v1/audit")
+@route(router, "audit")
 def audit(
     sc: Lib,
     who: Caller,
@@ -42,22 +42,22 @@ def audit(
     return dump_dict(sc.audit(pointer, viewer=shown_to(who, viewer)))
 
 
-@router.get("/v1/archive/digest")
+@route(router, "digest")
 def digest(sc: Lib) -> dict[str, Any]:
     return dump_dict(sc.digest())
 
 
-@router.get("/v1/archive/status")
+@route(router, "status")
 def archive_status(sc: Lib, verify: bool = False) -> dict[str, Any]:
     return dump_dict(sc.status(verify))
 
 
-@router.post("/v1/archive/maintain")
-def maintain(body: MaintainIn, sc: Lib, _who: Operator) -> dict[str, Any]:
+@route(router, "maintain_archive")
+def maintain(body: MaintainIn, sc: Lib) -> dict[str, Any]:
     return dump_dict(sc.maintain_archive(body.retention_hours))
 
 
-@router.get("/v1/constraints")
+@route(router, "constraints")
 def constraints(
     sc: Lib, who: Caller, include_lifted: bool = False, viewer: str | None = VIEWER
 ) -> dict[str, Any]:
@@ -65,23 +65,23 @@ def constraints(
     return {"constraints": dump(sc.constraints(include_lifted, shown_to(who, viewer)))}
 
 
-@router.get("/v1/constraints/{constraint_id}")
+@route(router, "constraint")
 def constraint(
     constraint_id: str, sc: Lib, who: Caller, viewer: str | None = VIEWER
 ) -> dict[str, Any]:
     return dump_dict(sc.constraint(constraint_id, shown_to(who, viewer)))
 
 
-@router.post("/v1/constraints/{chain_id}/lift")
-def lift(chain_id: str, body: ReasonIn, sc: Lib, _who: Operator) -> dict[str, Any]:
+@route(router, "lift")
+def lift(chain_id: str, body: ReasonIn, sc: Lib) -> dict[str, Any]:
     return dump_dict(sc.lift(chain_id, body.reason))
 
 
-@router.post("/v1/constraints/{chain_id}/reinstate")
-def reinstate(chain_id: str, body: ReasonIn, sc: Lib, _who: Operator) -> dict[str, Any]:
+@route(router, "reinstate")
+def reinstate(chain_id: str, body: ReasonIn, sc: Lib) -> dict[str, Any]:
     return dump_dict(sc.reinstate(chain_id, body.reason))
 
 
-@router.post("/v1/sources/{source}/forget")
-def forget(source: str, body: ForgetIn, sc: Lib, _who: Operator) -> dict[str, Any]:
+@route(router, "forget")
+def forget(source: str, body: ForgetIn, sc: Lib) -> dict[str, Any]:
     return dump_dict(sc.forget(source, body.since))

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from sidecar.errors import InvalidInput
-from sidecar.shells.api.deps import Caller, Lib, Meter, viewer
+from sidecar.shells.api.deps import Caller, Lib, Meter, route, viewer
 from sidecar.shells.api.models import CheckIn, SearchIn
 from sidecar.wire import dump_dict
 
@@ -19,7 +19,7 @@ def _answer(value: Any) -> JSONResponse:
     return JSONResponse(dump_dict(value))
 
 
-@router.post("/v1/search", response_class=JSONResponse)
+@route(router, "search", response_class=JSONResponse)
 def search(body: SearchIn, sc: Lib, meter: Meter, who: Caller) -> JSONResponse:
     steps = [s.model_dump() for s in body.steps] if body.steps is not None else None
     result = sc.search(
@@ -36,7 +36,7 @@ def search(body: SearchIn, sc: Lib, meter: Meter, who: Caller) -> JSONResponse:
     return _answer(result)
 
 
-@router.post("/v1/check", response_class=JSONResponse)
+@route(router, "check", "check_call", response_class=JSONResponse)
 def check(body: CheckIn, sc: Lib, who: Caller) -> JSONResponse:
     """A plan's check (``plan``), or a call's before it is made (``steps`` and ``next``:
     ``decision`` allow, warn or block, with every reason, worded for the caller)."""

@@ -5,7 +5,7 @@ import sys
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from sidecar.shells.api.deps import Lib, Meter
+from sidecar.shells.api.deps import Lib, Meter, route
 from sidecar.trust.principals import principal_of
 from sidecar.trust.quota import LIMITS, QuotaView
 from sidecar.wire import dump
@@ -13,12 +13,12 @@ from sidecar.wire import dump
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/livez")
+@route(router, "livez")
 def livez() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@route(router, "health")
 def readyz(sc: Lib, request: Request) -> JSONResponse:
     """200 when ready, else 503, to anyone (a probe sends no token); the checks behind
     the answer only to a caller with a token (they name stores and their errors)."""
@@ -27,7 +27,7 @@ def readyz(sc: Lib, request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=200 if health.ready else 503)
 
 
-@router.get("/version")
+@route(router, "version")
 def version(sc: Lib, request: Request) -> dict[str, str | int]:
     """What runs, and the largest request body it takes (``max_body_bytes``: clients
     split their batches under it)."""
@@ -44,7 +44,7 @@ def version(sc: Lib, request: Request) -> dict[str, str | int]:
     }
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+@route(router, "metrics", response_class=PlainTextResponse)
 def prometheus(sc: Lib, meter: Meter) -> str:
     def gauges() -> dict[str, dict[str, float]]:
         status = sc.status(verify=False)

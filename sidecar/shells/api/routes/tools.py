@@ -4,7 +4,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from sidecar.shells.api.deps import Caller, Lib, Operator
+from sidecar.shells.api.deps import Caller, Lib, route
 from sidecar.shells.api.models import SyncIn, ToolsIn
 from sidecar.tools.catalog import load_tools
 from sidecar.tools.paging import DEFAULT_LIMIT, MAX_LIMIT
@@ -13,12 +13,12 @@ from sidecar.wire import dump_dict
 router = APIRouter(tags=["tools"])
 
 
-@router.post("/v1/tools")
-def add_tools(body: ToolsIn, sc: Lib, _who: Operator) -> dict[str, Any]:
+@route(router, "add_tools")
+def add_tools(body: ToolsIn, sc: Lib) -> dict[str, Any]:
     return dump_dict(sc.add_tools(load_tools([body.tools], "request")))
 
 
-@router.get("/v1/tools")
+@route(router, "list_tools_page")
 def list_tools(
     sc: Lib,
     who: Caller,
@@ -37,13 +37,13 @@ def list_tools(
     return dump_dict(sc.list_tools_page(cursor, limit, agent=not who.operator))
 
 
-@router.post("/v1/tools/sync")
-def sync_tools(body: SyncIn, sc: Lib, _who: Operator) -> dict[str, Any]:
+@route(router, "sync_tools")
+def sync_tools(body: SyncIn, sc: Lib) -> dict[str, Any]:
     """Make the hot index hold exactly ``source``'s tools (an MCP gateway's upstream)."""
     return dump_dict(sc.sync_tools(body.source, load_tools([body.tools], "request")))
 
 
-@router.get("/v1/tools/hidden")
+@route(router, "hidden_tools")
 def hidden_tools(sc: Lib) -> dict[str, Any]:
     """Tools never to be listed or called: evicted, or with their move begun."""
     return {"tools": sorted(sc.hidden_tools())}
