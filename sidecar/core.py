@@ -84,6 +84,9 @@ from sidecar.results import (
     Recovered,
     RevocationRun,
 )
+from sidecar.review.appeals import Appeals
+from sidecar.review.approvals import Approvals
+from sidecar.review.desk import ReviewDesk
 from sidecar.rules import Lifecycle, Rules
 from sidecar.rules.wording import viewer_of
 from sidecar.settings import Settings
@@ -97,7 +100,7 @@ from sidecar.trust.redact import redact, redact_text
 log = logging.getLogger(__name__)
 
 
-class Sidecar:
+class Sidecar(ReviewDesk):
     """The hot index, the cold archive and the rules, behind one API."""
 
     def __init__(
@@ -140,6 +143,7 @@ class Sidecar:
         self.quota = Quota.of(
             settings, self.trusted, self.state.budgets, self.tools.cataloged, self.rules.named
         )
+        self._approvals, self._appeals = Approvals(self.state), Appeals(self.state)
         self.recovered_on_open = 0
         if not read_only:
             self.recovered_on_open = self.maintain()

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         Recovered,
         RevocationRun,
     )
+    from sidecar.storage.review import Appeal, Approval
     from sidecar.tools import AddToolsResult, SyncResult
     from sidecar.tools.paging import ToolPage
 
@@ -137,6 +138,37 @@ class SidecarAPI(Protocol):
     def status(self, verify: bool = False) -> ArchiveStatus: ...
 
     def sync_tools(self, source: str, tools: Sequence[Tool]) -> SyncResult: ...
+
+    def request_approval(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        source: str = "local",
+        why: str = "",
+    ) -> Approval: ...
+
+    def approvals(self, status: str | None = None, limit: int = 100) -> list[Approval]: ...
+
+    def approve(
+        self, approval_id: str, for_s: float | None = None, *, by: str = "local"
+    ) -> Approval: ...
+
+    def deny(self, approval_id: str, *, by: str = "local") -> Approval: ...
+
+    def appeal(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        reason: str = "",
+        constraint_ids: Sequence[str] = (),
+        *,
+        source: str = "local",
+    ) -> Appeal: ...
+
+    def appeals(self, status: str | None = None, limit: int = 100) -> list[Appeal]: ...
+
+    def close_appeal(self, appeal_id: str, granted: bool, *, by: str = "local") -> Appeal: ...
 
 
 if TYPE_CHECKING:

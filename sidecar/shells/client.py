@@ -48,6 +48,7 @@ from sidecar.results import (
     Recovered,
     RevocationRun,
 )
+from sidecar.storage.review import Appeal, Approval
 from sidecar.tools.paging import DEFAULT_LIMIT, MAX_LIMIT, ToolPage
 from sidecar.tools.records import AddToolsResult, SyncResult
 from sidecar.trust.principals import LOCAL
@@ -396,3 +397,53 @@ class RemoteSidecar:
 
     def run_revocations(self) -> RevocationRun:
         return self._post(RevocationRun, "/v1/revocations/run")
+
+    # ---- what waits for a person (``by`` and an agent's ``source``: the token's name)
+    def request_approval(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        source: str = LOCAL,
+        why: str = "",
+    ) -> Approval:
+        body: dict[str, Any] = {"tool": tool, "arguments": dict(arguments or {}), "why": why}
+        if source != LOCAL:
+            body["source"] = source
+        return self._post(Approval, "/v1/approvals", body)
+
+    def approvals(self, status: str | None = None, limit: int = 100) -> list[Approval]:
+        return self._get(list[Approval], "/v1/approvals", "approvals", status=status, limit=limit)
+
+    def approve(self, approval_id: str, for_s: float | None = None, *, by: str = LOCAL) -> Approval:
+        path = f"/v1/approvals/{segment(approval_id)}/approve"
+        return self._post(Approval, path, {"for_s": for_s})
+
+    def deny(self, approval_id: str, *, by: str = LOCAL) -> Approval:
+        return self._post(Approval, f"/v1/approvals/{segment(approval_id)}/deny")
+
+    def appeal(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        reason: str = "",
+        constraint_ids: Sequence[str] = (),
+        *,
+        source: str = LOCAL,
+    ) -> Appeal:
+        body: dict[str, Any] = {
+            "tool": tool,
+            "arguments": dict(arguments or {}),
+            "reason": reason,
+            "constraint_ids": list(constraint_ids),
+        }
+        if source != LOCAL:
+            body["source"] = source
+        return self._post(Appeal, "/v1/appeals", body)
+
+    def appeals(self, status: str | None = None, limit: int = 100) -> list[Appeal]:
+        return self._get(list[Appeal], "/v1/appeals", "appeals", status=status, limit=limit)
+
+    def close_appeal(self, appeal_id: str, granted: bool, *, by: str = LOCAL) -> Appeal:
+        path = f"/v1/appeals/{segment(appeal_id)}/close"
+        return self._post(Appeal, path, {"granted": granted})

@@ -61,6 +61,7 @@ def build_mcp(sc: Sidecar | RemoteSidecar) -> MCPServer:
     server = MCPServer(name="tool-chain-sidecar", instructions=INSTRUCTIONS, log_level="WARNING")
     _lookup_tools(server, sc)
     _report_tools(server, sc)
+    _review_tools(server, sc)
     return server
 
 
@@ -165,3 +166,30 @@ def _report_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
                 f"an {who.role} token"
             )
         return _answer(lambda: sc.forget(source, since))
+
+
+def _review_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
+    from sidecar.shells.client import RemoteSidecar
+
+    @server.tool(
+        title="Appeal a block",
+        description=tool_description("appeal_block"),
+        annotations=ToolAnnotations(
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=False,
+            open_world_hint=False,
+        ),
+    )
+    def appeal_block(
+        tool: str,
+        reason: str,
+        ctx: Context,
+        arguments: JsonObject | None = None,
+        constraint_ids: list[str] | None = None,
+    ) -> dict[str, Any]:
+        args, rules = arguments or {}, constraint_ids or []
+        if isinstance(sc, RemoteSidecar):
+            return _answer(lambda: sc.appeal(tool, args, reason, rules))
+        who = caller(ctx)
+        return _answer(lambda: sc.appeal(tool, args, reason, rules, source=who.name))

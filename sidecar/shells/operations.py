@@ -306,6 +306,59 @@ LIBRARY: tuple[Operation, ...] = (
         http="POST /v1/revocations/run",
         cli="revocations run",
     ),
+    # what waits for a person
+    _op(
+        "request_approval",
+        "agent",
+        "hold one call (a tool and its exact arguments) for an operator's approval: "
+        "approved when it may run now, else pending or denied",
+        http="POST /v1/approvals",
+        detail="Asked again with the same call, the same approval answers; an approval "
+        "for one call is used up by it.  An operator may name the `source` it asks for.",
+    ),
+    _op(
+        "approvals",
+        "operator",
+        "calls held for approval, newest first",
+        http="GET /v1/approvals",
+        cli="approvals list",
+    ),
+    _op(
+        "approve",
+        "operator",
+        "let a held call run: once, or for `for_s` seconds",
+        http="POST /v1/approvals/{approval_id}/approve",
+        cli="approvals approve",
+    ),
+    _op(
+        "deny",
+        "operator",
+        "refuse a held call",
+        http="POST /v1/approvals/{approval_id}/deny",
+        cli="approvals deny",
+    ),
+    _op(
+        "appeal",
+        "agent",
+        "contest a block: the refused call, the rules that refused it and why they are wrong",
+        http="POST /v1/appeals",
+        mcp="appeal_block",
+        detail="An appeal waits for an operator; it changes nothing until one grants it.",
+    ),
+    _op(
+        "appeals",
+        "operator",
+        "agents' appeals against blocks, newest first",
+        http="GET /v1/appeals",
+        cli="appeals list",
+    ),
+    _op(
+        "close_appeal",
+        "operator",
+        "close an appeal: granted (the rule lifted or the call approved) or upheld",
+        http="POST /v1/appeals/{appeal_id}/close",
+        cli="appeals close",
+    ),
     # the handle
     _op(
         "health",

@@ -19,6 +19,7 @@ from sidecar.storage.mandates import MandateRepository
 from sidecar.storage.moves import MoveRepository
 from sidecar.storage.pending import PendingRepository
 from sidecar.storage.requests import RequestRepository, counted_requests
+from sidecar.storage.review import ReviewRepository
 from sidecar.storage.revisions import RevisionRepository
 from sidecar.storage.schema import Migration
 from sidecar.storage.sequences import SequenceRepository
@@ -41,6 +42,7 @@ REPOSITORIES = (
     PendingRepository,
     RequestRepository,
     BudgetRepository,
+    ReviewRepository,
 )
 SCHEMAS: tuple[str, ...] = tuple(r.SCHEMA for r in REPOSITORIES)
 """Every repository's tables, created when a state is opened for writing."""
@@ -70,6 +72,7 @@ class State:
         self.pending = PendingRepository(db)
         self.requests = RequestRepository(db)
         self.budgets = BudgetRepository(db)
+        self.review = ReviewRepository(db)
 
     @property
     def writable(self) -> bool:

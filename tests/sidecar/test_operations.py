@@ -275,7 +275,14 @@ def test_each_client_method_asks_its_declared_route() -> None:
             seen.append((method, path))
             raise LookupError  # the answer is not asked for
 
-    ids = {"constraint_id": "c1", "chain_id": "c1", "tool_id": "t1", "source": "s1"}
+    ids = {
+        "constraint_id": "c1",
+        "chain_id": "c1",
+        "tool_id": "t1",
+        "source": "s1",
+        "approval_id": "a1",
+        "appeal_id": "p1",
+    }
     report = {"topology": ["a"], "outcome": "completed"}
     calls: dict[str, tuple[Any, ...]] = {
         "add_tools": ([Tool("a", "an a")],),
@@ -291,6 +298,11 @@ def test_each_client_method_asks_its_declared_route() -> None:
         "check": (["a"],),
         "check_call": ([], "a"),
         "sync_tools": ("s1", []),
+        "request_approval": ("a", {}),
+        "approve": ("a1",),
+        "deny": ("a1",),
+        "appeal": ("a", {}, "why"),
+        "close_appeal": ("p1", True),
     }
     with Spy("http://127.0.0.1:1", None) as spy:
         spy._limit = 1_000_000  # no /version asked first
@@ -353,6 +365,11 @@ def _cli_samples(folder: Path) -> list[tuple[str, list[str]]]:
         ("restore", ["t1", "--reason", "r"]),
         ("revocations", []),
         ("revocations run", []),
+        ("approvals list", []),
+        ("approvals approve", ["a1", "--for", "60"]),
+        ("approvals deny", ["a1"]),
+        ("appeals list", []),
+        ("appeals close", ["p1", "--upheld"]),
     ]
 
 
@@ -390,6 +407,7 @@ MCP_SAMPLES: list[tuple[str, dict[str, Any]]] = [
     ("report_chain", {"report": {"topology": ["a"], "outcome": "completed"}}),
     ("audit_chain", {"pointer": "cold://chains/c1"}),
     ("forget_source", {"source": "s1"}),
+    ("appeal_block", {"tool": "a", "reason": "it was delivered"}),
 ]
 
 

@@ -143,3 +143,37 @@ class ForgetIn(Body):
     since: float | None = Field(
         default=None, ge=0, description="forget only what arrived since (a Unix time)"
     )
+
+
+class ApprovalIn(Body):
+    tool: str = Field(min_length=1, max_length=128)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    why: str = Field(default="", max_length=MAX_TEXT)
+    source: str | None = Field(
+        default=None,
+        max_length=64,
+        description="operators only: the source the call is held for (a gateway asks for "
+        "the agent whose call it holds); by default the token's name",
+    )
+
+
+class ApproveIn(Body):
+    for_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="approve every such call for this many seconds (default: this one call)",
+    )
+
+
+class AppealIn(Body):
+    tool: str = Field(min_length=1, max_length=128)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    reason: str = Field(min_length=1, max_length=MAX_TEXT)
+    constraint_ids: list[str] = Field(default_factory=list, max_length=16)
+    source: str | None = Field(
+        default=None, max_length=64, description="operators only: the agent that appeals"
+    )
+
+
+class CloseAppealIn(Body):
+    granted: bool

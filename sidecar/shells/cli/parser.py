@@ -14,6 +14,7 @@ from sidecar.limits import CHECK_MODES, MANDATE_STATUSES, MAX_BODY_BYTES, MAX_K
 from sidecar.shells.cli import commands as cmd
 from sidecar.shells.cli import gateway as gateway_cli
 from sidecar.shells.cli import migrate as migrate_cli
+from sidecar.shells.cli import review as review_cli
 from sidecar.shells.operations import command_help
 
 
@@ -139,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     lookup_commands(command)
     archive_commands(command)
     eviction_commands(command)
+    review_cli.add_commands(command)
     serving_commands(command)
     return parser
 
