@@ -55,7 +55,7 @@ from sidecar.eviction import (
     make_revoker,
 )
 from sidecar.eviction.on_report import after_batches
-from sidecar.forgetting import forget
+from sidecar.forgetting import forget, preview
 from sidecar.home import Home
 from sidecar.hot import HotIndex
 from sidecar.intake import Intake, StepPolicy
@@ -78,6 +78,7 @@ from sidecar.results import (
     ArchiveStatus,
     AuditRecord,
     ConstraintChange,
+    ConstraintEvent,
     ConstraintView,
     Digest,
     Forgotten,
@@ -211,14 +212,8 @@ class Sidecar:
     def health(self) -> Health:
         """Readiness: the hot index answers, the cold store and state are writable, no
         interrupted move is stuck."""
-        return health(
-            self.hot.get,
-            self.records.count,
-            self.cold,
-            self.settings.home,
-            self.recovery,
-            self.publisher.error,
-        )
+        parts = (self.hot.get, self.records.count, self.cold, self.settings.home)
+        return health(*parts, self.recovery, self.publisher.error)
 
     # ---- tools --------------------------------------------------------------------
     @boundary
@@ -394,16 +389,18 @@ class Sidecar:
         return self.quota.view()
 
     @boundary
-    def forget(self, source: str, since: float | None = None) -> Forgotten:
+    def forget(self, source: str, since: float | None = None, dry_run: bool = False) -> Forgotten:
         """Remove what ``source`` reported (since ``since``, a Unix time, when given)
         and derive again what rested on it: the conditions it taught, the sessions it
         counted toward sightings, dead ends and contradictions, and the evictions whose
-        evidence came from it (see :func:`sidecar.forgetting.forget`)."""
-        self.recovery.writable()
+        evidence came from it (see :func:`sidecar.forgetting.forget`).  ``dry_run``: the
+        same figures, from a copy of the state, with nothing changed (a preview)."""
         check_source(source)
-        return forget(
-            source, validate.since(since), self.rules, self.intake, self.eviction, self.recovery
-        )
+        when = validate.since(since)
+        if dry_run:
+            return preview(source, when, self.settings, self.state.database, type(self))
+        self.recovery.writable()
+        return forget(source, when, self.rules, self.intake, self.eviction, self.recovery)
 
     def trusted_sources(self) -> frozenset[str]:
         return self.trusted
@@ -475,19 +472,25 @@ class Sidecar:
         return self.rules.view(constraint_id, viewer_of(validate.viewer(viewer)))
 
     @boundary
-    def lift(self, constraint_id: str, reason: str) -> ConstraintChange:
-        """Stop enforcing a rule (and its family); the record stays for audit."""
+    def lift(self, constraint_id: str, reason: str, by: str | None = None) -> ConstraintChange:
+        """Stop enforcing a rule (and its family); the record stays for audit.  ``by``: the
+        operator's token name, recorded with the reason."""
         self.recovery.writable()
         why = validate.reason(reason, "lifting a constraint needs a reason")
-        return self.rules.set_status(constraint_id, True, why)
+        return self.rules.set_status(constraint_id, True, _by(why, by))
 
     @boundary
-    def reinstate(self, constraint_id: str, reason: str) -> ConstraintChange:
+    def reinstate(self, constraint_id: str, reason: str, by: str | None = None) -> ConstraintChange:
         """Enforce a lifted or retired rule again; only contradictions met from now on
-        count against it."""
+        count against it.  ``by`` as for :meth:`lift`."""
         self.recovery.writable()
         why = validate.reason(reason, "reinstating a constraint needs a reason")
-        return self.rules.set_status(constraint_id, False, why)
+        return self.rules.set_status(constraint_id, False, _by(why, by))
+
+    @boundary
+    def constraint_history(self, constraint_id: str, limit: int = 100) -> list[ConstraintEvent]:
+        """A rule's recorded lifts, reinstatements and variants, newest first."""
+        return self.rules.history(constraint_id, max(1, min(int(limit), 1000)))
 
     # ---- revocations ----------------------------------------------------------------
     @boundary
@@ -530,6 +533,11 @@ class Sidecar:
     def status(self, verify: bool = False) -> ArchiveStatus:
         """Counts, quarantined and damaged files, and health."""
         return self.archive.status(verify)
+
+
+def _by(reason: str, by: str | None) -> str:
+    """A reason as the audit trail keeps it: with who gave it, when a shell said."""
+    return reason if by is None else f"{reason} (by {check_source(by)})"
 
 
 def _intake(

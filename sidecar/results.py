@@ -138,6 +138,17 @@ class ConstraintChange:
 
 
 @dataclass(frozen=True)
+class ConstraintEvent:
+    """One recorded change of a rule: ``action`` the status it was given (``lifted``,
+    ``active``) or a variant's note, with its reason (which names the operator who
+    made it, when a shell said who) and when."""
+
+    action: str
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True)
 class RevocationRun:
     revoker: str
     results: Mapping[str, int]

@@ -16,7 +16,7 @@ from sidecar.errors import NotFound
 from sidecar.limits import CheckMode
 from sidecar.memory import Step, Thresholds, Trace
 from sidecar.model import CallCheck, CheckResult
-from sidecar.results import ConstraintChange, ConstraintView
+from sidecar.results import ConstraintChange, ConstraintEvent, ConstraintView
 from sidecar.rules import wording
 from sidecar.rules.conditions import ConditionBook, ConditionState
 from sidecar.rules.ids import rule_id
@@ -175,6 +175,13 @@ class Rules:
         if not found:
             raise NotFound(f"no constraint {rid.value!r}")
         return found[0]
+
+    def history(self, constraint_id: str, limit: int = 100) -> list[ConstraintEvent]:
+        """A rule's recorded changes, newest first (its learning and retirement are in
+        its view: ``valid_from``, ``invalid_at``)."""
+        rid = rule_id(constraint_id)
+        rows = self._state.sequences.history(rid.value, limit)
+        return [ConstraintEvent(action, reason, at) for action, reason, at in rows]
 
     def ignored_contradictions(self) -> int:
         """Contradictions set aside, over every rule in force."""
