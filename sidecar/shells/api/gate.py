@@ -40,11 +40,18 @@ PUBLIC_PREFIX = ASSETS + "/"
 """The documentation pages' scripts and styles."""
 
 
+CONSOLE = "/console"
+"""The operator's console: its pages check their own session cookie, not a bearer token
+(:mod:`sidecar.shells.console`)."""
+
+
 def is_public(path: str) -> bool:
     """Whether ``path`` is served without the token (an asset path may not climb out of
     its folder: the router never sees it as another route, and it is not even asked)."""
     if path in PUBLIC:
         return True
+    if path == CONSOLE or path.startswith(CONSOLE + "/"):
+        return ".." not in path.split("/")
     return path.startswith(PUBLIC_PREFIX) and ".." not in path.split("/")
 
 
