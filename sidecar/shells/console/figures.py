@@ -85,7 +85,7 @@ def bar_chart(counts: Sequence[int], labels: Sequence[str], title: str) -> Marku
     """A bar per count, its label under every few bars, the largest count on the axis."""
     w, h, left, bottom = 640, 180, 36, 24
     top = max(counts) or 1
-    step = (w - left) / len(counts)
+    step = min(48.0, (w - left) / len(counts))  # a few bars stay bars, not a wall
     every = max(1, len(counts) // 8)
     parts = [
         f'<svg class="plot" viewBox="0 0 {w} {h}" role="img" '
