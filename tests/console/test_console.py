@@ -333,3 +333,18 @@ def test_the_demo_chain_is_one_of_the_rules(demo: tuple[Sidecar, TestClient]) ->
     page = client.get(f"/console/rules/{rule}").text
     assert "calling llm_extractor fails" in page
     assert ABANDONED["failure"]["signature"] in page.replace("&#39;", "'")
+
+
+def test_forget_takes_a_date_and_refuses_one_that_is_not(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = demo
+    sign_in(client, OPS)
+    token = csrf(client.get("/console/sources/alice").text)
+    later = client.post(
+        "/console/sources/alice/preview", data={"csrf": token, "since": "2999-01-01T00:00"}
+    )
+    assert later.status_code == 200 and '<dd class="sessions">0<' in later.text
+    bad = client.post("/console/sources/alice/preview", data={"csrf": token, "since": "soon"})
+    assert bad.status_code == 400
+    assert verdict(sc) == "block"  # nothing was forgotten

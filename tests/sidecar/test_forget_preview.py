@@ -3,6 +3,7 @@ answers with the figures the real forgetting then reports."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ def sc(tmp_path: Path) -> Iterator[Sidecar]:
     home = tmp_path / "home"
     home.mkdir()
     tokens_file(home / "tokens.json")
-    with Sidecar.open(embedder=HashingEmbedder(), home=home) as lib:
+    with Sidecar.open(embedder=HashingEmbedder(), home=home, evict_min_chains=1) as lib:
         lib.add_tools([Tool("get_order", "look up an order"), Tool("exchange_items", "exchange")])
         lib.report_many([good_session(n) for n in range(20)])
         yield lib
@@ -72,3 +73,25 @@ def test_a_rules_history_names_who_lifted_and_reinstated_it(sc: Sidecar) -> None
     ]
     assert history[0].at >= history[1].at
     assert sc.constraint_history(view.chain_id, limit=1) == history[:1]
+
+
+def test_a_preview_names_the_evicted_tools_forgetting_would_bring_back(tmp_path: Path) -> None:
+    """The tools are named, not moved: they stay cold until the forgetting itself."""
+    home = tmp_path / "home"
+    home.mkdir()
+    path = tokens_file(home / "tokens.json")
+    data = json.loads(path.read_text())
+    data["tokens"].append({"name": "ops", "role": "operator", "token": "ops-token-0123456789"})
+    path.write_text(json.dumps(data))
+    with Sidecar.open(embedder=HashingEmbedder(), home=home, evict_min_chains=1) as lib:
+        lib.add_tools([Tool(t, f"the {t} tool") for t in ("fetch_page", "parse_page", "extract")])
+        lib.report(
+            abandoned(["fetch_page", "parse_page", "extract"], session_id="o1"), source="ops"
+        )
+        assert lib.evict(min_chains=1).evicted
+        cold = lib.hidden_tools()
+        preview = lib.forget("ops", dry_run=True)
+        assert preview.restored and set(preview.restored) <= cold
+        assert lib.hidden_tools() == cold  # nothing moved
+        assert lib.forget("ops") == preview
+        assert not set(preview.restored) & lib.hidden_tools()
