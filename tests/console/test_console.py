@@ -348,3 +348,17 @@ def test_forget_takes_a_date_and_refuses_one_that_is_not(
     bad = client.post("/console/sources/alice/preview", data={"csrf": token, "since": "soon"})
     assert bad.status_code == 400
     assert verdict(sc) == "block"  # nothing was forgotten
+
+
+def test_the_sources_page_shows_trust_and_the_evidence_each_token_stored(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = demo
+    sign_in(client, HOME_TOKEN)
+    page = client.get("/console/sources").text
+    quotas = sc.quotas()
+    assert quotas.evidence_bytes.get("alice", 0) > 0
+    alice = page.split('data-source="alice"', 1)[1].split("</tr>", 1)[0]
+    assert f"<td>{quotas.evidence_bytes['alice']}</td>" in alice and "<td>no</td>" in alice
+    ops = page.split('data-source="ops"', 1)[1].split("</tr>", 1)[0]
+    assert "<td>operator</td><td>yes</td>" in ops

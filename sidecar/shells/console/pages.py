@@ -4,6 +4,7 @@ methods alone and shows one page of rows."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from importlib import resources
 
 from fastapi import APIRouter, Request
@@ -124,15 +125,41 @@ def tools_page(request: Request) -> Response:
     )
 
 
-def sources_taught(request: Request) -> list[tuple[str, str, int, int]]:
-    """``(source, role, rules, rules it alone taught)`` of every token and of every
-    source a rule names."""
+@dataclass(frozen=True)
+class SourceRow:
+    name: str
+    role: str
+    trusted: bool
+    rules: int
+    alone: int
+    evidence_bytes: int
+    uncataloged_steps: int
+
+
+def sources_taught(request: Request) -> tuple[list[SourceRow], int]:
+    """Every token and every source a rule names: its role, trust, the rules it
+    supports and alone taught, and what it spent of its evidence budget; and that budget
+    (0: no limit)."""
+    sc = library(request)
     roles = {name: role for name, role in console_of(request).principals.names()}
-    views = library(request).constraints(include_lifted=True)
+    views = sc.constraints(include_lifted=True)
     rules = Counter(s for v in views for s in v.sources)
     alone = Counter(v.sources[0] for v in views if len(v.sources) == 1)
+    quotas, trusted = sc.quotas(), sc.trusted_sources()
     names = sorted({LOCAL, *roles, *rules})
-    return [(n, roles.get(n, "operator" if n == LOCAL else ""), rules[n], alone[n]) for n in names]
+    rows = [
+        SourceRow(
+            n,
+            roles.get(n, "operator" if n == LOCAL else ""),
+            n in trusted,
+            rules[n],
+            alone[n],
+            quotas.evidence_bytes.get(n, 0),
+            quotas.uncataloged_steps.get(n, 0),
+        )
+        for n in names
+    ]
+    return rows, quotas.budget_bytes
 
 
 @router.get("/sources")
@@ -140,8 +167,9 @@ def sources_page(request: Request) -> Response:
     session = signed_in(request)
     if session is None:
         return to_sign_in(request)
-    page = paged(sources_taught(request), page_number(request.query_params.get("page")))
-    return render(request, "sources.html", session=session, page=page)
+    rows, budget = sources_taught(request)
+    page = paged(rows, page_number(request.query_params.get("page")))
+    return render(request, "sources.html", session=session, page=page, budget=budget)
 
 
 @router.get("/sources/{source}")
