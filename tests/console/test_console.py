@@ -362,3 +362,14 @@ def test_the_sources_page_shows_trust_and_the_evidence_each_token_stored(
     assert f"<td>{quotas.evidence_bytes['alice']}</td>" in alice and "<td>no</td>" in alice
     ops = page.split('data-source="ops"', 1)[1].split("</tr>", 1)[0]
     assert "<td>operator</td><td>yes</td>" in ops
+
+
+def test_the_tools_page_shows_what_an_eviction_would_do(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = demo
+    sign_in(client, HOME_TOKEN)
+    page = client.get("/console/tools").text
+    decided = _api(client, "/v1/evictions/decision")["decisions"]
+    assert rows(page, "decision") == [d["tool_id"] for d in decided][:50]
+    assert rows(page, "decision") == [d.tool_id for d in sc.decide()][:50] != []

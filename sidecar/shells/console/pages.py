@@ -113,6 +113,7 @@ def tools_page(request: Request) -> Response:
         return render(request, "message.html", 400, session, title="Tools", message=str(exc))
     cold = sorted(sc.hidden_tools())
     mandates = paged(sc.mandates(), page_number(request.query_params.get("mandates")))
+    decisions = paged(sc.decide(), page_number(request.query_params.get("decisions")))
     return render(
         request,
         "tools.html",
@@ -121,6 +122,7 @@ def tools_page(request: Request) -> Response:
         cursor=cursor,
         cold=cold,
         mandates=mandates,
+        decisions=decisions,
         counts=sc.mandate_counts(),
     )
 
