@@ -17,11 +17,14 @@ from tests.support.tokens import fabricated, tokens_file, verdict
 
 
 @pytest.fixture
-def sc(tmp_path: Path) -> Iterator[Sidecar]:
+def sc(tmp_path: Path, state_url: str | None) -> Iterator[Sidecar]:
+    """On SQLite and on PostgreSQL (a preview copies either into a throwaway SQLite)."""
     home = tmp_path / "home"
     home.mkdir()
     tokens_file(home / "tokens.json")
-    with Sidecar.open(embedder=HashingEmbedder(), home=home, evict_min_chains=1) as lib:
+    with Sidecar.open(
+        embedder=HashingEmbedder(), home=home, evict_min_chains=1, database_url=state_url
+    ) as lib:
         lib.add_tools([Tool("get_order", "look up an order"), Tool("exchange_items", "exchange")])
         lib.report_many([good_session(n) for n in range(20)])
         yield lib
