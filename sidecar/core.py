@@ -85,6 +85,7 @@ from sidecar.results import (
     Health,
     Recovered,
     RevocationRun,
+    SessionPage,
 )
 from sidecar.rules import Lifecycle, Rules
 from sidecar.rules.wording import viewer_of
@@ -491,6 +492,12 @@ class Sidecar:
     def constraint_history(self, constraint_id: str, limit: int = 100) -> list[ConstraintEvent]:
         """A rule's recorded lifts, reinstatements and variants, newest first."""
         return self.rules.history(constraint_id, max(1, min(int(limit), 1000)))
+
+    @boundary
+    def sessions_page(self, cursor: str | None = None, limit: int = 50) -> SessionPage:
+        """One page of the sessions the sidecar learned from (its call memory's, and those
+        that met an archived chain), in key order; ``next_cursor`` gives the next."""
+        return self.rules.sessions_page(cursor, max(1, min(int(limit), 1000)))
 
     # ---- revocations ----------------------------------------------------------------
     @boundary

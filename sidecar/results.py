@@ -149,6 +149,27 @@ class ConstraintEvent:
 
 
 @dataclass(frozen=True)
+class LearnedSession:
+    """A session the sidecar learned from: its key (a source's sessions carry its name),
+    its source, when it was first seen, the steps the call memory learned of it, and the
+    archived chains it met."""
+
+    session_key: str
+    source: str
+    first_seen: float
+    steps: int | None
+    chains: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    sessions: tuple[LearnedSession, ...]
+    next_cursor: str | None
+    """Where the next page starts (``None``: this was the last)."""
+    total: int
+
+
+@dataclass(frozen=True)
 class RevocationRun:
     revoker: str
     results: Mapping[str, int]

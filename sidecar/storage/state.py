@@ -22,6 +22,7 @@ from sidecar.storage.requests import RequestRepository, counted_requests
 from sidecar.storage.revisions import RevisionRepository
 from sidecar.storage.schema import Migration
 from sidecar.storage.sequences import SequenceRepository
+from sidecar.storage.sessions import SessionReads
 from sidecar.storage.sightings import SightingRepository, sessions_from_counts
 from sidecar.storage.staging import StagingRepository
 from sidecar.storage.tools import ToolRepository
@@ -70,6 +71,7 @@ class State:
         self.pending = PendingRepository(db)
         self.requests = RequestRepository(db)
         self.budgets = BudgetRepository(db)
+        self.sessions = SessionReads(db)
 
     @property
     def writable(self) -> bool:

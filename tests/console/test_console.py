@@ -29,6 +29,7 @@ from tests.support.console import (
     sign_in,
     text_of,
 )
+from tests.support.shop import good_session
 from tests.support.tokens import TOKENS, tokens_file, verdict
 
 HOME_TOKEN = "home-token-0123456789abcdef"
@@ -252,12 +253,28 @@ def test_every_page_renders(data: str, request: pytest.FixtureRequest) -> None:
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
 
 
-def test_sessions_and_review_say_what_is_not_built(demo: tuple[Sidecar, TestClient]) -> None:
+def test_the_review_page_says_what_is_not_built(demo: tuple[Sidecar, TestClient]) -> None:
     _sc, client = demo
     sign_in(client, HOME_TOKEN)
-    assert "Not built yet" in client.get("/console/sessions").text
     review = client.get("/console/review").text
     assert "Not built yet" in review and "appeals" in review
+
+
+def test_the_sessions_page_lists_the_librarys_sessions_page_by_page(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = demo
+    sc.report_many([good_session(n) for n in range(20, 60)])
+    sign_in(client, HOME_TOKEN)
+    first = client.get("/console/sessions").text
+    page = sc.sessions_page(limit=50)
+    assert rows(first, "session") == [s.session_key for s in page.sessions]
+    assert int(text_of(first, "sessions-total")) == page.total > 50
+    assert page.next_cursor is not None and 'rel="next"' in first
+    second = client.get(f"/console/sessions?cursor={page.next_cursor}").text
+    rest = sc.sessions_page(page.next_cursor, 50)
+    assert rows(second, "session") == [s.session_key for s in rest.sessions] != []
+    assert client.get("/console/sessions?cursor=%%%").status_code == 400
 
 
 def test_the_rules_page_shows_the_apis_ids_page_by_page(
@@ -303,6 +320,7 @@ def test_the_overview_counts_what_the_library_counts(demo: tuple[Sidecar, TestCl
     for s in ("active", "contested", "retired", "lifted"):
         assert int(text_of(page, f"rules-{s}")) == sum(v["status"] == s for v in views)
     assert int(text_of(page, "chains")) == status.chains
+    assert int(text_of(page, "sessions")) == sc.sessions_page().total > 0
     assert '<svg class="plot"' in page and "rules learned per hour" in page
 
 

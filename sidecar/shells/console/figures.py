@@ -32,6 +32,7 @@ class Overview:
     by_status: dict[str, int]
     by_kind: dict[str, int]
     sources: int
+    sessions: int
     mandates: dict[str, int]
     ignored_contradictions: int
     pending_records: int
@@ -52,6 +53,7 @@ def overview(sc: Sidecar, now: float | None = None) -> Overview:
         by_status={s: by_status.get(s, 0) for s in CONSTRAINT_STATUSES},
         by_kind=dict(Counter(v.kind for v in views)),
         sources=len({s for v in views for s in v.sources}),
+        sessions=sc.sessions_page(limit=1).total,
         mandates=sc.mandate_counts(),
         ignored_contradictions=status.ignored_contradictions,
         pending_records=status.pending_records,

@@ -192,15 +192,12 @@ def sessions_page(request: Request) -> Response:
     session = signed_in(request)
     if session is None:
         return to_sign_in(request)
-    return render(
-        request,
-        "message.html",
-        session=session,
-        title="Sessions",
-        message="Not built yet: the library cannot list the sessions it learned from, nor "
-        "show one session's lookups and verdicts.  Each rule's page counts the sessions "
-        "behind it and gives its archive pointer.",
-    )
+    cursor = request.query_params.get("cursor") or None
+    try:
+        found = library(request).sessions_page(cursor, PAGE_SIZE)
+    except SidecarError as exc:
+        return render(request, "message.html", 400, session, title="Sessions", message=str(exc))
+    return render(request, "sessions.html", session=session, page=found, cursor=cursor)
 
 
 @router.get("/review")
