@@ -77,12 +77,14 @@ from sidecar.results import (
     ArchiveStatus,
     AuditRecord,
     ConstraintChange,
+    ConstraintEvent,
     ConstraintView,
     Digest,
     Forgotten,
     Health,
     Recovered,
     RevocationRun,
+    SessionPage,
 )
 from sidecar.review.appeals import Appeals
 from sidecar.review.approvals import Approvals
@@ -92,7 +94,7 @@ from sidecar.rules.wording import viewer_of
 from sidecar.settings import Settings
 from sidecar.tools import AddToolsResult, Fields, SyncResult, ToolRecords, Tools
 from sidecar.tools.paging import DEFAULT_LIMIT, ToolPage
-from sidecar.trust.forgetting import forget
+from sidecar.trust.forgetting import forget, preview
 from sidecar.trust.principals import LOCAL, Principals, Role, check_source
 from sidecar.trust.quota import Quota, QuotaView
 from sidecar.trust.redact import redact, redact_text
@@ -215,14 +217,8 @@ class Sidecar(ReviewDesk):
     def health(self) -> Health:
         """Readiness: the hot index answers, the cold store and state are writable, no
         interrupted move is stuck."""
-        return health(
-            self.hot.get,
-            self.records.count,
-            self.cold,
-            self.settings.home,
-            self.recovery,
-            self.publisher.error,
-        )
+        parts = (self.hot.get, self.records.count, self.cold, self.settings.home)
+        return health(*parts, self.recovery, self.publisher.error)
 
     # ---- tools --------------------------------------------------------------------
     @boundary
@@ -398,16 +394,18 @@ class Sidecar(ReviewDesk):
         return self.quota.view()
 
     @boundary
-    def forget(self, source: str, since: float | None = None) -> Forgotten:
+    def forget(self, source: str, since: float | None = None, dry_run: bool = False) -> Forgotten:
         """Remove what ``source`` reported (since ``since``, a Unix time, when given)
         and derive again what rested on it: the conditions it taught, the sessions it
         counted toward sightings, dead ends and contradictions, and the evictions whose
-        evidence came from it (see :func:`sidecar.trust.forgetting.forget`)."""
-        self.recovery.writable()
+        evidence came from it (see :func:`sidecar.trust.forgetting.forget`).  ``dry_run``:
+        the same figures, from a copy of the state, with nothing changed (a preview)."""
         check_source(source)
-        return forget(
-            source, validate.since(since), self.rules, self.intake, self.eviction, self.recovery
-        )
+        when = validate.since(since)
+        if dry_run:
+            return preview(source, when, self.settings, self.state.database, type(self))
+        self.recovery.writable()
+        return forget(source, when, self.rules, self.intake, self.eviction, self.recovery)
 
     def trusted_sources(self) -> frozenset[str]:
         return self.trusted
@@ -479,19 +477,31 @@ class Sidecar(ReviewDesk):
         return self.rules.view(constraint_id, viewer_of(validate.viewer(viewer)))
 
     @boundary
-    def lift(self, constraint_id: str, reason: str) -> ConstraintChange:
-        """Stop enforcing a rule (and its family); the record stays for audit."""
+    def lift(self, constraint_id: str, reason: str, by: str | None = None) -> ConstraintChange:
+        """Stop enforcing a rule (and its family); the record stays for audit.  ``by``: the
+        operator's token name, recorded with the reason."""
         self.recovery.writable()
         why = validate.reason(reason, "lifting a constraint needs a reason")
-        return self.rules.set_status(constraint_id, True, why)
+        return self.rules.set_status(constraint_id, True, _by(why, by))
 
     @boundary
-    def reinstate(self, constraint_id: str, reason: str) -> ConstraintChange:
+    def reinstate(self, constraint_id: str, reason: str, by: str | None = None) -> ConstraintChange:
         """Enforce a lifted or retired rule again; only contradictions met from now on
-        count against it."""
+        count against it.  ``by`` as for :meth:`lift`."""
         self.recovery.writable()
         why = validate.reason(reason, "reinstating a constraint needs a reason")
-        return self.rules.set_status(constraint_id, False, why)
+        return self.rules.set_status(constraint_id, False, _by(why, by))
+
+    @boundary
+    def constraint_history(self, constraint_id: str, limit: int = 100) -> list[ConstraintEvent]:
+        """A rule's recorded lifts, reinstatements and variants, newest first."""
+        return self.rules.history(constraint_id, max(1, min(int(limit), 1000)))
+
+    @boundary
+    def sessions_page(self, cursor: str | None = None, limit: int = 50) -> SessionPage:
+        """One page of the sessions the sidecar learned from (its call memory's, and those
+        that met an archived chain), in key order; ``next_cursor`` gives the next."""
+        return self.rules.sessions_page(cursor, max(1, min(int(limit), 1000)))
 
     # ---- revocations ----------------------------------------------------------------
     @boundary
@@ -534,6 +544,11 @@ class Sidecar(ReviewDesk):
     def status(self, verify: bool = False) -> ArchiveStatus:
         """Counts, quarantined and damaged files, and health."""
         return self.archive.status(verify)
+
+
+def _by(reason: str, by: str | None) -> str:
+    """A reason as the audit trail keeps it: with who gave it, when a shell said."""
+    return reason if by is None else f"{reason} (by {check_source(by)})"
 
 
 def _intake(

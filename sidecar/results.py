@@ -138,6 +138,38 @@ class ConstraintChange:
 
 
 @dataclass(frozen=True)
+class ConstraintEvent:
+    """One recorded change of a rule: ``action`` the status it was given (``lifted``,
+    ``active``) or a variant's note, with its reason (which names the operator who
+    made it, when a shell said who) and when."""
+
+    action: str
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True)
+class LearnedSession:
+    """A session the sidecar learned from: its key (a source's sessions carry its name),
+    its source, when it was first seen, the steps the call memory learned of it, and the
+    archived chains it met."""
+
+    session_key: str
+    source: str
+    first_seen: float
+    steps: int | None
+    chains: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    sessions: tuple[LearnedSession, ...]
+    next_cursor: str | None
+    """Where the next page starts (``None``: this was the last)."""
+    total: int
+
+
+@dataclass(frozen=True)
 class RevocationRun:
     revoker: str
     results: Mapping[str, int]

@@ -7,23 +7,31 @@ or decides a verdict.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sidecar.errors import NotFound
+from sidecar.errors import InvalidInput, NotFound
 from sidecar.limits import CheckMode
 from sidecar.memory import Step, Thresholds, Trace
 from sidecar.model import CallCheck, CheckResult
-from sidecar.results import ConstraintChange, ConstraintView
+from sidecar.results import (
+    ConstraintChange,
+    ConstraintEvent,
+    ConstraintView,
+    LearnedSession,
+    SessionPage,
+)
 from sidecar.rules import wording
 from sidecar.rules.conditions import ConditionBook, ConditionState
 from sidecar.rules.ids import rule_id
 from sidecar.rules.lifecycle import ENFORCED, Lifecycle
 from sidecar.rules.matcher import ConstraintMatcher, MissingField
 from sidecar.rules.sequences import SequenceBook
-from sidecar.rules.standing import Standing
+from sidecar.rules.standing import Standing, source_of
 from sidecar.rules.verdict import condition_reasons, sequence_reasons, verdict
 from sidecar.rules.views import condition_view, sequence_view, verdict_view
 from sidecar.rules.wording import OPERATOR, Reading, Viewer
@@ -175,6 +183,33 @@ class Rules:
         if not found:
             raise NotFound(f"no constraint {rid.value!r}")
         return found[0]
+
+    def history(self, constraint_id: str, limit: int = 100) -> list[ConstraintEvent]:
+        """A rule's recorded changes, newest first (its learning and retirement are in
+        its view: ``valid_from``, ``invalid_at``)."""
+        rid = rule_id(constraint_id)
+        rows = self._state.sequences.history(rid.value, limit)
+        return [ConstraintEvent(action, reason, at) for action, reason, at in rows]
+
+    def sessions_page(self, cursor: str | None, limit: int) -> SessionPage:
+        """One page of the sessions learned from, in key order (``cursor``: the
+        ``next_cursor`` of the page before)."""
+        after = None
+        if cursor:
+            try:
+                padded = cursor + "=" * (-len(cursor) % 4)
+                after = base64.b64decode(padded, altchars=b"-_", validate=True).decode()
+            except (binascii.Error, ValueError) as exc:
+                raise InvalidInput("cursor: not a cursor this sidecar gave") from exc
+        rows = self._state.sessions.page(after, limit + 1)
+        sessions = tuple(
+            LearnedSession(key, source_of(key), at, steps, chains)
+            for key, at, steps, chains in rows[:limit]
+        )
+        following = None
+        if len(rows) > limit and sessions:
+            following = base64.urlsafe_b64encode(sessions[-1].session_key.encode()).decode()
+        return SessionPage(sessions, following, self._state.sessions.count())
 
     def ignored_contradictions(self) -> int:
         """Contradictions set aside, over every rule in force."""

@@ -416,6 +416,70 @@ SHELL: tuple[Operation, ...] = (
         "public",
         http=_http("GET /docs/assets", prefix=True),
     ),
+    # the operator's console: no bearer token at the gate; every page but sign-in needs
+    # the console's own session of an operator (its cookie), and every form its CSRF token
+    _shell("console", "public", "the operator's console: its overview", http="GET /console"),
+    _shell("console_root", "public", "the operator's console: its overview", http="GET /console/"),
+    _shell(
+        "console_css", "public", "the console's stylesheet", http="GET /console/static/console.css"
+    ),
+    _shell(
+        "console_sign_in_page", "public", "the console's sign-in page", http="GET /console/sign-in"
+    ),
+    _shell(
+        "console_sign_in",
+        "public",
+        "sign in to the console with an operator's token",
+        http="POST /console/sign-in",
+    ),
+    _shell("console_sign_out", "public", "end the console session", http="POST /console/sign-out"),
+    _shell(
+        "console_overview",
+        "public",
+        "what came in and what it changed, over time",
+        http="GET /console/overview",
+    ),
+    _shell("console_rules", "public", "every rule, a page at a time", http="GET /console/rules"),
+    _shell(
+        "console_rule",
+        "public",
+        "one rule, its evidence and history",
+        http="GET /console/rules/{rule_id}",
+    ),
+    _shell(
+        "console_rule_action",
+        "public",
+        "lift or reinstate a rule",
+        http="POST /console/rules/{rule_id}/{action}",
+    ),
+    _shell(
+        "console_tools",
+        "public",
+        "the catalog, cold tools, what an eviction would do",
+        http="GET /console/tools",
+    ),
+    _shell(
+        "console_sources", "public", "every source and what it taught", http="GET /console/sources"
+    ),
+    _shell(
+        "console_source",
+        "public",
+        "one source: its rules, forget with a preview",
+        http="GET /console/sources/{source}",
+    ),
+    _shell(
+        "console_forget",
+        "public",
+        "preview, then confirm, forgetting a source",
+        http="POST /console/sources/{source}/{step}",
+    ),
+    _shell(
+        "console_sessions",
+        "public",
+        "the sessions learned from, a page at a time",
+        http="GET /console/sessions",
+    ),
+    _shell("console_review", "public", "what waits for a person", http="GET /console/review"),
     _shell("serve", "operator", "serve the HTTP API and MCP (streamable HTTP)", cli="serve"),
     _shell(
         "mcp",

@@ -120,6 +120,16 @@ CREATE TABLE IF NOT EXISTS lifted_chain_families (
         ).fetchall()
         return [{"detail": r, "at": at} for r, at in rows]
 
+    def history(self, chain_id: str, limit: int) -> list[tuple[str, str, float]]:
+        """``(action, reason, at)`` of a rule's recorded changes (lifts, reinstatements,
+        variants), newest first, at most ``limit``."""
+        rows = self._db.execute(
+            "SELECT action, reason, at FROM constraint_events WHERE chain_id=? "
+            "ORDER BY at DESC LIMIT ?",
+            (chain_id, limit),
+        ).fetchall()
+        return [(str(a), str(r), float(at)) for a, r, at in rows]
+
     def reinstated(self) -> dict[str, float]:
         """When each chain was last reinstated (by an operator, or with its family)."""
         rows = self._db.execute(

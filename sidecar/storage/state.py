@@ -23,6 +23,7 @@ from sidecar.storage.review import ReviewRepository
 from sidecar.storage.revisions import RevisionRepository
 from sidecar.storage.schema import Migration
 from sidecar.storage.sequences import SequenceRepository
+from sidecar.storage.sessions import SessionReads
 from sidecar.storage.sightings import SightingRepository, sessions_from_counts
 from sidecar.storage.staging import StagingRepository
 from sidecar.storage.tools import ToolRepository
@@ -73,6 +74,7 @@ class State:
         self.requests = RequestRepository(db)
         self.budgets = BudgetRepository(db)
         self.review = ReviewRepository(db)
+        self.sessions = SessionReads(db)
 
     @property
     def writable(self) -> bool:

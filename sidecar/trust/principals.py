@@ -174,6 +174,10 @@ class Principals:
         """The role of the named token ``name`` (``None``: no such token)."""
         return next((p.role for p, _ in self._entries if p.name == name), None)
 
+    def names(self) -> list[tuple[str, Role]]:
+        """Each token's name and role (the home's single token is ``local``'s)."""
+        return [(p.name, p.role) for p, _ in self._entries]
+
     def __len__(self) -> int:
         return len(self._entries)
 

@@ -1,6 +1,7 @@
 """The HTTP service: a FastAPI app over one :class:`~sidecar.core.Sidecar`, with the MCP
 server mounted at ``/mcp`` (built once the server listens:
-:mod:`~sidecar.shells.api.mcp_mount`), behind :class:`~sidecar.shells.api.gate.Gate`.
+:mod:`~sidecar.shells.api.mcp_mount`) and the operator's console at ``/console``
+(:mod:`sidecar.shells.console`), behind :class:`~sidecar.shells.api.gate.Gate`.
 
 Every error leaves as ``{"error": {"code", "message"}}``: the library's errors with the
 status their class declares (:mod:`sidecar.errors`), request-schema failures as 422,
@@ -31,6 +32,7 @@ from sidecar.shells.api.docs import add_docs
 from sidecar.shells.api.gate import MCP_PATH, PUBLIC, ASGIApp, Gate, envelope
 from sidecar.shells.api.mcp_mount import McpMount
 from sidecar.shells.api.routes import ROUTERS
+from sidecar.shells.console import mount_console
 from sidecar.trust.principals import Principals
 from sidecar.trust.redact import redact_text
 
@@ -86,6 +88,7 @@ def create_app(
         if isinstance(sc, Sidecar)
         else Principals.load(None, token)
     )
+    mount_console(api, principals)
     limits = {"/v1/traces": intake.max_request_bytes}
     return Gate(api, mcp, principals, max_body_bytes, metrics, limits)
 

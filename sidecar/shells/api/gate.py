@@ -52,12 +52,19 @@ def is_mcp(path: str) -> bool:
     return path == MCP_PATH or path.startswith(MCP_PATH + "/")
 
 
+CONSOLE = "/console"
+"""The operator's console: its pages check their own session cookie, not a bearer token
+(:mod:`sidecar.shells.console`)."""
+
+
 def is_public(path: str) -> bool:
     """Whether ``path`` is served without the token (a path in a public folder may not
     climb out of it: the router never sees it as another route, and it is not even
     asked)."""
     if path in PUBLIC:
         return True
+    if path == CONSOLE or path.startswith(CONSOLE + "/"):
+        return ".." not in path.split("/")
     return path.startswith(PUBLIC_FOLDERS) and ".." not in path.split("/")
 
 

@@ -1,0 +1,393 @@
+"""The operator's console over HTTP: signing in (operators only, a session cookie that
+is not the token), forms refused without their CSRF token, every page for an empty home
+and for the demo data, each page's ids and counts equal to the API's, server-side
+pages, and the actions round-tripping through the library."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from indexes import HashingEmbedder
+from sidecar import Sidecar
+from sidecar.demo import ABANDONED
+from sidecar.shells.api import create_app
+from tests.sidecar.helpers import abandoned
+from tests.support.console import (
+    OPS,
+    OPS_ENTRY,
+    cookie_headers,
+    csrf,
+    fill,
+    rows,
+    sign_in,
+    text_of,
+)
+from tests.support.shop import good_session
+from tests.support.tokens import TOKENS, tokens_file, verdict
+
+HOME_TOKEN = "home-token-0123456789abcdef"
+PAGES = ["overview", "rules", "tools", "sources", "sources/local", "sessions", "review"]
+
+
+def _home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    path = tokens_file(home / "tokens.json")
+    data = json.loads(path.read_text())
+    data["tokens"].append(OPS_ENTRY)
+    path.write_text(json.dumps(data))
+    return home
+
+
+@pytest.fixture
+def empty(tmp_path: Path) -> Iterator[tuple[Sidecar, TestClient]]:
+    with Sidecar.open(embedder=HashingEmbedder(), home=_home(tmp_path)) as sc:
+        app = create_app(sc, HOME_TOKEN, with_mcp=False)
+        with TestClient(app, base_url="http://127.0.0.1") as client:
+            yield sc, client
+
+
+@pytest.fixture
+def demo(empty: tuple[Sidecar, TestClient]) -> tuple[Sidecar, TestClient]:
+    fill(empty[0])
+    return empty
+
+
+def _api(client: TestClient, path: str) -> Any:
+    answer = client.get(path, headers={"Authorization": f"Bearer {HOME_TOKEN}"})
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+# ---- signing in ------------------------------------------------------------------------
+
+
+def test_signing_in_keeps_a_session_cookie_that_is_not_the_token(
+    empty: tuple[Sidecar, TestClient],
+) -> None:
+    _sc, client = empty
+    answer = sign_in(client, HOME_TOKEN)
+    assert answer.status_code == 303 and answer.headers["location"] == "/console/overview"
+    (session,) = [c for c in cookie_headers(answer) if c.startswith("sidecar_console=")]
+    flags = [f.strip().lower() for f in session.split(";")]
+    assert "httponly" in flags and "samesite=strict" in flags and "path=/console" in flags
+    assert "max-age=28800" in flags  # it expires (8 h)
+    assert "secure" not in flags  # served over http here
+    assert HOME_TOKEN not in session
+    page = client.get("/console/overview")
+    assert page.status_code == 200 and text_of(page.text, "operator") == "local"
+    for header in ("content-security-policy", "x-frame-options"):
+        assert header in page.headers
+
+
+def test_the_cookie_is_secure_over_https(tmp_path: Path) -> None:
+    with Sidecar.open(embedder=HashingEmbedder(), home=_home(tmp_path)) as sc:
+        app = create_app(sc, HOME_TOKEN, with_mcp=False)
+        with TestClient(app, base_url="https://127.0.0.1") as client:
+            answer = sign_in(client, OPS)
+    (session,) = [c for c in cookie_headers(answer) if c.startswith("sidecar_console=")]
+    assert "secure" in [f.strip().lower() for f in session.split(";")]
+
+
+def test_a_named_operator_token_signs_in_under_its_name(
+    empty: tuple[Sidecar, TestClient],
+) -> None:
+    _sc, client = empty
+    assert sign_in(client, OPS).status_code == 303
+    assert text_of(client.get("/console/rules").text, "operator") == "ops"
+
+
+def test_a_wrong_token_or_a_form_without_its_nonce_is_refused(
+    empty: tuple[Sidecar, TestClient],
+) -> None:
+    _sc, client = empty
+    wrong = sign_in(client, "not-a-token-of-this-sidecar")
+    assert wrong.status_code == 401 and "matches none" in wrong.text
+    client.get("/console/sign-in")
+    forged = client.post("/console/sign-in", data={"token": HOME_TOKEN}, follow_redirects=False)
+    assert forged.status_code == 403
+    assert not any(c.startswith("sidecar_console=") for c in cookie_headers(forged))
+    assert client.get("/console/overview", follow_redirects=False).status_code == 303
+
+
+def test_an_agent_token_is_refused_with_a_page_and_no_session(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    _sc, client = demo
+    answer = sign_in(client, TOKENS["alice"])
+    assert answer.status_code == 403
+    shown = html.unescape(answer.text)
+    assert "The console is for operators" in shown and "'alice' is an agent's token" in shown
+    assert not any(c.startswith("sidecar_console=") for c in cookie_headers(answer))
+    for page in PAGES:
+        shown = client.get(f"/console/{page}", follow_redirects=False)
+        assert shown.status_code == 303 and shown.headers["location"] == "/console/sign-in"
+
+
+def test_a_bearer_token_opens_no_page(demo: tuple[Sidecar, TestClient]) -> None:
+    """The console takes its session cookie, not the API's header."""
+    _sc, client = demo
+    shown = client.get(
+        "/console/rules",
+        headers={"Authorization": f"Bearer {HOME_TOKEN}"},
+        follow_redirects=False,
+    )
+    assert shown.status_code == 303
+
+
+def test_signing_out_ends_the_session(empty: tuple[Sidecar, TestClient]) -> None:
+    _sc, client = empty
+    sign_in(client, HOME_TOKEN)
+    token = csrf(client.get("/console/overview").text)
+    assert client.post("/console/sign-out", data={}, follow_redirects=False).status_code == 403
+    out = client.post("/console/sign-out", data={"csrf": token}, follow_redirects=False)
+    assert out.status_code == 303
+    assert any(c.startswith('sidecar_console=""') for c in cookie_headers(out))
+    assert client.get("/console/overview", follow_redirects=False).status_code == 303
+
+
+def test_a_home_without_tokens_lets_no_one_in_and_says_so(tmp_path: Path) -> None:
+    """As the API does: with no token configured every request is refused."""
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        app = create_app(sc, None, with_mcp=False)
+        with TestClient(app, base_url="http://127.0.0.1") as client:
+            page = client.get("/console/sign-in")
+            assert "no tokens" in text_of(page.text, "no-tokens")
+            assert client.get("/v1/tools").status_code == 401
+            refused = sign_in(client, "any-token-0123456789abcdef")
+    assert refused.status_code == 403 and "no tokens" in refused.text
+
+
+# ---- forms --------------------------------------------------------------------------------
+
+
+def _rule(sc: Sidecar) -> str:
+    return next(v.chain_id for v in sc.constraints() if v.kind == "sequence")
+
+
+def test_a_form_without_its_csrf_token_or_from_another_site_is_refused(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = demo
+    rule = _rule(sc)
+    sign_in(client, OPS)
+    token = csrf(client.get(f"/console/rules/{rule}").text)
+    missing = client.post(f"/console/rules/{rule}/lift", data={"reason": "x"})
+    wrong = client.post(f"/console/rules/{rule}/lift", data={"reason": "x", "csrf": "guess"})
+    other_site = client.post(
+        f"/console/rules/{rule}/lift",
+        data={"reason": "x", "csrf": token},
+        headers={"Origin": "https://attacker.example"},
+    )
+    assert [r.status_code for r in (missing, wrong, other_site)] == [403, 403, 403]
+    assert sc.constraint(rule).status == "active"
+    signed_out = TestClient(client.app, base_url="http://127.0.0.1")
+    anonymous = signed_out.post(
+        f"/console/rules/{rule}/lift", data={"reason": "x", "csrf": token}, follow_redirects=False
+    )
+    assert anonymous.status_code == 303 and sc.constraint(rule).status == "active"
+
+
+def test_lift_and_reinstate_round_trip_and_name_the_operator(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = demo
+    rule = _rule(sc)
+    sign_in(client, OPS)
+    token = csrf(client.get(f"/console/rules/{rule}").text)
+    lifted = client.post(f"/console/rules/{rule}/lift", data={"reason": "fixed", "csrf": token})
+    assert lifted.status_code == 200 and text_of(lifted.text, "rule-status") == "lifted"
+    assert _api(client, f"/v1/constraints/{rule}")["status"] == "lifted"
+    back = client.post(f"/console/rules/{rule}/reinstate", data={"reason": "again", "csrf": token})
+    assert text_of(back.text, "rule-status") == "active"
+    assert [(e.action, e.reason) for e in sc.constraint_history(rule)] == [
+        ("active", "again (by ops)"),
+        ("lifted", "fixed (by ops)"),
+    ]
+    assert "fixed (by ops)" in back.text  # the rule's page shows its history
+    empty = client.post(f"/console/rules/{rule}/lift", data={"reason": " ", "csrf": token})
+    assert empty.status_code == 400 and sc.constraint(rule).status == "active"
+
+
+def test_forget_previews_then_confirms_and_does_what_the_preview_said(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = demo
+    sign_in(client, OPS)
+    token = csrf(client.get("/console/sources/alice").text)
+    assert verdict(sc) == "block"  # two agents taught it
+    before = [(v.chain_id, v.status, v.sources) for v in sc.constraints(include_lifted=True)]
+    preview = client.post("/console/sources/alice/preview", data={"csrf": token, "since": ""})
+    assert preview.status_code == 200 and 'id="confirm"' in preview.text
+    assert [(v.chain_id, v.status, v.sources) for v in sc.constraints(True)] == before
+    expected = sc.forget("alice", dry_run=True)
+    assert f'<dd class="sessions">{expected.sessions}<' in preview.text
+    done = client.post("/console/sources/alice/forget", data={"csrf": token, "since": ""})
+    assert done.status_code == 200
+    assert "changed what the preview said" in text_of(done.text, "same")
+    assert f'<dd class="sessions">{expected.sessions}<' in done.text
+    assert verdict(sc) == "warn"  # what rested on alice is gone: bob alone warns
+
+
+# ---- pages --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("data", ["empty", "demo"])
+def test_every_page_renders(data: str, request: pytest.FixtureRequest) -> None:
+    sc, client = request.getfixturevalue(data)
+    sign_in(client, HOME_TOKEN)
+    pages = [*PAGES, *(f"rules/{v.chain_id}" for v in sc.constraints(include_lifted=True))]
+    for page in pages:
+        shown = client.get(f"/console/{page}")
+        assert shown.status_code == 200, (page, shown.text[:500])
+        assert "<main>" in shown.text and 'href="/console/static/console.css"' in shown.text
+        assert "http://" not in shown.text and "https://" not in shown.text  # nothing fetched
+    css = client.get("/console/static/console.css")
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+
+
+def test_the_review_page_says_what_is_not_built(demo: tuple[Sidecar, TestClient]) -> None:
+    _sc, client = demo
+    sign_in(client, HOME_TOKEN)
+    review = client.get("/console/review").text
+    assert "Not built yet" in review and "appeals" in review
+
+
+def test_the_sessions_page_lists_the_librarys_sessions_page_by_page(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = demo
+    sc.report_many([good_session(n) for n in range(20, 60)])
+    sign_in(client, HOME_TOKEN)
+    first = client.get("/console/sessions").text
+    page = sc.sessions_page(limit=50)
+    assert rows(first, "session") == [s.session_key for s in page.sessions]
+    assert int(text_of(first, "sessions-total")) == page.total > 50
+    assert page.next_cursor is not None and 'rel="next"' in first
+    second = client.get(f"/console/sessions?cursor={page.next_cursor}").text
+    rest = sc.sessions_page(page.next_cursor, 50)
+    assert rows(second, "session") == [s.session_key for s in rest.sessions] != []
+    assert client.get("/console/sessions?cursor=%%%").status_code == 400
+
+
+def test_the_rules_page_shows_the_apis_ids_page_by_page(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = demo
+    sc.report_many([abandoned([f"t{n}", f"u{n}"], session_id=f"s{n}") for n in range(55)])
+    sign_in(client, HOME_TOKEN)
+    listed = _api(client, "/v1/constraints?include_lifted=true")["constraints"]
+    api = [c["chain_id"] for c in listed]
+    first = client.get("/console/rules").text
+    second = client.get("/console/rules?page=2").text
+    assert len(rows(first, "rule")) == 50 and 'rel="next"' in first
+    assert rows(first, "rule") + rows(second, "rule") == api
+    assert "page 2 of 2" in second
+    active = client.get("/console/rules?status=active").text
+    active_ids = [c["chain_id"] for c in _api(client, "/v1/constraints")["constraints"]]
+    expected = [i for i in active_ids if sc.constraint(i).status == "active"][:50]
+    assert rows(active, "rule") == expected
+
+
+def test_the_tools_page_follows_the_apis_cursor(demo: tuple[Sidecar, TestClient]) -> None:
+    sc, client = demo
+    sign_in(client, HOME_TOKEN)
+    first = _api(client, "/v1/tools?limit=50")
+    shown = client.get("/console/tools").text
+    assert rows(shown, "tool") == [t["tool_id"] for t in first["tools"]]
+    second = client.get(f"/console/tools?cursor={first['next_cursor']}").text
+    rest = _api(client, f"/v1/tools?limit=50&cursor={first['next_cursor']}")
+    assert rows(second, "tool") == [t["tool_id"] for t in rest["tools"]]
+    assert len(rows(shown, "tool")) + len(rows(second, "tool")) == len(sc.list_tools())
+
+
+def test_the_overview_counts_what_the_library_counts(demo: tuple[Sidecar, TestClient]) -> None:
+    sc, client = demo
+    sign_in(client, HOME_TOKEN)
+    page = client.get("/console/overview").text
+    status = sc.status()
+    views = _api(client, "/v1/constraints?include_lifted=true")["constraints"]
+    assert int(text_of(page, "hot-tools")) == status.active_tools
+    assert int(text_of(page, "cold-tools")) == status.evicted_tools
+    assert int(text_of(page, "rules-total")) == len(views)
+    for s in ("active", "contested", "retired", "lifted"):
+        assert int(text_of(page, f"rules-{s}")) == sum(v["status"] == s for v in views)
+    assert int(text_of(page, "chains")) == status.chains
+    assert int(text_of(page, "sessions")) == sc.sessions_page().total > 0
+    assert '<svg class="plot"' in page and "rules learned per hour" in page
+
+
+def test_the_sources_page_lists_every_token_and_what_it_taught(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = demo
+    sign_in(client, HOME_TOKEN)
+    listed = rows(client.get("/console/sources").text, "source")
+    assert {"local", "alice", "bob", "ops"} <= set(listed)
+    alice = client.get("/console/sources/alice").text
+    taught = [v.chain_id for v in sc.constraints(include_lifted=True) if "alice" in v.sources]
+    assert taught and all(rule in alice for rule in taught)
+
+
+def test_a_rule_that_does_not_exist_is_a_page_that_says_so(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    _sc, client = demo
+    sign_in(client, HOME_TOKEN)
+    assert client.get("/console/rules/nope").status_code == 404
+
+
+def test_the_demo_chain_is_one_of_the_rules(demo: tuple[Sidecar, TestClient]) -> None:
+    sc, client = demo
+    sign_in(client, HOME_TOKEN)
+    rule = _rule(sc)
+    page = client.get(f"/console/rules/{rule}").text
+    assert "calling llm_extractor fails" in page
+    assert ABANDONED["failure"]["signature"] in page.replace("&#39;", "'")
+
+
+def test_forget_takes_a_date_and_refuses_one_that_is_not(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = demo
+    sign_in(client, OPS)
+    token = csrf(client.get("/console/sources/alice").text)
+    later = client.post(
+        "/console/sources/alice/preview", data={"csrf": token, "since": "2999-01-01T00:00"}
+    )
+    assert later.status_code == 200 and '<dd class="sessions">0<' in later.text
+    bad = client.post("/console/sources/alice/preview", data={"csrf": token, "since": "soon"})
+    assert bad.status_code == 400
+    assert verdict(sc) == "block"  # nothing was forgotten
+
+
+def test_the_sources_page_shows_trust_and_the_evidence_each_token_stored(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = demo
+    sign_in(client, HOME_TOKEN)
+    page = client.get("/console/sources").text
+    quotas = sc.quotas()
+    assert quotas.evidence_bytes.get("alice", 0) > 0
+    alice = page.split('data-source="alice"', 1)[1].split("</tr>", 1)[0]
+    assert f"<td>{quotas.evidence_bytes['alice']}</td>" in alice and "<td>no</td>" in alice
+    ops = page.split('data-source="ops"', 1)[1].split("</tr>", 1)[0]
+    assert "<td>operator</td><td>yes</td>" in ops
+
+
+def test_the_tools_page_shows_what_an_eviction_would_do(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = demo
+    sign_in(client, HOME_TOKEN)
+    page = client.get("/console/tools").text
+    decided = _api(client, "/v1/evictions/decision")["decisions"]
+    assert rows(page, "decision") == [d["tool_id"] for d in decided][:50]
+    assert rows(page, "decision") == [d.tool_id for d in sc.decide()][:50] != []

@@ -1,0 +1,178 @@
+"""The operator's console in a real browser with no network: headless Chromium
+(Debian's ``chromium``, installed with apt when missing) driven by Playwright, which
+launches that binary and downloads nothing, against a real ``sidecar serve`` with the
+demo data, every host but the loopback unresolvable.  Each page is saved as a PNG under
+the test's temporary folder."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from indexes import HashingEmbedder
+from sidecar import Sidecar
+from sidecar.demo import ABANDONED
+from tests.support.browser import OFFLINE, chromium
+from tests.support.console import OPS, OPS_ENTRY
+from tests.support.live import Server
+from tests.support.shop import good_session
+from tests.support.tokens import TOKENS, fabricated, tokens_file
+
+playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+PAGES = ["overview", "rules", "tools", "sources", "sessions", "review"]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server on the demo catalog, with the demo's abandoned chain and what two agents
+    and the operator reported through the API."""
+    home = tmp_path_factory.mktemp("console") / "home"
+    home.mkdir()
+    path = tokens_file(home / "tokens.json")
+    data = json.loads(path.read_text())
+    data["tokens"].append(OPS_ENTRY)
+    path.write_text(json.dumps(data))
+    Sidecar.open(embedder=HashingEmbedder(), home=home).close()
+    srv = Server(home, "--demo-if-empty")
+    tools = [
+        {"tool_id": "get_order", "description": "look up an order"},
+        {"tool_id": "exchange_items", "description": "exchange items"},
+    ]
+    reports = [
+        (srv.token, {"tools": tools}, "/v1/tools"),
+        (srv.token, {"reports": [ABANDONED, *(good_session(n) for n in range(20))]}, None),
+        (TOKENS["alice"], {"reports": [fabricated(n, "alice") for n in range(4)]}, None),
+        (TOKENS["bob"], {"reports": [fabricated(0, "bob")]}, None),
+    ]
+    for token, body, route in reports:
+        answer = httpx.post(
+            f"{srv.url}{route or '/v1/reports'}",
+            json=body,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=120,
+        )
+        assert answer.status_code == 200, answer.text
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    binary = chromium()
+    with playwright.sync_playwright() as driver:
+        launched = driver.chromium.launch(
+            executable_path=binary,
+            args=["--no-sandbox", "--disable-gpu", f"--host-resolver-rules={OFFLINE}"],
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1200, "height": 800})
+    opened = context.new_page()
+    yield opened
+    context.close()
+
+
+def api(srv: Server, path: str) -> Any:
+    answer = httpx.get(f"{srv.url}{path}", headers=srv.headers, timeout=60)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def sign_in(page: Any, srv: Server, token: str) -> None:
+    page.goto(f"{srv.url}/console/sign-in")
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    page.wait_for_load_state()
+
+
+def test_an_operator_signs_in_and_every_page_renders_offline(
+    page: Any, served: Server, tmp_path: Path
+) -> None:
+    failed: list[str] = []
+    page.on("requestfailed", lambda request: failed.append(request.url))
+    sign_in(page, served, OPS)
+    assert page.url.endswith("/console/overview")
+    assert page.inner_text("#operator") == "ops"
+    for name in PAGES:
+        page.goto(f"{served.url}/console/{name}")
+        assert page.locator("main h1").count() == 1, name
+        page.screenshot(path=str(tmp_path / f"console-{name}.png"), full_page=True)
+    assert failed == []  # the stylesheet and everything else came from the server
+    color = page.evaluate("getComputedStyle(document.querySelector('header')).backgroundColor")
+    assert color == "rgb(255, 255, 255)"  # the stylesheet applied
+    assert (tmp_path / "console-overview.png").stat().st_size > 0
+
+
+def test_the_rules_page_shows_the_ids_the_api_returns(
+    page: Any, served: Server, tmp_path: Path
+) -> None:
+    sign_in(page, served, OPS)
+    page.goto(f"{served.url}/console/rules")
+    shown = page.eval_on_selector_all("tr[data-rule]", "rows => rows.map(r => r.dataset.rule)")
+    listed = api(served, "/v1/constraints?include_lifted=true")["constraints"]
+    assert shown == [c["chain_id"] for c in listed][:50] and shown
+    page.goto(f"{served.url}/console/overview")
+    assert int(page.inner_text("#rules-total")) == len(listed)
+    rule = shown[0]
+    page.goto(f"{served.url}/console/rules/{rule}")
+    page.screenshot(path=str(tmp_path / "console-rule.png"), full_page=True)
+    assert page.inner_text("#rule-id") == rule
+
+
+def test_a_rule_lifted_in_the_console_is_lifted_in_the_api(page: Any, served: Server) -> None:
+    sign_in(page, served, OPS)
+    rule = next(c for c in api(served, "/v1/constraints")["constraints"] if c["kind"] == "sequence")
+    page.goto(f"{served.url}/console/rules/{rule['chain_id']}")
+    page.fill("#lift input[name=reason]", "the extractor's timeout was raised")
+    page.click("#lift button")
+    page.wait_for_load_state()
+    assert page.inner_text("#rule-status") == "lifted"
+    assert api(served, f"/v1/constraints/{rule['chain_id']}")["status"] == "lifted"
+    assert "(by ops)" in page.inner_text("#history")
+    page.fill("#reinstate input[name=reason]", "it timed out again")
+    page.click("#reinstate button")
+    page.wait_for_load_state()
+    assert api(served, f"/v1/constraints/{rule['chain_id']}")["status"] == "active"
+
+
+def _figures(page: Any, block: str) -> dict[str, str]:
+    names = ("sessions", "conditions", "constraints", "tools", "restored")
+    return {n: page.inner_text(f"#{block} dd.{n}") for n in names}
+
+
+def test_a_forget_previewed_then_confirmed_does_what_the_preview_said(
+    page: Any, served: Server, tmp_path: Path
+) -> None:
+    sign_in(page, served, OPS)
+    page.goto(f"{served.url}/console/sources/alice")
+    page.click("#preview button")
+    page.wait_for_load_state()
+    page.screenshot(path=str(tmp_path / "console-forget-preview.png"), full_page=True)
+    previewed = _figures(page, "previewed")
+    assert int(previewed["sessions"]) >= 4
+    page.click("#confirm button")
+    page.wait_for_load_state()
+    assert _figures(page, "result") == previewed
+    assert "changed what the preview said" in page.inner_text("#same")
+    page.goto(f"{served.url}/console/sources/alice")
+    page.click("#preview button")  # nothing of alice's is left to forget
+    page.wait_for_load_state()
+    assert _figures(page, "previewed")["sessions"] == "0"
+
+
+def test_an_agent_token_is_refused_and_sees_no_operator_data(page: Any, served: Server) -> None:
+    sign_in(page, served, TOKENS["alice"])
+    assert page.inner_text("main h1") == "The console is for operators"
+    for name in ("rules", "sources/bob"):
+        page.goto(f"{served.url}/console/{name}")
+        assert page.url.endswith("/console/sign-in")
+        assert page.locator("tr[data-rule]").count() == 0
