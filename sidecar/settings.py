@@ -87,6 +87,9 @@ class Settings:
     gateway_contest_scope: ContestScope = "safe"
     gateway_warning_text: bool = True
     gateway_link_window: float = 120.0
+    gateway_approval: str = ""
+    gateway_approval_tools: str = ""
+    gateway_approval_wait: float = 0.0
 
     @property
     def model_cache_path(self) -> Path:
@@ -225,6 +228,13 @@ SETTINGS: dict[str, str] = {
     "gateway_contest_scope": "'safe' (only tools annotated read-only or non-destructive) or 'all'",
     "gateway_warning_text": "a warned gateway call's result carries the warning as text the "
     "model reads, besides _meta (true/false)",
+    "gateway_approval": "calls the gateway holds until an operator approves them: "
+    "comma-separated 'destructive' (tools annotated destructiveHint: true) and 'warned' "
+    "(calls the memory warns about); empty: none",
+    "gateway_approval_tools": "comma-separated tool names whose every gateway call is held "
+    "for approval",
+    "gateway_approval_wait": "seconds a held gateway call waits for a decision before it is "
+    "answered as held (0: answered at once; the agent retries)",
     "gateway_link_window": "seconds an inferred gateway session (calls linked by the values "
     "their outputs showed) may still be joined; it is reported that long after its last call",
 }
@@ -241,6 +251,7 @@ def _parse(name: str, raw: str) -> Any:
         "gateway_call_timeout",
         "gateway_contest_rate",
         "gateway_link_window",
+        "gateway_approval_wait",
         "session_idle_s",
     ):
         try:
@@ -442,6 +453,14 @@ def _check_gateway(s: Settings) -> None:
     budget = s.gateway_contest_budget
     if _not_integer(budget) or budget < 0:
         raise ConfigError(f"gateway_contest_budget must be an integer >= 0, got {budget!r}")
+    words = {w.strip() for w in s.gateway_approval.split(",") if w.strip()}
+    if not words <= {"destructive", "warned"}:
+        raise ConfigError(
+            f"gateway_approval takes 'destructive' and 'warned', got {s.gateway_approval!r}"
+        )
+    wait = s.gateway_approval_wait
+    if _not_number(wait) or not 0 <= wait <= 3_600:
+        raise ConfigError(f"gateway_approval_wait must be from 0 to 3600 seconds, got {wait!r}")
     window = s.gateway_link_window
     if _not_number(window) or not 0 < window < 1e6:
         raise ConfigError(f"gateway_link_window must be a number > 0, got {window!r}")

@@ -20,113 +20,28 @@ only when a signature is asked for).
 
 from __future__ import annotations
 
-import inspect
 import sys
-import typing
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
 
-Access = Literal["public", "agent", "operator"]
-"""Who may call: ``public`` anyone, with no token (probes, the API's documentation);
-``agent`` any token (an operator's too); ``operator`` an operator's token alone.  What
-runs in the caller's own process (a CLI command on its home, ``close``) runs as the
-home's owner, who is an operator."""
-ACCESS: tuple[Access, ...] = ("public", "agent", "operator")
-
-
-@dataclass(frozen=True)
-class Http:
-    """A route: ``method`` and ``path`` as the router spells them (``{name}`` for a
-    path parameter); ``prefix``: every path under ``path`` (a folder of static files)."""
-
-    method: str
-    path: str
-    prefix: bool = False
-
-    def __str__(self) -> str:
-        return f"{self.method} {self.path}{'/…' if self.prefix else ''}"
-
-
-@dataclass(frozen=True)
-class Operation:
-    """One operation and where it is offered.
-
-    ``method``: the ``Sidecar`` method it calls (``None``: an operation of one shell
-    alone, such as a probe or ``serve``); ``client``: ``RemoteSidecar`` has the same
-    method, with the library's parameters and result; ``cli``: the command's words after
-    ``sidecar``; ``mcp``: the tool's name; ``detail``: what a reader of the API's
-    documentation or an agent reading the MCP tool's description needs beyond the
-    summary."""
-
-    name: str
-    summary: str
-    access: Access
-    method: str | None = None
-    http: Http | None = None
-    client: bool = False
-    cli: str | None = None
-    mcp: str | None = None
-    detail: str = ""
-
-    def signature(self) -> inspect.Signature:
-        """The library method's parameters and return annotation (its arguments and
-        result), as ``Sidecar`` declares them."""
-        return inspect.signature(self._library_method())
-
-    def result(self) -> Any:
-        """The library method's return type, resolved."""
-        return typing.get_type_hints(self._library_method())["return"]
-
-    def _library_method(self) -> Any:
-        if self.method is None:
-            raise LookupError(f"{self.name} calls no library method")
-        from sidecar.core import Sidecar
-
-        return getattr(Sidecar, self.method)
-
-
-def _op(
-    name: str, access: Access, summary: str, *, http: str | None = None, **more: Any
-) -> Operation:
-    """An operation of the library (``method`` is ``name``, ``client`` true unless said):
-    ``http`` as ``"METHOD /path"``."""
-    more.setdefault("method", name)
-    more.setdefault("client", True)
-    return Operation(name, summary, access, http=_http(http), **more)
-
-
-def _shell(
-    name: str, access: Access, summary: str, *, http: str | None = None, **more: Any
-) -> Operation:
-    """An operation of one shell alone: no library method, no client method."""
-    return Operation(name, summary, access, http=_http(http), **more)
-
-
-def _http(route: str | None, prefix: bool = False) -> Http | None:
-    if route is None:
-        return None
-    method, path = route.split(" ", 1)
-    return Http(method, path, prefix)
-
+from sidecar.shells.surfaces import ACCESS, Access, Operation, http_of, library_op, shell_op
 
 LIBRARY: tuple[Operation, ...] = (
     # the tool index
-    _op(
+    library_op(
         "add_tools",
         "operator",
         "add or update tools (MCP tools/list, OpenAI function tools, sidecar JSON lines)",
         http="POST /v1/tools",
         cli="tools add",
     ),
-    _op(
+    library_op(
         "list_tools",
         "agent",
         "every active tool (the client walks the pages of `GET /v1/tools`)",
         http="GET /v1/tools",
         cli="tools list",
     ),
-    _op(
+    library_op(
         "list_tools_page",
         "agent",
         "a page of the active tools, in tool-id order",
@@ -136,20 +51,20 @@ LIBRARY: tuple[Operation, ...] = (
         "evicted or withheld from every lookup, and no credential references nor pins "
         "(`view` says which).",
     ),
-    _op(
+    library_op(
         "sync_tools",
         "operator",
         "make the hot index hold exactly one source's tools (an MCP gateway's upstream)",
         http="POST /v1/tools/sync",
     ),
-    _op(
+    library_op(
         "hidden_tools",
         "agent",
         "the tools never to be listed or called: evicted, or with their move begun",
         http="GET /v1/tools/hidden",
     ),
     # lookups, checks and reports
-    _op(
+    library_op(
         "search",
         "agent",
         "semantic tool lookup that withholds continuations known to fail after the "
@@ -161,7 +76,7 @@ LIBRARY: tuple[Operation, ...] = (
         "state. `abstained: true` means no tool fits well: the hits are only the closest "
         "candidates.",
     ),
-    _op(
+    library_op(
         "check",
         "agent",
         "check a planned tool sequence (`plan`) against archived fatal sequences",
@@ -169,7 +84,7 @@ LIBRARY: tuple[Operation, ...] = (
         cli="check",
         mcp="check_plan",
     ),
-    _op(
+    library_op(
         "check_call",
         "agent",
         "check one call (`steps` so far, `next`: {tool, arguments}) against learned "
@@ -179,7 +94,7 @@ LIBRARY: tuple[Operation, ...] = (
         mcp="check_plan",
         detail="A block means the same call failed before in the same state: do not make it.",
     ),
-    _op(
+    library_op(
         "report",
         "agent",
         "report one session (`steps` and `outcome`) or chain (`topology`): deterministic "
@@ -188,7 +103,7 @@ LIBRARY: tuple[Operation, ...] = (
         mcp="report_chain",
         detail="Same JSON shape as a line of `sidecar report`.",
     ),
-    _op(
+    library_op(
         "report_many",
         "agent",
         "report sessions or chains in batches (an operator may name the `source` they are "
@@ -197,7 +112,7 @@ LIBRARY: tuple[Operation, ...] = (
         cli="report",
     ),
     # the archive and its constraints
-    _op(
+    library_op(
         "audit",
         "agent",
         "the archived record behind a cold storage pointer (`cold://chains/<id>`, "
@@ -207,24 +122,24 @@ LIBRARY: tuple[Operation, ...] = (
         mcp="audit_chain",
         detail="An agent token reads its own sessions' records alone.",
     ),
-    _op(
+    library_op(
         "digest", "agent", "the archive digest", http="GET /v1/archive/digest", cli="archive digest"
     ),
-    _op(
+    library_op(
         "status",
         "agent",
         "the archive's counts, quarantined and damaged files, health",
         http="GET /v1/archive/status",
         cli="archive status",
     ),
-    _op(
+    library_op(
         "maintain_archive",
         "operator",
         "compact, checkpoint and vacuum a Delta archive",
         http="POST /v1/archive/maintain",
         cli="archive maintain",
     ),
-    _op(
+    library_op(
         "constraints",
         "agent",
         "the archived constraints (lifted ones too on request)",
@@ -232,28 +147,28 @@ LIBRARY: tuple[Operation, ...] = (
         cli="constraints list",
         detail="An agent token sees other sources' rules as verdicts.",
     ),
-    _op(
+    library_op(
         "constraint",
         "agent",
         "one constraint, its evidence and its status",
         http="GET /v1/constraints/{constraint_id}",
         cli="constraints show",
     ),
-    _op(
+    library_op(
         "lift",
         "operator",
         "stop enforcing a constraint (a chain id, or a call condition id)",
         http="POST /v1/constraints/{chain_id}/lift",
         cli="constraints lift",
     ),
-    _op(
+    library_op(
         "reinstate",
         "operator",
         "enforce a lifted or retired constraint again",
         http="POST /v1/constraints/{chain_id}/reinstate",
         cli="constraints reinstate",
     ),
-    _op(
+    library_op(
         "forget",
         "operator",
         "remove what one source reported, and derive again what rested on it",
@@ -265,41 +180,41 @@ LIBRARY: tuple[Operation, ...] = (
         "'local'; `since` (a Unix time) keeps what arrived before it.",
     ),
     # eviction and revocation
-    _op(
+    library_op(
         "decide",
         "agent",
         "which tools an eviction would move, and why",
         http="GET /v1/evictions/decision",
     ),
-    _op(
+    library_op(
         "evict",
         "operator",
         "evict dead-end prefix tools to cold storage (a dry run decides and changes nothing)",
         http="POST /v1/evictions",
         cli="evict",
     ),
-    _op(
+    library_op(
         "recover",
         "operator",
         "finish the moves a crash interrupted",
         http="POST /v1/evictions/recover",
         cli="evict",
     ),
-    _op(
+    library_op(
         "restore",
         "operator",
         "bring an evicted tool back from cold storage",
         http="POST /v1/tools/{tool_id}/restore",
         cli="restore",
     ),
-    _op(
+    library_op(
         "mandates",
         "agent",
         "the credential revocation ledger",
         http="GET /v1/revocations",
         cli="revocations",
     ),
-    _op(
+    library_op(
         "run_revocations",
         "operator",
         "apply the configured revoker to due mandates",
@@ -307,7 +222,7 @@ LIBRARY: tuple[Operation, ...] = (
         cli="revocations run",
     ),
     # what waits for a person
-    _op(
+    library_op(
         "request_approval",
         "agent",
         "hold one call (a tool and its exact arguments) for an operator's approval: "
@@ -316,28 +231,28 @@ LIBRARY: tuple[Operation, ...] = (
         detail="Asked again with the same call, the same approval answers; an approval "
         "for one call is used up by it.  An operator may name the `source` it asks for.",
     ),
-    _op(
+    library_op(
         "approvals",
         "operator",
         "calls held for approval, newest first",
         http="GET /v1/approvals",
         cli="approvals list",
     ),
-    _op(
+    library_op(
         "approve",
         "operator",
         "let a held call run: once, or for `for_s` seconds",
         http="POST /v1/approvals/{approval_id}/approve",
         cli="approvals approve",
     ),
-    _op(
+    library_op(
         "deny",
         "operator",
         "refuse a held call",
         http="POST /v1/approvals/{approval_id}/deny",
         cli="approvals deny",
     ),
-    _op(
+    library_op(
         "appeal",
         "agent",
         "contest a block: the refused call, the rules that refused it and why they are wrong",
@@ -345,14 +260,14 @@ LIBRARY: tuple[Operation, ...] = (
         mcp="appeal_block",
         detail="An appeal waits for an operator; it changes nothing until one grants it.",
     ),
-    _op(
+    library_op(
         "appeals",
         "operator",
         "agents' appeals against blocks, newest first",
         http="GET /v1/appeals",
         cli="appeals list",
     ),
-    _op(
+    library_op(
         "close_appeal",
         "operator",
         "close an appeal: granted (the rule lifted or the call approved) or upheld",
@@ -360,7 +275,7 @@ LIBRARY: tuple[Operation, ...] = (
         cli="appeals close",
     ),
     # the handle
-    _op(
+    library_op(
         "health",
         "public",
         "readiness: 200 when ready, else 503 (the checks behind it only to a caller with a token)",
@@ -368,7 +283,7 @@ LIBRARY: tuple[Operation, ...] = (
         detail="Ready: the hot index holds every active tool, the stores are writable, no "
         "interrupted move is stuck.",
     ),
-    _op(
+    library_op(
         "close",
         "public",
         "release the handle: the library's stores, or the client's connection (asks "
@@ -378,124 +293,90 @@ LIBRARY: tuple[Operation, ...] = (
 """The library's operations (``Sidecar``'s methods a shell offers)."""
 
 
+CONSOLE_PAGES: tuple[tuple[str, str, str], ...] = (
+    ("console", "GET /console", "the operator's console: its overview"),
+    ("console_root", "GET /console/", "the operator's console: its overview"),
+    ("console_css", "GET /console/static/console.css", "the console's stylesheet"),
+    ("console_sign_in_page", "GET /console/sign-in", "the console's sign-in page"),
+    ("console_sign_in", "POST /console/sign-in", "sign in to the console with an operator's token"),
+    ("console_sign_out", "POST /console/sign-out", "end the console session"),
+    ("console_overview", "GET /console/overview", "what came in and what it changed, over time"),
+    ("console_rules", "GET /console/rules", "every rule, a page at a time"),
+    ("console_rule", "GET /console/rules/{rule_id}", "one rule, its evidence and history"),
+    ("console_rule_action", "POST /console/rules/{rule_id}/{action}", "lift or reinstate a rule"),
+    ("console_tools", "GET /console/tools", "the catalog, cold tools, what an eviction would do"),
+    ("console_sources", "GET /console/sources", "every source and what it taught"),
+    (
+        "console_source",
+        "GET /console/sources/{source}",
+        "one source: its rules, forget with a preview",
+    ),
+    (
+        "console_forget",
+        "POST /console/sources/{source}/{step}",
+        "preview, then confirm, forgetting a source",
+    ),
+    ("console_sessions", "GET /console/sessions", "the sessions learned from, a page at a time"),
+    ("console_review", "GET /console/review", "what waits for a person"),
+)
+"""The operator's console (:mod:`sidecar.shells.console`): each route, as name, route and
+summary.  No bearer token at the gate: every page but sign-in needs the console's own
+session of an operator (its cookie), and every form its CSRF token."""
+
 SHELL: tuple[Operation, ...] = (
-    _shell("livez", "public", "liveness: the process answers", http="GET /livez"),
-    _shell(
+    shell_op("livez", "public", "liveness: the process answers", http="GET /livez"),
+    shell_op(
         "version",
         "agent",
         "what runs, and the largest request body it takes (`max_body_bytes`: clients "
         "split their batches under it)",
         http="GET /version",
     ),
-    _shell(
+    shell_op(
         "metrics",
         "agent",
         "Prometheus metrics, labelled by route template; what untrusted tokens spent of "
         "their quotas",
         http="GET /metrics",
     ),
-    _shell(
+    shell_op(
         "traces",
         "agent",
         "OTLP/HTTP trace intake (protobuf or JSON): tool spans become sessions",
         http="POST /v1/traces",
     ),
-    _shell(
+    shell_op(
         "mcp_http",
         "agent",
         "the MCP tools over streamable HTTP, for loopback hosts and origins (served beside "
         "the API's routes)",
         http="POST /mcp",
     ),
-    _shell("openapi", "public", "the OpenAPI document", http="GET /openapi.json"),
-    _shell("swagger", "public", "the API's documentation (Swagger UI)", http="GET /docs"),
-    _shell("redoc", "public", "the API's documentation (ReDoc)", http="GET /redoc"),
+    shell_op("openapi", "public", "the OpenAPI document", http="GET /openapi.json"),
+    shell_op("swagger", "public", "the API's documentation (Swagger UI)", http="GET /docs"),
+    shell_op("redoc", "public", "the API's documentation (ReDoc)", http="GET /redoc"),
     Operation(
         "docs_assets",
         "the documentation pages' scripts and styles, served from this server",
         "public",
-        http=_http("GET /docs/assets", prefix=True),
+        http=http_of("GET /docs/assets", prefix=True),
     ),
-    # the operator's console: no bearer token at the gate; every page but sign-in needs
-    # the console's own session of an operator (its cookie), and every form its CSRF token
-    _shell("console", "public", "the operator's console: its overview", http="GET /console"),
-    _shell("console_root", "public", "the operator's console: its overview", http="GET /console/"),
-    _shell(
-        "console_css", "public", "the console's stylesheet", http="GET /console/static/console.css"
-    ),
-    _shell(
-        "console_sign_in_page", "public", "the console's sign-in page", http="GET /console/sign-in"
-    ),
-    _shell(
-        "console_sign_in",
-        "public",
-        "sign in to the console with an operator's token",
-        http="POST /console/sign-in",
-    ),
-    _shell("console_sign_out", "public", "end the console session", http="POST /console/sign-out"),
-    _shell(
-        "console_overview",
-        "public",
-        "what came in and what it changed, over time",
-        http="GET /console/overview",
-    ),
-    _shell("console_rules", "public", "every rule, a page at a time", http="GET /console/rules"),
-    _shell(
-        "console_rule",
-        "public",
-        "one rule, its evidence and history",
-        http="GET /console/rules/{rule_id}",
-    ),
-    _shell(
-        "console_rule_action",
-        "public",
-        "lift or reinstate a rule",
-        http="POST /console/rules/{rule_id}/{action}",
-    ),
-    _shell(
-        "console_tools",
-        "public",
-        "the catalog, cold tools, what an eviction would do",
-        http="GET /console/tools",
-    ),
-    _shell(
-        "console_sources", "public", "every source and what it taught", http="GET /console/sources"
-    ),
-    _shell(
-        "console_source",
-        "public",
-        "one source: its rules, forget with a preview",
-        http="GET /console/sources/{source}",
-    ),
-    _shell(
-        "console_forget",
-        "public",
-        "preview, then confirm, forgetting a source",
-        http="POST /console/sources/{source}/{step}",
-    ),
-    _shell(
-        "console_sessions",
-        "public",
-        "the sessions learned from, a page at a time",
-        http="GET /console/sessions",
-    ),
-    _shell("console_review", "public", "what waits for a person", http="GET /console/review"),
-    _shell("serve", "operator", "serve the HTTP API and MCP (streamable HTTP)", cli="serve"),
-    _shell(
+    shell_op("serve", "operator", "serve the HTTP API and MCP (streamable HTTP)", cli="serve"),
+    shell_op(
         "mcp",
         "operator",
         "serve MCP over stdio (beside a running server, or with --url: through that server)",
         cli="mcp",
     ),
-    _shell(
+    shell_op(
         "gateway",
         "operator",
         "an MCP server in front of upstream MCP servers: curated tools/list, every "
         "tools/call checked against the failure memory, sessions reported with no code",
         cli="gateway",
     ),
-    _shell("demo", "public", "walk through the sediment fallacy and its prevention", cli="demo"),
-    _shell(
+    shell_op("demo", "public", "walk through the sediment fallacy and its prevention", cli="demo"),
+    shell_op(
         "migrate",
         "operator",
         "create and upgrade the state's schema; or copy this home's local state and archive "
@@ -503,8 +384,11 @@ SHELL: tuple[Operation, ...] = (
         cli="migrate",
     ),
 )
-"""The operations of one shell alone: probes, documentation, serving."""
+"""The operations of one shell alone: probes, documentation, serving, the console."""
 
+SHELL += tuple(
+    shell_op(name, "public", summary, http=route) for name, route, summary in CONSOLE_PAGES
+)
 OPERATIONS: tuple[Operation, ...] = LIBRARY + SHELL
 BY_NAME: dict[str, Operation] = {op.name: op for op in OPERATIONS}
 

@@ -27,7 +27,8 @@ from sidecar import RemoteSidecar, Sidecar, Tool
 from sidecar.interface import SidecarAPI
 from sidecar.shells import operations as ops
 from sidecar.shells.api import create_app
-from sidecar.shells.operations import OPERATIONS, Http, Operation
+from sidecar.shells.operations import OPERATIONS
+from sidecar.shells.surfaces import Http, Operation
 from tests.support.tokens import OPERATOR, TOKENS, tokens_file
 
 AGENT = TOKENS["alice"]

@@ -35,6 +35,7 @@ import anyio
 from sidecar.agents.evidence import DEFAULT_MAX_CHARS
 from sidecar.agents.gateway.errors import GatewayError
 from sidecar.agents.gateway.guard.answers import CONTEST_META_KEY, WARNINGS_META_KEY
+from sidecar.agents.gateway.guard.approval import ApprovalPolicy
 from sidecar.agents.gateway.guard.backend import GatewayBackend, Outcome, Step, checks_in_memory
 from sidecar.agents.gateway.guard.calls import CallPath, CallSettings
 from sidecar.agents.gateway.guard.contest import Contest, ContestPolicy
@@ -110,6 +111,8 @@ class GatewayOptions:
     call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S
     contest: ContestPolicy | None = None
     warning_text: bool = True
+    approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    """The calls held until an operator approves them (none by default)."""
     raw_calls: bool = True
     """``tools/call`` forwarded upstream as JSON-RPC bodies below the SDK's client
     session, where the link's protocol allows (:mod:`sidecar.agents.gateway.proxy.forwarding`)."""
@@ -171,7 +174,9 @@ class Gateway:
             self.relay,
             self.contest,
             (self.workers, self.reporter, self.stats, self.learning),
-            CallSettings(options.max_chars, options.call_timeout_s, options.warning_text),
+            CallSettings(
+                options.max_chars, options.call_timeout_s, options.warning_text, options.approval
+            ),
             self.viewer,
         )
         self.own = OwnTools(self.catalog, self._steps, self._search, self._declare)

@@ -104,6 +104,11 @@ def add_arguments(gw: argparse.ArgumentParser, port: Callable[[str], int]) -> No
 
 def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for: Any) -> Any:
     from sidecar.agents.gateway import build_gateway
+    from sidecar.agents.gateway.guard.approval import (
+        ApprovalPolicy,
+        parse_triggers,
+        tool_names,
+    )
     from sidecar.agents.gateway.guard.contest import ContestPolicy
     from sidecar.agents.sessions import session_limits
     from sidecar.settings import Settings
@@ -133,6 +138,11 @@ def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for:
         json_response=args.json_response,
         warning_text=text,
         link_window_s=settings.gateway_link_window,
+        approval=ApprovalPolicy(
+            parse_triggers(settings.gateway_approval),
+            tool_names(settings.gateway_approval_tools),
+            settings.gateway_approval_wait,
+        ),
         contest=ContestPolicy(
             rate=settings.gateway_contest_rate,
             budget=settings.gateway_contest_budget,

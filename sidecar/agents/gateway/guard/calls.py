@@ -25,11 +25,12 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sidecar.agents.evidence import result_size, step_from_error, step_from_result
 from sidecar.agents.gateway.guard import answers
+from sidecar.agents.gateway.guard.approval import ApprovalPolicy, held
 from sidecar.agents.gateway.guard.backend import GatewayBackend, GuardVerdict, Step
 from sidecar.agents.gateway.guard.contest import Contest
 from sidecar.agents.gateway.guard.learning import Learning
@@ -56,6 +57,7 @@ class CallSettings:
     call_timeout_s: float | None
     warning_text: bool = True
     """A warned call's result carries the warning as text too (not only in ``_meta``)."""
+    approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
 
 
 class CallPath:
@@ -122,6 +124,10 @@ class CallPath:
                 self.stats.blocked += 1
                 return answers.refusal(name, verdict.reasons)
             self.stats.contest_samples += 1
+        elif self.settings.approval.active:
+            waiting = await self._held(link, name, arguments, verdict)
+            if waiting is not None:
+                return answers.with_handle(waiting, handle_of(link))
         learn = functools.partial(self.learn, link, sampled=sampled)
         result, forwarded = await self._forward(
             route, client or link.key, name, arguments, meta, ctx, learn
@@ -131,6 +137,27 @@ class CallPath:
             return result
         self.stats.warned += 1
         return answers.warned(result, name, verdict, sampled, self.settings.warning_text)
+
+    async def _held(
+        self, link: Link, name: str, arguments: dict[str, Any], verdict: GuardVerdict
+    ) -> CallToolResult | None:
+        """The answer to a call held for approval, or denied (``None``: it may run)."""
+        policy = self.settings.approval
+        why = policy.why(self.names(name), self._catalog.tool(name), verdict)
+        if why is None:
+            return None
+        ask = getattr(self._backend, "request_approval", None)
+        self.stats.held += 1
+        if ask is None:
+            return answers.error(
+                f"Held for approval: {name} was not run, because {why}; but this gateway's "
+                "memory keeps no approvals, so it cannot be approved here"
+            )
+        who = link.principal
+        answer = await held(policy, lambda t, a, w: ask(t, a, who, w), name, arguments, why)
+        if answer is None:
+            self.stats.held -= 1  # approved: it runs
+        return answer
 
     def _guard(
         self,

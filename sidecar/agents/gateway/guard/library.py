@@ -19,10 +19,12 @@ from sidecar.agents.gateway.guard.backend import (
     Step,
     SyncedTools,
 )
+from sidecar.agents.gateway.guard.linking import token_name
 from sidecar.agents.sink import step_report
 from sidecar.errors import InvalidInput, SidecarError
 from sidecar.model import CallCheck, IntakeResult, LookupResult, Tool
 from sidecar.rules.verdict import merged
+from sidecar.storage.review import Approval
 from sidecar.tools.catalog import parse_tool
 from sidecar.tools.records import SyncResult as LibrarySync
 from sidecar.trust.principals import GATEWAY
@@ -52,6 +54,15 @@ class Memory(Protocol):
     ) -> CallCheck: ...
 
     def report_many(self, reports: Iterable[Any], *, source: str) -> list[IntakeResult]: ...
+
+    def request_approval(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        source: str = ...,
+        why: str = "",
+    ) -> Approval: ...
 
 
 class LibraryBackend:
@@ -130,3 +141,12 @@ class LibraryBackend:
         (result,) = self.sc.report_many([report], source=who)
         if result.status == "rejected":
             raise SidecarError(f"session {session_id} was not taken: {result.reason}")
+
+    def request_approval(
+        self, tool: str, arguments: dict[str, Any], principal: str, why: str
+    ) -> Approval:
+        """The approval of one held call (:mod:`sidecar.agents.gateway.guard.approval`),
+        asked for the agent whose call it is."""
+        name = token_name(principal)
+        who = f"{GATEWAY}:{name}" if name else self.source
+        return self.sc.request_approval(tool, arguments, source=who, why=why)

@@ -42,6 +42,8 @@ class GatewayStats:
     upstream_errors: int = 0
     timeouts: int = 0
     contest_samples: int = 0
+    held: int = 0
+    """Calls held for an operator's approval, or denied by one."""
     syncs: int = 0
     sync_failures: int = 0
     reports: int = 0
