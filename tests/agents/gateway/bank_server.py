@@ -22,9 +22,7 @@ def refund(customer: str, amount: int) -> dict[str, Any]:
     return {"refunded": amount, "to": customer, "refunds_so_far": list(REFUNDS)}
 
 
-@server.tool(
-    description="A customer's balance.", annotations=ToolAnnotations(read_only_hint=True)
-)
+@server.tool(description="A customer's balance.", annotations=ToolAnnotations(read_only_hint=True))
 def balance(customer: str) -> dict[str, Any]:
     return {"customer": customer, "balance": 100}
 
