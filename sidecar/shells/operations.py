@@ -318,6 +318,8 @@ CONSOLE_PAGES: tuple[tuple[str, str, str], ...] = (
     ),
     ("console_sessions", "GET /console/sessions", "the sessions learned from, a page at a time"),
     ("console_review", "GET /console/review", "what waits for a person"),
+    ("console_decide", "POST /console/approvals/{approval_id}/{decision}", "approve or deny"),
+    ("console_appeal", "POST /console/appeals/{appeal_id}/{verdict}", "grant or uphold"),
 )
 """The operator's console (:mod:`sidecar.shells.console`): each route, as name, route and
 summary.  No bearer token at the gate: every page but sign-in needs the console's own

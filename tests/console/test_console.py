@@ -257,7 +257,8 @@ def test_the_review_page_says_what_is_not_built(demo: tuple[Sidecar, TestClient]
     _sc, client = demo
     sign_in(client, HOME_TOKEN)
     review = client.get("/console/review").text
-    assert "Not built yet" in review and "appeals" in review
+    assert "No call waits for approval" in review and "No open appeal" in review
+    assert "Not shown yet: rules resting on untrusted sources alone" in review
 
 
 def test_the_sessions_page_lists_the_librarys_sessions_page_by_page(
@@ -391,3 +392,37 @@ def test_the_tools_page_shows_what_an_eviction_would_do(
     decided = _api(client, "/v1/evictions/decision")["decisions"]
     assert rows(page, "decision") == [d["tool_id"] for d in decided][:50]
     assert rows(page, "decision") == [d.tool_id for d in sc.decide()][:50] != []
+
+
+# ---- review -------------------------------------------------------------------------------
+
+
+def test_review_approves_and_denies_held_calls_and_closes_appeals_in_the_operators_name(
+    empty: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = empty
+    refund = sc.request_approval("refund", {"amount": 40}, source="alice", why="destructive")
+    wipe = sc.request_approval("wipe", {}, source="bob", why="named")
+    appeal = sc.appeal("exchange", {"order_id": "#W1"}, "it was delivered", ["c1"], source="bob")
+    sign_in(client, OPS)
+    page = client.get("/console/review")
+    assert sorted(rows(page.text, "approval")) == sorted([refund.approval_id, wipe.approval_id])
+    assert rows(page.text, "appeal") == [appeal.appeal_id]
+    assert "it was delivered" in page.text
+    token = csrf(page.text)
+    refused = client.post(f"/console/approvals/{refund.approval_id}/approve", data={})
+    assert refused.status_code == 403 and sc.approvals("pending")  # no CSRF token: nothing
+    hour = {"csrf": token, "for_s": "3600"}
+    approved = client.post(f"/console/approvals/{refund.approval_id}/approve", data=hour)
+    assert approved.status_code == 200 and f"{refund.approval_id} approved" in approved.text
+    denied = client.post(f"/console/approvals/{wipe.approval_id}/deny", data={"csrf": token})
+    assert f"{wipe.approval_id} denied" in denied.text
+    closed = client.post(f"/console/appeals/{appeal.appeal_id}/upheld", data={"csrf": token})
+    assert f"{appeal.appeal_id} upheld" in closed.text
+    decided = {a.approval_id: (a.status, a.decided_by) for a in sc.approvals()}
+    assert decided == {refund.approval_id: ("approved", "ops"), wipe.approval_id: ("denied", "ops")}
+    assert [(a.status, a.decided_by) for a in sc.appeals()] == [("upheld", "ops")]
+    # what the console approved, the library lets run (for the hour)
+    assert sc.request_approval("refund", {"amount": 40}, source="alice").status == "approved"
+    again = client.post(f"/console/approvals/{wipe.approval_id}/approve", data={"csrf": token})
+    assert again.status_code == 400 and "not pending" in again.text

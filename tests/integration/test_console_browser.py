@@ -176,3 +176,70 @@ def test_an_agent_token_is_refused_and_sees_no_operator_data(page: Any, served: 
         page.goto(f"{served.url}/console/{name}")
         assert page.url.endswith("/console/sign-in")
         assert page.locator("tr[data-rule]").count() == 0
+
+
+def test_a_held_destructive_call_approved_in_the_console_runs_once_with_its_arguments(
+    page: Any, served: Server
+) -> None:
+    """``sidecar gateway`` beside the server, holding destructive calls: the agent's
+    refund is held; an operator approves it in the console; the agent's retry is
+    forwarded once, with exactly the approved arguments, and the next one is held."""
+    import subprocess
+    import sys
+    import threading
+
+    import anyio
+
+    from tests.agents.gateway.conftest import mcp_session, text_of
+
+    bank = str(Path(__file__).parents[1] / "agents" / "gateway" / "bank_server.py")
+    env = {**served.env, "SIDECAR_TOKEN": served.token, "SIDECAR_GATEWAY_APPROVAL": "destructive"}
+    gateway = subprocess.Popen(
+        [str(Path(sys.executable).with_name("sidecar")), "gateway", "--port", "0",
+         f"bank={sys.executable} {bank}"],
+        env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert gateway.stderr is not None
+    said = gateway.stderr.readline()
+    assert said.startswith("sidecar gateway serving "), said
+    url = said.split()[3]
+
+    def refund(amount: int) -> Any:
+        """One call of the agent, from a thread of its own (Playwright drives this one)."""
+        out: list[Any] = []
+
+        async def call() -> None:
+            async with mcp_session(url, served.token) as s:
+                out.append(await s.call_tool("refund", {"customer": "alice", "amount": amount}))
+
+        worker = threading.Thread(target=anyio.run, args=(call,))
+        worker.start()
+        worker.join(120)
+        return out[0]
+
+    try:
+        held = refund(40)
+        assert held.is_error and "Held for approval" in text_of(held)
+        sign_in(page, served, OPS)
+        page.goto(f"{served.url}/console/review")
+        row = page.locator("#approvals tr[data-approval]")
+        assert row.count() == 1 and '"amount": 40' in row.inner_text()
+        approval = row.get_attribute("data-approval")
+        row.locator("button", has_text="Approve").click()
+        page.wait_for_load_state()
+        assert f"{approval} approved" in page.inner_text("#done")
+        other = refund(4000)  # other arguments: another approval, not run
+        ran = refund(40)
+        once = refund(40)
+    finally:
+        gateway.terminate()
+        gateway.wait(timeout=60)
+        gateway.stderr.close()
+    assert other.is_error and "Held for approval" in text_of(other)
+    assert not ran.is_error
+    assert ran.structured_content["refunds_so_far"] == [{"customer": "alice", "amount": 40}]
+    assert once.is_error and "Held for approval" in text_of(once)
+    statuses = {a["approval_id"]: a["status"] for a in api(served, "/v1/approvals")["approvals"]}
+    assert statuses[approval] == "used"
+    [used] = [a for a in api(served, "/v1/approvals")["approvals"] if a["approval_id"] == approval]
+    assert used["decided_by"] == "ops"

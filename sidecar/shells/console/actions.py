@@ -157,3 +157,54 @@ async def forget_source(request: Request, source: str, step: str) -> Response:
     preview = before[1] if before and before[0] == raw else None
     return render(request, "forget.html", session=session, source=source, since=raw,
                   preview=preview, result=result)  # fmt: skip
+
+
+@router.post("/approvals/{approval_id}/{decision}")
+async def decide_approval(request: Request, approval_id: str, decision: str) -> Response:
+    """Approve (once, or for a time) or deny a held call, in the operator's name."""
+    session = signed_in(request)
+    if session is None:
+        return to_sign_in(request)
+    fields = await form(request)
+    if refused_form(request, session, fields):
+        return forbidden(request, session)
+    sc, who = library(request), session.principal.name
+    raw = fields.get("for_s", "").strip()
+    try:
+        if decision == "approve":
+            for_s = float(raw) if raw else None
+            done = await run_in_threadpool(lambda: sc.approve(approval_id, for_s, by=who))
+        elif decision == "deny":
+            done = await run_in_threadpool(lambda: sc.deny(approval_id, by=who))
+        else:
+            return render(
+                request, "message.html", 404, session, title="No such action", message=decision
+            )
+    except (SidecarError, ValueError) as exc:
+        status = exc.status if isinstance(exc, SidecarError) else 400
+        return render(request, "message.html", status, session, title="Not done", message=str(exc))
+    return redirect(f"{PATH}/review?done={quote(f'{done.approval_id} {done.status}')}")
+
+
+@router.post("/appeals/{appeal_id}/{verdict}")
+async def close_appeal(request: Request, appeal_id: str, verdict: str) -> Response:
+    """Close an appeal: granted, or the block upheld, in the operator's name."""
+    session = signed_in(request)
+    if session is None:
+        return to_sign_in(request)
+    if refused_form(request, session, await form(request)):
+        return forbidden(request, session)
+    if verdict not in ("granted", "upheld"):
+        return render(
+            request, "message.html", 404, session, title="No such action", message=verdict
+        )
+    sc, who = library(request), session.principal.name
+    try:
+        done = await run_in_threadpool(
+            lambda: sc.close_appeal(appeal_id, verdict == "granted", by=who)
+        )
+    except SidecarError as exc:
+        return render(
+            request, "message.html", exc.status, session, title="Not done", message=str(exc)
+        )
+    return redirect(f"{PATH}/review?done={quote(f'{done.appeal_id} {done.status}')}")

@@ -205,12 +205,14 @@ def review_page(request: Request) -> Response:
     session = signed_in(request)
     if session is None:
         return to_sign_in(request)
+    sc = library(request)
+    decided = [a for a in sc.approvals(limit=PAGE_SIZE) if a.status != "pending"]
     return render(
         request,
-        "message.html",
+        "review.html",
         session=session,
-        title="Review",
-        message="Not built yet: rules resting on untrusted sources alone waiting for a "
-        "person, calls held for approval at the gateway, and agents' appeals.  Until "
-        "then, the Rules page shows which rules are not independent (they only warn).",
+        pending=sc.approvals("pending", PAGE_SIZE),
+        appeals=sc.appeals("open", PAGE_SIZE),
+        decided=decided,
+        done=request.query_params.get("done"),
     )
