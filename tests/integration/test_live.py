@@ -36,6 +36,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = srv.stop()
     assert srv.token not in log  # the token is never logged
     assert '"event": "request"' in log  # structured request log
+    assert f"the operator's console: {srv.url}/console" in log  # announced as it starts
 
 
 def test_mcp_round_trip(server: Server) -> None:

@@ -522,7 +522,8 @@ def serve(args: argparse.Namespace) -> int:
             f"       -H 'content-type: application/json' \\\n"
             f'       -d \'{{"query": "weather forecast", "k": 3}}\' {url}/v1/search\n'
             f"  OpenAPI: {url}/docs   MCP: point a client at {url}/mcp with the same "
-            f"bearer token, or run `sidecar mcp` for stdio"
+            f"bearer token, or run `sidecar mcp` for stdio\n"
+            f"  the operator's console: {url}/console (sign in with an operator's token)"
         )
 
     serve_home(
