@@ -76,7 +76,8 @@ def test_mcp_round_trip(server: Server) -> None:
     out = asyncio.run(session_calls())
     tools = out["tools"]
     assert set(tools) == {
-        "search_tools", "check_plan", "report_chain", "audit_chain", "forget_source"
+        "search_tools", "check_plan", "report_chain", "audit_chain", "forget_source",
+        "appeal_block",
     }  # fmt: skip
     assert tools["search_tools"].annotations.read_only_hint is True
     assert tools["check_plan"].annotations.read_only_hint is True
@@ -263,7 +264,10 @@ def test_mcp_over_stdio(tmp_path: Path) -> None:
         names, checked = asyncio.run(calls())
     finally:
         errlog.close()
-    assert names == {"search_tools", "check_plan", "report_chain", "audit_chain", "forget_source"}
+    assert names == {
+        "search_tools", "check_plan", "report_chain", "audit_chain", "forget_source",
+        "appeal_block",
+    }  # fmt: skip
     assert checked == {"safe": True, "collisions": []}
 
 

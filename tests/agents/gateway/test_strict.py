@@ -84,7 +84,8 @@ def test_the_sidecars_own_mcp_tools(tmp_path: Path) -> None:
         server = build_mcp(sc)
         schemas = strict(anyio.run(server.list_tools), _unconnected())
         assert set(schemas) == {
-            "search_tools", "check_plan", "report_chain", "audit_chain", "forget_source"
+            "search_tools", "check_plan", "report_chain", "audit_chain", "forget_source",
+            "appeal_block",
         }  # fmt: skip
         step = schemas["check_plan"]["properties"]["steps"]["anyOf"][0]["items"]
         assert set(step["properties"]) == {"tool", "arguments", "output", "error"}
