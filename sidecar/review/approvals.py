@@ -57,9 +57,9 @@ class Approvals:
             shown = redact(dict(arguments))
             held = Approval(
                 uuid.uuid4().hex[:16], tool, shown if isinstance(shown, dict) else {},
-                digest, source, why[:2_000], "pending", now,
+                source, why[:2_000], "pending", now,
             )  # fmt: skip
-            repo.insert_approval(tx, key, held)
+            repo.insert_approval(tx, key, digest, held)
             return held
 
     def decide(

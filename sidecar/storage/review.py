@@ -26,8 +26,9 @@ class Approval:
     approval_id: str
     tool: str
     arguments: dict[str, Any]
-    """The call's arguments as shown to the operator (redacted)."""
-    arguments_sha256: str
+    """The call's arguments as shown to the operator (redacted).  The approval is bound
+    to the real ones by a hash kept in the state alone: a hash of arguments that hold a
+    secret is not shown either."""
     source: str
     why: str
     status: str
@@ -71,8 +72,7 @@ def call_key(tool: str, digest: str, source: str) -> str:
 
 
 _APPROVAL_COLUMNS = (
-    "approval_id, tool, arguments, arguments_sha256, source, why, status, created_at, "
-    "decided_at, decided_by, until"
+    "approval_id, tool, arguments, source, why, status, created_at, decided_at, decided_by, until"
 )
 _APPEAL_COLUMNS = (
     "appeal_id, tool, arguments, constraint_ids, reason, source, status, created_at, "
@@ -109,12 +109,13 @@ CREATE TABLE IF NOT EXISTS appeals (
         ).fetchone()
         return None if row is None else _approval(row)
 
-    def insert_approval(self, tx: Connection, key: str, approval: Approval) -> None:
+    def insert_approval(self, tx: Connection, key: str, digest: str, approval: Approval) -> None:
+        """``key``: the call's (:func:`call_key`); ``digest``: its arguments' hash."""
         tx.execute(
             "INSERT INTO approvals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 approval.approval_id, key, approval.tool, json.dumps(approval.arguments),
-                approval.arguments_sha256, approval.source, approval.why, approval.status,
+                digest, approval.source, approval.why, approval.status,
                 approval.created_at, approval.decided_at, approval.decided_by, approval.until,
             ),
         )  # fmt: skip
@@ -198,9 +199,9 @@ CREATE TABLE IF NOT EXISTS appeals (
 def _approval(row: Row) -> Approval:
     return Approval(
         str(row[0]), str(row[1]), json.loads(row[2]), str(row[3]), str(row[4]), str(row[5]),
-        str(row[6]), float(row[7]),
-        None if row[8] is None else float(row[8]), row[9],
-        None if row[10] is None else float(row[10]),
+        float(row[6]),
+        None if row[7] is None else float(row[7]), row[8],
+        None if row[9] is None else float(row[9]),
     )  # fmt: skip
 
 

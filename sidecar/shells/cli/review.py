@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from sidecar.errors import EXIT_OK
@@ -68,7 +69,10 @@ def approvals_list(args: argparse.Namespace) -> int:
 
 
 def _decided(args: argparse.Namespace, out: Any) -> int:
-    until = f" until {out.until:.0f}" if out.until else ""
+    until = ""
+    if out.until:
+        at = datetime.fromtimestamp(out.until, UTC)
+        until = f" until {at:%Y-%m-%d %H:%M:%S} UTC"
     emit(args, out, lambda: f"{out.approval_id}: {out.status}{until} ({out.tool})")
     return EXIT_OK
 
