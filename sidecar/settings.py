@@ -208,12 +208,13 @@ SETTINGS: dict[str, str] = {
     "session_idle_s": "seconds an agent session the gateway or the trace intake observes "
     "stays open after its last call (a conversation seen in traces: for its later traces); "
     "it is reported then (SIDECAR_OTLP_CONVERSATION_IDLE_S, its old name, is still read)",
-    "session_max": "agent sessions the gateway or the trace intake keeps open at once; the "
-    "least recently active is reported and closed past it",
+    "session_max": "agent sessions the gateway, and the trace intake, each keep open at "
+    "once; the least recently active is reported and closed past it",
     "session_max_steps": "steps one observed agent session holds; a session that reaches it "
     "is reported and goes on under a new id",
-    "session_max_bytes": "bytes of steps the open observed sessions may hold, estimated; the "
-    "least recently active is reported and closed past it",
+    "session_max_bytes": "bytes of steps the gateway's open sessions, and the trace "
+    "intake's, may each hold, estimated; the least recently active is reported and closed "
+    "past it",
     "otlp_max_request_bytes": "largest OTLP/HTTP trace request, once inflated (413 past it)",
     "otlp_max_memory_bytes": "bytes the trace intake may hold in open traces, sessions and "
     "requests (503 with Retry-After past it)",

@@ -255,7 +255,13 @@ class SessionBook:
     def expire(self) -> list[SessionReport]:
         """End every session idle past its timeout (:meth:`idle_after`)."""
         now = self._clock()
-        idle = [k for k, s in self._sessions.items() if s.last_active <= now - self.idle_after(k)]
+        alike = type(self).idle_after is SessionBook.idle_after
+        idle: list[str] = []
+        for key, session in self._sessions.items():
+            if session.last_active <= now - self.idle_after(key):
+                idle.append(key)
+            elif alike:
+                break  # least recently active first: the rest are younger
         return [r for k in idle if (r := self.close(k, "idle")) is not None]
 
     def idle_after(self, key: str) -> float:
@@ -322,9 +328,12 @@ class SessionBook:
         self._sessions.move_to_end(key)
 
     def _rollover(self, key: str, session: ObservedSession) -> list[SessionReport]:
-        """A full session is reported and goes on under a new id, with no steps."""
+        """A full session is reported (``unknown``: it goes on, and may yet recover) and
+        goes on under a new id, with no steps."""
         self.stats.restarted += 1
-        report = self._conclude(session, "full")
+        report = None
+        if session.known and self._owes(session):
+            report = self._report(session, "full", "unknown", None)
         self.bytes -= sum(session.sizes)
         session.report_id, session.reported = uuid.uuid4().hex, 0
         session.steps, session.sizes = [], []

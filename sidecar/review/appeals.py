@@ -9,12 +9,14 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sidecar.errors import InvalidInput, NotFound
+from sidecar.errors import InvalidInput, NotFound, RateLimited
 from sidecar.storage.review import APPEAL_STATUSES, Appeal
 from sidecar.storage.state import State
 from sidecar.trust.redact import redact, redact_text
 
 MAX_REASON = 2_000
+MAX_OPEN = 100
+"""Appeals one source may have open at once (past it, 429)."""
 
 
 class Appeals:
@@ -41,6 +43,11 @@ class Appeals:
             source, "open", self._clock(),
         )  # fmt: skip
         with self._state.tx() as tx:
+            if self._state.review.open_appeals_of(tx, source) >= MAX_OPEN:
+                raise RateLimited(
+                    f"{source!r} has {MAX_OPEN} appeals open already; an operator must "
+                    "close some first"
+                )
             self._state.review.insert_appeal(tx, appeal)
         return appeal
 

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sidecar.errors import InvalidInput, NotFound
+from sidecar.errors import InvalidInput, NotFound, RateLimited
 from sidecar.storage.review import (
     APPROVAL_STATUSES,
     Approval,
@@ -24,8 +24,10 @@ from sidecar.storage.review import (
     call_key,
 )
 from sidecar.storage.state import State
-from sidecar.trust.redact import redact
+from sidecar.trust.redact import redact, redact_text
 
+MAX_PENDING = 100
+"""Calls one source may have waiting for approval at once (past it, 429)."""
 MAX_FOR_S = 30 * 86_400.0
 """Longest time one approval may cover."""
 
@@ -38,13 +40,20 @@ class Approvals:
     def request(self, tool: str, arguments: Mapping[str, Any], source: str, why: str) -> Approval:
         """The approval of this call: ``approved`` when it may run now (an approval for
         one call is used up), else ``pending`` (recorded the first time) or
-        ``denied``."""
+        ``denied``.  A call still pending or denied is answered from a read alone; a
+        write transaction is taken only to use an approval up or to record a new one."""
         digest = arguments_sha256(arguments)
         key = call_key(tool, digest, source)
-        now = self._clock()
+        repo = self._state.review
+        found = repo.latest(None, key)
+        if found is not None and found.status in ("pending", "denied"):
+            return found
+        timed = found is not None and found.status == "approved" and found.until is not None
+        if timed and found is not None and (found.until or 0) > self._clock():
+            return found  # approved for a time: nothing to write
         with self._state.tx() as tx:
-            repo = self._state.review
-            found = repo.latest(tx, key)
+            now = self._clock()
+            found = repo.latest(tx, key)  # again, under the lock: another may have used it
             if found is not None and found.status == "approved":
                 if found.until is None:
                     repo.set_approval(tx, found.approval_id, "used")
@@ -54,10 +63,15 @@ class Approvals:
                 repo.set_approval(tx, found.approval_id, "expired")
             elif found is not None and found.status in ("pending", "denied"):
                 return found
+            if repo.pending_of(tx, source) >= MAX_PENDING:
+                raise RateLimited(
+                    f"{source!r} has {MAX_PENDING} calls waiting for approval already; an "
+                    "operator must decide some first"
+                )
             shown = redact(dict(arguments))
             held = Approval(
                 uuid.uuid4().hex[:16], tool, shown if isinstance(shown, dict) else {},
-                source, why[:2_000], "pending", now,
+                source, redact_text(why[:2_000]), "pending", now,
             )  # fmt: skip
             repo.insert_approval(tx, key, digest, held)
             return held

@@ -71,8 +71,8 @@ class ReviewDesk:
         return self._appeals.list(status, limit)
 
     def close_appeal(self, appeal_id: str, granted: bool, *, by: str = LOCAL) -> Appeal:
-        """Close an open appeal: ``granted`` (the rule lifted or the call approved) or
-        upheld (the block stays)."""
+        """Close an open appeal: ``granted`` or upheld (the block stays).  Closing records
+        the decision; lifting the rule or approving the call is what acts on it."""
         if not isinstance(granted, bool):
             raise InvalidInput("granted must be true or false")
         return self._appeals.close(_id(appeal_id, "appeal_id"), granted, by)

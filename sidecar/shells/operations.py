@@ -270,7 +270,8 @@ LIBRARY: tuple[Operation, ...] = (
     library_op(
         "close_appeal",
         "operator",
-        "close an appeal: granted (the rule lifted or the call approved) or upheld",
+        "close an appeal: granted or upheld (recorded; lifting the rule or approving the "
+        "call is what acts on it)",
         http="POST /v1/appeals/{appeal_id}/close",
         cli="appeals close",
     ),

@@ -100,14 +100,29 @@ CREATE TABLE IF NOT EXISTS appeals (
         self._db = db
 
     # ---- approvals
-    def latest(self, tx: Connection, key: str) -> Approval | None:
-        """The newest approval of one call (:func:`call_key`)."""
-        row = tx.execute(
+    def latest(self, tx: Connection | None, key: str) -> Approval | None:
+        """The newest approval of one call (:func:`call_key`), in ``tx`` or not."""
+        sql = (
             f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE call_key=? "
-            "ORDER BY created_at DESC LIMIT 1",
-            (key,),
-        ).fetchone()
+            "ORDER BY created_at DESC LIMIT 1"
+        )
+        try:
+            row = (tx or self._db).execute(sql, (key,)).fetchone()
+        except MissingTable:  # a home written before approvals existed, read only
+            return None
         return None if row is None else _approval(row)
+
+    def pending_of(self, tx: Connection, source: str) -> int:
+        row = tx.execute(
+            "SELECT COUNT(*) FROM approvals WHERE source=? AND status='pending'", (source,)
+        ).fetchone()
+        return int(row[0])
+
+    def open_appeals_of(self, tx: Connection, source: str) -> int:
+        row = tx.execute(
+            "SELECT COUNT(*) FROM appeals WHERE source=? AND status='open'", (source,)
+        ).fetchone()
+        return int(row[0])
 
     def insert_approval(self, tx: Connection, key: str, digest: str, approval: Approval) -> None:
         """``key``: the call's (:func:`call_key`); ``digest``: its arguments' hash."""

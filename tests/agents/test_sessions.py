@@ -82,7 +82,8 @@ def test_a_full_session_is_reported_and_goes_on_under_a_new_id() -> None:
     book.record("a", BAD)
     (stamp, _steps) = book.stamped_steps("a")
     [full] = book.record("a", FIXED)
-    assert (full.steps, full.outcome, full.ended) == ((OK, BAD), "abandoned", "full")
+    # it goes on: it may yet recover (as it does here), so it is not called abandoned
+    assert (full.steps, full.outcome, full.ended) == ((OK, BAD), "unknown", "full")
     assert full.session_id == stamp[0]
     assert book.steps("a") == [FIXED] and book.stats.restarted == 1
     book.record("a", BAD)
@@ -175,3 +176,18 @@ def test_one_set_of_settings_bounds_both_books() -> None:
     for bad in ({"SIDECAR_SESSION_MAX": "0"}, {"SIDECAR_SESSION_MAX_STEPS": "x"}):
         with pytest.raises(ConfigError, match=r"(?i)session_max"):
             Settings.load(env=bad)
+
+
+def test_the_gateway_is_told_of_each_session_that_leaves_its_book() -> None:
+    """What the gateway keeps beside a session (its renamed views) goes with it."""
+    clock = Clock()
+    book = LinkedSessionBook(SessionLimits(max_sessions=1, idle_s=10), clock=clock)
+    gone: list[str] = []
+    book.on_ended = gone.append
+    book.observe("a", OK, "alice")
+    book.observe("b", OK, "alice")  # a makes room
+    book.declare("b", "completed", None)
+    book.observe("c", OK, "alice")
+    clock.now = 10
+    book.expire()
+    assert gone == ["a", "b", "c"]

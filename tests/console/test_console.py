@@ -253,7 +253,9 @@ def test_every_page_renders(data: str, request: pytest.FixtureRequest) -> None:
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
 
 
-def test_the_review_page_says_what_is_not_built(demo: tuple[Sidecar, TestClient]) -> None:
+def test_the_review_page_says_what_waits_and_what_is_not_built(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
     _sc, client = demo
     sign_in(client, HOME_TOKEN)
     review = client.get("/console/review").text
@@ -426,3 +428,27 @@ def test_review_approves_and_denies_held_calls_and_closes_appeals_in_the_operato
     assert sc.request_approval("refund", {"amount": 40}, source="alice").status == "approved"
     again = client.post(f"/console/approvals/{wipe.approval_id}/approve", data={"csrf": token})
     assert again.status_code == 400 and "not pending" in again.text
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/console/rules/c1/lift",
+        "/console/sources/alice/forget",
+        "/console/approvals/a1/approve",
+        "/console/approvals/a1/deny",
+        "/console/appeals/p1/granted",
+        "/console/appeals/p1/upheld",
+        "/console/sign-out",
+    ],
+)
+def test_every_form_needs_a_session_and_its_csrf_token(
+    empty: tuple[Sidecar, TestClient], path: str
+) -> None:
+    sc, client = empty
+    anonymous = client.post(path, data={"reason": "x"}, follow_redirects=False)
+    assert anonymous.status_code == 303 and anonymous.headers["location"].endswith("/sign-in")
+    sign_in(client, OPS)
+    assert client.post(path, data={"reason": "x"}).status_code == 403
+    assert client.post(path, data={"reason": "x", "csrf": "guess"}).status_code == 403
+    assert sc.approvals() == [] and sc.appeals() == []  # nothing was made or changed

@@ -118,3 +118,32 @@ def test_over_http_an_agent_asks_for_itself_and_only_an_operator_decides(
             approved = ops.approve(held.approval_id)
             assert approved.status == "approved"
             assert ops.close_appeal(appeal.appeal_id, True).status == "granted"
+
+
+def test_one_source_may_keep_only_so_many_calls_waiting_and_appeals_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sidecar.errors import RateLimited
+    from sidecar.review import appeals, approvals
+
+    monkeypatch.setattr(approvals, "MAX_PENDING", 3)
+    monkeypatch.setattr(appeals, "MAX_OPEN", 2)
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        held = [sc.request_approval("refund", {"n": n}, source="alice") for n in range(3)]
+        with pytest.raises(RateLimited, match="waiting for approval"):
+            sc.request_approval("refund", {"n": 3}, source="alice")
+        assert sc.request_approval("refund", {"n": 0}, source="alice") == held[0]  # asked again
+        sc.request_approval("refund", {"n": 3}, source="bob")  # another source's own room
+        sc.deny(held[0].approval_id)
+        sc.request_approval("refund", {"n": 3}, source="alice")  # a decision made room
+        for n in range(2):
+            sc.appeal("exchange", {"n": n}, "delivered", source="alice")
+        with pytest.raises(RateLimited, match="appeals open"):
+            sc.appeal("exchange", {"n": 2}, "delivered", source="alice")
+
+
+def test_the_reason_a_call_is_held_is_redacted(tmp_path: Path) -> None:
+    secret = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        held = sc.request_approval("push", {}, why=f"the memory warns (token {secret})")
+        assert secret not in held.why and secret not in sc.approvals()[0].why

@@ -444,6 +444,8 @@ class TraceAssembler:
 
 
 def _held(report: SessionReport) -> int:
-    """What an undelivered report holds alone: a session that stays open shares its
-    steps with the report."""
-    return 0 if report.ongoing else report.size
+    """What an undelivered report holds: its steps' size, whether or not its session is
+    still open (a session that goes on shares its steps with the report only until it
+    leaves the book, and the report may outlive it: counting both is the bound that
+    holds)."""
+    return report.size

@@ -45,7 +45,7 @@ def add_commands(command: Command) -> None:
     close.add_argument("appeal_id", metavar="ID")
     verdict = close.add_mutually_exclusive_group(required=True)
     verdict.add_argument(
-        "--granted", action="store_true", help="the rule lifted or the call approved"
+        "--granted", action="store_true", help="the agent was right (lift the rule to act on it)"
     )
     verdict.add_argument("--upheld", action="store_true", help="the block stays")
     close.set_defaults(func=appeals_close)

@@ -116,3 +116,33 @@ def test_the_policy_holds_by_annotation_by_warning_and_by_name() -> None:
     assert not ApprovalPolicy().active
     with pytest.raises(ValueError, match="approval triggers"):
         parse_triggers("destructive,always")
+
+
+def test_a_blocked_call_the_policy_holds_is_never_forwarded_as_a_contest_sample() -> None:
+    """get_order is read-only, so contest sampling would forward a blocked call of it;
+    the operator holds every call of it, so none is forwarded without a person."""
+    from benchmarks.standalone_backend import StandaloneBackend
+    from sidecar.agents.gateway.guard.backend import Step
+    from sidecar.agents.gateway.guard.contest import ContestPolicy
+    from tests.agents.gateway.conftest import shop_stdio
+
+    backend = StandaloneBackend(block_after=2)
+    for session in ("forged-1", "forged-2"):
+        failed = Step("get_order", {"order_id": "#W3"}, None, "Order service down")
+        backend.report_session(session, [failed], "abandoned", None)
+    policy = ApprovalPolicy(tools=frozenset({"get_order"}))
+    gateway = build_gateway(
+        backend,
+        [shop_stdio()],
+        token=TOKEN,
+        approval=policy,
+        contest=ContestPolicy(rate=1.0, budget=10),
+    )
+
+    async def main() -> Any:
+        async with serving(gateway) as url, mcp_session(url) as s:
+            return await s.call_tool("get_order", {"order_id": "#W3"})
+
+    answer = anyio.run(main)
+    assert answer.is_error and "Refused: get_order was not run" in text_of(answer)
+    assert (gateway.stats.contest_samples, gateway.stats.forwarded) == (0, 0)

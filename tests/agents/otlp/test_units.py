@@ -18,6 +18,7 @@ from sidecar.agents.otlp import (
 from sidecar.agents.otlp.spans import UnsupportedMediaType
 from sidecar.agents.otlp.tools import session_hint, tool_call
 from sidecar.agents.sessions import SessionLimits
+from tests.agents.otlp.bodies import agent_turn, request, trace_id
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -192,3 +193,29 @@ def test_bounds_idle_traces_and_named_sessions() -> None:
     assert named.ended == "traced" and named.ongoing and assembler.open_sessions() == 1
     clock.now = 16
     assert assembler.expire() == [] and assembler.open_sessions() == 0  # nothing new
+
+
+def test_reports_waiting_for_the_sink_count_against_the_memory_limit() -> None:
+    """A conversation's report made as its trace ends shares its steps with the open
+    session only until the session leaves the book; the report, still waiting for a
+    sink that takes nothing, holds them after.  Each waiting report counts in full, so
+    a sink that never catches up makes the intake refuse (503), not hold more and more."""
+    now = [0.0]
+    limits = AssemblerLimits(
+        root_grace_s=0,
+        max_memory_bytes=400_000,
+        max_request_bytes=100_000,
+        sessions=SessionLimits(report_clean=True),
+    )
+    assembler = TraceAssembler(None, limits, lambda: now[0])
+    statuses, waiting = [], 0
+    for n in range(200):
+        call = {"tool": "fetch", "arguments": {"u": n}, "result": "x" * 20_000}
+        body = json.dumps(request(agent_turn(trace_id(n), f"conversation-{n}", [call])))
+        receipt = assembler.receive(body.encode(), "application/json")
+        statuses.append(receipt.status)
+        waiting += sum(r.size for r in receipt.reports)  # never delivered
+        now[0] += 0.01
+    assert 503 in statuses
+    assert assembler.held_bytes() <= limits.max_memory_bytes
+    assert waiting <= limits.max_memory_bytes  # what it let in, it can account for

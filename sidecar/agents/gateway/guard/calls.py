@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
     from mcp.types import CallToolResult
 
+VIEWS = 1_000
+"""Sessions whose renamed views are kept at most (each holds up to ``max_steps`` steps)."""
 INLINE_EVIDENCE_CHARS = 2_048
 """Results up to this size become evidence on the event loop (a fraction of a
 millisecond); larger ones on a worker thread."""
@@ -86,7 +88,10 @@ class CallPath:
         self._workers, self._reporter, self.stats, self._learning = run
         self.settings = settings
         self.viewers = viewers
-        self._views = SessionViews(catalog, book.limits.max_sessions)
+        # the renamed views of the sessions checked most recently: those of a session
+        # that ended go with it, and at most VIEWS sessions' are kept
+        self._views = SessionViews(catalog, min(book.limits.max_sessions, VIEWS))
+        book.on_ended = self._views.forget
 
     def names(self, exposed: str) -> set[str]:
         """Every name the memory may know the tool ``exposed`` by (:mod:`.catalog`)."""
@@ -119,7 +124,10 @@ class CallPath:
             return answers.error(f"tool not available: {name}")
         sampled = False
         if verdict.decision == "block":
-            sampled = self._contest.sample(self._catalog.tool(name), verdict.reasons)
+            # a call a person must approve is never forwarded as a contest sample
+            tool, policy = self._catalog.tool(name), self.settings.approval
+            held = policy.active and policy.why(self.names(name), tool, verdict) is not None
+            sampled = not held and self._contest.sample(tool, verdict.reasons)
             if not sampled:
                 self.stats.blocked += 1
                 return answers.refusal(name, verdict.reasons)

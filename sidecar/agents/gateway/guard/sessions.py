@@ -66,6 +66,8 @@ class LinkedSessionBook(SessionBook):
         super().__init__(limits, clock)
         self.link_window_s = link_window_s
         self._joinable: dict[str, _Joinable] = {}
+        self.on_ended: Callable[[str], None] | None = None
+        """Told of each session that leaves the book (what is kept beside it goes)."""
 
     def observe(
         self,
@@ -143,6 +145,8 @@ class LinkedSessionBook(SessionBook):
 
     def ended(self, key: str) -> None:
         self._joinable.pop(key, None)
+        if self.on_ended is not None:
+            self.on_ended(key)
 
     def _joinables(self, principal: str) -> Iterator[tuple[str, _Joinable]]:
         horizon = self._clock() - self.link_window_s
