@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks.standalone_backend import StandaloneBackend
 from sidecar.agents.gateway import Upstream, build_gateway
-from sidecar.agents.gateway import calls as gateway_server
+from sidecar.agents.gateway.guard import calls as gateway_server
 from sidecar.agents.gateway.proxy.catalog import valid_name
 from tests.agents.gateway.conftest import TOKEN, eventually, mcp_session, serving, text_of
 
