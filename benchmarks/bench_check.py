@@ -32,17 +32,10 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import (
-    machine,
-    md_table,
-    md_targets,
-    progress,
-    pyplot,
-    quick_main,
-    ratio,
-    save_figure,
-    target,
-)
+from benchmarks.common import quick_main
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import machine, md_table, md_targets, pyplot, save_figure, target
+from benchmarks.harness.timing import ratio
 from benchmarks.seed import ChainArchive, seed_archive, seed_check
 
 if TYPE_CHECKING:

@@ -38,17 +38,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_store import make_row
-from benchmarks.common import (
+from benchmarks.harness.results import (
     emit,
     machine,
     md_table,
     md_targets,
     pyplot,
-    ratio,
     save_figure,
-    summary,
     target,
 )
+from benchmarks.harness.timing import ratio, summary
 from cold_store import ColdStore, S3Options
 
 STORES = ("parquet", "delta", "s3", "delta_unmaintained")

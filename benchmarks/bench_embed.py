@@ -43,20 +43,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import (
-    DEFAULT_DATASETS,
-    REPO_ROOT,
-    interleaved,
-    machine,
-    md_table,
-    md_targets,
-    progress,
-    pyplot,
-    ratio,
-    save_figure,
-    summary,
-    target,
-)
+from benchmarks.common import DEFAULT_DATASETS, REPO_ROOT
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import machine, md_table, md_targets, pyplot, save_figure, target
+from benchmarks.harness.timing import interleaved, ratio, summary
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,7 +59,7 @@ FIELDS = ("description", "tool_type")
 INCLUDE: list[Any] = ["metadatas", "distances"]
 LOOKUP_TOOLS = 10_000
 WARMUP = 3
-"""Untimed rounds of :func:`benchmarks.common.interleaved` (its default)."""
+"""Untimed rounds of :func:`benchmarks.harness.timing.interleaved` (its default)."""
 LOOKUP_SETS = (
     "raw_chroma",
     "text_exact",

@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
+from benchmarks.common import open_sidecar
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import (
     emit,
     machine,
     md_table,
     md_targets,
-    open_sidecar,
-    progress,
     pyplot,
     save_figure,
     target,

@@ -57,16 +57,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    DEFAULT_DATASETS,
-    emit,
-    interleaved,
-    machine,
-    progress,
-    ratio,
-    summary,
-    target,
-)
+from benchmarks.common import DEFAULT_DATASETS
 from benchmarks.failure_domains import (
     DOMAINS,
     Split,
@@ -102,6 +93,9 @@ from benchmarks.failure_systems import (
     learned_failures,
     make_systems,
 )
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import emit, machine, target
+from benchmarks.harness.timing import interleaved, ratio, summary
 from benchmarks.prequential import CHECKPOINTS, first_block_targets, replay_all
 from benchmarks.prequential import figures as stream_figures
 from benchmarks.tau2 import Corpus, Run

@@ -42,8 +42,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.bench_shared import Memory, Replica, Services, replicas, session
-from benchmarks.common import machine, md_table, progress, pyplot, ratio, save_figure, target
 from benchmarks.fleet_probes import CpuProbe, LockProbe
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import machine, md_table, pyplot, save_figure, target
+from benchmarks.harness.timing import ratio
 
 if TYPE_CHECKING:
     from sidecar.shells.client import RemoteSidecar
@@ -594,7 +596,7 @@ def merged_stacks(files: list[Path], top: int = 40) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    from benchmarks.common import emit
+    from benchmarks.harness.results import emit
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")

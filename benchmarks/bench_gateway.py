@@ -66,7 +66,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import DEFAULT_DATASETS, emit, machine, progress, ratio, revision, summary
+from benchmarks.common import DEFAULT_DATASETS
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import emit, machine, revision
+from benchmarks.harness.services import free_port, wait_mcp
+from benchmarks.harness.timing import ratio, summary
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "bench-token-0123456789"
@@ -221,12 +225,6 @@ def _serve_bare_relay(role: str, args: list[str]) -> None:
     uvicorn.run(app, host="127.0.0.1", port=int(args[0]), log_level="warning")
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _env(root: Path = ROOT) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(root)}
 
@@ -234,7 +232,7 @@ def _env(root: Path = ROOT) -> dict[str, str]:
 def _start_http(role: str, *extra: str, root: Path = ROOT) -> tuple[subprocess.Popen[bytes], str]:
     """``role`` served over HTTP by this checkout, or by another one (``root``: a
     baseline)."""
-    port = _port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.bench_gateway", "--serve", role, str(port), *extra],
         env=_env(root),
@@ -242,24 +240,7 @@ def _start_http(role: str, *extra: str, root: Path = ROOT) -> tuple[subprocess.P
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    return proc, await_mcp(proc, port, role)
-
-
-def await_mcp(proc: subprocess.Popen[bytes], port: int, what: str) -> str:
-    """The URL of the MCP endpoint ``proc`` serves on ``port``, once it answers (within
-    a minute, while the process lives)."""
-    import httpx
-
-    url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(url, timeout=1)
-            return url
-        except httpx.HTTPError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{what} did not start") from None
-            time.sleep(0.1)
+    return proc, wait_mcp(proc, port, role)
 
 
 # ---- 1. overhead ---------------------------------------------------------------------
@@ -575,7 +556,7 @@ def isolation(
     import httpx
 
     upstream = f"{sys.executable} -m benchmarks.bench_gateway --serve upstream-stdio"
-    port = _port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     samples: dict[str, list[float]] = {}
     floods: dict[str, list[int]] = {}
@@ -908,7 +889,7 @@ def run(
 
 
 def markdown(result: dict[str, Any]) -> str:
-    from benchmarks.common import md_table, md_targets
+    from benchmarks.harness.results import md_table, md_targets
 
     parts = ["## Targets", "", md_targets(result["targets"]), ""]
     for transport in ("http", "stdio") if "overhead" in result else ():
@@ -1022,7 +1003,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
-    from benchmarks.common import pyplot, save_figure
+    from benchmarks.harness.results import pyplot, save_figure
 
     plt = pyplot()
     if "overhead" not in result:

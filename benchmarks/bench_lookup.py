@@ -41,22 +41,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import (
-    interleaved,
-    machine,
-    md_table,
-    md_targets,
-    model_embedder,
-    open_sidecar,
-    progress,
-    pyplot,
-    quick_main,
-    ratio,
-    save_figure,
-    summary,
-    target,
-    timed,
-)
+from benchmarks.common import model_embedder, open_sidecar, quick_main
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import machine, md_table, md_targets, pyplot, save_figure, target
+from benchmarks.harness.timing import interleaved, ratio, summary, timed
 
 if TYPE_CHECKING:
     import numpy as np

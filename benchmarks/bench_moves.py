@@ -36,7 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import machine, md_table, progress, quick_main, ratio, summary
+from benchmarks.common import quick_main
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import machine, md_table
+from benchmarks.harness.timing import ratio, summary
 
 STEPS: tuple[tuple[str, str, str], ...] = (
     # (module, class.attribute, step): the innermost one entered names a round trip;

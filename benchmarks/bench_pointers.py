@@ -25,7 +25,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import emit, machine, progress, ratio, summary
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import emit, machine
+from benchmarks.harness.timing import ratio, summary
 
 
 @contextlib.contextmanager

@@ -48,21 +48,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from benchmarks.common import (
-    DEFAULT_DATASETS,
+from benchmarks.common import DEFAULT_DATASETS, model_embedder, open_sidecar
+from benchmarks.datasets import Corpus, Task, seal_tools, toolbench
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import (
     emit,
     machine,
     md_table,
     md_targets,
-    model_embedder,
-    open_sidecar,
-    progress,
     pyplot,
-    ratio,
     save_figure,
     target,
 )
-from benchmarks.datasets import Corpus, Task, seal_tools, toolbench
+from benchmarks.harness.timing import ratio
 from benchmarks.seed import ChainArchive, seed_archive, seed_check
 
 if TYPE_CHECKING:

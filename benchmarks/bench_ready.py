@@ -38,11 +38,11 @@ from benchmarks.bench_serve import (
     START_TIMEOUT_S,
     _build_cache,
     build_demo_home,
-    read_server_url,
     server_env,
-    sidecar_argv,
 )
-from benchmarks.common import emit, machine, progress, revision
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import emit, machine, revision
+from benchmarks.harness.services import read_server_url, sidecar_argv
 
 VARIANTS = {"onnx": "minilm", "hashing": "hashing"}
 TARGET_S = 3.0

@@ -44,7 +44,6 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -52,22 +51,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from benchmarks.common import (
-    DEFAULT_DATASETS,
-    REPO_ROOT,
-    interleaved,
-    machine,
-    md_table,
-    md_targets,
-    model_embedder,
-    open_sidecar,
-    progress,
-    pyplot,
-    ratio,
-    save_figure,
-    summary,
-    target,
-)
+from benchmarks.common import DEFAULT_DATASETS, REPO_ROOT, model_embedder, open_sidecar
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import machine, md_table, md_targets, pyplot, save_figure, target
+from benchmarks.harness.services import read_server_url, sidecar_argv
+from benchmarks.harness.timing import interleaved, ratio, summary
 
 if TYPE_CHECKING:
     from sidecar import Tool
@@ -143,21 +131,6 @@ def http_budget(library_p50: float, livez_p50: float) -> float:
     return library_p50 + 2.0 * livez_p50
 
 
-def read_server_url(home: Path, pid: int) -> str | None:
-    """The URL in ``home``'s ``server.json`` when the process ``pid`` wrote it (a file
-    left by an earlier server is not this one's)."""
-    import json
-
-    try:
-        info = json.loads((home / "server.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(info, dict) or info.get("pid") != pid:
-        return None
-    url = info.get("url")
-    return url if isinstance(url, str) else None
-
-
 HTTP_PATHS = {"new": "/v1/search", "repeated": "/v1/search", "livez": "/livez"}
 
 
@@ -196,17 +169,6 @@ def medians(samples: Sequence[Mapping[str, float]], key: str) -> dict[str, float
 
 
 # ---- a server process -----------------------------------------------------------------
-def sidecar_argv() -> list[str]:
-    script = Path(sys.executable).with_name("sidecar")
-    if script.exists():
-        return [str(script)]
-    return [
-        sys.executable,
-        "-c",
-        "import sys; from sidecar.shells.cli import main; sys.exit(main())",
-    ]
-
-
 def server_env(home: Path, embedder: str, cache: Path) -> dict[str, str]:
     """This environment without any ``SIDECAR_*`` variable, the repository first on the
     path, then the home, the embedder and the model cache."""

@@ -43,9 +43,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -56,21 +53,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.bench_lookup import WORDS
-from benchmarks.common import (
-    interleaved,
-    machine,
-    md_table,
-    md_targets,
-    model_embedder,
-    progress,
-    pyplot,
-    quick_main,
-    ratio,
-    save_figure,
-    summary,
-    target,
+from benchmarks.common import model_embedder, quick_main
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import machine, md_table, md_targets, pyplot, save_figure, target
+from benchmarks.harness.services import (
+    clean_env,
+    free_port,
+    start_chroma,
+    start_serve,
+    stop_process,
+    wait_ready,
 )
-from benchmarks.pgserver import PostgresServer, free_port
+from benchmarks.harness.timing import interleaved, ratio, summary
+from benchmarks.pgserver import PostgresServer
 
 if TYPE_CHECKING:
     from indexes import Embedder
@@ -215,27 +210,10 @@ class Services:
         self._stack.close()
 
     def _start_chroma(self) -> str:
-        import httpx
-
-        exe = shutil.which("chroma", path=str(Path(sys.executable).parent)) or "chroma"
-        port = free_port()
-        data = self.root / "chroma-server"
-        proc = subprocess.Popen(
-            [exe, "run", "--path", str(data), "--host", "127.0.0.1", "--port", str(port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self._stack.callback(_stop, proc)
+        proc, url = start_chroma(self.root / "chroma-server", free_port())
+        self._stack.callback(stop_process, proc)
         self.chroma_pid = proc.pid
-        deadline = time.monotonic() + 60
-        url = f"http://127.0.0.1:{port}"
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/api/v2/heartbeat", timeout=1).is_success:
-                    return url
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the Chroma server (`chroma run`) did not start")
-            time.sleep(0.1)
+        return url
 
     def memory(self, cold_folder: bool = False) -> Memory:
         """A fresh memory: a new schema, collection and S3 prefix (or, with
@@ -256,16 +234,6 @@ class Services:
                 else f"s3://{self.bucket}/{name}"
             ),
         )
-
-
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def library(home: Path, embedder: Embedder, memory: Memory | None, **extra: Any) -> Sidecar:
@@ -292,8 +260,7 @@ class Replica:
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
-        env |= {
+        env = clean_env() | {
             "SIDECAR_HOME": str(home),
             "SIDECAR_EMBEDDER": "hashing",
             "SIDECAR_TOKEN": TOKEN,
@@ -303,28 +270,12 @@ class Replica:
         }
         home.mkdir(parents=True, exist_ok=True)
         self.log = home.parent / f"{home.name}.log"
-        exe = shutil.which("sidecar", path=str(Path(sys.executable).parent)) or "sidecar"
         with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [*(launcher or [exe]), "serve", "--port", str(self.port)],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
+            self.proc = start_serve(env, log, self.port, launcher)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout
         headers = {"Authorization": f"Bearer {TOKEN}"}
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/readyz", headers=headers, timeout=5).status_code == 200:
-                    return
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                tail = self.log.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"sidecar serve on {self.url} did not start: {tail}")
-            time.sleep(0.1)
+        wait_ready(self.url, headers, self.proc, timeout, self.log)
 
     def client(self) -> RemoteSidecar:
         from sidecar.shells.client import RemoteSidecar
@@ -332,7 +283,7 @@ class Replica:
         return RemoteSidecar(self.url, TOKEN, timeout=120)
 
     def stop(self) -> None:
-        _stop(self.proc)
+        stop_process(self.proc)
 
 
 @contextlib.contextmanager

@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks import bench_shared, common
+from benchmarks import bench_shared
 from benchmarks.bench_shared import FULL, QUICK, Services, lookup_and_check
+from benchmarks.harness import results, timing
 
 if TYPE_CHECKING:
     from sidecar import Sidecar as Sidecar
@@ -57,7 +58,7 @@ def run(
 
 @contextlib.contextmanager
 def _grouped_round_robin() -> Iterator[None]:
-    plain = common.interleaved  # what bench_shared imported
+    plain = timing.interleaved  # what bench_shared imported
 
     def grouped(fns: Mapping[str, Callable[[], Any]], repeat: int, warmup: int = 3) -> Any:
         ops = ("search", "check", "check_call")
@@ -148,15 +149,15 @@ def profile(rounds: int = 2_000, seed: int = 7) -> dict[str, Any]:
             "check_call, shared: read, then check": call(serial),
             "check_call, shared: overlapped (now)": call(shared),
         }
-        samples = common.interleaved(fns, rounds, warmup=20)
+        samples = timing.interleaved(fns, rounds, warmup=20)
     return {
         "benchmark": "shared_checks_profile",
         "rounds": rounds,
-        "machine": common.machine(),
+        "machine": results.machine(),
         "us": {
             name: {
-                "p50": round(common.summary(values)["p50_ms"] * 1000, 1),
-                "p99": round(common.summary(values)["p99_ms"] * 1000, 1),
+                "p50": round(timing.summary(values)["p50_ms"] * 1000, 1),
+                "p99": round(timing.summary(values)["p99_ms"] * 1000, 1),
             }
             for name, values in samples.items()
         },
@@ -216,14 +217,14 @@ def writes(rounds: int = 500, lease_ms: float = 2000.0) -> dict[str, Any]:
                     tx.execute(BUMP)
 
             fns[f"{holders} leased"] = write
-        samples = common.interleaved(fns, rounds, warmup=20)
-    stats = {name: common.summary(values) for name, values in samples.items()}
+        samples = timing.interleaved(fns, rounds, warmup=20)
+    stats = {name: timing.summary(values) for name, values in samples.items()}
     base = stats["0 leased"]["p50_ms"]
     return {
         "benchmark": "shared_checks_writes",
         "rounds": rounds,
         "lease_ms": lease_ms,
-        "machine": common.machine(),
+        "machine": results.machine(),
         "ms": {
             name: {
                 "p50": s["p50_ms"],

@@ -39,25 +39,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_serve import (
-    ServerProcess,
-    _build_cache,
-    build_demo_home,
-    server_env,
-    sidecar_argv,
-)
-from benchmarks.common import (
-    REPO_ROOT,
+from benchmarks.bench_serve import ServerProcess, _build_cache, build_demo_home, server_env
+from benchmarks.common import REPO_ROOT
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import (
     emit,
     machine,
     md_table,
     md_targets,
-    progress,
     pyplot,
     revision,
     save_figure,
     target,
 )
+from benchmarks.harness.services import sidecar_argv, stop_process
 
 VERDICT = {True: "met", False: "missed", None: "not measured"}
 QUIET_SHARE = 0.15
@@ -324,12 +319,7 @@ class Gateway:
         raise RuntimeError("sidecar gateway did not start:\n" + self.log.read_text()[-2000:])
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_process(self.proc)
         self._out.close()
 
 

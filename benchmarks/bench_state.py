@@ -31,7 +31,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import machine, md_table, md_targets, progress, quick_main, ratio, target
+from benchmarks.common import quick_main
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import machine, md_table, md_targets, target
+from benchmarks.harness.timing import ratio
 from benchmarks.pgserver import PostgresServer
 from sidecar.storage import Connection, Database
 from sidecar.storage.backends.postgres import PostgresDatabase

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import md_table, md_targets, pyplot, save_figure
+from benchmarks.harness.results import md_table, md_targets, pyplot, save_figure
 from sidecar.memory import FAMILIES
 
 SYSTEM_KEYS = (
@@ -48,7 +48,7 @@ def cell(value: Any) -> Any:
 
 
 def markdown(result: Mapping[str, Any]) -> str:
-    from benchmarks.bench_failures import FAMILY_KEYS, HEADLINE
+    from benchmarks.failure_metrics import FAMILY_KEYS, HEADLINE
 
     params = result["params"]
     folds = [
@@ -206,7 +206,7 @@ def lodo_section(result: Mapping[str, Any]) -> list[str]:
 
 
 def targets_section(result: Mapping[str, Any]) -> list[str]:
-    from benchmarks.bench_failures import GOAL_NAMES, GOALS, met
+    from benchmarks.failure_metrics import GOAL_NAMES, GOALS, met
 
     lodo = result["leave_one_domain_out"]
     by_domain = result["eviction_by_domain"]
@@ -244,7 +244,7 @@ def targets_section(result: Mapping[str, Any]) -> list[str]:
 
 
 def situation_section(result: Mapping[str, Any]) -> list[str]:
-    from benchmarks.bench_failures import HEADLINE
+    from benchmarks.failure_metrics import HEADLINE
 
     situation = result["same_situation"]
     head = ["### Same-situation ablation", ""]

@@ -26,13 +26,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    DEFAULT_DATASETS,
+from benchmarks.common import DEFAULT_DATASETS
+from benchmarks.harness.progress import progress, steps
+from benchmarks.harness.results import (
     DEFAULT_OUT_DIR,
     machine,
-    md_targets,
-    progress,
+    page,
     revision,
+    summary_page,
     write_json,
 )
 
@@ -255,7 +256,7 @@ def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[st
     plots = _plots(module, result, out)
     result["plots"] = [p.name for p in plots]
     write_json(result, out / f"{name}.json")
-    (out / f"{name}.md").write_text(_page(name, result, module.markdown(result)))
+    (out / f"{name}.md").write_text(page(name, result, module.markdown(result)))
     progress(f"{name} done in {result['elapsed_s']} s -> {out / (name + '.json')}")
     return result
 
@@ -267,27 +268,6 @@ def _plots(module: Any, result: dict[str, Any], out: Path) -> list[Path]:
         progress(f"no plot ({exc}); install matplotlib for PNG plots")
         return []
     return plots
-
-
-def _page(name: str, result: dict[str, Any], body: str) -> str:
-    head = [
-        f"# Benchmark: {name}",
-        "",
-        f"`{result['command']}` ({result['mode']}), {result['generated_at']}, "
-        f"{result['elapsed_s']} s on {_machine_line(result.get('machine') or machine())}, "
-        f"library at {result.get('library_revision') or 'an unknown revision'}, 1-minute "
-        f"load {result['load_average_1m']['before']} before and "
-        f"{result['load_average_1m']['after']} after.",
-        "",
-        f"Question: {result.get('question', '')}.",
-        "",
-    ]
-    figures = [f"![{p}]({p})" for p in result.get("plots", [])]
-    return "\n".join([*head, body, *figures, ""])
-
-
-def _machine_line(m: dict[str, Any]) -> str:
-    return f"{m.get('cpus')} CPUs, {m.get('system')} {m.get('machine', '')}, Python {m['python']}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -331,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if lost or packages:
             return 2
     started = time.perf_counter()
-    results = {name: run_one(name, args, argv) for name in names}
+    results = {name: run_one(name, args, argv) for name in steps("benchmarks", names)}
     if args.name == "all":
         combined = {
             "benchmark": "all",
@@ -344,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "benchmarks": results,
         }
         write_json(combined, args.out_dir / "all.json")
-        (args.out_dir / "all.md").write_text(_summary_page(combined))
+        (args.out_dir / "all.md").write_text(summary_page(combined))
         shown: dict[str, Any] = combined
     else:
         shown = results[args.name]
@@ -352,29 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(shown, indent=2))
     else:
         module = importlib.import_module(MODULES[args.name]) if args.name != "all" else None
-        print(module.markdown(shown) if module else _summary_page(shown))
+        print(module.markdown(shown) if module else summary_page(shown))
     return 0
-
-
-def _summary_page(combined: dict[str, Any]) -> str:
-    rows = [
-        f"- {name}: {r['elapsed_s']} s, [{name}.md]({name}.md)"
-        for name, r in combined["benchmarks"].items()
-    ]
-    return "\n".join(
-        [
-            "# Benchmarks: every target",
-            "",
-            f"`{combined['command']}` ({combined['mode']}), {combined['elapsed_s']} s on "
-            f"{_machine_line(combined['machine'])}, library at "
-            f"{combined.get('library_revision') or 'an unknown revision'}.",
-            "",
-            md_targets(combined["targets"]),
-            "",
-            *rows,
-            "",
-        ]
-    )
 
 
 if __name__ == "__main__":

@@ -183,13 +183,8 @@ def test_embed_is_a_registered_benchmark(
 def test_serve_benchmark_helpers(tmp_path: Path) -> None:
     import json
 
-    from benchmarks.bench_serve import (
-        chunks,
-        distinct_queries,
-        http_budget,
-        read_server_url,
-        rotated,
-    )
+    from benchmarks.bench_serve import chunks, distinct_queries, http_budget, rotated
+    from benchmarks.harness.services import read_server_url
     from indexes.query_cache import query_key
 
     # each variant goes first equally often, and every round runs each once
