@@ -227,7 +227,8 @@ def instrumented(probe: Probe) -> Iterator[None]:
 
 
 def measure(trials: int, seed: int = 7) -> dict[str, Any]:
-    from benchmarks.bench_shared import Services, catalog, library
+    from benchmarks.shared_services import Services, library
+    from benchmarks.shared_workload import catalog
     from indexes import HashingEmbedder
     from sidecar import Tool
 
@@ -288,7 +289,7 @@ def measure(trials: int, seed: int = 7) -> dict[str, Any]:
 
 
 def _chain(topology: list[str], i: int) -> dict[str, Any]:
-    from benchmarks.bench_shared import fatal_chain
+    from benchmarks.shared_workload import fatal_chain
 
     return fatal_chain(topology, i)
 

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks import bench_shared
-from benchmarks.bench_shared import FULL, QUICK, Services, lookup_and_check
+from benchmarks.bench_shared import FULL, QUICK, lookup_and_check
 from benchmarks.harness import results, timing
+from benchmarks.shared_services import Services
 
 if TYPE_CHECKING:
     from sidecar import Sidecar as Sidecar
@@ -81,8 +82,9 @@ def profile(rounds: int = 2_000, seed: int = 7) -> dict[str, Any]:
     read first and the check after it, and shared as it runs now (overlapped)."""
     import random
 
-    from benchmarks.bench_shared import catalog, fatal_chain, library, lookup_step, session
     from benchmarks.pgserver import PostgresServer
+    from benchmarks.shared_services import library
+    from benchmarks.shared_workload import catalog, fatal_chain, lookup_step, session
     from indexes import HashingEmbedder
     from sidecar import Sidecar
     from sidecar.storage.backends.postgres import PostgresDatabase
