@@ -32,7 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_gateway import TOKEN, _http_session, _start_http
+from benchmarks.bench_gateway import _http_session, _start_http
+from benchmarks.gateway_servers import TOKEN
 from benchmarks.harness.progress import progress
 from benchmarks.harness.results import emit, machine, revision
 
