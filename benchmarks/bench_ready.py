@@ -32,17 +32,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_serve import (
-    FIRST_QUERY,
-    POLL_S,
-    START_TIMEOUT_S,
-    _build_cache,
-    build_demo_home,
-    server_env,
-)
+from benchmarks.bench_serve import _build_cache, build_demo_home
 from benchmarks.harness.progress import progress
 from benchmarks.harness.results import emit, machine, revision
 from benchmarks.harness.services import read_server_url, sidecar_argv
+from benchmarks.serve_process import FIRST_QUERY, POLL_S, START_TIMEOUT_S, server_env
 
 VARIANTS = {"onnx": "minilm", "hashing": "hashing"}
 TARGET_S = 3.0

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_serve import ServerProcess, _build_cache, build_demo_home, server_env
+from benchmarks.bench_serve import _build_cache, build_demo_home
 from benchmarks.common import REPO_ROOT
 from benchmarks.harness.progress import progress
 from benchmarks.harness.results import (
@@ -53,6 +53,7 @@ from benchmarks.harness.results import (
     target,
 )
 from benchmarks.harness.services import sidecar_argv, stop_process
+from benchmarks.serve_process import ServerProcess, server_env
 
 VERDICT = {True: "met", False: "missed", None: "not measured"}
 QUIET_SHARE = 0.15
