@@ -1,6 +1,7 @@
 """The library's shape, held by a test so that it stays true: small modules, short
 functions, classes that hold logic kept small, no import circle between modules, and
-no SQL outside the storage repositories (docs/design.md, "The map")."""
+no SQL outside the storage repositories (docs/design.md, "The map").  The benchmarks
+are held to the same module and function sizes and to no import circle."""
 
 from __future__ import annotations
 
@@ -230,6 +231,14 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
 
 # ---- the benchmarks --------------------------------------------------------------------
 BENCHMARKS = ("benchmarks",)
+
+
+def test_no_benchmark_module_is_over_600_lines() -> None:
+    assert long_modules(BENCHMARKS, MAX_MODULE_LINES) == {}
+
+
+def test_no_benchmark_function_is_over_60_lines() -> None:
+    assert long_functions(BENCHMARKS, MAX_FUNCTION_LINES) == {}
 
 
 def test_no_import_circle_between_benchmark_modules() -> None:
