@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import quick_main
-from benchmarks.harness.progress import progress
+from benchmarks.harness.progress import progress, steps
 from benchmarks.harness.results import machine, md_table, md_targets, pyplot, save_figure, target
 from benchmarks.harness.timing import ratio
 from benchmarks.seed import ChainArchive, seed_archive, seed_check
@@ -177,7 +177,7 @@ def run(quick: bool, seed: int = 7) -> dict[str, Any]:
     sizes = QUICK_SIZES if quick else FULL_SIZES
     per_kind = 30 if quick else 20
     built = []
-    for n in sizes:
+    for n in steps("check: sizes compiled", sizes):
         progress(f"check: compiling {n:,} archived chains")
         built.append(build(n, per_kind, seed))
     progress("check: measuring every size, interleaved")

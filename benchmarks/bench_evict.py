@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import open_sidecar
-from benchmarks.harness.progress import progress
+from benchmarks.harness.progress import progress, steps
 from benchmarks.harness.results import (
     emit,
     machine,
@@ -114,7 +114,7 @@ def run(quick: bool, seed: int = 7) -> dict[str, Any]:
 def measure(n_tools: int, sizes: Sequence[int], seed: int) -> dict[str, Any]:
     started = time.perf_counter()
     runs = []
-    for n in sizes:
+    for n in steps("evict: sizes", sizes):
         progress(f"evict: {n:,} archived chains over {n_tools:,} tools")
         runs.append(run_size(n_tools, n, seed))
     small, large = runs[0], runs[-1]

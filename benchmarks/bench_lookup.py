@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import model_embedder, open_sidecar, quick_main
-from benchmarks.harness.progress import progress
+from benchmarks.harness.progress import progress, steps
 from benchmarks.harness.results import machine, md_table, md_targets, pyplot, save_figure, target
 from benchmarks.harness.timing import interleaved, ratio, summary, timed
 
@@ -400,7 +400,7 @@ def run(quick: bool, seed: int = 7) -> dict[str, Any]:
     sizes = QUICK_SIZES if quick else FULL_SIZES
     repeat = 150 if quick else 300
     sizes_out: dict[str, Any] = {}
-    for n in sizes:
+    for n in steps("lookup: sizes", sizes):
         progress(f"lookup: {n:,} tools")
         sizes_out[str(n)] = constrained_part(n, repeat, seed)
     progress("lookup: end to end with all-MiniLM-L6-v2 (the default onnx path)")

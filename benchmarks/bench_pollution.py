@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import DEFAULT_DATASETS, model_embedder, open_sidecar
 from benchmarks.datasets import Corpus, Task, seal_tools, toolbench
-from benchmarks.harness.progress import progress
+from benchmarks.harness.progress import progress, steps
 from benchmarks.harness.results import (
     emit,
     machine,
@@ -459,7 +459,7 @@ def run(
     embedder = CachedEmbedder(model_embedder(embedder_name))
     tb = toolbench(dataset)
     per_seed: dict[str, dict[int, dict[str, Any]]] = {"toolbench": {}, "seal_tools": {}}
-    for s in seed_list:
+    for s in steps("pollution: seeds", seed_list):
         per_seed["toolbench"][s] = evaluate(tb, embedder, k, s, rebuild_check=s == seed)
         seal = seal_tools(dataset, s, **(QUICK_SEAL if quick else {}))
         per_seed["seal_tools"][s] = evaluate(seal, embedder, k, s, rebuild_check=s == seed)
