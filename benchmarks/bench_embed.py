@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import DEFAULT_DATASETS, REPO_ROOT
+from benchmarks.common import DEFAULT_DATASETS
 from benchmarks.embed_lookup import _each, lookup_part
 from benchmarks.embed_report import markdown, plot
 from benchmarks.embed_setup import (
@@ -56,7 +56,7 @@ from benchmarks.embed_setup import (
     long_query,
 )
 from benchmarks.harness.progress import progress
-from benchmarks.harness.results import machine, target
+from benchmarks.harness.results import REPO_ROOT, machine, target
 from benchmarks.harness.timing import interleaved, ratio, summary
 
 if TYPE_CHECKING:

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_serve import _build_cache, build_demo_home
-from benchmarks.common import REPO_ROOT
 from benchmarks.harness.progress import progress
 from benchmarks.harness.results import (
+    REPO_ROOT,
     emit,
     machine,
     md_table,

@@ -24,9 +24,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO_ROOT, open_sidecar, quick_main
+from benchmarks.common import open_sidecar, quick_main
 from benchmarks.harness.progress import progress
-from benchmarks.harness.results import machine, md_table, md_targets, pyplot, save_figure, target
+from benchmarks.harness.results import (
+    REPO_ROOT,
+    machine,
+    md_table,
+    md_targets,
+    pyplot,
+    save_figure,
+    target,
+)
 from benchmarks.harness.timing import ratio
 
 INDEX_TOOLS = 10_000

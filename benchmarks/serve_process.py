@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from benchmarks.common import REPO_ROOT
+from benchmarks.harness.results import REPO_ROOT
 from benchmarks.harness.services import read_server_url, sidecar_argv
 
 VARIANTS = ("onnx", "torch")
