@@ -50,7 +50,7 @@ from typing import Any
 
 from benchmarks.harness.progress import progress
 from benchmarks.harness.results import machine, md_table, md_targets, pyplot, save_figure, target
-from benchmarks.harness.services import clean_env, start_serve, wait_announced
+from benchmarks.harness.services import clean_env, start_serve, stop_process, wait_announced
 from benchmarks.harness.timing import ratio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,8 +211,7 @@ class Server:
         self.agent = {"Authorization": f"Bearer {ALICE}"}
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=120)
+        stop_process(self.proc, 120)
         self.log.close()
 
 

@@ -37,7 +37,7 @@ from typing import Any
 from benchmarks.common import quick_main
 from benchmarks.harness.progress import progress
 from benchmarks.harness.results import machine, md_table, md_targets, pyplot, save_figure, target
-from benchmarks.harness.services import clean_env, start_serve, wait_announced
+from benchmarks.harness.services import clean_env, start_serve, stop_process, wait_announced
 from benchmarks.harness.timing import ratio, summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,8 +135,7 @@ class Server:
         self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
+        stop_process(self.proc, 60)
         self.log.close()
 
 

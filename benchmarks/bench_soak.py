@@ -52,7 +52,7 @@ from benchmarks.harness.results import (
     save_figure,
     target,
 )
-from benchmarks.harness.services import sidecar_argv, stop_process
+from benchmarks.harness.services import sidecar_argv, stop_process, wait_until
 from benchmarks.serve_process import ServerProcess, server_env
 
 VERDICT = {True: "met", False: "missed", None: "not measured"}
@@ -309,15 +309,11 @@ class Gateway:
         )
 
     def wait_url(self, timeout_s: float = 120) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def announced() -> str | None:
             found = re.search(r"serving (http://\S+/mcp)", self.log.read_text(errors="replace"))
-            if found:
-                return found.group(1)
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.2)
-        raise RuntimeError("sidecar gateway did not start:\n" + self.log.read_text()[-2000:])
+            return found.group(1) if found else None
+
+        return wait_until(announced, self.proc, timeout_s, "sidecar gateway", self.log, poll=0.2)
 
     def stop(self) -> None:
         stop_process(self.proc)

@@ -48,7 +48,13 @@ from typing import IO, Any, Literal
 
 import httpx
 
-from benchmarks.harness.services import free_port, log_tail, start_chroma, stop_process
+from benchmarks.harness.services import (
+    free_port,
+    log_tail,
+    start_chroma,
+    stop_process,
+    wait_until,
+)
 from benchmarks.pgserver import PostgresServer, bindir
 from benchmarks.s3server import S3Server
 from benchmarks.s3server import missing as s3_missing
@@ -125,27 +131,17 @@ class Replica:
         """Until the server answers ``/livez`` (and, with ``ready``, ``/readyz``, which
         needs the token)."""
         assert self.proc is not None
-        deadline = time.monotonic() + UP_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"replica {self.index} exited ({self.proc.returncode}): {self.tail()}"
-                )
+        auth = {"Authorization": f"Bearer {token}"}
+
+        def up() -> int | None:
             url = self._announced()
-            if url is not None:
-                try:
-                    up = httpx.get(f"{url}/livez", timeout=2).status_code == 200
-                    if up and ready:
-                        auth = {"Authorization": f"Bearer {token}"}
-                        ready_s = httpx.get(f"{url}/readyz", headers=auth, timeout=10)
-                        up = ready_s.status_code == 200
-                except httpx.HTTPError:
-                    up = False
-                if up:
-                    self.port = int(url.rsplit(":", 1)[1])
-                    return
-            time.sleep(0.1)
-        raise RuntimeError(f"replica {self.index} did not come up: {self.tail()}")
+            if url is None or httpx.get(f"{url}/livez", timeout=2).status_code != 200:
+                return None
+            if ready and httpx.get(f"{url}/readyz", headers=auth, timeout=10).status_code != 200:
+                return None
+            return int(url.rsplit(":", 1)[1])
+
+        self.port = wait_until(up, self.proc, UP_S, f"replica {self.index}", self.log_path)
 
     def _announced(self) -> str | None:
         try:

@@ -4,7 +4,6 @@ its start; the variants it runs with, and the pure helpers those benchmarks shar
 from __future__ import annotations
 
 import os
-import signal
 import statistics
 import subprocess
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 from types import TracebackType
 
 from benchmarks.harness.results import REPO_ROOT
-from benchmarks.harness.services import read_server_url, sidecar_argv
+from benchmarks.harness.services import read_server_url, sidecar_argv, stop_process
 
 VARIANTS = ("onnx", "torch")
 
@@ -178,11 +177,5 @@ class ServerProcess:
         return self.elapsed(), len(answer.json()["hits"])
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self._log.close()
