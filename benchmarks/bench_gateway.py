@@ -69,7 +69,7 @@ from benchmarks.gateway_report import markdown, plot
 from benchmarks.gateway_servers import TOKEN, serve
 from benchmarks.harness.progress import progress
 from benchmarks.harness.results import emit, machine, revision
-from benchmarks.harness.services import free_port, wait_mcp
+from benchmarks.harness.services import free_port, stop_process, wait_mcp
 from benchmarks.harness.timing import ratio, summary
 
 __all__ = ["markdown", "plot", "run", "serve"]
@@ -207,8 +207,7 @@ async def _over_http(calls: int, baseline: Path | None, reference: bool) -> dict
             return await _interleaved_calls(s, calls, warmup=20)
     finally:
         for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=30)
+            stop_process(proc)
 
 
 async def _over_stdio(calls: int, baseline: Path | None, reference: bool) -> dict[str, list[float]]:
@@ -335,8 +334,7 @@ def isolation(
             )
             anyio.run(flood.main, max(calls // (phases * len(paces)), 1), phases, paces)
         finally:
-            gateway.terminate()
-            gateway.wait(timeout=60)
+            stop_process(gateway, 60)
         lags = json.loads(lag_file.read_text()) if lag_file.exists() else []
     return flood.figures(lags, paces)
 

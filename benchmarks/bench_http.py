@@ -22,7 +22,13 @@ import httpx
 
 from benchmarks.bench_lookup import WORDS
 from benchmarks.harness.results import emit, machine
-from benchmarks.harness.services import free_port, operator_headers, start_serve, wait_until
+from benchmarks.harness.services import (
+    free_port,
+    operator_headers,
+    start_serve,
+    stop_process,
+    wait_until,
+)
 from benchmarks.harness.timing import summary, timed
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
@@ -50,8 +56,7 @@ def main(argv: list[str] | None = None) -> None:
             result: dict[str, Any] = {"server_ready_s": round(time.perf_counter() - started, 2)}
             result |= _measure(url, operator_headers(home), rng, args.repeat)
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            stop_process(proc)
     for label in ("no_prefix", "prefix_active"):
         result[label]["ratio_vs_livez"] = round(
             result[label]["p50_ms"] / result["livez_floor"]["p50_ms"], 2

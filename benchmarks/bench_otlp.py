@@ -222,8 +222,7 @@ class _Large:
                 self.answers.append((str(item[0]), int(item[1]), float(item[2])))
 
     def __exit__(self, *_exc: object) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
+        stop_process(self.proc, 60)
         self.reader.join(timeout=60)
         if self.proc.stdout is not None:
             self.proc.stdout.close()

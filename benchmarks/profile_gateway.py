@@ -36,6 +36,7 @@ from benchmarks.bench_gateway import _http_session, _start_http
 from benchmarks.gateway_servers import TOKEN
 from benchmarks.harness.progress import progress
 from benchmarks.harness.results import emit, machine, revision
+from benchmarks.harness.services import stop_process
 
 STEPS = (
     ("on_call", "sidecar.agents.gateway.server", "Gateway", "on_call"),
@@ -154,8 +155,7 @@ def run(calls: int, profiled: bool, warmup: int = 50) -> dict[str, Any]:
             anyio.run(calling)
         finally:
             for proc in reversed(procs):
-                proc.terminate()
-                proc.wait(timeout=60)
+                stop_process(proc, 60)
         found = json.loads(out.read_text())
     steps = {name: _per_call(v, warmup) for name, v in found["times"].items()}
     round_trip = _per_call(client, 0)
