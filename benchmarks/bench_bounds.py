@@ -40,10 +40,7 @@ stdout), or ``python -m benchmarks.run bounds``.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -51,16 +48,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    machine,
-    md_table,
-    md_targets,
-    progress,
-    pyplot,
-    ratio,
-    save_figure,
-    target,
-)
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import machine, md_table, md_targets, pyplot, save_figure, target
+from benchmarks.harness.services import clean_env, start_serve, stop_process, wait_announced
+from benchmarks.harness.timing import ratio
 
 ROOT = Path(__file__).resolve().parents[1]
 ALICE = "alice-token-0123456789"
@@ -207,36 +198,20 @@ class Server:
     """``sidecar serve`` on a fresh home with ``alice``'s agent token and ``env``."""
 
     def __init__(self, home: Path, env: Mapping[str, str]) -> None:
-        from benchmarks.bench_serve import read_server_url
-
         home.mkdir(parents=True)
         tokens = {"tokens": [{"name": "alice", "role": "agent", "token": ALICE}]}
         (home / "tokens.json").write_text(json.dumps(tokens))
-        full = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
-        full |= {"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": "hashing", **env}
+        full = clean_env() | {"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": "hashing", **env}
         full["PYTHONPATH"] = str(ROOT)
         self.home = home
         self.log = (home.parent / f"{home.name}.stderr").open("wb")
-        self.proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("sidecar")), "serve", "--port", "0"],
-            env=full,
-            stdout=subprocess.DEVNULL,
-            stderr=self.log,
-        )
-        deadline = time.monotonic() + 120
-        url = None
-        while url is None:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start (see {self.log.name})")
-            url = read_server_url(home, self.proc.pid)
-            time.sleep(0.05)
-        self.url = url
+        self.proc = start_serve(full, self.log)
+        self.url = wait_announced(home, self.proc, 120, f"the server (see {self.log.name})")
         self.operator = {"Authorization": f"Bearer {(home / 'token').read_text().strip()}"}
         self.agent = {"Authorization": f"Bearer {ALICE}"}
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=120)
+        stop_process(self.proc, 120)
         self.log.close()
 
 
@@ -476,7 +451,7 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    from benchmarks.common import emit
+    from benchmarks.harness.results import emit
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")

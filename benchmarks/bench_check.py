@@ -32,17 +32,10 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import (
-    machine,
-    md_table,
-    md_targets,
-    progress,
-    pyplot,
-    quick_main,
-    ratio,
-    save_figure,
-    target,
-)
+from benchmarks.common import quick_main
+from benchmarks.harness.progress import progress, steps
+from benchmarks.harness.results import machine, md_table, md_targets, pyplot, save_figure, target
+from benchmarks.harness.timing import ratio
 from benchmarks.seed import ChainArchive, seed_archive, seed_check
 
 if TYPE_CHECKING:
@@ -184,7 +177,7 @@ def run(quick: bool, seed: int = 7) -> dict[str, Any]:
     sizes = QUICK_SIZES if quick else FULL_SIZES
     per_kind = 30 if quick else 20
     built = []
-    for n in sizes:
+    for n in steps("check: sizes compiled", sizes):
         progress(f"check: compiling {n:,} archived chains")
         built.append(build(n, per_kind, seed))
     progress("check: measuring every size, interleaved")
@@ -201,8 +194,35 @@ def run(quick: bool, seed: int = 7) -> dict[str, Any]:
         for kind in KINDS
     }
     worst_growth = max(g for per in growth.values() for g in per.values())
-    at_100k = measured.get(100_000)
-    targets = [
+    targets = _targets(measured.get(100_000), small, large, worst_growth, runs)
+    return {
+        "benchmark": "check",
+        "question": "compiled plan check vs the seed's linear prefix scan, 1k to 1M chains",
+        "machine": machine(),
+        "params": {
+            "sizes": list(sizes),
+            "vocabulary": VOCABULARY,
+            "plans_per_kind": per_kind,
+            "compiled_reps_per_plan": 40,
+            "seed": seed,
+        },
+        "runs": runs,
+        "speedup_vs_seed": {str(r["archived_chains"]): r["speedup_vs_seed"] for r in runs},
+        "growth": growth,
+        "growth_worst": worst_growth,
+        "targets": targets,
+        "timings_s": {"total": round(time.perf_counter() - started, 1)},
+    }
+
+
+def _targets(
+    at_100k: dict[str, Any] | None,
+    small: dict[str, Any],
+    large: dict[str, Any],
+    worst_growth: float,
+    runs: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    return [
         target(
             "check: speedup vs the seed's linear scan at 100k chains",
             ">= 1000 (slowest plan kind, both compiled modes)",
@@ -222,24 +242,6 @@ def run(quick: bool, seed: int = 7) -> dict[str, Any]:
             all(r["parity_mismatches"] == 0 for r in runs),
         ),
     ]
-    return {
-        "benchmark": "check",
-        "question": "compiled plan check vs the seed's linear prefix scan, 1k to 1M chains",
-        "machine": machine(),
-        "params": {
-            "sizes": list(sizes),
-            "vocabulary": VOCABULARY,
-            "plans_per_kind": per_kind,
-            "compiled_reps_per_plan": 40,
-            "seed": seed,
-        },
-        "runs": runs,
-        "speedup_vs_seed": {str(r["archived_chains"]): r["speedup_vs_seed"] for r in runs},
-        "growth": growth,
-        "growth_worst": worst_growth,
-        "targets": targets,
-        "timings_s": {"total": round(time.perf_counter() - started, 1)},
-    }
 
 
 def markdown(result: dict[str, Any]) -> str:

@@ -31,24 +31,23 @@ import random
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_store import make_row
-from benchmarks.common import (
+from benchmarks.harness.results import (
     emit,
     machine,
     md_table,
     md_targets,
     pyplot,
-    ratio,
     save_figure,
-    summary,
     target,
 )
+from benchmarks.harness.timing import ratio, summary
 from cold_store import ColdStore, S3Options
 
 STORES = ("parquet", "delta", "s3", "delta_unmaintained")
@@ -120,9 +119,6 @@ def measure(
         finally:
             for store in stores.values():
                 store.close()
-    end = points[-1]["resolve"]
-    first = points[0]["append_recent"]
-    last = points[-1]["append_recent"]
     return {
         "benchmark": "delta",
         "question": (
@@ -140,6 +136,17 @@ def measure(
         },
         "points": points,
         "maintenance": maintenance,
+        **_ratios(points, appends),
+    }
+
+
+def _ratios(points: list[dict[str, Any]], appends: dict[str, list[float]]) -> dict[str, Any]:
+    """Each store's appends and resolutions against the local Parquet table's, and its
+    appends' growth from the first step to the last."""
+    end = points[-1]["resolve"]
+    first = points[0]["append_recent"]
+    last = points[-1]["append_recent"]
+    return {
         "append_all": {name: summary(appends[name]) for name in STORES},
         "append_p50_vs_parquet": {
             name: ratio(summary(appends[name])["p50_ms"], summary(appends["parquet"])["p50_ms"], 2)
@@ -242,6 +249,31 @@ def growth(quick: bool, seed: int = 7) -> dict[str, Any]:
     return result
 
 
+POINT_HEADERS = (
+    "chains",
+    "store",
+    "append p50 ms (last 20)",
+    "files",
+    "resolve p50 ms",
+    "resolve p99 ms",
+    "open + first lookup ms",
+)
+
+
+def _maintenance_rows(maintenance: dict[str, Any]) -> list[list[Any]]:
+    return [
+        [
+            LABELS[name],
+            f"{m['chains']:,}",
+            f"{m['compact_ms']:,.0f}",
+            m["files_removed"],
+            f"{m['checkpoint_ms']:,.0f}",
+        ]
+        for name in MAINTAINED
+        for m in maintenance[name]
+    ]
+
+
 def markdown(result: dict[str, Any]) -> str:
     if result.get("mode_of_run") == "commits":
         return commits_markdown(result)
@@ -262,17 +294,6 @@ def markdown(result: dict[str, Any]) -> str:
         for point in result["points"]
         for name in STORES
     ]
-    maintenance = [
-        [
-            LABELS[name],
-            f"{m['chains']:,}",
-            f"{m['compact_ms']:,.0f}",
-            m["files_removed"],
-            f"{m['checkpoint_ms']:,.0f}",
-        ]
-        for name in MAINTAINED
-        for m in result["maintenance"][name]
-    ]
     p = result["params"]
     append = result["append_p50_vs_parquet"]
     growth = result["append_growth_first_to_last_step"]
@@ -281,23 +302,13 @@ def markdown(result: dict[str, Any]) -> str:
         [
             "## Delta cold store",
             "",
-            md_table(
-                [
-                    "chains",
-                    "store",
-                    "append p50 ms (last 20)",
-                    "files",
-                    "resolve p50 ms",
-                    "resolve p99 ms",
-                    "open + first lookup ms",
-                ],
-                rows,
-            ),
+            md_table(POINT_HEADERS, rows),
             "",
             f"Maintenance every {p['maintain_every']} appends of {p['batch']} chains:",
             "",
             md_table(
-                ["store", "chains", "compaction ms", "files merged", "checkpoint ms"], maintenance
+                ["store", "chains", "compaction ms", "files merged", "checkpoint ms"],
+                _maintenance_rows(result["maintenance"]),
             ),
             "",
             f"Over all {p['chains']:,} chains, append p50 is {append['delta']}x the local "
@@ -374,15 +385,7 @@ def commit_costs(quick: bool, seed: int = 7) -> dict[str, Any]:
             seedling = rows_of(2000)
             for store in stores.values():
                 store.chains.append(seedling, batch="seed")
-            turn = 0
-            for r in range(rounds):
-                for n in COMMIT_SIZES:
-                    for shape in SHAPES:
-                        batch = rows_of(n)
-                        for name in _rotated(COMMIT_STORES, turn):
-                            label = f"{name}/{n}/{shape}"
-                            _append_timed(stores[name], batch, shape, label, r, samples)
-                        turn += 1
+            _commit_rounds(stores, rows_of, rounds, samples)
             requests = _count_requests(server, rows_of, rounds=3)
         finally:
             for store in stores.values():
@@ -407,6 +410,25 @@ def commit_costs(quick: bool, seed: int = 7) -> dict[str, Any]:
         "s3_requests_per_append": requests,
         "timings_s": {"total": round(time.perf_counter() - started, 1)},
     }
+
+
+def _commit_rounds(
+    stores: dict[str, Any],
+    rows_of: Callable[[int], list[dict[str, Any]]],
+    rounds: int,
+    samples: dict[str, list[float]],
+) -> None:
+    """Every size and shape appended once per round to every store, the stores taking
+    turns to go first."""
+    turn = 0
+    for r in range(rounds):
+        for n in COMMIT_SIZES:
+            for shape in SHAPES:
+                batch = rows_of(n)
+                for name in _rotated(COMMIT_STORES, turn):
+                    label = f"{name}/{n}/{shape}"
+                    _append_timed(stores[name], batch, shape, label, r, samples)
+                turn += 1
 
 
 def _count_requests(server: Any, rows_of: Any, rounds: int) -> dict[str, dict[str, float]]:

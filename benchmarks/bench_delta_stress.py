@@ -17,8 +17,8 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from benchmarks.common import machine, md_table, md_targets, target
 from benchmarks.delta_stress import CALL_DEADLINE_S, check, committed_rows, run_writers
+from benchmarks.harness.results import machine, md_table, md_targets, target
 from benchmarks.s3server import FaultSpec, S3Server
 from cold_store import ColdStore
 

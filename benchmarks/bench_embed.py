@@ -43,69 +43,31 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import (
-    DEFAULT_DATASETS,
-    REPO_ROOT,
-    interleaved,
-    machine,
-    md_table,
-    md_targets,
-    progress,
-    pyplot,
-    ratio,
-    save_figure,
-    summary,
-    target,
+from benchmarks.common import DEFAULT_DATASETS
+from benchmarks.embed_lookup import _each, lookup_part
+from benchmarks.embed_report import markdown, plot
+from benchmarks.embed_setup import (
+    FIELDS,
+    HEAVY,
+    INCLUDE,
+    SHORT_QUERIES,
+    WARMUP,
+    K,
+    long_query,
 )
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import REPO_ROOT, machine, target
+from benchmarks.harness.timing import interleaved, ratio, summary
 
 if TYPE_CHECKING:
     import numpy as np
 
     from indexes import ActiveIndex, MiniLMEmbedder, OnnxMiniLMEmbedder
 
-K = 10
-FIELDS = ("description", "tool_type")
-"""What a sidecar lookup hit carries (``sidecar.core.HIT_FIELDS``)."""
-INCLUDE: list[Any] = ["metadatas", "distances"]
+__all__ = ["markdown", "plot", "run"]
 LOOKUP_TOOLS = 10_000
-WARMUP = 3
-"""Untimed rounds of :func:`benchmarks.common.interleaved` (its default)."""
-LOOKUP_SETS = (
-    "raw_chroma",
-    "text_exact",
-    "text_chroma",
-    "vector_exact",
-    "embed_int8",
-    "torch",
-    "agreement",
-)
 QUICK_SIZES = (1_000, 10_000, 20_000, 50_000)
 FULL_SIZES = (1_000, 10_000, 20_000, 30_000, 50_000, 100_000)
-SHORT_QUERIES = (
-    "what's the weather in Lisbon",
-    "convert 100 euros to yen",
-    "send an email to my landlord",
-    "book a table for two tonight",
-    "find cheap flights to Rome",
-    "summarize this pdf report",
-    "translate hello into German",
-    "latest stock price of Tesla",
-)
-WORDS = tuple(
-    "search parse extract weather stock email calendar file image audio translate "  # noqa: SIM905
-    "summarize convert route map price currency database query chart code review news "
-    "flight hotel recipe product invoice payment ticket user account report".split()
-)
-HEAVY = ("onnxruntime", "onnx", "tokenizers", "torch", "sentence_transformers", "numpy")
-
-
-def long_query(rng: random.Random) -> str:
-    words = " ".join(rng.choice(WORDS) for _ in range(40))
-    return f"Find a tool that can {words} and then write the result to a shared report"
-
-
-def tool_texts(n: int, rng: random.Random) -> list[str]:
-    return [" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(n)]
 
 
 # ---- embedding ------------------------------------------------------------------------
@@ -155,129 +117,6 @@ def _embedding_runs(
         "onnx_int8_vs_torch_p50": ratio(stats["onnx_int8"]["p50_ms"], base),
         "onnx_int8_vs_torch_p99": ratio(stats["onnx_int8"]["p99_ms"], stats["torch"]["p99_ms"]),
     }
-
-
-# ---- end-to-end lookup ----------------------------------------------------------------
-def lookup_part(cache: Path, repeat: int, seed: int) -> dict[str, Any]:
-    import numpy as np
-
-    from indexes import (
-        ActiveIndex,
-        CachedEmbedder,
-        IndexRecord,
-        MiniLMEmbedder,
-        OnnxMiniLMEmbedder,
-    )
-
-    rng = random.Random(f"embed-lookup:{seed}")
-    onnx = OnnxMiniLMEmbedder(cache)
-    texts = tool_texts(LOOKUP_TOOLS, rng)
-    started = time.perf_counter()
-    vectors = onnx.embed(texts)
-    embed_s = time.perf_counter() - started
-    records = [
-        IndexRecord(f"tool_{i}", t, {"description": t, "tool_type": "unspecified"})
-        for i, t in enumerate(texts)
-    ]
-    # every timed call gets a query of its own: a repeated one would be answered by
-    # the ranking memo of the exact tier (which the cache-hit row measures on purpose)
-    count = repeat + WARMUP
-    distinct = sorted({" ".join(rng.choice(WORDS) for _ in range(6)) for _ in range(8 * count)})
-    rng.shuffle(distinct)
-    sets = {name: distinct[i * count : (i + 1) * count] for i, name in enumerate(LOOKUP_SETS)}
-    with tempfile.TemporaryDirectory(prefix="bench-embed-lookup-") as tmp:
-        path = Path(tmp)
-        ActiveIndex.persistent(path, onnx).upsert(records, embeddings=vectors)
-        exact = ActiveIndex.persistent(path, onnx)
-        chroma = ActiveIndex.persistent(path, onnx, exact_limit=None)
-        cached = ActiveIndex.persistent(path, CachedEmbedder(onnx))
-        torch_index = ActiveIndex.persistent(path, MiniLMEmbedder(), exact_limit=None)
-        torch_index.embed_query("warm up")
-        collection = chroma._collection
-        vec = {name: [onnx.embed_query(q) for q in texts] for name, texts in sets.items()}
-        started = time.perf_counter()
-        exact.search_fields(sets["text_exact"][0], K, (), FIELDS)  # loads tier and fields
-        first_exact_ms = (time.perf_counter() - started) * 1000.0
-        agree = _lookup_agreement(exact, chroma, vec["agreement"])
-        # steady state: every hit's fields already read once (as a long-running server
-        # has them), the exact tier loaded afresh so that it remembers no ranking
-        for name in ("text_exact", "vector_exact", "text_chroma"):
-            index = chroma if name == "text_chroma" else exact
-            for v in vec[name]:
-                index.search_fields(v, K, (), FIELDS)
-        for v in vec["torch"]:
-            torch_index.search_fields(v, K, (), FIELDS)
-        exact.exact_limit = exact.exact_limit  # a new, empty tier: no ranking remembered
-        exact.search_fields(vec["agreement"][0], K, (), FIELDS)
-        repeated = sets["agreement"][1]
-        cached.search_fields(repeated, K, (), FIELDS)
-
-        def raw(v: Any) -> Any:
-            return collection.query(
-                query_embeddings=np.asarray([v], dtype=np.float32), n_results=K, include=INCLUDE
-            )
-
-        samples = interleaved(
-            {
-                "raw_chroma": _each(raw, vec["raw_chroma"]),
-                "text_exact": _each(
-                    lambda q: exact.search_fields(q, K, (), FIELDS), sets["text_exact"]
-                ),
-                "text_chroma": _each(
-                    lambda q: chroma.search_fields(q, K, (), FIELDS), sets["text_chroma"]
-                ),
-                "text_repeated_cached": lambda: cached.search_fields(repeated, K, (), FIELDS),
-                "vector_exact": _each(
-                    lambda v: exact.search_fields(v, K, (), FIELDS), vec["vector_exact"]
-                ),
-                "embed_int8": _each(onnx.embed_query, sets["embed_int8"]),
-            },
-            repeat,
-        )
-        # today's path on its own, against its own raw query (torch's spinning worker
-        # threads would slow the round robin above)
-        today_repeat = max(20, repeat // 3)
-        today = interleaved(
-            {
-                "raw_chroma": _each(raw, vec["raw_chroma"]),
-                "text_torch_chroma": _each(
-                    lambda q: torch_index.search_fields(q, K, (), FIELDS), sets["torch"]
-                ),
-            },
-            today_repeat,
-        )
-    stats = {name: summary(v) for name, v in samples.items()}
-    base = stats["raw_chroma"]["p50_ms"]
-    torch_stats = summary(today["text_torch_chroma"])
-    torch_base = summary(today["raw_chroma"])
-    return {
-        "text_torch_chroma": torch_stats,
-        "raw_chroma_torch_group": torch_base,
-        "text_torch_chroma_vs_raw_chroma_p50": ratio(torch_stats["p50_ms"], torch_base["p50_ms"]),
-        "tools": LOOKUP_TOOLS,
-        "documents_embedded_s": round(embed_s, 1),
-        "first_exact_lookup_ms": round(first_exact_ms, 1),
-        "exact_vs_chroma_top10_agreement": agree,
-        **stats,
-        "ratio_vs_raw_chroma_p50": {
-            name: ratio(s["p50_ms"], base) for name, s in stats.items() if name != "raw_chroma"
-        },
-    }
-
-
-def _each(fn: Callable[[Any], Any], items: Sequence[Any]) -> Callable[[], Any]:
-    """A call of ``fn`` on the next item, each item once."""
-    it = iter(items)
-    return lambda: fn(next(it))
-
-
-def _lookup_agreement(exact: ActiveIndex, chroma: ActiveIndex, vectors: Sequence[Any]) -> float:
-    same = 0
-    for v in vectors:
-        ours = {h.id for h in exact.search_fields(v, K, (), FIELDS)[0]}
-        theirs = {h.id for h in chroma.search_fields(v, K, (), FIELDS)[0]}
-        same += len(ours & theirs)
-    return round(same / (K * len(vectors)), 4)
 
 
 # ---- quality --------------------------------------------------------------------------
@@ -432,14 +271,6 @@ def _crossover_at(n: int, limit: int, repeat: int, seed: int) -> dict[str, Any]:
         IndexRecord(f"t{i}", "", {"description": "d", "tool_type": "unspecified"}) for i in range(n)
     ]
     truth = [set(np.argsort(-(vectors @ q), kind="stable")[:K].tolist()) for q in queries]
-
-    def recall(index: ActiveIndex) -> float:
-        found = 0
-        for q, want in zip(queries, truth, strict=True):
-            got = {int(h.id[1:]) for h in index.search_fields(q, K, (), FIELDS)[0]}
-            found += len(got & want)
-        return round(found / (K * len(queries)), 4)
-
     with tempfile.TemporaryDirectory(prefix="bench-embed-cross-") as tmp:
         stand_in = HashingEmbedder()
         started = time.perf_counter()
@@ -447,16 +278,14 @@ def _crossover_at(n: int, limit: int, repeat: int, seed: int) -> dict[str, Any]:
         build_s = time.perf_counter() - started
         exact = ActiveIndex.persistent(tmp, stand_in, exact_limit=limit)
         chroma = ActiveIndex.persistent(tmp, stand_in, exact_limit=None)
-        loads = []
-        for _ in range(3):
-            exact.invalidate()
-            started = time.perf_counter()
-            exact.search_fields(queries[0], K, (), FIELDS)
-            loads.append((time.perf_counter() - started) * 1000.0)
+        loads = _tier_loads(exact, queries[0])
         chroma.search_fields(queries[0], K, (), FIELDS)
         snapshot = exact._exact.current() if exact._exact is not None else None
         assert snapshot is not None and len(snapshot) == n
-        recalls = {"exact": recall(exact), "chroma": recall(chroma)}
+        recalls = {
+            "exact": _recall(exact, queries, truth),
+            "chroma": _recall(chroma, queries, truth),
+        }
         # steady state: the hits' fields read once, then a fresh tier (no memo)
         for index, name in ((exact, "e"), (chroma, "c")):
             for q in timed[name]:
@@ -468,14 +297,7 @@ def _crossover_at(n: int, limit: int, repeat: int, seed: int) -> dict[str, Any]:
             {
                 "exact": _each(lambda q: exact.search_fields(q, K, (), FIELDS), timed["e"]),
                 "chroma": _each(lambda q: chroma.search_fields(q, K, (), FIELDS), timed["c"]),
-                "raw_chroma": _each(
-                    lambda q: collection.query(
-                        query_embeddings=np.asarray([q], dtype=np.float32),
-                        n_results=K,
-                        include=INCLUDE,
-                    ),
-                    timed["r"],
-                ),
+                "raw_chroma": _each(_raw_query(collection), timed["r"]),
                 "matrix_top_only": _each(lambda q: snapshot.top(q, K), timed["n"]),
             },
             repeat,
@@ -490,6 +312,34 @@ def _crossover_at(n: int, limit: int, repeat: int, seed: int) -> dict[str, Any]:
         "tier_load_ms_median": round(statistics.median(loads), 1),
         "matrix_mib": round(snapshot.matrix.nbytes / 2**20, 1),
     }
+
+
+def _raw_query(collection: Any) -> Callable[[Any], Any]:
+    """A query straight to the Chroma collection, as its own client makes it."""
+    import numpy as np
+
+    return lambda q: collection.query(
+        query_embeddings=np.asarray([q], dtype=np.float32), n_results=K, include=INCLUDE
+    )
+
+
+def _tier_loads(exact: ActiveIndex, query: Any) -> list[float]:
+    """Milliseconds of three loads of the exact tier, each by a first lookup."""
+    loads = []
+    for _ in range(3):
+        exact.invalidate()
+        started = time.perf_counter()
+        exact.search_fields(query, K, (), FIELDS)
+        loads.append((time.perf_counter() - started) * 1000.0)
+    return loads
+
+
+def _recall(index: ActiveIndex, queries: Any, truth: list[set[int]]) -> float:
+    found = 0
+    for q, want in zip(queries, truth, strict=True):
+        got = {int(h.id[1:]) for h in index.search_fields(q, K, (), FIELDS)[0]}
+        found += len(got & want)
+    return round(found / (K * len(queries)), 4)
 
 
 def crossover_size(result: dict[str, Any]) -> int | None:
@@ -589,12 +439,9 @@ def run(quick: bool, seed: int = 7, dataset: Path = DEFAULT_DATASETS) -> dict[st
         progress("embed: query embedding")
         embedding = embedding_part(cache, 150 if quick else 400, seed)
         progress(f"embed: end-to-end lookup at {LOOKUP_TOOLS:,} tools")
-        lookup = lookup_part(cache, 150 if quick else 400, seed)
+        lookup = lookup_part(cache, 150 if quick else 400, seed, LOOKUP_TOOLS)
         quality = quality_part(cache, dataset, quick, seed)
     crossover = crossover_part(QUICK_SIZES if quick else FULL_SIZES, 100 if quick else 300, seed)
-    ratios = lookup["ratio_vs_raw_chroma_p50"]
-    fast = {name: r["top5_agreement"]["fast_fp32_docs_int8_queries"] for name, r in quality.items()}
-    recall_ok = all(r["recall_at_10"]["exact"] == 1.0 for r in crossover.values())
     cross = crossover_size(crossover)
     return {
         "benchmark": "embed",
@@ -615,211 +462,55 @@ def run(quick: bool, seed: int = 7, dataset: Path = DEFAULT_DATASETS) -> dict[st
         "quality": quality,
         "crossover": crossover,
         "crossover_size": cross,
-        "targets": [
-            target(
-                "embed: text lookup (int8 query + exact tier) p50 / raw Chroma query p50",
-                "<= 1.0 at 10k tools",
-                ratios["text_exact"],
-                ratios["text_exact"] <= 1.0,
-            ),
-            target(
-                "embed: repeated text lookup (cache hit) p50 / raw Chroma query p50",
-                "<= 0.25 at 10k tools",
-                ratios["text_repeated_cached"],
-                ratios["text_repeated_cached"] <= 0.25,
-            ),
-            target(
-                "embed: top-5 agreement of the fast path with torch",
-                ">= 0.98 on ToolBench and Seal-Tools",
-                fast,
-                min(fast.values()) >= 0.98,
-                "fp32 documents, int8 queries"
-                + ("; quick: 500 sampled queries per set" if quick else ""),
-            ),
-            target(
-                "embed: exact tier recall@10 against brute force",
-                "1.0 at every size",
-                {n: r["recall_at_10"]["exact"] for n, r in crossover.items()},
-                recall_ok,
-            ),
-            target(
-                "embed: sidecar --help imports no model runtime",
-                "none of onnxruntime, onnx, tokenizers, torch, numpy",
-                start["sidecar_help_imports"] or "none",
-                not start["sidecar_help_imports"],
-            ),
-        ],
+        "targets": _targets(lookup, quality, crossover, start, quick),
         "timings_s": {"total": round(time.perf_counter() - started, 1)},
     }
 
 
-def markdown(result: dict[str, Any]) -> str:
-    s, e, lk = result["startup"], result["embedding"], result["lookup"]
-    emb_rows = [
-        [
-            f"{length} (~{e['tokens'][length]} tokens)",
-            e[length]["torch"]["p50_ms"],
-            e[length]["torch"]["p99_ms"],
-            e[length]["onnx_fp32"]["p50_ms"],
-            e[length]["onnx_fp32"]["p99_ms"],
-            e[length]["onnx_int8"]["p50_ms"],
-            e[length]["onnx_int8"]["p99_ms"],
-            e[length]["onnx_fp32_vs_torch_p50"],
-            e[length]["onnx_int8_vs_torch_p50"],
-        ]
-        for length in ("short", "long")
+def _targets(
+    lookup: dict[str, Any],
+    quality: dict[str, Any],
+    crossover: dict[str, Any],
+    start: dict[str, Any],
+    quick: bool,
+) -> list[dict[str, Any]]:
+    ratios = lookup["ratio_vs_raw_chroma_p50"]
+    fast = {name: r["top5_agreement"]["fast_fp32_docs_int8_queries"] for name, r in quality.items()}
+    recall_ok = all(r["recall_at_10"]["exact"] == 1.0 for r in crossover.values())
+    return [
+        target(
+            "embed: text lookup (int8 query + exact tier) p50 / raw Chroma query p50",
+            "<= 1.0 at 10k tools",
+            ratios["text_exact"],
+            ratios["text_exact"] <= 1.0,
+        ),
+        target(
+            "embed: repeated text lookup (cache hit) p50 / raw Chroma query p50",
+            "<= 0.25 at 10k tools",
+            ratios["text_repeated_cached"],
+            ratios["text_repeated_cached"] <= 0.25,
+        ),
+        target(
+            "embed: top-5 agreement of the fast path with torch",
+            ">= 0.98 on ToolBench and Seal-Tools",
+            fast,
+            min(fast.values()) >= 0.98,
+            "fp32 documents, int8 queries"
+            + ("; quick: 500 sampled queries per set" if quick else ""),
+        ),
+        target(
+            "embed: exact tier recall@10 against brute force",
+            "1.0 at every size",
+            {n: r["recall_at_10"]["exact"] for n, r in crossover.items()},
+            recall_ok,
+        ),
+        target(
+            "embed: sidecar --help imports no model runtime",
+            "none of onnxruntime, onnx, tokenizers, torch, numpy",
+            start["sidecar_help_imports"] or "none",
+            not start["sidecar_help_imports"],
+        ),
     ]
-    names = (
-        "raw_chroma",
-        "text_exact",
-        "text_chroma",
-        "text_repeated_cached",
-        "vector_exact",
-        "embed_int8",
-    )
-    lookup_rows = [
-        [
-            name,
-            lk[name]["p50_ms"],
-            lk[name]["p99_ms"],
-            1.0 if name == "raw_chroma" else lk["ratio_vs_raw_chroma_p50"][name],
-        ]
-        for name in names
-    ]
-    lookup_rows += [
-        [
-            "raw_chroma (torch group)",
-            lk["raw_chroma_torch_group"]["p50_ms"],
-            lk["raw_chroma_torch_group"]["p99_ms"],
-            1.0,
-        ],
-        [
-            "text_torch_chroma (today)",
-            lk["text_torch_chroma"]["p50_ms"],
-            lk["text_torch_chroma"]["p99_ms"],
-            lk["text_torch_chroma_vs_raw_chroma_p50"],
-        ],
-    ]
-    quality_rows = [
-        [name, config, r["top5_agreement"][config], r["top1_agreement"][config]]
-        for name, r in result["quality"].items()
-        for config in r["top5_agreement"]
-    ]
-    cosine_rows = [
-        [name, config, c["mean"], c["min"]]
-        for name, r in result["quality"].items()
-        for config, c in r["query_cosine_to_torch"].items()
-    ]
-    cross_rows = [
-        [
-            int(n),
-            r["raw_chroma"]["p50_ms"],
-            r["chroma"]["p50_ms"],
-            r["exact"]["p50_ms"],
-            r["exact_vs_chroma_p50"],
-            r["matrix_top_only"]["p50_ms"],
-            r["recall_at_10"]["exact"],
-            r["recall_at_10"]["chroma"],
-            r["tier_load_ms_median"],
-            r["matrix_mib"],
-        ]
-        for n, r in result["crossover"].items()
-    ]
-    b = result["build"]
-    return "\n".join(
-        [
-            "## Query embedding, lookup, quality and the exact tier",
-            "",
-            f"ONNX files built from the packaged weights: fp32 {b['fp32_build_s']} s "
-            f"({b['fp32_mib']} MiB), int8 {b['int8_build_s']} s ({b['int8_mib']} MiB).",
-            "",
-            "### Query embedding (ms)",
-            "",
-            md_table(
-                [
-                    "query",
-                    "torch p50",
-                    "torch p99",
-                    "fp32 p50",
-                    "fp32 p99",
-                    "int8 p50",
-                    "int8 p99",
-                    "fp32 / torch",
-                    "int8 / torch",
-                ],
-                emb_rows,
-            ),
-            "",
-            f"### Lookup at {lk['tools']:,} tools, k = {K} (ms)",
-            "",
-            md_table(["path", "p50", "p99", "p50 / raw Chroma"], lookup_rows),
-            "",
-            f"First lookup (loads the exact tier and the hit fields): "
-            f"{lk['first_exact_lookup_ms']} ms.  Top-10 agreement of the exact tier with "
-            f"Chroma on these queries: {lk['exact_vs_chroma_top10_agreement']}.",
-            "",
-            "### Retrieval quality against the torch reference",
-            "",
-            md_table(
-                ["catalog", "configuration", "top-5 agreement", "top-1 agreement"], quality_rows
-            ),
-            "",
-            md_table(["catalog", "query vectors", "cosine mean", "cosine min"], cosine_rows),
-            "",
-            "### Exact tier against Chroma (synthetic clustered vectors)",
-            "",
-            md_table(
-                [
-                    "tools",
-                    "raw Chroma p50",
-                    "Chroma via index p50",
-                    "exact p50",
-                    "exact / Chroma",
-                    "matrix top-k only p50",
-                    "exact recall@10",
-                    "Chroma recall@10",
-                    "tier load ms",
-                    "matrix MiB",
-                ],
-                cross_rows,
-            ),
-            "",
-            f"The exact tier is faster up to {result['crossover_size']:,} tools (largest size "
-            "measured where it wins)."
-            if result["crossover_size"]
-            else "The exact tier is faster at none of the measured sizes.",
-            "",
-            "### Start-up: fresh process to its first query vector (ms, median)",
-            "",
-            md_table(
-                ["process", "median ms", "min ms"],
-                [[name, s["median_ms"][name], s["min_ms"][name]] for name in s["median_ms"]],
-            ),
-            "",
-            f"ONNX / torch: {s['onnx_vs_torch']}.  Heavy modules imported by "
-            f"`sidecar --help`: {', '.join(s['sidecar_help_imports']) or 'none'}.",
-            "",
-            md_targets(result["targets"]),
-            "",
-        ]
-    )
-
-
-def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    sizes = [int(n) for n in result["crossover"]]
-    for key, label in (("exact", "exact tier"), ("chroma", "Chroma"), ("raw_chroma", "raw Chroma")):
-        p50 = [result["crossover"][str(n)][key]["p50_ms"] for n in sizes]
-        ax.plot(sizes, p50, "o-", label=label)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
-    ax.set_xlabel("tools in the index")
-    ax.set_ylabel("lookup p50 ms (vector in, k = 10)")
-    ax.set_title("Exact in-process ranking against Chroma")
-    ax.legend()
-    return [save_figure(plt, fig, out_dir / "embed.png")]
 
 
 def main(argv: list[str] | None = None) -> None:

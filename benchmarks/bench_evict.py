@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
+from benchmarks.common import open_sidecar
+from benchmarks.harness.progress import progress, steps
+from benchmarks.harness.results import (
     emit,
     machine,
     md_table,
     md_targets,
-    open_sidecar,
-    progress,
     pyplot,
     save_figure,
     target,
@@ -114,7 +114,7 @@ def run(quick: bool, seed: int = 7) -> dict[str, Any]:
 def measure(n_tools: int, sizes: Sequence[int], seed: int) -> dict[str, Any]:
     started = time.perf_counter()
     runs = []
-    for n in sizes:
+    for n in steps("evict: sizes", sizes):
         progress(f"evict: {n:,} archived chains over {n_tools:,} tools")
         runs.append(run_size(n_tools, n, seed))
     small, large = runs[0], runs[-1]

@@ -47,26 +47,15 @@ replay, and a 30-step session checked against 100 and 1,000 conditions of one to
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
-from functools import partial
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    DEFAULT_DATASETS,
-    emit,
-    interleaved,
-    machine,
-    progress,
-    ratio,
-    summary,
-    target,
-)
+from benchmarks.common import DEFAULT_DATASETS
 from benchmarks.failure_domains import (
     DOMAINS,
     Split,
@@ -76,36 +65,44 @@ from benchmarks.failure_domains import (
     parse_domains,
     pooled_splits,
 )
+from benchmarks.failure_figures import (
+    SAME_SITUATION,
+    Replay,
+    domain_figures,
+    domain_targets,
+    lodo_figures,
+    made_impossible,
+    memory_figures,
+    pooled_figures,
+    pooled_targets,
+    run_params,
+    situation_figures,
+    synthetic_timing,
+    timing_figures,
+    timing_targets,
+)
 from benchmarks.failure_metrics import (
     FAMILY_KEYS,
     GOAL_NAMES,
     GOALS,
     HEADLINE,
     Call,
-    assess_targets,
-    by_domain,
-    decisions_of,
-    family_figures,
-    headline,
     hint_figures,
     met,
     metrics,
-    misses,
-    unblocked,
-    without_family,
-    wrongly_blocked,
 )
 from benchmarks.failure_systems import (
     CallMemory,
     SequenceMemory,
-    decide,
     learned_failures,
     make_systems,
 )
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import emit, machine
 from benchmarks.prequential import CHECKPOINTS, first_block_targets, replay_all
 from benchmarks.prequential import figures as stream_figures
 from benchmarks.tau2 import Corpus, Run
-from sidecar.memory import FAMILIES, FailureMemory, LearnParams, Step, Thresholds, Trace, assess
+from sidecar.memory import FAMILIES, LearnParams, Step, Thresholds
 from sidecar.memory import normalize_signature as signature_of
 
 __all__ = ["FAMILY_KEYS", "GOALS", "GOAL_NAMES", "HEADLINE", "Call", "hint_figures", "met",
@@ -113,20 +110,6 @@ __all__ = ["FAMILY_KEYS", "GOALS", "GOAL_NAMES", "HEADLINE", "Call", "hint_figur
 FOLDS = 5
 QUICK_SEEDS = 1
 FULL_SEEDS = 5
-
-
-@dataclass
-class Replay:
-    calls: dict[str, list[Call]] = field(default_factory=lambda: defaultdict(list))
-    timings_ms: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    index_ms: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    """``call_memory``: the time to index the step before each call into the run's trace."""
-    learn_ms: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    """Per system, the time to take in each training session."""
-    trained: list[dict[str, Any]] = field(default_factory=list)
-    evicted: dict[tuple[int, int], set[str]] = field(default_factory=dict)
-    """``sidecar``: the tools its eviction removed after each (seed, fold)'s training."""
-    splits: list[Split] = field(default_factory=list)
 
 
 LEARN_SWEEP: dict[str, LearnParams] = {
@@ -151,9 +134,6 @@ def same_situation_variants() -> tuple[dict[str, LearnParams], str | None]:
         "(this learner counts each session, except that sessions showing one bound object "
         "count once: count_objects_once)"
     )
-
-
-SAME_SITUATION = "call_memory[independence=session]"
 
 
 def replay(
@@ -213,32 +193,6 @@ def replay_splits(
     return out
 
 
-def made_impossible(corpus: Corpus, replayed: Replay, domain: str | None = None) -> dict[str, Any]:
-    """Held-out successful runs (of ``domain``, or of any) that call a tool the sidecar's
-    eviction removed after training on the other folds: tasks the eviction would have
-    made impossible."""
-    runs = corpus.runs
-    impossible: list[dict[str, Any]] = []
-    successful = 0
-    for split in replayed.splits:
-        gone = replayed.evicted.get((split.seed, split.fold), set())
-        for i in split.test:
-            if not runs[i].succeeded or domain not in (None, runs[i].domain):
-                continue
-            successful += 1
-            used = {s.tool for s in runs[i].steps} & gone
-            if used:
-                impossible.append({"seed": split.seed, "fold": split.fold, "run": runs[i].run_id,
-                                   "evicted_tools_used": sorted(used)})  # fmt: skip
-    evicted = [len(v) for v in replayed.evicted.values()]
-    return {
-        "successful_runs": successful,
-        "made_impossible": len(impossible),
-        "examples": impossible[:10],
-        "tools_evicted_per_fold": {"min": min(evicted, default=0), "max": max(evicted, default=0)},
-    }
-
-
 def _replay_run(
     out: Replay, system: Any, where: tuple[int, int, int], run: Run, seen: set[tuple[str, str]]
 ) -> None:
@@ -291,26 +245,6 @@ def _trained(
     return row
 
 
-SWEEP: tuple[Thresholds, ...] = tuple(
-    Thresholds(s, c, 0.0, w) for s in (1, 2, 3) for c in (0, 1) for w in (0.34, 0.5, 0.67, 1.01)
-)
-"""(min support to block, max contradictions to block, -, min confidence to warn)."""
-
-
-# ---- per domain, left out ----------------------------------------------------------------
-def domain_figures(
-    corpus: Corpus, replayed: Replay, domains: Sequence[str], names: Sequence[str]
-) -> dict[str, dict[str, Any]]:
-    """Per domain, the named systems' figures on that domain's held-out calls."""
-    out: dict[str, dict[str, Any]] = {}
-    for domain in domains:
-        out[domain] = {}
-        for name in names:
-            calls = by_domain(corpus, replayed.calls.get(name, []), domain)
-            out[domain][name] = metrics(calls, decisions_of(calls))
-    return out
-
-
 def lodo_replay(
     corpus: Corpus,
     domains: Sequence[str],
@@ -320,141 +254,6 @@ def lodo_replay(
 ) -> Replay:
     splits = [s for d in domains for s in leave_one_domain_out(corpus.runs, d, k, seeds)]
     return replay_splits(corpus, splits, lambda: lodo_systems(variants))
-
-
-def lodo_figures(
-    corpus: Corpus, replayed: Replay, domains: Sequence[str], thresholds: Thresholds
-) -> dict[str, Any]:
-    """Leave one domain out: per held-out domain (each scored on its own test folds
-    only) and pooled over them, every system's figures; for ``call_memory`` also the
-    families, the per-fold figures and the repeats by signature."""
-    names = list(replayed.calls)
-    systems = {
-        name: {
-            "pooled": metrics(calls, decisions_of(calls)),
-            "by_domain": {
-                d: metrics(part, decisions_of(part))
-                for d in domains
-                for part in [by_domain(corpus, calls, d)]
-            },
-        }
-        for name, calls in replayed.calls.items()
-    }
-    mine = replayed.calls["call_memory"]
-    per_fold = []
-    for split in replayed.splits:
-        test = set(split.test)
-        part = [c for c in mine if (c.seed, c.fold) == (split.seed, split.fold) and c.run in test]
-        per_fold.append({"held_out": split.held_out, "seed": split.seed, "fold": split.fold,
-                         **headline(metrics(part, decisions_of(part)))})  # fmt: skip
-    learned = [
-        {k: row[k] for k in ("held_out", "seed", "fold", "train_runs", "held_runs")}
-        | {k: row["call_memory"][k] for k in ("conditions", "block_level", "warn_level")}
-        for row in replayed.trained
-    ]
-    return {
-        "protocol": "for each domain D: D's tasks dealt into folds; each fold scored with "
-        "systems that learned every other domain's runs and D's other folds; library "
-        "defaults (thresholds, families) throughout",
-        "systems_replayed": names,
-        "systems": systems,
-        "families": {d: family_figures(by_domain(corpus, mine, d), thresholds) for d in domains},
-        "per_fold": per_fold,
-        "learned": learned,
-        "misses": misses(corpus, mine),
-        "not_blocked": unblocked(corpus, mine, thresholds),
-        "wrongly_blocked": wrongly_blocked(corpus, mine, thresholds),
-    }
-
-
-def situation_figures(
-    corpus: Corpus,
-    pooled: Replay,
-    lodo: Replay | None,
-    domains: Sequence[str],
-    note: str | None,
-) -> dict[str, Any]:
-    """The same-situation ablation: the default learner beside the one that counts
-    repeated runs of one task as independent, pooled and per domain, in both protocols."""
-    out: dict[str, Any] = {"available": note is None, "variant": SAME_SITUATION}
-    if note is not None:
-        return out | {"note": note}
-    for label, replayed in (("pooled_folds", pooled), ("leave_one_domain_out", lodo)):
-        if replayed is None:
-            continue
-        rows: dict[str, Any] = {}
-        for name in ("call_memory", SAME_SITUATION):
-            calls = replayed.calls[name]
-            rows[name] = {"all": headline(metrics(calls, decisions_of(calls)))}
-            for d in domains:
-                part = by_domain(corpus, calls, d)
-                rows[name][d] = headline(metrics(part, decisions_of(part)))
-        out[label] = rows
-    return out
-
-
-# ---- timing ------------------------------------------------------------------------------
-SYNTHETIC_SIZES = (100, 1000)
-
-
-def synthetic_timing(corpus: Corpus, repeat: int) -> dict[str, Any]:
-    """A 30-step session checked against 100 and 1,000 conditions of one tool: the
-    session is the longest retail run's first 30 steps (the longest run's when retail is
-    not selected; repeated if shorter); the conditions are those learned from every run
-    for the tool with the most, padded with copies that test other values.  Baseline in
-    the same run: the sequence memory's (uncached) check of the same plan."""
-    memory = FailureMemory()
-    chains = SequenceMemory()
-    for run in corpus.runs:
-        memory.add_session(run.session())
-        chains.learn(run.session())
-    tool = Counter(c.tool for c in memory.conditions()).most_common(1)[0][0]
-    learned = memory.conditions(tool)
-    pool = [r for r in corpus.runs if r.domain == "retail"] or corpus.runs
-    longest = max(pool, key=lambda r: len(r.steps))
-    steps = (list(longest.steps) * 30)[:30]
-    example = next(s for r in corpus.runs for s in r.steps if s.tool == tool)
-    arguments = dict(example.arguments)
-    told = longest.told_before[-1] if longest.told_before else None
-    trace = Trace(steps)
-    matcher = chains.matcher()
-    plan = [s.tool for s in steps] + [tool]
-    inputs = (arguments, told)
-    out: dict[str, Any] = {"tool": tool, "steps": len(steps), "learned": len(learned)}
-    for size in SYNTHETIC_SIZES:
-        conditions = _padded(learned, size)
-        gc.collect()
-        samples = interleaved(
-            {
-                "call_memory_incremental": partial(assess, conditions, trace, tool, *inputs),
-                "call_memory_from_scratch": partial(assess, conditions, steps, tool, *inputs),
-                "sequence_memory": partial(matcher.check, plan),
-            },
-            repeat=repeat,
-        )
-        stats = {name: summary(s) for name, s in samples.items()}
-        base = stats["sequence_memory"]["p50_ms"]
-        out[str(size)] = {
-            "conditions": len(conditions),
-            "timings": stats,
-            "incremental_vs_sequence_p50": ratio(stats["call_memory_incremental"]["p50_ms"], base),
-            "from_scratch_vs_sequence_p50": ratio(
-                stats["call_memory_from_scratch"]["p50_ms"], base
-            ),
-        }
-    return out
-
-
-def _padded(learned: Sequence[Any], size: int) -> list[Any]:
-    conditions = list(learned)
-    n = 0
-    while len(conditions) < size:
-        base = learned[n % len(learned)]
-        if base.predicate.op == "==":
-            base = replace(base, predicate=replace(base.predicate, value=f"synthetic-{n}"))
-        conditions.append(base)
-        n += 1
-    return conditions[:size]
 
 
 # ---- the run -----------------------------------------------------------------------------
@@ -485,134 +284,63 @@ def run(
     situation, situation_note = same_situation_variants()
     variants = {**LEARN_SWEEP, **situation}
     result = replay(corpus, seed_list, folds, variants)
-    defaults = Thresholds()
-    systems: dict[str, Any] = {}
-    per_fold: dict[str, list[dict[str, Any]]] = {}
-    learn_sweep: dict[str, Any] = {}
-    for name, calls in result.calls.items():
-        decisions = decisions_of(calls)
-        if name in variants:
-            learn_sweep[name] = headline(metrics(calls, decisions))
-            continue
-        systems[name] = metrics(calls, decisions)
-        per_fold[name] = []
-        for s in seed_list:
-            for f in range(folds):
-                part = [
-                    (c, d)
-                    for c, d in zip(calls, decisions, strict=True)
-                    if (c.seed, c.fold) == (s, f)
-                ]
-                m = metrics([c for c, _ in part], [d for _, d in part])
-                per_fold[name].append({"seed": s, "fold": f, **headline(m)})
-    mine = result.calls["call_memory"]
-    sweep = []
-    for t in SWEEP:
-        decisions = [decide(c.check.holding, t) for c in mine]
-        sweep.append({"thresholds": _thresholds(t), **headline(metrics(mine, decisions))})
+    systems, per_fold, learn_sweep = pooled_figures(result.calls, variants, seed_list, folds)
     impossible = made_impossible(corpus, result)
-    impossible_by_domain = {d: made_impossible(corpus, result, d) for d in chosen}
-    per_domain = domain_figures(corpus, result, chosen, ("call_memory", "sidecar",
-                                                          "sequence_memory"))  # fmt: skip
-    lodo: dict[str, Any] | None = None
-    lodo_replayed: Replay | None = None
-    if len(chosen) > 1:
-        lodo_replayed = lodo_replay(corpus, chosen, seed_list, folds, situation)
-        lodo = lodo_figures(corpus, lodo_replayed, chosen, defaults)
+    per_domain, impossible_by_domain, lodo_replayed, lodo = _by_domain(
+        corpus, result, chosen, seed_list, folds, situation
+    )
     through = prequential or ("call_memory" if quick else "sidecar")
-    preq = prequential_figures(corpus, chosen, seed_list, through, defaults)
-    replay_timing = {name: summary(ms) for name, ms in result.timings_ms.items()}
+    preq = prequential_figures(corpus, chosen, seed_list, through, Thresholds())
     synthetic = synthetic_timing(corpus, repeat=50 if quick else 300)
-    per_domain_targets: list[dict[str, Any]] = []
-    for d in chosen:
-        if lodo is not None:
-            figures, label = lodo["systems"]["call_memory"]["by_domain"][d], f"{d} left out"
-        else:
-            figures, label = per_domain[d]["call_memory"], f"{d}, pooled folds"
-        per_domain_targets += assess_targets(
-            figures, f"call_memory, {label}", impossible_by_domain[d]["made_impossible"]
-        )
-    if lodo is not None:
-        per_domain_targets += assess_targets(
-            lodo["systems"]["call_memory"]["pooled"], "call_memory, every domain left out"
-        )
-    timing_targets = [
-        target(
-            f"call_memory: check of 30 steps against {size:,} conditions (p50, incremental)",
-            goal,
-            p50,
-            p50 <= limit,
-            "wall time here; the ratio to the sequence check is under timing",
-        )
-        for size, goal, limit in ((100, "<= 1 ms", 1.0), (1000, "<= 2 ms", 2.0))
-        for p50 in [synthetic[str(size)]["timings"]["call_memory_incremental"]["p50_ms"]]
-    ]
+    memory = memory_figures(corpus, result, systems, learn_sweep, impossible,
+                             impossible_by_domain, lodo)  # fmt: skip
     return {
         "benchmark": "failures",
         "question": "repeat failures caught before the call on agent runs of several "
         "domains, the cost to successful runs, and whether it holds on a domain left out",
         "machine": machine(),
-        "params": {
-            "dataset": str(dataset),
-            "domains": list(chosen),
-            "folds": folds,
-            "seeds": seed_list,
-            "thresholds": _thresholds(defaults),
-        },
+        "params": run_params(dataset, chosen, folds, seed_list),
         "corpus": corpus_notes,
         "systems": systems,
         "per_domain": per_domain,
-        "leave_one_domain_out": lodo
-        or {"note": "one domain selected: nothing to leave out (the pooled folds are its folds)"},
+        "leave_one_domain_out": lodo or {"note": NOTHING_LEFT_OUT},
         "same_situation": situation_figures(corpus, result, lodo_replayed, chosen, situation_note),
         "per_fold": per_fold,
-        "families": family_figures(mine, defaults),
-        "without_family": {f: without_family(mine, f, defaults) for f in FAMILIES},
-        "threshold_sweep": sweep,
-        "learn_sweep": {
-            "call_memory (defaults)": headline(systems["call_memory"]),
-            **learn_sweep,
-        },
-        "lookup_hints": hint_figures(mine),
-        "eviction": impossible,
-        "eviction_by_domain": impossible_by_domain,
-        "learned": result.trained,
-        "misses": misses(corpus, mine),
-        "not_blocked": {
-            "pooled_folds": unblocked(corpus, mine, defaults),
-            **({"leave_one_domain_out": lodo["not_blocked"]} if lodo else {}),
-        },
-        "wrongly_blocked": {
-            "pooled_folds": wrongly_blocked(corpus, mine, defaults),
-            **({"leave_one_domain_out": lodo["wrongly_blocked"]} if lodo else {}),
-        },
+        **memory,
         "prequential": preq,
-        "timing": {
-            "replay_check_ms": replay_timing,
-            "index_step_ms": summary(result.index_ms["call_memory"]),
-            "learn_session_ms": {name: summary(ms) for name, ms in result.learn_ms.items()},
-            "derive_all_conditions_ms": summary(
-                [row["call_memory"]["derive_all_conditions_ms"] for row in result.trained]
-            ),
-            "replay_call_memory_vs_sequence_p50": ratio(
-                replay_timing["call_memory"]["p50_ms"], replay_timing["sequence_memory"]["p50_ms"]
-            ),
-            "synthetic": synthetic,
-        },
+        "timing": timing_figures(result, synthetic),
         "targets": [
-            *assess_targets(
-                systems["sidecar"],
-                "sidecar, pooled folds",
-                impossible["made_impossible"],
-                any_block=True,
-            ),
-            *assess_targets(systems["call_memory"], "call_memory, pooled folds", any_block=True),
-            *per_domain_targets,
+            *pooled_targets(systems, impossible),
+            *domain_targets(chosen, lodo, per_domain, impossible_by_domain),
             *first_block_targets(preq.get("streams", {})),
-            *timing_targets,
+            *timing_targets(synthetic),
         ],
         "timings_s": {"total": round(time.perf_counter() - started, 1)},
     }
+
+
+NOTHING_LEFT_OUT = "one domain selected: nothing to leave out (the pooled folds are its folds)"
+
+
+def _by_domain(
+    corpus: Corpus,
+    result: Replay,
+    chosen: Sequence[str],
+    seed_list: Sequence[int],
+    folds: int,
+    situation: Mapping[str, LearnParams],
+) -> tuple[dict[str, Any], dict[str, Any], Replay | None, dict[str, Any] | None]:
+    """Each domain's figures in the pooled folds and what its eviction made impossible;
+    with more than one domain, each left out in turn (the replay and its figures;
+    ``None`` with one domain)."""
+    per_domain = domain_figures(corpus, result, chosen, ("call_memory", "sidecar",
+                                                          "sequence_memory"))  # fmt: skip
+    impossible = {d: made_impossible(corpus, result, d) for d in chosen}
+    if len(chosen) < 2:
+        return per_domain, impossible, None, None
+    lodo_replayed = lodo_replay(corpus, chosen, seed_list, folds, situation)
+    lodo = lodo_figures(corpus, lodo_replayed, chosen, Thresholds())
+    return per_domain, impossible, lodo_replayed, lodo
 
 
 def prequential_figures(
@@ -632,15 +360,6 @@ def prequential_figures(
         "through": through,
         "checkpoints": list(CHECKPOINTS),
         "streams": stream_figures(corpus, replayed, t),
-    }
-
-
-def _thresholds(t: Thresholds) -> dict[str, Any]:
-    return {
-        "min_support_block": t.min_support_block,
-        "max_contradictions_block": t.max_contradictions_block,
-        "min_confidence_block": t.min_confidence_block,
-        "min_confidence_warn": t.min_confidence_warn,
     }
 
 

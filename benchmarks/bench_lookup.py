@@ -41,22 +41,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import (
-    interleaved,
-    machine,
-    md_table,
-    md_targets,
-    model_embedder,
-    open_sidecar,
-    progress,
-    pyplot,
-    quick_main,
-    ratio,
-    save_figure,
-    summary,
-    target,
-    timed,
-)
+from benchmarks.common import model_embedder, open_sidecar, quick_main
+from benchmarks.harness.progress import progress, steps
+from benchmarks.harness.results import machine, md_table, md_targets, pyplot, save_figure, target
+from benchmarks.harness.timing import interleaved, ratio, summary, timed
 
 if TYPE_CHECKING:
     import numpy as np
@@ -176,8 +164,6 @@ def numpy_topk(
 
 
 def constrained_part(n_tools: int, repeat: int, seed: int) -> dict[str, Any]:
-    import numpy as np
-
     from indexes import HashingEmbedder
 
     rng = random.Random(f"lookup:{seed}:{n_tools}")
@@ -189,96 +175,132 @@ def constrained_part(n_tools: int, repeat: int, seed: int) -> dict[str, Any]:
             sc.add_tools(synthetic_tools(n_tools, rng))
             build_s = time.perf_counter() - t0
             blocked = archive_constraints(sc, n_tools, rng)
-            collection = sc.index._collection
-            ids, matrix = all_vectors(collection)
-            position = {tool: i for i, tool in enumerate(ids)}
             queries = list(
                 embedder.embed([" ".join(rng.choice(WORDS) for _ in range(6)) for _ in range(64)])
             )
-
-            def raw_fn(n: int = K, include: Sequence[Any] = INCLUDE) -> Callable[[], Any]:
-                it = itertools.cycle(queries)
-                return lambda: collection.query(
-                    query_embeddings=np.asarray([next(it)], dtype=np.float32),
-                    n_results=n,
-                    include=list(include),
-                )
-
-            def sidecar_fn(count: int) -> Callable[[], Any]:
-                it = itertools.cycle(queries)
-                return lambda: sc.search_vector(next(it), K, PREFIXES[count])
-
-            def sidecar_cold_fn(count: int) -> Callable[[], Any]:
-                it = itertools.cycle(queries)
-
-                def lookup() -> Any:
-                    # the fields only: the exact tier's vectors stay (reloading them
-                    # is not what this diagnostic measures)
-                    sc.index.forget_fields(keep_vectors=True)
-                    return sc.search_vector(next(it), K, PREFIXES[count])
-
-                return lookup
-
-            def nin_fn(count: int) -> Callable[[], Any]:
-                it = itertools.cycle(queries)
-                where: Any = {"tool_id": {"$nin": blocked[count] or ["__nothing__"]}}
-                return lambda: collection.query(
-                    query_embeddings=np.asarray([next(it)], dtype=np.float32),
-                    n_results=K,
-                    where=where,
-                    include=INCLUDE,
-                )
-
-            def numpy_fn(count: int) -> Callable[[], Any]:
-                it = itertools.cycle(queries)
-                mask = None
-                if blocked[count]:
-                    mask = np.zeros(len(ids), dtype=bool)
-                    mask[[position[t] for t in blocked[count]]] = True
-                top = numpy_topk(matrix, ids, mask)
-                return lambda: top(next(it))
-
+            ways = _ConstrainedLookups(sc, queries, blocked)
             main_fns: dict[str, Callable[[], Any]] = {
-                "raw_chroma": raw_fn(),
-                "raw_chroma_with_documents": raw_fn(K, ["documents", *INCLUDE]),
+                "raw_chroma": ways.raw(),
+                "raw_chroma_with_documents": ways.raw(K, ["documents", *INCLUDE]),
                 # diagnostics: what the over-fetch of k + 10 costs in Chroma, with the
                 # metadata the sidecar reads and with ids and distances only
-                "raw_chroma_2k": raw_fn(2 * K),
-                "raw_chroma_2k_ids_only": raw_fn(2 * K, ["distances"]),
+                "raw_chroma_2k": ways.raw(2 * K),
+                "raw_chroma_2k_ids_only": ways.raw(2 * K, ["distances"]),
             }
             for c in CONSTRAINT_COUNTS:
-                main_fns[f"sidecar_{c}"] = sidecar_fn(c)
-                main_fns[f"numpy_exact_{c}"] = numpy_fn(c)
+                main_fns[f"sidecar_{c}"] = ways.sidecar(c)
+                main_fns[f"numpy_exact_{c}"] = ways.numpy(c)
             main = interleaved(main_fns, repeat)
-            nin_fns: dict[str, Callable[[], Any]] = {"raw_chroma": raw_fn()}
-            nin_fns |= {f"chroma_nin_{c}": nin_fn(c) for c in CONSTRAINT_COUNTS}
+            nin_fns: dict[str, Callable[[], Any]] = {"raw_chroma": ways.raw()}
+            nin_fns |= {f"chroma_nin_{c}": ways.nin(c) for c in CONSTRAINT_COUNTS}
             nin = interleaved(nin_fns, max(20, repeat // 10))
             # apart, and after the others: forgetting the fields would make every other
             # sidecar lookup in the same round robin read them again too
             cold = interleaved(
-                {"raw_chroma": raw_fn(), "sidecar_1000_fields_cold": sidecar_cold_fn(1_000)},
+                {"raw_chroma": ways.raw(), "sidecar_1000_fields_cold": ways.sidecar_cold(1_000)},
                 max(20, repeat // 2),
             )
-            recall = hnsw_recall(collection, queries, numpy_topk(matrix, ids, None))
-            # the matcher caches next_steps per prefix and context, so the timed lookups
-            # above hit that cache; what a first lookup after a new prefix adds:
-            matcher = sc.rules.matcher()
-            uncached = getattr(matcher, "_next_steps", None)
-            evaluation = summary(
-                timed(
-                    lambda: (
-                        uncached(PREFIXES[1_000], {})
-                        if uncached is not None
-                        else matcher.next_steps(PREFIXES[1_000])
-                    ),
-                    100,
-                )
-            )
+            recall = hnsw_recall(ways.collection, queries, numpy_topk(ways.matrix, ways.ids, None))
+            evaluation = _uncached_evaluation(sc)
             withheld = [len(sc.search_vector(q, K, PREFIXES[1_000]).withheld) for q in queries]
         finally:
             sc.close()
     raw = summary(main["raw_chroma"])
-    raw_nin = summary(nin["raw_chroma"])
+    return {
+        "tools": n_tools,
+        "index_build_s": round(build_s, 1),
+        "raw_chroma": raw,
+        "raw_chroma_nin_group": summary(nin["raw_chroma"]),
+        "diagnostics": _diagnostics(main, cold, raw, evaluation),
+        "constraints": _per_count(main, nin, blocked),
+        "hnsw_recall_at_k_vs_exact": recall,
+        "withheld_per_lookup_at_1000": round(sum(withheld) / len(withheld), 2),
+    }
+
+
+class _ConstrainedLookups:
+    """The ways to look up compared, each cycling through the same query vectors:
+    Chroma alone, the sidecar (with its hit fields read, or forgotten before each
+    lookup), Chroma with ``$nin`` over the blocked tools, and exact numpy."""
+
+    def __init__(self, sc: Any, queries: list[Any], blocked: dict[int, list[str]]) -> None:
+        self.sc = sc
+        self.queries = queries
+        self.blocked = blocked
+        self.collection = sc.index._collection
+        self.ids, self.matrix = all_vectors(self.collection)
+        self.position = {tool: i for i, tool in enumerate(self.ids)}
+
+    def raw(self, n: int = K, include: Sequence[Any] = INCLUDE) -> Callable[[], Any]:
+        import numpy as np
+
+        it = itertools.cycle(self.queries)
+        return lambda: self.collection.query(
+            query_embeddings=np.asarray([next(it)], dtype=np.float32),
+            n_results=n,
+            include=list(include),
+        )
+
+    def sidecar(self, count: int) -> Callable[[], Any]:
+        it = itertools.cycle(self.queries)
+        return lambda: self.sc.search_vector(next(it), K, PREFIXES[count])
+
+    def sidecar_cold(self, count: int) -> Callable[[], Any]:
+        it = itertools.cycle(self.queries)
+
+        def lookup() -> Any:
+            # the fields only: the exact tier's vectors stay (reloading them
+            # is not what this diagnostic measures)
+            self.sc.index.forget_fields(keep_vectors=True)
+            return self.sc.search_vector(next(it), K, PREFIXES[count])
+
+        return lookup
+
+    def nin(self, count: int) -> Callable[[], Any]:
+        import numpy as np
+
+        it = itertools.cycle(self.queries)
+        where: Any = {"tool_id": {"$nin": self.blocked[count] or ["__nothing__"]}}
+        return lambda: self.collection.query(
+            query_embeddings=np.asarray([next(it)], dtype=np.float32),
+            n_results=K,
+            where=where,
+            include=INCLUDE,
+        )
+
+    def numpy(self, count: int) -> Callable[[], Any]:
+        import numpy as np
+
+        it = itertools.cycle(self.queries)
+        mask = None
+        if self.blocked[count]:
+            mask = np.zeros(len(self.ids), dtype=bool)
+            mask[[self.position[t] for t in self.blocked[count]]] = True
+        top = numpy_topk(self.matrix, self.ids, mask)
+        return lambda: top(next(it))
+
+
+def _uncached_evaluation(sc: Any) -> dict[str, float]:
+    """The matcher caches next_steps per prefix and context, so the timed lookups hit
+    that cache; what a first lookup after a new prefix adds."""
+    matcher = sc.rules.matcher()
+    uncached = getattr(matcher, "_next_steps", None)
+    return summary(
+        timed(
+            lambda: (
+                uncached(PREFIXES[1_000], {})
+                if uncached is not None
+                else matcher.next_steps(PREFIXES[1_000])
+            ),
+            100,
+        )
+    )
+
+
+def _per_count(
+    main: dict[str, list[float]], nin: dict[str, list[float]], blocked: dict[int, list[str]]
+) -> dict[str, Any]:
+    raw, raw_nin = summary(main["raw_chroma"]), summary(nin["raw_chroma"])
     per_count: dict[str, Any] = {}
     for c in CONSTRAINT_COUNTS:
         side = summary(main[f"sidecar_{c}"])
@@ -293,32 +315,32 @@ def constrained_part(n_tools: int, repeat: int, seed: int) -> dict[str, Any]:
             "numpy_ratio_vs_raw_chroma": ratio(exact["p50_ms"], raw["p50_ms"]),
             "nin_ratio_vs_raw_chroma": ratio(filt["p50_ms"], raw_nin["p50_ms"]),
         }
+    return per_count
+
+
+def _diagnostics(
+    main: dict[str, list[float]],
+    cold: dict[str, list[float]],
+    raw: dict[str, float],
+    evaluation: dict[str, float],
+) -> dict[str, Any]:
+    def p50(samples: list[float]) -> float:
+        return summary(samples)["p50_ms"]
+
     return {
-        "tools": n_tools,
-        "index_build_s": round(build_s, 1),
-        "raw_chroma": raw,
-        "raw_chroma_nin_group": raw_nin,
-        "diagnostics": {
-            "constraint_evaluation_uncached_1000": evaluation,
-            "raw_chroma_with_documents": summary(main["raw_chroma_with_documents"]),
-            "raw_chroma_with_documents_ratio": ratio(
-                summary(main["raw_chroma_with_documents"])["p50_ms"], raw["p50_ms"]
-            ),
-            "sidecar_1000_fields_cold": summary(cold["sidecar_1000_fields_cold"]),
-            "sidecar_1000_fields_cold_ratio": ratio(
-                summary(cold["sidecar_1000_fields_cold"])["p50_ms"],
-                summary(cold["raw_chroma"])["p50_ms"],
-            ),
-            "raw_chroma_2k": summary(main["raw_chroma_2k"]),
-            "raw_chroma_2k_ratio": ratio(summary(main["raw_chroma_2k"])["p50_ms"], raw["p50_ms"]),
-            "raw_chroma_2k_ids_only": summary(main["raw_chroma_2k_ids_only"]),
-            "raw_chroma_2k_ids_only_ratio": ratio(
-                summary(main["raw_chroma_2k_ids_only"])["p50_ms"], raw["p50_ms"]
-            ),
-        },
-        "constraints": per_count,
-        "hnsw_recall_at_k_vs_exact": recall,
-        "withheld_per_lookup_at_1000": round(sum(withheld) / len(withheld), 2),
+        "constraint_evaluation_uncached_1000": evaluation,
+        "raw_chroma_with_documents": summary(main["raw_chroma_with_documents"]),
+        "raw_chroma_with_documents_ratio": ratio(
+            p50(main["raw_chroma_with_documents"]), raw["p50_ms"]
+        ),
+        "sidecar_1000_fields_cold": summary(cold["sidecar_1000_fields_cold"]),
+        "sidecar_1000_fields_cold_ratio": ratio(
+            p50(cold["sidecar_1000_fields_cold"]), p50(cold["raw_chroma"])
+        ),
+        "raw_chroma_2k": summary(main["raw_chroma_2k"]),
+        "raw_chroma_2k_ratio": ratio(p50(main["raw_chroma_2k"]), raw["p50_ms"]),
+        "raw_chroma_2k_ids_only": summary(main["raw_chroma_2k_ids_only"]),
+        "raw_chroma_2k_ids_only_ratio": ratio(p50(main["raw_chroma_2k_ids_only"]), raw["p50_ms"]),
     }
 
 
@@ -378,7 +400,7 @@ def run(quick: bool, seed: int = 7) -> dict[str, Any]:
     sizes = QUICK_SIZES if quick else FULL_SIZES
     repeat = 150 if quick else 300
     sizes_out: dict[str, Any] = {}
-    for n in sizes:
+    for n in steps("lookup: sizes", sizes):
         progress(f"lookup: {n:,} tools")
         sizes_out[str(n)] = constrained_part(n, repeat, seed)
     progress("lookup: end to end with all-MiniLM-L6-v2 (the default onnx path)")
@@ -417,74 +439,14 @@ def run(quick: bool, seed: int = 7) -> dict[str, Any]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    rows = []
-    for n, r in result["sizes"].items():
-        for c, v in r["constraints"].items():
-            rows.append(
-                [
-                    int(n),
-                    int(c),
-                    v["blocked_tools"],
-                    r["raw_chroma"]["p50_ms"],
-                    v["sidecar"]["p50_ms"],
-                    v["ratio_vs_raw_chroma"],
-                    "yes" if v["ratio_vs_raw_chroma"] <= 1.25 else "**no**",
-                    v["chroma_nin"]["p50_ms"],
-                    v["nin_ratio_vs_raw_chroma"],
-                    v["numpy_exact"]["p50_ms"],
-                    v["numpy_ratio_vs_raw_chroma"],
-                ]
-            )
     m = result["model"]
-    info = [
-        [
-            int(n),
-            r["index_build_s"],
-            r["hnsw_recall_at_k_vs_exact"],
-            r["withheld_per_lookup_at_1000"],
-            r["diagnostics"]["raw_chroma_2k_ratio"],
-            r["diagnostics"]["raw_chroma_2k_ids_only_ratio"],
-            r["diagnostics"]["raw_chroma_with_documents_ratio"],
-            r["diagnostics"]["sidecar_1000_fields_cold_ratio"],
-            r["diagnostics"]["constraint_evaluation_uncached_1000"]["p50_ms"],
-        ]
-        for n, r in result["sizes"].items()
-    ]
     return "\n".join(
         [
             "## Lookup cost",
             "",
-            md_table(
-                [
-                    "tools",
-                    "constraints",
-                    "blocked tools",
-                    "raw Chroma p50 ms",
-                    "sidecar p50 ms",
-                    "sidecar / raw",
-                    "<= 1.25",
-                    "Chroma $nin p50 ms",
-                    "$nin / raw",
-                    "numpy exact p50 ms",
-                    "numpy / raw",
-                ],
-                rows,
-            ),
+            md_table(COST_HEADERS, _cost_rows(result["sizes"])),
             "",
-            md_table(
-                [
-                    "tools",
-                    "index build s",
-                    "HNSW recall@10 vs exact",
-                    "withheld per lookup (1,000)",
-                    "raw n=20 / raw n=10",
-                    "raw n=20 ids+distances / raw n=10",
-                    "raw with documents / raw",
-                    "sidecar (1,000), fields read every time / raw",
-                    "1,000 constraints evaluated, uncached, p50 ms",
-                ],
-                info,
-            ),
+            md_table(INFO_HEADERS, _info_rows(result["sizes"])),
             "",
             f"End to end with all-MiniLM-L6-v2 ({m['catalog_tools']} demo tools): model load "
             f"and indexing {m['model_load_and_index_s']} s; first query "
@@ -497,6 +459,69 @@ def markdown(result: dict[str, Any]) -> str:
             "",
         ]
     )
+
+
+COST_HEADERS = (
+    "tools",
+    "constraints",
+    "blocked tools",
+    "raw Chroma p50 ms",
+    "sidecar p50 ms",
+    "sidecar / raw",
+    "<= 1.25",
+    "Chroma $nin p50 ms",
+    "$nin / raw",
+    "numpy exact p50 ms",
+    "numpy / raw",
+)
+INFO_HEADERS = (
+    "tools",
+    "index build s",
+    "HNSW recall@10 vs exact",
+    "withheld per lookup (1,000)",
+    "raw n=20 / raw n=10",
+    "raw n=20 ids+distances / raw n=10",
+    "raw with documents / raw",
+    "sidecar (1,000), fields read every time / raw",
+    "1,000 constraints evaluated, uncached, p50 ms",
+)
+
+
+def _cost_rows(sizes: dict[str, Any]) -> list[list[Any]]:
+    return [
+        [
+            int(n),
+            int(c),
+            v["blocked_tools"],
+            r["raw_chroma"]["p50_ms"],
+            v["sidecar"]["p50_ms"],
+            v["ratio_vs_raw_chroma"],
+            "yes" if v["ratio_vs_raw_chroma"] <= 1.25 else "**no**",
+            v["chroma_nin"]["p50_ms"],
+            v["nin_ratio_vs_raw_chroma"],
+            v["numpy_exact"]["p50_ms"],
+            v["numpy_ratio_vs_raw_chroma"],
+        ]
+        for n, r in sizes.items()
+        for c, v in r["constraints"].items()
+    ]
+
+
+def _info_rows(sizes: dict[str, Any]) -> list[list[Any]]:
+    return [
+        [
+            int(n),
+            r["index_build_s"],
+            r["hnsw_recall_at_k_vs_exact"],
+            r["withheld_per_lookup_at_1000"],
+            r["diagnostics"]["raw_chroma_2k_ratio"],
+            r["diagnostics"]["raw_chroma_2k_ids_only_ratio"],
+            r["diagnostics"]["raw_chroma_with_documents_ratio"],
+            r["diagnostics"]["sidecar_1000_fields_cold_ratio"],
+            r["diagnostics"]["constraint_evaluation_uncached_1000"]["p50_ms"],
+        ]
+        for n, r in sizes.items()
+    ]
 
 
 def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:

@@ -36,7 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import machine, md_table, progress, quick_main, ratio, summary
+from benchmarks.common import quick_main
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import machine, md_table
+from benchmarks.harness.timing import ratio, summary
 
 STEPS: tuple[tuple[str, str, str], ...] = (
     # (module, class.attribute, step): the innermost one entered names a round trip;
@@ -224,7 +227,8 @@ def instrumented(probe: Probe) -> Iterator[None]:
 
 
 def measure(trials: int, seed: int = 7) -> dict[str, Any]:
-    from benchmarks.bench_shared import Services, catalog, library
+    from benchmarks.shared_services import Services, library
+    from benchmarks.shared_workload import catalog
     from indexes import HashingEmbedder
     from sidecar import Tool
 
@@ -285,7 +289,7 @@ def measure(trials: int, seed: int = 7) -> dict[str, Any]:
 
 
 def _chain(topology: list[str], i: int) -> dict[str, Any]:
-    from benchmarks.bench_shared import fatal_chain
+    from benchmarks.shared_workload import fatal_chain
 
     return fatal_chain(topology, i)
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -35,18 +34,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    machine,
-    md_table,
-    md_targets,
-    progress,
-    pyplot,
-    quick_main,
-    ratio,
-    save_figure,
-    summary,
-    target,
-)
+from benchmarks.common import quick_main
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import machine, md_table, md_targets, pyplot, save_figure, target
+from benchmarks.harness.services import clean_env, start_serve, stop_process, wait_announced
+from benchmarks.harness.timing import ratio, summary
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDED_P99_MS = 50.0
@@ -135,32 +127,15 @@ def small(n: int) -> bytes:
 class Server:
     def __init__(self, home: Path) -> None:
         self.home = home
-        from benchmarks.bench_serve import read_server_url
-
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
-        env |= {"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER": "hashing"}
-        env["PYTHONPATH"] = str(ROOT)
+        env = clean_env(SIDECAR_HOME=str(home), SIDECAR_EMBEDDER="hashing", PYTHONPATH=str(ROOT))
         self.log = (home.parent / "server.stderr").open("wb")
-        self.proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("sidecar")), "serve", "--port", "0"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=self.log,
-        )
-        deadline = time.monotonic() + 120
-        url = None
-        while url is None:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the server did not start")
-            url = read_server_url(home, self.proc.pid)
-            time.sleep(0.05)
-        self.url = url
+        self.proc = start_serve(env, self.log)
+        self.url = wait_announced(home, self.proc, 120, "the server")
         token = (home / "token").read_text().strip()
         self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
+        stop_process(self.proc, 60)
         self.log.close()
 
 
@@ -247,8 +222,7 @@ class _Large:
                 self.answers.append((str(item[0]), int(item[1]), float(item[2])))
 
     def __exit__(self, *_exc: object) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
+        stop_process(self.proc, 60)
         self.reader.join(timeout=60)
         if self.proc.stdout is not None:
             self.proc.stdout.close()

@@ -25,7 +25,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import emit, machine, progress, ratio, summary
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import emit, machine
+from benchmarks.harness.timing import ratio, summary
 
 
 @contextlib.contextmanager
@@ -53,12 +55,10 @@ def _timing(
 
 
 def measure(chains: int, row_groups: list[int], lookups: int, seed: int = 7) -> dict[str, Any]:
-    import pyarrow.parquet as pq
 
     from benchmarks.bench_store import make_row
     from benchmarks.s3server import S3Server
     from cold_store import ColdStore
-    from cold_store.delta.files import DataFiles
 
     rng = random.Random(seed)
     day = datetime(2026, 11, 1, tzinfo=UTC)
@@ -88,22 +88,7 @@ def measure(chains: int, row_groups: list[int], lookups: int, seed: int = 7) -> 
             for store in stores.values():
                 store.resolve(f"cold://chains/{key}")
         progress(f"pointers: {lookups} lookups on each store")
-        samples: dict[str, dict[str, list[float]]] = {
-            name: {"total": [], "fetch": [], "bytes": [], "decode": []} for name in stores
-        }
-        names = list(stores)
-        for i, key in enumerate(keys[20:]):
-            for name in names[i % len(names) :] + names[: i % len(names)]:
-                got = samples[name]
-                sizes: list[int] = []
-                with (
-                    _timing(DataFiles, "_fetch", got["fetch"], sizes),
-                    _timing(pq.ParquetFile, "read_row_group", got["decode"]),
-                ):
-                    t0 = time.perf_counter()
-                    stores[name].resolve(f"cold://chains/{key}")
-                    got["total"].append((time.perf_counter() - t0) * 1000.0)
-                got["bytes"] += [float(s) for s in sizes]
+        samples = _resolve_all(stores, keys[20:])
     base = summary(samples["parquet"]["total"])["p50_ms"]
     out = {
         name: {
@@ -122,6 +107,32 @@ def measure(chains: int, row_groups: list[int], lookups: int, seed: int = 7) -> 
         "stores": out,
         "timings_s": {"total": round(time.perf_counter() - started, 1)},
     }
+
+
+def _resolve_all(stores: dict[str, Any], keys: list[str]) -> dict[str, dict[str, list[float]]]:
+    """Each key resolved in every store, the stores taking turns to go first: the whole
+    resolution, its fetches (and their bytes) and its row-group decoding, in ms."""
+    import pyarrow.parquet as pq
+
+    from cold_store.delta.files import DataFiles
+
+    samples: dict[str, dict[str, list[float]]] = {
+        name: {"total": [], "fetch": [], "bytes": [], "decode": []} for name in stores
+    }
+    names = list(stores)
+    for i, key in enumerate(keys):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            got = samples[name]
+            sizes: list[int] = []
+            with (
+                _timing(DataFiles, "_fetch", got["fetch"], sizes),
+                _timing(pq.ParquetFile, "read_row_group", got["decode"]),
+            ):
+                t0 = time.perf_counter()
+                stores[name].resolve(f"cold://chains/{key}")
+                got["total"].append((time.perf_counter() - t0) * 1000.0)
+            got["bytes"] += [float(s) for s in sizes]
+    return samples
 
 
 def main(argv: list[str] | None = None) -> None:

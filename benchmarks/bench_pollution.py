@@ -40,304 +40,44 @@ Protocol (deterministic for a seed; ``BENCHMARKS.md`` has the long form):
 from __future__ import annotations
 
 import argparse
-import random
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import (
-    DEFAULT_DATASETS,
+from benchmarks.common import DEFAULT_DATASETS, model_embedder, open_sidecar
+from benchmarks.datasets import Corpus, Task, seal_tools, toolbench
+from benchmarks.harness.progress import progress, steps
+from benchmarks.harness.results import (
     emit,
     machine,
-    md_table,
-    md_targets,
-    model_embedder,
-    open_sidecar,
-    progress,
-    pyplot,
-    ratio,
-    save_figure,
     target,
 )
-from benchmarks.datasets import Corpus, Task, seal_tools, toolbench
-from benchmarks.seed import ChainArchive, seed_archive, seed_check
+from benchmarks.harness.timing import ratio
+from benchmarks.pollution_report import ABLATIONS, HEADLINE, SYSTEMS, markdown, plot
+from benchmarks.pollution_world import (
+    CachedEmbedder,
+    FatalSequences,
+    Lookup,
+    Lookups,
+    Page,
+    Tally,
+    World,
+    compose,
+    mcp_schema_text,
+    replayed_prefix,
+    report_line,
+    split,
+)
+from benchmarks.seed import seed_archive, seed_check
 
 if TYPE_CHECKING:
-    import numpy as np
+    from sidecar import Sidecar
 
-    from indexes import Embedder
-    from sidecar import Sidecar, Tool
-
-SYSTEMS = ("plain", "seed_check", "sidecar")
-ABLATIONS = ("constraints_only", "evict_3chains", "evict_1chain")
-"""``constraints_only``: the sidecar's archive and constraint-aware lookup without the
-eviction, to tell what the eviction costs from what the constraints cost.
-``evict_3chains`` and ``evict_1chain``: the stricter and the looser policy,
-``evict(min_chains=3)`` and ``evict(min_chains=1)``, around the default of 2 (1 was the
-library's default before these measurements)."""
+__all__ = ["markdown", "plot", "run"]
 QUICK_SEAL = {"max_tasks": 600, "max_tools": 1500}
 FULL_SEEDS = 5
-
-
-# ---- the embedder, once per text ---------------------------------------------------
-class CachedEmbedder:
-    """The real model behind a per-text cache, so that the two homes and the queries
-    share one embedding pass; it is the same model under the same name."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self._inner = inner
-        self._cache: dict[str, np.ndarray] = {}
-        self._queries: dict[str, np.ndarray] = {}
-        self.embed_seconds = 0.0
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    @property
-    def dim(self) -> int:
-        return self._inner.dim
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        import numpy as np
-
-        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
-        if missing:
-            start = time.perf_counter()
-            vectors = self._inner.embed(missing)
-            self.embed_seconds += time.perf_counter() - start
-            self._cache.update(zip(missing, vectors, strict=True))
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.stack([self._cache[t] for t in texts])
-
-    def query(self, text: str) -> np.ndarray:
-        """A query's vector as the sidecar computes it (the fast path's query graph)."""
-        from indexes import query_vector
-
-        if text not in self._queries:
-            start = time.perf_counter()
-            self._queries[text] = query_vector(self._inner, text)
-            self.embed_seconds += time.perf_counter() - start
-        return self._queries[text]
-
-    def tokenizer_count(self, text: str) -> int:
-        counter: Callable[[str], int] | None = getattr(self._inner, "tokenizer_count", None)
-        if counter is None:
-            raise TypeError(f"{self._inner.name} has no tokenizer")
-        return counter(text)
-
-
-# ---- the reference: which sequences are fatal ----------------------------------------
-class FatalSequences:
-    """The archived fatal sequences, matched as contiguous runs (written apart from the
-    library's automaton, so that it checks the sidecar rather than repeats it)."""
-
-    def __init__(self, sequences: Iterable[Sequence[str]]) -> None:
-        self.sequences = sorted({tuple(s) for s in sequences})
-        self._by_terminal: dict[str, list[tuple[str, ...]]] = {}
-        for seq in self.sequences:
-            self._by_terminal.setdefault(seq[-1], []).append(seq)
-
-    def __len__(self) -> int:
-        return len(self.sequences)
-
-    def completes(self, after: Sequence[str], tool: str) -> tuple[str, ...] | None:
-        """The fatal sequence that ``after + [tool]`` ends with, if any."""
-        for seq in self._by_terminal.get(tool, ()):
-            n = len(seq) - 1
-            if len(after) >= n and tuple(after[len(after) - n :]) == seq[:-1]:
-                return seq
-        return None
-
-    def first_in(self, plan: Sequence[str]) -> tuple[str, ...] | None:
-        for end in range(len(plan)):
-            seq = self.completes(plan[:end], plan[end])
-            if seq is not None:
-                return seq
-        return None
-
-
-# ---- one lookup, as the agent sees it --------------------------------------------------
-@dataclass(frozen=True)
-class Page:
-    ids: tuple[str, ...]
-    warning_tokens: int = 0
-    withheld: int = 0
-
-
-@dataclass
-class Tally:
-    """What a set of lookups handed the agent."""
-
-    lookups: int = 0
-    fatal_exposed: int = 0
-    dead_exposed: int = 0
-    schema_tokens: int = 0
-    warning_tokens: int = 0
-    withheld: int = 0
-    short_pages: int = 0
-
-    def add(self, other: Tally) -> Tally:
-        return Tally(*(getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__))
-
-    def to_dict(self) -> dict[str, Any]:
-        n = self.lookups or 1
-        return {
-            "lookups": self.lookups,
-            "fatal_exposure": round(self.fatal_exposed / n, 4),
-            "dead_prefix_exposure": round(self.dead_exposed / n, 4),
-            "context_tokens_per_lookup": round((self.schema_tokens + self.warning_tokens) / n, 1),
-            "schema_tokens_per_lookup": round(self.schema_tokens / n, 1),
-            "warning_tokens_per_lookup": round(self.warning_tokens / n, 1),
-            "withheld_per_lookup": round(self.withheld / n, 3),
-            "pages_shorter_than_k": self.short_pages,
-        }
-
-
-Lookup = Callable[[Task, Sequence[str]], Page]
-
-
-@dataclass
-class World:
-    corpus: Corpus
-    k: int
-    history: list[Task]
-    successors: list[Task]
-    archived: list[Task]
-    fatal: FatalSequences
-    evicted: set[str]
-    """What the sidecar's eviction removes (decided before any system runs)."""
-    seed: ChainArchive | None
-    schema_tokens: dict[str, int]
-    sidecar_check: Callable[[Sequence[str]], bool]
-    info: dict[str, Any] = field(default_factory=dict)
-
-    def observe(self, tally: Tally, after: Sequence[str], page: Page) -> None:
-        tally.lookups += 1
-        tally.fatal_exposed += any(self.fatal.completes(after, t) for t in page.ids)
-        tally.dead_exposed += any(t in self.evicted for t in page.ids)
-        tally.schema_tokens += sum(self.schema_tokens[t] for t in page.ids)
-        tally.warning_tokens += page.warning_tokens
-        tally.withheld += page.withheld
-        tally.short_pages += len(page.ids) < self.k
-
-
-# ---- the protocol ------------------------------------------------------------------------
-def split(tasks: Sequence[Task], seed: int) -> tuple[list[Task], list[Task]]:
-    """History and successor halves, by task id (a duplicated id stays on one side)."""
-    ids = sorted({t.task_id for t in tasks})
-    random.Random(f"split:{seed}").shuffle(ids)
-    history_ids = set(ids[: len(ids) // 2])
-    return (
-        [t for t in tasks if t.task_id in history_ids],
-        [t for t in tasks if t.task_id not in history_ids],
-    )
-
-
-def report_line(task: Task, corpus: str) -> dict[str, Any]:
-    from sidecar.classify import classify
-
-    session = f"{corpus}:{task.source}:{task.task_id}"
-    if task.outcome == "completed":
-        return {"topology": list(task.chain), "outcome": "completed", "session_id": session}
-    # an explicit kind only where the classification table has no answer (the protocol's
-    # rule); a transient-looking signature is left to the sidecar, which will keep it out
-    kind = "deterministic" if classify(task.signature).kind == "unknown" else None
-    prefix = " > ".join(task.chain[:-1])
-    rule = (
-        f"after {prefix}, {task.chain[-1]} ended the task abandoned ({task.reason})"
-        if len(task.chain) >= 2
-        else ""
-    )
-    return {
-        "topology": list(task.chain),
-        "outcome": "abandoned",
-        "failure": {"signature": task.signature, "kind": kind},
-        "constraint": {"rule": rule},
-        "session_id": session,
-    }
-
-
-def mcp_schema_text(tool: Tool) -> str:
-    """What an agent is handed for a tool (as the eviction report counts it)."""
-    import json
-
-    return json.dumps(
-        {"name": tool.tool_id, "description": tool.description, "inputSchema": tool.input_schema}
-    )
-
-
-class Lookups:
-    """The two ways to look up in the shared home: the raw index (``plain``: no archive
-    consulted) and the sidecar's constraint-aware lookup (whatever has been evicted by
-    then)."""
-
-    def __init__(self, sc: Sidecar, embedder: CachedEmbedder, k: int) -> None:
-        self._sc, self._embedder, self._k = sc, embedder, k
-        self._vectors: dict[str, np.ndarray] = {}
-        self._warning_tokens: dict[str, int] = {}
-        self._plain: dict[str, Page] = {}
-
-    def _vector(self, query: str) -> np.ndarray:
-        if query not in self._vectors:
-            self._vectors[query] = self._embedder.query(query)
-        return self._vectors[query]
-
-    def plain(self, task: Task, after: Sequence[str]) -> Page:
-        page = self._plain.get(task.query)
-        if page is None:  # no archive: the executed prefix changes nothing
-            hits = self._sc.index.search(self._vector(task.query), self._k)
-            page = self._plain[task.query] = Page(tuple(h.id for h in hits))
-        return page
-
-    def plain_pages(self) -> dict[str, Page]:
-        """The plain pages served so far, by query."""
-        return dict(self._plain)
-
-    def sidecar(self, task: Task, after: Sequence[str]) -> Page:
-        vector = cast("Sequence[float]", self._vector(task.query))  # an array is fine
-        result = self._sc.search_vector(vector, self._k, after=list(after))
-        spent = 0
-        for hit in result.hits:
-            for w in hit.warnings:
-                if w not in self._warning_tokens:
-                    self._warning_tokens[w] = self._embedder.tokenizer_count(w)
-                spent += self._warning_tokens[w]
-        return Page(tuple(h.tool_id for h in result.hits), spent, len(result.withheld))
-
-
-@dataclass
-class Walk:
-    executed: list[str]
-    fatal: tuple[str, ...] | None
-
-
-def compose(world: World, lookup: Lookup, task: Task, tally: Tally) -> Walk:
-    """The successor's chain, one lookup per step of the original chain."""
-    executed: list[str] = []
-    for want in task.chain:
-        page = lookup(task, executed)
-        world.observe(tally, executed, page)
-        if not page.ids:
-            break
-        choice = want if want in page.ids else page.ids[0]
-        hit = world.fatal.completes(executed, choice)
-        executed.append(choice)
-        if hit is not None:  # the successor walked into the archived wall
-            return Walk(executed, hit)
-    return Walk(executed, None)
-
-
-def replayed_prefix(walk: Walk, chain: Sequence[str]) -> int:
-    """Leading steps of the archived chain's prefix that the successor re-ran."""
-    n = 0
-    while n < len(chain) - 1 and n < len(walk.executed) and walk.executed[n] == chain[n]:
-        n += 1
-    return n
 
 
 def reassembly(
@@ -583,19 +323,7 @@ def evaluate(
         "tasks": len(corpus.tasks),
         "parsing": dict(sorted(corpus.notes.items())),
         **world.info,
-        "eviction": {
-            "evicted_tools": len(evicted),
-            "kept_with_constraint": len(report.kept),
-            "reclaimed_schema_tokens": tokens(strict, report),
-            "reclaimed_schema_bytes": strict.reclaimed.get("schema_bytes", 0)
-            + report.reclaimed.get("schema_bytes", 0),
-            "tokenizer": report.reclaimed.get("tokenizer"),
-            "duration_s": round(strict.duration_s + report.duration_s, 2),
-            "evict_3chains_evicted_tools": len(strict.evicted),
-            "evict_3chains_reclaimed_schema_tokens": tokens(strict),
-            "evict_1chain_evicted_tools": len(evicted) + len(loose.evicted),
-            "evict_1chain_reclaimed_schema_tokens": tokens(strict, report, loose),
-        },
+        "eviction": _eviction(evicted, strict, report, loose),
         "timings_s": {
             "index": round(indexed - started, 1),
             "protocol": round(time.perf_counter() - indexed, 1),
@@ -603,6 +331,24 @@ def evaluate(
         "hnsw_rebuild": rebuild,
         "systems": {s: systems[s] for s in SYSTEMS},
         "ablations": {s: systems[s] for s in ABLATIONS},
+    }
+
+
+def _eviction(evicted: set[str], strict: Any, report: Any, loose: Any) -> dict[str, Any]:
+    """What the default policy (``report``, on top of ``strict``) and the looser one
+    (``loose``, on top of both) evicted and reclaimed."""
+    return {
+        "evicted_tools": len(evicted),
+        "kept_with_constraint": len(report.kept),
+        "reclaimed_schema_tokens": tokens(strict, report),
+        "reclaimed_schema_bytes": strict.reclaimed.get("schema_bytes", 0)
+        + report.reclaimed.get("schema_bytes", 0),
+        "tokenizer": report.reclaimed.get("tokenizer"),
+        "duration_s": round(strict.duration_s + report.duration_s, 2),
+        "evict_3chains_evicted_tools": len(strict.evicted),
+        "evict_3chains_reclaimed_schema_tokens": tokens(strict),
+        "evict_1chain_evicted_tools": len(evicted) + len(loose.evicted),
+        "evict_1chain_reclaimed_schema_tokens": tokens(strict, report, loose),
     }
 
 
@@ -713,7 +459,7 @@ def run(
     embedder = CachedEmbedder(model_embedder(embedder_name))
     tb = toolbench(dataset)
     per_seed: dict[str, dict[int, dict[str, Any]]] = {"toolbench": {}, "seal_tools": {}}
-    for s in seed_list:
+    for s in steps("pollution: seeds", seed_list):
         per_seed["toolbench"][s] = evaluate(tb, embedder, k, s, rebuild_check=s == seed)
         seal = seal_tools(dataset, s, **(QUICK_SEAL if quick else {}))
         per_seed["seal_tools"][s] = evaluate(seal, embedder, k, s, rebuild_check=s == seed)
@@ -750,140 +496,6 @@ def run(
             "total": round(time.perf_counter() - started, 1),
         },
     }
-
-
-# ---- output ------------------------------------------------------------------------------
-HEADLINE = (
-    "reassembly_rate",
-    "doomed_prefix_calls",
-    "fatal_exposure",
-    "dead_prefix_exposure",
-    "viable_recall_at_k",
-    "context_tokens_per_lookup",
-)
-
-
-def markdown(result: dict[str, Any]) -> str:
-    parts = ["## Retrieval pollution", ""]
-    for label, block in (
-        ("ToolBench (real trajectories)", result["toolbench"]),
-        ("Seal-Tools (scale, synthetic abandonment)", result["scale"]["seal_tools"]),
-    ):
-        systems = block["systems"] | block["ablations"]
-        rows = [
-            [s if s in SYSTEMS else f"{s} (ablation)"]
-            + [systems[s][m] for m in HEADLINE]
-            + [
-                systems[s]["reassembly"]["reassembled"],
-                systems[s]["reassembly"]["successors"],
-                systems[s]["collateral"]["viable_plans_blocked"],
-                f"{systems[s]['heldout_reassembly']['reassembled']}"
-                f"/{systems[s]['heldout_reassembly']['successors']}",
-            ]
-            for s in (*SYSTEMS, *ABLATIONS)
-        ]
-        ev = block["eviction"]
-        seed_r = systems["seed_check"]["reassembly"]
-        side_all = systems["sidecar"]["all_lookups"]
-        notes = (
-            f"The seed's check blocked {seed_r['plans_blocked']} of {seed_r['successors']} "
-            f"successor plans ({seed_r['plans_blocked_without_fatal_sequence']} of them held "
-            f"no fatal sequence) and {systems['seed_check']['collateral']['viable_plans_blocked']}"
-            f" of {systems['seed_check']['collateral']['viable_plans']} viable plans; the "
-            f"sidecar withheld {side_all['withheld_per_lookup']} tools per lookup and added "
-            f"{side_all['warning_tokens_per_lookup']} warning tokens per lookup to "
-            f"{side_all['schema_tokens_per_lookup']} schema tokens (plain: "
-            f"{systems['plain']['all_lookups']['schema_tokens_per_lookup']})."
-        )
-        if block.get("hnsw_rebuild"):
-            hr = block["hnsw_rebuild"]
-            notes += (
-                f" A second build of the same catalog with the same vectors answered "
-                f"{hr['pages_that_differ']} of {hr['queries']} plain top-{result['params']['k']}"
-                " pages differently (Chroma's HNSW build is not deterministic), hence one "
-                "shared index for every system."
-            )
-        parts += [
-            f"### {label}",
-            "",
-            f"{block['catalog_tools']:,} tools, {block['tasks']:,} tasks; "
-            f"{block['archived_chains']} chains archived from the history half, "
-            f"{ev['evicted_tools']} tools evicted, {ev['kept_with_constraint']} kept with a "
-            f"constraint ({ev['reclaimed_schema_tokens']} schema tokens reclaimed); "
-            f"`evict_3chains` evicted {ev['evict_3chains_evicted_tools']} "
-            f"({ev['evict_3chains_reclaimed_schema_tokens']} tokens), `evict_1chain` "
-            f"{ev['evict_1chain_evicted_tools']} ({ev['evict_1chain_reclaimed_schema_tokens']} "
-            "tokens).",
-            "",
-            md_table(
-                [
-                    "system",
-                    *HEADLINE,
-                    "re-assembled",
-                    "successors",
-                    "viable plans blocked",
-                    "held-out re-assembled",
-                ],
-                rows,
-            ),
-            "",
-            notes,
-            "",
-        ]
-    if len(result["params"]["seeds"]) > 1:
-        parts += [
-            f"### Across seeds {', '.join(map(str, result['params']['seeds']))} (min / mean / max)",
-            "",
-        ]
-        for name, spread in result["across_seeds"].items():
-            rows = [
-                [name, s]
-                + [
-                    f"{spread[s][m]['min']} / {spread[s][m]['mean']} / {spread[s][m]['max']}"
-                    for m in (*HEADLINE[:3], "viable_recall_vs_plain")
-                ]
-                for s in (*SYSTEMS, *ABLATIONS)
-            ]
-            parts += [
-                md_table(["dataset", "system", *HEADLINE[:3], "viable recall / plain"], rows),
-                "",
-            ]
-    parts += ["### Targets", "", md_targets(result["targets"]), ""]
-    return "\n".join(parts)
-
-
-METRIC_LABELS = (
-    "re-assembly\nrate",
-    "fatal\nexposure",
-    "dead-prefix\nexposure",
-    "viable\nrecall@k",
-)
-
-
-def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
-    plt = pyplot()
-    blocks = [("ToolBench", result["toolbench"]), ("Seal-Tools", result["scale"]["seal_tools"])]
-    metrics = ("reassembly_rate", "fatal_exposure", "dead_prefix_exposure", "viable_recall_at_k")
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    width = 0.26
-    for ax, (title, block) in zip(axes[:2], blocks, strict=True):
-        for i, s in enumerate(SYSTEMS):
-            values = [block["systems"][s][m] or 0 for m in metrics]
-            xs = [j + (i - 1) * width for j in range(len(metrics))]
-            ax.bar(xs, values, width, label=s)
-        ax.set_xticks(range(len(metrics)), METRIC_LABELS, fontsize=8)
-        ax.set_ylim(0, 1.05)
-        ax.set_title(f"{title} (k={result['params']['k']})")
-        ax.legend(fontsize=8)
-    ax = axes[2]
-    for i, s in enumerate(SYSTEMS):
-        values = [b["systems"][s]["context_tokens_per_lookup"] for _, b in blocks]
-        ax.bar([j + (i - 1) * width for j in range(len(blocks))], values, width, label=s)
-    ax.set_xticks(range(len(blocks)), [t for t, _ in blocks])
-    ax.set_ylabel("schema + warning tokens per lookup")
-    ax.set_title("context handed to the agent")
-    ax.legend(fontsize=8)
-    return [save_figure(plt, fig, out_dir / "pollution.png")]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import signal
 import statistics
 import subprocess
 import tempfile
@@ -32,17 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_serve import (
-    FIRST_QUERY,
-    POLL_S,
-    START_TIMEOUT_S,
-    _build_cache,
-    build_demo_home,
-    read_server_url,
-    server_env,
-    sidecar_argv,
-)
-from benchmarks.common import emit, machine, progress, revision
+from benchmarks.bench_serve import _build_cache, build_demo_home
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import emit, machine, revision
+from benchmarks.harness.services import read_server_url, sidecar_argv, stop_process
+from benchmarks.serve_process import FIRST_QUERY, POLL_S, START_TIMEOUT_S, server_env
 
 VARIANTS = {"onnx": "minilm", "hashing": "hashing"}
 TARGET_S = 3.0
@@ -95,12 +88,7 @@ def one_start(home: Path, env: dict[str, str]) -> dict[str, Any]:
         search_s = time.perf_counter() - started
         hits = len(found.json()["hits"])
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         reader.join(timeout=5)
     if hits == 0:
         raise RuntimeError("the first search found nothing: the demo home is empty")

@@ -32,28 +32,22 @@ benchmark's ``hybrid`` (they must agree: the benchmark measures what the lookup 
 
 from __future__ import annotations
 
-import math
 import random
 import statistics
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from functools import partial
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    DEFAULT_DATASETS,
-    dataset_main,
-    interleaved,
-    machine,
-    progress,
-    ratio,
-    summary,
-)
-from benchmarks.retrieval_data import Protocol, Query, sample
-from benchmarks.retrieval_rankers import FUSIONS, Engine, K, baselines
+from benchmarks.common import DEFAULT_DATASETS, dataset_main
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import machine
+from benchmarks.harness.timing import interleaved, ratio, summary
+from benchmarks.retrieval_data import Query, sample
+from benchmarks.retrieval_plans import PLANS, SHORT_QUERIES, UsagePlan, loaders
+from benchmarks.retrieval_rankers import FUSIONS, Engine, K, averaged, baselines, scores_of
 from benchmarks.retrieval_report import markdown, plot, targets
 
 __all__ = ["main", "markdown", "plot", "run", "targets"]
@@ -64,27 +58,8 @@ CHAIN_WEIGHTS = (0.25, 0.5, 1.0, 2.0)
 THRESHOLDS = (0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
 LATENCY_QUICK, LATENCY_FULL = 60, 200
 ABSTENTION_PROTOCOLS = ("stabletoolbench", "seal_tools", "toolbench_completed")
-USAGE_PROTOCOLS = ("apibench_torchhub", "seal_tools", "stabletoolbench", "apibench_tensorflow")
 
 
-@dataclass(frozen=True)
-class UsagePlan:
-    """The sizes of the usage protocol."""
-
-    protocols: tuple[str, ...]
-    queries: int | None
-    """Test queries per protocol (``None``: all)."""
-    points: tuple[int | None, ...]
-    sizes: tuple[int, int]
-    """Sessions behind the usage of the cost's two lookups."""
-    repeat: int
-    cost_on: str = "stabletoolbench"
-
-
-PLANS = {
-    "quick": UsagePlan(USAGE_PROTOCOLS[:2], 150, (0, 100, 300, None), (1_000, 10_000), 40),
-    "full": UsagePlan(USAGE_PROTOCOLS, None, (0, 100, 300, 1000, None), (1_000, 100_000), 200),
-}
 HAND_MADE = (
     "What is the meaning of life?",
     "Tell me a joke about penguins.",
@@ -107,40 +82,9 @@ HAND_MADE = (
     "What is your favourite colour and why?",
     "Tell me a bedtime story about a brave snail.",
 )
-SHORT_QUERIES = (
-    "what's the weather in Lisbon",
-    "convert 100 euros to yen",
-    "send an email to my landlord",
-    "book a table for two tonight",
-    "find cheap flights to Rome",
-    "summarize this pdf report",
-    "translate hello into German",
-    "latest stock price of Tesla",
-)
 
 
 # ---- metrics --------------------------------------------------------------------------
-def scores_of(ranked: Sequence[str], relevant: Sequence[str], k: int = K) -> dict[str, float]:
-    rel = set(relevant)
-    top = list(ranked[:k])
-    dcg = sum(1.0 / math.log2(i + 2) for i, t in enumerate(top) if t in rel)
-    ideal = sum(1.0 / math.log2(i + 2) for i in range(min(len(rel), k)))
-    return {
-        "ndcg@1": 1.0 if ranked[:1] and ranked[0] in rel else 0.0,
-        "ndcg@5": dcg / ideal if ideal else 0.0,
-        "recall@5": len(rel & set(top)) / len(rel) if rel else 0.0,
-        "comp@5": 1.0 if rel <= set(top) else 0.0,
-    }
-
-
-def averaged(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    if not rows:
-        return {}
-    return {m: round(100 * statistics.fmean(r[m] for r in rows), 1) for m in rows[0]} | {
-        "n": len(rows)
-    }
-
-
 # ---- one protocol, zero-shot -------------------------------------------------------------
 def evaluate(
     engine: Engine, queries: Sequence[Query], variants: Mapping[str, Engine] | None = None
@@ -345,19 +289,6 @@ def _timed_lookups(on: Any, off: Any, texts: Sequence[str], repeat: int) -> dict
 
 
 # ---- the run ---------------------------------------------------------------------------------
-def loaders() -> dict[str, Callable[[Path], Protocol]]:
-    from benchmarks import retrieval_data as data
-
-    out: dict[str, Callable[[Path], Protocol]] = {
-        "stabletoolbench": data.stabletoolbench,
-        "seal_tools": data.seal_tools,
-        "toolbench_completed": data.toolbench_completed,
-    }
-    for hub in data.APIBENCH_HUBS:
-        out[f"apibench_{hub}"] = partial(data.apibench, hub=hub)
-    return out
-
-
 def run(quick: bool, seed: int = 7, dataset: Path = DEFAULT_DATASETS) -> dict[str, Any]:
     from benchmarks.common import model_embedder
     from benchmarks.retrieval_rankers import text_variants

@@ -38,60 +38,47 @@ Three parts, each a ratio against a baseline measured in the same run:
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import shutil
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from benchmarks.common import (
-    DEFAULT_DATASETS,
-    REPO_ROOT,
-    interleaved,
-    machine,
-    md_table,
-    md_targets,
-    model_embedder,
-    open_sidecar,
-    progress,
-    pyplot,
-    ratio,
-    save_figure,
-    summary,
-    target,
+from benchmarks.common import DEFAULT_DATASETS, model_embedder, open_sidecar
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import machine, target
+from benchmarks.harness.timing import interleaved, ratio, summary
+from benchmarks.serve_process import (
+    READY_TARGET_S,
+    READY_VARIANTS,
+    SERVER_EMBEDDER,
+    VARIANTS,
+    ServerProcess,
+    medians,
+    rotated,
+    server_env,
+    server_times,
 )
+from benchmarks.serve_report import markdown, plot
 
 if TYPE_CHECKING:
     from sidecar import Tool
 
 T = TypeVar("T")
 
-VARIANTS = ("onnx", "torch")
-READY_VARIANTS = (*VARIANTS, "hashing")
-SERVER_EMBEDDER = {"onnx": "minilm", "torch": "minilm-torch", "hashing": "hashing"}
-"""``SIDECAR_EMBEDDER`` of each variant: the default path, the torch reference, and the
-hashing stand-in (no model at all: the floor of a server's start)."""
+__all__ = ["markdown", "plot", "run"]
 K = 10
 PREFIX = ("tool_0", "tool_1")
 LOOKUP_TOOLS = 10_000
 CONSTRAINTS = 100
-READY_TARGET_S = 3.0
 ISSUE_TOOLS = 1_500
 ISSUE_SECONDS = 90.0
 """The issue: today's ``tools add`` of 1,500 tools takes about 90 s."""
 WARMUP = 5
 """Untimed rounds of the lookup round robin (the first loads the exact tier)."""
-POLL_S = 0.01
-START_TIMEOUT_S = 180.0
-FIRST_QUERY = "extract prices from the page text"
 REPEATED = "find the weather forecast for a city"
 CHECK_QUERIES = (REPEATED, "convert currency amounts", "send an invoice email")
 """Asked of both sides before the timing: the library and the server must agree."""
@@ -100,13 +87,6 @@ WORDS = tuple(
     "summarize convert route map price currency database query chart code review news "
     "flight hotel recipe product invoice payment ticket user account report".split()
 )
-
-
-# ---- pure helpers ---------------------------------------------------------------------
-def rotated(names: Sequence[str], round_no: int) -> list[str]:
-    """``names`` starting at ``round_no`` modulo their count: each goes first as often."""
-    shift = round_no % len(names)
-    return [*names[shift:], *names[:shift]]
 
 
 def chunks(items: Sequence[T], count: int) -> list[list[T]]:
@@ -141,175 +121,6 @@ def distinct_queries(count: int, rng: random.Random, taken: Sequence[str] = ()) 
 def http_budget(library_p50: float, livez_p50: float) -> float:
     """The most an HTTP lookup may cost: the library's own lookup plus two floors."""
     return library_p50 + 2.0 * livez_p50
-
-
-def read_server_url(home: Path, pid: int) -> str | None:
-    """The URL in ``home``'s ``server.json`` when the process ``pid`` wrote it (a file
-    left by an earlier server is not this one's)."""
-    import json
-
-    try:
-        info = json.loads((home / "server.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(info, dict) or info.get("pid") != pid:
-        return None
-    url = info.get("url")
-    return url if isinstance(url, str) else None
-
-
-HTTP_PATHS = {"new": "/v1/search", "repeated": "/v1/search", "livez": "/livez"}
-
-
-def server_times(log_text: str, calls: Sequence[str]) -> dict[str, list[float]] | None:
-    """The server's own time (its request log's ``ms``: from the request reaching the
-    app to the response leaving it) of each of ``calls`` (``new``, ``repeated`` or
-    ``livez``, in the order they were made, and the last requests the server logged),
-    by kind; ``None`` when the log does not line up with the calls (a dropped line)."""
-    import json
-
-    logged: list[tuple[str, float]] = []
-    for line in log_text.splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and entry.get("event") == "request":
-            logged.append((str(entry.get("path")), float(entry["ms"])))
-    if len(logged) < len(calls):
-        return None
-    out: dict[str, list[float]] = {kind: [] for kind in HTTP_PATHS}
-    for kind, (path, ms) in zip(calls, logged[len(logged) - len(calls) :], strict=True):
-        if path != HTTP_PATHS[kind]:
-            return None
-        out[kind].append(ms)
-    return out
-
-
-def medians(samples: Sequence[Mapping[str, float]], key: str) -> dict[str, float]:
-    values = [s[key] for s in samples]
-    return {
-        "median": round(statistics.median(values), 3),
-        "min": round(min(values), 3),
-        "max": round(max(values), 3),
-    }
-
-
-# ---- a server process -----------------------------------------------------------------
-def sidecar_argv() -> list[str]:
-    script = Path(sys.executable).with_name("sidecar")
-    if script.exists():
-        return [str(script)]
-    return [
-        sys.executable,
-        "-c",
-        "import sys; from sidecar.shells.cli import main; sys.exit(main())",
-    ]
-
-
-def server_env(home: Path, embedder: str, cache: Path) -> dict[str, str]:
-    """This environment without any ``SIDECAR_*`` variable, the repository first on the
-    path, then the home, the embedder and the model cache."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
-    env |= {
-        "PYTHONPATH": str(REPO_ROOT),
-        "SIDECAR_HOME": str(home),
-        "SIDECAR_EMBEDDER": embedder,
-        "SIDECAR_MODEL_CACHE": str(cache),
-    }
-    return env
-
-
-class ServerProcess:
-    """``sidecar serve --port 0`` on ``home``; times are seconds from its start."""
-
-    def __init__(self, home: Path, env: Mapping[str, str], log: Path) -> None:
-        (home / "server.json").unlink(missing_ok=True)
-        self.home = home
-        self.log = log
-        # a file, not a pipe: nobody reads a pipe while the server runs
-        self._log = log.open("ab")
-        self.url = ""
-        self.headers: dict[str, str] = {}
-        self.started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            [*sidecar_argv(), "serve", "--port", "0"],
-            env=dict(env),
-            stdout=subprocess.DEVNULL,
-            stderr=self._log,
-        )
-
-    def __enter__(self) -> ServerProcess:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
-
-    def _alive(self) -> None:
-        code = self.proc.poll()
-        if code is not None:
-            tail = self.log.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"sidecar serve exited with {code}:\n{tail}")
-        if self.elapsed() > START_TIMEOUT_S:
-            raise TimeoutError(f"sidecar serve not ready after {START_TIMEOUT_S} s")
-
-    def wait_url(self) -> float:
-        """Until the server names its URL in ``server.json`` (after its warm-up)."""
-        while True:
-            url = read_server_url(self.home, self.proc.pid)
-            if url is not None:
-                break
-            self._alive()
-            time.sleep(POLL_S)
-        at = self.elapsed()
-        self.url = url
-        token = (self.home / "token").read_text().strip()
-        self.headers = {"Authorization": f"Bearer {token}"}
-        return at
-
-    def wait_ready(self) -> tuple[float, int]:
-        """Until ``GET /readyz`` answers 200; with how many answers said not ready."""
-        import httpx
-
-        not_ready = 0
-        while True:
-            try:
-                answer = httpx.get(f"{self.url}/readyz", headers=self.headers, timeout=30)
-                if answer.status_code == 200:
-                    return self.elapsed(), not_ready
-                not_ready += 1
-            except httpx.HTTPError:
-                pass
-            self._alive()
-            time.sleep(POLL_S)
-
-    def first_search(self) -> tuple[float, int]:
-        """One ``POST /v1/search``; when it answered, and how many hits."""
-        import httpx
-
-        answer = httpx.post(
-            f"{self.url}/v1/search",
-            json={"query": FIRST_QUERY, "k": 5},
-            headers=self.headers,
-            timeout=120,
-        )
-        answer.raise_for_status()
-        return self.elapsed(), len(answer.json()["hits"])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
 
 
 # ---- part 1: ready time ---------------------------------------------------------------
@@ -519,24 +330,15 @@ def lookup_round(
     one per core)."""
     import httpx
 
-    from sidecar import Sidecar
-    from sidecar.settings import Settings
-
     count = WARMUP + repeat
     lib_texts, http_texts = texts[:count], texts[count : 2 * count]
-    body = {"k": K, "after": list(PREFIX)}
+    log = http_home.parent / f"lookup-server-{blas_threads or 'default'}.log"
     with contextlib.ExitStack() as stack:
         if blas_threads is not None:
             from threadpoolctl import threadpool_limits
 
             stack.enter_context(threadpool_limits(limits=blas_threads, user_api="blas"))
-        # the library as the server runs it: settings without SIDECAR_* variables, the
-        # embedder from make_embedder (ONNX, int8 queries, the query cache)
-        sc = stack.enter_context(Sidecar(Settings.load(env={}, home=lib_home, model_cache=cache)))
-        started = time.perf_counter()
-        sc.warm_up()
-        lib_warm_s = time.perf_counter() - started
-        log = http_home.parent / f"lookup-server-{blas_threads or 'default'}.log"
+        sc, lib_warm_s = _warm_library(stack, lib_home, cache)
         env = server_env(http_home, SERVER_EMBEDDER["onnx"], cache)
         if blas_threads is not None:
             env["OPENBLAS_NUM_THREADS"] = str(blas_threads)
@@ -546,56 +348,18 @@ def lookup_round(
         client = stack.enter_context(
             httpx.Client(base_url=server.url, headers=server.headers, timeout=60)
         )
-        calls: list[str] = []  # the HTTP requests of the round robin, in order
-
-        def over_http(query: str) -> list[str]:
-            answer = client.post("/v1/search", json={"query": query, **body})
-            answer.raise_for_status()
-            return [h["tool_id"] for h in answer.json()["hits"]]
-
-        def in_process(query: str) -> list[str]:
-            return [h.tool_id for h in sc.search(query, k=K, after=PREFIX).hits]
-
-        def http_new(query: str) -> list[str]:
-            calls.append("new")
-            return over_http(query)
-
-        def http_repeated() -> list[str]:
-            calls.append("repeated")
-            return over_http(REPEATED)
-
-        def livez() -> None:
-            calls.append("livez")
-            client.get("/livez").raise_for_status()
-
-        agree = [in_process(q) == over_http(q) for q in CHECK_QUERIES]
+        paths = _LookupPaths(sc, client)
+        agree = [paths.in_process(q) == paths.over_http(q) for q in CHECK_QUERIES]
         withheld = len(sc.search(REPEATED, k=K, after=PREFIX).withheld)
         blocked = {f"tool_{2 + i}" for i in range(CONSTRAINTS)}
-        leaked = sum(len(blocked & set(in_process(q))) for q in CHECK_QUERIES)
-        embedder = sc.embedder
-        before = (getattr(embedder, "hits", 0), getattr(embedder, "misses", 0))
-        samples = interleaved(
-            {
-                "library_new": _each(in_process, lib_texts),
-                "http_new": _each(http_new, http_texts),
-                "library_repeated": lambda: in_process(REPEATED),
-                "http_repeated": http_repeated,
-                "livez": livez,
-            },
-            repeat,
-            warmup=WARMUP,
-        )
-        cache_counts = {
-            "hits": getattr(embedder, "hits", 0) - before[0],
-            "misses": getattr(embedder, "misses", 0) - before[1],
-        }
+        leaked = sum(len(blocked & set(paths.in_process(q))) for q in CHECK_QUERIES)
+        samples, cache_counts = _time_paths(paths, sc.embedder, lib_texts, http_texts, repeat)
     # the server has stopped: its log is complete.  The first WARMUP rounds are untimed.
-    logged = server_times(log.read_text(errors="replace"), calls)
+    logged = server_times(log.read_text(errors="replace"), paths.calls)
     server_app = (
         {kind: summary(ms[WARMUP:]) for kind, ms in logged.items()} if logged is not None else None
     )
     stats = {name: summary(v) for name, v in samples.items()}
-    livez_p50 = stats["livez"]["p50_ms"]
     out: dict[str, Any] = {
         "tools": LOOKUP_TOOLS,
         "constraints": CONSTRAINTS,
@@ -612,20 +376,98 @@ def lookup_round(
         "server_app": server_app,
         **stats,
     }
-    for kind in ("new", "repeated"):
-        lib, http = stats[f"library_{kind}"]["p50_ms"], stats[f"http_{kind}"]["p50_ms"]
-        budget = http_budget(lib, livez_p50)
-        out[kind] = {
-            "library_p50_ms": lib,
-            "http_p50_ms": http,
-            "budget_ms": round(budget, 4),
-            "http_minus_library_ms": round(http - lib, 4),
-            "http_minus_library_in_livez": ratio(http - lib, livez_p50, 2),
-            "http_vs_library_p50": ratio(http, lib),
-            "server_app_p50_ms": server_app[kind]["p50_ms"] if server_app else None,
-            "met": http <= budget,
-        }
-    return out
+    return out | {kind: _budget(kind, stats, server_app) for kind in ("new", "repeated")}
+
+
+def _time_paths(
+    paths: _LookupPaths,
+    embedder: Any,
+    lib_texts: Sequence[str],
+    http_texts: Sequence[str],
+    repeat: int,
+) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """The round robin's samples, and the library's query cache hits and misses during
+    it."""
+    before = (getattr(embedder, "hits", 0), getattr(embedder, "misses", 0))
+    samples = interleaved(
+        {
+            "library_new": _each(paths.in_process, lib_texts),
+            "http_new": _each(paths.http_new, http_texts),
+            "library_repeated": lambda: paths.in_process(REPEATED),
+            "http_repeated": paths.http_repeated,
+            "livez": paths.livez,
+        },
+        repeat,
+        warmup=WARMUP,
+    )
+    cache_counts = {
+        "hits": getattr(embedder, "hits", 0) - before[0],
+        "misses": getattr(embedder, "misses", 0) - before[1],
+    }
+    return samples, cache_counts
+
+
+def _warm_library(stack: contextlib.ExitStack, home: Path, cache: Path) -> tuple[Any, float]:
+    """The library as the server runs it (settings without SIDECAR_* variables, the
+    embedder from make_embedder: ONNX, int8 queries, the query cache), warmed up; and
+    the seconds its warm-up took."""
+    from sidecar import Sidecar
+    from sidecar.settings import Settings
+
+    sc = stack.enter_context(Sidecar(Settings.load(env={}, home=home, model_cache=cache)))
+    started = time.perf_counter()
+    sc.warm_up()
+    return sc, time.perf_counter() - started
+
+
+class _LookupPaths:
+    """The lookups the round robin times, in the library and over HTTP; ``calls``: the
+    HTTP requests made, in order, to line up with the server's request log."""
+
+    def __init__(self, sc: Any, client: Any) -> None:
+        self.sc = sc
+        self.client = client
+        self.calls: list[str] = []
+
+    def over_http(self, query: str) -> list[str]:
+        answer = self.client.post(
+            "/v1/search", json={"query": query, "k": K, "after": list(PREFIX)}
+        )
+        answer.raise_for_status()
+        return [h["tool_id"] for h in answer.json()["hits"]]
+
+    def in_process(self, query: str) -> list[str]:
+        return [h.tool_id for h in self.sc.search(query, k=K, after=PREFIX).hits]
+
+    def http_new(self, query: str) -> list[str]:
+        self.calls.append("new")
+        return self.over_http(query)
+
+    def http_repeated(self) -> list[str]:
+        self.calls.append("repeated")
+        return self.over_http(REPEATED)
+
+    def livez(self) -> None:
+        self.calls.append("livez")
+        self.client.get("/livez").raise_for_status()
+
+
+def _budget(
+    kind: str, stats: dict[str, dict[str, float]], server_app: dict[str, Any] | None
+) -> dict[str, Any]:
+    livez_p50 = stats["livez"]["p50_ms"]
+    lib, http = stats[f"library_{kind}"]["p50_ms"], stats[f"http_{kind}"]["p50_ms"]
+    budget = http_budget(lib, livez_p50)
+    return {
+        "library_p50_ms": lib,
+        "http_p50_ms": http,
+        "budget_ms": round(budget, 4),
+        "http_minus_library_ms": round(http - lib, 4),
+        "http_minus_library_in_livez": ratio(http - lib, livez_p50, 2),
+        "http_vs_library_p50": ratio(http, lib),
+        "server_app_p50_ms": server_app[kind]["p50_ms"] if server_app else None,
+        "met": http <= budget,
+    }
 
 
 # ---- the run --------------------------------------------------------------------------
@@ -658,7 +500,6 @@ def run(quick: bool, seed: int = 7, dataset: Path = DEFAULT_DATASETS) -> dict[st
         # share the CPU with the lookups above
         progress(f"serve: tools add of {len(tools):,} tools, onnx and torch alternating")
         add = add_part(cache, tools, 5 if quick else 10, tmp)
-    onnx_ready = ready["onnx"]["ready_s"]["median"]
     return {
         "benchmark": "serve",
         "question": "server ready time, tools add throughput and HTTP lookup cost over the "
@@ -679,243 +520,52 @@ def run(quick: bool, seed: int = 7, dataset: Path = DEFAULT_DATASETS) -> dict[st
         "ready": ready,
         "add": add,
         "lookup": lookup,
-        "targets": [
-            target(
-                "serve: ready time of the default path (onnx), median",
-                f"<= {READY_TARGET_S:g} s",
-                onnx_ready,
-                onnx_ready <= READY_TARGET_S,
-                f"start to first /readyz 200, demo home, warm disk, median of {runs}",
-            ),
-            target(
-                "serve: ready time, onnx / torch (medians)",
-                "reported",
-                ready["onnx_vs_torch_ready"],
-                None,
-                f"torch {ready['torch']['ready_s']['median']} s",
-            ),
-            target(
-                "serve: tools add throughput, onnx / torch",
-                "reported",
-                add["onnx_vs_torch_tools_per_s"],
-                None,
-                f"chunk by chunk {add['onnx_vs_torch_tools_per_s_paired_median']}; "
-                f"{add['onnx']['tools_per_s']} vs {add['torch']['tools_per_s']} tools/s over "
-                f"{add['tools']:,} tools; 1,500 tools: {add['onnx']['seconds_per_1500_tools']} s "
-                f"vs {add['torch']['seconds_per_1500_tools']} s (the issue: ~90 s)",
-            ),
-            *(
-                target(
-                    f"serve: HTTP lookup p50, {kind} text",
-                    "<= library p50 + 2 x livez p50",
-                    lookup[kind]["http_p50_ms"],
-                    lookup[kind]["met"],
-                    f"budget {lookup[kind]['budget_ms']:.3g} ms (library "
-                    f"{lookup[kind]['library_p50_ms']:.3g} + 2 x {lookup['livez']['p50_ms']:.3g})",
-                )
-                for kind in ("new", "repeated")
-            ),
-        ],
+        "targets": _targets(ready, add, lookup, runs),
         "timings_s": {"total": round(time.perf_counter() - started, 1)},
     }
 
 
-def markdown(result: dict[str, Any]) -> str:
-    r, a, lk = result["ready"], result["add"], result["lookup"]
-    ready_rows = [
-        [
-            f"{v} (`SIDECAR_EMBEDDER={r[v]['embedder_setting']}`)",
-            r[v]["ready_s"]["median"],
-            r[v]["ready_s"]["min"],
-            r[v]["ready_s"]["max"],
-            r[v]["url_s"]["median"],
-            r[v]["first_search_s"]["median"],
-            r[v]["first_search_after_ready_ms"]["median"],
-            r[v]["not_ready_answers"],
-        ]
-        for v in READY_VARIANTS
-    ]
-    add_rows = [
-        [
-            v,
-            a[v]["model_load_s"],
-            a[v]["seconds"],
-            a[v]["tools_per_s"],
-            a[v]["seconds_per_1500_tools"],
-            a[v]["cores_used"],
-            ", ".join(f"{x:g}" for x in a[v]["chunk_tools_per_s"]),
-        ]
-        for v in VARIANTS
-    ]
-    names = ("library_new", "http_new", "library_repeated", "http_repeated", "livez")
-    lookup_rows = [[n, lk[n]["p50_ms"], lk[n]["p99_ms"], lk[n]["mean_ms"]] for n in names]
-    budget_rows = [
-        [
-            kind,
-            lk[kind]["library_p50_ms"],
-            lk[kind]["http_p50_ms"],
-            lk[kind]["server_app_p50_ms"] if lk[kind]["server_app_p50_ms"] is not None else "-",
-            lk[kind]["http_minus_library_ms"],
-            lk[kind]["http_minus_library_in_livez"],
-            lk[kind]["budget_ms"],
-            "met" if lk[kind]["met"] else "**missed**",
-        ]
-        for kind in ("new", "repeated")
-    ]
-    s = result["setup_s"]
-    return "\n".join(
-        [
-            "## Serving with the default model path against torch",
-            "",
-            f"ONNX files built into a fresh cache in {s['onnx_files_built']} s; demo home "
-            f"(62 tools) in {s['demo_home']} s.",
-            "",
-            f"### Ready time: `sidecar serve --port 0` to the first `/readyz` 200 (s, "
-            f"{r['runs']} starts each, alternating)",
-            "",
-            md_table(
-                [
-                    "embedder",
-                    "ready median",
-                    "min",
-                    "max",
-                    "URL announced",
-                    "first search answered",
-                    "first search after ready, ms",
-                    "/readyz not-ready answers",
-                ],
-                ready_rows,
-            ),
-            "",
-            f"onnx / torch: ready {r['onnx_vs_torch_ready']}, first search "
-            f"{r['onnx_vs_torch_first_search']}.  Over the hashing floor (no model): onnx "
-            f"+{r['model_share_s']['onnx']} s, torch +{r['model_share_s']['torch']} s.",
-            "",
-            f"### tools add: {a['tools']:,} tools ({result['params']['add_catalog']}), "
-            f"{a['chunks']} chunks, alternating",
-            "",
-            md_table(
-                [
-                    "embedder",
-                    "model load s",
-                    "add s",
-                    "tools/s",
-                    "s per 1,500 tools",
-                    "cores used",
-                    "tools/s per chunk",
-                ],
-                add_rows,
-            ),
-            "",
-            f"onnx / torch: tools/s {a['onnx_vs_torch_tools_per_s']} (chunk by chunk, median "
-            f"{a['onnx_vs_torch_tools_per_s_paired_median']}), time "
-            f"{a['onnx_vs_torch_seconds']}; {a['document_tokens_mean']} tokens per document "
-            "on average.  Cores used: CPU seconds of this process, every thread, per second.",
-            "",
-            f"### Lookup at {lk['tools']:,} tools, {lk['constraints']} active constraints, "
-            f"k = {lk['k']} (ms, {lk['rounds']} rounds)",
-            "",
-            md_table(["path", "p50", "p99", "mean"], lookup_rows),
-            "",
-            md_table(
-                [
-                    "query text",
-                    "library p50",
-                    "HTTP p50",
-                    "server app p50",
-                    "HTTP - library",
-                    "in livez p50s",
-                    "budget",
-                    "verdict",
-                ],
-                budget_rows,
-            ),
-            "",
-            (
-                f"`/livez` inside the server's app: p50 {lk['server_app']['livez']['p50_ms']} ms "
-                "(server app: the server's request log, from the request reaching the app to "
-                "its response leaving it)."
-                if lk["server_app"]
-                else "The server's request log did not line up with the requests."
-            ),
-            "",
-            *_blas_lines(lk),
-            f"Library and server agree on the hits: {lk['library_and_http_agree']}; "
-            f"{lk['withheld_per_lookup']} withheld per lookup, {lk['blocked_tools_in_hits']} "
-            f"blocked tools among hits; the library's query cache during the timing: "
-            f"{lk['library_query_cache_during_timing']['hits']} hits, "
-            f"{lk['library_query_cache_during_timing']['misses']} misses.",
-            "",
-            md_targets(result["targets"]),
-            "",
-        ]
-    )
-
-
-def _blas_lines(lk: Mapping[str, Any]) -> list[str]:
-    one = lk.get("blas_one_thread")
-    if not one:
-        return []
-    rows = [
-        [
-            kind,
-            lk[kind]["library_p50_ms"],
-            one[kind]["library_p50_ms"],
-            lk[kind]["http_p50_ms"],
-            one[kind]["http_p50_ms"],
-            lk[kind]["server_app_p50_ms"] if lk[kind]["server_app_p50_ms"] is not None else "-",
-            one[kind]["server_app_p50_ms"] if one[kind]["server_app_p50_ms"] is not None else "-",
-            "met" if one[kind]["met"] else "**missed**",
-        ]
-        for kind in ("new", "repeated")
-    ]
-    rows.append(["livez", "", "", lk["livez"]["p50_ms"], one["livez"]["p50_ms"], "", "", ""])
+def _targets(
+    ready: dict[str, Any], add: dict[str, Any], lookup: dict[str, Any], runs: int
+) -> list[dict[str, Any]]:
+    onnx_ready = ready["onnx"]["ready_s"]["median"]
     return [
-        "Diagnostic, run after the main round robin: numpy's BLAS on one thread in both "
-        "processes (`threadpoolctl` here, `OPENBLAS_NUM_THREADS=1` for the server), new "
-        "texts, a new server; p50 ms:",
-        "",
-        md_table(
-            [
-                "query text",
-                "library, default",
-                "library, BLAS 1",
-                "HTTP, default",
-                "HTTP, BLAS 1",
-                "server app, default",
-                "server app, BLAS 1",
-                "budget, BLAS 1",
-            ],
-            rows,
+        target(
+            "serve: ready time of the default path (onnx), median",
+            f"<= {READY_TARGET_S:g} s",
+            onnx_ready,
+            onnx_ready <= READY_TARGET_S,
+            f"start to first /readyz 200, demo home, warm disk, median of {runs}",
         ),
-        "",
+        target(
+            "serve: ready time, onnx / torch (medians)",
+            "reported",
+            ready["onnx_vs_torch_ready"],
+            None,
+            f"torch {ready['torch']['ready_s']['median']} s",
+        ),
+        target(
+            "serve: tools add throughput, onnx / torch",
+            "reported",
+            add["onnx_vs_torch_tools_per_s"],
+            None,
+            f"chunk by chunk {add['onnx_vs_torch_tools_per_s_paired_median']}; "
+            f"{add['onnx']['tools_per_s']} vs {add['torch']['tools_per_s']} tools/s over "
+            f"{add['tools']:,} tools; 1,500 tools: {add['onnx']['seconds_per_1500_tools']} s "
+            f"vs {add['torch']['seconds_per_1500_tools']} s (the issue: ~90 s)",
+        ),
+        *(
+            target(
+                f"serve: HTTP lookup p50, {kind} text",
+                "<= library p50 + 2 x livez p50",
+                lookup[kind]["http_p50_ms"],
+                lookup[kind]["met"],
+                f"budget {lookup[kind]['budget_ms']:.3g} ms (library "
+                f"{lookup[kind]['library_p50_ms']:.3g} + 2 x {lookup['livez']['p50_ms']:.3g})",
+            )
+            for kind in ("new", "repeated")
+        ),
     ]
-
-
-def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
-    r, a, lk = result["ready"], result["add"], result["lookup"]
-    ax = axes[0]
-    ax.bar(list(READY_VARIANTS), [r[v]["ready_s"]["median"] for v in READY_VARIANTS])
-    ax.axhline(READY_TARGET_S, color="grey", linestyle="--", label="target (onnx)")
-    ax.set_ylabel("s, start to /readyz 200 (median)")
-    ax.set_title("Server ready")
-    ax.legend(loc="upper left")
-    ax = axes[1]
-    ax.bar(list(VARIANTS), [a[v]["tools_per_s"] for v in VARIANTS])
-    ax.set_ylabel("tools / s")
-    ax.set_title(f"tools add ({a['tools']:,} tools)")
-    ax = axes[2]
-    names = ("library_new", "http_new", "library_repeated", "http_repeated", "livez")
-    ax.bar(
-        [n.replace("_", "\n") for n in names],
-        [lk[n]["p50_ms"] for n in names],
-    )
-    ax.set_ylabel("p50 ms")
-    ax.set_title(f"Lookup, {lk['tools']:,} tools")
-    ax.tick_params(axis="x", labelsize=8)
-    return [save_figure(plt, fig, out_dir / "serve.png")]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -41,75 +41,39 @@ so no part sees another's tools or chains.
 from __future__ import annotations
 
 import contextlib
-import os
 import random
-import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.bench_lookup import WORDS
-from benchmarks.common import (
-    interleaved,
-    machine,
-    md_table,
-    md_targets,
-    model_embedder,
-    progress,
-    pyplot,
-    quick_main,
-    ratio,
-    save_figure,
-    summary,
-    target,
+from benchmarks.common import model_embedder, quick_main
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import machine, target
+from benchmarks.harness.timing import interleaved, ratio, summary
+from benchmarks.shared_report import markdown, plot
+from benchmarks.shared_services import Services, library, replicas
+from benchmarks.shared_staleness import staleness
+from benchmarks.shared_workload import (
+    REVISION_CACHE_MS,
+    Sizes,
+    catalog,
+    fatal_chain,
+    lookup_step,
+    session,
 )
-from benchmarks.pgserver import PostgresServer, free_port
 
 if TYPE_CHECKING:
-    from indexes import Embedder
     from sidecar import Sidecar
-    from sidecar.model import Tool
     from sidecar.shells.client import RemoteSidecar
 
-TOKEN = "bench-shared-token"
-"""Every server of the run takes this bearer token (``SIDECAR_TOKEN``)."""
+__all__ = ["markdown", "measure", "plot", "run", "targets"]
 REPLICAS = (1, 2, 3)
-POLL_LIMIT_S = 30.0
-"""A replica that has not reflected a write after this long counts as never."""
 
-
-@dataclass(frozen=True)
-class Sizes:
-    tools: int
-    """Row 1's catalog."""
-    constraints: int
-    """Row 1's fatal continuations after ``tool_0 > tool_1``."""
-    rounds: int
-    """Row 1's timed round-robin rounds (each times every operation in both modes)."""
-    embedder: str
-    """Row 1's embedder: ``onnx`` (the sidecar's default model path) or ``hashing``."""
-    sessions_per_client: int
-    clients: int
-    intake_rounds: int
-    breakdown_sessions: int
-    """Row 2's in-process breakdown: sessions reported one at a time per backend mix."""
-    staleness_trials: int
-    move_trials: int
-    delta: tuple[int, int, tuple[int, ...], int, int] | None
-    """:func:`benchmarks.bench_delta.measure`'s (chains, batch, steps, lookups,
-    maintain_every), or ``None`` to leave row 5 out."""
-
-
-REVISION_CACHE_MS = 250.0
-"""``SIDECAR_REVISION_CACHE_MS`` of the cached rows: a replica keeps the revisions it
-read for at most this long, less once another replica's write is announced."""
 
 QUICK = Sizes(
     tools=1_000,
@@ -139,266 +103,6 @@ FULL = Sizes(
 )
 
 
-# ---- the shared services ---------------------------------------------------------------
-@dataclass(frozen=True)
-class Memory:
-    """One shared memory: what every replica of it is configured with."""
-
-    database_url: str
-    chroma_url: str
-    collection: str
-    cold_url: str
-
-    def overrides(self) -> dict[str, Any]:
-        """Settings for an in-process :class:`~sidecar.Sidecar` on this memory."""
-        return {
-            "database_url": self.database_url,
-            "chroma_url": self.chroma_url,
-            "collection": self.collection,
-            "cold_url": self.cold_url,
-        }
-
-    def env(self) -> dict[str, str]:
-        """The same for a ``sidecar serve`` process."""
-        return {
-            "SIDECAR_DATABASE_URL": self.database_url,
-            "SIDECAR_CHROMA_URL": self.chroma_url,
-            "SIDECAR_COLLECTION": self.collection,
-            "SIDECAR_COLD_URL": self.cold_url,
-        }
-
-
-class Services:
-    """PostgreSQL, a Chroma server and an S3 server (moto) for the run, and the S3
-    credentials in this process's environment (the Delta backend reads the standard
-    variables), restored on exit."""
-
-    def __init__(self, root: Path, s3_proxy: bool = False) -> None:
-        """``s3_proxy``: S3 is reached through the server's counting proxy (no faults;
-        ``self.s3.direct_endpoint`` reaches the store itself)."""
-        self.root = root
-        self.s3_proxy = s3_proxy
-        self._stack = contextlib.ExitStack()
-        self._saved_env: dict[str, str | None] = {}
-
-    def __enter__(self) -> Services:
-        try:
-            self.postgres = PostgresServer().start()
-            self._stack.callback(self.postgres.remove)
-            self.chroma_url = self._start_chroma()
-            from benchmarks.s3server import FaultSpec, S3Server
-
-            self.s3 = S3Server(FaultSpec() if self.s3_proxy else None)
-            self._stack.callback(self.s3.close)
-            self.bucket = self.s3.new_bucket()
-            opts = self.s3.options()
-            self.aws_env = {
-                "AWS_ENDPOINT_URL": opts.endpoint_url or "",
-                "AWS_ACCESS_KEY_ID": opts.access_key_id or "",
-                "AWS_SECRET_ACCESS_KEY": opts.secret_access_key or "",
-                "AWS_REGION": opts.region or "",
-            }
-            for key, value in self.aws_env.items():
-                self._saved_env[key] = os.environ.get(key)
-                os.environ[key] = value
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for key, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        self._stack.close()
-
-    def _start_chroma(self) -> str:
-        import httpx
-
-        exe = shutil.which("chroma", path=str(Path(sys.executable).parent)) or "chroma"
-        port = free_port()
-        data = self.root / "chroma-server"
-        proc = subprocess.Popen(
-            [exe, "run", "--path", str(data), "--host", "127.0.0.1", "--port", str(port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self._stack.callback(_stop, proc)
-        self.chroma_pid = proc.pid
-        deadline = time.monotonic() + 60
-        url = f"http://127.0.0.1:{port}"
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/api/v2/heartbeat", timeout=1).is_success:
-                    return url
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the Chroma server (`chroma run`) did not start")
-            time.sleep(0.1)
-
-    def memory(self, cold_folder: bool = False) -> Memory:
-        """A fresh memory: a new schema, collection and S3 prefix (or, with
-        ``cold_folder``, Delta tables in a local folder every replica here can reach:
-        what separates the object store's cost from the database's)."""
-        import psycopg
-
-        name = f"m_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(self.postgres.url(), autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA {name}")
-        return Memory(
-            database_url=self.postgres.url(name),
-            chroma_url=self.chroma_url,
-            collection=name,
-            cold_url=(
-                f"delta+file://{self.root / 'cold' / name}"
-                if cold_folder
-                else f"s3://{self.bucket}/{name}"
-            ),
-        )
-
-
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def library(home: Path, embedder: Embedder, memory: Memory | None, **extra: Any) -> Sidecar:
-    """An in-process sidecar: embedded on ``home`` when ``memory`` is ``None``, else a
-    replica of ``memory`` (whatever ``SIDECAR_*`` variables this process has)."""
-    from sidecar import Sidecar
-    from sidecar.settings import Settings
-
-    shared = memory.overrides() if memory is not None else {}
-    return Sidecar(Settings.load(env={}, home=home, **shared, **extra), embedder)
-
-
-class Replica:
-    """One ``sidecar serve`` process (its own home) and a client of it.  ``launcher``:
-    what runs the CLI instead of the ``sidecar`` script (a profiler's command line that
-    ends where the CLI's arguments begin)."""
-
-    def __init__(
-        self,
-        home: Path,
-        memory: Memory | None,
-        extra_env: dict[str, str],
-        launcher: Sequence[str] | None = None,
-    ) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
-        env |= {
-            "SIDECAR_HOME": str(home),
-            "SIDECAR_EMBEDDER": "hashing",
-            "SIDECAR_TOKEN": TOKEN,
-            "SIDECAR_REPORT_RATE": "0",
-            **(memory.env() if memory is not None else {}),
-            **extra_env,
-        }
-        home.mkdir(parents=True, exist_ok=True)
-        self.log = home.parent / f"{home.name}.log"
-        exe = shutil.which("sidecar", path=str(Path(sys.executable).parent)) or "sidecar"
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [*(launcher or [exe]), "serve", "--port", str(self.port)],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
-
-    def wait_ready(self, timeout: float = 120.0) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout
-        headers = {"Authorization": f"Bearer {TOKEN}"}
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/readyz", headers=headers, timeout=5).status_code == 200:
-                    return
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                tail = self.log.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"sidecar serve on {self.url} did not start: {tail}")
-            time.sleep(0.1)
-
-    def client(self) -> RemoteSidecar:
-        from sidecar.shells.client import RemoteSidecar
-
-        return RemoteSidecar(self.url, TOKEN, timeout=120)
-
-    def stop(self) -> None:
-        _stop(self.proc)
-
-
-@contextlib.contextmanager
-def replicas(
-    root: Path,
-    count: int,
-    memory: Memory | None,
-    extra_env: dict[str, str] | None = None,
-    launcher: Sequence[str] | None = None,
-) -> Iterator[list[Replica]]:
-    """``count`` servers started together, each on a home of its own under ``root``."""
-    started = [
-        Replica(root / f"replica-{uuid.uuid4().hex[:6]}", memory, extra_env or {}, launcher)
-        for _ in range(count)
-    ]
-    try:
-        for r in started:
-            r.wait_ready()
-        yield started
-    finally:
-        for r in started:
-            r.stop()
-
-
-# ---- data ------------------------------------------------------------------------------
-def catalog(n: int, rng: random.Random) -> list[Tool]:
-    from sidecar import Tool
-
-    tools = [Tool(f"tool_{i}", " ".join(rng.choice(WORDS) for _ in range(12))) for i in range(n)]
-    return [*tools, Tool("get_order", "look up an order"), Tool("exchange_items", "exchange")]
-
-
-def lookup_step(order: str) -> dict[str, Any]:
-    return {
-        "tool": "get_order",
-        "arguments": {"order_id": order},
-        "output": {"order_id": order, "status": "pending"},
-        "error": None,
-    }
-
-
-def session(n: int, tool: str = "exchange_items") -> dict[str, Any]:
-    """A session whose last call fails with a business rule (learned, and archived)."""
-    order = f"#S{n}"
-    failing = {
-        "tool": tool,
-        "arguments": {"order_id": order},
-        "output": None,
-        "error": "Error: Non-delivered order cannot be exchanged",
-    }
-    return {
-        "steps": [lookup_step(order), failing],
-        "outcome": "abandoned",
-        "session_id": f"bench-{uuid.uuid4().hex}",
-    }
-
-
-def fatal_chain(topology: list[str], i: int) -> dict[str, Any]:
-    return {
-        "topology": topology,
-        "outcome": "abandoned",
-        "failure": {"signature": f"HTTP 413 #{i}", "kind": "deterministic"},
-        "constraint": {"rule": f"rule {i}"},
-    }
-
-
 # ---- 1. lookup and check -----------------------------------------------------------------
 def lookup_and_check(services: Services, root: Path, sizes: Sizes, seed: int) -> dict[str, Any]:
     from indexes import HashingEmbedder
@@ -406,12 +110,6 @@ def lookup_and_check(services: Services, root: Path, sizes: Sizes, seed: int) ->
     rng = random.Random(seed)
     embedder = model_embedder("onnx") if sizes.embedder == "onnx" else HashingEmbedder()
     tools = catalog(sizes.tools, rng)
-    chains = [
-        fatal_chain(["tool_0", "tool_1", f"tool_{2 + i}"], i) for i in range(sizes.constraints)
-    ]
-    # three sessions teach a condition that makes check_call warn on a new order: the
-    # check reads the learned memory, as a block would
-    learned = [session(n) for n in range(3)]
     queries = [" ".join(rng.choice(WORDS) for _ in range(6)) for _ in range(sizes.rounds + 10)]
     modes = {
         "embedded": None,
@@ -419,51 +117,24 @@ def lookup_and_check(services: Services, root: Path, sizes: Sizes, seed: int) ->
         "shared_cached": services.memory(),
         "shared_leased": services.memory(),
     }
-    # read every request; the revision cache (no lease); the revision lease (the default)
-    extras: dict[str, dict[str, float]] = {
-        "embedded": {},
-        "shared": {"revision_lease_ms": 0.0},
-        "shared_cached": {"revision_lease_ms": 0.0, "revision_cache_ms": REVISION_CACHE_MS},
-        "shared_leased": {},
-    }
     build_s: dict[str, float] = {}
     with contextlib.ExitStack() as stack:
         sidecars: dict[str, Sidecar] = {}
         for mode, memory in modes.items():
             progress(f"shared: row 1, building the {mode} catalog ({len(tools):,} tools)")
             sc = stack.enter_context(
-                library(root / f"lookup-{mode}", embedder, memory, **extras[mode])
+                library(root / f"lookup-{mode}", embedder, memory, **LOOKUP_EXTRAS[mode])
             )
-            started = time.perf_counter()
-            sc.add_tools(tools)
-            sc.report_many(chains)
-            for s in learned:
-                sc.report(s)
-            build_s[mode] = round(time.perf_counter() - started, 1)
+            build_s[mode] = _fill(sc, tools, sizes.constraints)
             sidecars[mode] = sc
         checks: dict[str, Any] = {}
         fns: dict[str, Callable[[], Any]] = {}
         for mode, sc in sidecars.items():
             # the answers must be the same, or the timings compare different work
-            checks[mode] = {
-                "check_safe": sc.check(["tool_0", "tool_1", "tool_2"]).safe,
-                "check_call": sc.check_call(
-                    [lookup_step("#Q")], "exchange_items", {"order_id": "#Q"}
-                ).decision,
-                "search_hits": len(sc.search(queries[0], k=5, after=["tool_0", "tool_1"]).hits),
-            }
-            it = iter(queries)
-            counter = iter(range(10**9))
-            fns[f"{mode}:search"] = lambda s=sc, i=it: s.search(
-                next(i), k=5, after=["tool_0", "tool_1"]
-            )
-            fns[f"{mode}:check"] = lambda s=sc, c=counter: s.check(
-                ["tool_0", "tool_1", f"tool_{2 + next(c) % sizes.constraints}"]
-            )
-            fns[f"{mode}:check_call"] = lambda s=sc, c=counter: _check_call(s, f"#C{next(c)}")
+            checks[mode] = _answers(sc, queries[0])
+            fns |= _timed_ops(mode, sc, queries, sizes.constraints)
         progress(f"shared: row 1, {sizes.rounds} rounds of search, check and check_call")
         samples = interleaved(fns, sizes.rounds, warmup=5)
-    ops = ("search", "check", "check_call")
     stats = {key: summary(values) for key, values in samples.items()}
     return {
         "embedder": embedder.name if hasattr(embedder, "name") else sizes.embedder,
@@ -473,27 +144,71 @@ def lookup_and_check(services: Services, root: Path, sizes: Sizes, seed: int) ->
         "answers": checks,
         "same_answers": all(answers == checks["embedded"] for answers in checks.values()),
         "revision_cache_ms": REVISION_CACHE_MS,
-        "ops": {
-            op: {
-                "embedded": stats[f"embedded:{op}"],
-                "shared": stats[f"shared:{op}"],
-                "p50_ratio": ratio(
-                    stats[f"shared:{op}"]["p50_ms"], stats[f"embedded:{op}"]["p50_ms"], 2
-                ),
-                "p99_ratio": ratio(
-                    stats[f"shared:{op}"]["p99_ms"], stats[f"embedded:{op}"]["p99_ms"], 2
-                ),
-                "shared_cached": stats[f"shared_cached:{op}"],
-                "cached_p50_ratio": ratio(
-                    stats[f"shared_cached:{op}"]["p50_ms"], stats[f"embedded:{op}"]["p50_ms"], 2
-                ),
-                "shared_leased": stats[f"shared_leased:{op}"],
-                "leased_p50_ratio": ratio(
-                    stats[f"shared_leased:{op}"]["p50_ms"], stats[f"embedded:{op}"]["p50_ms"], 2
-                ),
-            }
-            for op in ops
-        },
+        "ops": {op: _op_row(stats, op) for op in ("search", "check", "check_call")},
+    }
+
+
+LOOKUP_EXTRAS: dict[str, dict[str, float]] = {
+    "embedded": {},
+    "shared": {"revision_lease_ms": 0.0},
+    "shared_cached": {"revision_lease_ms": 0.0, "revision_cache_ms": REVISION_CACHE_MS},
+    "shared_leased": {},
+}
+"""Row 1's settings by mode: the revisions read on every request; the revision cache (no
+lease); the revision lease (the default)."""
+
+
+def _fill(sc: Sidecar, tools: list[Any], constraints: int) -> float:
+    """Seconds to add the catalog and what the checks read: fatal chains, and three
+    sessions that teach a condition that makes check_call warn on a new order (the
+    check reads the learned memory, as a block would)."""
+    started = time.perf_counter()
+    sc.add_tools(tools)
+    sc.report_many(
+        fatal_chain(["tool_0", "tool_1", f"tool_{2 + i}"], i) for i in range(constraints)
+    )
+    for n in range(3):
+        sc.report(session(n))
+    return round(time.perf_counter() - started, 1)
+
+
+def _answers(sc: Sidecar, query: str) -> dict[str, Any]:
+    return {
+        "check_safe": sc.check(["tool_0", "tool_1", "tool_2"]).safe,
+        "check_call": sc.check_call(
+            [lookup_step("#Q")], "exchange_items", {"order_id": "#Q"}
+        ).decision,
+        "search_hits": len(sc.search(query, k=5, after=["tool_0", "tool_1"]).hits),
+    }
+
+
+def _timed_ops(
+    mode: str, sc: Sidecar, queries: list[str], constraints: int
+) -> dict[str, Callable[[], Any]]:
+    it = iter(queries)
+    counter = iter(range(10**9))
+    return {
+        f"{mode}:search": lambda: sc.search(next(it), k=5, after=["tool_0", "tool_1"]),
+        f"{mode}:check": lambda: sc.check(
+            ["tool_0", "tool_1", f"tool_{2 + next(counter) % constraints}"]
+        ),
+        f"{mode}:check_call": lambda: _check_call(sc, f"#C{next(counter)}"),
+    }
+
+
+def _op_row(stats: dict[str, dict[str, float]], op: str) -> dict[str, Any]:
+    def p50(mode: str) -> float:
+        return stats[f"{mode}:{op}"]["p50_ms"]
+
+    return {
+        "embedded": stats[f"embedded:{op}"],
+        "shared": stats[f"shared:{op}"],
+        "p50_ratio": ratio(p50("shared"), p50("embedded"), 2),
+        "p99_ratio": ratio(stats[f"shared:{op}"]["p99_ms"], stats[f"embedded:{op}"]["p99_ms"], 2),
+        "shared_cached": stats[f"shared_cached:{op}"],
+        "cached_p50_ratio": ratio(p50("shared_cached"), p50("embedded"), 2),
+        "shared_leased": stats[f"shared_leased:{op}"],
+        "leased_p50_ratio": ratio(p50("shared_leased"), p50("embedded"), 2),
     }
 
 
@@ -654,122 +369,6 @@ def intake_breakdown(services: Services, root: Path, sizes: Sizes) -> dict[str, 
     }
 
 
-# ---- 3. cross-replica staleness -------------------------------------------------------------
-def _wait_until(ask: Callable[[], bool], since: float) -> dict[str, Any]:
-    """Ask until the answer reflects the write: ms from ``since`` to the end of the first
-    reflecting answer, and how many answers did not."""
-    stale = 0
-    while True:
-        reflected = ask()
-        now = time.perf_counter()
-        if reflected:
-            return {"ms": (now - since) * 1000.0, "stale_answers": stale}
-        stale += 1
-        if now - since > POLL_LIMIT_S:
-            return {"ms": float("inf"), "stale_answers": stale}
-
-
-def staleness(services: Services, root: Path, sizes: Sizes) -> dict[str, Any]:
-    from sidecar import Tool
-
-    n = sizes.staleness_trials
-    tools = [
-        Tool(name, f"{name} {' '.join(random.Random(name).choice(WORDS) for _ in range(8))}")
-        for i in range(n)
-        for name in (f"evict_{i}", f"next_{i}", f"pay_{i}")
-    ]
-    descriptions = {t.tool_id: t.description for t in tools}
-    out: dict[str, Any] = {"trials": n}
-    # read every request, the revision cache, the revision lease (the default)
-    for key, cache_ms, lease in (
-        ("uncached", 0.0, False),
-        ("cached", REVISION_CACHE_MS, False),
-        ("leased", 0.0, True),
-    ):
-        out[key] = _staleness(services, root / key, tools, descriptions, n, cache_ms, lease)
-    # the uncached figures stay at the top level, as the markdown and targets read them
-    out.update(out["uncached"])
-    return out
-
-
-def _staleness(
-    services: Services,
-    root: Path,
-    tools: list[Any],
-    descriptions: dict[str, str],
-    n: int,
-    cache_ms: float,
-    lease: bool = False,
-) -> dict[str, Any]:
-    from sidecar import Tool
-
-    memory = services.memory()
-    samples: dict[str, dict[str, list[dict[str, Any]]]] = {
-        "evict": {"other": [], "same": []},
-        "report": {"other": [], "same": []},
-    }
-    how = "revision lease" if lease else f"revision cache {cache_ms:g} ms"
-    progress(f"shared: row 3 ({how}), {n} evictions and {n} reports, watched from both replicas")
-    env = {"SIDECAR_EVICT_MIN_CHAINS": "1", "SIDECAR_REVISION_CACHE_MS": str(cache_ms)}
-    if not lease:
-        env["SIDECAR_REVISION_LEASE_MS"] = "0"
-    with replicas(root, 2, memory, env) as (one, two):
-        a, b = one.client(), two.client()
-        try:
-            a.add_tools([*tools, Tool("get_order", "look up an order")])
-            for i in range(n):
-                # alternate which replica watches: the writer itself (the floor) or the other
-                watcher, where = (b, "other") if i % 2 == 0 else (a, "same")
-                tool = f"evict_{i}"
-                query = descriptions[tool]
-                assert tool in {h.tool_id for h in watcher.search(query, k=10).hits}
-                a.report(fatal_chain([tool, f"next_{i}"], i))
-                evicted = a.evict(min_chains=1)
-                since = time.perf_counter()
-                assert tool in {d.tool_id for d in evicted.evicted}, evicted
-                samples["evict"][where].append(
-                    _wait_until(
-                        lambda w=watcher, q=query, t=tool: (
-                            t not in {h.tool_id for h in w.search(q, k=10).hits}
-                        ),
-                        since,
-                    )
-                )
-            for i in range(n):
-                watcher, where = (b, "other") if i % 2 == 0 else (a, "same")
-                tool = f"pay_{i}"
-
-                def decision(w: RemoteSidecar = watcher, t: str = tool) -> str:
-                    return w.check_call([lookup_step("#W")], t, {"order_id": "#W"}).decision
-
-                # one failing session is not yet a warning; the watched report is the
-                # second, the one that makes the call warn
-                a.report(session(20_000 + i, tool))
-                assert decision() == "allow"
-                a.report(session(10_000 + i, tool))
-                since = time.perf_counter()
-                samples["report"][where].append(
-                    _wait_until(lambda d=decision: d() != "allow", since)
-                )
-        finally:
-            a.close()
-            b.close()
-    out: dict[str, Any] = {"revision_cache_ms": cache_ms, "revision_lease": lease}
-    for kind, by_watcher in samples.items():
-        out[kind] = {}
-        for where, trials in by_watcher.items():
-            ms = [t["ms"] for t in trials]
-            finite = [m for m in ms if m != float("inf")]
-            out[kind][where] = {
-                **summary(finite or [0.0]),
-                "max_ms": round(max(ms), 2) if ms else 0.0,
-                "never": len(ms) - len(finite),
-                "stale_answers": sum(t["stale_answers"] for t in trials),
-                "n": len(ms),
-            }
-    return out
-
-
 # ---- 4. move latency -------------------------------------------------------------------------
 def moves(services: Services, root: Path, sizes: Sizes, seed: int) -> dict[str, Any]:
     from indexes import HashingEmbedder
@@ -912,184 +511,6 @@ def targets(rows: dict[str, Any]) -> list[dict[str, Any]]:
 
 def run(quick: bool, seed: int = 7) -> dict[str, Any]:
     return measure(QUICK if quick else FULL, seed)
-
-
-def markdown(result: dict[str, Any]) -> str:
-    look = result["lookup"]
-    lookup_rows = [
-        [
-            op,
-            v["embedded"]["p50_ms"],
-            v["embedded"]["p99_ms"],
-            v["shared"]["p50_ms"],
-            v["shared"]["p99_ms"],
-            v["p50_ratio"],
-            v["p99_ratio"],
-            v["shared_cached"]["p50_ms"],
-            v["shared_cached"]["p99_ms"],
-            v["cached_p50_ratio"],
-            v["shared_leased"]["p50_ms"],
-            v["shared_leased"]["p99_ms"],
-            v["leased_p50_ratio"],
-        ]
-        for op, v in look["ops"].items()
-    ]
-    intake_rows = [
-        [
-            "embedded" if label == "embedded" else f"shared, {run['replicas']}",
-            run["cold"],
-            run["sessions"],
-            run["wall_s"],
-            run["sessions_per_s"],
-            run["vs_one_shared_replica"],
-            ", ".join(f"{k} {v}" for k, v in run["statuses"].items()),
-            len(run["errors"]),
-        ]
-        for label, run in result["intake"]["runs"].items()
-    ]
-    stale_rows = [
-        [
-            label,
-            {"evict": "tool evicted on A", "report": "failure reported on A"}[kind],
-            {"other": "B (the other replica)", "same": "A itself (floor)"}[where],
-            s["n"],
-            s["p50_ms"],
-            s["p99_ms"],
-            s["max_ms"],
-            s["stale_answers"],
-            s["never"],
-        ]
-        for label, stale in (
-            ("every request", result["staleness"].get("uncached", result["staleness"])),
-            ("cached", result["staleness"].get("cached")),
-            ("leased", result["staleness"].get("leased")),
-        )
-        if stale is not None
-        for kind in ("evict", "report")
-        for where, s in stale[kind].items()
-    ]
-    move = result["move"]
-    lines = [
-        f"Shared cold store: {result['shared_cold']}.",
-        "",
-        f"## 1. Lookup and check ({look['tools']:,} tools, {look['constraints']:,} fatal "
-        f"continuations, embedder {look['embedder']}; same answers in both modes: "
-        f"{look['same_answers']})",
-        "",
-        md_table(
-            [
-                "op",
-                "embedded p50 ms",
-                "p99",
-                "shared p50 ms",
-                "p99",
-                "p50 ratio",
-                "p99 ratio",
-                f"cached ({look['revision_cache_ms']:g} ms) p50 ms",
-                "p99",
-                "p50 ratio",
-                "leased p50 ms",
-                "p99",
-                "p50 ratio",
-            ],
-            lookup_rows,
-        ),
-        "",
-        f"## 2. Intake ({result['intake']['clients']} clients in parallel, "
-        f"{result['intake']['sessions_per_client']} sessions each, one per request, "
-        f"{result['intake']['rounds']} round(s))",
-        "",
-        md_table(
-            [
-                "servers",
-                "cold",
-                "sessions",
-                "wall s",
-                "sessions/s",
-                "vs 1 shared (S3)",
-                "statuses",
-                "errors",
-            ],
-            intake_rows,
-        ),
-        "",
-        "One session reported at a time in this process, one backend changed at a time "
-        "(one round robin):",
-        "",
-        md_table(
-            ["backends", "n", "report p50 ms", "p99 ms", "p50 vs embedded"],
-            [
-                [b["backends"], b["n"], b["p50_ms"], b["p99_ms"], b["p50_vs_embedded"]]
-                for b in result["intake_breakdown"].values()
-            ],
-        ),
-        "",
-        f"## 3. Staleness ({result['staleness']['trials']} trials of each write, watchers "
-        "alternating; the revisions read on every request, cached, or leased)",
-        "",
-        md_table(
-            [
-                "revisions",
-                "write",
-                "watched on",
-                "n",
-                "p50 ms",
-                "p99 ms",
-                "max ms",
-                "stale answers",
-                "never",
-            ],
-            stale_rows,
-        ),
-        "",
-        f"## 4. One-tool move ({move['trials']} each)",
-        "",
-        md_table(
-            ["mode", "p50 ms", "p99 ms"],
-            [[m, move[m]["p50_ms"], move[m]["p99_ms"]] for m in ("embedded", "shared")],
-        ),
-        "",
-        f"Shared / embedded p50: {move['p50_ratio']}x.",
-        "",
-    ]
-    if result.get("delta"):
-        from benchmarks.bench_delta import markdown as delta_markdown
-
-        lines += ["## 5. Delta append and compaction (benchmarks/bench_delta.py)", ""]
-        # bench_delta's page without its heading and its (here empty) target table
-        page = delta_markdown(result["delta"]).replace("## Delta cold store\n", "")
-        lines += [page.split("| target |")[0].rstrip(), ""]
-    lines += [md_targets(result["targets"]), ""]
-    return "\n".join(lines)
-
-
-def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
-    plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    runs = result["intake"]["runs"]
-    xs = list(REPLICAS)
-    left.plot(xs, [runs[str(n)]["sessions_per_s"] for n in xs], "o-", label="shared replicas")
-    left.axhline(runs["embedded"]["sessions_per_s"], linestyle="--", label="one embedded server")
-    left.set_xticks(xs)
-    left.set_xlabel("replica processes")
-    left.set_ylabel("sessions / s (all clients)")
-    left.set_title("intake throughput")
-    left.legend()
-    ops = list(result["lookup"]["ops"])
-    width = 0.38
-    for shift, mode in ((-width / 2, "embedded"), (width / 2, "shared")):
-        right.bar(
-            [i + shift for i in range(len(ops))],
-            [result["lookup"]["ops"][op][mode]["p50_ms"] for op in ops],
-            width,
-            label=mode,
-        )
-    right.set_xticks(range(len(ops)))
-    right.set_xticklabels(ops)
-    right.set_ylabel("p50 ms")
-    right.set_title("lookup and check")
-    right.legend()
-    return [save_figure(plt, fig, out_dir / "shared.png")]
 
 
 def main(argv: list[str] | None = None) -> None:

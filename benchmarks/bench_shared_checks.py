@@ -23,8 +23,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks import bench_shared, common
-from benchmarks.bench_shared import FULL, QUICK, Services, lookup_and_check
+from benchmarks import bench_shared
+from benchmarks.bench_shared import FULL, QUICK, lookup_and_check
+from benchmarks.harness import results, timing
+from benchmarks.shared_services import Services
 
 if TYPE_CHECKING:
     from sidecar import Sidecar as Sidecar
@@ -57,7 +59,7 @@ def run(
 
 @contextlib.contextmanager
 def _grouped_round_robin() -> Iterator[None]:
-    plain = common.interleaved  # what bench_shared imported
+    plain = timing.interleaved  # what bench_shared imported
 
     def grouped(fns: Mapping[str, Callable[[], Any]], repeat: int, warmup: int = 3) -> Any:
         ops = ("search", "check", "check_call")
@@ -78,85 +80,30 @@ def profile(rounds: int = 2_000, seed: int = 7) -> dict[str, Any]:
     cursor, eight parameters) and the one it takes now (prepared, through libpq), beside
     a prepared ``SELECT 1`` (the round trip's floor); a check embedded, shared with the
     read first and the check after it, and shared as it runs now (overlapped)."""
-    import random
-
-    from benchmarks.bench_shared import catalog, fatal_chain, library, lookup_step, session
     from benchmarks.pgserver import PostgresServer
-    from indexes import HashingEmbedder
-    from sidecar import Sidecar
     from sidecar.storage.backends.postgres import PostgresDatabase
-    from sidecar.storage.revisions import COUNTERS
 
     server = PostgresServer().start()
     with contextlib.ExitStack() as stack:
         stack.callback(server.remove)
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-checks-")))
         url = stack.enter_context(server.schema())
-        tools = catalog(1_000, random.Random(seed))
-        chains = [fatal_chain(["tool_0", "tool_1", f"tool_{2 + i}"], i) for i in range(200)]
-        embedded = stack.enter_context(library(tmp / "e", HashingEmbedder(), None))
-        # without the revision lease: every shared check reads (what is profiled)
-        shared = stack.enter_context(
-            Sidecar.open(
-                embedder=HashingEmbedder(), home=tmp / "s", database_url=url, revision_lease_ms=0
-            )
-        )
-        for sc in (embedded, shared):
-            sc.add_tools(tools)
-            sc.report_many(chains)
-            sc.report_many([session(n) for n in range(3)])
-        # a second replica of the same memory whose checks read first and work after
-        serial = stack.enter_context(
-            Sidecar.open(
-                embedder=HashingEmbedder(), home=tmp / "r", database_url=url, revision_lease_ms=0
-            )
-        )
-        vars(serial.state.database)["overlaps_reads"] = False
+        embedded, shared, serial = _profiled_sidecars(stack, tmp, url, seed)
         db = shared.state.database
         assert isinstance(db, PostgresDatabase)
-        old_read = f"SELECT key, value FROM meta WHERE key IN ({','.join('?' * len(COUNTERS))})"
         conn = db._get()
         conn.execute("PREPARE bench_floor AS SELECT 1")
         stack.callback(db._put, conn)
-        n = iter(range(10**9))
-
-        def plan() -> tuple[str, ...]:
-            return ("tool_0", "tool_1", f"tool_{2 + next(n) % 200}")
-
-        def floor() -> None:
-            conn.pgconn.send_query_prepared(b"bench_floor", [])
-            while conn.pgconn.get_result() is not None:
-                pass
-
-        def call(sc: Sidecar) -> Callable[[], Any]:
-            def one() -> Any:
-                order = f"#C{next(n)}"
-                return sc.check_call([lookup_step(order)], "exchange_items", {"order_id": order})
-
-            return one
-
-        fns: dict[str, Callable[[], Any]] = {
-            "read, the path before (a cursor, 8 parameters)": lambda: db.execute(
-                old_read, COUNTERS
-            ).fetchall(),
-            "read, the path now (prepared, through libpq)": shared.state.revisions._read,
-            "floor: a prepared SELECT 1 through libpq": floor,
-            "check, embedded": lambda: embedded.check(plan()),
-            "check, shared: read, then check": lambda: serial.check(plan()),
-            "check, shared: overlapped (now)": lambda: shared.check(plan()),
-            "check_call, embedded": call(embedded),
-            "check_call, shared: read, then check": call(serial),
-            "check_call, shared: overlapped (now)": call(shared),
-        }
-        samples = common.interleaved(fns, rounds, warmup=20)
+        fns = _profiled_calls(db, conn, embedded, shared, serial)
+        samples = timing.interleaved(fns, rounds, warmup=20)
     return {
         "benchmark": "shared_checks_profile",
         "rounds": rounds,
-        "machine": common.machine(),
+        "machine": results.machine(),
         "us": {
             name: {
-                "p50": round(common.summary(values)["p50_ms"] * 1000, 1),
-                "p99": round(common.summary(values)["p99_ms"] * 1000, 1),
+                "p50": round(timing.summary(values)["p50_ms"] * 1000, 1),
+                "p99": round(timing.summary(values)["p99_ms"] * 1000, 1),
             }
             for name, values in samples.items()
         },
@@ -177,6 +124,79 @@ BUMP = (
     "INSERT INTO meta VALUES ('constraints_rev', '1') ON CONFLICT (key) "
     "DO UPDATE SET value = CAST(meta.value AS INTEGER) + 1"
 )
+
+
+def _profiled_sidecars(
+    stack: contextlib.ExitStack, tmp: Path, url: str, seed: int
+) -> tuple[Sidecar, Sidecar, Sidecar]:
+    """One embedded sidecar and two replicas of one memory on PostgreSQL, without the
+    revision lease (every shared check reads: what is profiled); the second replica's
+    checks read first and work after."""
+    import random
+
+    from benchmarks.shared_services import library
+    from benchmarks.shared_workload import catalog, fatal_chain, session
+    from indexes import HashingEmbedder
+    from sidecar import Sidecar
+
+    tools = catalog(1_000, random.Random(seed))
+    chains = [fatal_chain(["tool_0", "tool_1", f"tool_{2 + i}"], i) for i in range(200)]
+    embedded = stack.enter_context(library(tmp / "e", HashingEmbedder(), None))
+    shared = stack.enter_context(
+        Sidecar.open(
+            embedder=HashingEmbedder(), home=tmp / "s", database_url=url, revision_lease_ms=0
+        )
+    )
+    for sc in (embedded, shared):
+        sc.add_tools(tools)
+        sc.report_many(chains)
+        sc.report_many([session(n) for n in range(3)])
+    serial = stack.enter_context(
+        Sidecar.open(
+            embedder=HashingEmbedder(), home=tmp / "r", database_url=url, revision_lease_ms=0
+        )
+    )
+    vars(serial.state.database)["overlaps_reads"] = False
+    return embedded, shared, serial
+
+
+def _profiled_calls(
+    db: Any, conn: Any, embedded: Sidecar, shared: Sidecar, serial: Sidecar
+) -> dict[str, Callable[[], Any]]:
+    from benchmarks.shared_workload import lookup_step
+    from sidecar.storage.revisions import COUNTERS
+
+    old_read = f"SELECT key, value FROM meta WHERE key IN ({','.join('?' * len(COUNTERS))})"
+    n = iter(range(10**9))
+
+    def plan() -> tuple[str, ...]:
+        return ("tool_0", "tool_1", f"tool_{2 + next(n) % 200}")
+
+    def floor() -> None:
+        conn.pgconn.send_query_prepared(b"bench_floor", [])
+        while conn.pgconn.get_result() is not None:
+            pass
+
+    def call(sc: Sidecar) -> Callable[[], Any]:
+        def one() -> Any:
+            order = f"#C{next(n)}"
+            return sc.check_call([lookup_step(order)], "exchange_items", {"order_id": order})
+
+        return one
+
+    return {
+        "read, the path before (a cursor, 8 parameters)": lambda: db.execute(
+            old_read, COUNTERS
+        ).fetchall(),
+        "read, the path now (prepared, through libpq)": shared.state.revisions._read,
+        "floor: a prepared SELECT 1 through libpq": floor,
+        "check, embedded": lambda: embedded.check(plan()),
+        "check, shared: read, then check": lambda: serial.check(plan()),
+        "check, shared: overlapped (now)": lambda: shared.check(plan()),
+        "check_call, embedded": call(embedded),
+        "check_call, shared: read, then check": call(serial),
+        "check_call, shared: overlapped (now)": call(shared),
+    }
 
 
 def writes(rounds: int = 500, lease_ms: float = 2000.0) -> dict[str, Any]:
@@ -216,14 +236,14 @@ def writes(rounds: int = 500, lease_ms: float = 2000.0) -> dict[str, Any]:
                     tx.execute(BUMP)
 
             fns[f"{holders} leased"] = write
-        samples = common.interleaved(fns, rounds, warmup=20)
-    stats = {name: common.summary(values) for name, values in samples.items()}
+        samples = timing.interleaved(fns, rounds, warmup=20)
+    stats = {name: timing.summary(values) for name, values in samples.items()}
     base = stats["0 leased"]["p50_ms"]
     return {
         "benchmark": "shared_checks_writes",
         "rounds": rounds,
         "lease_ms": lease_ms,
-        "machine": common.machine(),
+        "machine": results.machine(),
         "ms": {
             name: {
                 "p50": s["p50_ms"],

@@ -39,25 +39,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_serve import (
-    ServerProcess,
-    _build_cache,
-    build_demo_home,
-    server_env,
-    sidecar_argv,
-)
-from benchmarks.common import (
+from benchmarks.bench_serve import _build_cache, build_demo_home
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import (
     REPO_ROOT,
     emit,
     machine,
     md_table,
     md_targets,
-    progress,
     pyplot,
     revision,
     save_figure,
     target,
 )
+from benchmarks.harness.services import sidecar_argv, stop_process, wait_until
+from benchmarks.serve_process import ServerProcess, server_env
 
 VERDICT = {True: "met", False: "missed", None: "not measured"}
 QUIET_SHARE = 0.15
@@ -313,23 +309,14 @@ class Gateway:
         )
 
     def wait_url(self, timeout_s: float = 120) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def announced() -> str | None:
             found = re.search(r"serving (http://\S+/mcp)", self.log.read_text(errors="replace"))
-            if found:
-                return found.group(1)
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.2)
-        raise RuntimeError("sidecar gateway did not start:\n" + self.log.read_text()[-2000:])
+            return found.group(1) if found else None
+
+        return wait_until(announced, self.proc, timeout_s, "sidecar gateway", self.log, poll=0.2)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_process(self.proc)
         self._out.close()
 
 

@@ -24,19 +24,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
+from benchmarks.common import open_sidecar, quick_main
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import (
     REPO_ROOT,
     machine,
     md_table,
     md_targets,
-    open_sidecar,
-    progress,
     pyplot,
-    quick_main,
-    ratio,
     save_figure,
     target,
 )
+from benchmarks.harness.timing import ratio
 
 INDEX_TOOLS = 10_000
 QUERY = "what's the weather in Lisbon"

@@ -31,7 +31,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import machine, md_table, md_targets, progress, quick_main, ratio, target
+from benchmarks.common import quick_main
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import machine, md_table, md_targets, target
+from benchmarks.harness.timing import ratio
 from benchmarks.pgserver import PostgresServer
 from sidecar.storage import Connection, Database
 from sidecar.storage.backends.postgres import PostgresDatabase
@@ -186,9 +189,6 @@ def run(quick: bool = True, seed: int = 7) -> dict[str, Any]:
         library["postgres"] = _library(server.url(), reports, checks)
     finally:
         server.remove()
-    lock_cost = ratio(single["postgres"], single["postgres_unlocked"])
-    pg_vs_sqlite = ratio(single["postgres"], single["sqlite"])
-    lost = concurrent["postgres"]["4"]["lost_updates"]
     return {
         "benchmark": "state",
         "question": "the state on PostgreSQL vs SQLite, and the cost of the state-wide write lock",
@@ -203,36 +203,43 @@ def run(quick: bool = True, seed: int = 7) -> dict[str, Any]:
         "single_writer_tx_ms": single,
         "concurrent": concurrent,
         "library": library,
-        "targets": [
-            target(
-                "write lock: locked / unlocked median transaction (one writer)",
-                "reported (no target)",
-                lock_cost,
-                None,
-            ),
-            target(
-                "lost updates with the lock, 4 concurrent writers",
-                "0",
-                lost,
-                lost == 0,
-            ),
-            target(
-                "postgres / sqlite median write transaction",
-                "reported (no target)",
-                pg_vs_sqlite,
-                None,
-            ),
-            target(
-                "check_call p50: postgres / sqlite",
-                "reported (the lead's shared-mode target is set with the caches)",
-                ratio(
-                    library["postgres"]["check_call_p50_ms"], library["sqlite"]["check_call_p50_ms"]
-                ),
-                None,
-            ),
-        ],
+        "targets": _targets(single, concurrent, library),
         "timings_s": {"total": round(time.perf_counter() - started, 1)},
     }
+
+
+def _targets(
+    single: dict[str, float], concurrent: dict[str, Any], library: dict[str, Any]
+) -> list[dict[str, Any]]:
+    lock_cost = ratio(single["postgres"], single["postgres_unlocked"])
+    pg_vs_sqlite = ratio(single["postgres"], single["sqlite"])
+    lost = concurrent["postgres"]["4"]["lost_updates"]
+    return [
+        target(
+            "write lock: locked / unlocked median transaction (one writer)",
+            "reported (no target)",
+            lock_cost,
+            None,
+        ),
+        target(
+            "lost updates with the lock, 4 concurrent writers",
+            "0",
+            lost,
+            lost == 0,
+        ),
+        target(
+            "postgres / sqlite median write transaction",
+            "reported (no target)",
+            pg_vs_sqlite,
+            None,
+        ),
+        target(
+            "check_call p50: postgres / sqlite",
+            "reported (the lead's shared-mode target is set with the caches)",
+            ratio(library["postgres"]["check_call_p50_ms"], library["sqlite"]["check_call_p50_ms"]),
+            None,
+        ),
+    ]
 
 
 def markdown(result: dict[str, Any]) -> str:

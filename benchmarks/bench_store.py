@@ -18,17 +18,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
+from benchmarks.harness.results import (
     emit,
     machine,
     md_table,
     md_targets,
     pyplot,
     save_figure,
-    summary,
     target,
-    timed,
 )
+from benchmarks.harness.timing import summary, timed
 from cold_store import ColdStore
 
 

@@ -48,7 +48,14 @@ from typing import IO, Any, Literal
 
 import httpx
 
-from benchmarks.pgserver import PostgresServer, bindir, free_port
+from benchmarks.harness.services import (
+    free_port,
+    log_tail,
+    start_chroma,
+    stop_process,
+    wait_until,
+)
+from benchmarks.pgserver import PostgresServer, bindir
 from benchmarks.s3server import S3Server
 from benchmarks.s3server import missing as s3_missing
 from sidecar.shells.client import RemoteSidecar
@@ -124,27 +131,17 @@ class Replica:
         """Until the server answers ``/livez`` (and, with ``ready``, ``/readyz``, which
         needs the token)."""
         assert self.proc is not None
-        deadline = time.monotonic() + UP_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"replica {self.index} exited ({self.proc.returncode}): {self.tail()}"
-                )
+        auth = {"Authorization": f"Bearer {token}"}
+
+        def up() -> int | None:
             url = self._announced()
-            if url is not None:
-                try:
-                    up = httpx.get(f"{url}/livez", timeout=2).status_code == 200
-                    if up and ready:
-                        auth = {"Authorization": f"Bearer {token}"}
-                        ready_s = httpx.get(f"{url}/readyz", headers=auth, timeout=10)
-                        up = ready_s.status_code == 200
-                except httpx.HTTPError:
-                    up = False
-                if up:
-                    self.port = int(url.rsplit(":", 1)[1])
-                    return
-            time.sleep(0.1)
-        raise RuntimeError(f"replica {self.index} did not come up: {self.tail()}")
+            if url is None or httpx.get(f"{url}/livez", timeout=2).status_code != 200:
+                return None
+            if ready and httpx.get(f"{url}/readyz", headers=auth, timeout=10).status_code != 200:
+                return None
+            return int(url.rsplit(":", 1)[1])
+
+        self.port = wait_until(up, self.proc, UP_S, f"replica {self.index}", self.log_path)
 
     def _announced(self) -> str | None:
         try:
@@ -172,20 +169,11 @@ class Replica:
         """SIGTERM (a clean shutdown), SIGKILL when it takes too long."""
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=STOP_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, STOP_S)
         self._close_log()
 
     def tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
+        return log_tail(self.log_path, chars)
 
     def _close_log(self) -> None:
         if self._log is not None:
@@ -290,7 +278,7 @@ class Cluster:
                 replica.stop()
         if self._chroma is not None:
             with contextlib.suppress(Exception):
-                _stop_process(self._chroma)
+                stop_process(self._chroma, STOP_S)
             self._chroma = None
         if self.s3 is not None:
             with contextlib.suppress(Exception):
@@ -304,34 +292,11 @@ class Cluster:
             shutil.rmtree(self.root, ignore_errors=True)
 
     def _start_chroma(self) -> None:
-        exe = shutil.which("chroma", path=str(Path(sys.executable).parent)) or "chroma"
         # the same port on a restart, so that every replica's setting stays right
         port = int(self.chroma_url.rsplit(":", 1)[1]) if self.chroma_url else free_port()
-        data = self.root / "chroma"
-        log = (self.root / "chroma.log").open("ab")
-        try:
-            self._chroma = subprocess.Popen(
-                [exe, "run", "--path", str(data), "--host", "127.0.0.1", "--port", str(port)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        finally:
-            log.close()  # the child holds its own copy
-        self.chroma_url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + UP_S
-        while True:
-            try:
-                if httpx.get(f"{self.chroma_url}/api/v2/heartbeat", timeout=2).is_success:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self._chroma.poll() is not None:
-                raise RuntimeError(f"chroma run exited: {_tail(self.root / 'chroma.log')}")
-            if time.monotonic() > deadline:
-                raise RuntimeError("chroma run did not come up")
-            time.sleep(0.1)
+        self._chroma, self.chroma_url = start_chroma(
+            self.root / "chroma", port, self.root / "chroma.log", timeout=UP_S
+        )
 
     # ---- settings -------------------------------------------------------------------
     @property
@@ -432,7 +397,7 @@ class Cluster:
     def stop_chroma(self) -> None:
         """The Chroma server stops (SIGTERM); its data folder is kept."""
         assert self._chroma is not None, "the Chroma server is not running"
-        _stop_process(self._chroma)
+        stop_process(self._chroma, STOP_S)
         self._chroma = None
 
     def start_chroma(self) -> None:
@@ -446,23 +411,6 @@ class Cluster:
 
         with psycopg.connect(self.database_url, autocommit=True) as conn:
             return list(conn.execute(query, params).fetchall())
-
-
-def _stop_process(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=STOP_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _tail(path: Path, chars: int = 3000) -> str:
-    try:
-        return path.read_text(errors="replace")[-chars:]
-    except OSError:
-        return ""
 
 
 # ---- python -m benchmarks.cluster ---------------------------------------------------

@@ -26,7 +26,7 @@ THRESHOLDS = (1, 2, 3)
 def evicted_by_threshold(corpus: Corpus, seed: int) -> tuple[dict[int, set[str]], list[Task]]:
     """The tools each threshold evicts after the seed's history half, and the completed
     successor-half tasks."""
-    from benchmarks.bench_pollution import split
+    from benchmarks.pollution_world import split
     from sidecar.classify import classify
 
     history, successors = split(corpus.tasks, seed)

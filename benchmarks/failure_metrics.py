@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.common import target
 from benchmarks.failure_systems import Check, decide
+from benchmarks.harness.results import target
 from benchmarks.tau2 import Corpus
 from sidecar.memory import FAMILIES, Thresholds
 from sidecar.memory import normalize_signature as signature_of

@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import md_table, md_targets, pyplot, save_figure
+from benchmarks.failure_metrics import FAMILY_KEYS, HEADLINE
+from benchmarks.harness.results import md_table, md_targets, pyplot, save_figure
 from sidecar.memory import FAMILIES
 
 SYSTEM_KEYS = (
@@ -48,20 +49,7 @@ def cell(value: Any) -> Any:
 
 
 def markdown(result: Mapping[str, Any]) -> str:
-    from benchmarks.bench_failures import FAMILY_KEYS, HEADLINE
-
     params = result["params"]
-    folds = [
-        [r["seed"], r["fold"], *(cell(r[k]) for k in HEADLINE)]
-        for r in result["per_fold"]["call_memory"]
-    ]
-    families = [[f, *(v[k] for k in FAMILY_KEYS)] for f, v in result["families"].items()]
-    without = [[f, *(cell(x) for x in v.values())] for f, v in result["without_family"].items()]
-    sweep = [
-        [t["thresholds"]["min_support_block"], t["thresholds"]["max_contradictions_block"],
-         t["thresholds"]["min_confidence_warn"], *(cell(t[k]) for k in HEADLINE[1:])]
-        for t in result["threshold_sweep"]
-    ]  # fmt: skip
     miss_rows = [
         [m["domain"], m["tool"], m["signature"], m["repeats"], m["caught"], m["blocked"]]
         for m in result["misses"]
@@ -84,35 +72,8 @@ def markdown(result: Mapping[str, Any]) -> str:
             *lodo_section(result),
             *targets_section(result),
             *situation_section(result),
-            "### call_memory per (seed, fold), pooled folds",
-            "",
-            md_table(["seed", "fold", *HEADLINE], folds),
-            "",
-            "### Families (pooled folds, default thresholds)",
-            "",
-            md_table(["family", *FAMILY_KEYS], families),
-            "",
-            "Each family left out:",
-            "",
-            md_table(["left out", *HEADLINE], without),
-            "",
-            "Learned conditions per fold, by family and level (mean):",
-            "",
-            md_table(["family", "block", "warn", "kept, neither"], learned_rows(result)),
-            "",
-            "### Threshold sweep (pooled folds)",
-            "",
-            md_table(["min support", "max contradictions", "min conf warn", *HEADLINE[1:]], sweep),
-            "",
-            "Learner variants (distinct values a bound-object field may show and still be a "
-            "state; sessions acting on one object counted once or each; repeated runs of one "
-            "task counted as independent):",
-            "",
-            md_table(
-                ["variant", *HEADLINE],
-                [[n, *(cell(v[k]) for k in HEADLINE)] for n, v in result["learn_sweep"].items()],
-            ),
-            "",
+            *folds_and_families_section(result),
+            *sweeps_section(result),
             "### Real repeats by (domain, tool, signature), pooled folds",
             "",
             md_table(["domain", "tool", "signature", "repeats", "caught", "blocked"], miss_rows),
@@ -127,6 +88,54 @@ def markdown(result: Mapping[str, Any]) -> str:
             "",
         ]
     )
+
+
+def folds_and_families_section(result: Mapping[str, Any]) -> list[str]:
+    folds = [
+        [r["seed"], r["fold"], *(cell(r[k]) for k in HEADLINE)]
+        for r in result["per_fold"]["call_memory"]
+    ]
+    families = [[f, *(v[k] for k in FAMILY_KEYS)] for f, v in result["families"].items()]
+    without = [[f, *(cell(x) for x in v.values())] for f, v in result["without_family"].items()]
+    return [
+        "### call_memory per (seed, fold), pooled folds",
+        "",
+        md_table(["seed", "fold", *HEADLINE], folds),
+        "",
+        "### Families (pooled folds, default thresholds)",
+        "",
+        md_table(["family", *FAMILY_KEYS], families),
+        "",
+        "Each family left out:",
+        "",
+        md_table(["left out", *HEADLINE], without),
+        "",
+        "Learned conditions per fold, by family and level (mean):",
+        "",
+        md_table(["family", "block", "warn", "kept, neither"], learned_rows(result)),
+        "",
+    ]
+
+
+def sweeps_section(result: Mapping[str, Any]) -> list[str]:
+    sweep = [
+        [t["thresholds"]["min_support_block"], t["thresholds"]["max_contradictions_block"],
+         t["thresholds"]["min_confidence_warn"], *(cell(t[k]) for k in HEADLINE[1:])]
+        for t in result["threshold_sweep"]
+    ]  # fmt: skip
+    variants = [[n, *(cell(v[k]) for k in HEADLINE)] for n, v in result["learn_sweep"].items()]
+    return [
+        "### Threshold sweep (pooled folds)",
+        "",
+        md_table(["min support", "max contradictions", "min conf warn", *HEADLINE[1:]], sweep),
+        "",
+        "Learner variants (distinct values a bound-object field may show and still be a "
+        "state; sessions acting on one object counted once or each; repeated runs of one "
+        "task counted as independent):",
+        "",
+        md_table(["variant", *HEADLINE], variants),
+        "",
+    ]
 
 
 def corpus_line(notes: Mapping[str, Any]) -> str:
@@ -206,7 +215,7 @@ def lodo_section(result: Mapping[str, Any]) -> list[str]:
 
 
 def targets_section(result: Mapping[str, Any]) -> list[str]:
-    from benchmarks.bench_failures import GOAL_NAMES, GOALS, met
+    from benchmarks.failure_metrics import GOAL_NAMES, GOALS, met
 
     lodo = result["leave_one_domain_out"]
     by_domain = result["eviction_by_domain"]
@@ -244,7 +253,7 @@ def targets_section(result: Mapping[str, Any]) -> list[str]:
 
 
 def situation_section(result: Mapping[str, Any]) -> list[str]:
-    from benchmarks.bench_failures import HEADLINE
+    from benchmarks.failure_metrics import HEADLINE
 
     situation = result["same_situation"]
     head = ["### Same-situation ablation", ""]
@@ -330,6 +339,32 @@ PREQ_KEYS = (
 )
 
 
+FIRSTS_HEAD = (
+    "stream",
+    "sessions",
+    "reported before",
+    "first real repeat",
+    "first correct block",
+    "first wrong block",
+    "library / memory disagreements (calls)",
+    "seconds",
+    "check p50 ms",
+    "report p50 ms, first 50 runs",
+    "last 50 runs",
+)
+
+
+def _stream_families(streams: Mapping[str, Any]) -> list[list[Any]]:
+    """Each family's figures in the streams of one domain alone, and pooled."""
+    return [
+        [label, family, *(s["families"][family][k] for k in FAMILY_DOMAIN_KEYS)]
+        for label, s in streams.items()
+        if s["kind"] in ("alone", "pooled")
+        for family in FAMILIES
+        if any(s["families"][family][k] for k in FAMILY_DOMAIN_KEYS)
+    ]
+
+
 def prequential_section(result: Mapping[str, Any]) -> list[str]:
     preq = result.get("prequential") or {}
     head = ["### Learning as it happens (prequential)", ""]
@@ -351,13 +386,6 @@ def prequential_section(result: Mapping[str, Any]) -> list[str]:
         for label, s in streams.items()
         for row in s["curve"]
     ]  # fmt: skip
-    families = [
-        [label, family, *(s["families"][family][k] for k in FAMILY_DOMAIN_KEYS)]
-        for label, s in streams.items()
-        if s["kind"] in ("alone", "pooled")
-        for family in FAMILIES
-        if any(s["families"][family][k] for k in FAMILY_DOMAIN_KEYS)
-    ]
     misses = [row for label, s in streams.items() if s["kind"] in ("alone", "pooled")
               for row in miss_rows(s["misses"][:5], label)]  # fmt: skip
     return [
@@ -369,22 +397,7 @@ def prequential_section(result: Mapping[str, Any]) -> list[str]:
         "",
         "Firsts (position of the run in its stream, per seed; `-`: never):",
         "",
-        md_table(
-            [
-                "stream",
-                "sessions",
-                "reported before",
-                "first real repeat",
-                "first correct block",
-                "first wrong block",
-                "library / memory disagreements (calls)",
-                "seconds",
-                "check p50 ms",
-                "report p50 ms, first 50 runs",
-                "last 50 runs",
-            ],
-            firsts,
-        ),
+        md_table(FIRSTS_HEAD, firsts),
         "",
         "The learning curve: figures over the first N sessions of each stream (seeds pooled), "
         "and the catch and block rates over the sessions since the checkpoint before:",
@@ -393,7 +406,7 @@ def prequential_section(result: Mapping[str, Any]) -> list[str]:
         "",
         "Families (each domain alone, and pooled):",
         "",
-        md_table(["stream", "family", *FAMILY_DOMAIN_KEYS], families),
+        md_table(["stream", "family", *FAMILY_DOMAIN_KEYS], _stream_families(streams)),
         "",
         "Real repeats not blocked, most frequent first (each domain alone, and pooled):",
         "",

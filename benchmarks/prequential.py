@@ -38,7 +38,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.common import progress
 from benchmarks.failure_metrics import (
     Call,
     decisions_of,
@@ -48,6 +47,7 @@ from benchmarks.failure_metrics import (
     unblocked,
 )
 from benchmarks.failure_systems import CallMemory, Check, SidecarLibrary, learned_failures
+from benchmarks.harness.progress import progress
 from benchmarks.tau2 import Corpus
 from sidecar.memory import Step, Thresholds
 from sidecar.memory import normalize_signature as signature_of
@@ -293,7 +293,7 @@ def first_block_targets(preq: dict[str, Any]) -> list[dict[str, Any]]:
     """Issue 26's "the first correct block on a new domain within 25 sessions", where
     the domain had a real repeat by then, for each domain alone and after the others
     (the worst seed)."""
-    from benchmarks.common import target
+    from benchmarks.harness.results import target
 
     out = []
     goal = f"<= {FIRST_BLOCK_GOAL} sessions"

@@ -32,8 +32,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_gateway import TOKEN, _http_session, _start_http
-from benchmarks.common import emit, machine, progress, revision
+from benchmarks.bench_gateway import _http_session, _start_http
+from benchmarks.gateway_servers import TOKEN
+from benchmarks.harness.progress import progress
+from benchmarks.harness.results import emit, machine, revision
+from benchmarks.harness.services import stop_process
 
 STEPS = (
     ("on_call", "sidecar.agents.gateway.server", "Gateway", "on_call"),
@@ -152,8 +155,7 @@ def run(calls: int, profiled: bool, warmup: int = 50) -> dict[str, Any]:
             anyio.run(calling)
         finally:
             for proc in reversed(procs):
-                proc.terminate()
-                proc.wait(timeout=60)
+                stop_process(proc, 60)
         found = json.loads(out.read_text())
     steps = {name: _per_call(v, warmup) for name, v in found["times"].items()}
     round_trip = _per_call(client, 0)
@@ -177,9 +179,10 @@ def run(calls: int, profiled: bool, warmup: int = 50) -> dict[str, Any]:
 def _start_http_profiled(upstream: str, out: Path, profiled: bool) -> tuple[Any, str]:
     import subprocess
 
-    from benchmarks.bench_gateway import ROOT, _env, _port, await_mcp
+    from benchmarks.bench_gateway import ROOT, _env
+    from benchmarks.harness.services import free_port, wait_mcp
 
-    port = _port()
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -191,7 +194,7 @@ def _start_http_profiled(upstream: str, out: Path, profiled: bool) -> tuple[Any,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    return proc, await_mcp(proc, port, "the gateway")
+    return proc, wait_mcp(proc, port, "the gateway")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,8 +26,10 @@ signals (the dense similarity over the query's views, the whole query's, BM25):
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -239,4 +241,26 @@ def text_variants(engine: Engine) -> dict[str, Engine]:
         "parameter names only": variant(names, engine.matrix),
         "descriptions embedded and in BM25": variant(described, embedded),
         "descriptions embedded only": variant(names, embedded),
+    }
+
+
+# ---- metrics ----------------------------------------------------------------------------
+def scores_of(ranked: Sequence[str], relevant: Sequence[str], k: int = K) -> dict[str, float]:
+    rel = set(relevant)
+    top = list(ranked[:k])
+    dcg = sum(1.0 / math.log2(i + 2) for i, t in enumerate(top) if t in rel)
+    ideal = sum(1.0 / math.log2(i + 2) for i in range(min(len(rel), k)))
+    return {
+        "ndcg@1": 1.0 if ranked[:1] and ranked[0] in rel else 0.0,
+        "ndcg@5": dcg / ideal if ideal else 0.0,
+        "recall@5": len(rel & set(top)) / len(rel) if rel else 0.0,
+        "comp@5": 1.0 if rel <= set(top) else 0.0,
+    }
+
+
+def averaged(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    if not rows:
+        return {}
+    return {m: round(100 * statistics.fmean(r[m] for r in rows), 1) for m in rows[0]} | {
+        "n": len(rows)
     }

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import md_table, md_targets, pyplot, save_figure, target
+from benchmarks.harness.results import md_table, md_targets, pyplot, save_figure, target
 
 BASELINES = ("minilm", "multiview", "bm25")
 """The rankers the fusion must never fall below, per query class."""

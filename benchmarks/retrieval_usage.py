@@ -37,9 +37,9 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import interleaved, ratio, summary
+from benchmarks.harness.timing import interleaved, ratio, summary
 from benchmarks.retrieval_data import Query
-from benchmarks.retrieval_rankers import Engine, K
+from benchmarks.retrieval_rankers import Engine, K, averaged, scores_of
 
 if TYPE_CHECKING:
     import numpy as np
@@ -148,17 +148,9 @@ def _label(point: int | None) -> str:
 
 
 def scored(ranked: Sequence[str], relevant: Sequence[str]) -> dict[str, float]:
-    from benchmarks.bench_retrieval import scores_of
-
     out = scores_of(ranked, relevant)
     out["hit@1"] = out.pop("ndcg@1")
     return out
-
-
-def averaged(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    from benchmarks.bench_retrieval import averaged as mean
-
-    return mean(rows)
 
 
 def protocol_curves(
@@ -427,9 +419,9 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import json
 
-    from benchmarks.bench_retrieval import PLANS, SHORT_QUERIES, loaders
     from benchmarks.common import DEFAULT_DATASETS, model_embedder
     from benchmarks.retrieval_data import sample
+    from benchmarks.retrieval_plans import PLANS, SHORT_QUERIES, loaders
     from sidecar.lookup.ranking import query_views
 
     parser = argparse.ArgumentParser(description=__doc__)

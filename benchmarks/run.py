@@ -26,13 +26,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    DEFAULT_DATASETS,
+from benchmarks.common import DEFAULT_DATASETS
+from benchmarks.harness.progress import progress, steps
+from benchmarks.harness.results import (
     DEFAULT_OUT_DIR,
     machine,
-    md_targets,
-    progress,
+    page,
     revision,
+    summary_page,
     write_json,
 )
 
@@ -79,78 +80,44 @@ ALL_ORDER = (
 DATASET_BENCHMARKS = ("pollution", "failures", "embed", "serve", "gateway", "retrieval")
 """Fast ones first: a broken environment shows up in seconds, not after the model."""
 
+HELPS = {
+    "pollution": "retrieval pollution on ToolBench trajectories and Seal-Tools (real model)",
+    "lookup": "constrained lookup vs raw Chroma, Chroma $nin and exact numpy",
+    "check": "compiled plan check vs the seed's linear scan, 1k to 1M chains",
+    "evict": "batch eviction time as the archive grows",
+    "store": "cold archive append throughput and pointer resolution",
+    "delta": "Delta cold store (local, S3 on moto) vs the local Parquet table to 100k chains",
+    "startup": "sidecar --help start-up time and lookup-process memory",
+    "failures": "repeat failures caught before the call (folds, and runs arriving one by "
+    "one): τ² runs, BFCL simulators, API-Bank dialogues",
+    "embed": "ONNX query embedding, query cache and exact tier vs torch and raw Chroma",
+    "serve": "server ready, tools add and HTTP vs library lookup: ONNX default vs torch",
+    "gateway": "MCP gateway overhead, schema tokens saved by --expose search, OTLP intake",
+    "state": "the state on PostgreSQL vs SQLite, and the cost of its write lock",
+    "retrieval": "absolute lookup quality (nDCG, recall, Comp@5) on StableToolBench, "
+    "Seal-Tools, ToolBench: hybrid vs MiniLM and BM25; abstention; end-to-end cost",
+    "otlp": "OTLP intake isolation: a small exporter's latency beside a large one",
+    "shared": "several sidecars on one memory (PostgreSQL, Chroma server, Delta on S3) "
+    "vs one embedded: lookup, intake by replicas, staleness, moves",
+    "fleet": "a fleet of simulated agents against one embedded sidecar and 1-3 shared "
+    "replicas: offered vs achieved load, where it saturates and why",
+    "bounds": "one agent token's steps on tools in no catalog against a running server: "
+    "what the server and its state grow by, and ordinary reports after vs before",
+    "soak": "a server and a gateway under steady mixed traffic for an hour (--full) or "
+    "four minutes: RSS and the home's size each minute",
+    "all": "every benchmark, fastest first",
+}
+"""What each benchmark answers: its help and its description."""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    size = common.add_mutually_exclusive_group()
-    size.add_argument(
-        "--quick",
-        dest="quick",
-        action="store_true",
-        default=True,
-        help="small sizes (the default; what `make bench` runs)",
-    )
-    size.add_argument("--full", dest="quick", action="store_false", help="the full sizes")
-    common.add_argument(
-        "--out-dir",
-        type=Path,
-        default=DEFAULT_OUT_DIR,
-        help=f"where NAME.json, NAME.md and the plots go (default: {DEFAULT_OUT_DIR})",
-    )
-    common.add_argument("--json", action="store_true", help="print the JSON result")
-    common.add_argument("--seed", type=int, default=7, help="seed of every random choice")
-    data = argparse.ArgumentParser(add_help=False)
-    data.add_argument(
-        "--dataset",
-        type=Path,
-        default=DEFAULT_DATASETS,
-        help=f"the datasets folder (default: {DEFAULT_DATASETS})",
-    )
-    data.add_argument("--k", type=int, default=5, help="lookups return the top k (default 5)")
-    data.add_argument(
-        "--seeds",
-        type=int,
-        help="pollution, failures: protocol seeds from --seed on (default 1 quick, 5 full)",
-    )
-    data.add_argument(
-        "--embedder",
-        choices=("onnx", "torch"),
-        default="onnx",
-        help="pollution: the sidecar's default model path (onnx) or the reference (torch)",
-    )
+    common, data = _common_options(), _data_options()
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
         description="Run the sidecar's benchmarks (see BENCHMARKS.md).",
     )
     sub = parser.add_subparsers(dest="name", required=True, metavar="NAME")
-    helps = {
-        "pollution": "retrieval pollution on ToolBench trajectories and Seal-Tools (real model)",
-        "lookup": "constrained lookup vs raw Chroma, Chroma $nin and exact numpy",
-        "check": "compiled plan check vs the seed's linear scan, 1k to 1M chains",
-        "evict": "batch eviction time as the archive grows",
-        "store": "cold archive append throughput and pointer resolution",
-        "delta": "Delta cold store (local, S3 on moto) vs the local Parquet table to 100k chains",
-        "startup": "sidecar --help start-up time and lookup-process memory",
-        "failures": "repeat failures caught before the call (folds, and runs arriving one by "
-        "one): τ² runs, BFCL simulators, API-Bank dialogues",
-        "embed": "ONNX query embedding, query cache and exact tier vs torch and raw Chroma",
-        "serve": "server ready, tools add and HTTP vs library lookup: ONNX default vs torch",
-        "gateway": "MCP gateway overhead, schema tokens saved by --expose search, OTLP intake",
-        "state": "the state on PostgreSQL vs SQLite, and the cost of its write lock",
-        "retrieval": "absolute lookup quality (nDCG, recall, Comp@5) on StableToolBench, "
-        "Seal-Tools, ToolBench: hybrid vs MiniLM and BM25; abstention; end-to-end cost",
-        "otlp": "OTLP intake isolation: a small exporter's latency beside a large one",
-        "shared": "several sidecars on one memory (PostgreSQL, Chroma server, Delta on S3) "
-        "vs one embedded: lookup, intake by replicas, staleness, moves",
-        "fleet": "a fleet of simulated agents against one embedded sidecar and 1-3 shared "
-        "replicas: offered vs achieved load, where it saturates and why",
-        "bounds": "one agent token's steps on tools in no catalog against a running server: "
-        "what the server and its state grow by, and ordinary reports after vs before",
-        "soak": "a server and a gateway under steady mixed traffic for an hour (--full) or "
-        "four minutes: RSS and the home's size each minute",
-        "all": "every benchmark, fastest first",
-    }
-    for name, text in helps.items():
+    for name, text in HELPS.items():
         parents = [common, data] if name in (*DATASET_BENCHMARKS, "all") else [common]
         one = sub.add_parser(name, parents=parents, help=text, description=text)
         if name in ("failures", "all"):
@@ -176,6 +143,53 @@ def build_parser() -> argparse.ArgumentParser:
                 help="many writers on S3 with faults injected at every step of a commit",
             )
     return parser
+
+
+def _common_options() -> argparse.ArgumentParser:
+    """What every benchmark takes: its size, where it writes, its seed."""
+    common = argparse.ArgumentParser(add_help=False)
+    size = common.add_mutually_exclusive_group()
+    size.add_argument(
+        "--quick",
+        dest="quick",
+        action="store_true",
+        default=True,
+        help="small sizes (the default; what `make bench` runs)",
+    )
+    size.add_argument("--full", dest="quick", action="store_false", help="the full sizes")
+    common.add_argument(
+        "--out-dir",
+        type=Path,
+        default=DEFAULT_OUT_DIR,
+        help=f"where NAME.json, NAME.md and the plots go (default: {DEFAULT_OUT_DIR})",
+    )
+    common.add_argument("--json", action="store_true", help="print the JSON result")
+    common.add_argument("--seed", type=int, default=7, help="seed of every random choice")
+    return common
+
+
+def _data_options() -> argparse.ArgumentParser:
+    """What the benchmarks that read datasets take."""
+    data = argparse.ArgumentParser(add_help=False)
+    data.add_argument(
+        "--dataset",
+        type=Path,
+        default=DEFAULT_DATASETS,
+        help=f"the datasets folder (default: {DEFAULT_DATASETS})",
+    )
+    data.add_argument("--k", type=int, default=5, help="lookups return the top k (default 5)")
+    data.add_argument(
+        "--seeds",
+        type=int,
+        help="pollution, failures: protocol seeds from --seed on (default 1 quick, 5 full)",
+    )
+    data.add_argument(
+        "--embedder",
+        choices=("onnx", "torch"),
+        default="onnx",
+        help="pollution: the sidecar's default model path (onnx) or the reference (torch)",
+    )
+    return data
 
 
 def _domain_options(parser: argparse.ArgumentParser) -> None:
@@ -255,7 +269,7 @@ def run_one(name: str, args: argparse.Namespace, argv: Sequence[str]) -> dict[st
     plots = _plots(module, result, out)
     result["plots"] = [p.name for p in plots]
     write_json(result, out / f"{name}.json")
-    (out / f"{name}.md").write_text(_page(name, result, module.markdown(result)))
+    (out / f"{name}.md").write_text(page(name, result, module.markdown(result)))
     progress(f"{name} done in {result['elapsed_s']} s -> {out / (name + '.json')}")
     return result
 
@@ -269,69 +283,14 @@ def _plots(module: Any, result: dict[str, Any], out: Path) -> list[Path]:
     return plots
 
 
-def _page(name: str, result: dict[str, Any], body: str) -> str:
-    head = [
-        f"# Benchmark: {name}",
-        "",
-        f"`{result['command']}` ({result['mode']}), {result['generated_at']}, "
-        f"{result['elapsed_s']} s on {_machine_line(result.get('machine') or machine())}, "
-        f"library at {result.get('library_revision') or 'an unknown revision'}, 1-minute "
-        f"load {result['load_average_1m']['before']} before and "
-        f"{result['load_average_1m']['after']} after.",
-        "",
-        f"Question: {result.get('question', '')}.",
-        "",
-    ]
-    figures = [f"![{p}]({p})" for p in result.get("plots", [])]
-    return "\n".join([*head, body, *figures, ""])
-
-
-def _machine_line(m: dict[str, Any]) -> str:
-    return f"{m.get('cpus')} CPUs, {m.get('system')} {m.get('machine', '')}, Python {m['python']}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     names = ALL_ORDER if args.name == "all" else (args.name,)
-    if any(n in DATASET_BENCHMARKS for n in names):
-        # before anything runs: `all` would otherwise fail minutes in
-        from benchmarks.datasets import missing_files
-        from benchmarks.failure_domains import missing, parse_domains, uninstalled
-        from benchmarks.retrieval_data import missing_files as missing_retrieval
-
-        try:
-            domains = parse_domains(args.domains) if "failures" in names else ()
-        except ValueError as exc:
-            print(f"benchmarks: --domains: {exc}", file=sys.stderr)
-            return 2
-        lost = [
-            *(
-                missing_files(args.dataset.resolve())
-                if {"pollution", "embed", "serve", "gateway"} & set(names)
-                else []
-            ),
-            *missing(args.dataset.resolve(), domains),
-            *(missing_retrieval(args.dataset.resolve()) if "retrieval" in names else []),
-        ]
-        packages = uninstalled(domains)
-        for package in packages:
-            # `make bench` and `make test` install it; `make run` does not
-            print(
-                f"benchmarks: failures: {package}; or leave its domain out (--domains "
-                "retail,telecom,apibank)",
-                file=sys.stderr,
-            )
-        if lost:
-            print(
-                f"benchmarks: the datasets are not under {args.dataset.resolve()} (missing: "
-                f"{', '.join(lost)}); pass --dataset DIR",
-                file=sys.stderr,
-            )
-        if lost or packages:
-            return 2
+    if any(n in DATASET_BENCHMARKS for n in names) and not _inputs_present(args, names):
+        return 2
     started = time.perf_counter()
-    results = {name: run_one(name, args, argv) for name in names}
+    results = {name: run_one(name, args, argv) for name in steps("benchmarks", names)}
     if args.name == "all":
         combined = {
             "benchmark": "all",
@@ -344,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "benchmarks": results,
         }
         write_json(combined, args.out_dir / "all.json")
-        (args.out_dir / "all.md").write_text(_summary_page(combined))
+        (args.out_dir / "all.md").write_text(summary_page(combined))
         shown: dict[str, Any] = combined
     else:
         shown = results[args.name]
@@ -352,29 +311,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(shown, indent=2))
     else:
         module = importlib.import_module(MODULES[args.name]) if args.name != "all" else None
-        print(module.markdown(shown) if module else _summary_page(shown))
+        print(module.markdown(shown) if module else summary_page(shown))
     return 0
 
 
-def _summary_page(combined: dict[str, Any]) -> str:
-    rows = [
-        f"- {name}: {r['elapsed_s']} s, [{name}.md]({name}.md)"
-        for name, r in combined["benchmarks"].items()
+def _inputs_present(args: argparse.Namespace, names: Sequence[str]) -> bool:
+    """Whether the datasets and packages the chosen benchmarks read are there; when not,
+    what is missing is said on stderr.  Checked before anything runs: ``all`` would
+    otherwise fail minutes in."""
+    from benchmarks.datasets import missing_files
+    from benchmarks.failure_domains import missing, parse_domains, uninstalled
+    from benchmarks.retrieval_data import missing_files as missing_retrieval
+
+    try:
+        domains = parse_domains(args.domains) if "failures" in names else ()
+    except ValueError as exc:
+        print(f"benchmarks: --domains: {exc}", file=sys.stderr)
+        return False
+    lost = [
+        *(
+            missing_files(args.dataset.resolve())
+            if {"pollution", "embed", "serve", "gateway"} & set(names)
+            else []
+        ),
+        *missing(args.dataset.resolve(), domains),
+        *(missing_retrieval(args.dataset.resolve()) if "retrieval" in names else []),
     ]
-    return "\n".join(
-        [
-            "# Benchmarks: every target",
-            "",
-            f"`{combined['command']}` ({combined['mode']}), {combined['elapsed_s']} s on "
-            f"{_machine_line(combined['machine'])}, library at "
-            f"{combined.get('library_revision') or 'an unknown revision'}.",
-            "",
-            md_targets(combined["targets"]),
-            "",
-            *rows,
-            "",
-        ]
-    )
+    packages = uninstalled(domains)
+    for package in packages:
+        # `make bench` and `make test` install it; `make run` does not
+        print(
+            f"benchmarks: failures: {package}; or leave its domain out (--domains "
+            "retail,telecom,apibank)",
+            file=sys.stderr,
+        )
+    if lost:
+        print(
+            f"benchmarks: the datasets are not under {args.dataset.resolve()} (missing: "
+            f"{', '.join(lost)}); pass --dataset DIR",
+            file=sys.stderr,
+        )
+    return not (lost or packages)
 
 
 if __name__ == "__main__":

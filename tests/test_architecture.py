@@ -1,6 +1,7 @@
 """The library's shape, held by a test so that it stays true: small modules, short
 functions, classes that hold logic kept small, no import circle between modules, and
-no SQL outside the storage repositories (docs/design.md, "The map")."""
+no SQL outside the storage repositories (docs/design.md, "The map").  The benchmarks
+are held to the same module and function sizes and to no import circle."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ MAX_CLASS_LOGIC_LINES = 300
 SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|WITH)\s")
 
 
-def modules() -> Iterator[tuple[str, Path]]:
-    for package in LIBRARY:
+def modules(packages: tuple[str, ...] = LIBRARY) -> Iterator[tuple[str, Path]]:
+    for package in packages:
         for path in sorted((ROOT / package).rglob("*.py")):
             name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
             yield name.removesuffix(".__init__"), path
@@ -56,25 +57,32 @@ def logic_lines(node: ast.ClassDef, source: list[str]) -> int:
     )
 
 
-def test_no_library_module_is_over_600_lines() -> None:
-    long = {
+def long_modules(packages: tuple[str, ...], limit: int) -> dict[str, int]:
+    return {
         name: n
-        for name, path in modules()
-        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+        for name, path in modules(packages)
+        if (n := len(path.read_text().splitlines())) > limit
     }
-    assert long == {}
 
 
-def test_no_library_function_is_over_60_lines() -> None:
+def long_functions(packages: tuple[str, ...], limit: int) -> dict[str, int]:
     long = {}
-    for name, path in modules():
+    for name, path in modules(packages):
         for node in ast.walk(tree(path)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 assert node.end_lineno is not None
                 size = node.end_lineno - node.lineno + 1
-                if size > MAX_FUNCTION_LINES:
+                if size > limit:
                     long[f"{name}.{node.name}"] = size
-    assert long == {}
+    return long
+
+
+def test_no_library_module_is_over_600_lines() -> None:
+    assert long_modules(LIBRARY, MAX_MODULE_LINES) == {}
+
+
+def test_no_library_function_is_over_60_lines() -> None:
+    assert long_functions(LIBRARY, MAX_FUNCTION_LINES) == {}
 
 
 def test_no_class_holds_over_300_lines_of_logic() -> None:
@@ -149,8 +157,9 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     return found
 
 
-def test_no_import_circle_between_library_modules() -> None:
-    paths = dict(modules())
+def import_circles(packages: tuple[str, ...]) -> list[list[str]]:
+    """Every group of ``packages``' modules that import each other round a circle."""
+    paths = dict(modules(packages))
     known = set(paths)
     graph = {name: imports_of(name, path, known) for name, path in paths.items()}
     circles: list[list[str]] = []
@@ -182,7 +191,11 @@ def test_no_import_circle_between_library_modules() -> None:
     for v in sorted(graph):
         if v not in index:
             visit(v)
-    assert circles == []
+    return circles
+
+
+def test_no_import_circle_between_library_modules() -> None:
+    assert import_circles(LIBRARY) == []
 
 
 def test_no_sql_outside_the_storage_repositories() -> None:
@@ -210,3 +223,19 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
     assert functions[0].end_lineno - functions[0].lineno + 1 > MAX_FUNCTION_LINES
     constants = [n.value for n in ast.walk(parsed) if isinstance(n, ast.Constant)]
     assert any(isinstance(c, str) and SQL.match(c) for c in constants)
+
+
+# ---- the benchmarks --------------------------------------------------------------------
+BENCHMARKS = ("benchmarks",)
+
+
+def test_no_benchmark_module_is_over_600_lines() -> None:
+    assert long_modules(BENCHMARKS, MAX_MODULE_LINES) == {}
+
+
+def test_no_benchmark_function_is_over_60_lines() -> None:
+    assert long_functions(BENCHMARKS, MAX_FUNCTION_LINES) == {}
+
+
+def test_no_import_circle_between_benchmark_modules() -> None:
+    assert import_circles(BENCHMARKS) == []

@@ -183,6 +183,7 @@ def shrunk(load: Callable[..., Any], queries: int = 40, others: int = 150) -> Ca
 
 def retrieval(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
     from benchmarks import bench_retrieval as m
+    from benchmarks.retrieval_plans import USAGE_PROTOCOLS, UsagePlan
 
     # catalogs of a few hundred tools: what costs minutes is embedding whole catalogs
     original = m.loaders
@@ -191,7 +192,7 @@ def retrieval(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
     mp.setattr(m, "QUICK_QUERIES", 10)
     mp.setattr(m, "LATENCY_QUICK", 3)
     # the usage protocol at a tiny size: one catalog, two points, small usage for the cost
-    tiny = m.UsagePlan(m.USAGE_PROTOCOLS[:1], 10, (0, None), (100, 300), 3, "apibench_torchhub")
+    tiny = UsagePlan(USAGE_PROTOCOLS[:1], 10, (0, None), (100, 300), 3, "apibench_torchhub")
     mp.setattr(m, "PLANS", {"quick": tiny})
     return ["--dataset", str(DEFAULT_DATASETS)]
 

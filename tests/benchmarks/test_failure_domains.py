@@ -10,20 +10,14 @@ from pathlib import Path
 import pytest
 
 from benchmarks import bench_failures
-from benchmarks.bench_failures import (
-    SAME_SITUATION,
-    lodo_figures,
-    lodo_replay,
-    markdown,
-    run,
-    same_situation_variants,
-)
+from benchmarks.bench_failures import lodo_replay, markdown, run, same_situation_variants
 from benchmarks.failure_domains import (
     leave_one_domain_out,
     missing,
     parse_domains,
     pooled_splits,
 )
+from benchmarks.failure_figures import SAME_SITUATION, lodo_figures
 from benchmarks.tau2 import FLAT, Corpus, Run
 from sidecar.memory import Step, Thresholds
 from tests.support.datasets import tau2_file

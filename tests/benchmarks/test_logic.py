@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from benchmarks.bench_pollution import FatalSequences, report_line, split
 from benchmarks.datasets import Corpus, Task, collapse_repeats
 from benchmarks.eviction_evidence import THRESHOLDS, evicted_by_threshold
+from benchmarks.pollution_world import FatalSequences, report_line, split
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 
@@ -183,13 +183,9 @@ def test_embed_is_a_registered_benchmark(
 def test_serve_benchmark_helpers(tmp_path: Path) -> None:
     import json
 
-    from benchmarks.bench_serve import (
-        chunks,
-        distinct_queries,
-        http_budget,
-        read_server_url,
-        rotated,
-    )
+    from benchmarks.bench_serve import chunks, distinct_queries, http_budget
+    from benchmarks.harness.services import read_server_url
+    from benchmarks.serve_process import rotated
     from indexes.query_cache import query_key
 
     # each variant goes first equally often, and every round runs each once
@@ -232,7 +228,7 @@ def test_serve_is_a_registered_benchmark(
 def test_serve_reads_the_servers_request_log() -> None:
     import json
 
-    from benchmarks.bench_serve import server_times
+    from benchmarks.serve_process import server_times
 
     def line(path: str, ms: float) -> str:
         return json.dumps({"event": "request", "method": "GET", "path": path, "ms": ms})

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.bench_retrieval import UsagePlan, usage_protocol
-from benchmarks.common import REPO_ROOT, model_embedder
+from benchmarks.common import model_embedder
+from benchmarks.harness.results import REPO_ROOT
 from benchmarks.retrieval_data import APIBENCH_DIR, apibench
 from benchmarks.retrieval_rankers import Engine
 from benchmarks.retrieval_report import usage_markdown

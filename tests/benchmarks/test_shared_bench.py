@@ -8,15 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_shared import (
-    BREAKDOWN,
-    INTAKE_FOLDER,
-    REPLICAS,
-    Sizes,
-    markdown,
-    measure,
-    plot,
-)
+from benchmarks.bench_shared import BREAKDOWN, INTAKE_FOLDER, REPLICAS, markdown, measure, plot
+from benchmarks.shared_workload import Sizes
 
 TINY = Sizes(
     tools=20,

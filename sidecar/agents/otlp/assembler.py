@@ -17,7 +17,7 @@ session named by the nearest session hint (:func:`~sidecar.agents.otlp.tools.
 session_hint`) up the span's ancestry, else by any hint in the trace, else by the
 trace itself.  A trace's own session is reported when the trace
 closes; a named session (a conversation) is reported then too, with its steps so far,
-and stays open for its later traces (:mod:`sidecar.agents.otlp.sessions`).
+and stays open for its later traces (:mod:`sidecar.agents.sessions`).
 
 **Bounds** (:class:`~sidecar.agents.otlp.limits.AssemblerLimits`).  One request is at
 most ``max_request_bytes`` once inflated (else 413) and ``max_spans_per_request`` spans
