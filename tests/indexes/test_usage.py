@@ -88,8 +88,24 @@ def test_a_tool_only_abandoned_sessions_taught_is_never_raised(
     assert all(score <= 0 for score in found.values())
 
 
+# Vectors whose entries are -1, 0 or 1: once made unit, every entry that is not zero has
+# the peak magnitude, so the int8 codes the index keeps hold them exactly.  A property
+# about which kept request is the nearest holds exactly only then: two requests closer
+# than the codes' resolution may trade places (test_codes_keep_similarities_near).
+exact_vectors = st.lists(st.sampled_from([-1.0, 0.0, 1.0]), min_size=DIM, max_size=DIM).filter(any)
+exact_lists = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),
+        st.sampled_from(["s1", "s2", "s3", "gateway"]),
+        exact_vectors,
+        st.booleans(),
+    ),
+    max_size=40,
+)
+
+
 @settings(max_examples=150, deadline=None)
-@given(evidence_lists, st.sampled_from(["a", "b", "c"]), st.sampled_from(["s1", "gateway"]))
+@given(exact_lists, st.sampled_from(["a", "b", "c"]), st.sampled_from(["s1", "gateway"]))
 def test_a_request_a_source_abandoned_a_tool_on_never_raises_it_by_that_source(
     items: list[tuple[str, str, list[float], bool]], tool: str, source: str
 ) -> None:
@@ -100,6 +116,21 @@ def test_a_request_a_source_abandoned_a_tool_on_never_raises_it_by_that_source(
     query = np.array(mine[0][2], dtype=np.float32)
     usage = build([*mine, (tool, source, mine[0][2], False)], preselect=3)
     assert scores(usage, query, dense=-1.0).get(tool, 0.0) <= 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(vectors, vectors)
+def test_codes_keep_similarities_near(stored: list[float], query: list[float]) -> None:
+    """A kept request's similarity, read back from its int8 codes, is within the codes'
+    resolution of the float one: each entry is off by at most half a step (the row's
+    peak / 254), so the similarity by at most the query's L1 norm times that."""
+    from indexes.usage_sample import encode
+
+    row, asked = unit(np.array(stored, dtype=np.float32)), unit(np.array(query, dtype=np.float32))
+    codes, scale = encode(row)
+    read = float(codes.astype(np.float32) @ asked) * float(scale)
+    bound = float(np.abs(asked).sum()) * float(np.abs(row).max()) / 254 + 1e-6
+    assert abs(read - float(row @ asked)) <= bound
 
 
 # ---- caps -----------------------------------------------------------------------------
