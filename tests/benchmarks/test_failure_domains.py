@@ -128,6 +128,7 @@ def test_the_same_situation_variant_waits_for_the_learner_field(
     assert variants == {SAME_SITUATION: WithIndependence("session")}
 
 
+@pytest.mark.slow
 def test_a_whole_run_reports_each_domain_and_each_domain_left_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 
+import pytest
+
 from sidecar.agents.otlp import AssemblerLimits, TraceAssembler
 
 
@@ -14,6 +16,7 @@ def test_otlp_is_a_registered_benchmark() -> None:
     assert build_parser().parse_args(["otlp", "--full"]).quick is False
 
 
+@pytest.mark.slow
 def test_the_bodies_hold_what_the_question_says() -> None:
     from benchmarks.bench_otlp import big_results, many_spans, small
 

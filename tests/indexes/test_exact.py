@@ -261,6 +261,7 @@ def test_a_load_that_raced_a_delete_is_not_installed(geo_index: ActiveIndex) -> 
     assert snapshot is not None and "g0" not in snapshot.position
 
 
+@pytest.mark.slow
 def test_lookups_racing_writes_never_return_a_deleted_id(
     tmp_path: Path, hashing: HashingEmbedder
 ) -> None:
@@ -346,6 +347,7 @@ def test_the_exact_tier_ranks_like_chroma_on_real_tools(
         assert [h.metadata for h in ours] == [h.metadata for h in theirs]
 
 
+@pytest.mark.slow
 def test_a_tier_loaded_in_pages_ranks_like_brute_force(
     tmp_path: Path, hashing: HashingEmbedder
 ) -> None:

@@ -186,6 +186,7 @@ def test_written_elsewhere_tells_own_revisions_from_others(home: Path) -> None:
         assert revisions.written_elsewhere(-1, now)  # nothing seen yet: reload
 
 
+@pytest.mark.slow
 def test_an_unwritable_model_cache_still_embeds(tmp_path: Path) -> None:
     """A read-only or full disk where the ONNX build would be cached: the model is
     built for the process instead, and nothing is written."""

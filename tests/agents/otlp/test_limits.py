@@ -225,6 +225,7 @@ def small_collector() -> Iterator[Collector]:
     yield from run_collector(limits)
 
 
+@pytest.mark.slow
 def test_open_traces_are_closed_early_to_make_room_and_nothing_is_lost(
     small_collector: Collector,
 ) -> None:
