@@ -227,6 +227,7 @@ def soak(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
 
 model = pytest.mark.model
 servers = pytest.mark.integration
+slow = pytest.mark.slow
 data = pytest.mark.skipif(
     not DEFAULT_DATASETS.is_dir(), reason=f"the shared datasets are not at {DEFAULT_DATASETS}"
 )
@@ -236,7 +237,7 @@ CASES: dict[str, tuple[Patch, tuple[Any, ...]]] = {
     "state": (state, (servers,)),
     "failures": (failures, ()),
     "store": (store, ()),
-    "delta": (delta, ()),
+    "delta": (delta, (slow,)),
     "lookup": (lookup, (model,)),
     "evict": (evict, ()),
     "embed": (embed, (model, data)),

@@ -576,6 +576,7 @@ def test_reopen_same_path_sees_the_records(tmp_path: Path) -> None:
     assert first.existing(["maps", "email"]) == {"email"}
 
 
+@pytest.mark.slow
 def test_reopen_in_a_fresh_process_sees_the_records(tmp_path: Path) -> None:
     path = tmp_path / "chroma"
     ActiveIndex.persistent(path, HashingEmbedder()).upsert(TOOLS)
@@ -786,6 +787,7 @@ def test_a_record_deleted_between_query_and_get_is_ranked_again(
     assert [h.metadata for h in hits] == [{"angle": 10.0}, {"angle": 20.0}]
 
 
+@pytest.mark.slow
 def test_a_folder_rebuilt_by_another_process_is_read_anew_after_close(tmp_path: Path) -> None:
     """Chroma keeps one system per folder while any client of it is open: an index left
     open here would go on reading (and failing to write) the deleted files after another

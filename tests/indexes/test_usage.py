@@ -317,6 +317,7 @@ def _store_rows(
     ]
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(evidence_lists, st.randoms(use_true_random=False))
 def test_the_same_evidence_in_any_order_gives_identical_scores(
