@@ -6,6 +6,7 @@ are held to the same module and function sizes and to no import circle."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,9 @@ def modules(packages: tuple[str, ...] = LIBRARY) -> Iterator[tuple[str, Path]]:
             yield name.removesuffix(".__init__"), path
 
 
+@functools.cache
 def tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once per run (every check walks every module)."""
     return ast.parse(path.read_text(), str(path))
 
 
