@@ -276,6 +276,7 @@ def test_a_read_only_store_of_nothing_is_empty_and_creates_nothing(backend: Back
     assert backend.data_files("chains") == []
 
 
+@pytest.mark.integration  # writer processes
 def test_concurrent_writer_processes_lose_nothing(backend: Backend) -> None:
     workers, batches, size = 3, 4, 5
     backend.open()  # creates the tables, as the first sidecar to start would

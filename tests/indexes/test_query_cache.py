@@ -180,6 +180,7 @@ def test_views_are_embedded_together_and_cached_each() -> None:
     assert inner.seen[-1:] == ["rent a car"]
 
 
+@pytest.mark.model  # the real model, under onnxruntime
 def test_onnx_views_are_the_single_query_vectors(tmp_path: Path) -> None:
     onnx = OnnxMiniLMEmbedder(tmp_path)
     texts = ["find flights to Rome", "book a hotel near the central station tonight"]

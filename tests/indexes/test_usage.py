@@ -77,6 +77,7 @@ def build(items: Sequence[tuple[str, str, list[float], bool]], **options: object
     return usage
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(evidence_lists, vectors)
 def test_a_tool_only_abandoned_sessions_taught_is_never_raised(
@@ -134,6 +135,7 @@ def test_codes_keep_similarities_near(stored: list[float], query: list[float]) -
 
 
 # ---- caps -----------------------------------------------------------------------------
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(evidence_lists, st.integers(1, 60), vectors, st.floats(-0.5, 0.9))
 def test_one_source_moves_a_tool_by_at_most_its_cap(
@@ -268,6 +270,7 @@ def test_forget_removes_a_source_exactly_when_it_pushed_nothing_out(
     assert_same(usage, never)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(evidence_lists, st.sampled_from(["s1", "s2", "gateway"]))
 def test_forget_drops_every_piece_of_a_source_and_its_rows_rebuild_the_rest_exactly(
@@ -334,6 +337,7 @@ def test_the_same_evidence_in_any_order_gives_identical_scores(
     assert_same(a, b)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(evidence_lists, st.lists(st.integers(1, 5), min_size=20, max_size=20))
 def test_a_request_added_with_its_count_ranks_as_its_sessions_added_one_by_one(

@@ -104,6 +104,7 @@ def test_queued_work_is_done_in_order_and_settled_per_principal() -> None:
     assert done == ["one", "three", "other"] and learning.pending() == 0
 
 
+@pytest.mark.integration  # the shop runs as a subprocess
 def test_a_step_learned_after_its_call_is_in_the_next_calls_check_and_blocks_it() -> None:
     """Session 1 teaches the rule; in session 2 the order's status (the rule's condition)
     comes from a call whose evidence is still queued when the exchange is made: the
@@ -143,6 +144,7 @@ def test_a_step_learned_after_its_call_is_in_the_next_calls_check_and_blocks_it(
     assert gateway.stats.blocked == 1
 
 
+@pytest.mark.integration  # the shop runs as a subprocess
 @pytest.mark.parametrize("tool", ["exchange", "get_order"])
 def test_what_is_still_queued_at_shutdown_is_learned_and_reported(tool: str) -> None:
     backend = StandaloneBackend()
