@@ -233,13 +233,13 @@ data = pytest.mark.skipif(
 )
 CASES: dict[str, tuple[Patch, tuple[Any, ...]]] = {
     "startup": (startup, (servers,)),
-    "check": (check, ()),
+    "check": (check, (slow,)),
     "state": (state, (servers,)),
-    "failures": (failures, ()),
-    "store": (store, ()),
+    "failures": (failures, (slow,)),
+    "store": (store, (slow,)),
     "delta": (delta, (slow,)),
     "lookup": (lookup, (model,)),
-    "evict": (evict, ()),
+    "evict": (evict, (slow,)),
     "embed": (embed, (model, data)),
     "serve": (serve, (model, servers, data)),
     "gateway": (gateway, (model, servers, data)),
