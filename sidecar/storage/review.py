@@ -113,16 +113,10 @@ CREATE TABLE IF NOT EXISTS appeals (
         return None if row is None else _approval(row)
 
     def pending_of(self, tx: Connection, source: str) -> int:
-        row = tx.execute(
-            "SELECT COUNT(*) FROM approvals WHERE source=? AND status='pending'", (source,)
-        ).fetchone()
-        return int(row[0])
+        return _count(tx, "approvals", source, "pending")
 
     def open_appeals_of(self, tx: Connection, source: str) -> int:
-        row = tx.execute(
-            "SELECT COUNT(*) FROM appeals WHERE source=? AND status='open'", (source,)
-        ).fetchone()
-        return int(row[0])
+        return _count(tx, "appeals", source, "open")
 
     def insert_approval(self, tx: Connection, key: str, digest: str, approval: Approval) -> None:
         """``key``: the call's (:func:`call_key`); ``digest``: its arguments' hash."""
@@ -163,16 +157,21 @@ CREATE TABLE IF NOT EXISTS appeals (
         return None if row is None else _approval(row)
 
     def approvals(self, status: str | None, limit: int) -> list[Approval]:
+        rows = self._newest("approvals", _APPROVAL_COLUMNS, "approval_id", status, limit)
+        return [_approval(r) for r in rows]
+
+    def _newest(
+        self, table: str, columns: str, key: str, status: str | None, limit: int
+    ) -> list[Row]:
+        """The newest rows of ``table`` (all, or those with ``status``)."""
         where, args = ("WHERE status=? ", [status]) if status else ("", [])
         try:
-            rows = self._db.execute(
-                f"SELECT {_APPROVAL_COLUMNS} FROM approvals {where}"
-                "ORDER BY created_at DESC, approval_id LIMIT ?",
+            return self._db.execute(
+                f"SELECT {columns} FROM {table} {where}ORDER BY created_at DESC, {key} LIMIT ?",
                 [*args, limit],
             ).fetchall()
-        except MissingTable:  # a home written before approvals existed, read only
+        except MissingTable:  # a home written before the review desk existed, read only
             return []
-        return [_approval(r) for r in rows]
 
     # ---- appeals
     def insert_appeal(self, tx: Connection, appeal: Appeal) -> None:
@@ -186,15 +185,7 @@ CREATE TABLE IF NOT EXISTS appeals (
         )  # fmt: skip
 
     def appeals(self, status: str | None, limit: int) -> list[Appeal]:
-        where, args = ("WHERE status=? ", [status]) if status else ("", [])
-        try:
-            rows = self._db.execute(
-                f"SELECT {_APPEAL_COLUMNS} FROM appeals {where}"
-                "ORDER BY created_at DESC, appeal_id LIMIT ?",
-                [*args, limit],
-            ).fetchall()
-        except MissingTable:  # a home written before appeals existed, read only
-            return []
+        rows = self._newest("appeals", _APPEAL_COLUMNS, "appeal_id", status, limit)
         return [_appeal(r) for r in rows]
 
     def close_appeal(self, tx: Connection, appeal_id: str, status: str, at: float, by: str) -> int:
@@ -209,6 +200,14 @@ CREATE TABLE IF NOT EXISTS appeals (
             f"SELECT {_APPEAL_COLUMNS} FROM appeals WHERE appeal_id=?", (appeal_id,)
         ).fetchone()
         return None if row is None else _appeal(row)
+
+
+def _count(tx: Connection, table: str, source: str, status: str) -> int:
+    """The rows of ``table`` (approvals or appeals) of ``source`` with ``status``."""
+    row = tx.execute(
+        f"SELECT COUNT(*) FROM {table} WHERE source=? AND status=?", (source, status)
+    ).fetchone()
+    return int(row[0])
 
 
 def _approval(row: Row) -> Approval:
