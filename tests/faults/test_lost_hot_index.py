@@ -51,6 +51,9 @@ def test_a_deleted_or_emptied_hot_index(tmp_path: Path) -> None:
     chroma = home / "chroma"
 
     with Server(home) as server:
+        # ready: the server opened its hot index (it opens it on first use, and a server
+        # that is only alive may not have yet: then the deleted folder is all it finds)
+        assert server.get("/readyz").status_code == 200
         shutil.rmtree(chroma)
         found = server.post("/v1/search", {"query": "tool number t015", "k": 5})
         assert found.status_code == 200 and found.json()["hits"][0]["tool_id"] == "t015"
