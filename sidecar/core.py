@@ -76,8 +76,6 @@ from sidecar.results import (
     ArchiveMaintenance,
     ArchiveStatus,
     AuditRecord,
-    ConstraintChange,
-    ConstraintEvent,
     ConstraintView,
     Digest,
     Forgotten,
@@ -89,6 +87,7 @@ from sidecar.results import (
 from sidecar.review.appeals import Appeals
 from sidecar.review.approvals import Approvals
 from sidecar.review.desk import ReviewDesk
+from sidecar.review.judging import RuleDesk
 from sidecar.rules import Lifecycle, Rules
 from sidecar.rules.wording import viewer_of
 from sidecar.settings import Settings
@@ -102,7 +101,7 @@ from sidecar.trust.redact import redact, redact_text
 log = logging.getLogger(__name__)
 
 
-class Sidecar(ReviewDesk):
+class Sidecar(ReviewDesk, RuleDesk):
     """The hot index, the cold archive and the rules, behind one API."""
 
     def __init__(
@@ -477,27 +476,6 @@ class Sidecar(ReviewDesk):
         return self.rules.view(constraint_id, viewer_of(validate.viewer(viewer)))
 
     @boundary
-    def lift(self, constraint_id: str, reason: str, by: str | None = None) -> ConstraintChange:
-        """Stop enforcing a rule (and its family); the record stays for audit.  ``by``: the
-        operator's token name, recorded with the reason."""
-        self.recovery.writable()
-        why = validate.reason(reason, "lifting a constraint needs a reason")
-        return self.rules.set_status(constraint_id, True, _by(why, by))
-
-    @boundary
-    def reinstate(self, constraint_id: str, reason: str, by: str | None = None) -> ConstraintChange:
-        """Enforce a lifted or retired rule again; only contradictions met from now on
-        count against it.  ``by`` as for :meth:`lift`."""
-        self.recovery.writable()
-        why = validate.reason(reason, "reinstating a constraint needs a reason")
-        return self.rules.set_status(constraint_id, False, _by(why, by))
-
-    @boundary
-    def constraint_history(self, constraint_id: str, limit: int = 100) -> list[ConstraintEvent]:
-        """A rule's recorded lifts, reinstatements and variants, newest first."""
-        return self.rules.history(constraint_id, max(1, min(int(limit), 1000)))
-
-    @boundary
     def sessions_page(self, cursor: str | None = None, limit: int = 50) -> SessionPage:
         """One page of the sessions the sidecar learned from (its call memory's, and those
         that met an archived chain), in key order; ``next_cursor`` gives the next."""
@@ -544,11 +522,6 @@ class Sidecar(ReviewDesk):
     def status(self, verify: bool = False) -> ArchiveStatus:
         """Counts, quarantined and damaged files, and health."""
         return self.archive.status(verify)
-
-
-def _by(reason: str, by: str | None) -> str:
-    """A reason as the audit trail keeps it: with who gave it, when a shell said."""
-    return reason if by is None else f"{reason} (by {check_source(by)})"
 
 
 def _intake(

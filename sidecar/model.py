@@ -173,6 +173,10 @@ class ArchivedConstraint:
     ignored_sources: tuple[str, ...] = ()
     """The sources of those contradictions: their runs are no use of its tools either
     (an eviction the rule drives does not wait for them)."""
+    vouched: bool = False
+    """An operator confirmed it: it blocks, and every agent may read it."""
+    retired_at: float | None = None
+    """When an operator retired it (``None``: not retired by hand)."""
 
     @property
     def warn_only(self) -> bool:

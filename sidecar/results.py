@@ -87,6 +87,11 @@ class ConstraintView:
     ignored_contradictions: int = 0
     """Successes that matched it from sources without the standing to contest it:
     recorded and shown, they change no verdict."""
+    judged: str | None = None
+    """An operator's standing judgement: ``confirmed`` (it blocks, as a hand-written rule
+    does) or ``retired`` (not enforced); ``None``: none."""
+    judged_by: str | None = None
+    """The operator who gave it (shown to operators only)."""
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,9 @@ class FailureCondition:
     which stated number, in how many situations (empty: none)."""
     aligned: int = 0
     """How many of the message's numbers it rests on."""
+    vouched: bool = False
+    """An operator confirmed it: it acts as a hand-written condition does.  Not part of
+    its JSON form: the state's judgements say it, and the rule book marks it so."""
 
     @property
     def condition_id(self) -> str:

@@ -88,6 +88,8 @@ class Thresholds:
     def _level(self, condition: FailureCondition) -> Level | None:
         if condition.kind == "transient":
             return None
+        if condition.vouched and not condition.warn_only:
+            return "block"  # a person confirmed it
         if condition.kind == "deterministic" and not condition.warn_only:
             if condition.source == "manual":
                 return "block"

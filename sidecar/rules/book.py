@@ -35,6 +35,8 @@ from sidecar.rules.standing import Standing, source_of
 from sidecar.rules.verdict import condition_reasons, sequence_reasons, verdict
 from sidecar.rules.views import condition_view, sequence_view, verdict_view
 from sidecar.rules.wording import OPERATOR, Reading, Viewer
+from sidecar.storage.base import Connection
+from sidecar.storage.judgements import Judgement
 from sidecar.storage.state import State
 
 
@@ -147,11 +149,13 @@ class Rules:
         now = time.time()
         reading = self.reading(viewer)
         sessions = self._state.sightings.chain_sessions()
+        people = self._state.judgements.all()
         out: list[ConstraintView] = []
         for c in self.sequences.chains():
             status = self.sequences.status(c, now)
             if status in ENFORCED or include_lifted:
-                view = sequence_view(c, status, len(sessions.get(c.chain_id, ())) or 1)
+                n = len(sessions.get(c.chain_id, ())) or 1
+                view = sequence_view(c, status, n, people.get(c.chain_id))
                 if not reading.owns(c.sources):
                     readable = reading.reads_sequence(c)
                     failure = c.signature if readable else ""
@@ -230,15 +234,49 @@ class Rules:
     def set_status(self, constraint_id: str, lifted: bool, reason: str) -> ConstraintChange:
         """Lift (stop enforcing, the record stays for audit) or reinstate a rule of
         either kind, with its family; only contradictions met from now on count
-        against a reinstated one."""
+        against a reinstated one.  Either clears an operator's judgement of it."""
         rid = rule_id(constraint_id)
         status = "lifted" if lifted else "active"
+
+        def cleared(tx: Connection) -> None:
+            self._state.judgements.clear(tx, [rid.value])
+
         if rid.kind == "sequence":
-            found = self.sequences.set_status(rid.value, lifted, reason)
+            found = self.sequences.set_status(rid.value, lifted, reason, then=cleared)
         else:
-            found = self.conditions.set_status(rid.value, lifted)
+            found = self.conditions.set_status(rid.value, lifted, then=cleared)
             if found:
                 self.sequences.log(rid.value, status, reason)
         if not found:
             raise NotFound(f"no constraint {rid.value!r}")
         return ConstraintChange(rid.value, status)
+
+    def judge(self, constraint_id: str, verdict: str, reason: str, by: str) -> ConstraintChange:
+        """An operator's judgement of a rule of either kind, this rule alone (not its
+        family), recorded in its history with who gave it and why:
+
+        - ``confirmed``: it is enforced again as on reinstating (lifted or retired, it is
+          active; contradictions met before are set aside), and it acts as a
+          hand-written rule: it blocks when it holds, whatever the standing of the
+          sources that taught it, and every agent may read it;
+        - ``retired``: it is no longer enforced; reinstating it undoes that."""
+        rid = rule_id(constraint_id)
+        now = time.time()
+        judgement = Judgement(rid.value, verdict, by, reason, now)
+
+        def record(tx: Connection) -> None:
+            self._state.judgements.set(tx, judgement)
+            self._state.sequences.log(tx, rid.value, verdict, reason, now)
+
+        if verdict == "confirmed":
+            if rid.kind == "sequence":
+                found = self.sequences.set_status(rid.value, False, reason, then=record, logged=False)
+            else:
+                found = self.conditions.set_status(rid.value, False, then=record)
+        elif rid.kind == "sequence":
+            found = self.sequences.judge(rid.value, record)
+        else:
+            found = self.conditions.judge(rid.value, record)
+        if not found:
+            raise NotFound(f"no constraint {rid.value!r}")
+        return ConstraintChange(rid.value, "active" if verdict == "confirmed" else "retired")

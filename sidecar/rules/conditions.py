@@ -39,6 +39,7 @@ from sidecar.rules.learner import Learner, Unlearned
 from sidecar.rules.lifecycle import ENFORCED, Lifecycle, Status
 from sidecar.storage.base import Connection
 from sidecar.storage.conditions import Derived, Known
+from sidecar.storage.judgements import Judgement
 from sidecar.storage.state import State
 
 AUDIT = logging.getLogger("sidecar.archive.audit")
@@ -63,6 +64,12 @@ class ConditionState:
     last_seen: float
     invalid_at: float | None
     pointer: str | None
+    judged: Judgement | None = None
+    """An operator's standing judgement of it (confirmed or retired), if any."""
+
+    @property
+    def confirmed(self) -> bool:
+        return self.judged is not None and self.judged.judgement == "confirmed"
 
 
 class ConditionBook:
@@ -74,6 +81,7 @@ class ConditionBook:
         self._lock = threading.RLock()
         self._states: dict[str, ConditionState] = {}
         self._states_rev = -1
+        self._vouched: dict[str, tuple[FailureCondition, FailureCondition]] = {}
         self._parsed: dict[str, tuple[str, FailureCondition]] = {}
         """Each stored condition's record as last parsed: a rebuild of the states after a
         write parses only the records that write changed."""
@@ -202,6 +210,7 @@ class ConditionBook:
             now = time.time()
             out: dict[str, ConditionState] = {}
             parsed: dict[str, tuple[str, FailureCondition]] = {}
+            people = self._state.judgements.all()
             for row in self._state.conditions.rows():
                 status = self._lifecycle.status(
                     row.lifted, row.contradictions, row.baseline, row.last_seen, now
@@ -212,11 +221,16 @@ class ConditionBook:
                 if kept is None or kept[0] != row.record:
                     kept = (row.record, FailureCondition.from_dict(json.loads(row.record)))
                 parsed[row.condition_id] = kept
+                invalid_at, person = row.invalid_at, people.get(row.condition_id)
+                if person is not None and person.judgement == "retired" and status != "lifted":
+                    status, invalid_at = "retired", person.at  # by an operator's hand
                 out[row.condition_id] = ConditionState(
-                    kept[1], status, row.valid_from, row.last_seen, row.invalid_at, row.pointer
-                )
+                    kept[1], status, row.valid_from, row.last_seen, invalid_at, row.pointer,
+                    person,
+                )  # fmt: skip
             self._parsed = parsed
             self._states, self._states_rev = out, revision
+            self._vouched = {}
             return out
 
     def enforced(self, tool: str) -> list[FailureCondition]:
@@ -230,8 +244,23 @@ class ConditionBook:
             status = st.status if st is not None else "active"
             if status not in ENFORCED:
                 continue
-            out.append(c if status == "active" else replace(c, warn_only=True))
+            if status == "contested":
+                out.append(replace(c, warn_only=True))
+            elif st is not None and st.confirmed:
+                out.append(self._vouched_copy(c))
+            else:
+                out.append(c)
         return out
+
+    def _vouched_copy(self, c: FailureCondition) -> FailureCondition:
+        """``c`` as an operator confirmed it, one object per states' revision (the
+        thresholds keep a condition's level per object)."""
+        with self._lock:
+            found = self._vouched.get(c.condition_id)
+            if found is None or found[0] is not c:
+                found = (c, replace(c, vouched=True))
+                self._vouched[c.condition_id] = found
+            return found[1]
 
     def enforced_count(self) -> int:
         """Learned and hand-written conditions a check applies now (active or contested)."""
@@ -240,15 +269,23 @@ class ConditionBook:
     def tools(self) -> set[str]:
         return set(self._learner.memory().tools())
 
-    def set_status(self, condition_id: str, lifted: bool) -> bool:
+    def set_status(
+        self,
+        condition_id: str,
+        lifted: bool,
+        then: Callable[[Connection], None] | None = None,
+    ) -> bool:
         """Lift the condition's whole family, or reinstate it (counting only
-        contradictions from now on); returns whether the condition exists."""
+        contradictions from now on); returns whether the condition exists.  ``then``
+        runs in the same transaction (recording who did it and why)."""
         repo = self._state.conditions
         now = time.time()
         with self.writing(self._state.tx) as tx:
             raw = repo.record(tx, condition_id)
             if raw is None:
                 return False
+            if then is not None:
+                then(tx)
             condition = FailureCondition.from_dict(json.loads(raw))
             key, of = predicate_key(condition), lifting.words(condition.signature)
             peers = [
@@ -270,6 +307,17 @@ class ConditionBook:
                 }:
                     self._learner.keep(tx, condition, now)
             repo.bump_conditions(tx)
+            self._states_rev = -1
+            return True
+
+    def judge(self, condition_id: str, then: Callable[[Connection], None]) -> bool:
+        """Record an operator's judgement (``then``, in the transaction) of a condition
+        that exists; returns whether it does."""
+        with self.writing(self._state.tx) as tx:
+            if self._state.conditions.record(tx, condition_id) is None:
+                return False
+            then(tx)
+            self._state.conditions.bump_conditions(tx)
             self._states_rev = -1
             return True
 

@@ -14,7 +14,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from sidecar.model import ArchivedConstraint
@@ -22,6 +22,8 @@ from sidecar.rules import lifting
 from sidecar.rules.lifecycle import ENFORCED, Lifecycle, Status
 from sidecar.rules.standing import LOCAL, Standing, source_of
 from sidecar.storage.base import Connection
+from sidecar.storage.judgements import Judgement
+from sidecar.storage.revisions import RevisionRepository
 from sidecar.storage.sequences import CompiledChain
 from sidecar.storage.state import State
 from sidecar.storage.uses import Usage
@@ -60,12 +62,14 @@ class SequenceBook:
         sessions = self._state.sightings.chain_sessions()
         against = self._state.uses.contradictions()
         reinstated = self._state.sequences.reinstated()
+        people = self._state.judgements.all()
         return [
             self._judged(
                 c,
                 sessions.get(c.chain_id, []),
                 against.get(c.chain_id, []),
                 reinstated.get(c.chain_id),
+                people.get(c.chain_id),
             )
             for c in raw
         ]
@@ -76,6 +80,7 @@ class SequenceBook:
         sessions: Sequence[tuple[str, float]],
         against: Sequence[tuple[str, float]],
         since: float | None,
+        person: Judgement | None = None,
     ) -> ArchivedConstraint:
         # a chain compiled with no session recorded (a home from before sessions were
         # kept) is the process's own
@@ -83,18 +88,25 @@ class SequenceBook:
         judged = self._standing.against(sources, [(source_of(k), at) for k, at in against], since)
         counted = judged.counted
         retire = self.retire_after
+        vouched = person is not None and person.judgement == "confirmed"
+        retired_at = person.at if person is not None and person.judgement == "retired" else None
+        invalid_at = counted[retire - 1] if len(counted) >= retire else retired_at
         return replace(
             c,
             contradictions=len(counted),
             baseline=0,
-            invalid_at=counted[retire - 1] if len(counted) >= retire else None,
+            invalid_at=invalid_at,
             sources=sources,
-            unconfirmed=not self._standing.independent(sources),
+            unconfirmed=not (vouched or self._standing.independent(sources)),
+            vouched=vouched,
+            retired_at=retired_at,
             ignored=judged.ignored,
             ignored_sources=judged.ignored_sources,
         )
 
     def status(self, c: ArchivedConstraint, now: float | None = None) -> Status:
+        if c.retired_at is not None and not c.lifted:
+            return "retired"  # by an operator's hand
         when = time.time() if now is None else now
         return self._lifecycle.status(c.lifted, c.contradictions, c.baseline, c.last_seen, when)
 
@@ -198,21 +210,43 @@ class SequenceBook:
         self._state.sequences.confirm(tx, chain_ids, now)
 
     # ---- operators ---------------------------------------------------------------------
-    def set_status(self, chain_id: str, lifted: bool, reason: str, family: bool = True) -> bool:
+    def set_status(
+        self,
+        chain_id: str,
+        lifted: bool,
+        reason: str,
+        family: bool = True,
+        then: Callable[[Connection], None] | None = None,
+        logged: bool = True,
+    ) -> bool:
         """Lift or reinstate a chain (and, with ``family``, its family); returns whether
         it exists.  A reinstated chain counts only contradictions met from now on.
-        Every change is kept in the chain's events."""
+        Every change is kept in the chain's events (``logged``: by this call; else
+        ``then`` logs it); ``then`` runs in the same transaction."""
         status = "lifted" if lifted else "active"
         now = time.time()
         with self._state.tx() as tx:
             repo = self._state.sequences
             if not repo.set_status(tx, chain_id, status):
                 return False
+            if then is not None:
+                then(tx)
             if family:
                 self._set_family(tx, chain_id, lifted, reason, now)
             if not lifted:
                 repo.rebase(tx, chain_id, now)
-            repo.log(tx, chain_id, status, reason, now)
+            if logged:
+                repo.log(tx, chain_id, status, reason, now)
+            return True
+
+    def judge(self, chain_id: str, then: Callable[[Connection], None]) -> bool:
+        """Record an operator's judgement (``then``, in the transaction) of a chain that
+        exists; returns whether it does."""
+        with self._state.tx() as tx:
+            if self._state.sequences.identity(tx, chain_id) is None:
+                return False
+            then(tx)
+            RevisionRepository.bump(tx, "constraints_rev")
             return True
 
     def _set_family(

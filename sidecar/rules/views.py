@@ -8,9 +8,12 @@ from dataclasses import replace
 from sidecar.model import ArchivedConstraint
 from sidecar.results import ConstraintView
 from sidecar.rules.conditions import ConditionState
+from sidecar.storage.judgements import Judgement
 
 
-def sequence_view(c: ArchivedConstraint, status: str, sessions: int) -> ConstraintView:
+def sequence_view(
+    c: ArchivedConstraint, status: str, sessions: int, person: Judgement | None = None
+) -> ConstraintView:
     return ConstraintView(
         chain_id=c.chain_id,
         sequence=c.sequence,
@@ -29,6 +32,8 @@ def sequence_view(c: ArchivedConstraint, status: str, sessions: int) -> Constrai
         sources=c.sources,
         independent=not c.unconfirmed,
         ignored_contradictions=c.ignored,
+        judged=person.judgement if person else None,
+        judged_by=person.by if person else None,
     )
 
 
@@ -54,8 +59,10 @@ def condition_view(st: ConditionState, independent: bool = True) -> ConstraintVi
         sources=c.sources,
         chance=c.chance if c.source == "learned" else None,
         confirmations=c.confirmations if c.source == "learned" else None,
-        independent=independent,
+        independent=independent or st.confirmed,
         ignored_contradictions=c.ignored,
+        judged=st.judged.judgement if st.judged else None,
+        judged_by=st.judged.by if st.judged else None,
     )
 
 
@@ -64,5 +71,11 @@ def verdict_view(view: ConstraintView, text: str, failure: str) -> ConstraintVie
     and counts, worded by the sidecar (``text``; ``failure``: its failure text when the
     agent may read it), with no pointer, sources, sessions or argument values."""
     return replace(
-        view, rule=text, expected_failure=failure, pointer=None, condition=None, sources=()
+        view,
+        rule=text,
+        expected_failure=failure,
+        pointer=None,
+        condition=None,
+        sources=(),
+        judged_by=None,
     )

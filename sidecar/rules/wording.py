@@ -7,8 +7,9 @@ worded here, from facts: the tool, the names of the arguments and fields involve
 relation, the counts behind the rule, its id and its standing.  Free text from evidence
 reaches a viewer only when the viewer may *read* the rule (:meth:`Reading.reads`): an
 operator reads everything; an agent reads what came from its own sessions alone, from
-an operator (a hand-written rule) or from a trusted source.  Even then it is *quoted*:
-a labelled field of its own (``quoted``), never spliced into a sentence.
+an operator (a hand-written rule, or one an operator confirmed) or from a trusted
+source.  Even then it is *quoted*: a labelled field of its own (``quoted``), never
+spliced into a sentence.
 
 A rule an agent may not read shows no pointer into the archive either, and a warning
 that rests on untrusted sources alone and is unconfirmed or likely by chance is not
@@ -98,10 +99,10 @@ class Reading:
     def reads_condition(self, c: FailureCondition) -> bool:
         # ``sources`` is a sample: it is every source when they are one witness
         complete = c.source_count <= 1 or len(c.sources) >= c.source_count
-        return self.reads(c.sources, c.source == "manual", complete)
+        return self.reads(c.sources, c.source == "manual" or c.vouched, complete)
 
     def reads_sequence(self, c: ArchivedConstraint) -> bool:
-        return self.reads(c.sources)
+        return self.reads(c.sources, c.vouched)
 
     def shows_warning(self, c: FailureCondition, max_chance: float) -> bool:
         """Whether a condition that warns is shown at all: not when it rests on

@@ -365,6 +365,14 @@ class RemoteSidecar:
         path = f"/v1/constraints/{segment(constraint_id)}/reinstate"
         return self._post(ConstraintChange, path, {"reason": reason})
 
+    def confirm(self, constraint_id: str, reason: str) -> ConstraintChange:
+        path = f"/v1/constraints/{segment(constraint_id)}/confirm"
+        return self._post(ConstraintChange, path, {"reason": reason})
+
+    def retire(self, constraint_id: str, reason: str) -> ConstraintChange:
+        path = f"/v1/constraints/{segment(constraint_id)}/retire"
+        return self._post(ConstraintChange, path, {"reason": reason})
+
     def forget(self, source: str, since: float | None = None) -> Forgotten:
         path = f"/v1/sources/{segment(source)}/forget"
         return self._post(Forgotten, path, {"since": since})

@@ -169,6 +169,22 @@ LIBRARY: tuple[Operation, ...] = (
         cli="constraints reinstate",
     ),
     library_op(
+        "confirm",
+        "operator",
+        "vouch for a constraint: it blocks when it holds and every agent may read it",
+        http="POST /v1/constraints/{chain_id}/confirm",
+        cli="constraints confirm",
+        detail="For a rule resting on untrusted sources alone, which only warns until a "
+        "person confirms it.  Lifting or reinstating it takes the confirmation back.",
+    ),
+    library_op(
+        "retire",
+        "operator",
+        "stop enforcing one constraint (not its family); reinstating undoes it",
+        http="POST /v1/constraints/{chain_id}/retire",
+        cli="constraints retire",
+    ),
+    library_op(
         "forget",
         "operator",
         "remove what one source reported, and derive again what rested on it",
@@ -304,7 +320,11 @@ CONSOLE_PAGES: tuple[tuple[str, str, str], ...] = (
     ("console_overview", "GET /console/overview", "what came in and what it changed, over time"),
     ("console_rules", "GET /console/rules", "every rule, a page at a time"),
     ("console_rule", "GET /console/rules/{rule_id}", "one rule, its evidence and history"),
-    ("console_rule_action", "POST /console/rules/{rule_id}/{action}", "lift or reinstate a rule"),
+    (
+        "console_rule_action",
+        "POST /console/rules/{rule_id}/{action}",
+        "lift, reinstate, confirm or retire a rule",
+    ),
     ("console_tools", "GET /console/tools", "the catalog, cold tools, what an eviction would do"),
     ("console_sources", "GET /console/sources", "every source and what it taught"),
     (

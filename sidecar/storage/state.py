@@ -15,6 +15,7 @@ from sidecar.storage.base import Concern, Connection, Database, Lock
 from sidecar.storage.budgets import BudgetRepository
 from sidecar.storage.conditions import ConditionRepository, numbered_log
 from sidecar.storage.credentials import CredentialRepository
+from sidecar.storage.judgements import JudgementRepository
 from sidecar.storage.mandates import MandateRepository
 from sidecar.storage.moves import MoveRepository
 from sidecar.storage.pending import PendingRepository
@@ -44,6 +45,7 @@ REPOSITORIES = (
     RequestRepository,
     BudgetRepository,
     ReviewRepository,
+    JudgementRepository,
 )
 SCHEMAS: tuple[str, ...] = tuple(r.SCHEMA for r in REPOSITORIES)
 """Every repository's tables, created when a state is opened for writing."""
@@ -74,6 +76,7 @@ class State:
         self.requests = RequestRepository(db)
         self.budgets = BudgetRepository(db)
         self.review = ReviewRepository(db)
+        self.judgements = JudgementRepository(db)
         self.sessions = SessionReads(db)
 
     @property

@@ -15,7 +15,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from indexes import HashingEmbedder
-from sidecar import Sidecar
+from sidecar import Sidecar, Tool
 from sidecar.demo import ABANDONED
 from sidecar.shells.api import create_app
 from tests.sidecar.helpers import abandoned
@@ -253,14 +253,45 @@ def test_every_page_renders(data: str, request: pytest.FixtureRequest) -> None:
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
 
 
-def test_the_review_page_says_what_waits_and_what_is_not_built(
-    demo: tuple[Sidecar, TestClient],
-) -> None:
-    _sc, client = demo
+def test_the_review_page_says_what_waits(empty: tuple[Sidecar, TestClient]) -> None:
+    _sc, client = empty
     sign_in(client, HOME_TOKEN)
     review = client.get("/console/review").text
     assert "No call waits for approval" in review and "No open appeal" in review
-    assert "Not shown yet: rules resting on untrusted sources alone" in review
+    assert "No rule waits for a person" in review
+
+
+def test_rules_on_one_untrusted_source_wait_in_review_until_confirmed_or_retired(
+    empty: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = empty
+    fatal = ["search_api", "html_parser", "llm_extractor"]
+    sc.add_tools([Tool(t, t) for t in (*fatal, "a", "b")])  # an agent teaches of these only
+    sc.report_many([abandoned(fatal, "HTTP 413", session_id=f"a{n}") for n in range(2)],
+                   source="alice", role="agent")  # fmt: skip
+    sc.report_many([abandoned(["a", "b"], "HTTP 400", session_id=f"b{n}") for n in range(2)],
+                   source="alice", role="agent")  # fmt: skip
+    waiting = sorted(v.chain_id for v in sc.constraints() if not v.independent)
+    assert len(waiting) == 2 and sc.check(fatal).safe  # they warn only
+    sign_in(client, OPS)
+    review = client.get("/console/review").text
+    assert sorted(rows(review, "rule")) == waiting
+    token = csrf(review)
+    first, second = (
+        next(v for v in sc.constraints() if v.sequence == s) for s in (tuple(fatal), ("a", "b"))
+    )
+    done = client.post(
+        f"/console/rules/{first.chain_id}/confirm", data={"reason": "seen it", "csrf": token}
+    )
+    assert done.status_code == 200 and text_of(done.text, "rule-judged") == "confirmed by ops"
+    assert not sc.check(fatal).safe  # a person vouched: it blocks
+    assert _api(client, f"/v1/constraints/{first.chain_id}")["judged"] == "confirmed"
+    client.post(f"/console/rules/{second.chain_id}/retire", data={"reason": "no", "csrf": token})
+    assert sc.constraint(second.chain_id).status == "retired"
+    assert rows(client.get("/console/review").text, "rule") == []
+    assert [(e.action, e.reason) for e in sc.constraint_history(first.chain_id)] == [
+        ("confirmed", "seen it (by ops)")
+    ]
 
 
 def test_the_sessions_page_lists_the_librarys_sessions_page_by_page(

@@ -395,6 +395,20 @@ def constraints_reinstate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def constraints_confirm(args: argparse.Namespace) -> int:
+    with backend(args, write=True) as b:
+        out = b.confirm(args.constraint_id, args.reason)
+    emit(args, out, lambda: f"{out.chain_id}: confirmed, {out.status}")
+    return EXIT_OK
+
+
+def constraints_retire(args: argparse.Namespace) -> int:
+    with backend(args, write=True) as b:
+        out = b.retire(args.constraint_id, args.reason)
+    emit(args, out, lambda: f"{out.chain_id}: {out.status}")
+    return EXIT_OK
+
+
 def forget(args: argparse.Namespace) -> int:
     with backend(args, write=True) as b:
         out = b.forget(args.source, args.since)

@@ -312,7 +312,7 @@ def revocations_command(command: Command) -> None:
 
 
 def constraints_commands(command: Command) -> None:
-    """``constraints``: list, show, lift and reinstate archived negative constraints."""
+    """``constraints``: list, show, lift, reinstate, confirm and retire the rules."""
     cons = command("constraints", "archived negative constraints")
     cons_sub = cons.add_subparsers(dest="constraints_command", metavar="ACTION", required=True)
     cons_list = command("list", parent=cons_sub)
@@ -332,6 +332,11 @@ def constraints_commands(command: Command) -> None:
     reinstate.add_argument("constraint_id", metavar="ID")
     reinstate.add_argument("--reason", required=True, help="why (kept for audit)")
     reinstate.set_defaults(func=cmd.constraints_reinstate)
+    for name, func in (("confirm", cmd.constraints_confirm), ("retire", cmd.constraints_retire)):
+        judged = command(name, parent=cons_sub)
+        judged.add_argument("constraint_id", metavar="ID")
+        judged.add_argument("--reason", required=True, help="why (kept for audit)")
+        judged.set_defaults(func=func)
 
 
 def forget_command(command: Command) -> None:

@@ -1,6 +1,7 @@
-"""The console's forms: signing in and out, lifting and reinstating a rule, and
-forgetting a source after a preview.  Every form that changes state carries the
-session's CSRF token; the sign-in form carries its own (a cookie of the sign-in page)."""
+"""The console's forms: signing in and out, lifting, reinstating, confirming and
+retiring a rule, and forgetting a source after a preview.  Every form that changes state
+carries the session's CSRF token; the sign-in form carries its own (a cookie of the
+sign-in page)."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ async def sign_out(request: Request) -> Response:
 
 @router.post("/rules/{rule_id}/{action}")
 async def change_rule(request: Request, rule_id: str, action: str) -> Response:
-    """Lift or reinstate a rule, with the operator's reason and name."""
+    """Lift, reinstate, confirm or retire a rule, with the operator's reason and name."""
     session = signed_in(request)
     if session is None:
         return to_sign_in(request)
@@ -107,7 +108,9 @@ async def change_rule(request: Request, rule_id: str, action: str) -> Response:
     if refused_form(request, session, fields):
         return forbidden(request, session)
     sc, reason, who = library(request), fields.get("reason", ""), session.principal.name
-    change = {"lift": sc.lift, "reinstate": sc.reinstate}.get(action)
+    change = {
+        "lift": sc.lift, "reinstate": sc.reinstate, "confirm": sc.confirm, "retire": sc.retire
+    }.get(action)  # fmt: skip
     if change is None:
         return render(request, "message.html", 404, session, title="No such action", message=action)
     try:
@@ -116,7 +119,8 @@ async def change_rule(request: Request, rule_id: str, action: str) -> Response:
         return render(
             request, "message.html", exc.status, session, title="Not done", message=str(exc)
         )
-    return redirect(f"{PATH}/rules/{quote(done.chain_id, safe='')}?done={done.status}")
+    shown = "confirmed" if action == "confirm" else done.status
+    return redirect(f"{PATH}/rules/{quote(done.chain_id, safe='')}?done={shown}")
 
 
 def _since(raw: str) -> float | None:

@@ -207,6 +207,8 @@ def review_page(request: Request) -> Response:
         return to_sign_in(request)
     sc = library(request)
     decided = [a for a in sc.approvals(limit=PAGE_SIZE) if a.status != "pending"]
+    # rules that warn on one untrusted source's word until a person judges them
+    waiting = [v for v in sc.constraints() if not v.independent and v.judged is None]
     return render(
         request,
         "review.html",
@@ -214,5 +216,7 @@ def review_page(request: Request) -> Response:
         pending=sc.approvals("pending", PAGE_SIZE),
         appeals=sc.appeals("open", PAGE_SIZE),
         decided=decided,
+        unconfirmed=paged(waiting, page_number(request.query_params.get("page"))),
+        relation=relation,
         done=request.query_params.get("done"),
     )

@@ -73,13 +73,23 @@ def constraint(
 
 
 @route(router, "lift")
-def lift(chain_id: str, body: ReasonIn, sc: Lib) -> dict[str, Any]:
-    return dump_dict(sc.lift(chain_id, body.reason))
+def lift(chain_id: str, body: ReasonIn, sc: Lib, who: Caller) -> dict[str, Any]:
+    return dump_dict(sc.lift(chain_id, body.reason, by=who.name))
 
 
 @route(router, "reinstate")
-def reinstate(chain_id: str, body: ReasonIn, sc: Lib) -> dict[str, Any]:
-    return dump_dict(sc.reinstate(chain_id, body.reason))
+def reinstate(chain_id: str, body: ReasonIn, sc: Lib, who: Caller) -> dict[str, Any]:
+    return dump_dict(sc.reinstate(chain_id, body.reason, by=who.name))
+
+
+@route(router, "confirm")
+def confirm(chain_id: str, body: ReasonIn, sc: Lib, who: Caller) -> dict[str, Any]:
+    return dump_dict(sc.confirm(chain_id, body.reason, by=who.name))
+
+
+@route(router, "retire")
+def retire(chain_id: str, body: ReasonIn, sc: Lib, who: Caller) -> dict[str, Any]:
+    return dump_dict(sc.retire(chain_id, body.reason, by=who.name))
 
 
 @route(router, "forget")
