@@ -270,7 +270,9 @@ class Rules:
 
         if verdict == "confirmed":
             if rid.kind == "sequence":
-                found = self.sequences.set_status(rid.value, False, reason, then=record, logged=False)
+                found = self.sequences.set_status(
+                    rid.value, False, reason, then=record, logged=False
+                )
             else:
                 found = self.conditions.set_status(rid.value, False, then=record)
         elif rid.kind == "sequence":
