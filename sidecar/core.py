@@ -84,8 +84,10 @@ from sidecar.results import (
     RevocationRun,
     SessionPage,
 )
+from sidecar.review.activity import ActivityDesk, session_id_of
 from sidecar.review.appeals import Appeals
 from sidecar.review.approvals import Approvals
+from sidecar.review.decisions import DecisionLog
 from sidecar.review.desk import ReviewDesk
 from sidecar.review.judging import RuleDesk
 from sidecar.rules import Lifecycle, Rules
@@ -101,7 +103,7 @@ from sidecar.trust.redact import redact, redact_text
 log = logging.getLogger(__name__)
 
 
-class Sidecar(ReviewDesk, RuleDesk):
+class Sidecar(ReviewDesk, RuleDesk, ActivityDesk):
     """The hot index, the cold archive and the rules, behind one API."""
 
     def __init__(
@@ -145,6 +147,7 @@ class Sidecar(ReviewDesk, RuleDesk):
             settings, self.trusted, self.state.budgets, self.tools.cataloged, self.rules.named
         )
         self._approvals, self._appeals = Approvals(self.state), Appeals(self.state)
+        self.decisions = DecisionLog(self.state, settings.decisions_kept)
         self.recovered_on_open = 0
         if not read_only:
             self.recovered_on_open = self.maintain()
@@ -163,6 +166,7 @@ class Sidecar(ReviewDesk, RuleDesk):
         self.close()
 
     def close(self) -> None:
+        self.decisions.close()
         self.publisher.close()
         self.hot.close()
         self._home.close()
@@ -270,10 +274,13 @@ class Sidecar(ReviewDesk, RuleDesk):
         steps: Sequence[Step | Mapping[str, Any]] | None = None,
         task_input: str | None = None,
         viewer: str | None = None,
+        session_id: str | None = None,
     ) -> LookupResult:
         """Top-k active tools for ``query``, never one that would complete a fatal
         sequence after the executed prefix ``after`` under ``context``; its warnings
-        worded for ``viewer`` (an agent token; ``None``: an operator).
+        worded for ``viewer`` (an agent token; ``None``: an operator).  ``session_id``:
+        the session it is for; the tools offered are then kept in the decision log,
+        filed under the viewer's session (:meth:`session_activity`).
 
         ``steps`` (the session so far: tool, arguments, output, error) stand for
         ``after`` when it is not given, and add warnings to the hits whose learned
@@ -289,11 +296,13 @@ class Sidecar(ReviewDesk, RuleDesk):
         )
         ctx, k = validate.context_values(context), validate.k_value(k)
         task, who = task_text(task_input), viewer_of(validate.viewer(viewer))
-        index = self.index
+        sid, index = session_id_of(session_id), self.index
         with self.state.revisions.pinned():
-            return self.lookup.search_text(
+            found = self.lookup.search_text(
                 index, text, k, executed, ctx, done, task and redact_text(task), who
             )
+        self.decisions.lookup(who.name, sid, text, [h.tool_id for h in found.hits])
+        return found
 
     @boundary
     def search_vector(
@@ -335,10 +344,12 @@ class Sidecar(ReviewDesk, RuleDesk):
         task_input: str | None = None,
         context: Mapping[str, Any] | None = None,
         viewer: str | None = None,
+        session_id: str | None = None,
     ) -> CallCheck:
         """Before a call: ``allow``, ``warn`` or ``block`` ``tool(arguments)`` after the
         session's ``steps``, with every reason, worded for ``viewer`` (as for
-        :meth:`search`)."""
+        :meth:`search`); the verdict kept in the decision log when it names its
+        ``session_id`` (as for :meth:`search`)."""
         name = validate.check_tool_id(tool, "next.tool")
         args = validate.call_arguments(arguments)
         # compared with what the memory learned, redacted as it was: no secret of the
@@ -346,7 +357,10 @@ class Sidecar(ReviewDesk, RuleDesk):
         task = task_text(task_input)
         ctx, who = validate.context_values(context), viewer_of(validate.viewer(viewer))
         seen = (redacted_steps(steps_of(steps)), name, redact(args), task and redact_text(task))
-        return self.state.revisions.judged(lambda: self.rules.check_call(*seen, ctx, who))
+        sid = session_id_of(session_id)
+        verdict = self.state.revisions.judged(lambda: self.rules.check_call(*seen, ctx, who))
+        self.decisions.call(who.name, sid, name, args, verdict)
+        return verdict
 
     def matcher_size(self) -> int:
         """Active constraints compiled into the matcher."""

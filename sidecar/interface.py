@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         Tool,
     )
     from sidecar.results import (
+        Activity,
         ArchiveMaintenance,
         ArchiveStatus,
         AuditRecord,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
         Health,
         Recovered,
         RevocationRun,
+        SessionActivity,
     )
     from sidecar.storage.review import Appeal, Approval
     from sidecar.tools import AddToolsResult, SyncResult
@@ -67,6 +69,7 @@ class SidecarAPI(Protocol):
         task_input: str | None = None,
         context: Mapping[str, Any] | None = None,
         viewer: str | None = None,
+        session_id: str | None = None,
     ) -> CallCheck: ...
 
     def close(self) -> None: ...
@@ -137,6 +140,7 @@ class SidecarAPI(Protocol):
         steps: Sequence[Step | Mapping[str, Any]] | None = None,
         task_input: str | None = None,
         viewer: str | None = None,
+        session_id: str | None = None,
     ) -> LookupResult: ...
 
     def status(self, verify: bool = False) -> ArchiveStatus: ...
@@ -171,6 +175,12 @@ class SidecarAPI(Protocol):
     ) -> Appeal: ...
 
     def appeals(self, status: str | None = None, limit: int = 100) -> list[Appeal]: ...
+
+    def note_calls(self, calls: Sequence[Mapping[str, Any]], source: str = "local") -> int: ...
+
+    def activity(self, hours: int = 48) -> Activity: ...
+
+    def session_activity(self, session_key: str, limit: int = 500) -> SessionActivity: ...
 
     def close_appeal(self, appeal_id: str, granted: bool, *, by: str = "local") -> Appeal: ...
 

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sidecar.storage.decisions import Decision
+
 
 @dataclass(frozen=True)
 class QuarantinedView:
@@ -215,3 +217,56 @@ class AuditRecord(dict[str, Any]):
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AuditRecord:
         return cls(data)
+
+
+@dataclass(frozen=True)
+class SessionActivity:
+    """One session as a person reads it: what the sidecar learned of it (``None``: not
+    learned, e.g. its only call was refused), the archived chains it met, and every call
+    and lookup decided for it that named it, oldest first."""
+
+    session_key: str
+    source: str
+    learned: LearnedSession | None
+    decisions: tuple[Decision, ...]
+
+
+@dataclass(frozen=True)
+class HourActivity:
+    """One hour (``start``, Unix time): sessions first seen, lookups, calls by verdict,
+    tools evicted (and not restored since)."""
+
+    start: float
+    sessions: int = 0
+    lookups: int = 0
+    allowed: int = 0
+    warned: int = 0
+    blocked: int = 0
+    held: int = 0
+    evicted: int = 0
+
+
+@dataclass(frozen=True)
+class SourceActivity:
+    """One source's requests that named their sessions, over the last hour and day."""
+
+    source: str
+    calls_hour: int
+    lookups_hour: int
+    calls_day: int
+    lookups_day: int
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What came in and what it changed, hour by hour, and the home's learning curve:
+    when the first call was blocked, after how many sessions."""
+
+    hours: tuple[HourActivity, ...]
+    first_block: Decision | None
+    sessions_before_first_block: int | None
+    sources: tuple[SourceActivity, ...]
+    refusals: tuple[Decision, ...]
+    """The newest calls blocked or held, newest first."""
+    dropped: int = 0
+    """Decisions this process could not write (the state refused writes too long)."""

@@ -57,6 +57,7 @@ class Settings:
     revision_lease_ms: float = 2000.0
     collection: str = "tools"
     max_warnings_per_tool: int = 3
+    decisions_kept: int = 100_000
     revoker: str = "record-only"
     revocation_allow_link_local: bool = False
     evict_on_report: bool = False
@@ -185,6 +186,7 @@ SETTINGS: dict[str, str] = {
     "failed (a commit abandoned so is decided as one whose outcome is unknown)",
     "collection": "name of the Chroma collection holding active tools",
     "max_warnings_per_tool": "fatal sequences named in one lookup hit's warnings, at most",
+    "decisions_kept": "calls and lookups whose decisions are kept for people to read (newest)",
     "revoker": "'record-only' (mandates stay pending for operators) or 'rfc7009' (HTTP)",
     "revocation_allow_link_local": "let the revoker call link-local / metadata addresses",
     "evict_on_report": "run the eviction after each archived report (true/false)",
@@ -262,6 +264,7 @@ def _parse(name: str, raw: str) -> Any:
     if name in {
         "reproduce_threshold",
         "max_warnings_per_tool",
+        "decisions_kept",
         "evict_batch_size",
         "evict_min_chains",
         "retire_after",
@@ -345,6 +348,8 @@ def _check_lookups(s: Settings) -> None:
         raise ConfigError(f"hybrid must be true or false, got {s.hybrid!r}")
     if not isinstance(s.max_warnings_per_tool, int) or s.max_warnings_per_tool < 0:
         raise ConfigError("max_warnings_per_tool must be >= 0")
+    if not isinstance(s.decisions_kept, int) or s.decisions_kept < 1:
+        raise ConfigError("decisions_kept must be >= 1")
     if not s.collection or len(s.collection) < 3:
         raise ConfigError("collection must be at least 3 characters")
 

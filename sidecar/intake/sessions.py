@@ -27,7 +27,16 @@ def session_key(report: ChainReport | StepReport, source: str = LOCAL) -> str:
     reported it (``src:alice/session:s1``; the local source's keys carry no prefix): no
     source can replay, pre-empt or forget another's sessions.  ``report`` is redacted
     (:func:`redacted_ids`)."""
-    key = _bare_key(report)
+    return _of_source(_bare_key(report), source)
+
+
+def key_of_session(session_id: str, source: str = LOCAL) -> str:
+    """The key :func:`session_key` gives a report of ``session_id`` (and no report id)
+    from ``source``: what a check or lookup that names its session is filed under."""
+    return _of_source(f"session:{session_id}", source)
+
+
+def _of_source(key: str, source: str) -> str:
     return key if source == LOCAL else f"{SOURCE_PREFIX}{source}/{key}"
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 import httpx
 
@@ -48,7 +47,7 @@ from sidecar.results import (
     Recovered,
     RevocationRun,
 )
-from sidecar.storage.review import Appeal, Approval
+from sidecar.shells.client_review import RemoteReviewDesk, segment
 from sidecar.tools.paging import DEFAULT_LIMIT, MAX_LIMIT, ToolPage
 from sidecar.tools.records import AddToolsResult, SyncResult
 from sidecar.trust.principals import LOCAL
@@ -59,11 +58,6 @@ T = TypeVar("T")
 
 def _step(step: Step | Mapping[str, Any]) -> dict[str, Any]:
     return step.to_dict() if isinstance(step, Step) else dict(step)
-
-
-def segment(value: str) -> str:
-    """``value`` as one URL path segment (``/``, ``?``, ``..`` cannot escape it)."""
-    return quote(value, safe="")
 
 
 def encode(value: Any) -> bytes:
@@ -90,7 +84,7 @@ def packed(key: str, parts: Sequence[bytes], limit: int, most: int) -> Iterator[
         yield group
 
 
-class RemoteSidecar:
+class RemoteSidecar(RemoteReviewDesk):
     def __init__(
         self, url: str, token: str | None, timeout: float = 600.0, token_source: str = ""
     ) -> None:
@@ -221,6 +215,7 @@ class RemoteSidecar:
         steps: Sequence[Step | Mapping[str, Any]] | None = None,
         task_input: str | None = None,
         viewer: str | None = None,
+        session_id: str | None = None,
     ) -> LookupResult:
         body: dict[str, Any] = {
             "query": query,
@@ -234,6 +229,8 @@ class RemoteSidecar:
             body["task_input"] = task_input
         if viewer is not None:
             body["viewer"] = viewer
+        if session_id is not None:
+            body["session_id"] = session_id
         return self._post(LookupResult, "/v1/search", body)
 
     def check_call(
@@ -244,6 +241,7 @@ class RemoteSidecar:
         task_input: str | None = None,
         context: Mapping[str, Any] | None = None,
         viewer: str | None = None,
+        session_id: str | None = None,
     ) -> CallCheck:
         body = {
             "steps": [_step(s) for s in steps],
@@ -251,6 +249,7 @@ class RemoteSidecar:
             "task_input": task_input,
             "context": dict(context or {}),
             "viewer": viewer,
+            "session_id": session_id,
         }
         return self._post(CallCheck, "/v1/check", body)
 
@@ -407,51 +406,3 @@ class RemoteSidecar:
         return self._post(RevocationRun, "/v1/revocations/run")
 
     # ---- what waits for a person (``by`` and an agent's ``source``: the token's name)
-    def request_approval(
-        self,
-        tool: str,
-        arguments: Mapping[str, Any] | None = None,
-        *,
-        source: str = LOCAL,
-        why: str = "",
-    ) -> Approval:
-        body: dict[str, Any] = {"tool": tool, "arguments": dict(arguments or {}), "why": why}
-        if source != LOCAL:
-            body["source"] = source
-        return self._post(Approval, "/v1/approvals", body)
-
-    def approvals(self, status: str | None = None, limit: int = 100) -> list[Approval]:
-        return self._get(list[Approval], "/v1/approvals", "approvals", status=status, limit=limit)
-
-    def approve(self, approval_id: str, for_s: float | None = None, *, by: str = LOCAL) -> Approval:
-        path = f"/v1/approvals/{segment(approval_id)}/approve"
-        return self._post(Approval, path, {"for_s": for_s})
-
-    def deny(self, approval_id: str, *, by: str = LOCAL) -> Approval:
-        return self._post(Approval, f"/v1/approvals/{segment(approval_id)}/deny")
-
-    def appeal(
-        self,
-        tool: str,
-        arguments: Mapping[str, Any] | None = None,
-        reason: str = "",
-        constraint_ids: Sequence[str] = (),
-        *,
-        source: str = LOCAL,
-    ) -> Appeal:
-        body: dict[str, Any] = {
-            "tool": tool,
-            "arguments": dict(arguments or {}),
-            "reason": reason,
-            "constraint_ids": list(constraint_ids),
-        }
-        if source != LOCAL:
-            body["source"] = source
-        return self._post(Appeal, "/v1/appeals", body)
-
-    def appeals(self, status: str | None = None, limit: int = 100) -> list[Appeal]:
-        return self._get(list[Appeal], "/v1/appeals", "appeals", status=status, limit=limit)
-
-    def close_appeal(self, appeal_id: str, granted: bool, *, by: str = LOCAL) -> Appeal:
-        path = f"/v1/appeals/{segment(appeal_id)}/close"
-        return self._post(Appeal, path, {"granted": granted})

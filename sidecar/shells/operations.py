@@ -277,6 +277,26 @@ LIBRARY: tuple[Operation, ...] = (
         detail="An appeal waits for an operator; it changes nothing until one grants it.",
     ),
     library_op(
+        "note_calls",
+        "agent",
+        "keep what a gateway decided for the calls it relayed (the decision log)",
+        http="POST /v1/decisions",
+        detail="An operator may name the `source` the calls are attributed to.",
+    ),
+    library_op(
+        "activity",
+        "operator",
+        "what came in and what was decided, hour by hour; each source's rate; the "
+        "newest refusals; when the first call was blocked",
+        http="GET /v1/activity",
+    ),
+    library_op(
+        "session_activity",
+        "operator",
+        "one session: what was learned of it, and every call and lookup decided for it",
+        http="GET /v1/sessions/activity",
+    ),
+    library_op(
         "appeals",
         "operator",
         "agents' appeals against blocks, newest first",

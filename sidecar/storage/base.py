@@ -36,8 +36,8 @@ from sidecar.errors import SchemaTooNew as SchemaTooNew
 from sidecar.errors import StateUnavailable
 
 Row = tuple[Any, ...]
-Concern = Literal["learned", "archive"]
-CONCERNS: tuple[Concern, ...] = ("learned", "archive")
+Concern = Literal["learned", "archive", "decisions"]
+CONCERNS: tuple[Concern, ...] = ("learned", "archive", "decisions")
 """What a write transaction may name as the part of the state it reads, decides on and
 writes, in the one order locks are taken in (a transaction naming none takes all):
 
@@ -46,7 +46,9 @@ writes, in the one order locks are taken in (a transaction naming none takes all
   contradictions), the usage counters and requests, budgets, staged batches; and the
   revision counters of these;
 - ``archive``: the records acknowledged and not yet published (``archive_pending``),
-  as the group publisher removes the ones it published.
+  as the group publisher removes the ones it published;
+- ``decisions``: the log of what was decided for each call and lookup (``decisions``),
+  written behind the answers, never read to decide anything.
 
 A report queues its records in ``learned`` (it only inserts them); every other writer
 (the catalog, evictions, revocations, migrations, forgetting a source) names none."""

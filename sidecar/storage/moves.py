@@ -78,6 +78,14 @@ CREATE TABLE IF NOT EXISTS released_credentials (
         self._db = db
 
     # ---- moves -------------------------------------------------------------------------
+    def evicted_since(self, since: float) -> list[float]:
+        """When each tool evicted since ``since`` was (its ``evicted_tools`` row: a tool
+        restored since is not counted)."""
+        rows = self._db.execute(
+            "SELECT evicted_at FROM evicted_tools WHERE evicted_at >= ?", (since,)
+        ).fetchall()
+        return [float(r[0]) for r in rows]
+
     def write_intents(self, tx: Connection, moves: Sequence[Move], now: float) -> None:
         tx.executemany(
             "INSERT OR IGNORE INTO moves VALUES (?, ?, 'intent', ?, ?, ?, ?)",

@@ -6,7 +6,9 @@ reads them."""
 
 from __future__ import annotations
 
-from sidecar.storage.base import Database
+from collections.abc import Sequence
+
+from sidecar.storage.base import Database, Row
 
 _KEYS = (
     "SELECT session_key, at FROM learned_sessions "
@@ -28,6 +30,11 @@ class SessionReads:
             "GROUP BY k.session_key ORDER BY k.session_key LIMIT ?",
             (after or "", limit),
         ).fetchall()
+        return self._described(rows)
+
+    def _described(
+        self, rows: Sequence[Row]
+    ) -> list[tuple[str, float, int | None, tuple[str, ...]]]:
         keys = tuple(str(r[0]) for r in rows)
         if not keys:
             return []
@@ -57,3 +64,30 @@ class SessionReads:
             "UNION SELECT session_key FROM chain_sessions) k"
         ).fetchone()
         return int(row[0]) if row else 0
+
+    def first_seen_since(self, since: float) -> list[float]:
+        """When each session first seen at or after ``since`` was first seen."""
+        rows = self._db.execute(
+            f"SELECT MIN(k.at) FROM ({_KEYS}) k GROUP BY k.session_key HAVING MIN(k.at) >= ?",
+            (since,),
+        ).fetchall()
+        return [float(r[0]) for r in rows]
+
+    def count_before(self, at: float) -> int:
+        """Sessions first seen before ``at``."""
+        row = self._db.execute(
+            f"SELECT COUNT(*) FROM (SELECT k.session_key FROM ({_KEYS}) k "
+            "GROUP BY k.session_key HAVING MIN(k.at) < ?) b",
+            (at,),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def learned(self, session_key: str) -> tuple[float, int | None, tuple[str, ...]] | None:
+        """One session as :meth:`page` shows it, without its key (``None``: not learned)."""
+        rows = self._db.execute(
+            f"SELECT k.session_key, MIN(k.at) FROM ({_KEYS}) k WHERE k.session_key = ? "
+            "GROUP BY k.session_key",
+            (session_key,),
+        ).fetchall()
+        found = self._described(rows)
+        return found[0][1:] if found else None

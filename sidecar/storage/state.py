@@ -15,6 +15,7 @@ from sidecar.storage.base import Concern, Connection, Database, Lock
 from sidecar.storage.budgets import BudgetRepository
 from sidecar.storage.conditions import ConditionRepository, numbered_log
 from sidecar.storage.credentials import CredentialRepository
+from sidecar.storage.decisions import DecisionRepository
 from sidecar.storage.judgements import JudgementRepository
 from sidecar.storage.mandates import MandateRepository
 from sidecar.storage.moves import MoveRepository
@@ -46,6 +47,7 @@ REPOSITORIES = (
     BudgetRepository,
     ReviewRepository,
     JudgementRepository,
+    DecisionRepository,
 )
 SCHEMAS: tuple[str, ...] = tuple(r.SCHEMA for r in REPOSITORIES)
 """Every repository's tables, created when a state is opened for writing."""
@@ -77,6 +79,7 @@ class State:
         self.budgets = BudgetRepository(db)
         self.review = ReviewRepository(db)
         self.judgements = JudgementRepository(db)
+        self.decisions = DecisionRepository(db)
         self.sessions = SessionReads(db)
 
     @property

@@ -231,7 +231,8 @@ def _client_methods() -> set[str]:
     transport = {"call"}  # the client's own: a request to any path
     return {
         name
-        for name, member in vars(RemoteSidecar).items()
+        for cls in RemoteSidecar.__mro__[:-1]  # its own, and its mixins' (not object's)
+        for name, member in vars(cls).items()
         if callable(member) and not name.startswith("_") and name not in transport
     }
 
@@ -298,6 +299,8 @@ def test_each_client_method_asks_its_declared_route() -> None:
         "reinstate": ("c1", "r"),
         "confirm": ("c1", "r"),
         "retire": ("c1", "r"),
+        "note_calls": ([{"tool": "a", "decision": "allow"}],),
+        "session_activity": ("src:a/session:s1",),
         "forget": ("s1",),
         "restore": ("t1", "r"),
         "audit": ("cold://chains/c1",),

@@ -118,7 +118,7 @@ def test_writers_of_different_concerns_overlap_on_postgresql_only(
 
 
 def test_the_concerns_are_the_ones_the_order_names() -> None:
-    assert CONCERNS == ("learned", "archive")
+    assert CONCERNS == ("learned", "archive", "decisions")
 
 
 def test_write_ids_follow_commit_order_across_concerns(postgres_server: PostgresServer) -> None:

@@ -67,6 +67,13 @@ class SearchIn(Body):
         "be worded for it (a gateway in front of agents asks so); an agent's answer is "
         "always worded for itself",
     )
+    session_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="the session this is for (as its reports name it): the answer is kept "
+        "in the decision log under it, for operators to read (the console's session page)",
+    )
 
 
 class ReportsIn(Body):
@@ -107,6 +114,13 @@ class CheckIn(Body):
         description="operators only: word the answer for this agent token, as it would "
         "be worded for it (a gateway in front of agents asks so); an agent's answer is "
         "always worded for itself",
+    )
+    session_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="the session this is for (as its reports name it): the answer is kept "
+        "in the decision log under it, for operators to read (the console's session page)",
     )
 
 
@@ -177,3 +191,23 @@ class AppealIn(Body):
 
 class CloseAppealIn(Body):
     granted: bool
+
+
+class NotedCallIn(Body):
+    """A call a gateway relayed and what it decided."""
+
+    tool: str = Field(min_length=1, max_length=128)
+    decision: str = Field(min_length=1, max_length=16)
+    session_id: str | None = Field(default=None, min_length=1, max_length=200)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    reasons: list[dict[str, Any]] = Field(default_factory=list, max_length=20)
+
+
+class DecisionsIn(Body):
+    calls: list[NotedCallIn] = Field(min_length=1, max_length=1000)
+    source: str | None = Field(
+        default=None,
+        max_length=80,
+        description="operators only: the source the calls are attributed to (a gateway "
+        "names its agent's, `gateway:<name>`); an agent's are its own",
+    )

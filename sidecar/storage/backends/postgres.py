@@ -19,9 +19,9 @@ REPLACE`` is refused: it deletes the old row first, which no upsert here means.
 advisory locks, always in this one order, so two transactions never wait for each other
 in a circle:
 
-1. its concern's lock (:data:`~sidecar.storage.base.CONCERNS`: ``learned``, then
-   ``archive``), or, when it names none, every concern's lock in that order, before its
-   first statement;
+1. its concern's lock (:data:`~sidecar.storage.base.CONCERNS`: ``learned``,
+   ``archive``, ``decisions``), or, when it names none, every concern's lock in that
+   order, before its first statement;
 2. once its body is done, the *commit* lock, held until it commits: under it the write
    takes its id from the ``feed_writes`` counter, notifies the change feed and counts
    the leases (:mod:`sidecar.storage.backends.pgfeed`), so ids, notifications and commits follow

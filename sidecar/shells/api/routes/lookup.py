@@ -30,6 +30,7 @@ def search(body: SearchIn, sc: Lib, meter: Meter, who: Caller) -> JSONResponse:
         steps=steps,
         task_input=body.task_input,
         viewer=viewer(who, body.viewer),
+        session_id=body.session_id,
     )
     meter.inc("lookups")
     meter.inc("withheld_continuations", len(result.withheld))
@@ -53,6 +54,7 @@ def check(body: CheckIn, sc: Lib, who: Caller) -> JSONResponse:
                 body.task_input,
                 body.context,
                 viewer=shown_to,
+                session_id=body.session_id,
             )
         )
     if body.plan is None:

@@ -6,7 +6,13 @@ from fastapi import APIRouter, Query
 
 from sidecar.errors import Forbidden
 from sidecar.shells.api.deps import Caller, Lib, route
-from sidecar.shells.api.models import AppealIn, ApprovalIn, ApproveIn, CloseAppealIn
+from sidecar.shells.api.models import (
+    AppealIn,
+    ApprovalIn,
+    ApproveIn,
+    CloseAppealIn,
+    DecisionsIn,
+)
 from sidecar.trust.principals import Principal
 from sidecar.wire import dump, dump_dict
 
@@ -72,3 +78,23 @@ def appeals(
 @route(router, "close_appeal")
 def close_appeal(appeal_id: str, body: CloseAppealIn, sc: Lib, who: Caller) -> dict[str, Any]:
     return dump_dict(sc.close_appeal(appeal_id, body.granted, by=who.name))
+
+
+@route(router, "note_calls")
+def note_calls(body: DecisionsIn, sc: Lib, who: Caller) -> dict[str, Any]:
+    calls = [c.model_dump() for c in body.calls]
+    return {"kept": sc.note_calls(calls, source=_source(who, body.source))}
+
+
+@route(router, "activity")
+def activity(sc: Lib, hours: int = Query(default=48, ge=1, le=336)) -> dict[str, Any]:
+    return dump_dict(sc.activity(hours))
+
+
+@route(router, "session_activity")
+def session_activity(
+    sc: Lib,
+    key: str = Query(min_length=1, max_length=1024),
+    limit: int = Query(default=500, ge=1, le=5000),
+) -> dict[str, Any]:
+    return dump_dict(sc.session_activity(key, limit))

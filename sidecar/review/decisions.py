@@ -1,0 +1,178 @@
+"""The decision log: what was decided for each call and lookup that named its session,
+kept for a person to read afterwards (:mod:`sidecar.storage.decisions`).
+
+A check answers first; its decision is written behind it.  :meth:`DecisionLog.record`
+only appends to a bounded buffer in memory, and a thread writes the buffer in one
+transaction of its own concern (``decisions``) about every second, so that a check never
+waits for the state's write lock.  Past the buffer's size (the state unwritable for
+long) the oldest decisions are dropped and counted, never the answers.  Everything kept
+is redacted and bounded: the arguments as the memory learns them (secrets masked), each
+reason's words cut at :data:`TEXT`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sidecar.errors import SidecarError
+from sidecar.intake.sessions import key_of_session
+from sidecar.model import CallCheck
+from sidecar.storage.decisions import Decision
+from sidecar.storage.state import State
+from sidecar.trust.principals import LOCAL
+from sidecar.trust.redact import redact, redact_text
+
+log = logging.getLogger("sidecar.review.decisions")
+TEXT = 500
+"""Characters kept of a reason's explanation or evidence, and of a lookup's query."""
+ARGUMENTS = 4096
+"""Characters of a call's arguments (as JSON) kept; larger ones are not kept."""
+REASONS = 20
+OFFERED = 50
+FLUSH_S = 1.0
+
+
+def _cut(text: object, n: int = TEXT) -> str:
+    s = str(text)
+    return s if len(s) <= n else s[: n - 1] + "\u2026"
+
+
+def kept_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    shown = redact(dict(arguments))
+    if len(json.dumps(shown, default=str)) > ARGUMENTS:
+        return {"\u2026": f"arguments of more than {ARGUMENTS} characters, not kept"}
+    return dict(shown)
+
+
+def kept_reasons(reasons: Iterable[Mapping[str, Any]]) -> tuple[dict[str, str], ...]:
+    return tuple(
+        {
+            "rule_id": _cut(r.get("rule_id", ""), 64),
+            "level": _cut(r.get("level", ""), 16),
+            "explanation": _cut(r.get("explanation", "")),
+            "evidence": _cut(r.get("evidence", "")),
+        }
+        for r in list(reasons)[:REASONS]
+    )
+
+
+def call_decision(
+    source: str,
+    session_key: str | None,
+    tool: str,
+    arguments: Mapping[str, Any],
+    verdict: CallCheck,
+) -> Decision:
+    """A check's verdict as the log keeps it."""
+    reasons = kept_reasons(
+        {"rule_id": r.constraint_id, "level": r.level, "explanation": r.explanation,
+         "evidence": r.evidence}
+        for r in verdict.reasons
+    )  # fmt: skip
+    return Decision(
+        uuid.uuid4().hex, time.time(), "call", source, session_key, tool, verdict.decision,
+        kept_arguments(arguments), reasons,
+    )  # fmt: skip
+
+
+def lookup_decision(
+    source: str, session_key: str | None, query: str, offered: Sequence[str]
+) -> Decision:
+    """A lookup's offer as the log keeps it."""
+    return Decision(
+        uuid.uuid4().hex, time.time(), "lookup", source, session_key,
+        _cut(redact_text(query), 200), "offered", offered=tuple(offered[:OFFERED]),
+    )  # fmt: skip
+
+
+class DecisionLog:
+    def __init__(self, state: State, keep: int = 100_000, buffered: int = 10_000) -> None:
+        self._state = state
+        self.keep = keep
+        self._buffer: deque[Decision] = deque(maxlen=buffered)
+        self._lock = threading.Lock()
+        self._flushing = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.dropped = 0
+        """Decisions dropped unwritten (the buffer full while the state refused writes)."""
+
+    def record(self, decision: Decision) -> None:
+        if not self._state.writable or self._closed:
+            return
+        with self._lock:
+            if len(self._buffer) == self._buffer.maxlen:
+                self.dropped += 1
+            self._buffer.append(decision)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="sidecar-decisions", daemon=True
+                )
+                self._thread.start()
+
+    def call(
+        self,
+        viewer: str | None,
+        session_id: str | None,
+        tool: str,
+        arguments: Mapping[str, Any],
+        verdict: CallCheck,
+    ) -> None:
+        """Keep a check's verdict when it named its session (of ``viewer``: an agent
+        token's name, ``None`` the local source)."""
+        if session_id is not None:
+            source = viewer or LOCAL
+            key = key_of_session(session_id, source)
+            self.record(call_decision(source, key, tool, arguments, verdict))
+
+    def lookup(
+        self, viewer: str | None, session_id: str | None, query: str, offered: Sequence[str]
+    ) -> None:
+        """Keep the tools a lookup offered when it named its session (as :meth:`call`)."""
+        if session_id is not None:
+            source = viewer or LOCAL
+            key = key_of_session(session_id, source)
+            self.record(lookup_decision(source, key, query, offered))
+
+    def flush(self) -> int:
+        """Write what is buffered now; returns how many were written."""
+        with self._flushing:
+            with self._lock:
+                rows = list(self._buffer)
+                self._buffer.clear()
+            if not rows:
+                return 0
+            try:
+                with self._state.tx("decisions") as tx:
+                    self._state.decisions.insert(tx, rows)
+                    self._state.decisions.prune(tx, self.keep)
+            except SidecarError as exc:
+                with self._lock:  # back in front of what came meanwhile, bounded
+                    room = (self._buffer.maxlen or 0) - len(self._buffer)
+                    self.dropped += max(0, len(rows) - room)
+                    self._buffer.extendleft(reversed(rows[-room:] if room > 0 else []))
+                log.warning("decisions not written yet: %s", type(exc).__name__)
+                return 0
+            return len(rows)
+
+    def _run(self) -> None:
+        while not self._closed:
+            self._wake.wait(FLUSH_S)
+            try:
+                self.flush()
+            except Exception as exc:  # the log must not stop; the next flush retries
+                log.warning("decision log flush failed: %s", type(exc).__name__)
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self.flush()
