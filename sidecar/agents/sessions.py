@@ -173,6 +173,10 @@ class SessionBook:
         self.limits = limits or SessionLimits()
         self._clock = clock
         self._sessions: OrderedDict[str, ObservedSession] = OrderedDict()
+        self._ended_ids: OrderedDict[str, str] = OrderedDict()
+        """The report ids of the sessions that left the book last (as many as it holds
+        open at most): what was noted of a call is filed under its session's id after
+        the session ended too."""
         self.bytes = 0
         self.stats = SessionStats()
 
@@ -185,6 +189,12 @@ class SessionBook:
     def steps(self, key: str) -> list[Step]:
         """The session's steps so far (empty for a new session); marks it active."""
         return self.stamped_steps(key)[1]
+
+    def report_id(self, key: str) -> str | None:
+        """The id the session ``key`` is reported by, open or among the last ended
+        (``None``: neither); it is not marked active."""
+        session = self._sessions.get(key)
+        return self._ended_ids.get(key) if session is None else session.report_id
 
     def stamped_steps(self, key: str) -> tuple[tuple[str, int], list[Step]]:
         """:meth:`steps`, with the stamp that tells one state of them from another: the
@@ -320,6 +330,10 @@ class SessionBook:
         session = self._sessions.pop(key, None)
         if session is not None:
             self.bytes -= sum(session.sizes)
+            self._ended_ids[key] = session.report_id
+            self._ended_ids.move_to_end(key)
+            if len(self._ended_ids) > self.limits.max_sessions:
+                self._ended_ids.popitem(last=False)
             self.ended(key)
         return session
 

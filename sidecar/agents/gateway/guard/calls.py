@@ -128,6 +128,7 @@ class CallPath:
             tool, policy = self._catalog.tool(name), self.settings.approval
             held = policy.active and policy.why(self.names(name), tool, verdict) is not None
             sampled = not held and self._contest.sample(tool, verdict.reasons)
+            self._note(link, name, arguments, "sampled" if sampled else "block", verdict)
             if not sampled:
                 self.stats.blocked += 1
                 return answers.refusal(name, verdict.reasons)
@@ -135,7 +136,10 @@ class CallPath:
         elif self.settings.approval.active:
             waiting = await self._held(link, name, arguments, verdict)
             if waiting is not None:
+                self._note(link, name, arguments, "held", verdict)
                 return answers.with_handle(waiting, handle_of(link))
+        if not sampled:
+            self._note(link, name, arguments, verdict.decision, verdict)
         learn = functools.partial(self.learn, link, sampled=sampled)
         result, forwarded = await self._forward(
             route, client or link.key, name, arguments, meta, ctx, learn
@@ -145,6 +149,24 @@ class CallPath:
             return result
         self.stats.warned += 1
         return answers.warned(result, name, verdict, sampled, self.settings.warning_text)
+
+    def _note(
+        self,
+        link: Link,
+        name: str,
+        arguments: dict[str, Any],
+        decision: str,
+        verdict: GuardVerdict,
+    ) -> None:
+        """What was decided for this call, for the backend's decision log."""
+        level = "block" if verdict.decision == "block" else "warn"
+        reasons = [
+            {"rule_id": r.rule_id, "level": level, "explanation": r.explanation,
+             "evidence": r.evidence}
+            for r in verdict.reasons
+        ]  # fmt: skip
+        call = {"tool": name, "arguments": arguments, "decision": decision, "reasons": reasons}
+        self._reporter.note(link.key, link.principal, call)
 
     async def _held(
         self, link: Link, name: str, arguments: dict[str, Any], verdict: GuardVerdict

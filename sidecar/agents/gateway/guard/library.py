@@ -64,6 +64,8 @@ class Memory(Protocol):
         why: str = "",
     ) -> Approval: ...
 
+    def note_calls(self, calls: Sequence[Mapping[str, Any]], source: str = ...) -> int: ...
+
 
 class LibraryBackend:
     def __init__(self, sc: Memory, source: str = GATEWAY) -> None:
@@ -141,6 +143,12 @@ class LibraryBackend:
         (result,) = self.sc.report_many([report], source=who)
         if result.status == "rejected":
             raise SidecarError(f"session {session_id} was not taken: {result.reason}")
+
+    def note_calls(self, calls: list[dict[str, Any]], principal: str) -> None:
+        """What was decided for calls the gateway relayed, into the decision log, for
+        the agent whose calls they are (as its sessions are reported)."""
+        name = token_name(principal)
+        self.sc.note_calls(calls, source=f"{GATEWAY}:{name}" if name else self.source)
 
     def request_approval(
         self, tool: str, arguments: dict[str, Any], principal: str, why: str

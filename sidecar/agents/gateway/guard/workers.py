@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -30,6 +31,8 @@ log = logging.getLogger("sidecar.agents.gateway")
 T = TypeVar("T")
 DRAIN_S = 30.0
 """How long the shutdown waits for reports still in flight."""
+NOTES = 10_000
+"""Decisions waiting for the sweep at most (the oldest go first)."""
 
 
 @dataclass
@@ -42,6 +45,8 @@ class GatewayStats:
     upstream_errors: int = 0
     timeouts: int = 0
     contest_samples: int = 0
+    notes_dropped: int = 0
+    """Decisions not handed to the backend's decision log (it failed, or fell behind)."""
     held: int = 0
     """Calls held for an operator's approval, or denied by one."""
     syncs: int = 0
@@ -107,6 +112,34 @@ class Reporter:
         """Finishes the steps still queued (:mod:`.learning`) before sessions conclude."""
         self._tg: TaskGroup | None = None
         self._inflight = 0  # scheduled reports not yet handed to the backend
+        self._notes: deque[tuple[str, str, dict[str, Any]]] = deque(maxlen=NOTES)
+        """Decisions to hand to the backend's decision log: (session key, principal,
+        call)."""
+
+    def note(self, key: str, principal: str, call: dict[str, Any]) -> None:
+        """Keep what was decided for a call of the session ``key`` (handed over by the
+        sweep, filed under the id the session is reported by)."""
+        if len(self._notes) == self._notes.maxlen:
+            self._stats.notes_dropped += 1
+        self._notes.append((key, principal, call))
+
+    async def flush_notes(self) -> None:
+        """Hand the decisions kept so far to the backend, per principal, each filed
+        under its session's report id (its link key when nothing was reported of it)."""
+        note = getattr(self._backend, "note_calls", None)
+        notes, self._notes = self._notes, deque(maxlen=NOTES)
+        if note is None or not notes:
+            return
+        by_principal: dict[str, list[dict[str, Any]]] = {}
+        for key, principal, call in notes:
+            sid = self._book.report_id(key) or key
+            by_principal.setdefault(principal, []).append({**call, "session_id": sid})
+        for principal, calls in by_principal.items():
+            try:
+                await self._workers.write(note, calls, principal)
+            except Exception as exc:  # the log must not take the gateway down
+                self._stats.notes_dropped += len(calls)
+                log.warning('{"event": "notes_failed", "type": "%s"}', type(exc).__name__)
 
     def start(self, tg: TaskGroup) -> None:
         self._tg = tg
@@ -117,6 +150,7 @@ class Reporter:
         with anyio.CancelScope(shield=True):
             if self._settle is not None:
                 self._settle()  # nothing learned is lost: every step in its session
+            await self.flush_notes()  # while the sessions' report ids are known
             for report in self._book.close_all():
                 await self.report(report)
             with anyio.move_on_after(DRAIN_S):
@@ -156,5 +190,6 @@ class Reporter:
             await anyio.sleep(interval)
             if self._settle is not None:
                 self._settle()
+            await self.flush_notes()  # before a session expires with its report id
             for report in self._book.expire():
                 await self.report(report)
