@@ -3,10 +3,19 @@ with their times, and the sessions its kept usage requests count by source and o
 
 from __future__ import annotations
 
+import numpy as np
+
 from sidecar.storage import Database
 from sidecar.storage.moves import Move
-from tests.storage.test_requests import row
+from sidecar.storage.requests import RequestRow
 from tests.support.state import state_on
+
+
+def row(session: str, text: int, source: str = "alice", outcome: str = "completed") -> RequestRow:
+    """One session's request for ``tool``: the same ``text`` is the same request."""
+    vector = np.random.default_rng(text).standard_normal(8).astype("<f4")
+    return RequestRow("tool", source, f"src:{source}/session:{session}", f"{text:032x}",
+                      vector.tobytes(), outcome, 1_000.0 + text)  # fmt: skip
 
 
 def move(move_id: str, tool_id: str = "parser") -> Move:
