@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         Health,
         Recovered,
         RevocationRun,
+        ToolHistory,
     )
     from sidecar.storage.review import Appeal, Approval
     from sidecar.tools import AddToolsResult, SyncResult
@@ -123,6 +124,8 @@ class SidecarAPI(Protocol):
     ) -> RestoreResult: ...
 
     def run_revocations(self) -> RevocationRun: ...
+
+    def tool_history(self, tool_id: str) -> ToolHistory: ...
 
     def search(
         self,

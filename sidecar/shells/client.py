@@ -47,6 +47,7 @@ from sidecar.results import (
     Health,
     Recovered,
     RevocationRun,
+    ToolHistory,
 )
 from sidecar.storage.review import Appeal, Approval
 from sidecar.tools.paging import DEFAULT_LIMIT, MAX_LIMIT, ToolPage
@@ -391,6 +392,9 @@ class RemoteSidecar:
     def restore(self, tool_id: str, reason: str, lift_constraints: bool = False) -> RestoreResult:
         body = {"reason": reason, "lift_constraints": lift_constraints}
         return self._post(RestoreResult, f"/v1/tools/{segment(tool_id)}/restore", body)
+
+    def tool_history(self, tool_id: str) -> ToolHistory:
+        return self._get(ToolHistory, f"/v1/tools/{segment(tool_id)}/history")
 
     def mandates(self, status: str | None = None) -> list[Mandate]:
         return self._get(list[Mandate], "/v1/revocations", "mandates", status=status)

@@ -208,6 +208,14 @@ LIBRARY: tuple[Operation, ...] = (
         cli="restore",
     ),
     library_op(
+        "tool_history",
+        "operator",
+        "one tool's state (hot, moving, cold or gone), its moves and restores newest first, "
+        "its mandates, the usage sessions brought it and the rules that name it",
+        http="GET /v1/tools/{tool_id}/history",
+        cli="tools history",
+    ),
+    library_op(
         "mandates",
         "agent",
         "the credential revocation ledger",

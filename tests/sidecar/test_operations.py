@@ -298,6 +298,7 @@ def test_each_client_method_asks_its_declared_route() -> None:
         "reinstate": ("c1", "r"),
         "forget": ("s1",),
         "restore": ("t1", "r"),
+        "tool_history": ("t1",),
         "audit": ("cold://chains/c1",),
         "search": ("q",),
         "check": (["a"],),
@@ -352,6 +353,7 @@ def _cli_samples(folder: Path) -> list[tuple[str, list[str]]]:
     return [
         ("tools add", [str(tools)]),
         ("tools list", []),
+        ("tools history", ["t1"]),
         ("search", ["q"]),
         ("report", [str(reports)]),
         ("check", ["a,b"]),

@@ -9,11 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.testclient import TestClient
 
 from indexes import HashingEmbedder
 from sidecar import InvalidInput, NotFound, Sidecar, Tool
 from sidecar.model import CredentialRef
+from sidecar.shells.api import create_app
+from sidecar.wire import dump
 from tests.sidecar.helpers import abandoned
+from tests.support.tokens import OPERATOR, TOKENS, tokens_file
 
 FATAL = ["search_api", "html_parser", "llm_extractor"]
 
@@ -120,3 +124,30 @@ def test_an_unknown_tool_is_not_found_and_a_bad_id_is_refused(sc: Sidecar) -> No
         sc.tool_history("never_seen")
     with pytest.raises(InvalidInput):
         sc.tool_history("no/slashes")
+
+
+def test_over_http_an_operator_reads_it_an_agent_is_refused_and_unknown_is_404(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    tokens_file(home / "tokens.json")
+    with Sidecar.open(embedder=HashingEmbedder(), home=home, evict_min_chains=1) as sc:
+        sc.add_tools([tool("search_api", "env:SEARCH"), tool("html_parser"), tool("llm_extractor")])
+        sc.report(abandoned(FATAL, "HTTP 413"))
+        sc.evict()
+        app = create_app(sc, OPERATOR, with_mcp=False)
+        with TestClient(app, base_url="http://127.0.0.1") as client:
+
+            def ask(tool_id: str, token: str) -> Any:
+                path = f"/v1/tools/{tool_id}/history"
+                return client.get(path, headers={"Authorization": f"Bearer {token}"})
+
+            answer = ask("search_api", OPERATOR)
+            assert answer.status_code == 200, answer.text
+            assert answer.json() == dump(sc.tool_history("search_api"))
+            assert answer.json()["state"] == "cold" and len(answer.json()["moves"]) == 1
+            refused = ask("search_api", TOKENS["alice"])
+            assert refused.status_code == 403 and "moves" not in refused.text
+            assert ask("never_seen", OPERATOR).status_code == 404
+            assert ask("never_seen", TOKENS["alice"]).status_code == 403
