@@ -314,6 +314,11 @@ CONSOLE_PAGES: tuple[tuple[str, str, str], ...] = (
     ("console_rule", "GET /console/rules/{rule_id}", "one rule, its evidence and history"),
     ("console_rule_action", "POST /console/rules/{rule_id}/{action}", "lift or reinstate a rule"),
     ("console_tools", "GET /console/tools", "the catalog, cold tools, what an eviction would do"),
+    (
+        "console_tool",
+        "GET /console/tools/{tool_id}",
+        "one tool: its state, moves, restores, mandates, usage and rules",
+    ),
     ("console_sources", "GET /console/sources", "every source and what it taught"),
     (
         "console_source",
