@@ -94,6 +94,7 @@ from sidecar.rules import Lifecycle, Rules
 from sidecar.rules.wording import viewer_of
 from sidecar.settings import Settings
 from sidecar.tools import AddToolsResult, Fields, SyncResult, ToolRecords, Tools
+from sidecar.tools.history import ToolHistories
 from sidecar.tools.paging import DEFAULT_LIMIT, ToolPage
 from sidecar.trust.forgetting import forget, preview
 from sidecar.trust.principals import LOCAL, Principals, Role, check_source
@@ -103,7 +104,7 @@ from sidecar.trust.redact import redact, redact_text
 log = logging.getLogger(__name__)
 
 
-class Sidecar(ReviewDesk, RuleDesk, ActivityDesk):
+class Sidecar(ReviewDesk, RuleDesk, ActivityDesk, ToolHistories):
     """The hot index, the cold archive and the rules, behind one API."""
 
     def __init__(

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         Recovered,
         RevocationRun,
         SessionActivity,
+        ToolHistory,
     )
     from sidecar.storage.review import Appeal, Approval
     from sidecar.tools import AddToolsResult, SyncResult
@@ -130,6 +131,8 @@ class SidecarAPI(Protocol):
     ) -> RestoreResult: ...
 
     def run_revocations(self) -> RevocationRun: ...
+
+    def tool_history(self, tool_id: str) -> ToolHistory: ...
 
     def search(
         self,

@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sidecar.model import Tool
 from sidecar.storage.decisions import Decision
+from sidecar.storage.mandates import Mandate
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,82 @@ class SessionPage:
     next_cursor: str | None
     """Where the next page starts (``None``: this was the last)."""
     total: int
+
+
+@dataclass(frozen=True)
+class ToolMove:
+    """One move of a tool out of the hot index: ``intent -> archived -> mandated ->
+    deleted -> done``, the chains that drove it, when it began and last advanced."""
+
+    move_id: str
+    status: str
+    chain_ids: tuple[str, ...]
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class ToolRestore:
+    """One restore: the move it undid, its reason, the chains it lifted, and when."""
+
+    move_id: str
+    reason: str
+    lifted: tuple[str, ...]
+    restored_at: float
+
+
+@dataclass(frozen=True)
+class ToolUsage:
+    """What finished sessions of one source brought to a tool, for one outcome
+    (``completed``: it served the request; ``abandoned``: the session failed at it): the
+    sessions behind the requests kept, and how many requests are kept (a source keeps a
+    bounded sample per tool and outcome; sessions of requests pushed out are not counted)."""
+
+    source: str
+    outcome: str
+    sessions: int
+    requests: int
+
+
+@dataclass(frozen=True)
+class ToolHistory:
+    """One tool as the sidecar knows it: its definition, where it is now, every move
+    and restore of it (newest first), its revocation mandates, the usage finished
+    sessions brought to it and the rules that name it.
+
+    ``state``: ``hot`` (in the active index), ``moving`` (a move has begun and not
+    finished), ``cold`` (evicted: ``evicted_at``, ``move_id`` and ``pointer`` say when,
+    by which move and where its record is) or ``gone`` (once evicted and restored, since
+    dropped from the index by its catalog source)."""
+
+    tool_id: str
+    state: str
+    tool: Tool | None
+    """The definition: the active record, else the one the latest move captured."""
+    evicted_at: float | None = None
+    move_id: str | None = None
+    pointer: str | None = None
+    moves: tuple[ToolMove, ...] = ()
+    restores: tuple[ToolRestore, ...] = ()
+    mandates: tuple[Mandate, ...] = ()
+    usage: tuple[ToolUsage, ...] = ()
+    """By source, then outcome."""
+    completed_chains: int = 0
+    """Distinct completed chains that used it (evidence that keeps it hot)."""
+    rules: tuple[ConstraintView, ...] = ()
+    """Fatal sequences and call conditions that name it, whatever their status."""
+
+    def sessions_by_outcome(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for u in self.usage:
+            out[u.outcome] = out.get(u.outcome, 0) + u.sessions
+        return out
+
+    def sessions_by_source(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for u in self.usage:
+            out[u.source] = out.get(u.source, 0) + u.sessions
+        return out
 
 
 @dataclass(frozen=True)

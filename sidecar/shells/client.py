@@ -46,6 +46,7 @@ from sidecar.results import (
     Health,
     Recovered,
     RevocationRun,
+    ToolHistory,
 )
 from sidecar.shells.client_review import RemoteReviewDesk, segment
 from sidecar.tools.paging import DEFAULT_LIMIT, MAX_LIMIT, ToolPage
@@ -398,6 +399,9 @@ class RemoteSidecar(RemoteReviewDesk):
     def restore(self, tool_id: str, reason: str, lift_constraints: bool = False) -> RestoreResult:
         body = {"reason": reason, "lift_constraints": lift_constraints}
         return self._post(RestoreResult, f"/v1/tools/{segment(tool_id)}/restore", body)
+
+    def tool_history(self, tool_id: str) -> ToolHistory:
+        return self._get(ToolHistory, f"/v1/tools/{segment(tool_id)}/history")
 
     def mandates(self, status: str | None = None) -> list[Mandate]:
         return self._get(list[Mandate], "/v1/revocations", "mandates", status=status)

@@ -224,6 +224,14 @@ LIBRARY: tuple[Operation, ...] = (
         cli="restore",
     ),
     library_op(
+        "tool_history",
+        "operator",
+        "one tool's state (hot, moving, cold or gone), its moves and restores newest first, "
+        "its mandates, the usage sessions brought it and the rules that name it",
+        http="GET /v1/tools/{tool_id}/history",
+        cli="tools history",
+    ),
+    library_op(
         "mandates",
         "agent",
         "the credential revocation ledger",
@@ -346,6 +354,11 @@ CONSOLE_PAGES: tuple[tuple[str, str, str], ...] = (
         "lift, reinstate, confirm or retire a rule",
     ),
     ("console_tools", "GET /console/tools", "the catalog, cold tools, what an eviction would do"),
+    (
+        "console_tool",
+        "GET /console/tools/{tool_id}",
+        "one tool: its state, moves, restores, mandates, usage and rules",
+    ),
     ("console_sources", "GET /console/sources", "every source and what it taught"),
     (
         "console_source",

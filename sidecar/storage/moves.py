@@ -136,6 +136,25 @@ CREATE TABLE IF NOT EXISTS released_credentials (
         ).fetchone()
         return str(row[0]) if row else None
 
+    def moves_of(self, tool_id: str) -> list[dict[str, Any]]:
+        """Every move of ``tool_id``, newest first: its id, status, chains and when it
+        began and last advanced."""
+        rows = self._db.execute(
+            "SELECT move_id, status, chain_ids, created_at, updated_at FROM moves "
+            "WHERE tool_id=? ORDER BY created_at DESC, updated_at DESC, move_id DESC",
+            (tool_id,),
+        ).fetchall()
+        return [
+            {
+                "move_id": m,
+                "status": s,
+                "chain_ids": json.loads(c),
+                "created_at": float(at),
+                "updated_at": float(up),
+            }
+            for m, s, c, at, up in rows
+        ]
+
     def status(self, move: str) -> str | None:
         row = self._db.execute("SELECT status FROM moves WHERE move_id=?", (move,)).fetchone()
         return row[0] if row else None

@@ -197,6 +197,18 @@ CREATE INDEX IF NOT EXISTS usage_request_counts_rev ON usage_request_counts (rev
         ]
         return out, max((int(r[-1]) for r in rows), default=rev)
 
+    def tally(self, tool_id: str) -> list[tuple[str, str, int, int]]:
+        """Per source and outcome of ``tool_id``'s kept rows: ``(source, outcome,
+        sessions, requests)``, the sessions that brought the kept requests and how many
+        requests are kept (sessions of requests pushed out of a full group are not
+        counted any more), by source then outcome."""
+        rows = self._db.execute(
+            "SELECT source, outcome, SUM(sessions), COUNT(*) FROM usage_request_counts "
+            "WHERE tool_id=? GROUP BY source, outcome ORDER BY source, outcome",
+            (tool_id,),
+        ).fetchall()
+        return [(str(s), str(o), int(n), int(k)) for s, o, n, k in rows]
+
     def count(self) -> int:
         """The rows kept."""
         row = self._db.execute("SELECT COUNT(*) FROM usage_request_counts").fetchone()

@@ -303,6 +303,7 @@ def test_each_client_method_asks_its_declared_route() -> None:
         "session_activity": ("src:a/session:s1",),
         "forget": ("s1",),
         "restore": ("t1", "r"),
+        "tool_history": ("t1",),
         "audit": ("cold://chains/c1",),
         "search": ("q",),
         "check": (["a"],),
@@ -357,6 +358,7 @@ def _cli_samples(folder: Path) -> list[tuple[str, list[str]]]:
     return [
         ("tools add", [str(tools)]),
         ("tools list", []),
+        ("tools history", ["t1"]),
         ("search", ["q"]),
         ("report", [str(reports)]),
         ("check", ["a,b"]),

@@ -78,6 +78,8 @@ def test_answers_cross_the_wire_unchanged(pair: tuple[Sidecar, RemoteSidecar]) -
     assert evicted.pointers.keys() == {"web_search", "html_parser"}
     restored = remote.restore("html_parser", "fixed")
     assert restored.tool_id == "html_parser"
+    for tool_id in ("html_parser", "web_search"):  # restored (hot), and cold
+        assert remote.tool_history(tool_id) == sc.tool_history(tool_id), tool_id
     assert remote.audit("cold://tools/web_search")["tool_id"] == "web_search"
     lifted = remote.lift(archived.chain_id or "", "known false positive")
     assert (lifted.chain_id, lifted.status) == (archived.chain_id, "lifted")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar.errors import EXIT_BLOCKED, EXIT_OK, EXIT_REJECTED, EXIT_WARNED, UsageError
 from sidecar.shells.cli.inputs import BadLine, StepsFile, batches, read_steps, report_lines
-from sidecar.shells.cli.output import bar, emit, short, status
+from sidecar.shells.cli.output import bar, emit, short, status, when
 from sidecar.trust.neutralize import as_data
 from sidecar.trust.redact import redact
 from sidecar.wire import dump
@@ -114,6 +114,26 @@ def tools_list(args: argparse.Namespace) -> int:
         return "\n".join(lines)
 
     emit(args, {"tools": tools}, human)
+    return EXIT_OK
+
+
+def tools_history(args: argparse.Namespace) -> int:
+    with backend(args) as b:
+        h = b.tool_history(args.tool_id)
+
+    def human() -> str:
+        where = f" since {when(h.evicted_at)}, move {h.move_id}, {h.pointer}" if h.pointer else ""
+        lines = [f"{h.tool_id}: {h.state}{where}"]
+        if h.tool is not None:
+            lines.append(f"  {h.tool.tool_type}  {short(h.tool.description, 90)}")
+        lines += [f"MOVE {m.move_id}  {m.status:<8}  {when(m.created_at)}" for m in h.moves]
+        lines += [f"RESTORE {r.move_id}  {when(r.restored_at)}  {r.reason}" for r in h.restores]
+        lines += [f"MANDATE {m.ref}  {m.status}  attempts={m.attempts}" for m in h.mandates]
+        lines += [f"USAGE {u.source}  {u.outcome}  sessions={u.sessions}" for u in h.usage]
+        lines += [f"RULE {v.chain_id}  {v.kind}  {v.status}" for v in h.rules]
+        return "\n".join(lines)
+
+    emit(args, h, human)
     return EXIT_OK
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,11 @@ def emit(args: argparse.Namespace, payload: Any, human: Callable[[], str]) -> No
 def short(text: str, width: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def when(at: float | None) -> str:
+    """A Unix time as UTC text (empty for none)."""
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(at)) if at else ""
 
 
 def bar(label: str, total: int) -> Callable[[int], None] | None:

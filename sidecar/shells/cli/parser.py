@@ -160,6 +160,9 @@ def tool_commands(command: Command) -> None:
     add.add_argument("files", nargs="+", metavar="FILE")
     add.set_defaults(func=cmd.tools_add)
     command("list", parent=tools_sub).set_defaults(func=cmd.tools_list)
+    history = command("history", parent=tools_sub)
+    history.add_argument("tool_id", metavar="ID")
+    history.set_defaults(func=cmd.tools_history)
 
 
 def lookup_commands(command: Command) -> None:

@@ -127,6 +127,18 @@ def tools_page(request: Request) -> Response:
     )
 
 
+@router.get("/tools/{tool_id}")
+def tool_page(request: Request, tool_id: str) -> Response:
+    session = signed_in(request)
+    if session is None:
+        return to_sign_in(request)
+    try:
+        history = library(request).tool_history(tool_id)
+    except SidecarError as exc:
+        return render(request, "message.html", 404, session, title="No such tool", message=str(exc))
+    return render(request, "tool.html", session=session, h=history, relation=relation)
+
+
 @dataclass(frozen=True)
 class SourceRow:
     name: str

@@ -40,6 +40,11 @@ def restore(tool_id: str, body: RestoreIn, sc: Lib) -> dict[str, Any]:
     return dump_dict(sc.restore(tool_id, body.reason, lift_constraints=body.lift_constraints))
 
 
+@route(router, "tool_history")
+def tool_history(tool_id: str, sc: Lib) -> dict[str, Any]:
+    return dump_dict(sc.tool_history(tool_id))
+
+
 @route(router, "mandates")
 def revocations(sc: Lib, status: MandateStatus | None = None) -> dict[str, Any]:
     return {"mandates": dump(sc.mandates(status))}
