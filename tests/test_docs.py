@@ -198,3 +198,22 @@ def test_the_operations_table_is_the_declarations() -> None:
         "`python -m sidecar.shells.operations --update docs/service.md`"
     )
     assert operations.updated(text) == text
+
+
+def test_the_framework_snippets_are_python() -> None:
+    """The framework recipes (*From your agent framework*, and each framework's
+    approvals under *Approvals*) are fragments of an agent, not run here (the examples
+    they come from run in ``tests/agents/gateway/test_examples.py``): each is Python."""
+    import ast
+
+    from tests.support.docs import blocks, section
+
+    snippets = [
+        "\n".join(lines)
+        for title in ("Approvals", "From your agent framework")
+        for lang, lines in blocks(section(title))
+        if lang == "python"
+    ]
+    assert len(snippets) >= 7
+    for code in snippets:
+        ast.parse(code)  # a SyntaxError names the line

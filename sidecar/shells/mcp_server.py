@@ -9,6 +9,7 @@ declares for it.  Served over streamable HTTP inside the HTTP app (``/mcp``) or 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,8 @@ from sidecar.trust.redact import redact_text
 from sidecar.wire import dump_dict
 
 if TYPE_CHECKING:
+    from mcp.server.mcpserver.tools import Tool as RegisteredTool
+
     from sidecar.core import Sidecar
     from sidecar.shells.client import RemoteSidecar
 
@@ -168,19 +171,26 @@ def _report_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
         return _answer(lambda: sc.forget(source, since))
 
 
+APPEAL_BLOCK = "appeal_block"
+_APPEAL_ANNOTATIONS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+
+
 def _review_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
+    server.add_tool(
+        _appeal_block(sc),
+        title="Appeal a block",
+        description=tool_description(APPEAL_BLOCK),
+        annotations=_APPEAL_ANNOTATIONS,
+    )
+
+
+def _appeal_block(sc: Sidecar | RemoteSidecar | None) -> Callable[..., dict[str, Any]]:
+    """``appeal_block`` over ``sc``; its signature is the tool's input schema, here and
+    at the gateway (:func:`appeal_tool`)."""
     from sidecar.shells.client import RemoteSidecar
 
-    @server.tool(
-        title="Appeal a block",
-        description=tool_description("appeal_block"),
-        annotations=ToolAnnotations(
-            read_only_hint=False,
-            destructive_hint=False,
-            idempotent_hint=False,
-            open_world_hint=False,
-        ),
-    )
     def appeal_block(
         tool: str,
         reason: str,
@@ -188,8 +198,26 @@ def _review_tools(server: MCPServer, sc: Sidecar | RemoteSidecar) -> None:
         arguments: JsonObject | None = None,
         constraint_ids: list[str] | None = None,
     ) -> dict[str, Any]:
+        assert sc is not None, "appeal_tool() declares the tool; it never runs it"
         args, rules = arguments or {}, constraint_ids or []
         if isinstance(sc, RemoteSidecar):
             return _answer(lambda: sc.appeal(tool, args, reason, rules))
         who = caller(ctx)
         return _answer(lambda: sc.appeal(tool, args, reason, rules, source=who.name))
+
+    return appeal_block
+
+
+@functools.cache
+def appeal_tool() -> RegisteredTool:
+    """``appeal_block`` as this server declares it (title, description, input schema,
+    annotations, and the model its arguments are validated with), for a server that
+    offers the same tool over another memory: the gateway's own ``appeal_block``."""
+    from mcp.server.mcpserver.tools import Tool
+
+    return Tool.from_function(
+        _appeal_block(None),
+        title="Appeal a block",
+        description=tool_description(APPEAL_BLOCK),
+        annotations=_APPEAL_ANNOTATIONS,
+    )

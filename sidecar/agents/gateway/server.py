@@ -6,7 +6,8 @@ each call checked, its session, what it teaches); this module wires the two.
 
 - ``tools/list``: every upstream tool (renamed ``UPSTREAM_NAME`` only on a clash) minus
   the hidden (evicted) ones, plus ``report_outcome``; with ``expose="search"``, only
-  ``search_tools``, ``call_tool``, ``report_outcome`` and the pinned tools
+  ``search_tools``, ``call_tool``, ``report_outcome`` and the pinned tools; either way
+  ``appeal_block`` too, with a backend that keeps appeals
   (:mod:`sidecar.agents.gateway.guard.own_tools`).  Listings are kept in step with the
   backend by :mod:`sidecar.agents.gateway.guard.syncing`.
 - ``tools/call``: assigned to its agent session
@@ -36,12 +37,19 @@ from sidecar.agents.evidence import DEFAULT_MAX_CHARS
 from sidecar.agents.gateway.errors import GatewayError
 from sidecar.agents.gateway.guard.answers import CONTEST_META_KEY, WARNINGS_META_KEY
 from sidecar.agents.gateway.guard.approval import ApprovalPolicy
-from sidecar.agents.gateway.guard.backend import GatewayBackend, Outcome, Step, checks_in_memory
+from sidecar.agents.gateway.guard.backend import (
+    AppealDesk,
+    GatewayBackend,
+    Outcome,
+    Step,
+    checks_in_memory,
+)
 from sidecar.agents.gateway.guard.calls import CallPath, CallSettings
 from sidecar.agents.gateway.guard.contest import Contest, ContestPolicy
 from sidecar.agents.gateway.guard.learning import Learning
 from sidecar.agents.gateway.guard.linking import ConnectionState, Linker, token_name
 from sidecar.agents.gateway.guard.own_tools import (
+    APPEAL_BLOCK,
     CALL_TOOL,
     OWN_TOOLS,
     REPORT_OUTCOME,
@@ -175,11 +183,17 @@ class Gateway:
             self.contest,
             (self.workers, self.reporter, self.stats, self.learning),
             CallSettings(
-                options.max_chars, options.call_timeout_s, options.warning_text, options.approval
+                options.max_chars,
+                options.call_timeout_s,
+                options.warning_text,
+                options.approval,
+                APPEAL_BLOCK if isinstance(backend, AppealDesk) else None,
             ),
             self.viewer,
         )
-        self.own = OwnTools(self.catalog, self._steps, self._search, self._declare)
+        self.own = OwnTools(
+            self.catalog, self._steps, self._search, self._declare, self._appeal_desk(backend)
+        )
         self._tg: Any = None
         self._server = build_server(self, options.name)
         self._asgi: ASGIApp | None = None
@@ -283,6 +297,8 @@ class Gateway:
             listed += [t for t in self.catalog.tools() if t.name in self.options.pins]
         else:
             listed = [*self.catalog.tools(), own[REPORT_OUTCOME]]
+        if self.own.file is not None:
+            listed.append(own[APPEAL_BLOCK])
         return [t for t in listed if not self.calls.names(t.name) & hidden]
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
@@ -326,6 +342,9 @@ class Gateway:
             if name == REPORT_OUTCOME:
                 return await self.own.report_outcome(key, arguments)
             return await self.own.search(key, arguments, self.viewer(origin.principal))
+        if name == APPEAL_BLOCK and self.own.file is not None:
+            self.linker.called(origin.connection)
+            return await self.own.appeal(origin.principal, arguments)
         if name == CALL_TOOL and searching:
             target = call_tool_target(arguments)
             if not isinstance(target, tuple):
@@ -334,6 +353,17 @@ class Gateway:
             name, arguments = target
         link = self.linker.for_call(origin, name, arguments)
         return await self.calls.call(link, name, arguments, _forwarded_meta(ctx), ctx, client)
+
+    def _appeal_desk(self, backend: GatewayBackend) -> Any:
+        """What files an agent's appeal (on the writes' worker thread), for a backend
+        that keeps appeals (``None`` else: no ``appeal_block``)."""
+        if not isinstance(backend, AppealDesk):
+            return None
+
+        async def file(*appeal: Any) -> Any:
+            return await self.workers.write(backend.appeal, *appeal)
+
+        return file
 
     def _steps(self, session: str | None) -> list[Step]:
         return [] if session is None else self.book.steps(session)

@@ -54,6 +54,7 @@ def _run(python: str, example: str, tmp_path: Path, *args: str) -> str:
     refused = out.split("run 3, #W1 (pending): exchange refused")[1].split("run 4,")[0]
     assert "Refused: exchange was not run, because calls like this one failed before." in refused
     assert "cold://chains/" in refused
+    assert "If this block is wrong, call appeal_block with this tool" in refused
     assert '"exchanged": "blue shirt"' in out.split("run 4, #W3 (delivered): exchange done")[1]
     return out
 
@@ -83,7 +84,7 @@ def test_an_opentelemetry_instrumented_agent(tmp_path: Path) -> None:
 def test_the_openai_agents_sdk_with_strict_schemas(tmp_path: Path) -> None:
     pytest.importorskip("agents", reason="openai-agents is not installed: pip install '.[agents]'")
     out = _run(sys.executable, "openai_agents_agent.py", tmp_path)
-    assert out.startswith("tools (strict): exchange, get_order, report_outcome\n")
+    assert out.startswith("tools (strict): appeal_block, exchange, get_order, report_outcome\n")
 
 
 @pytest.mark.parametrize("mode", ["stateless", "session"])

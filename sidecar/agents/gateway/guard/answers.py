@@ -16,6 +16,7 @@ cannot open or close a section of whatever prompt a client wraps tool results in
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -50,14 +51,21 @@ def error(text: str) -> CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
-def refusal(tool: str, reasons: Sequence[GuardReason]) -> CallToolResult:
-    """The answer to a blocked call: not run, and why."""
+def refusal(tool: str, reasons: Sequence[GuardReason], appeal: str | None = None) -> CallToolResult:
+    """The answer to a blocked call: not run, and why; with ``appeal`` (the name of the
+    gateway's tool that files an appeal), how to contest it."""
     lines = [f"Refused: {tool} was not run, because calls like this one failed before."]
     for r in reasons:
         line = f"- rule: {_shown(r.rule)}. {_shown(r.explanation)} Evidence: {_shown(r.evidence)}"
         lines.append(line + (f" (record: {r.pointer})" if r.pointer else ""))
         if r.quoted:
             lines.append(f"  {_shown(as_data(r.quoted))}")
+    if appeal is not None:
+        ids = json.dumps([r.rule_id for r in reasons if r.rule_id])
+        lines.append(
+            f"If this block is wrong, call {appeal} with this tool, these arguments, "
+            f"constraint_ids {ids} and your reason; an operator will judge it."
+        )
     return error("\n".join(lines))
 
 

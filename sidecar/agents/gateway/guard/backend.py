@@ -13,6 +13,11 @@ true ``checks_in_memory`` attribute (:func:`checks_in_memory`): the gateway then
 ``hidden_tools`` and ``check_views`` on the event loop, which saves a worker-thread hop
 (about 0.2-0.3 ms) on every call.  The library's adapter reads SQLite in a check and
 keeps the hop.
+
+A backend that keeps the review desk also has ``request_approval`` (the calls an
+operator must approve: :mod:`sidecar.agents.gateway.guard.approval`) and ``appeal``
+(:class:`AppealDesk`: an agent contests a block, with the gateway's own tool
+``appeal_block``); one without them holds no call and lists no ``appeal_block``.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from sidecar.memory import SessionOutcome, Step
+from sidecar.storage.review import Appeal
 
 Decision = Literal["allow", "warn", "block"]
 Outcome = SessionOutcome
 __all__ = [
+    "AppealDesk",
     "Decision",
     "GatewayBackend",
     "GuardReason",
@@ -128,4 +135,21 @@ class GatewayBackend(Protocol):
         failed: sent again longer, only its new steps count); ``source``: the named
         token its calls came with (``""``: the home's token, or none);
         ``context_known`` ``False``: one call nothing tied to others."""
+        ...
+
+
+@runtime_checkable
+class AppealDesk(Protocol):
+    def appeal(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        reason: str,
+        constraint_ids: Sequence[str],
+        principal: str,
+    ) -> Appeal:
+        """File an appeal against the block of a call of ``tool`` with ``arguments``,
+        for the agent ``principal`` (the calling link's: its token's name); raises the
+        library's errors (:class:`~sidecar.errors.InvalidInput`,
+        :class:`~sidecar.errors.RateLimited` past a source's open appeals)."""
         ...

@@ -60,6 +60,9 @@ class CallSettings:
     warning_text: bool = True
     """A warned call's result carries the warning as text too (not only in ``_meta``)."""
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    appeal: str | None = None
+    """The gateway's tool that files an appeal against a block, named in each refusal
+    (``None``: the backend keeps no appeals)."""
 
 
 class CallPath:
@@ -131,7 +134,7 @@ class CallPath:
             self._note(link, name, arguments, "sampled" if sampled else "block", verdict)
             if not sampled:
                 self.stats.blocked += 1
-                return answers.refusal(name, verdict.reasons)
+                return answers.refusal(name, verdict.reasons, self.settings.appeal)
             self.stats.contest_samples += 1
         elif self.settings.approval.active:
             waiting = await self._held(link, name, arguments, verdict)

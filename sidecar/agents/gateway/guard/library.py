@@ -24,7 +24,7 @@ from sidecar.agents.sink import step_report
 from sidecar.errors import InvalidInput, SidecarError
 from sidecar.model import CallCheck, IntakeResult, LookupResult, Tool
 from sidecar.rules.verdict import merged
-from sidecar.storage.review import Approval
+from sidecar.storage.review import Appeal, Approval
 from sidecar.tools.catalog import parse_tool
 from sidecar.tools.records import SyncResult as LibrarySync
 from sidecar.trust.principals import GATEWAY
@@ -65,6 +65,16 @@ class Memory(Protocol):
     ) -> Approval: ...
 
     def note_calls(self, calls: Sequence[Mapping[str, Any]], source: str = ...) -> int: ...
+
+    def appeal(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        reason: str = "",
+        constraint_ids: Sequence[str] = (),
+        *,
+        source: str = ...,
+    ) -> Appeal: ...
 
 
 class LibraryBackend:
@@ -155,6 +165,24 @@ class LibraryBackend:
     ) -> Approval:
         """The approval of one held call (:mod:`sidecar.agents.gateway.guard.approval`),
         asked for the agent whose call it is."""
+        return self.sc.request_approval(tool, arguments, source=self._agent(principal), why=why)
+
+    def appeal(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        reason: str,
+        constraint_ids: Sequence[str],
+        principal: str,
+    ) -> Appeal:
+        """An appeal against a block (the gateway's ``appeal_block``), filed for the agent
+        whose link called it, as its approvals are."""
+        return self.sc.appeal(
+            tool, arguments, reason, constraint_ids, source=self._agent(principal)
+        )
+
+    def _agent(self, principal: str) -> str:
+        """Whom a link's approvals and appeals are attributed to: ``gateway:<name>`` for
+        a named token, the backend's ``source`` for the home's token (or none)."""
         name = token_name(principal)
-        who = f"{GATEWAY}:{name}" if name else self.source
-        return self.sc.request_approval(tool, arguments, source=who, why=why)
+        return f"{GATEWAY}:{name}" if name else self.source

@@ -1,11 +1,14 @@
-"""The gateway's own tools: ``search_tools`` and ``call_tool`` (with ``--expose search``)
-and ``report_outcome``.
+"""The gateway's own tools: ``search_tools`` and ``call_tool`` (with ``--expose search``),
+``report_outcome``, and ``appeal_block`` (with a backend that keeps appeals).
 
 Their input schemas are closed objects whose every property has an explicit type, so
 that they convert under OpenAI's strict mode (the Agents SDK's
 ``convert_schemas_to_strict=True``) with nothing lost: a strict schema cannot say "any
 object", so ``call_tool`` takes the tool's arguments as one JSON text (an object is
 accepted too, from clients that send one), and optional values may be ``null``.
+``appeal_block`` is the sidecar's MCP tool of that name, declared once
+(:func:`sidecar.shells.mcp_server.appeal_tool`): the same description, schema and
+validation, its appeal filed for the agent whose link called it.
 """
 
 from __future__ import annotations
@@ -18,14 +21,22 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar.agents.gateway.guard.answers import error
 from sidecar.agents.gateway.guard.backend import Hit, Outcome, Step
+from sidecar.errors import SidecarError
+from sidecar.trust.redact import redact_text
+from sidecar.wire import dump_dict
 
 if TYPE_CHECKING:
     from mcp.types import CallToolResult, Tool
 
     from sidecar.agents.gateway.proxy.catalog import Catalog
+    from sidecar.storage.review import Appeal
+
+File = Callable[[str, dict[str, Any], str, list[str], str], Awaitable["Appeal"]]
+"""The backend's ``appeal``: tool, arguments, reason, constraint ids, principal."""
 
 SEARCH_TOOLS, CALL_TOOL, REPORT_OUTCOME = "search_tools", "call_tool", "report_outcome"
-OWN_TOOLS = frozenset({SEARCH_TOOLS, CALL_TOOL, REPORT_OUTCOME})
+APPEAL_BLOCK = "appeal_block"
+OWN_TOOLS = frozenset({SEARCH_TOOLS, CALL_TOOL, REPORT_OUTCOME, APPEAL_BLOCK})
 MAX_K = 50
 MAX_TASK = 2_000
 
@@ -41,7 +52,12 @@ def _closed(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 @functools.cache
 def own_tools() -> dict[str, Tool]:
-    return {SEARCH_TOOLS: _search_tool(), CALL_TOOL: _call_tool(), REPORT_OUTCOME: _report_tool()}
+    return {
+        SEARCH_TOOLS: _search_tool(),
+        CALL_TOOL: _call_tool(),
+        REPORT_OUTCOME: _report_tool(),
+        APPEAL_BLOCK: _appeal_tool(),
+    }
 
 
 def _search_tool() -> Tool:
@@ -109,6 +125,38 @@ def _report_tool() -> Tool:
     )
 
 
+def _appeal_tool() -> Tool:
+    from mcp.types import Tool
+
+    from sidecar.shells.mcp_server import appeal_tool
+
+    declared = appeal_tool()
+    return Tool(
+        name=APPEAL_BLOCK,
+        title=declared.title,
+        description=declared.description,
+        input_schema=declared.parameters,
+        annotations=declared.annotations,
+    )
+
+
+def appeal_arguments(arguments: dict[str, Any]) -> dict[str, Any] | CallToolResult:
+    """``appeal_block``'s arguments validated as the sidecar's MCP server validates them
+    (``arguments`` given as JSON text or as an object), or the error to answer."""
+    from pydantic import ValidationError
+
+    from sidecar.shells.mcp_server import appeal_tool
+
+    try:
+        return appeal_tool().fn_metadata.validate_arguments(arguments)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"`{'.'.join(str(p) for p in e['loc']) or 'arguments'}`: {e['msg']}"
+            for e in exc.errors(include_url=False)
+        )
+        return error(f"invalid_input: {APPEAL_BLOCK} {problems}")
+
+
 def call_tool_target(arguments: dict[str, Any]) -> tuple[str, dict[str, Any]] | CallToolResult:
     """The tool ``call_tool`` names and its arguments, or the error to answer."""
     inner = arguments.get("name")
@@ -137,7 +185,8 @@ class Declared:
 
 
 class OwnTools:
-    """``search_tools`` and ``report_outcome``, over the parts of the gateway they use."""
+    """``search_tools``, ``report_outcome`` and ``appeal_block``, over the parts of the
+    gateway they use (``file``: ``None`` for a backend that keeps no appeals)."""
 
     def __init__(
         self,
@@ -145,11 +194,13 @@ class OwnTools:
         steps: Callable[[str | None], list[Step]],
         search: Callable[[str, int, list[Step], str | None], Awaitable[list[Hit]]],
         declare: Callable[[str | None, Outcome, str | None], Awaitable[Declared]],
+        file: File | None = None,
     ) -> None:
         self._catalog = catalog
         self._steps = steps
         self._search = search
         self._declare = declare
+        self.file = file
 
     async def search(
         self, session: str | None, arguments: dict[str, Any], viewer: str | None = None
@@ -193,6 +244,21 @@ class OwnTools:
         if done.note:
             payload["note"] = done.note
         return structured(payload)
+
+    async def appeal(self, principal: str, arguments: dict[str, Any]) -> CallToolResult:
+        """File an appeal for ``principal`` (the calling link's); the library's refusal
+        (an invalid value, too many appeals open) is answered as a tool error."""
+        given = appeal_arguments(arguments)
+        if not isinstance(given, dict):
+            return given
+        if self.file is None:
+            return error(f"{APPEAL_BLOCK}: this gateway's memory keeps no appeals")
+        args, rules = given["arguments"] or {}, given["constraint_ids"] or []
+        try:
+            filed = await self.file(given["tool"], args, given["reason"], rules, principal)
+        except SidecarError as exc:
+            return error(f"{exc.code}: {redact_text(str(exc))}")
+        return structured(dump_dict(filed))
 
 
 def structured(payload: dict[str, Any]) -> CallToolResult:
