@@ -371,6 +371,11 @@ CONSOLE_PAGES: tuple[tuple[str, str, str], ...] = (
         "preview, then confirm, forgetting a source",
     ),
     ("console_sessions", "GET /console/sessions", "the sessions learned from, a page at a time"),
+    (
+        "console_session",
+        "GET /console/session",
+        "one session: each call's verdict, each lookup's offer",
+    ),
     ("console_review", "GET /console/review", "what waits for a person"),
     ("console_decide", "POST /console/approvals/{approval_id}/{decision}", "approve or deny"),
     ("console_appeal", "POST /console/appeals/{appeal_id}/{verdict}", "grant or uphold"),

@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from starlette.testclient import TestClient
@@ -29,7 +30,7 @@ from tests.support.console import (
     sign_in,
     text_of,
 )
-from tests.support.shop import good_session
+from tests.support.shop import good_session, lookup
 from tests.support.tokens import TOKENS, tokens_file, verdict
 
 HOME_TOKEN = "home-token-0123456789abcdef"
@@ -483,3 +484,38 @@ def test_every_form_needs_a_session_and_its_csrf_token(
     assert client.post(path, data={"reason": "x"}).status_code == 403
     assert client.post(path, data={"reason": "x", "csrf": "guess"}).status_code == 403
     assert sc.approvals() == [] and sc.appeals() == []  # nothing was made or changed
+
+
+def test_a_refused_call_leads_from_the_overview_to_its_session_and_its_rule(
+    demo: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = demo
+    sc.search("exchange an order", k=3, viewer="alice", session_id="s1")
+    steps = [lookup("#C3000", "pending")]
+    args = {"order_id": "#C3000", "note": "<script>alert(1)</script>"}
+    check = sc.check_call(steps, "exchange_items", args, viewer="alice", session_id="s1")
+    assert check.decision == "block"
+    sign_in(client, OPS)
+    overview = client.get("/console/overview").text
+    activity = _api(client, "/v1/activity?hours=2")
+    assert rows(overview, "refusal") == [d["decision_id"] for d in activity["refusals"]] != []
+    key = "src:alice/session:s1"
+    assert f'href="/console/session?key={quote(key, safe="/")}"' in overview
+    assert int(text_of(overview, "sessions-before-first-block")) == sc.sessions_page().total
+    page = client.get("/console/session", params={"key": key}).text
+    story = _api(client, f"/v1/sessions/activity?key={quote(key, safe='')}")
+    assert rows(page, "decision") == [d["decision_id"] for d in story["decisions"]]
+    assert rows(page, "verdict") == ["offered", "block"]
+    for reason in check.reasons:
+        assert f'href="/console/rules/{reason.constraint_id}"' in page
+    assert "<script>alert" not in page  # the agent's argument is never markup
+    assert "\\u003cscript\\u003e" in page  # the arguments as JSON, < and > escaped
+    assert "<b>exchange_items</b>" in page  # offered by the lookup, then called
+    sources = client.get("/console/sources").text
+    assert '<tr data-source="alice">' in sources
+    assert client.get("/console/session", params={"key": "src:nobody/session:x"}).status_code == 404
+    signed_out = TestClient(client.app, base_url="http://127.0.0.1")
+    assert (
+        signed_out.get("/console/session", params={"key": key}, follow_redirects=False).status_code
+        == 303
+    )

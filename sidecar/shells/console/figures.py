@@ -13,7 +13,7 @@ from markupsafe import Markup
 
 from sidecar.core import Sidecar
 from sidecar.limits import CONSTRAINT_STATUSES
-from sidecar.results import ConstraintView
+from sidecar.results import Activity, ConstraintView
 
 BUCKETS = (
     (3600.0, "hour", "%H:00"),
@@ -21,6 +21,8 @@ BUCKETS = (
     (7 * 86400.0, "week", "%Y-%m-%d"),
 )
 MAX_BARS = 48
+HOURS = 48
+"""The overview's window of activity."""
 
 
 @dataclass(frozen=True)
@@ -38,13 +40,17 @@ class Overview:
     pending_records: int
     plot: Markup
     plot_caption: str
+    activity: Activity
+    activity_plots: tuple[tuple[Markup, str], ...]
 
 
 def overview(sc: Sidecar, now: float | None = None) -> Overview:
     status = sc.status(verify=False)
     views = sc.constraints(include_lifted=True)
     by_status = Counter(v.status for v in views)
-    plot, caption = learning_plot(views, time.time() if now is None else now)
+    at = time.time() if now is None else now
+    plot, caption = learning_plot(views, at)
+    activity = sc.activity(HOURS, at)
     return Overview(
         hot_tools=status.active_tools,
         cold_tools=status.evicted_tools,
@@ -59,7 +65,33 @@ def overview(sc: Sidecar, now: float | None = None) -> Overview:
         pending_records=status.pending_records,
         plot=plot,
         plot_caption=caption,
+        activity=activity,
+        activity_plots=activity_plots(activity),
     )
+
+
+SERIES = (
+    ("sessions", "sessions first seen"),
+    ("lookups", "lookups that named their session"),
+    ("allowed", "calls allowed"),
+    ("warned", "calls warned"),
+    ("blocked", "calls blocked"),
+    ("held", "calls held for approval"),
+    ("evicted", "tools evicted"),
+)
+
+
+def activity_plots(activity: Activity) -> tuple[tuple[Markup, str], ...]:
+    """One bar chart per series of :data:`SERIES`, an hour a bar, for the series with
+    anything to show."""
+    labels = [time.strftime("%H:00", time.gmtime(h.start)) for h in activity.hours]
+    out = []
+    for field_name, words in SERIES:
+        counts = [getattr(h, field_name) for h in activity.hours]
+        if any(counts):
+            caption = f"{words} per hour, the last {len(counts)} hours (UTC)"
+            out.append((bar_chart(counts, labels, caption), caption))
+    return tuple(out)
 
 
 def learning_plot(views: Sequence[ConstraintView], now: float) -> tuple[Markup, str]:

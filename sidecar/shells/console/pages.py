@@ -12,7 +12,7 @@ from fastapi.responses import Response
 
 from sidecar.errors import NotFound, SidecarError
 from sidecar.limits import CONSTRAINT_STATUSES
-from sidecar.results import ConstraintView
+from sidecar.results import ConstraintView, SourceActivity
 from sidecar.shells.console.figures import overview
 from sidecar.shells.console.sessions import PATH
 from sidecar.shells.console.web import (
@@ -148,6 +148,8 @@ class SourceRow:
     alone: int
     evidence_bytes: int
     uncataloged_steps: int
+    rate: SourceActivity | None = None
+    """Its calls and lookups kept in the decision log, the last hour and day."""
 
 
 def sources_taught(request: Request) -> tuple[list[SourceRow], int]:
@@ -160,7 +162,8 @@ def sources_taught(request: Request) -> tuple[list[SourceRow], int]:
     rules = Counter(s for v in views for s in v.sources)
     alone = Counter(v.sources[0] for v in views if len(v.sources) == 1)
     quotas, trusted = sc.quotas(), sc.trusted_sources()
-    names = sorted({LOCAL, *roles, *rules})
+    rates = {r.source: r for r in sc.activity(1).sources}
+    names = sorted({LOCAL, *roles, *rules, *rates})
     rows = [
         SourceRow(
             n,
@@ -170,6 +173,7 @@ def sources_taught(request: Request) -> tuple[list[SourceRow], int]:
             alone[n],
             quotas.evidence_bytes.get(n, 0),
             quotas.uncataloged_steps.get(n, 0),
+            rates.get(n),
         )
         for n in names
     ]
@@ -210,6 +214,25 @@ def sessions_page(request: Request) -> Response:
     except SidecarError as exc:
         return render(request, "message.html", 400, session, title="Sessions", message=str(exc))
     return render(request, "sessions.html", session=session, page=found, cursor=cursor)
+
+
+@router.get("/session")
+def session_page(request: Request) -> Response:
+    session = signed_in(request)
+    if session is None:
+        return to_sign_in(request)
+    key = request.query_params.get("key") or ""
+    try:
+        story = library(request).session_activity(key)
+    except SidecarError as exc:
+        return render(request, "message.html", 400, session, title="Session", message=str(exc))
+    if story.learned is None and not story.decisions:
+        message = f"Nothing was learned of the session {key!r}, and nothing decided for it is kept."
+        return render(
+            request, "message.html", 404, session, title="No such session", message=message
+        )
+    called = {d.tool for d in story.decisions if d.kind == "call"}
+    return render(request, "session.html", session=session, s=story, called=called)
 
 
 @router.get("/review")
