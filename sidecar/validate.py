@@ -148,10 +148,19 @@ def min_chains(value: Any) -> int | None:
     return value
 
 
+MAX_UNIX_TIME = 1e11
+"""Past the year 5000: a larger time is no time a record can have (and an integer this
+large would not fit the state's column)."""
+
+
 def since(value: object) -> float | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput("since must be a Unix time in seconds")
-    return value
+    if not (math.isfinite(value) and -MAX_UNIX_TIME <= value <= MAX_UNIX_TIME):
+        raise InvalidInput(f"since must be a Unix time in seconds, at most {MAX_UNIX_TIME:.0e}")
+    return float(value)
 
 
 def retention(hours: object, default: timedelta, least: timedelta) -> timedelta:

@@ -11,6 +11,7 @@ import pytest
 
 from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
+from sidecar.errors import InvalidInput
 from tests.sidecar.helpers import abandoned
 from tests.support.shop import good_session
 from tests.support.tokens import fabricated, tokens_file, verdict
@@ -98,3 +99,14 @@ def test_a_preview_names_the_evicted_tools_forgetting_would_bring_back(tmp_path:
         assert lib.hidden_tools() == cold  # nothing moved
         assert lib.forget("ops") == preview
         assert not set(preview.restored) & lib.hidden_tools()
+
+
+@pytest.mark.parametrize("since", [8e23, 8 * 10**23, float("inf"), float("nan"), -1e12])
+def test_a_since_no_record_can_have_is_refused_as_input(tmp_path: Path, since: float) -> None:
+    """A time past any record (found by the API fuzzer: an integer too large for the
+    state's column was a server error)."""
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        with pytest.raises(InvalidInput, match="since"):
+            sc.forget("alice", since)
+        with pytest.raises(InvalidInput, match="since"):
+            sc.forget("alice", since, dry_run=True)
