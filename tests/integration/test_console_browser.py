@@ -243,3 +243,94 @@ def test_a_held_destructive_call_approved_in_the_console_runs_once_with_its_argu
     assert statuses[approval] == "used"
     [used] = [a for a in api(served, "/v1/approvals")["approvals"] if a["approval_id"] == approval]
     assert used["decided_by"] == "ops"
+
+
+def _post(srv: Server, token: str, path: str, body: Any) -> Any:
+    answer = httpx.post(
+        f"{srv.url}{path}", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=120
+    )
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def _chain(topology: list[str], failure: str, session: str) -> dict[str, Any]:
+    rule = {"rule": f"after {topology[0]}, {topology[-1]} fails", "when": [], "gapped": False}
+    return {"topology": topology, "outcome": "abandoned", "failure": {"signature": failure},
+            "constraint": rule, "session_id": session}  # fmt: skip
+
+
+def _report(srv: Server, who: str, chain: dict[str, Any]) -> None:
+    (result,) = _post(srv, TOKENS[who], "/v1/reports", {"reports": [chain]})["results"]
+    assert result["status"] == "archived", result
+
+
+def test_why_a_call_was_refused_who_taught_it_and_what_forgetting_would_change(
+    page: Any, served: Server, tmp_path: Path
+) -> None:
+    """From the console alone: the overview's newest refusal leads to its session, the
+    session to the rule that refused the call, the rule to the agents that taught it,
+    and an agent's page to what forgetting it would change (previewed, nothing done)."""
+    topology = ["csv_parser", "table_extractor"]
+    failure = "table_extractor: HTTP 400 bad request, no header row"
+    for who in ("alice", "bob"):  # two agents: the rule may block
+        _report(served, who, _chain(topology, failure, "t1"))
+    steps = [{"tool": "csv_parser", "arguments": {"path": "q3.csv"}, "output": {"rows": 9}}]
+    check = {"steps": steps, "next": {"tool": "table_extractor", "arguments": {"rows": 9}},
+             "session_id": "why-1"}  # fmt: skip
+    verdict = _post(served, TOKENS["bob"], "/v1/check", check)
+    assert verdict["decision"] == "block"
+    (rule,) = {r["constraint_id"] for r in verdict["reasons"]}
+    sign_in(page, served, OPS)
+    page.goto(f"{served.url}/console/overview")
+    page.screenshot(path=str(tmp_path / "console-overview.png"), full_page=True)
+    refusal = page.locator("#refusals tr[data-refusal]").first
+    assert "table_extractor" in refusal.inner_text()
+    refusal.locator("a", has_text="its session").click()
+    page.wait_for_load_state()
+    assert page.inner_text("#session-key") == "src:bob/session:why-1"
+    page.screenshot(path=str(tmp_path / "console-session.png"), full_page=True)
+    blocked = page.locator("#decisions tr[data-verdict=block]")
+    assert "table_extractor" in blocked.inner_text()
+    blocked.locator(f"a[href='/console/rules/{rule}']").click()
+    page.wait_for_load_state()
+    assert page.inner_text("#rule-id") == rule
+    sources = page.eval_on_selector_all(
+        "dd a[href^='/console/sources/']", "l => l.map(a => a.textContent)"
+    )
+    assert (
+        sorted(sources)
+        == ["alice", "bob"]
+        == sorted(api(served, f"/v1/constraints/{rule}")["sources"])
+    )
+    page.click("dd a[href='/console/sources/alice']")
+    page.wait_for_load_state()
+    page.click("#preview button")
+    page.wait_for_load_state()
+    assert int(page.inner_text("#previewed dd.sessions")) >= 1  # what forgetting would remove
+    assert api(served, f"/v1/constraints/{rule}")["status"] == "active"  # nothing was done
+
+
+def test_a_rule_one_agent_taught_waits_in_review_until_confirmed_there(
+    page: Any, served: Server, tmp_path: Path
+) -> None:
+    topology = ["pdf_text_extractor", "entity_recognizer"]
+    _report(served, "alice", _chain(topology, "entity_recognizer: 413 payload too large", "c1"))
+    plan = {"plan": topology}
+    assert _post(served, TOKENS["bob"], "/v1/check", plan)["safe"]  # one agent: it warns
+    sign_in(page, served, OPS)
+    page.goto(f"{served.url}/console/review")
+    page.screenshot(path=str(tmp_path / "console-review.png"), full_page=True)
+    waiting = {c["chain_id"] for c in api(served, "/v1/constraints")["constraints"]
+               if not c["independent"] and c["judged"] is None}  # fmt: skip
+    shown = page.eval_on_selector_all(
+        "#unconfirmed tr[data-rule]", "r => r.map(x => x.dataset.rule)"
+    )
+    assert set(shown) == waiting and shown
+    (rule,) = [c for c in waiting if api(served, f"/v1/constraints/{c}")["sequence"] == topology]
+    row = page.locator(f"#unconfirmed tr[data-rule='{rule}']")
+    row.locator("form", has_text="Confirm").locator("input[name=reason]").fill("seen in production")
+    row.locator("button", has_text="Confirm").click()
+    page.wait_for_load_state()
+    assert page.inner_text("#rule-judged") == "confirmed by ops"
+    assert api(served, f"/v1/constraints/{rule}")["judged"] == "confirmed"
+    assert not _post(served, TOKENS["bob"], "/v1/check", plan)["safe"]  # now it blocks

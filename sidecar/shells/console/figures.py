@@ -70,26 +70,29 @@ def overview(sc: Sidecar, now: float | None = None) -> Overview:
     )
 
 
+VERDICTS = (("allowed", "allowed"), ("warned", "warned"), ("blocked", "blocked"), ("held", "held"))
+"""The calls' verdicts, stacked in this order, each its own colour (``.bar.<name>``)."""
 SERIES = (
     ("sessions", "sessions first seen"),
     ("lookups", "lookups that named their session"),
-    ("allowed", "calls allowed"),
-    ("warned", "calls warned"),
-    ("blocked", "calls blocked"),
-    ("held", "calls held for approval"),
     ("evicted", "tools evicted"),
 )
 
 
 def activity_plots(activity: Activity) -> tuple[tuple[Markup, str], ...]:
-    """One bar chart per series of :data:`SERIES`, an hour a bar, for the series with
-    anything to show."""
+    """The calls per hour stacked by verdict, then one bar chart per series of
+    :data:`SERIES` with anything to show; an hour a bar."""
     labels = [time.strftime("%H:00", time.gmtime(h.start)) for h in activity.hours]
+    hours = len(activity.hours)
     out = []
+    stacks = [[getattr(h, name) for name, _ in VERDICTS] for h in activity.hours]
+    if any(map(any, stacks)):
+        caption = f"calls per hour by verdict, the last {hours} hours (UTC)"
+        out.append((stacked_chart(stacks, labels, [n for n, _ in VERDICTS], caption), caption))
     for field_name, words in SERIES:
         counts = [getattr(h, field_name) for h in activity.hours]
         if any(counts):
-            caption = f"{words} per hour, the last {len(counts)} hours (UTC)"
+            caption = f"{words} per hour, the last {hours} hours (UTC)"
             out.append((bar_chart(counts, labels, caption), caption))
     return tuple(out)
 
@@ -135,6 +138,50 @@ def bar_chart(counts: Sequence[int], labels: Sequence[str], title: str) -> Marku
             f'<rect x="{x + 1:.1f}" y="{h - bottom - bar:.1f}" width="{max(step - 2, 1):.1f}" '
             f'height="{bar:.1f}" class="bar"><title>{html.escape(labels[i])}: {n}</title></rect>'
         )
+        if i % every == 0:
+            parts.append(
+                f'<text x="{x + step / 2:.1f}" y="{h - 6}" class="tick" '
+                f'text-anchor="middle">{html.escape(labels[i])}</text>'
+            )
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def stacked_chart(
+    stacks: Sequence[Sequence[int]], labels: Sequence[str], names: Sequence[str], title: str
+) -> Markup:
+    """A bar per stack, its parts stacked bottom up in the order of ``names`` (each part
+    of class ``bar <name>``), a legend above."""
+    w, h, left, bottom, top_pad = 640, 200, 36, 24, 22
+    top = max((sum(s) for s in stacks), default=0) or 1
+    step = min(48.0, (w - left) / max(1, len(stacks)))
+    every = max(1, len(stacks) // 8)
+    parts = [
+        f'<svg class="plot" viewBox="0 0 {w} {h}" role="img" '
+        f'aria-label="{html.escape(title)}"><title>{html.escape(title)}</title>',
+        f'<line x1="{left}" y1="{h - bottom}" x2="{w}" y2="{h - bottom}" class="axis"/>',
+        f'<text x="{left - 4}" y="{top_pad + 4}" class="tick" text-anchor="end">{top}</text>',
+        f'<text x="{left - 4}" y="{h - bottom}" class="tick" text-anchor="end">0</text>',
+    ]
+    for i, name in enumerate(names):
+        x = left + i * 90
+        parts.append(
+            f'<rect x="{x}" y="4" width="10" height="10" class="bar {name}"/>'
+            f'<text x="{x + 14}" y="13" class="tick">{html.escape(name)}</text>'
+        )
+    height = h - bottom - top_pad
+    for i, stack in enumerate(stacks):
+        x, base = left + i * step, float(h - bottom)
+        for name, n in zip(names, stack, strict=True):
+            if not n:
+                continue
+            bar = height * n / top
+            base -= bar
+            parts.append(
+                f'<rect x="{x + 1:.1f}" y="{base:.1f}" width="{max(step - 2, 1):.1f}" '
+                f'height="{bar:.1f}" class="bar {name}"><title>{html.escape(labels[i])}: '
+                f"{n} {html.escape(name)}</title></rect>"
+            )
         if i % every == 0:
             parts.append(
                 f'<text x="{x + step / 2:.1f}" y="{h - 6}" class="tick" '
