@@ -348,3 +348,15 @@ class Activity:
     """The newest calls blocked or held, newest first."""
     dropped: int = 0
     """Decisions this process could not write (the state refused writes too long)."""
+
+
+@dataclass(frozen=True)
+class RuleSessions:
+    """The sessions behind a rule and against it, by key (each a session's page).  A
+    call condition keeps a few of the failing sessions it explains (``sample``) and
+    counts, but does not keep, the successes that contradicted it."""
+
+    supporting: tuple[str, ...]
+    contradicting: tuple[str, ...]
+    sample: bool = False
+    """``supporting`` is a sample, not every session."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from sidecar import validate
 from sidecar.boundary import boundary
-from sidecar.results import ConstraintChange, ConstraintEvent
+from sidecar.results import ConstraintChange, ConstraintEvent, RuleSessions
 from sidecar.trust.principals import LOCAL, check_source
 
 if TYPE_CHECKING:
@@ -56,6 +56,13 @@ class RuleDesk:
         self.recovery.writable()
         why = validate.reason(reason, "retiring a constraint needs a reason")
         return self.rules.judge(constraint_id, "retired", _by(why, by), _who(by))
+
+    @boundary
+    def rule_sessions(self, constraint_id: str, limit: int = 100) -> RuleSessions:
+        """The sessions behind a rule and those that contradicted it, by key, at most
+        ``limit`` of each (a call condition: a sample of its failing sessions, and no
+        contradicting ones: it counts them without keeping them)."""
+        return self.rules.sessions_of(constraint_id, max(1, min(int(limit), 1000)))
 
     @boundary
     def constraint_history(self, constraint_id: str, limit: int = 100) -> list[ConstraintEvent]:

@@ -23,6 +23,7 @@ from sidecar.results import (
     ConstraintEvent,
     ConstraintView,
     LearnedSession,
+    RuleSessions,
     SessionPage,
 )
 from sidecar.rules import wording
@@ -187,6 +188,19 @@ class Rules:
         if not found:
             raise NotFound(f"no constraint {rid.value!r}")
         return found[0]
+
+    def sessions_of(self, constraint_id: str, limit: int) -> RuleSessions:
+        """The sessions behind a rule and against it (:class:`RuleSessions`)."""
+        rid = rule_id(constraint_id)
+        if rid.kind == "sequence":
+            behind = self._state.sightings.sessions_behind(rid.value)
+            against = self._state.uses.contradictions().get(rid.value, [])
+            keys = tuple(dict.fromkeys(k for k, _ in against))
+            return RuleSessions(tuple(sorted(behind))[:limit], keys[:limit])
+        st = self.conditions.states().get(rid.value)
+        if st is None:
+            raise NotFound(f"no constraint {rid.value!r}")
+        return RuleSessions(tuple(st.condition.sessions)[:limit], (), sample=True)
 
     def history(self, constraint_id: str, limit: int = 100) -> list[ConstraintEvent]:
         """A rule's recorded changes, newest first (its learning and retirement are in

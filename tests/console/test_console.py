@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.demo import ABANDONED
 from sidecar.shells.api import create_app
-from tests.sidecar.helpers import abandoned
+from tests.sidecar.helpers import abandoned, completed
 from tests.support.console import (
     OPS,
     OPS_ENTRY,
@@ -386,6 +387,27 @@ def test_the_demo_chain_is_one_of_the_rules(demo: tuple[Sidecar, TestClient]) ->
     page = client.get(f"/console/rules/{rule}").text
     assert "calling llm_extractor fails" in page
     assert ABANDONED["failure"]["signature"] in page.replace("&#39;", "'")
+
+
+def test_a_rules_page_links_the_sessions_behind_it_and_against_it(
+    empty: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = empty
+    rule = sc.report({**abandoned(["a", "b"], "HTTP 400 bad"), "session_id": "failed"}).chain_id
+    assert rule is not None
+    sign_in(client, HOME_TOKEN)
+
+    def linked(field: str) -> list[str]:
+        page = client.get(f"/console/rules/{rule}").text
+        found = re.search(rf'id="{field}">(.*?)</dd>', page, re.S)
+        assert found is not None, field
+        return rows(found.group(1), "session")
+
+    assert linked("supporting") == ["session:failed"] and linked("contradicting") == []
+    sc.report({**completed(["a", "b"]), "session_id": "ran-fine"})
+    assert linked("contradicting") == ["session:ran-fine"]
+    assert sc.rule_sessions(rule).contradicting == ("session:ran-fine",)
+    assert client.get("/console/session", params={"key": "session:failed"}).status_code == 200
 
 
 def test_forget_takes_a_date_and_refuses_one_that_is_not(

@@ -164,10 +164,10 @@ def stacked_chart(
         f'<text x="{left - 4}" y="{h - bottom}" class="tick" text-anchor="end">0</text>',
     ]
     for i, name in enumerate(names):
-        x = left + i * 90
+        key = left + i * 90
         parts.append(
-            f'<rect x="{x}" y="4" width="10" height="10" class="bar {name}"/>'
-            f'<text x="{x + 14}" y="13" class="tick">{html.escape(name)}</text>'
+            f'<rect x="{key}" y="4" width="10" height="10" class="bar {name}"/>'
+            f'<text x="{key + 14}" y="13" class="tick">{html.escape(name)}</text>'
         )
     height = h - bottom - top_pad
     for i, stack in enumerate(stacks):

@@ -93,11 +93,12 @@ def rule_page(request: Request, rule_id: str) -> Response:
         view = sc.constraint(rule_id)
     except (NotFound, SidecarError) as exc:
         return render(request, "message.html", 404, session, title="No such rule", message=str(exc))
-    history = sc.constraint_history(view.chain_id)
+    history, sessions = sc.constraint_history(view.chain_id), sc.rule_sessions(view.chain_id)
     done = request.query_params.get("done")
     return render(
-        request, "rule.html", session=session, v=view, history=history, relation=relation, done=done
-    )
+        request, "rule.html", session=session, v=view, history=history, relation=relation,
+        done=done, sessions=sessions,
+    )  # fmt: skip
 
 
 @router.get("/tools")
