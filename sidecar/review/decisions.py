@@ -5,9 +5,11 @@ A check answers first; its decision is written behind it.  :meth:`DecisionLog.re
 only appends to a bounded buffer in memory, and a thread writes the buffer in one
 transaction of its own concern (``decisions``) about every second, so that a check never
 waits for the state's write lock.  Past the buffer's size (the state unwritable for
-long) the oldest decisions are dropped and counted, never the answers.  Everything kept
-is redacted and bounded: the arguments as the memory learns them (secrets masked), each
-reason's words cut at :data:`TEXT`."""
+long) the oldest decisions are dropped and counted, never the answers; so are one
+source's decisions past :attr:`DecisionLog.per_minute` a minute, so that one agent
+checking in a loop cannot push every other agent's decisions out of the bounded table.
+Everything kept is redacted and bounded: the arguments as the memory learns them
+(secrets masked), each reason's words cut at :data:`TEXT`."""
 
 from __future__ import annotations
 
@@ -36,6 +38,8 @@ ARGUMENTS = 4096
 REASONS = 20
 OFFERED = 50
 FLUSH_S = 1.0
+MAX_SOURCES = 10_000
+"""Sources whose minute is counted at once (past it the counts start again)."""
 
 
 def _cut(text: object, n: int = TEXT) -> str:
@@ -92,9 +96,13 @@ def lookup_decision(
 
 
 class DecisionLog:
-    def __init__(self, state: State, keep: int = 100_000, buffered: int = 10_000) -> None:
+    def __init__(
+        self, state: State, keep: int = 100_000, buffered: int = 10_000, per_minute: int = 6_000
+    ) -> None:
         self._state = state
         self.keep = keep
+        self.per_minute = per_minute
+        self._minutes: dict[str, tuple[int, int]] = {}
         self._buffer: deque[Decision] = deque(maxlen=buffered)
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
@@ -108,6 +116,9 @@ class DecisionLog:
         if not self._state.writable or self._closed:
             return
         with self._lock:
+            if not self._admitted(decision.source, decision.at):
+                self.dropped += 1
+                return
             if len(self._buffer) == self._buffer.maxlen:
                 self.dropped += 1
             self._buffer.append(decision)
@@ -116,6 +127,17 @@ class DecisionLog:
                     target=self._run, name="sidecar-decisions", daemon=True
                 )
                 self._thread.start()
+
+    def _admitted(self, source: str, at: float) -> bool:
+        """At most :attr:`per_minute` decisions of one source a minute: one agent
+        checking in a loop does not push everyone else's decisions out of the log."""
+        minute = int(at // 60)
+        if len(self._minutes) > MAX_SOURCES:
+            self._minutes.clear()
+        seen, count = self._minutes.get(source, (minute, 0))
+        count = count + 1 if seen == minute else 1
+        self._minutes[source] = (minute, count)
+        return count <= self.per_minute
 
     def call(
         self,

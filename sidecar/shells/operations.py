@@ -286,10 +286,11 @@ LIBRARY: tuple[Operation, ...] = (
     ),
     library_op(
         "note_calls",
-        "agent",
+        "operator",
         "keep what a gateway decided for the calls it relayed (the decision log)",
         http="POST /v1/decisions",
-        detail="An operator may name the `source` the calls are attributed to.",
+        detail="`source`: the source the calls are attributed to (a gateway names its "
+        "agent's, `gateway:<name>`).",
     ),
     library_op(
         "activity",

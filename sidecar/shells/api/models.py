@@ -208,6 +208,6 @@ class DecisionsIn(Body):
     source: str | None = Field(
         default=None,
         max_length=80,
-        description="operators only: the source the calls are attributed to (a gateway "
-        "names its agent's, `gateway:<name>`); an agent's are its own",
+        description="the source the calls are attributed to (a gateway names its agent's, "
+        "`gateway:<name>`); the caller's own when not given",
     )
