@@ -158,9 +158,13 @@ def since(value: object) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput("since must be a Unix time in seconds")
-    if not (math.isfinite(value) and -MAX_UNIX_TIME <= value <= MAX_UNIX_TIME):
+    try:
+        at = float(value)
+    except OverflowError:  # an integer no float holds
+        at = math.inf
+    if not (math.isfinite(at) and -MAX_UNIX_TIME <= at <= MAX_UNIX_TIME):
         raise InvalidInput(f"since must be a Unix time in seconds, at most {MAX_UNIX_TIME:.0e}")
-    return float(value)
+    return at
 
 
 def retention(hours: object, default: timedelta, least: timedelta) -> timedelta:

@@ -20,7 +20,7 @@ from sidecar.results import (
     SessionActivity,
     SourceActivity,
 )
-from sidecar.review.decisions import DecisionLog, kept_arguments, kept_reasons
+from sidecar.review.decisions import DecisionLog, clean, kept_arguments, kept_reasons
 from sidecar.rules.standing import source_of
 from sidecar.storage.decisions import HOUR_S, Decision
 from sidecar.trust.principals import LOCAL, check_source
@@ -37,10 +37,18 @@ REFUSALS = 20
 
 
 def session_id_of(value: object) -> str | None:
+    """A session id as a check, a lookup or a gateway names it: printable text."""
     if value is None:
         return None
-    if not isinstance(value, str) or not 0 < len(value) <= MAX_SESSION_ID:
-        raise InvalidInput(f"session_id: a string of 1-{MAX_SESSION_ID} characters")
+    if (
+        not isinstance(value, str)
+        or not 0 < len(value) <= MAX_SESSION_ID
+        or not value.isprintable()
+        or clean(value) != value
+    ):
+        raise InvalidInput(
+            f"session_id: 1-{MAX_SESSION_ID} printable characters (no control characters)"
+        )
     return value
 
 

@@ -22,7 +22,6 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sidecar.errors import SidecarError
 from sidecar.intake.sessions import key_of_session
 from sidecar.model import CallCheck
 from sidecar.storage.decisions import Decision
@@ -38,18 +37,29 @@ ARGUMENTS = 4096
 REASONS = 20
 OFFERED = 50
 FLUSH_S = 1.0
+PROBE = 3
+"""Rows tried alone after a batch failed before the state is taken to be down."""
+PRUNE_EVERY = 1_000
+"""Rows written between two prunes: the table holds at most ``keep`` plus these."""
 MAX_SOURCES = 10_000
 """Sources whose minute is counted at once (past it the counts start again)."""
 
 
+def clean(text: object) -> str:
+    """Text every backend holds: no NUL (PostgreSQL's text cannot), no lone surrogate
+    (UTF-8 cannot)."""
+    s = str(text).replace("\x00", "\ufffd")
+    return s.encode("utf-8", "replace").decode("utf-8")
+
+
 def _cut(text: object, n: int = TEXT) -> str:
-    s = str(text)
+    s = clean(text)
     return s if len(s) <= n else s[: n - 1] + "\u2026"
 
 
 def kept_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    shown = redact(dict(arguments))
-    if len(json.dumps(shown, default=str)) > ARGUMENTS:
+    shown = json.loads(clean(json.dumps(redact(dict(arguments)), default=str)))
+    if len(json.dumps(shown)) > ARGUMENTS:
         return {"\u2026": f"arguments of more than {ARGUMENTS} characters, not kept"}
     return dict(shown)
 
@@ -103,6 +113,7 @@ class DecisionLog:
         self.keep = keep
         self.per_minute = per_minute
         self._minutes: dict[str, tuple[int, int]] = {}
+        self._unpruned = PRUNE_EVERY  # the first write prunes what an earlier run left
         self._buffer: deque[Decision] = deque(maxlen=buffered)
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
@@ -113,9 +124,11 @@ class DecisionLog:
         """Decisions dropped unwritten (the buffer full while the state refused writes)."""
 
     def record(self, decision: Decision) -> None:
-        if not self._state.writable or self._closed:
+        if not self._state.writable:
             return
         with self._lock:
+            if self._closed:
+                return
             if not self._admitted(decision.source, decision.at):
                 self.dropped += 1
                 return
@@ -164,7 +177,11 @@ class DecisionLog:
             self.record(lookup_decision(source, key, query, offered))
 
     def flush(self) -> int:
-        """Write what is buffered now; returns how many were written."""
+        """Write what is buffered now; returns how many were written.  A batch the state
+        refuses is tried a row at a time: rows it refuses one by one are dropped (and
+        counted), so one row no backend can hold never holds up the rest; when it
+        refuses the first rows alone too, the state is down, and the batch waits for
+        the next flush (bounded by the buffer)."""
         with self._flushing:
             with self._lock:
                 rows = list(self._buffer)
@@ -172,17 +189,41 @@ class DecisionLog:
             if not rows:
                 return 0
             try:
-                with self._state.tx("decisions") as tx:
-                    self._state.decisions.insert(tx, rows)
-                    self._state.decisions.prune(tx, self.keep)
-            except SidecarError as exc:
-                with self._lock:  # back in front of what came meanwhile, bounded
-                    room = (self._buffer.maxlen or 0) - len(self._buffer)
-                    self.dropped += max(0, len(rows) - room)
-                    self._buffer.extendleft(reversed(rows[-room:] if room > 0 else []))
-                log.warning("decisions not written yet: %s", type(exc).__name__)
-                return 0
-            return len(rows)
+                self._write(rows)
+                return len(rows)
+            except Exception as exc:  # a poisoned row, or the state down: see below
+                log.warning("decisions not written as a batch: %s", type(exc).__name__)
+            written, refused = 0, []
+            for n, row in enumerate(rows):
+                if n >= PROBE and not written:
+                    refused.extend(rows[n:])
+                    break
+                try:
+                    self._write([row])
+                    written += 1
+                except Exception:
+                    refused.append(row)
+            if written:
+                self.dropped += len(refused)  # rows no write could take
+            else:
+                self._requeue(refused)
+            return written
+
+    def _write(self, rows: list[Decision]) -> None:
+        with self._state.tx("decisions") as tx:
+            self._state.decisions.insert(tx, rows)
+            self._unpruned += len(rows)
+            if self._unpruned >= PRUNE_EVERY:
+                self._state.decisions.prune(tx, self.keep)
+                self._unpruned = 0
+
+    def _requeue(self, rows: list[Decision]) -> None:
+        """Put ``rows`` back in front of what came meanwhile, as many as there is room
+        for."""
+        with self._lock:
+            room = (self._buffer.maxlen or 0) - len(self._buffer)
+            self.dropped += max(0, len(rows) - room)
+            self._buffer.extendleft(reversed(rows[-room:] if room > 0 else []))
 
     def _run(self) -> None:
         while not self._closed:
@@ -193,7 +234,8 @@ class DecisionLog:
                 log.warning("decision log flush failed: %s", type(exc).__name__)
 
     def close(self) -> None:
-        self._closed = True
+        with self._lock:  # no record() appends after this: its check is under the lock
+            self._closed = True
         self._wake.set()
         if self._thread is not None:
             self._thread.join(5)

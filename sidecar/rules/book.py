@@ -12,6 +12,7 @@ import binascii
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sidecar.errors import InvalidInput, NotFound
@@ -27,7 +28,7 @@ from sidecar.results import (
     SessionPage,
 )
 from sidecar.rules import wording
-from sidecar.rules.conditions import ConditionBook, ConditionState
+from sidecar.rules.conditions import ConditionBook, ConditionState, subject
 from sidecar.rules.ids import rule_id
 from sidecar.rules.lifecycle import ENFORCED, Lifecycle
 from sidecar.rules.matcher import ConstraintMatcher, MissingField
@@ -165,10 +166,13 @@ class Rules:
         for st in sorted(self.conditions.states().values(), key=lambda x: x.valid_from):
             if st.status in ENFORCED or include_lifted:
                 out.append(self._condition_view(st, reading))
+        if not viewer.operator:  # which operator judged a rule is for operators
+            out = [replace(v, judged_by=None) if v.judged_by else v for v in out]
         return out
 
     def _condition_view(self, st: ConditionState, reading: Reading) -> ConstraintView:
-        cond = st.condition
+        # read as a check reads it: a confirmed condition is every agent's to read
+        cond = replace(st.condition, vouched=True) if st.confirmed else st.condition
         independent = (
             cond.source == "manual"
             or cond.source_count >= self.standing.min_sources
@@ -266,17 +270,26 @@ class Rules:
         return ConstraintChange(rid.value, status)
 
     def judge(self, constraint_id: str, verdict: str, reason: str, by: str) -> ConstraintChange:
-        """An operator's judgement of a rule of either kind, this rule alone (not its
-        family), recorded in its history with who gave it and why:
+        """An operator's judgement of a rule of either kind, recorded in its history
+        with who gave it and why:
 
-        - ``confirmed``: it is enforced again as on reinstating (lifted or retired, it is
-          active; contradictions met before are set aside), and it acts as a
-          hand-written rule: it blocks when it holds, whatever the standing of the
-          sources that taught it, and every agent may read it;
-        - ``retired``: it is no longer enforced; reinstating it undoes that."""
+        - ``confirmed``: it is enforced again as on reinstating (with its family;
+          contradictions met before are set aside), and it acts as a hand-written rule:
+          it blocks when it holds, whatever the standing of the sources that taught it,
+          and every agent may read it.  A call condition is confirmed as it reads now:
+          once new evidence changes what it says (its predicate's values), the
+          confirmation no longer holds and the rule waits for a person again;
+        - ``retired``: this rule alone (not its family) is no longer enforced;
+          reinstating it undoes that."""
         rid = rule_id(constraint_id)
         now = time.time()
-        judgement = Judgement(rid.value, verdict, by, reason, now)
+        what = ""
+        if rid.kind != "sequence":
+            st = self.conditions.states().get(rid.value)
+            if st is None:
+                raise NotFound(f"no constraint {rid.value!r}")
+            what = subject(st.condition)  # values learned later are not confirmed
+        judgement = Judgement(rid.value, verdict, by, reason, now, what)
 
         def record(tx: Connection) -> None:
             self._state.judgements.set(tx, judgement)

@@ -72,6 +72,13 @@ class ConditionState:
         return self.judged is not None and self.judged.judgement == "confirmed"
 
 
+def subject(condition: FailureCondition) -> str:
+    """What a person judges of a condition: its tool, predicate (values included) and
+    failure, as a digest (:attr:`~sidecar.storage.judgements.Judgement.subject`)."""
+    what = [condition.tool, condition.predicate.to_dict(), condition.signature]
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+
+
 class ConditionBook:
     def __init__(self, state: State, lifecycle: Lifecycle, thresholds: Thresholds) -> None:
         self._state = state
@@ -222,6 +229,8 @@ class ConditionBook:
                     kept = (row.record, FailureCondition.from_dict(json.loads(row.record)))
                 parsed[row.condition_id] = kept
                 invalid_at, person = row.invalid_at, people.get(row.condition_id)
+                if person is not None and person.subject not in ("", subject(kept[1])):
+                    person = None  # what was judged is not what the rule says now
                 if person is not None and person.judgement == "retired" and status != "lifted":
                     status, invalid_at = "retired", person.at  # by an operator's hand
                 out[row.condition_id] = ConditionState(

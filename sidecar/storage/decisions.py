@@ -65,7 +65,8 @@ CREATE INDEX IF NOT EXISTS decisions_by_time ON decisions (at);
 
     def insert(self, tx: Connection, rows: Sequence[Decision]) -> None:
         tx.executemany(
-            f"INSERT INTO decisions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO decisions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (decision_id) DO NOTHING",  # a batch written again after a commit
             [
                 (
                     d.decision_id, d.at, int(d.at // HOUR_S), d.kind, d.source, d.session_key,
@@ -85,8 +86,9 @@ CREATE INDEX IF NOT EXISTS decisions_by_time ON decisions (at);
             tx.execute("DELETE FROM decisions WHERE at <= ?", (float(row[0]),))
 
     def of_session(self, session_key: str, limit: int) -> list[Decision]:
-        """A session's decisions, oldest first."""
-        return self._select("WHERE session_key = ? ORDER BY at LIMIT ?", (session_key, limit))
+        """A session's newest ``limit`` decisions, oldest first."""
+        rows = self._select("WHERE session_key = ? ORDER BY at DESC LIMIT ?", (session_key, limit))
+        return rows[::-1]
 
     def recent(self, decisions: Sequence[str], limit: int) -> list[Decision]:
         """The newest calls decided one of ``decisions``, newest first."""

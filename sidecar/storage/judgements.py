@@ -28,13 +28,17 @@ class Judgement:
     by: str
     reason: str
     at: float
+    subject: str = ""
+    """What was judged, for a rule whose content may change under one id (a call
+    condition's predicate values grow with new evidence): a digest of it then.  A
+    judgement whose subject is no longer the rule's does not hold; empty: always."""
 
 
 class JudgementRepository:
     SCHEMA: ClassVar[str] = """
 CREATE TABLE IF NOT EXISTS judgements (
     rule_id TEXT PRIMARY KEY, judgement TEXT NOT NULL, by_whom TEXT NOT NULL,
-    reason TEXT NOT NULL, at REAL NOT NULL
+    reason TEXT NOT NULL, at REAL NOT NULL, subject TEXT NOT NULL
 );
 """
 
@@ -46,21 +50,28 @@ CREATE TABLE IF NOT EXISTS judgements (
         try:
             rows = (
                 (conn or self._db)
-                .execute("SELECT rule_id, judgement, by_whom, reason, at FROM judgements")
+                .execute("SELECT rule_id, judgement, by_whom, reason, at, subject FROM judgements")
                 .fetchall()
             )
         except MissingTable:
             return {}
         return {
-            str(r[0]): Judgement(str(r[0]), str(r[1]), str(r[2]), str(r[3]), float(r[4]))
+            str(r[0]): Judgement(str(r[0]), str(r[1]), str(r[2]), str(r[3]), float(r[4]), str(r[5]))
             for r in rows
         }
 
     def set(self, tx: Connection, judgement: Judgement) -> None:
         tx.execute("DELETE FROM judgements WHERE rule_id=?", (judgement.rule_id,))
         tx.execute(
-            "INSERT INTO judgements VALUES (?, ?, ?, ?, ?)",
-            (judgement.rule_id, judgement.judgement, judgement.by, judgement.reason, judgement.at),
+            "INSERT INTO judgements VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                judgement.rule_id,
+                judgement.judgement,
+                judgement.by,
+                judgement.reason,
+                judgement.at,
+                judgement.subject,
+            ),
         )
 
     def clear(self, tx: Connection, rule_ids: list[str]) -> None:

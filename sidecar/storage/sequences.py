@@ -131,10 +131,11 @@ CREATE TABLE IF NOT EXISTS lifted_chain_families (
         return [(str(a), str(r), float(at)) for a, r, at in rows]
 
     def reinstated(self) -> dict[str, float]:
-        """When each chain was last reinstated (by an operator, or with its family)."""
+        """When each chain was last reinstated (by an operator, or with its family) or
+        confirmed (which reinstates it)."""
         rows = self._db.execute(
-            "SELECT chain_id, MAX(at) FROM constraint_events WHERE action='active' "
-            "GROUP BY chain_id"
+            "SELECT chain_id, MAX(at) FROM constraint_events "
+            "WHERE action IN ('active', 'confirmed') GROUP BY chain_id"
         )
         return {cid: float(at) for cid, at in rows}
 

@@ -4,6 +4,8 @@ that refuses writes loses no answer and counts what it could not keep."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.errors import InvalidInput, StateUnavailable
 from sidecar.review.decisions import ARGUMENTS
+from sidecar.storage.decisions import Decision
 from tests.support.shop import good_session, lookup
 from tests.support.tokens import fabricated
 
@@ -89,3 +92,35 @@ def test_a_gateways_notes_are_checked_and_filed_under_its_source(sc: Sidecar) ->
                 sc.note_calls([bad], source="gateway:alice")
         with pytest.raises(InvalidInput):
             sc.note_calls([call], source="not a source!")
+
+
+def test_a_session_id_no_backend_can_hold_is_refused_as_input(sc: Sidecar) -> None:
+    with sc:
+        for bad in ("a\x00b", "\ud800", "line\nbreak"):
+            with pytest.raises(InvalidInput, match="session_id"):
+                sc.check_call(STEPS, "get_order", CALL, session_id=bad)
+            with pytest.raises(InvalidInput, match="session_id"):
+                sc.search("an order", session_id=bad)
+
+
+def test_a_row_no_backend_can_hold_costs_itself_alone(
+    tmp_path: Path, state_url: str | None
+) -> None:
+    """A decision whose text a backend refuses (PostgreSQL holds no NUL; UTF-8 no lone
+    surrogate) is dropped and counted; the rest of its batch is written, and the log
+    goes on (it is never put back to fail every later flush)."""
+    home = tmp_path / "home"
+    with Sidecar.open(embedder=HashingEmbedder(), home=home, database_url=state_url) as sc:
+        sc.add_tools([Tool("get_order", "look up an order")])
+        sc.check_call([], "get_order", {"n": 1}, session_id="good")
+        poisoned = replace(_row(), tool="a\x00\ud800")  # as no check would make it
+        sc.decisions.record(poisoned)
+        sc.check_call([], "get_order", {"n": 2}, session_id="good")
+        assert sc.decisions.flush() == 2 and sc.decisions.dropped == 1
+        sc.check_call([], "get_order", {"n": 3}, session_id="good")
+        kept = sc.session_activity("session:good").decisions
+        assert [d.arguments["n"] for d in kept] == [1, 2, 3]
+
+
+def _row() -> Decision:
+    return Decision("d" * 32, time.time(), "call", "local", "session:bad", "t", "allow")

@@ -6,6 +6,7 @@ it, through the library and over HTTP alike."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,56 @@ def test_judging_needs_a_rule_and_a_reason(served: tuple[Sidecar, TestClient]) -
         sc.retire(_sequence(sc), "  ")
     missing = post(client, OPERATOR, f"/v1/constraints/{'0' * 32}/confirm", {"reason": "x"})
     assert missing.status_code == 404
+
+
+def test_confirming_a_contested_sequence_sets_its_contradictions_aside(
+    served: tuple[Sidecar, TestClient],
+) -> None:
+    sc, _client = served
+    rule = sc.report({**abandoned(FATAL, "HTTP 413"), "session_id": "bad"}).chain_id
+    assert rule is not None
+    sc.report({"topology": FATAL, "outcome": "completed", "session_id": "ran"})
+    assert sc.constraint(rule).status == "contested" and sc.check(FATAL).safe
+    sc.confirm(rule, "it fails in production", by="ops")
+    assert sc.constraint(rule).status == "active"
+    assert not sc.check(FATAL).safe
+
+
+def test_an_agent_reads_a_confirmed_condition_in_its_view_as_in_its_checks(
+    served: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = served
+    body = {"reports": [fabricated(n, "alice") for n in range(4)]}
+    assert post(client, TOKENS["alice"], "/v1/reports", body).status_code == 200
+    check = sc.check_call([lookup("#C3000", "pending")], "exchange_items", {"order_id": "#C3000"})
+    rule = sorted(r.constraint_id for r in check.reasons)[0]
+    assert _as_bob(client, rule)["expected_failure"] == ""  # alice's words
+    sc.confirm(rule, "the shop refuses pending exchanges", by="ops")
+    as_bob = sc.check_call(
+        [lookup("#C3000", "pending")], "exchange_items", {"order_id": "#C3000"}, viewer="bob"
+    )
+    quoted = {r.constraint_id: r.quoted for r in as_bob.reasons}[rule]
+    shown = _as_bob(client, rule)
+    assert shown["expected_failure"] and shown["expected_failure"] in quoted.values()
+    assert shown["judged"] == "confirmed" and shown["judged_by"] is None
+
+
+def test_a_confirmation_holds_only_while_the_condition_says_what_was_confirmed(
+    served: tuple[Sidecar, TestClient],
+) -> None:
+    """A condition's predicate values grow with new evidence under one id; what other
+    agents contributed after a person looked is not confirmed by that look."""
+    sc, client = served
+    body = {"reports": [fabricated(n, "alice") for n in range(4)]}
+    assert post(client, TOKENS["alice"], "/v1/reports", body).status_code == 200
+    check = sc.check_call([lookup("#C3000", "pending")], "exchange_items", {"order_id": "#C3000"})
+    rules = sorted(r.constraint_id for r in check.reasons)
+    for rule in rules:
+        sc.confirm(rule, "seen it", by="ops")
+    assert verdict(sc) == "block"
+    with sc.state.tx() as tx:  # as if the predicate had changed since
+        for judged in sc.state.judgements.all(tx).values():
+            sc.state.judgements.set(tx, replace(judged, subject="0" * 64))
+        sc.state.conditions.bump_conditions(tx)
+    assert verdict(sc) == "warn"
+    assert all(sc.constraint(r).judged is None for r in rules)

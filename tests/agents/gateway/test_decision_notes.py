@@ -49,3 +49,35 @@ def test_each_relayed_call_is_noted_under_its_reported_session(tmp_path: Path) -
         assert story.learned is not None and story.source == "gateway"
         assert sum(h.blocked for h in activity.hours) == 1
         assert sum(h.allowed for h in activity.hours) == 1
+
+
+class _Book:
+    def report_id(self, key: str) -> str | None:
+        return f"r-{key}"
+
+
+class _Inline:
+    async def write(self, fn: Any, *args: Any) -> Any:
+        return fn(*args)
+
+
+def test_many_notes_go_in_batches_and_one_the_library_refuses_costs_itself(
+    tmp_path: Path,
+) -> None:
+    from sidecar.agents.gateway.guard.workers import NOTES_PER_CALL, GatewayStats, Reporter
+
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        stats = GatewayStats()
+        reporter = Reporter(LibraryBackend(sc), _Inline(), _Book(), stats)  # type: ignore[arg-type]
+        calls = NOTES_PER_CALL + 5
+        for n in range(calls):
+            reporter.note(
+                "k", "", {"tool": "get_order", "arguments": {"n": n}, "decision": "allow"}
+            )
+        deep: dict[str, Any] = {}
+        for _ in range(100):
+            deep = {"d": deep}  # nested past what the library takes
+        reporter.note("k", "", {"tool": "get_order", "arguments": deep, "decision": "allow"})
+        anyio.run(reporter.flush_notes)
+        kept = sc.session_activity("src:gateway/session:r-k", limit=5000).decisions
+        assert len(kept) == calls and stats.notes_dropped == 1

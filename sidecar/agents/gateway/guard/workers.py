@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from sidecar.agents.gateway.guard.backend import GatewayBackend
+from sidecar.errors import InvalidInput
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -33,6 +34,8 @@ DRAIN_S = 30.0
 """How long the shutdown waits for reports still in flight."""
 NOTES = 10_000
 """Decisions waiting for the sweep at most (the oldest go first)."""
+NOTES_PER_CALL = 1_000
+"""Decisions handed to the backend at once (what the library takes in one call)."""
 
 
 @dataclass
@@ -135,11 +138,27 @@ class Reporter:
             sid = self._book.report_id(key) or key
             by_principal.setdefault(principal, []).append({**call, "session_id": sid})
         for principal, calls in by_principal.items():
-            try:
-                await self._workers.write(note, calls, principal)
-            except Exception as exc:  # the log must not take the gateway down
-                self._stats.notes_dropped += len(calls)
-                log.warning('{"event": "notes_failed", "type": "%s"}', type(exc).__name__)
+            for at in range(0, len(calls), NOTES_PER_CALL):
+                await self._hand_over(note, calls[at : at + NOTES_PER_CALL], principal)
+
+    async def _hand_over(
+        self, note: Callable[..., Any], calls: list[dict[str, Any]], principal: str
+    ) -> None:
+        """One batch of notes to the backend; a batch it refuses as input goes one by
+        one, so that one call it cannot take (arguments nested too deep) costs that one."""
+        try:
+            await self._workers.write(note, calls, principal)
+            return
+        except InvalidInput:
+            if len(calls) == 1:
+                self._stats.notes_dropped += 1
+                return
+        except Exception as exc:  # the log must not take the gateway down
+            self._stats.notes_dropped += len(calls)
+            log.warning('{"event": "notes_failed", "type": "%s"}', type(exc).__name__)
+            return
+        for call in calls:
+            await self._hand_over(note, [call], principal)
 
     def start(self, tg: TaskGroup) -> None:
         self._tg = tg
