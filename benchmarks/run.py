@@ -1,6 +1,7 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
 [--json]`` with NAME one of pollution, failures, lookup, embed, serve, gateway, retrieval,
-check, evict, store, delta, startup, state, otlp, shared, fleet, bounds, soak, all.
+check, evict, store, delta, startup, state, otlp, shared, fleet, bounds, console, soak,
+all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -55,6 +56,7 @@ MODULES = {
     "shared": "benchmarks.bench_shared",
     "fleet": "benchmarks.bench_fleet",
     "bounds": "benchmarks.bench_bounds",
+    "console": "benchmarks.bench_console",
     "soak": "benchmarks.bench_soak",
 }
 ALL_ORDER = (
@@ -72,6 +74,7 @@ ALL_ORDER = (
     "retrieval",
     "otlp",
     "bounds",
+    "console",
     "shared",
     "fleet",
     "pollution",
@@ -103,6 +106,8 @@ HELPS = {
     "replicas: offered vs achieved load, where it saturates and why",
     "bounds": "one agent token's steps on tools in no catalog against a running server: "
     "what the server and its state grow by, and ordinary reports after vs before",
+    "console": "every page of the operator's console at 10,000 rules and 100,000 sessions "
+    "(--full) against a near-empty home",
     "soak": "a server and a gateway under steady mixed traffic for an hour (--full) or "
     "four minutes: RSS and the home's size each minute",
     "all": "every benchmark, fastest first",

@@ -211,6 +211,14 @@ def bounds(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
     return []
 
 
+def console(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
+    from benchmarks import bench_console as m
+
+    mp.setattr(m, "BASELINE", m.Sizes(3, 20, 20, 0))
+    mp.setattr(m, "QUICK", m.Sizes(120, 300, 300, 1))
+    return []
+
+
 def pollution(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
     from benchmarks import bench_pollution as m
 
@@ -246,6 +254,7 @@ CASES: dict[str, tuple[Patch, tuple[Any, ...]]] = {
     "retrieval": (retrieval, (model, data)),
     "otlp": (otlp, (servers,)),
     "bounds": (bounds, (servers,)),
+    "console": (console, ()),
     "pollution": (pollution, (model, data)),
     "soak": (soak, (model, servers)),
 }
