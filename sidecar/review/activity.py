@@ -20,7 +20,13 @@ from sidecar.results import (
     SessionActivity,
     SourceActivity,
 )
-from sidecar.review.decisions import DecisionLog, clean, kept_arguments, kept_reasons
+from sidecar.review.decisions import (
+    DecisionLog,
+    clean,
+    kept_arguments,
+    kept_reasons,
+    lookup_decision,
+)
 from sidecar.rules.standing import source_of
 from sidecar.storage.decisions import HOUR_S, Decision
 from sidecar.trust.principals import LOCAL, check_source
@@ -131,6 +137,12 @@ def _hour(hour: int, c: Counter[str]) -> HourActivity:
 def _noted(call: object, source: str) -> Decision:
     if not isinstance(call, Mapping):
         raise InvalidInput("each call noted is an object")
+    sid = session_id_of(call.get("session_id"))
+    key = None if sid is None else key_of_session(sid, source)
+    if call.get("kind", "call") == "lookup":
+        return _noted_lookup(call, source, key)
+    if call.get("kind", "call") != "call":
+        raise InvalidInput("kind: 'call' or 'lookup'")
     tool = validate.check_tool_id(call.get("tool"), "tool")
     decision = call.get("decision")
     if decision not in NOTED:
@@ -139,9 +151,19 @@ def _noted(call: object, source: str) -> Decision:
     reasons = call.get("reasons") or []
     if not isinstance(reasons, list) or not all(isinstance(r, Mapping) for r in reasons):
         raise InvalidInput("reasons: a list of objects")
-    sid = session_id_of(call.get("session_id"))
-    key = None if sid is None else key_of_session(sid, source)
     return Decision(
         uuid.uuid4().hex, time.time(), "call", source, key, tool, str(decision),
         kept_arguments(arguments), kept_reasons(reasons),
     )  # fmt: skip
+
+
+def _noted_lookup(call: Mapping[str, Any], source: str, key: str | None) -> Decision:
+    """A lookup a gateway answered: its ``query`` and the tool ids it ``offered``."""
+    query = call.get("query")
+    offered = call.get("offered") or []
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInput("query: the lookup's text")
+    if not isinstance(offered, list):
+        raise InvalidInput("offered: a list of tool ids")
+    tools = [validate.check_tool_id(t, "offered") for t in offered]
+    return lookup_decision(source, key, query, tools)

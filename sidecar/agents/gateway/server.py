@@ -341,7 +341,12 @@ class Gateway:
             key = None if own is None else own.key
             if name == REPORT_OUTCOME:
                 return await self.own.report_outcome(key, arguments)
-            return await self.own.search(key, arguments, self.viewer(origin.principal))
+            found = await self.own.search(key, arguments, self.viewer(origin.principal))
+            if not found.is_error and found.structured_content:
+                offered = [t["name"] for t in found.structured_content.get("tools", [])]
+                lookup = {"kind": "lookup", "query": arguments["query"], "offered": offered}
+                self.reporter.note(key, origin.principal, lookup)
+            return found
         if name == APPEAL_BLOCK and self.own.file is not None:
             self.linker.called(origin.connection)
             return await self.own.appeal(origin.principal, arguments)

@@ -4,7 +4,7 @@ judge (and answer 400 with the reason), and one it refuses is refused with 422."
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -194,10 +194,14 @@ class CloseAppealIn(Body):
 
 
 class NotedCallIn(Body):
-    """A call a gateway relayed and what it decided."""
+    """A call a gateway relayed and what it decided (``kind`` ``call``), or a lookup it
+    answered and the tools it offered (``lookup``)."""
 
-    tool: str = Field(min_length=1, max_length=128)
-    decision: str = Field(min_length=1, max_length=16)
+    kind: Literal["call", "lookup"] = "call"
+    tool: str | None = Field(default=None, min_length=1, max_length=128)
+    decision: str | None = Field(default=None, min_length=1, max_length=16)
+    query: str | None = Field(default=None, min_length=1, max_length=MAX_QUERY)
+    offered: list[str] = Field(default_factory=list, max_length=100)
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
     arguments: dict[str, Any] = Field(default_factory=dict)
     reasons: list[dict[str, Any]] = Field(default_factory=list, max_length=20)

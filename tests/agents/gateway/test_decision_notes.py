@@ -81,3 +81,34 @@ def test_many_notes_go_in_batches_and_one_the_library_refuses_costs_itself(
         anyio.run(reporter.flush_notes)
         kept = sc.session_activity("src:gateway/session:r-k", limit=5000).decisions
         assert len(kept) == calls and stats.notes_dropped == 1
+
+
+def test_a_lookup_through_the_gateway_is_noted_beside_the_calls_it_led_to(
+    tmp_path: Path,
+) -> None:
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        gateway = build_gateway(
+            LibraryBackend(sc), [shop_stdio()], token=TOKEN, expose="search", report_clean=True
+        )
+
+        async def main() -> list[str]:
+            order = {"name": "get_order", "arguments": {"order_id": "#W1"}}
+            async with serving(gateway) as url, mcp_session(url) as s:
+                first = await s.call_tool("search_tools", {"query": "an order", "k": 3})
+                assert not first.is_error  # no session known yet: counted, filed under none
+                await s.call_tool("call_tool", order)
+                found = await s.call_tool("search_tools", {"query": "look up an order", "k": 3})
+                await s.call_tool("call_tool", order)
+                return [t["name"] for t in found.structured_content["tools"]]
+
+        offered = anyio.run(main)
+        assert sum(h.lookups for h in sc.activity(1).hours) == 2
+        (call, *_) = sc.state.decisions.recent(("allow",), 10)
+        assert call.session_key is not None
+        story = sc.session_activity(call.session_key)
+        assert [(d.kind, d.decision) for d in story.decisions] == [
+            ("call", "allow"),
+            ("lookup", "offered"),
+            ("call", "allow"),
+        ]
+        assert list(story.decisions[1].offered) == offered and "get_order" in offered

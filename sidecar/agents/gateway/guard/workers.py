@@ -115,13 +115,14 @@ class Reporter:
         """Finishes the steps still queued (:mod:`.learning`) before sessions conclude."""
         self._tg: TaskGroup | None = None
         self._inflight = 0  # scheduled reports not yet handed to the backend
-        self._notes: deque[tuple[str, str, dict[str, Any]]] = deque(maxlen=NOTES)
+        self._notes: deque[tuple[str | None, str, dict[str, Any]]] = deque(maxlen=NOTES)
         """Decisions to hand to the backend's decision log: (session key, principal,
         call)."""
 
-    def note(self, key: str, principal: str, call: dict[str, Any]) -> None:
+    def note(self, key: str | None, principal: str, call: dict[str, Any]) -> None:
         """Keep what was decided for a call of the session ``key`` (handed over by the
-        sweep, filed under the id the session is reported by)."""
+        sweep, filed under the id the session is reported by; ``None``: a lookup no
+        session was known for yet, counted but filed under none)."""
         if len(self._notes) == self._notes.maxlen:
             self._stats.notes_dropped += 1
         self._notes.append((key, principal, call))
@@ -135,7 +136,7 @@ class Reporter:
             return
         by_principal: dict[str, list[dict[str, Any]]] = {}
         for key, principal, call in notes:
-            sid = self._book.report_id(key) or key
+            sid = (self._book.report_id(key) or key) if key else None
             by_principal.setdefault(principal, []).append({**call, "session_id": sid})
         for principal, calls in by_principal.items():
             for at in range(0, len(calls), NOTES_PER_CALL):
