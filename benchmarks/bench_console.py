@@ -212,6 +212,7 @@ def page_paths(sc: Sidecar) -> dict[str, str]:
         "rules, active": "/console/rules?status=active",
         "rule": f"/console/rules/{quote(views[-1].chain_id, safe='')}",
         "tools": "/console/tools",
+        "tools, eviction decided": "/console/tools?decisions=1",
         "tool": "/console/tools/get_order_0",
         "sources": "/console/sources",
         "source": "/console/sources/local",
@@ -361,7 +362,12 @@ def targets(
             "" if full else "the goal is set at --full",
         )
         for name, p in pages.items()
+        if name not in ACTIONS
     ]
+
+
+ACTIONS = ("tools, eviction decided",)
+"""Pages an operator asks for by a link that says it takes seconds: timed, no target."""
 
 
 PAGE_HEADERS = ("page", "path at size", "near-empty ms", "at size ms (this machine)",

@@ -109,11 +109,21 @@ class ActivityDesk:
             counts.setdefault(int(at // HOUR_S), Counter())["evicted"] += 1
         rows = tuple(_hour(h, counts[h]) for h in sorted(counts) if h in span)
         first = self.state.decisions.first("block")
-        before = None if first is None else self.state.sessions.count_before(first.at)
+        before = None if first is None else self._sessions_before(first, now)
         refusals = self.state.decisions.recent(("block", "held"), REFUSALS)
         return Activity(
             rows, first, before, self._sources(now), tuple(refusals), self.decisions.dropped
         )
+
+    def _sessions_before(self, first: Decision, now: float) -> int:
+        """Sessions learned before the first block, counted once a minute at most (it
+        reads every session; only a forget changes it)."""
+        kept = getattr(self, "_before", None)
+        if kept is not None and kept[0] == first.decision_id and now - kept[1] < 60:
+            return int(kept[2])
+        n = self.state.sessions.count_before(first.at)
+        self._before = (first.decision_id, now, n)
+        return n
 
     def _sources(self, now: float) -> tuple[SourceActivity, ...]:
         hour = Counter({(s, k): n for s, k, n in self.state.decisions.per_source(now - HOUR_S)})

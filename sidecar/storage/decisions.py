@@ -106,9 +106,9 @@ CREATE INDEX IF NOT EXISTS decisions_by_time ON decisions (at);
         """``(hour, kind, decision, count)`` from ``since_hour`` on."""
         try:
             rows = self._db.execute(
-                "SELECT hour, kind, decision, COUNT(*) FROM decisions WHERE hour >= ? "
+                "SELECT hour, kind, decision, COUNT(*) FROM decisions WHERE at >= ? "
                 "GROUP BY hour, kind, decision",
-                (since_hour,),
+                (float(since_hour * HOUR_S),),  # by time: the index the rows are kept in
             ).fetchall()
         except MissingTable:
             return []

@@ -66,10 +66,13 @@ class SessionReads:
         return int(row[0]) if row else 0
 
     def first_seen_since(self, since: float) -> list[float]:
-        """When each session first seen at or after ``since`` was first seen."""
+        """For each session seen at or after ``since``, its first sighting since then
+        (the rows before ``since`` are not grouped: a window's count reads the window)."""
         rows = self._db.execute(
-            f"SELECT MIN(k.at) FROM ({_KEYS}) k GROUP BY k.session_key HAVING MIN(k.at) >= ?",
-            (since,),
+            "SELECT MIN(k.at) FROM (SELECT session_key, at FROM learned_sessions "
+            "WHERE at >= ? UNION ALL SELECT session_key, seen_at AS at FROM chain_sessions "
+            "WHERE seen_at >= ?) k GROUP BY k.session_key",
+            (since, since),
         ).fetchall()
         return [float(r[0]) for r in rows]
 

@@ -444,7 +444,8 @@ def test_the_tools_page_shows_what_an_eviction_would_do(
 ) -> None:
     sc, client = demo
     sign_in(client, HOME_TOKEN)
-    page = client.get("/console/tools").text
+    assert rows(client.get("/console/tools").text, "decision") == []  # asked for only
+    page = client.get("/console/tools?decisions=1").text
     decided = _api(client, "/v1/evictions/decision")["decisions"]
     assert rows(page, "decision") == [d["tool_id"] for d in decided][:50]
     assert rows(page, "decision") == [d.tool_id for d in sc.decide()][:50] != []

@@ -114,7 +114,9 @@ def tools_page(request: Request) -> Response:
         return render(request, "message.html", 400, session, title="Tools", message=str(exc))
     cold = sorted(sc.hidden_tools())
     mandates = paged(sc.mandates(), page_number(request.query_params.get("mandates")))
-    decisions = paged(sc.decide(), page_number(request.query_params.get("decisions")))
+    # what an eviction would do reads every dead end's sessions: asked for, not by default
+    asked = request.query_params.get("decisions")
+    decisions = None if asked is None else paged(sc.decide(), page_number(asked))
     return render(
         request,
         "tools.html",
