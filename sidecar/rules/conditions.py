@@ -304,6 +304,7 @@ class ConditionBook:
             ]
             members = lifting.members(key, of, peers)
             if lifted:
+                self._state.judgements.clear(tx, members)  # its family's go with it
                 repo.lift_family(tx, condition_id, key, of, now)
                 repo.set_lifted(tx, members)
             else:

@@ -273,6 +273,7 @@ class SequenceBook:
         for cid in lifting.members(sequence, of, others):
             repo.set_status(tx, cid, status)
             repo.log(tx, cid, status, f"with its family ({chain_id}): {reason}", now)
+            self._state.judgements.clear(tx, [cid])  # a person's word on it no longer stands
 
     def log(self, rule: str, action: str, reason: str) -> None:
         with self._state.tx() as tx:

@@ -181,3 +181,17 @@ def test_a_confirmation_holds_only_while_the_condition_says_what_was_confirmed(
         sc.state.conditions.bump_conditions(tx)
     assert verdict(sc) == "warn"
     assert all(sc.constraint(r).judged is None for r in rules)
+
+
+def test_lifting_a_rules_family_takes_back_its_members_confirmations(
+    served: tuple[Sidecar, TestClient],
+) -> None:
+    sc, _client = served
+    first = sc.report(abandoned(FATAL, "HTTP 413 payload too large")).chain_id
+    other = sc.report(abandoned(FATAL, "HTTP 413 payload too large!")).chain_id
+    assert first and other and first != other
+    sc.confirm(other, "seen it", by="ops")
+    sc.lift(first, "the extractor was fixed", by="ops")  # its family: the other too
+    assert sc.constraint(other).status == "lifted"
+    sc.reinstate(first, "broken again", by="ops")
+    assert sc.constraint(other).status == "active" and sc.constraint(other).judged is None
