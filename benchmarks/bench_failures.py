@@ -34,14 +34,17 @@ sequences), ``call_memory`` (:mod:`sidecar.memory` with its default thresholds) 
 
 Reported per system, pooled over seeds and folds and per (seed, fold): repeats caught
 before the call (warn or block; block only), block precision (blocked calls that really
-failed), successful runs (reward 1) with a wrongly blocked call / with any blocked call,
-warned calls in successful runs as a share of their calls, and constraints contradicted
-on held-out calls; per domain and left out, the same for ``call_memory``.  For
-``call_memory`` also: each family's catches and costs (pooled, and per domain left
-out), each family left out in turn, the decision thresholds swept, what the learned
-conditions look like per family, the lookup hints (``may_apply``), and the repeats it
-misses.  Timing: ``call_memory``'s check against ``sequence_memory``'s in the same
-replay, and a 30-step session checked against 100 and 1,000 conditions of one tool.
+failed), warning precision (warned calls that really failed), successful runs (reward
+1) with a wrongly blocked call / with any blocked call, warned calls in successful runs
+as a share of their calls, and constraints contradicted on held-out calls; per domain
+and left out, the same for ``call_memory``.  For ``call_memory`` also: each family's
+catches and costs (pooled, and per domain left out), each family left out in turn, the
+decision thresholds swept, what the learned conditions look like per family, the
+lookup hints (``may_apply``), the repeats it misses, and the rules behind its warnings
+(the 10 that warned on the most calls of successful runs, pooled and per domain left
+out, each with its warning precision).  Timing: ``call_memory``'s check against
+``sequence_memory``'s in the same replay, and a 30-step session checked against 100 and
+1,000 conditions of one tool.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from benchmarks.failure_metrics import (
     metrics,
     misses,
     unblocked,
+    warned_by_rule,
     without_family,
     wrongly_blocked,
 )
@@ -147,6 +148,9 @@ def lodo_figures(
         "misses": misses(corpus, mine),
         "not_blocked": unblocked(corpus, mine, thresholds),
         "wrongly_blocked": wrongly_blocked(corpus, mine, thresholds),
+        "warned_by_rule": {
+            d: warned_by_rule(by_domain(corpus, mine, d), thresholds) for d in domains
+        },
     }
 
 
@@ -288,7 +292,8 @@ def memory_figures(
     lodo: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The call-level memory's figures: by family, by threshold and learning variant,
-    the hints, the eviction it allows, what it learned, missed and wrongly blocked."""
+    the hints, the eviction it allows, what it learned, missed and wrongly blocked, and
+    the rules behind its warnings (pooled folds; each domain left out)."""
     mine, defaults = result.calls["call_memory"], Thresholds()
     return {
         "families": family_figures(mine, defaults),
@@ -310,6 +315,10 @@ def memory_figures(
         "wrongly_blocked": {
             "pooled_folds": wrongly_blocked(corpus, mine, defaults),
             **({"leave_one_domain_out": lodo["wrongly_blocked"]} if lodo else {}),
+        },
+        "warned_by_rule": {
+            "pooled_folds": warned_by_rule(mine, defaults),
+            **({"leave_one_domain_out": lodo["warned_by_rule"]} if lodo else {}),
         },
     }
 

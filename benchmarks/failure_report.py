@@ -1,7 +1,7 @@
 """``bench_failures``'s result as Markdown and a plot: the pooled systems, each domain
 (pooled folds and left out), the targets by domain, the same-situation ablation, then
 the call memory's studies (folds, families, thresholds, learner variants, misses,
-hints, timing) and every target."""
+wrong blocks, its warnings by family and by rule, hints, timing) and every target."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.failure_metrics import FAMILY_KEYS, HEADLINE
+from benchmarks.failure_warn_report import warnings_section
 from benchmarks.harness.results import md_table, md_targets, pyplot, save_figure
 from sidecar.memory import FAMILIES
 
@@ -20,6 +21,8 @@ SYSTEM_KEYS = (
     "repeats_blocked",
     "blocks",
     "block_precision",
+    "warned_calls",
+    "warning_precision",
     "successful_runs",
     "successful_runs_wrongly_blocked",
     "successful_runs_any_block",
@@ -32,6 +35,8 @@ DOMAIN_KEYS = (
     "block_catch_rate",
     "blocks",
     "block_precision",
+    "warned_calls",
+    "warning_precision",
     "successful_runs",
     "successful_runs_wrongly_blocked",
     "warned_share_in_successful_runs",
@@ -80,6 +85,7 @@ def markdown(result: Mapping[str, Any]) -> str:
             "",
             *not_blocked_section(result),
             *wrongly_blocked_section(result),
+            *warnings_section(result),
             *hints_section(result),
             *prequential_section(result),
             timing_line(result["timing"]),
@@ -95,7 +101,7 @@ def folds_and_families_section(result: Mapping[str, Any]) -> list[str]:
         [r["seed"], r["fold"], *(cell(r[k]) for k in HEADLINE)]
         for r in result["per_fold"]["call_memory"]
     ]
-    families = [[f, *(v[k] for k in FAMILY_KEYS)] for f, v in result["families"].items()]
+    families = [[f, *(cell(v[k]) for k in FAMILY_KEYS)] for f, v in result["families"].items()]
     without = [[f, *(cell(x) for x in v.values())] for f, v in result["without_family"].items()]
     return [
         "### call_memory per (seed, fold), pooled folds",
@@ -334,6 +340,7 @@ PREQ_KEYS = (
     "catch_rate",
     "block_catch_rate",
     "block_precision",
+    "warning_precision",
     "successful_runs_wrongly_blocked_share",
     "warned_share_in_successful_runs",
 )
@@ -470,10 +477,11 @@ def plot(result: Mapping[str, Any], out_dir: Path) -> list[Path]:
     series = (
         ("repeats caught", "catch_rate"),
         ("block precision", "block_precision"),
+        ("warning precision", "warning_precision"),
         ("ok runs wrongly blocked", "successful_runs_wrongly_blocked_share"),
     )
     for i, (label, key) in enumerate(series):
-        xs = [j + (i - 1) * width for j in range(len(names))]
+        xs = [j + (i - 1.5) * width for j in range(len(names))]
         ax.bar(xs, [m[n][key] or 0.0 for n in names], width, label=label)
     ax.set_xticks(range(len(names)), names)
     ax.set_ylim(0, 1.05)

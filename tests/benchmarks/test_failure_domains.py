@@ -109,6 +109,11 @@ def test_a_domain_left_out_learns_from_the_other_domains() -> None:
     assert held_b["successful_runs"] == 3 and held_b["successful_runs_wrongly_blocked"] == 0
     assert set(figures["systems"]) == {"sequence_memory", "call_memory"}
     assert {row["held_out"] for row in figures["per_fold"]} == {"a", "b"}
+    # the warning that caught it, by rule: learned on "a", it warned once on "b", rightly
+    assert (held_b["warned_calls"], held_b["warning_precision"]) == (1, 1.0)
+    (only,) = figures["warned_by_rule"]["b"]
+    assert (only["tool"], only["warned_calls"], only["failed"]) == ("find_account", 1, 1)
+    assert only["in_successful_runs"] == 0 and only["reason"].startswith("warn [")
 
 
 def test_the_same_situation_variant_waits_for_the_learner_field(
@@ -170,6 +175,13 @@ def test_a_whole_run_reports_each_domain_and_each_domain_left_out(
     assert result["not_blocked"]["pooled_folds"] is not None
     assert isinstance(result["wrongly_blocked"]["pooled_folds"], list)
     assert "### Calls that did not fail and were blocked" in text
+    by_rule = result["warned_by_rule"]
+    assert set(by_rule["leave_one_domain_out"]) == {"retail", "bfcl"}
+    assert all(len(rows) <= 10 for rows in by_rule["leave_one_domain_out"].values())
+    assert all(r["warned_calls"] >= r["failed"] for r in by_rule["pooled_folds"])
+    assert "warning_precision" in result["families"]["bad_value"]
+    assert any("bfcl left out: warning precision" in n for n in names)
+    assert "### Where the warnings come from: by family and by rule" in text
     single = run(True, dataset=tmp_path, folds=2, domains="bfcl", bfcl_runs=1,
                  prequential="none")  # fmt: skip
     assert "note" in single["leave_one_domain_out"]

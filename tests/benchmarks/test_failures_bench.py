@@ -9,9 +9,17 @@ from pathlib import Path
 
 from benchmarks.bench_failures import Call, hint_figures, metrics, replay
 from benchmarks.failure_domains import folds_of
-from benchmarks.failure_systems import Check
+from benchmarks.failure_metrics import (
+    GOALS,
+    assess_targets,
+    family_figures,
+    headline,
+    met,
+    warned_by_rule,
+)
+from benchmarks.failure_systems import Check, decide
 from benchmarks.tau2 import FLAT, Corpus, Run, load, missing_files
-from sidecar.memory import Step
+from sidecar.memory import FailureCondition, Predicate, Step, Thresholds
 
 MISSING = "Error: Account not found"
 
@@ -157,3 +165,79 @@ def test_wrong_blocks_are_listed_by_tool_and_reason() -> None:
     assert (row["domain"], row["tool"]) == ("shop", "find_account")
     assert (row["blocks"], row["in_successful_runs"]) == (2, 1)
     assert row["reason"] == "no learned condition held"
+
+
+def rule(name: str, family: str, manual: bool = False) -> FailureCondition:
+    """A condition that warns under the default thresholds (a learned ``warn_only`` one,
+    confident enough), or blocks (``manual``: a hand-written one)."""
+    return FailureCondition(
+        "find_account", MISSING, Predicate(f"arg:{name}", "==", "x"), family=family,
+        confidence=0.8, support=2, warn_only=not manual, source="manual" if manual else "learned",
+        explanation=f"{name} is x",
+    )  # fmt: skip
+
+
+def checked(*holding: FailureCondition) -> Check:
+    decision, ids = decide(holding, Thresholds())
+    return Check(decision, ids, holding)
+
+
+def test_warning_precision_counts_the_warned_calls_that_failed() -> None:
+    calls = [
+        call(failed=True, run_succeeded=False),  # warned, failed
+        call(step=1),  # warned, did not fail
+        call(step=2, failed=True),  # warned, failed in a run that then succeeded
+        call(step=3),  # warned, did not fail
+        call(step=4, failed=True),  # blocked, failed
+        call(step=5, failed=True),  # allowed, failed
+    ]
+    decisions = [("warn", ("a",)), ("warn", ("a",)), ("warn", ("b",)), ("warn", ("a", "b")),
+                 ("block", ("c",)), ("allow", ())]  # fmt: skip
+    m = metrics(calls, decisions)
+    assert (m["warned_calls"], m["warned_calls_failed"], m["warning_precision"]) == (4, 2, 0.5)
+    assert (m["blocks"], m["block_precision"]) == (1, 1.0)
+    assert m["warned_calls_in_successful_runs"] == 3
+    assert "warning_precision" in headline(m)
+    assert metrics([call()], [("allow", ())])["warning_precision"] is None
+    # the goals of the issue: warned calls in successful runs <= 3%, precision >= 0.5
+    assert GOALS["warned_share_in_successful_runs"][0] == "<= 0.03"
+    assert (met("warning_precision", 0.5), met("warning_precision", 0.49)) == (True, False)
+    assert GOALS["successful_runs_wrongly_blocked_share"][0] == "<= 0.005"
+    assert "warning precision" in [t["target"].split(": ")[1] for t in assess_targets(m)]
+
+
+def test_warnings_by_rule_and_by_family() -> None:
+    shape, prior = rule("email", "value_shape"), rule("ticket_id", "prerequisite")
+    blocker = rule("email", "bad_value", manual=True)
+    calls = [
+        call(check=checked(shape)),  # ok call of a successful run
+        call(step=1, check=checked(shape)),
+        call(step=2, failed=True, run_succeeded=False, check=checked(shape, prior)),
+        call(run=1, step=0, run_succeeded=False, check=checked(prior)),
+        call(run=1, step=1, failed=True, run_succeeded=False, check=checked(shape, blocker)),
+        call(run=2, step=0, check=checked()),
+    ]
+    rows = warned_by_rule(calls, Thresholds())
+    assert [(r["condition_id"], r["family"]) for r in rows] == [
+        (shape.condition_id, "value_shape"),
+        (prior.condition_id, "prerequisite"),
+    ]
+    first, second = rows
+    # the call the blocker blocked is no warning: the shape rule warned on three calls
+    assert (first["warned_calls"], first["failed"], first["in_successful_runs"]) == (3, 1, 2)
+    assert first["warning_precision"] == round(1 / 3, 4)
+    assert (second["warned_calls"], second["failed"], second["in_successful_runs"]) == (2, 1, 0)
+    assert first["tool"] == "find_account"
+    assert first["reason"] == "warn [value_shape]: email is x"
+    assert warned_by_rule(calls, Thresholds(), top=1) == [first]
+    families = family_figures(calls, Thresholds())
+    shapes = families["value_shape"]
+    assert (shapes["warned_calls"], shapes["warned_calls_failed"]) == (3, 1)
+    assert shapes["warned_calls_in_successful_runs"] == 2
+    assert shapes["warning_precision"] == round(1 / 3, 4)
+    # the family's strongest level on the calls that did not fail, whatever the decision
+    assert shapes["warns_on_ok_calls_in_successful_runs"] == 2
+    assert families["bad_value"]["block_precision"] == 1.0
+    assert families["bad_value"]["warned_calls"] == 0
+    assert families["bad_value"]["warning_precision"] is None
+    assert families["prerequisite"]["warning_precision"] == 0.5
