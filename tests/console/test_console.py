@@ -6,7 +6,6 @@ pages, and the actions round-tripping through the library."""
 from __future__ import annotations
 
 import html
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from sidecar.shells.api import create_app
 from tests.sidecar.helpers import abandoned, completed
 from tests.support.console import (
     OPS,
-    OPS_ENTRY,
+    console_home,
     cookie_headers,
     csrf,
     fill,
@@ -32,25 +31,15 @@ from tests.support.console import (
     text_of,
 )
 from tests.support.shop import good_session, lookup
-from tests.support.tokens import TOKENS, tokens_file, verdict
+from tests.support.tokens import TOKENS, verdict
 
 HOME_TOKEN = "home-token-0123456789abcdef"
 PAGES = ["overview", "rules", "tools", "sources", "sources/local", "sessions", "review"]
 
 
-def _home(tmp_path: Path) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    path = tokens_file(home / "tokens.json")
-    data = json.loads(path.read_text())
-    data["tokens"].append(OPS_ENTRY)
-    path.write_text(json.dumps(data))
-    return home
-
-
 @pytest.fixture
 def empty(tmp_path: Path) -> Iterator[tuple[Sidecar, TestClient]]:
-    with Sidecar.open(embedder=HashingEmbedder(), home=_home(tmp_path)) as sc:
+    with Sidecar.open(embedder=HashingEmbedder(), home=console_home(tmp_path)) as sc:
         app = create_app(sc, HOME_TOKEN, with_mcp=False)
         with TestClient(app, base_url="http://127.0.0.1") as client:
             yield sc, client
@@ -90,7 +79,7 @@ def test_signing_in_keeps_a_session_cookie_that_is_not_the_token(
 
 
 def test_the_cookie_is_secure_over_https(tmp_path: Path) -> None:
-    with Sidecar.open(embedder=HashingEmbedder(), home=_home(tmp_path)) as sc:
+    with Sidecar.open(embedder=HashingEmbedder(), home=console_home(tmp_path)) as sc:
         app = create_app(sc, HOME_TOKEN, with_mcp=False)
         with TestClient(app, base_url="https://127.0.0.1") as client:
             answer = sign_in(client, OPS)

@@ -7,7 +7,6 @@ such tool."""
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,21 +18,11 @@ from indexes import HashingEmbedder
 from sidecar import Sidecar, Tool
 from sidecar.shells.api import create_app
 from tests.sidecar.helpers import abandoned
-from tests.support.console import OPS_ENTRY, fill, rows, sign_in, text_of
-from tests.support.tokens import TOKENS, tokens_file
+from tests.support.console import console_home, fill, rows, sign_in, text_of
+from tests.support.tokens import TOKENS
 
 HOME_TOKEN = "home-token-0123456789abcdef"
 SCRIPT = "<script>alert('x')</script>"
-
-
-def _home(tmp_path: Path) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    path = tokens_file(home / "tokens.json")
-    data = json.loads(path.read_text())
-    data["tokens"].append(OPS_ENTRY)
-    path.write_text(json.dumps(data))
-    return home
 
 
 def asked(n: int, tools: list[str]) -> dict[str, Any]:
@@ -47,7 +36,9 @@ def asked(n: int, tools: list[str]) -> dict[str, Any]:
 def moved(tmp_path: Path) -> Iterator[tuple[Sidecar, TestClient]]:
     """The demo data, then ``html_parser`` evicted, restored and evicted again; usage
     for ``get_order`` from two sources; a tool whose description holds a script."""
-    with Sidecar.open(embedder=HashingEmbedder(), home=_home(tmp_path), evict_min_chains=1) as sc:
+    with Sidecar.open(
+        embedder=HashingEmbedder(), home=console_home(tmp_path), evict_min_chains=1
+    ) as sc:
         fill(sc)
         sc.add_tools([Tool("evil.tool", f"does things {SCRIPT}")])
         sc.evict()

@@ -6,7 +6,6 @@ the test's temporary folder."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,10 @@ from indexes import HashingEmbedder
 from sidecar import Sidecar
 from sidecar.demo import ABANDONED
 from tests.support.browser import OFFLINE, chromium
-from tests.support.console import OPS, OPS_ENTRY
+from tests.support.console import OPS, console_home
 from tests.support.live import Server
 from tests.support.shop import good_session
-from tests.support.tokens import TOKENS, fabricated, tokens_file
+from tests.support.tokens import TOKENS, fabricated
 
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 PAGES = ["overview", "rules", "tools", "sources", "sessions", "review"]
@@ -31,12 +30,7 @@ PAGES = ["overview", "rules", "tools", "sources", "sessions", "review"]
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server on the demo catalog, with the demo's abandoned chain and what two agents
     and the operator reported through the API."""
-    home = tmp_path_factory.mktemp("console") / "home"
-    home.mkdir()
-    path = tokens_file(home / "tokens.json")
-    data = json.loads(path.read_text())
-    data["tokens"].append(OPS_ENTRY)
-    path.write_text(json.dumps(data))
+    home = console_home(tmp_path_factory.mktemp("console"))
     Sidecar.open(embedder=HashingEmbedder(), home=home).close()
     srv = Server(home, "--demo-if-empty")
     tools = [

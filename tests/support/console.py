@@ -3,7 +3,9 @@ CSRF token and a page's rows."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -11,11 +13,23 @@ import httpx
 from sidecar import Sidecar, Tool
 from sidecar.demo import ABANDONED, demo_tools
 from tests.support.shop import good_session
-from tests.support.tokens import fabricated
+from tests.support.tokens import fabricated, tokens_file
 
 OPS = "ops-token-0123456789abcdef"
 """A named operator token (beside the agents of :mod:`tests.support.tokens`)."""
 OPS_ENTRY = {"name": "ops", "role": "operator", "token": OPS}
+
+
+def console_home(folder: Path) -> Path:
+    """A home (``folder/home``) whose tokens file names the agents of
+    :mod:`tests.support.tokens` and the operator ``ops``."""
+    home = folder / "home"
+    home.mkdir()
+    path = tokens_file(home / "tokens.json")
+    data = json.loads(path.read_text())
+    data["tokens"].append(OPS_ENTRY)
+    path.write_text(json.dumps(data))
+    return home
 
 
 def fill(sc: Sidecar) -> None:
