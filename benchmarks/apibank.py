@@ -105,15 +105,28 @@ def build(seed: int = 0, runs: int = RUNS_PER_DIALOGUE, data: Path = DATA) -> li
     return out
 
 
+READS: frozenset[str] = frozenset({
+    "Calculator", "Dictionary", "DocumentQA", "EmergencyKnowledge", "GetToday", "GetUserToken",
+    "ImageCaption", "QueryAgenda", "QueryAlarm", "QueryBalance", "QueryHealthData",
+    "QueryHistoryToday", "QueryMeeting", "QueryRegistration", "QueryReminder", "QueryScene",
+    "QueryStock", "SearchEngine", "SpeechRecognition", "SymptomSearch", "ToolSearcher",
+    "Translate", "Wiki",
+})  # fmt: skip
+"""The tools that only read (an MCP server would mark them ``readOnlyHint``): API-Bank's
+descriptions do not say, so they are named here, by what each tool does (``GetUserToken``
+hands out the token an account already has)."""
+
+
 def tools(data: Path = DATA) -> list[Any]:
     """API-Bank's descriptions of the tools the dialogues call, as sidecar tools."""
     from sidecar import Tool
 
     described = json.loads((data / "tools.json").read_text())
     return [
-        Tool(name, d["description"], "function", {"type": "object", "properties": {
-            p: {"type": "string", "description": str(v.get("description", ""))}
-            for p, v in d["parameters"].items()}})
+        Tool(name, d["description"], "read" if name in READS else "write", {
+            "type": "object", "properties": {
+                p: {"type": "string", "description": str(v.get("description", ""))}
+                for p, v in d["parameters"].items()}})
         for name, d in described.items()
     ]  # fmt: skip
 

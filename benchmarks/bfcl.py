@@ -49,7 +49,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.bfcl_mutations import KINDS, Mutation, candidates
@@ -59,6 +59,7 @@ from benchmarks.bfcl_simulators import (
     missing,
     read_scenarios,
     tool_definitions,
+    tool_type,
 )
 from benchmarks.tau2 import Corpus, Run
 from sidecar.memory import Step
@@ -117,7 +118,8 @@ def load(seed: int = 0, runs_per_scenario: int = RUNS_PER_SCENARIO) -> Corpus:
 
     built, notes = build(seed, runs_per_scenario)
     tools = load_tools([tool_definitions()], "bfcl-eval function docs")
-    return Corpus([b.run for b in built], notes, list(tools))
+    typed = [replace(t, tool_type=tool_type(t.tool_id)) for t in tools]
+    return Corpus([b.run for b in built], notes, typed)
 
 
 def _mutations(

@@ -284,6 +284,31 @@ def tool_definitions(folder: Path | None = None) -> list[dict[str, Any]]:
     return out
 
 
+READS: frozenset[str] = frozenset({
+    # GorillaFileSystem: what reads the tree and changes nothing
+    "cat", "diff", "du", "find", "grep", "ls", "pwd", "tail", "wc",
+    # MathAPI: pure functions
+    "absolute_value", "add", "divide", "imperial_si_conversion", "logarithm", "max_value",
+    "mean", "min_value", "multiply", "percentage", "power", "round_number",
+    "si_unit_conversion", "sort", "square_root", "standard_deviation", "subtract",
+    "sum_values",
+    # TradingBot and TravelAPI: lookups
+    "filter_stocks_by_price", "get_account_info", "get_available_stocks", "get_order_details",
+    "get_order_history", "get_stock_info", "get_symbol_by_name", "get_transaction_history",
+    "get_watchlist", "trading_get_login_status", "compute_exchange_rate",
+    "get_all_credit_cards", "get_booking_history", "get_budget_fiscal_year",
+    "get_credit_card_balance", "get_current_time", "get_flight_cost",
+    "get_nearest_airport_by_city", "list_all_airports", "retrieve_invoice",
+    "travel_get_login_status", "verify_traveler_information",
+})  # fmt: skip
+"""The tools that only read (an MCP server would mark them ``readOnlyHint``): the
+package's docs do not say, so they are named here, by what each simulator's code does."""
+
+
+def tool_type(name: str) -> str:
+    return "read" if name in READS else "write"
+
+
 _TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string"}
 
 

@@ -21,7 +21,7 @@ Choices, each counted in :attr:`Corpus.notes`:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,12 +117,11 @@ def _tools(path: Path) -> list[Any]:
 
     if not path.is_file():
         return []
-    defs = [
-        {"type": "function", "function": d["function"]}
-        for d in json.loads(path.read_text())
-        if d.get("requestor") == "assistant"
-    ]
-    return load_tools([defs], str(path))
+    defs = [d for d in json.loads(path.read_text()) if d.get("requestor") == "assistant"]
+    tools = load_tools([[{"type": "function", "function": d["function"]} for d in defs]], str(path))
+    # τ² marks each tool READ, WRITE, GENERIC or THINK: the type a catalog line carries
+    types = {d["function"]["name"]: str(d.get("tool_type") or "unspecified").lower() for d in defs}
+    return [replace(t, tool_type=types.get(t.tool_id, "unspecified")) for t in tools]
 
 
 Told = tuple[list[tuple[int, str]], str, str | None]
