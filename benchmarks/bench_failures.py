@@ -99,6 +99,7 @@ from benchmarks.failure_systems import (
     SequenceMemory,
     learned_failures,
     make_systems,
+    reads_of,
 )
 from benchmarks.harness.progress import progress
 from benchmarks.harness.results import emit, machine
@@ -149,11 +150,12 @@ def replay(
     )
 
 
-def lodo_systems(variants: Mapping[str, LearnParams]) -> list[Any]:
+def lodo_systems(variants: Mapping[str, LearnParams], tools: Sequence[Any] = ()) -> list[Any]:
     """What the leave-one-domain-out replay asks: the call memory at its defaults (and
     its variants), and the sequence memory as the baseline."""
-    extra = [CallMemory(params=p, name=n) for n, p in variants.items()]
-    return [SequenceMemory(), CallMemory(), *extra]
+    reads = reads_of(tools)
+    extra = [CallMemory(params=p, name=n, reads=reads) for n, p in variants.items()]
+    return [SequenceMemory(), CallMemory(reads=reads), *extra]
 
 
 def replay_splits(
@@ -256,7 +258,7 @@ def lodo_replay(
     variants: Mapping[str, LearnParams],
 ) -> Replay:
     splits = [s for d in domains for s in leave_one_domain_out(corpus.runs, d, k, seeds)]
-    return replay_splits(corpus, splits, lambda: lodo_systems(variants))
+    return replay_splits(corpus, splits, lambda: lodo_systems(variants, corpus.tools))
 
 
 # ---- the run -----------------------------------------------------------------------------

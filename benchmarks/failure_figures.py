@@ -338,7 +338,7 @@ def pooled_targets(systems: dict[str, Any], impossible: dict[str, Any]) -> list[
 def _threshold_sweep(mine: list[Any]) -> list[dict[str, Any]]:
     sweep = []
     for t in SWEEP:
-        decisions = [decide(c.check.holding, t) for c in mine]
+        decisions = [decide(c.check.holding, t, c.check.read_only) for c in mine]
         sweep.append({"thresholds": _thresholds(t), **headline(metrics(mine, decisions))})
     return sweep
 

@@ -134,7 +134,7 @@ def family_figures(calls: Sequence[Call], thresholds: Thresholds) -> dict[str, d
 def _warned(call: Call, family: str, thresholds: Thresholds) -> Counter[str]:
     """A call the memory warned on with a condition of ``family`` behind the warning, as
     counts; nothing for any other call."""
-    decision, ids = decide(call.check.holding, thresholds)
+    decision, ids = decide(call.check.holding, thresholds, call.check.read_only)
     if decision != "warn" or family not in {c.family for c in call.check.holding
                                             if c.condition_id in ids}:  # fmt: skip
         return Counter()
@@ -162,7 +162,10 @@ FAMILY_KEYS = (*FAMILY_COUNTS, "block_precision", "warning_precision")
 
 def without_family(calls: Sequence[Call], family: str, thresholds: Thresholds) -> dict[str, Any]:
     decisions = [
-        decide([c for c in call.check.holding if c.family != family], thresholds) for call in calls
+        decide(
+            [c for c in call.check.holding if c.family != family], thresholds, call.check.read_only
+        )
+        for call in calls
     ]
     return headline(metrics(calls, decisions))
 
@@ -330,7 +333,7 @@ def warned_by_rule(
     rows: dict[str, Counter[str]] = defaultdict(Counter)
     found: dict[str, Any] = {}
     for call in calls:
-        decision, ids = decide(call.check.holding, thresholds)
+        decision, ids = decide(call.check.holding, thresholds, call.check.read_only)
         if decision != "warn":
             continue
         for condition in call.check.holding:

@@ -23,6 +23,7 @@ from sidecar.memory import (
     failure_kind,
     may_apply,
     normalize_signature,
+    reads_only,
 )
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ class Check:
     """The constraints (chains or conditions) behind a warn or a block."""
     holding: tuple[FailureCondition, ...] = ()
     """``call_memory`` only: every learned condition that held, whatever its level."""
+    read_only: bool = False
+    """The tool called only reads (its catalog type says so): warned on established
+    rules only."""
 
 
 class System(Protocol):
@@ -144,7 +148,7 @@ class CallMemory:
     keep one per session)."""
 
     name = "call_memory"
-    collect = Thresholds(min_confidence_warn=0.0)
+    collect = Thresholds(min_confidence_warn=0.0, min_precision_warn=0.0, max_chance_warn=2.0)
     """Levels under which every condition that holds is reported (decisions are then
     re-derived for any thresholds)."""
 
@@ -153,8 +157,11 @@ class CallMemory:
         thresholds: Thresholds | None = None,
         params: LearnParams | None = None,
         name: str = "call_memory",
+        reads: frozenset[str] = frozenset(),
     ) -> None:
         self.name = name
+        self.reads = reads
+        """The tools that only read."""
         self.memory = FailureMemory(params)
         self.thresholds = thresholds or Thresholds()
         self._trace = Trace()
@@ -176,8 +183,9 @@ class CallMemory:
         verdict = assess(conditions, trace, call.tool, call.arguments, told, self.collect)
         by_id = {c.condition_id: c for c in conditions}
         holding = tuple(by_id[r.condition_id] for r in verdict.reasons)
-        decision, ids = decide(holding, self.thresholds)
-        return Check(decision, ids, holding)
+        read_only = call.tool in self.reads
+        decision, ids = decide(holding, self.thresholds, read_only)
+        return Check(decision, ids, holding, read_only)
 
     def hint(self, before: Sequence[Step], tool: str, told: str | None) -> str | None:
         """The level of the strongest "may apply" hint a lookup of ``tool`` would carry
@@ -188,10 +196,11 @@ class CallMemory:
 
 
 def decide(
-    holding: Sequence[FailureCondition], thresholds: Thresholds
+    holding: Sequence[FailureCondition], thresholds: Thresholds, read_only: bool = False
 ) -> tuple[str, tuple[str, ...]]:
-    """The decision (and the conditions behind it) from the conditions that hold."""
-    levels = [(c, thresholds.level(c)) for c in holding]
+    """The decision (and the conditions behind it) from the conditions that hold, on a
+    call of a tool that only reads when ``read_only``."""
+    levels = [(c, thresholds.level(c, read_only)) for c in holding]
     blocks = tuple(c.condition_id for c, lvl in levels if lvl == "block")
     if blocks:
         return "block", blocks
@@ -204,15 +213,21 @@ def make_systems(
 ) -> list[Any]:
     """The four systems, the call memory through the public library (on a home holding
     ``tools``), and a ``call_memory`` per named variant of its learning parameters."""
-    extra = [CallMemory(params=p, name=n) for n, p in (variants or {}).items()]
+    reads = reads_of(tools)
+    extra = [CallMemory(params=p, name=n, reads=reads) for n, p in (variants or {}).items()]
     return [
         PlainIndex(),
         SeedPrefix(),
         SequenceMemory(),
-        CallMemory(),
+        CallMemory(reads=reads),
         SidecarLibrary(tools),
         *extra,
     ]
+
+
+def reads_of(tools: Sequence[Any]) -> frozenset[str]:
+    """The tools whose catalog type says they only read."""
+    return frozenset(t.tool_id for t in tools if reads_only(t.tool_type))
 
 
 class SidecarLibrary:

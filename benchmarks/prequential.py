@@ -46,7 +46,13 @@ from benchmarks.failure_metrics import (
     metrics,
     unblocked,
 )
-from benchmarks.failure_systems import CallMemory, Check, SidecarLibrary, learned_failures
+from benchmarks.failure_systems import (
+    CallMemory,
+    Check,
+    SidecarLibrary,
+    learned_failures,
+    reads_of,
+)
 from benchmarks.harness.progress import progress
 from benchmarks.tau2 import Corpus
 from sidecar.memory import Step, Thresholds
@@ -125,7 +131,7 @@ def replay_stream(
     library runs)."""
     started = time.perf_counter()
     library = SidecarLibrary(corpus.tools) if through == "sidecar" else None
-    memory = CallMemory()
+    memory = CallMemory(reads=reads_of(corpus.tools))
     seen: set[tuple[str, str]] = set()
     arrivals: list[Arrival] = []
     disagreements = 0
@@ -152,7 +158,7 @@ def replay_stream(
                 disagreements += verdict.decision != mine.decision
                 failed = step.error is not None
                 repeat = failed and (step.tool, signature_of(step.error or "")) in seen
-                check = Check(verdict.decision, verdict.constraints, mine.holding)
+                check = Check(verdict.decision, verdict.constraints, mine.holding, mine.read_only)
                 arrivals.append(Arrival(position, Call(stream.seed, number, i, j, failed, repeat,
                                                        run.succeeded, check)))  # fmt: skip
                 before.append(step)

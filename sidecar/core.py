@@ -62,7 +62,7 @@ from sidecar.intake import Intake, StepPolicy
 from sidecar.intake.parse import redacted_steps, steps_of, task_text
 from sidecar.limits import INTAKE_CHUNK, MANDATE_STATUSES, CheckMode
 from sidecar.lookup import Lookup
-from sidecar.memory import Step, Thresholds
+from sidecar.memory import Step, Thresholds, reads_only
 from sidecar.model import (
     CallCheck,
     ChainReport,
@@ -359,7 +359,8 @@ class Sidecar(ReviewDesk, RuleDesk, ActivityDesk, ToolHistories):
         ctx, who = validate.context_values(context), viewer_of(validate.viewer(viewer))
         seen = (redacted_steps(steps_of(steps)), name, redact(args), task and redact_text(task))
         sid = session_id_of(session_id)
-        verdict = self.state.revisions.judged(lambda: self.rules.check_call(*seen, ctx, who))
+        reads = reads_only(self.lookup.tool_type(name))
+        verdict = self.state.revisions.judged(lambda: self.rules.check_call(*seen, ctx, who, reads))
         self.decisions.call(who.name, sid, name, args, verdict)
         return verdict
 

@@ -244,6 +244,11 @@ class CheckReason:
     quoted: Mapping[str, str] = field(default_factory=dict, hash=False)
     """Free text of the rule's evidence (its failure message, a sequence's rule), shown
     as data to a viewer who may read it (:mod:`sidecar.rules.wording`); empty else."""
+    to_block: int | None = None
+    """A warning's learned call condition: how many more independent situations (each
+    from a source of its own, none contradicting it) it needs before it blocks; ``None``
+    when no number would do (its failure is not deterministic, it is contested) or for
+    any other reason."""
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,11 @@ class ConstraintView:
     does) or ``retired`` (not enforced); ``None``: none."""
     judged_by: str | None = None
     """The operator who gave it (shown to operators only)."""
+    to_block: int | None = None
+    """A learned call condition in force, in :meth:`~sidecar.Sidecar.constraint` (one
+    rule; the lists leave it ``None``): how many more independent situations it needs
+    before it blocks (0: it blocks now; ``None``: no number would do, or not a learned
+    condition)."""
 
 
 @dataclass(frozen=True)

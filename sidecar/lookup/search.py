@@ -64,6 +64,13 @@ class Lookup:
         self._chains: list[tuple[tuple[str, ...], int]] = []
         self._chains_rev = -1
 
+    def tool_type(self, tool_id: str) -> str | None:
+        """A catalog tool's type (``None``: no such active tool), read from the fields
+        held in memory (reloaded only when the hot-index revision moves)."""
+        _constraints_rev, tools_rev = self._state.revisions.revisions()
+        found = self._fields.at(tools_rev).get(tool_id)
+        return None if found is None else str(found.get("tool_type") or "unspecified")
+
     def follow(self, index: ActiveIndex, tools_rev: int) -> None:
         """Keep ``index``'s in-process copies (the exact tier's vectors) in step: its own
         writes update them as they happen; when another process wrote to the hot index

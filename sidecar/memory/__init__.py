@@ -34,6 +34,7 @@ from sidecar.memory.thresholds import (
     assess,
     decide,
     may_apply,
+    reads_only,
     reasons_for,
 )
 from sidecar.memory.trace import Trace
@@ -60,5 +61,6 @@ __all__ = [
     "is_business_rule_failure",
     "may_apply",
     "normalize_signature",
+    "reads_only",
     "reasons_for",
 ]

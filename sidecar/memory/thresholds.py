@@ -26,23 +26,40 @@ generalization); chance and confirmation judge generalizations, and this is none
 after agent would never be refused.)
 
 A hand-written condition blocks on its author's word (kind deterministic, not
-``warn_only``).  Any other condition whose confidence reaches ``min_confidence_warn``
-*warns*, when its predicate holds in a larger share of the failing situations than of
-the success units (:func:`informative`).  The defaults were chosen on one domain's runs
-(τ²-bench retail) and are reported unchanged on the others by
-``benchmarks.bench_failures``.
+``warn_only``).  Any other learned condition *warns* only when its evidence says
+something (a warning on a call that then succeeds is noise, and noise teaches people to
+ignore the warnings that are right):
+
+- its confidence reaches ``min_confidence_warn`` and its predicate holds in a larger
+  share of the failing situations than of the success units (:func:`informative`);
+- it was right on at least ``min_precision_warn`` of what it matched, counted by its
+  own contradictions (the independent situations where it held and the call failed,
+  against the successes where it held);
+- chance explains it less than ``max_chance_warn`` (a rule the memory itself calls
+  "likely by chance" says nothing about this call), unless it names the very call that
+  failed (its whole argument set);
+- on a tool that only reads (:func:`reads_only`: its catalog type is ``read``, as an
+  MCP tool marked ``readOnlyHint`` is), it is *established*: at least
+  ``min_support_block`` situations, confirmed, chance at most ``max_chance_block`` and
+  no contradiction that counts.  A read that fails changes nothing; a warning on it
+  must rest on more than a hunch.
+
+The defaults were chosen on one domain's runs (τ²-bench retail) and are reported
+unchanged on the others by ``benchmarks.bench_failures``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from sidecar.memory.chance import chance, without_one
 from sidecar.memory.conditions import FailureCondition, confidence
 from sidecar.memory.evidence import Step
 from sidecar.memory.families import Family, build_call, family_for
 from sidecar.memory.features import call_features
+from sidecar.memory.params import LearnParams
 from sidecar.memory.trace import Trace
 from sidecar.memory.values import FeatureValue
 from sidecar.trust.sources import is_trusted, witnesses
@@ -53,6 +70,15 @@ Level = Literal["warn", "block"]
 
 TRUSTED: frozenset[str] = frozenset({"local"})
 """Sources trusted by default: the process itself (and the home's own token)."""
+
+READ_TYPES: frozenset[str] = frozenset({"read", "search"})
+"""Catalog types of tools that only read (``read``: an MCP tool marked ``readOnlyHint``,
+a τ² ``READ`` tool; ``search``: the seed's lookups)."""
+
+
+def reads_only(tool_type: str | None) -> bool:
+    """Whether a tool of this catalog type changes nothing."""
+    return (tool_type or "").strip().lower() in READ_TYPES
 
 
 @dataclass(frozen=True)
@@ -65,25 +91,55 @@ class Thresholds:
     max_contradictions_block: int = 0
     min_confidence_block: float = 0.6
     min_confidence_warn: float = 0.5
+    min_precision_warn: float = 0.6
+    """Of what a learned condition matched (its situations and its contradictions), the
+    share that failed, at least."""
+    max_chance_warn: float = 0.5
     max_chance_block: float = 0.05
     require_confirmation: bool = True
     min_sources_block: int = 2
     trusted: frozenset[str] = TRUSTED
-    _levels: dict[int, tuple[FailureCondition, Level | None]] = field(
+    _levels: dict[tuple[int, bool], tuple[FailureCondition, Level | None]] = field(
         default_factory=dict, compare=False, repr=False, hash=False
     )
 
-    def level(self, condition: FailureCondition) -> Level | None:
-        """The level a condition acts at (kept per condition object: a check of a call
-        against a thousand conditions judges each once)."""
-        found = self._levels.get(id(condition))
+    def level(self, condition: FailureCondition, read_only: bool = False) -> Level | None:
+        """The level a condition acts at, on a call of a tool that only reads when
+        ``read_only`` (kept per condition object: a check of a call against a thousand
+        conditions judges each once)."""
+        key = (id(condition), read_only)
+        found = self._levels.get(key)
         if found is not None and found[0] is condition:
             return found[1]
         if len(self._levels) > 100_000:
             self._levels.clear()
         level = self._level(condition)
-        self._levels[id(condition)] = (condition, level)
+        if level == "warn" and not self.warns(condition, read_only):
+            level = None
+        self._levels[key] = (condition, level)
         return level
+
+    def warns(self, condition: FailureCondition, read_only: bool = False) -> bool:
+        """Whether a condition that may warn says enough to (see the module docstring):
+        a person's word always does."""
+        if condition.source != "learned" or condition.vouched:
+            return True
+        # situations, not sessions: one task retried ten times is not ten times right
+        matched = condition.support + condition.contradictions
+        if matched and condition.support / matched < self.min_precision_warn:
+            return False
+        if condition.chance >= self.max_chance_warn and not exact_repeat(condition):
+            return False  # chance judges generalizations; the very call is none
+        return not read_only or self.established(condition)
+
+    def established(self, condition: FailureCondition) -> bool:
+        """Whether a learned condition's evidence is strong, whoever taught it."""
+        return (
+            condition.support >= self.min_support_block
+            and condition.confirmations > 0
+            and condition.chance <= self.max_chance_block
+            and self.contradictions(condition) <= self.max_contradictions_block
+        )
 
     def _level(self, condition: FailureCondition) -> Level | None:
         if condition.kind == "transient":
@@ -134,6 +190,23 @@ class Thresholds:
             and (not self.require_confirmation or not judged or condition.confirmations > 0)
         )
 
+    def to_block(self, condition: FailureCondition, most: int = 50) -> int | None:
+        """How many more independent situations, from sources other than the ones it has,
+        a learned condition needs before it blocks, counted as each would come (one more
+        failure where it holds, no new success against it): 0 when it blocks now;
+        ``None`` when no number would do (its failure is not deterministic, it is
+        warn-only or contradicted, or it needs more than ``most``)."""
+        if condition.source != "learned" or condition.kind != "deterministic":
+            return None
+        if condition.warn_only or self.contradictions(condition) > self.max_contradictions_block:
+            return None
+        if self.level(condition) == "block":
+            return 0
+        for k in range(1, most + 1):
+            if self.blocks(_with_more(condition, k, self.trusted)):
+                return k
+        return None
+
     def contradictions(self, condition: FailureCondition) -> int:
         """The contradictions that count against a condition: all of them when they
         came from a trusted source, from one of the condition's own witnesses, or from
@@ -145,6 +218,28 @@ class Thresholds:
         if len(who) != 1 or trusted or who & witnesses(condition.sources):
             return condition.contradictions
         return 0
+
+
+def _with_more(condition: FailureCondition, k: int, trusted: frozenset[str]) -> FailureCondition:
+    """``condition`` as ``k`` more failing situations where it holds would leave it: each
+    from a source of its own, none contradicting it."""
+    c = condition
+    support, failing = c.support + k, max(c.failing, c.support) + k
+    p = chance(support, failing, c.contradictions, c.units, c.candidates)
+    if c.aligned >= 2:
+        p = min(p, c.chance)  # what its messages state bounds chance as well
+    left_out = without_one(support, failing, c.contradictions, c.units, c.candidates)
+    confirmed = left_out <= LearnParams.confirm_chance
+    return replace(
+        c,
+        support=support,
+        failing=failing,
+        session_count=c.session_count + k,
+        source_count=c.source_count + k,
+        sources=(*c.sources, *(f"another source {i}" for i in range(k))),
+        chance=min(c.chance, p),
+        confirmations=c.confirmations + k if confirmed else c.confirmations,
+    )
 
 
 def exact_repeat(condition: FailureCondition) -> bool:
@@ -205,11 +300,13 @@ def assess(
     arguments: Mapping[str, Any],
     task_input: str | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    read_only: bool = False,
 ) -> Verdict:
     """Whether to let ``tool(arguments)`` run after the steps ``before``: block reasons
-    first, then warnings.  Pass a :class:`Trace` kept up to date across a session to
-    avoid re-indexing the earlier steps before every call."""
-    reasons = reasons_for(conditions, before, tool, arguments, task_input, thresholds)
+    first, then warnings (``read_only``: the tool only reads).  Pass a :class:`Trace`
+    kept up to date across a session to avoid re-indexing the earlier steps before
+    every call."""
+    reasons = reasons_for(conditions, before, tool, arguments, task_input, thresholds, read_only)
     return Verdict(decide(r.level for r in reasons), tuple(reasons)) if reasons else ALLOW
 
 
@@ -226,10 +323,14 @@ def reasons_for(
     arguments: Mapping[str, Any],
     task_input: str | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    read_only: bool = False,
 ) -> list[Reason]:
     """The conditions that hold for ``tool(arguments)`` after ``before``, each at its
-    level: block reasons first, then warnings (by family)."""
-    relevant = [(c, lvl) for c in conditions if c.tool == tool and (lvl := thresholds.level(c))]
+    level (``read_only``: the tool only reads): block reasons first, then warnings (by
+    family)."""
+    relevant = [
+        (c, lvl) for c in conditions if c.tool == tool and (lvl := thresholds.level(c, read_only))
+    ]
     if not relevant:
         return []
     features = call_features(before, tool, arguments, task_input)
@@ -284,13 +385,14 @@ def may_apply(
     could hold for a plausible call in this session, because the session already holds
     what they need (a remembered bad value; an object with the failing field value).
     Conditions about the arguments alone (shape, grounding, sizes, relations) cannot be
-    judged without them and are not reported."""
+    judged without them and are not reported.  A lookup changes nothing: its hints are
+    held to what a read's warnings are (:meth:`Thresholds.warns`)."""
     trace = before if isinstance(before, Trace) else Trace(before, task_input)
     out: list[Reason] = []
     for condition in conditions:
         if condition.tool != tool:
             continue
-        level = thresholds.level(condition)
+        level = thresholds.level(condition, read_only=True)
         if level is None:
             continue
         predicate = condition.predicate

@@ -105,14 +105,20 @@ class Rules:
         task_input: str | None,
         context: dict[str, Any],
         viewer: Viewer = OPERATOR,
+        read_only: bool = False,
     ) -> CallCheck:
         """Before ``tool(arguments)`` after ``steps``: the call conditions that hold and
-        the fatal sequences it would complete, one verdict, worded for ``viewer``."""
+        the fatal sequences it would complete, one verdict, worded for ``viewer``
+        (``read_only``: the tool only reads, and is warned only on established rules)."""
         reading = self.reading(viewer)
-        found = self.conditions.reasons(steps, tool, arguments, task_input)
+        found = self.conditions.reasons(steps, tool, arguments, task_input, read_only)
         chance = self.conditions.max_chance
         reasons = (
-            condition_reasons(found, self.conditions.states(), reading, chance) if found else []
+            condition_reasons(
+                found, self.conditions.states(), reading, chance, self.conditions.to_block
+            )
+            if found
+            else []
         )
         blocked, conditional = self.matcher().next_steps(tuple(s.tool for s in steps), context)
         reasons += sequence_reasons(
@@ -191,7 +197,11 @@ class Rules:
         found = [v for v in self.views(True, viewer) if v.chain_id == rid.value]
         if not found:
             raise NotFound(f"no constraint {rid.value!r}")
-        return found[0]
+        st = self.conditions.states().get(rid.value) if found[0].kind == "call" else None
+        if st is None or st.status not in ENFORCED or st.confirmed:
+            return found[0]
+        # one rule's page only: the lists would compute it for every rule
+        return replace(found[0], to_block=self.conditions.to_block(st.condition))
 
     def sessions_of(self, constraint_id: str, limit: int) -> RuleSessions:
         """The sessions behind a rule and against it (:class:`RuleSessions`)."""

@@ -338,11 +338,18 @@ class ConditionBook:
         tool: str,
         arguments: Mapping[str, object],
         task_input: str | None,
+        read_only: bool = False,
     ) -> list[Reason]:
-        """The conditions of ``tool`` that hold for this call, each at its level."""
+        """The conditions of ``tool`` that hold for this call, each at its level
+        (``read_only``: the tool only reads)."""
         return reasons_for(
-            self.enforced(tool), steps, tool, arguments, task_input, self._thresholds
+            self.enforced(tool), steps, tool, arguments, task_input, self._thresholds, read_only
         )
+
+    def to_block(self, condition: FailureCondition) -> int | None:
+        """How many more independent situations ``condition`` needs to block
+        (:meth:`~sidecar.memory.Thresholds.to_block`)."""
+        return self._thresholds.to_block(condition)
 
     def may_apply(
         self, steps: Sequence[Step] | Trace, tool: str, task_input: str | None

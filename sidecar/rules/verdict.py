@@ -11,9 +11,10 @@ warning the viewer may not be shown is left out before the verdict is decided.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 
-from sidecar.memory import Reason, decide
+from sidecar.memory import FailureCondition, Reason, decide
 from sidecar.model import ArchivedConstraint, CallCheck, CheckReason
 from sidecar.rules import wording
 from sidecar.rules.conditions import ConditionState
@@ -26,6 +27,7 @@ def condition_reasons(
     states: Mapping[str, ConditionState],
     reading: Reading,
     max_chance: float,
+    to_block: Callable[[FailureCondition], int | None] = lambda _c: None,
 ) -> list[CheckReason]:
     out = []
     for r in reasons:
@@ -39,7 +41,10 @@ def condition_reasons(
         pointer, status = (st.pointer, st.status) if st is not None else (None, "active")
         if not reading.owns_condition(c):
             pointer = None  # the archive's record of another source's session
-        out.append(wording.condition_reason(c, r.level, r.observed, pointer, status, readable))
+        reason = wording.condition_reason(c, r.level, r.observed, pointer, status, readable)
+        if r.level == "warn" and status == "active":
+            reason = replace(reason, to_block=to_block(c))
+        out.append(reason)
     return out
 
 

@@ -125,16 +125,20 @@ def _sidecar_fields(item: Mapping[str, Any]) -> _Fields:
 
 
 def _foreign_fields(item: Mapping[str, Any], fmt: str) -> _Fields:
-    """The fields of an MCP or OpenAI tool: neither has a type, credentials or a pin."""
+    """The fields of an MCP or OpenAI tool: neither has credentials or a pin; an MCP
+    tool marked ``readOnlyHint`` is of type ``read`` (the memory holds warnings on reads
+    to established rules)."""
     body = item["function"] if fmt == "openai-chat" else item
     description = body.get("description")
     if description is None and fmt == "mcp":
         description = body.get("title")
+    hints = body.get("annotations") if fmt == "mcp" else None
+    reads = isinstance(hints, Mapping) and hints.get("readOnlyHint") is True
     return _Fields(
         tool_id=body.get("name"),
         description=description,
         schema=body.get("inputSchema" if fmt == "mcp" else "parameters", {}),
-        tool_type="unspecified",
+        tool_type="read" if reads else "unspecified",
         credentials=(),
         pinned=False,
     )

@@ -146,7 +146,7 @@ def test_a_warning_needs_its_predicate_likelier_among_failures_than_successes() 
     t = Thresholds()
     # 8 of 10 failing situations, 4 of 5 successes: as frequent either way, no warning
     same = condition(support=8, failing=10, contradictions=4, units=5, confidence=0.62,
-                     chance=1.0, confirmations=0)  # fmt: skip
+                     chance=0.2, confirmations=0)  # fmt: skip
     assert t.level(same) is None
     assert t.level(replace(same, contradictions=3, confidence=0.67)) == "warn"
     # with no success to compare with, the failures alone speak

@@ -138,6 +138,7 @@ class Catalog:
                 "name": route.exposed,
                 "description": self._exposed[route.exposed].description or "",
                 "inputSchema": self._exposed[route.exposed].input_schema,
+                **_read_hint(self._exposed[route.exposed]),
             }
             for route in self._routes.values()
             if route.upstream == upstream
@@ -193,3 +194,10 @@ def _takes_nothing(schema: dict[str, Any]) -> bool:
 def _digest(definitions: list[dict[str, Any]]) -> str:
     text = json.dumps(definitions, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _read_hint(tool: Tool) -> dict[str, Any]:
+    """The upstream's word that a tool only reads, passed on (the memory holds warnings
+    on reads to established rules); nothing else of its annotations is kept."""
+    hints = tool.annotations
+    return {"annotations": {"readOnlyHint": True}} if hints and hints.read_only_hint else {}
