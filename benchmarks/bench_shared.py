@@ -63,6 +63,7 @@ from benchmarks.shared_workload import (
     Sizes,
     catalog,
     fatal_chain,
+    good_session,
     lookup_step,
     session,
 )
@@ -160,14 +161,16 @@ lease); the revision lease (the default)."""
 
 def _fill(sc: Sidecar, tools: list[Any], constraints: int) -> float:
     """Seconds to add the catalog and what the checks read: fatal chains, and three
-    sessions that teach a condition that makes check_call warn on a new order (the
-    check reads the learned memory, as a block would)."""
+    failing sessions beside three successes that teach a condition that makes
+    check_call warn on a new order (the check reads the learned memory, as a block
+    would)."""
     started = time.perf_counter()
     sc.add_tools(tools)
     sc.report_many(
         fatal_chain(["tool_0", "tool_1", f"tool_{2 + i}"], i) for i in range(constraints)
     )
     for n in range(3):
+        sc.report(good_session(n))
         sc.report(session(n))
     return round(time.perf_counter() - started, 1)
 
@@ -176,7 +179,7 @@ def _answers(sc: Sidecar, query: str) -> dict[str, Any]:
     return {
         "check_safe": sc.check(["tool_0", "tool_1", "tool_2"]).safe,
         "check_call": sc.check_call(
-            [lookup_step("#Q")], "exchange_items", {"order_id": "#Q"}
+            [lookup_step("#Q9")], "exchange_items", {"order_id": "#Q9"}
         ).decision,
         "search_hits": len(sc.search(query, k=5, after=["tool_0", "tool_1"]).hits),
     }

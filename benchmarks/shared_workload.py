@@ -78,6 +78,22 @@ def session(n: int, tool: str = "exchange_items") -> dict[str, Any]:
     }
 
 
+def good_session(n: int, tool: str = "exchange_items") -> dict[str, Any]:
+    """A session whose exchange of a delivered order succeeds: what the failures are
+    contrasted with (a rule no success was ever seen beside is likely by chance, and
+    does not warn)."""
+    order = f"#G{n}"
+    return {
+        "steps": [
+            {**lookup_step(order), "output": {"order_id": order, "status": "delivered"}},
+            {"tool": tool, "arguments": {"order_id": order},
+             "output": {"exchanged": True}, "error": None},
+        ],
+        "outcome": "completed",
+        "session_id": f"bench-{uuid.uuid4().hex}",
+    }  # fmt: skip
+
+
 def fatal_chain(topology: list[str], i: int) -> dict[str, Any]:
     return {
         "topology": topology,

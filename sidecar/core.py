@@ -359,8 +359,10 @@ class Sidecar(ReviewDesk, RuleDesk, ActivityDesk, ToolHistories):
         ctx, who = validate.context_values(context), viewer_of(validate.viewer(viewer))
         seen = (redacted_steps(steps_of(steps)), name, redact(args), task and redact_text(task))
         sid = session_id_of(session_id)
-        reads = reads_only(self.lookup.tool_type(name))
-        verdict = self.state.revisions.judged(lambda: self.rules.check_call(*seen, ctx, who, reads))
+        # the tool's type is read inside the judged request, from the same revisions
+        verdict = self.state.revisions.judged(
+            lambda: self.rules.check_call(*seen, ctx, who, reads_only(self.lookup.tool_type(name)))
+        )
         self.decisions.call(who.name, sid, name, args, verdict)
         return verdict
 

@@ -173,6 +173,7 @@ def rule(name: str, family: str, manual: bool = False) -> FailureCondition:
     return FailureCondition(
         "find_account", MISSING, Predicate(f"arg:{name}", "==", "x"), family=family,
         confidence=0.8, support=2, warn_only=not manual, source="manual" if manual else "learned",
+        chance=0.1,
         explanation=f"{name} is x",
     )  # fmt: skip
 
