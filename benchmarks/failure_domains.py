@@ -6,9 +6,9 @@ Domains: ``retail`` and ``telecom`` (real τ²-bench agent runs, :mod:`benchmark
 :mod:`benchmarks.apibank`) and ``booking`` (a flight-booking desk simulated for this
 benchmark, its ground truths and seeded mistakes, :mod:`benchmarks.booking`).  Their
 runs are put in one corpus, the τ² runs in their file's order (so that τ² alone replays
-as before), then the ``bfcl``, ``apibank`` and ``booking`` runs, each keeping its domain; tool names are the systems' own
-(``get_order_details`` is a retail tool and a TradingBot one: the pooled memory sees one
-tool).
+as before), then the ``bfcl``, ``apibank`` and ``booking`` runs, each keeping its domain;
+tool names are the systems' own (``get_order_details`` is a retail tool and a TradingBot
+one: the pooled memory sees one tool).
 
 Splits, always by task (all runs of a task on one side):
 
