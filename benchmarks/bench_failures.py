@@ -435,7 +435,7 @@ def add_domain_options(parser: argparse.ArgumentParser) -> None:
         "--bfcl-seed",
         type=int,
         default=0,
-        help="bfcl, apibank: the seed of the mutations (default 0)",
+        help="bfcl, apibank, booking: the seed of the mutations (default 0)",
     )
     parser.add_argument(
         "--apibank-runs",

@@ -1,13 +1,14 @@
 """The development domains of ``bench_failures`` and the splits it replays over them.
 
 Domains: ``retail`` and ``telecom`` (real τ²-bench agent runs, :mod:`benchmarks.tau2`),
-``bfcl`` (BFCL's simulators, ground truths and seeded mutations, :mod:`benchmarks.bfcl`)
-and ``apibank`` (API-Bank's dialogues, ground truths and seeded mutations,
-:mod:`benchmarks.apibank`).  Their runs are put in one corpus, the τ² runs in their
-file's order (so that τ² alone replays as before), then the ``bfcl`` runs, then the
-``apibank`` runs, each keeping its domain; tool names are the systems' own
-(``get_order_details`` is a retail tool and a TradingBot one: the pooled memory sees one
-tool).
+``bfcl`` (BFCL's simulators, ground truths and seeded mutations, :mod:`benchmarks.bfcl`),
+``apibank`` (API-Bank's dialogues, ground truths and seeded mutations,
+:mod:`benchmarks.apibank`) and ``booking`` (a flight-booking desk simulated for this
+benchmark, its ground truths and seeded mistakes, :mod:`benchmarks.booking`).  Their
+runs are put in one corpus, the τ² runs in their file's order (so that τ² alone replays
+as before), then the ``bfcl``, ``apibank`` and ``booking`` runs, each keeping its domain;
+tool names are the systems' own (``get_order_details`` is a retail tool and a TradingBot
+one: the pooled memory sees one tool).
 
 Splits, always by task (all runs of a task on one side):
 
@@ -32,7 +33,7 @@ from typing import Any
 
 from benchmarks.tau2 import Corpus, Run
 
-DOMAINS = ("retail", "telecom", "bfcl", "apibank")
+DOMAINS = ("retail", "telecom", "bfcl", "apibank", "booking")
 TAU2_DOMAINS = ("retail", "telecom")
 
 
@@ -82,8 +83,8 @@ def load_domains(
     apibank_runs: int | None = None,
 ) -> tuple[Corpus, dict[str, Any]]:
     """The selected domains' runs as one corpus, and what each loader counted (the
-    ``apibank`` mutations take ``bfcl_seed`` too)."""
-    from benchmarks import apibank, bfcl, tau2
+    ``apibank`` and ``booking`` mutations take ``bfcl_seed`` too)."""
+    from benchmarks import apibank, bfcl, booking, tau2
 
     runs: list[Run] = []
     tools: dict[str, Any] = {}
@@ -106,6 +107,12 @@ def load_domains(
         runs += corpus.runs
         tools |= {t.tool_id: t for t in corpus.tools if t.tool_id not in tools}
         notes["apibank"] = {**corpus.notes, "seed": bfcl_seed, "runs_per_dialogue": kept}
+    if "booking" in domains:
+        corpus = booking.load(bfcl_seed)
+        runs += corpus.runs
+        tools |= {t.tool_id: t for t in corpus.tools if t.tool_id not in tools}
+        notes["booking"] = {**corpus.notes, "seed": bfcl_seed,
+                            "runs_per_task": booking.RUNS_PER_TASK}  # fmt: skip
     notes["domains"] = list(domains)
     notes["runs_by_domain"] = dict(Counter(r.domain for r in runs))
     notes["successful_runs_by_domain"] = dict(Counter(r.domain for r in runs if r.succeeded))

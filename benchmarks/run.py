@@ -203,14 +203,14 @@ def _domain_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--domains",
         default=None,
-        help="failures: comma-separated, of retail,telecom,bfcl,apibank (default: all; "
+        help="failures: comma-separated, of retail,telecom,bfcl,apibank,booking (default: all; "
         "'retail' to choose defaults on retail alone)",
     )
     parser.add_argument(
         "--bfcl-runs", type=int, default=None, help="failures: bfcl mutation runs per scenario"
     )
     parser.add_argument(
-        "--bfcl-seed", type=int, default=0, help="failures: bfcl and apibank mutation seed"
+        "--bfcl-seed", type=int, default=0, help="failures: bfcl, apibank and booking mutation seed"
     )
     parser.add_argument(
         "--apibank-runs",
@@ -347,7 +347,7 @@ def _inputs_present(args: argparse.Namespace, names: Sequence[str]) -> bool:
         # `make bench` and `make test` install it; `make run` does not
         print(
             f"benchmarks: failures: {package}; or leave its domain out (--domains "
-            "retail,telecom,apibank)",
+            "retail,telecom,apibank,booking)",
             file=sys.stderr,
         )
     if lost:

@@ -82,7 +82,7 @@ def test_pooled_splits_hold_out_each_task_once_per_seed() -> None:
 
 
 def test_parse_domains() -> None:
-    assert parse_domains(None) == ("retail", "telecom", "bfcl", "apibank")
+    assert parse_domains(None) == ("retail", "telecom", "bfcl", "apibank", "booking")
     assert parse_domains("bfcl,retail") == ("retail", "bfcl")
     assert parse_domains(["telecom"]) == ("telecom",)
     with pytest.raises(ValueError, match="airline"):

@@ -8,9 +8,21 @@ field read through another argument that names one of its keys
 (``sum(flights->prices[cabin])``), numeric fields of the object a single argument names
 (``user_id.balance``, ``user_id.credit[currency]``), the latest value of a numeric field
 in an earlier output (``last:balance``), and each amount times a count from another
-argument (``sum(flights->prices[cabin])*len(passengers)``, ``price*amount``).  They are
-not tallied per value: a bounded sample of successful calls keeps them whole
+argument (``sum(flights->prices[cabin])*len(passengers)``, ``price*amount``).  A
+boolean argument is a count of 0 or 1 (``[insurance]``), alone and times each list's
+length (``len(passengers)*[insurance]``).  They are not tallied per value: a bounded
+sample of successful calls keeps them whole
 (:attr:`~sidecar.memory.stats.ToolStats.profiles`).
+
+**A fee no output shows.**  A desk may add a fixed amount per unit that no earlier
+output states (insurance at 30 per passenger when chosen): then no expression equals
+the stated total in every failing call.  For a slot no expression fits, an expression
+``A + c*B`` is fitted, ``B`` a count and ``c`` the constant that makes ``A + c*B`` equal
+the stated number in the first call where ``B`` is not 0; it is kept when it equals
+the stated number in every other call too, and ``B`` was not 0 in two situations at
+least (so that ``c`` is confirmed, not only fitted).  The situation the constant was
+fitted on is no evidence: it is left out of the chance bound, and the pairs tried are
+counted among the expressions tried.
 
 A failing call keeps the numbers its message states, in order (its *slots*).  For each
 slot, a group's failing calls propose the expressions equal to the stated number in
@@ -65,6 +77,8 @@ MAX_SLOTS = 4
 """Numbers of one message read, at most."""
 MAX_TIED = 6
 """Expressions aligned with one slot that a relation keeps, at most."""
+FITTED = " + "
+"""Joins the two terms of a fitted expression: ``A + 30*len(passengers)*[insurance]``."""
 _MASK = re.compile(
     r"\b\d{4}-\d{2}-\d{2}(?:[T ][\d:.]+)?|\b\d{1,2}:\d{2}(?::\d{2})?\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
 )
@@ -144,7 +158,14 @@ class Stated(Family):
         feature = f"{SAID}:{'|'.join(xs)}?{'|'.join(ys)}"
         predicate = Predicate(feature, relation.op, relation.value)
         held = [k for k, c in enumerate(calls) if self.holds(predicate, c.features, None)]
-        sides = [_accidents(calls, left[0]), _accidents(calls, right[0])]
+        sides: list[dict[int, float]] = []
+        for slot, labels in ((left[0], xs), (right[0], ys)):
+            side = _accidents(calls, slot)
+            if any(FITTED in label for label in labels):
+                # the situation the constant was fitted on equalled it by construction
+                side.pop(min(side, key=lambda s: (side[s], s)), None)
+                tried = tried * max(1, len(_count_labels(calls[0].features)))
+            sides.append(side)
         bound, confirm = _bound(sides, tried)
         note = (
             f"{_matched(calls, xs, left[0])}; {_matched(calls, ys, right[0])}: "
@@ -153,7 +174,8 @@ class Stated(Family):
         return [Candidate(predicate, held, bound, confirm, 2, note)]
 
     def describe(self, predicate: Predicate) -> str:
-        x, _, y = (" / ".join(side.split("|")) for side in predicate.rest.partition("?"))
+        left, _, right = predicate.rest.partition("?")
+        x, y = (" / ".join(_words(label) for label in side.split("|")) for side in (left, right))
         if predicate.op == "not_in":
             return f"{x} differs from {y}"
         verb = {"<": "is below", ">": "exceeds"}.get(str(predicate.value), "equals")
@@ -180,7 +202,7 @@ class Stated(Family):
     def observed(self, predicate: Predicate, features: Mapping[str, FeatureValue]) -> str:
         xs, _, ys = predicate.rest.partition("?")
         labels = [*xs.split("|"), *ys.split("|")]
-        return ", ".join(f"{label} = {_show(features.get(f'{NUM}:{label}'))}" for label in labels)
+        return ", ".join(f"{label} = {_show(_value(features, _term(label)))}" for label in labels)
 
     def counts(self, predicate: Predicate, stats: ToolStats) -> tuple[int, int, int]:
         def test(values: Mapping[str, float]) -> bool | None:
@@ -221,13 +243,27 @@ def expressions(call: Call) -> dict[str, float]:
     recent = list(call.trace.numbers.items())[-MAX_LAST:]
     amounts += [("", f"last:{field}", value) for field, value in reversed(recent)]
     out: dict[str, float] = {}
-    for _source, label, value in [*counts, *amounts]:
+    for _source, label, value in [*counts, *amounts, *_flags(call, counts)]:
         out.setdefault(label, value)
     for source, label, value in amounts:
         for other, count, times in counts:
             if other != source and count != label:
                 out.setdefault(f"{label}*{count}", value * times)
     return dict(list(out.items())[:MAX_EXPRESSIONS])
+
+
+def _flags(call: Call, counts: Sequence[Quantity]) -> list[Quantity]:
+    """Boolean arguments as counts of 0 or 1, alone and times each list's length: what a
+    fee per unit when an option is chosen is multiplied by."""
+    out: list[Quantity] = []
+    for name in call.names:
+        flag = call.arguments[name]
+        if not isinstance(flag, bool):
+            continue
+        out.append((name, f"[{name}]", float(flag)))
+        out += [(name, f"{label}*[{name}]", value * flag)
+                for source, label, value in counts if label.startswith("len(")]  # fmt: skip
+    return out
 
 
 def _item_sums(name: str, items: Sequence[Any]) -> list[Quantity]:
@@ -274,12 +310,12 @@ def _compared(rest: str, values: Mapping[str, Any]) -> str | None:
     xs, ys = _sides(rest)
     found: set[str] = set()
     for x in xs:
-        a = values.get(x)
-        if a.__class__ is not float:
+        a = _value(values, x)
+        if a is None:
             return None
         for y in ys:
-            b = values.get(y)
-            if b.__class__ is not float:
+            b = _value(values, y)
+            if b is None:
                 return None
             found.add(compare(a, b))
     if "=" in found or len(found) == 1:
@@ -287,12 +323,50 @@ def _compared(rest: str, values: Mapping[str, Any]) -> str | None:
     return "<>"  # both orders: a mismatch, and neither order alone
 
 
+Term = tuple[str, float, str | None]
+"""An expression as (feature, constant, count feature): ``A + c*B``; ``(A, 0, None)``."""
+
+
 @lru_cache(maxsize=4096)
-def _sides(rest: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The feature names of the two sides of ``said:{X}|{X2}?{Y}``: parsed once per
-    condition, not once per check."""
+def _sides(rest: str) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
+    """The terms of the two sides of ``said:{X}|{X2}?{Y}``: parsed once per condition,
+    not once per check."""
     xs, _, ys = rest.partition("?")
-    return tuple(f"{NUM}:{x}" for x in xs.split("|")), tuple(f"{NUM}:{y}" for y in ys.split("|"))
+    return tuple(_term(x) for x in xs.split("|")), tuple(_term(y) for y in ys.split("|"))
+
+
+@lru_cache(maxsize=4096)
+def _term(label: str) -> Term:
+    base, fitted, rest = label.partition(FITTED)
+    if not fitted:
+        return f"{NUM}:{label}", 0.0, None
+    constant, _, count = rest.partition("*")
+    return f"{NUM}:{base}", float(constant), f"{NUM}:{count}"
+
+
+def _value(values: Mapping[str, Any], term: Term) -> float | None:
+    a = values.get(term[0])
+    if a.__class__ is not float:
+        return None
+    if term[2] is None:
+        return float(a)
+    b = values.get(term[2])
+    if b.__class__ is not float:
+        return None
+    return float(a) + term[1] * float(b)
+
+
+def _words(label: str) -> str:
+    """A fitted expression in words: ``A plus 30 per len(passengers) when insurance is
+    set (a constant fitted to the numbers the messages stated)``."""
+    base, fitted, rest = label.partition(FITTED)
+    if not fitted:
+        return label
+    constant, _, count = rest.partition("*")
+    unit, _, flag = count.partition("[")
+    per = f" per {unit.rstrip('*')}" if unit else ""
+    when = f" when {flag.rstrip(']')} is set" if flag else ""
+    return f"{base} plus {constant}{per}{when} (a constant fitted to the numbers stated)"
 
 
 def compare(a: float, b: float) -> str:
@@ -339,25 +413,85 @@ def _equals(value: float, stated: Sequence[float]) -> bool:
 
 
 def _aligned(calls: Sequence[Failing]) -> list[list[str]]:
-    """Per slot, the expressions equal to its number in every call that states one."""
+    """Per slot, the expressions equal to its number in every call that states one; for
+    a slot none is, the fitted ones (see the module docstring)."""
     slots = max((len(_numbers(c)) for c in calls), default=0)
+    plain = [_plain(calls, slot) for slot in range(slots)]
     out: list[list[str]] = []
-    for slot in range(slots):
-        common: set[str] | None = None
-        for call in calls:
-            numbers = _numbers(call)
-            if len(numbers) <= slot:
-                continue
-            match = {
-                name[len(NUM) + 1 :]
-                for name, value in call.features.items()
-                if name.startswith(f"{NUM}:")
-                and isinstance(value, float)
-                and _equals(value, numbers[slot])
-            }
-            common = match if common is None else common & match
-        out.append(sorted(common or ()))
+    for slot, found in enumerate(plain):
+        if not found:
+            # another slot's own expression plus a fee would be that slot restated
+            others = {x for k, xs in enumerate(plain) if k != slot for x in xs}
+            found = _fitted(calls, slot, others)
+        out.append(found)
     return out
+
+
+def _count_labels(features: Mapping[str, FeatureValue]) -> list[str]:
+    return sorted(n[len(NUM) + 1 :] for n in features if n.startswith((f"{NUM}:len(",
+                                                                        f"{NUM}:[")))  # fmt: skip
+
+
+def _fitted(calls: Sequence[Failing], slot: int, exclude: set[str]) -> list[str]:
+    """``A + c*B`` equal to the slot's number in every call stating it, ``c`` fitted."""
+    stating = [(c, _numbers(c)[slot]) for c in calls if len(_numbers(c)) > slot]
+    if len({c.situation for c, _ in stating}) < 2:
+        return []
+    first = stating[0][0].features
+    counts = _count_labels(first)
+    amounts = [n[len(NUM) + 1 :] for n, v in first.items()
+               if n.startswith(f"{NUM}:") and isinstance(v, float)]  # fmt: skip
+    amounts = [a for a in amounts if a not in exclude and a not in counts]
+    out: list[str] = []
+    for b in counts:
+        for a in amounts:
+            c = _constant(stating, a, b)
+            if c is not None:
+                out.append(f"{a}{FITTED}{c:.10g}*{b}")
+                if len(out) >= MAX_TIED:
+                    return out
+    return out
+
+
+def _constant(stating: Sequence[tuple[Failing, Sequence[float]]], a: str, b: str) -> float | None:
+    """The ``c`` of ``a + c*b`` equal to the stated numbers, fitted on the first call
+    where ``b`` is not 0 and confirmed in two situations at least (``None``: none)."""
+    c: float | None = None
+    confirmed: set[int] = set()
+    for call, stated in stating:
+        x, y = call.features.get(f"{NUM}:{a}"), call.features.get(f"{NUM}:{b}")
+        if not isinstance(x, float) or not isinstance(y, float):
+            return None
+        if y == 0:
+            if not _equals(x, stated):
+                return None
+            continue
+        if c is None:
+            c = (stated[0] - x) / y
+            if abs(c) < 1e-9:
+                return None
+        elif not _equals(x + c * y, stated):
+            return None
+        confirmed.add(call.situation)
+    return c if c is not None and len(confirmed) >= 2 else None
+
+
+def _plain(calls: Sequence[Failing], slot: int) -> list[str]:
+    """The expressions equal to the slot's number in every call that states one."""
+    common: set[str] | None = None
+    for call in calls:
+        numbers = _numbers(call)
+        if len(numbers) <= slot:
+            continue
+        match = {
+            name[len(NUM) + 1 :]
+            for name, value in call.features.items()
+            if name.startswith(f"{NUM}:")
+            and isinstance(value, float)
+            and _equals(value, numbers[slot])
+        }
+        common = match if common is None else common & match
+    return sorted(common or ())
 
 
 def _relation(calls: Sequence[Failing], x: str, y: str, i: int, j: int) -> Predicate | None:
@@ -370,8 +504,8 @@ def _relation(calls: Sequence[Failing], x: str, y: str, i: int, j: int) -> Predi
         numbers = _numbers(call)
         if len(numbers) <= max(i, j):
             continue
-        a, b = call.features.get(f"{NUM}:{x}"), call.features.get(f"{NUM}:{y}")
-        if not isinstance(a, float) or not isinstance(b, float):
+        a, b = _value(call.features, _term(x)), _value(call.features, _term(y))
+        if a is None or b is None:
             return None
         seen.add(compare(a, b))
         mismatch = mismatch or bool(isinstance(call.said, Mapping) and call.said.get("mismatch"))
