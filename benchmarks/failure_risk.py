@@ -227,10 +227,15 @@ def lodo_scored(
     runs = corpus.runs
     for split in leave_one_domain_out(runs, domain, folds, seeds):
         model = trained(runs, split.training, params)
-        for s in score_runs(model, runs, split.test):
-            out.append(Scored(s.run + split.seed * len(runs), s.position, s.length,
-                              s.abandoned, s.score))  # fmt: skip
+        out += _per_seed(score_runs(model, runs, split.test), split.seed, len(runs))
     return out
+
+
+def _per_seed(scored: Sequence[Scored], seed: int, runs: int) -> list[Scored]:
+    """The same prefixes with their run's index made unique per seed (a run is held out
+    once per seed, and its prefixes of one seed are one run's)."""
+    return [Scored(s.run + seed * runs, s.position, s.length, s.abandoned, s.score)
+            for s in scored]  # fmt: skip
 
 
 def unseen_scored(corpus: Corpus, domain: str, params: RiskParams) -> list[Scored]:
@@ -255,7 +260,7 @@ def prequential(
         model = RiskModel(params)
         for position, i in enumerate(order):
             window = max(n for n in CURVE if n <= position)
-            windows[window] += score_runs(model, runs, [i])
+            windows[window] += _per_seed(score_runs(model, runs, [i]), seed, len(runs))
             model.fold(derive_risk(params, runs[i].session()))
     out = []
     for n, scored in windows.items():
@@ -276,7 +281,8 @@ def risk_timing(corpus: Corpus, sessions: int = 1000, repeat: int = 200) -> dict
     for n in range(sessions):
         run = runs[n % len(runs)]
         memory.fold({**memory.derive(run.session()), "session": f"{run.run_id}#{n}"})
-    longest = max(runs, key=lambda r: len(r.steps)).steps
+    # the run with the most failing calls: each failure's signature is part of the cost
+    longest = max(runs, key=lambda r: (sum(s.error is not None for s in r.steps), r.run_id)).steps
     out: dict[str, Any] = {"sessions": sessions}
     for length in (10, 30):
         prefix = list((longest * 30)[:length])
@@ -352,3 +358,93 @@ def targets(risk: Mapping[str, Any]) -> list[dict[str, Any]]:
         out.append(target(name, f">= {AUPRC_GOAL}", ap, ap is not None and ap >= AUPRC_GOAL,
                           "settings chosen on retail" if d == "retail" else ""))  # fmt: skip
     return out
+
+
+def markdown_section(result: Mapping[str, Any]) -> list[str]:
+    """The session-risk figures as Markdown (a section of the failures report)."""
+    from benchmarks.harness.results import md_table
+
+    risk = result.get("session_risk")
+    if not risk:
+        return []
+    head = ["scope", "prefixes", "runs", "base rate", "AUPRC", "ROC AUC", "ECE"]
+
+    def row(label: str, s: Mapping[str, Any]) -> list[Any]:
+        ece = s["calibration"]["ece"] if "calibration" in s else s["ece"]
+        return [label, s["prefixes"], s["runs"], *(_dash(v) for v in
+                (s["base_rate"], s["auprc"], s["roc_auc"], ece))]  # fmt: skip
+
+    scopes = [row("pooled", risk["pooled"])]
+    scopes += [row(f"{d} left out", s) for d, s in risk["left_out"].items()]
+    scopes += [row(f"{d} unseen", s) for d, s in risk["unseen"].items()]
+    alerts = [[label, a["threshold"], *(_dash(a[k]) for k in ALERT_KEYS)]
+              for label, s in [("pooled", risk["pooled"]), *risk["left_out"].items()]
+              for a in s["first_alert"]]  # fmt: skip
+    bins = [[b["bin"], b["n"], b["predicted"], b["observed"]]
+            for b in risk["pooled"]["calibration"]["bins"]]  # fmt: skip
+    curve = [[d, c["after"], c["runs"], *(_dash(c[k]) for k in ("base_rate", "auprc", "roc_auc"))]
+             for d, rows in risk["prequential"].items() for c in rows]  # fmt: skip
+    sweep = [row(n, s) for n, s in risk["sweep_on_retail"].items()]
+    return [
+        "### Session risk: abandoned or not, from the prefix",
+        "",
+        f"Protocol: {risk['protocol']}. Settings chosen on {risk['chosen_on']} alone "
+        f"(the sweep below); the other domains reported with them unchanged.",
+        "",
+        md_table(head, scopes),
+        "",
+        "First alerts (a run alerted at any prefix at or above the threshold):",
+        "",
+        md_table(["scope", "threshold", *ALERT_KEYS], alerts),
+        "",
+        "Calibration, pooled:",
+        "",
+        md_table(["bin", "prefixes", "mean predicted", "observed"], bins),
+        "",
+        "Prequential (each domain alone, from an empty model; runs after N sessions):",
+        "",
+        md_table(["domain", "after", "runs", "base rate", "AUPRC", "ROC AUC"], curve),
+        "",
+        "Settings compared on retail (left out):",
+        "",
+        md_table(head, sweep),
+        "",
+        f"A risk answer at {risk['timing']['sessions']} sessions learned: p50 "
+        f"{risk['timing']['risk_ms_p50_30_steps']} ms for a 30-step prefix "
+        f"({risk['timing']['keys']} keys).",
+        "",
+    ]
+
+
+ALERT_KEYS = ("false_alarm_rate", "abandoned_alerted", "steps_left_median", "steps_left_mean")
+
+
+def _dash(value: Any) -> Any:
+    return "-" if value is None else value
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The figures alone, as JSON (``bench_failures`` reports them with the rest)."""
+    import argparse
+    import json
+
+    from benchmarks.common import DEFAULT_DATASETS
+    from benchmarks.failure_domains import DOMAINS, load_domains, parse_domains
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dataset", default=str(DEFAULT_DATASETS))
+    parser.add_argument("--domains", default=",".join(DOMAINS))
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--folds", type=int, default=5)
+    args = parser.parse_args(argv)
+    from pathlib import Path
+
+    chosen = parse_domains(args.domains)
+    corpus, _notes = load_domains(Path(args.dataset), chosen)
+    seeds = [args.seed + i for i in range(args.seeds)]
+    print(json.dumps(figures(corpus, chosen, seeds, args.folds), indent=1))
+
+
+if __name__ == "__main__":
+    main()
