@@ -149,10 +149,9 @@ class FailureMemory:
 
     def derive(self, session: Session, start: int = 0) -> dict[str, Any]:
         """What the memory keeps of a session, as JSON: its failing calls' records, its
-        successes folded per tool, and the object fields it showed.  Only derived
-        features, never raw outputs; :meth:`fold` takes it in, in any order.  The steps
-        before ``start`` (learned when the session was sent shorter) are its context,
-        not evidence again."""
+        successes per tool, the object fields it showed, its prefixes' risk keys.  Only
+        derived features; :meth:`fold` takes it in, in any order.  The steps before
+        ``start`` (learned when it was sent shorter) are context, not evidence again."""
         trace = Trace(task_input=session.task_input)
         independent = self.params.independence == "situation"
         signature = minhash(session.task_input) if independent else None
