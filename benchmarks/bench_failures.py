@@ -94,6 +94,8 @@ from benchmarks.failure_metrics import (
     met,
     metrics,
 )
+from benchmarks.failure_risk import figures as risk_figures
+from benchmarks.failure_risk import targets as risk_targets
 from benchmarks.failure_systems import (
     CallMemory,
     SequenceMemory,
@@ -297,6 +299,7 @@ def run(
     through = prequential or ("call_memory" if quick else "sidecar")
     preq = prequential_figures(corpus, chosen, seed_list, through, Thresholds())
     synthetic = synthetic_timing(corpus, repeat=50 if quick else 300)
+    risk = risk_figures(corpus, chosen, seed_list, folds)
     memory = memory_figures(corpus, result, systems, learn_sweep, impossible,
                              impossible_by_domain, lodo)  # fmt: skip
     return {
@@ -313,12 +316,14 @@ def run(
         "per_fold": per_fold,
         **memory,
         "prequential": preq,
+        "session_risk": risk,
         "timing": timing_figures(result, synthetic),
         "targets": [
             *pooled_targets(systems, impossible),
             *domain_targets(chosen, lodo, per_domain, impossible_by_domain),
             *first_block_targets(preq.get("streams", {})),
             *timing_targets(synthetic),
+            *risk_targets(risk),
         ],
         "timings_s": {"total": round(time.perf_counter() - started, 1)},
     }

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.failure_metrics import FAMILY_KEYS, HEADLINE
+from benchmarks.failure_risk import markdown_section as risk_section
 from benchmarks.failure_warn_report import warnings_section
 from benchmarks.harness.results import md_table, md_targets, pyplot, save_figure
 from sidecar.memory import FAMILIES
@@ -88,6 +89,7 @@ def markdown(result: Mapping[str, Any]) -> str:
             *warnings_section(result),
             *hints_section(result),
             *prequential_section(result),
+            *risk_section(result),
             timing_line(result["timing"]),
             "",
             md_targets(result["targets"]),

@@ -11,6 +11,8 @@ plain JSON dicts.
 - :mod:`~sidecar.memory.features`: ``call_features`` and the feature families;
 - :mod:`~sidecar.memory.conditions`: ``FailureCondition`` and ``Predicate`` (JSON form);
 - :mod:`~sidecar.memory.memory`: ``FailureMemory``, the incremental learner;
+- :mod:`~sidecar.memory.risk`: ``SessionRisk``, ``RiskParams``: a session's risk of
+  ending abandoned, from its prefix (``FailureMemory.risk``);
 - :mod:`~sidecar.memory.thresholds`: ``assess``, ``may_apply``, ``Thresholds``, ``Verdict``.
 """
 
@@ -21,6 +23,7 @@ from sidecar.memory.features import FAMILIES, call_features
 from sidecar.memory.memory import FailureMemory
 from sidecar.memory.params import LearnParams
 from sidecar.memory.predicate import Predicate
+from sidecar.memory.risk import RiskParams, SessionRisk
 from sidecar.memory.signature import (
     failure_kind,
     is_business_rule_failure,
@@ -48,8 +51,10 @@ __all__ = [
     "LearnParams",
     "Predicate",
     "Reason",
+    "RiskParams",
     "Session",
     "SessionOutcome",
+    "SessionRisk",
     "Step",
     "Thresholds",
     "Trace",

@@ -35,7 +35,7 @@ never of raw outputs, and finite per tool:
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -50,12 +50,13 @@ from sidecar.memory.conditions import (
     FailureCondition,
 )
 from sidecar.memory.derivation import Group, Judging, derive_conditions
-from sidecar.memory.evidence import Session
+from sidecar.memory.evidence import Session, Step
 from sidecar.memory.families import family_for
 from sidecar.memory.features import CallView, describe_call
 from sidecar.memory.independence import minhash, text_fingerprint
 from sidecar.memory.params import LearnParams
 from sidecar.memory.predicate import token
+from sidecar.memory.risk import RiskModel, RiskParams, SessionRisk, derive_risk
 from sidecar.memory.signature import failure_kind, normalize_signature
 from sidecar.memory.stats import (
     SessionSuccesses,
@@ -65,7 +66,9 @@ from sidecar.memory.stats import (
 )
 from sidecar.memory.trace import Trace
 
-FORMAT = 3
+FORMAT = 4
+"""4: the session-risk model's counts (a checkpoint of 3 lacks them: the log is
+folded again)."""
 
 
 def _kept(features: Mapping[str, Any], said: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,8 +117,10 @@ def context_free(view: CallView) -> CallView:
 class FailureMemory:
     """Learned failure conditions, per tool, from sessions added one at a time."""
 
-    def __init__(self, params: LearnParams | None = None) -> None:
+    def __init__(self, params: LearnParams | None = None, risk: RiskParams | None = None) -> None:
         self.params = params or LearnParams()
+        self.risk_model = RiskModel(risk)
+        """The session's risk of ending abandoned, from its prefix (:meth:`risk`)."""
         self._rules = Variation(self.params.max_categorical, self.params.max_not_in)
         self._sessions = 0
         self._calls = 0
@@ -144,10 +149,9 @@ class FailureMemory:
 
     def derive(self, session: Session, start: int = 0) -> dict[str, Any]:
         """What the memory keeps of a session, as JSON: its failing calls' records, its
-        successes folded per tool, and the object fields it showed.  Only derived
-        features, never raw outputs; :meth:`fold` takes it in, in any order.  The steps
-        before ``start`` (learned when the session was sent shorter) are its context,
-        not evidence again."""
+        successes per tool, the object fields it showed, its prefixes' risk keys.  Only
+        derived features; :meth:`fold` takes it in, in any order.  The steps before
+        ``start`` (learned when it was sent shorter) are context, not evidence again."""
         trace = Trace(task_input=session.task_input)
         independent = self.params.independence == "situation"
         signature = minhash(session.task_input) if independent else None
@@ -201,12 +205,15 @@ class FailureMemory:
             "failures": failures,
             "successes": {t: s.to_dict() for t, s in successes.items()},
             "cardinality": {k: sorted(v) for k, v in cardinality.items()},
+            "risk": derive_risk(self.risk_model.params, session),
         }
 
     def fold(self, derived: Mapping[str, Any]) -> None:
         """Take in a session as :meth:`derive` gave it."""
         self._sessions += 1
         self._calls += int(derived["calls"])
+        # rows logged before the risk model (no "risk") teach it nothing: no outcome
+        self.risk_model.fold(derived.get("risk"))
         cap = self.params.max_categorical + 1
         for name, tokens in derived["cardinality"].items():
             seen = self._cardinality.setdefault(name, set())
@@ -321,6 +328,7 @@ class FailureMemory:
             "tools": {tool: s.to_dict() for tool, s in self._tools.items()},
             "cardinality": {k: sorted(v) for k, v in self._cardinality.items()},
             "manual": [c.to_dict() for c in self._manual],
+            "risk": self.risk_model.to_dict(),
         }
 
     @classmethod
@@ -341,7 +349,14 @@ class FailureMemory:
         memory._tools = {t: ToolStats.from_dict(s) for t, s in data["tools"].items()}
         memory._cardinality = {k: set(v) for k, v in data["cardinality"].items()}
         memory._manual = [FailureCondition.from_dict(c) for c in data["manual"]]
+        memory.risk_model = RiskModel.from_dict(data["risk"])
         return memory
+
+    # ---- session risk -----------------------------------------------------------------
+    def risk(self, steps: Sequence[Step] | Trace) -> SessionRisk:
+        """How likely a session with these steps so far ends abandoned, learned from the
+        outcomes of the sessions reported (:mod:`~sidecar.memory.risk`)."""
+        return self.risk_model.risk(steps.steps if isinstance(steps, Trace) else steps)
 
     # ---- introspection --------------------------------------------------------------
     def summary(self) -> dict[str, int]:
