@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from sidecar.memory import FailureCondition, Step
+from sidecar.memory import FailureCondition, SessionRisk, Step
 from sidecar.memory.evidence import SessionOutcome
 from sidecar.validate import MAX_DEPTH as MAX_DEPTH
 from sidecar.validate import TOOL_ID_PATTERN as TOOL_ID_PATTERN
@@ -258,6 +258,9 @@ class CallCheck:
 
     decision: Literal["allow", "warn", "block"]
     reasons: tuple[CheckReason, ...] = ()
+    risk: SessionRisk | None = None
+    """How likely the session, as its steps so far stand, ends abandoned, learned from
+    the outcomes of the sessions reported (``None``: not asked)."""
 
     @property
     def safe(self) -> bool:
@@ -268,6 +271,7 @@ class CallCheck:
             "decision": self.decision,
             "safe": self.safe,
             "reasons": [{f: getattr(r, f) for f in r.__dataclass_fields__} for r in self.reasons],
+            "risk": None if self.risk is None else self.risk.to_dict(),
         }
 
 

@@ -87,6 +87,7 @@ class Settings:
     gateway_contest_budget: int = 1
     gateway_contest_scope: ContestScope = "safe"
     gateway_warning_text: bool = True
+    gateway_warn_risk: float = 0.0
     gateway_link_window: float = 120.0
     gateway_approval: str = ""
     gateway_approval_tools: str = ""
@@ -231,6 +232,8 @@ SETTINGS: dict[str, str] = {
     "gateway_contest_scope": "'safe' (only tools annotated read-only or non-destructive) or 'all'",
     "gateway_warning_text": "a warned gateway call's result carries the warning as text the "
     "model reads, besides _meta (true/false)",
+    "gateway_warn_risk": "a gateway call the memory allows is warned when its session's "
+    "risk of ending abandoned (learned from reported outcomes) is at least this; 0: never",
     "gateway_approval": "calls the gateway holds until an operator approves them: "
     "comma-separated 'destructive' (tools annotated destructiveHint: true) and 'warned' "
     "(calls the memory warns about); empty: none",
@@ -253,6 +256,7 @@ def _parse(name: str, raw: str) -> Any:
         "cold_call_deadline",
         "gateway_call_timeout",
         "gateway_contest_rate",
+        "gateway_warn_risk",
         "gateway_link_window",
         "gateway_approval_wait",
         "session_idle_s",
@@ -456,6 +460,9 @@ def _check_gateway(s: Settings) -> None:
     rate = s.gateway_contest_rate
     if _not_number(rate) or not 0 <= rate <= 1:
         raise ConfigError(f"gateway_contest_rate must be from 0 to 1, got {rate!r}")
+    risk = s.gateway_warn_risk
+    if _not_number(risk) or not 0 <= risk <= 1:
+        raise ConfigError(f"gateway_warn_risk must be from 0 to 1, got {risk!r}")
     budget = s.gateway_contest_budget
     if _not_integer(budget) or budget < 0:
         raise ConfigError(f"gateway_contest_budget must be an integer >= 0, got {budget!r}")

@@ -124,7 +124,8 @@ class Rules:
         reasons += sequence_reasons(
             blocked.get(tool, []), conditional.get(tool, []), reading, context
         )
-        return verdict(reasons)
+        risk = self.conditions.memory().risk(steps)
+        return replace(verdict(reasons), risk=risk)
 
     def hints(
         self,

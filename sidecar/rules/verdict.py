@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from sidecar.memory import FailureCondition, Reason, decide
+from sidecar.memory import FailureCondition, Reason, SessionRisk, decide
 from sidecar.model import ArchivedConstraint, CallCheck, CheckReason
 from sidecar.rules import wording
 from sidecar.rules.conditions import ConditionState
@@ -84,8 +84,28 @@ def merged(checks: Iterable[CallCheck]) -> CallCheck:
     """One verdict for a call seen several ways (a gateway's session as each link reads
     it, the tool under each name it has had): every rule that holds in any of them, once,
     at the strictest level it held at, decided as one check is."""
+    checks = list(checks)
     reasons = sorted((r for c in checks for r in c.reasons), key=lambda r: r.level != "block")
     kept: dict[str, CheckReason] = {}
     for r in reasons:
         kept.setdefault(r.constraint_id, r)
-    return verdict(list(kept.values()))
+    # the session's risk is read from its steps as named now: the first view's
+    risk = next((c.risk for c in checks if c.risk is not None), None)
+    return replace(verdict(list(kept.values())), risk=risk)
+
+
+RISK_RULE = "session-risk"
+"""The rule id of the warning :func:`risk_warning` words."""
+
+
+def risk_warning(risk: SessionRisk | None, level: float | None) -> str | None:
+    """The warning a session's risk of ending abandoned makes once it reached ``level``
+    (``None``: never), in words; ``None`` below it.  A risk is a reason to look at the
+    session, never one to refuse a call."""
+    if level is None or risk is None or risk.probability < level:
+        return None
+    why = f"; {risk.reason}" if risk.reason else ""
+    return (
+        f"this session's risk of ending abandoned is {risk.probability:.2f} "
+        f"(at least {level:.2f} warns), from {risk.sessions} past sessions like it{why}"
+    )

@@ -119,6 +119,9 @@ class GatewayOptions:
     call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S
     contest: ContestPolicy | None = None
     warning_text: bool = True
+    warn_risk: float | None = None
+    """Warn an allowed call when its session's risk of ending abandoned is at least this
+    (``None``: never)."""
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     """The calls held until an operator approves them (none by default)."""
     raw_calls: bool = True
@@ -188,6 +191,7 @@ class Gateway:
                 options.warning_text,
                 options.approval,
                 APPEAL_BLOCK if isinstance(backend, AppealDesk) else None,
+                options.warn_risk,
             ),
             self.viewer,
         )
@@ -450,7 +454,8 @@ def build_gateway(
     may take to answer a request (``None``: no limit); ``contest``: the sampling of
     blocked calls (:class:`~sidecar.agents.gateway.guard.contest.ContestPolicy`, on by default for
     tools without side effects); ``warning_text``: a warned call's result carries the
-    warning as text for the model (on by default); ``link_window_s``: how long an
+    warning as text for the model (on by default); ``warn_risk``: warn an allowed call
+    when its session's risk of ending abandoned reaches it; ``link_window_s``: how long an
     inferred session may be joined (:mod:`sidecar.agents.gateway.guard.linking`)."""
     parsed = [u if isinstance(u, Upstream) else Upstream.parse(u) for u in upstreams]
     limits = sessions or SessionLimits()

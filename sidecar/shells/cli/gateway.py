@@ -137,6 +137,7 @@ def _build_gateway(args: argparse.Namespace, memory: Any, home: Path, token_for:
         call_timeout_s=timeout or None,
         json_response=args.json_response,
         warning_text=text,
+        warn_risk=settings.gateway_warn_risk or None,
         link_window_s=settings.gateway_link_window,
         approval=ApprovalPolicy(
             parse_triggers(settings.gateway_approval),

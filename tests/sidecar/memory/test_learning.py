@@ -104,8 +104,13 @@ def test_transient_failures_teach_nothing_and_unknown_ones_only_warn() -> None:
     # never a block; the very call warns, and no generalization the memory itself
     # calls likely by chance (no success to contrast it with) does
     assert levels["value:*"] == "warn" and "block" not in levels.values()
-    assert all(lvl is None for c in conditions if c.chance >= 0.5
-               for lvl in [levels[c.predicate.feature]] if c.predicate.feature != "value:*")
+    assert all(
+        lvl is None
+        for c in conditions
+        if c.chance >= 0.5
+        for lvl in [levels[c.predicate.feature]]
+        if c.predicate.feature != "value:*"
+    )
 
 
 def test_learning_is_incremental() -> None:

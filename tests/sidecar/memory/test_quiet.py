@@ -73,6 +73,7 @@ def test_to_block_counts_the_situations_a_rule_needs() -> None:
     one = condition()
     k = T.to_block(one)
     assert k is not None and k >= 1
+
     # k more failing situations, each from another source, make it block; k - 1 do not
     def grown(n: int) -> FailureCondition:
         support, failing = 1 + n, 1 + n

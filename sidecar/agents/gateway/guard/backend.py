@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from sidecar.memory import SessionOutcome, Step
+from sidecar.memory import SessionOutcome, SessionRisk, Step
 from sidecar.storage.review import Appeal
 
 Decision = Literal["allow", "warn", "block"]
@@ -87,6 +87,8 @@ class GuardReason:
 class GuardVerdict:
     decision: Decision
     reasons: tuple[GuardReason, ...] = field(default_factory=tuple)
+    risk: SessionRisk | None = None
+    """The session's risk of ending abandoned, as the memory answered it."""
 
     @classmethod
     def allow(cls) -> GuardVerdict:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from sidecar.agents.evidence import result_size, step_from_error, step_from_result
 from sidecar.agents.gateway.guard import answers
 from sidecar.agents.gateway.guard.approval import ApprovalPolicy, held
-from sidecar.agents.gateway.guard.backend import GatewayBackend, GuardVerdict, Step
+from sidecar.agents.gateway.guard.backend import GatewayBackend, GuardReason, GuardVerdict, Step
 from sidecar.agents.gateway.guard.contest import Contest
 from sidecar.agents.gateway.guard.learning import Learning
 from sidecar.agents.gateway.guard.linking import Link, handle_of
@@ -41,6 +41,7 @@ from sidecar.agents.gateway.guard.workers import GatewayStats, Reporter, Workers
 from sidecar.agents.gateway.proxy.catalog import Catalog, Route
 from sidecar.agents.gateway.proxy.relay import Relay
 from sidecar.agents.gateway.proxy.upstream import CallTimedOut, UpstreamLink, is_link_failure
+from sidecar.rules.verdict import RISK_RULE, risk_warning
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
@@ -63,6 +64,9 @@ class CallSettings:
     appeal: str | None = None
     """The gateway's tool that files an appeal against a block, named in each refusal
     (``None``: the backend keeps no appeals)."""
+    warn_risk: float | None = None
+    """An allowed call is warned when its session's risk of ending abandoned is at least
+    this (``None``: never; :func:`sidecar.rules.verdict.risk_warning`)."""
 
 
 class CallPath:
@@ -125,6 +129,7 @@ class CallPath:
         if hidden:
             self.stats.refused_hidden += 1
             return answers.error(f"tool not available: {name}")
+        verdict = _at_risk(verdict, self.settings.warn_risk)
         sampled = False
         if verdict.decision == "block":
             # a call a person must approve is never forwarded as a contest sample
@@ -305,3 +310,14 @@ def _exception_text(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         return _exception_text(exc.exceptions[0])
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _at_risk(verdict: GuardVerdict, level: float | None) -> GuardVerdict:
+    """An allowed call warned when its session's risk of ending abandoned reached
+    ``level``: forwarded, with the warning for the model to read."""
+    text = risk_warning(verdict.risk, level) if verdict.decision == "allow" else None
+    if text is None or verdict.risk is None:
+        return verdict
+    shown = ", ".join(f"{k} {v}" for k, v in verdict.risk.features.items())
+    reason = GuardReason("session risk", text, shown, rule_id=RISK_RULE)
+    return GuardVerdict("warn", (reason,), verdict.risk)

@@ -133,6 +133,7 @@ class LibraryBackend:
                 )
                 for r in verdict.reasons
             ),
+            verdict.risk,
         )
 
     def report_session(
