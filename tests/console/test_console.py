@@ -30,7 +30,7 @@ from tests.support.console import (
     sign_in,
     text_of,
 )
-from tests.support.shop import good_session, lookup
+from tests.support.shop import failing_session, good_session, lookup
 from tests.support.tokens import TOKENS, verdict
 
 HOME_TOKEN = "home-token-0123456789abcdef"
@@ -397,6 +397,26 @@ def test_a_rules_page_links_the_sessions_behind_it_and_against_it(
     assert linked("contradicting") == ["session:ran-fine"]
     assert sc.rule_sessions(rule).contradicting == ("session:ran-fine",)
     assert client.get("/console/session", params={"key": "session:failed"}).status_code == 200
+
+
+def test_a_rules_page_says_how_many_more_situations_it_needs_to_block(
+    empty: tuple[Sidecar, TestClient],
+) -> None:
+    sc, client = empty
+    sc.report_many([good_session(n) for n in range(20)])
+    sc.report(failing_session(0))
+    (rule,) = [v for v in sc.constraints() if v.kind == "call" and "'pending'" in v.rule]
+    needed = sc.constraint(rule.chain_id).to_block
+    assert needed is not None and needed >= 1
+    assert rule.to_block is None  # the lists leave it out: one rule's page computes it
+    sign_in(client, HOME_TOKEN)
+    page = client.get(f"/console/rules/{rule.chain_id}").text
+    found = re.search(r'id="to-block">(.*?)</dd>', page, re.S)
+    assert found is not None and found.group(1).startswith(f"{needed} more independent")
+    sc.report_many([failing_session(n) for n in range(1, 1 + needed)])
+    assert sc.constraint(rule.chain_id).to_block == 0
+    page = client.get(f"/console/rules/{rule.chain_id}").text
+    assert 'id="to-block">blocks when it holds<' in page
 
 
 def test_forget_takes_a_date_and_refuses_one_that_is_not(

@@ -185,14 +185,7 @@ class Gateway:
             self.relay,
             self.contest,
             (self.workers, self.reporter, self.stats, self.learning),
-            CallSettings(
-                options.max_chars,
-                options.call_timeout_s,
-                options.warning_text,
-                options.approval,
-                APPEAL_BLOCK if isinstance(backend, AppealDesk) else None,
-                options.warn_risk,
-            ),
+            _call_settings(options, backend),
             self.viewer,
         )
         self.own = OwnTools(
@@ -430,6 +423,18 @@ _UNLINKED = (
     "not reported: this session's one call could not be tied to the calls before it "
     "(keep one MCP session per task, or send a Sidecar-Session header or trace context)"
 )
+
+
+def _call_settings(options: GatewayOptions, backend: GatewayBackend) -> CallSettings:
+    appeal = APPEAL_BLOCK if isinstance(backend, AppealDesk) else None
+    return CallSettings(
+        options.max_chars,
+        options.call_timeout_s,
+        options.warning_text,
+        options.approval,
+        appeal,
+        options.warn_risk,
+    )
 
 
 def build_gateway(
