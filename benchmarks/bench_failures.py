@@ -281,16 +281,13 @@ def run(
     the full size), ``call_memory`` (the memory alone: the same learner without the
     library's persistence and redaction, ten times faster; the default of the quick
     size), or ``none`` (not replayed)."""
-    started = time.perf_counter()
-    chosen = parse_domains(domains)
+    started, chosen = time.perf_counter(), parse_domains(domains)
     corpus, corpus_notes = load_domains(dataset, chosen, bfcl_seed, bfcl_runs, apibank_runs)
     seed_list = [seed + i for i in range(seeds or (QUICK_SEEDS if quick else FULL_SEEDS))]
-    progress(
-        f"failures: {len(corpus.runs)} runs ({', '.join(chosen)}), {folds} folds, seeds {seed_list}"
-    )
+    progress(f"failures: {len(corpus.runs)} runs ({', '.join(chosen)}), {folds} folds, "
+             f"seeds {seed_list}")  # fmt: skip
     situation, situation_note = same_situation_variants()
-    variants = {**LEARN_SWEEP, **situation}
-    result = replay(corpus, seed_list, folds, variants)
+    result = replay(corpus, seed_list, folds, variants := {**LEARN_SWEEP, **situation})
     systems, per_fold, learn_sweep = pooled_figures(result.calls, variants, seed_list, folds)
     impossible = made_impossible(corpus, result)
     per_domain, impossible_by_domain, lodo_replayed, lodo = _by_domain(
