@@ -442,12 +442,12 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def tools() -> list[Any]:
-    """The desk's tools, as sidecar tools."""
+    """The desk's tools, as sidecar tools: every one but the booking only reads."""
     from sidecar import Tool
 
     return [
-        Tool(name, text, "function", {"type": "object", "properties": params,
-                                      "required": sorted(params)})
+        Tool(name, text, "write" if name == "book_reservation" else "read",
+             {"type": "object", "properties": params, "required": sorted(params)})
         for name, (text, params) in TOOLS.items()
     ]  # fmt: skip
 
