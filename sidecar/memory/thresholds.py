@@ -17,6 +17,11 @@ chance:
 - chance explains it at most ``max_chance_block`` likely among the candidates tried,
   and it is *confirmed*: it still does with any one of its situations left out.
 
+A *repeat* of a call that had succeeded earlier in the session, whose failure message
+says the effect is there already ("The username already exists"), blocks from
+``min_support_stated`` situations: the message's words are its evidence, as a stated
+number's are.
+
 The *very call* that failed deterministically (a learned condition on its whole argument
 set, ``value:*``) blocks on sessions rather than situations: when at least
 ``min_support_block`` sessions met it, from independent sources, and no success of the
@@ -175,6 +180,10 @@ class Thresholds:
             # the very call, not a generalization of it: whatever its situations say of
             # other calls, this one failed in that many sessions and never succeeded
             return independent and condition.session_count >= self.min_support_block and not against
+        if said_repeat(condition):
+            # the message itself says the effect of the call made before is there already:
+            # its words are the evidence, as a stated number's are
+            return independent and condition.support >= self.min_support_stated and not against
         # a condition resting on two numbers its messages state draws its weight from
         # them: its situations are not what makes it likely
         stated = condition.aligned >= 2
@@ -239,6 +248,19 @@ def _with_more(condition: FailureCondition, k: int, trusted: frozenset[str]) -> 
         sources=(*c.sources, *(f"another source {i}" for i in range(k))),
         chance=min(c.chance, p),
         confirmations=c.confirmations + k if confirmed else c.confirmations,
+    )
+
+
+def said_repeat(condition: FailureCondition) -> bool:
+    """Whether a learned condition is a repeat of a call that already succeeded in the
+    session, whose failure message says its effect is there already ("already exists";
+    the family leaves any other repeat warn-only)."""
+    p = condition.predicate
+    return (
+        condition.source == "learned"
+        and p.feature == "again:call"
+        and p.value is True
+        and not condition.warn_only
     )
 
 

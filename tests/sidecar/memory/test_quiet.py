@@ -92,3 +92,19 @@ def test_to_block_counts_the_situations_a_rule_needs() -> None:
     assert T.to_block(condition(warn_only=True)) is None
     assert T.to_block(condition(kind="unknown")) is None
     assert T.to_block(replace(one, source="manual")) is None
+
+
+def test_a_repeat_whose_message_says_the_effect_is_there_blocks_from_one_situation() -> None:
+    again = condition(
+        tool="RegisterUser",
+        signature="The username already exists.",
+        predicate=Predicate("again:call", "==", True),
+        family="repeated",
+        chance=0.33,
+    )
+    assert T.level(again) == "block"  # the message's own words are the evidence
+    assert T.level(replace(again, warn_only=True)) == "warn"  # it said something else
+    assert T.level(replace(again, contradictions=1, confidence=0.33)) != "block"
+    assert T.level(replace(again, kind="unknown")) != "block"
+    # one untrusted source alone does not block it, as for any other rule
+    assert T.level(replace(again, sources=("agent-a",))) != "block"
