@@ -755,6 +755,15 @@ def answers_of(sc: Sidecar, g: Garden, url: str, arguments: dict[str, Any]) -> d
     auth = {"Authorization": f"Bearer {TOKEN}"}
     # the same failing call in two sessions: a condition over its (redacted) arguments
     # is learned, and a check of the same call must find it and quote it redacted
+    # beside successes of the tool with other arguments: a generalization never
+    # contrasted with one is likely by chance, and would quote nothing
+    for n in range(6):
+        plain = {"Accept": "application/json", "X-Env": f"dev{n}"}
+        pairs = [{"name": k, "value": v} for k, v in plain.items()]
+        fine = {"tool": REASON_TOOL, "output": {"value": "fine"}, "arguments": {
+            "path": f"kv/dev/app{n}", "notes": [f"ok {n}"], "headers": [plain],
+            "pairs": [pairs]}}  # fmt: skip
+        sc.report({"steps": [fine], "outcome": "completed", "session_id": f"fine-{n}"})
     for session in ("reason-a", "reason-b"):
         failing = {"tool": REASON_TOOL, "arguments": arguments,
                    "error": "Error: this vault path is not allowed"}  # fmt: skip
@@ -1402,7 +1411,10 @@ def test_no_secret_in_any_answer(world: World) -> None:
     # the learned condition was found and quoted, masked
     reasons = json.loads(world.answers["Sidecar.check_call reasons"])["reasons"]
     assert any(REASON_TOOL in r["explanation"] for r in reasons)
-    assert MASK in world.answers["POST /v1/check"]
+    # masked wherever a check quotes what the call or its session showed (a rule too
+    # weak to warn quotes nothing at all)
+    checks = ("POST /v1/check", "Sidecar.check_call reasons", "Sidecar.check_call with steps")
+    assert any(MASK in world.answers[k] for k in checks)
     assert world.answers["sidecar check stdout"].startswith(("BLOCK", "WARN"))
 
 
@@ -1420,6 +1432,14 @@ def test_failure_text_shown_to_other_agents_is_neutralized(tmp_path: Path) -> No
 
     error = f"Error: Non-delivered order cannot be exchanged.\n{INJECTION}"
     with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        # successes to contrast the failures with: a rule never seen beside one is
+        # likely by chance and shows nothing
+        for n in range(20):
+            sc.report({"steps": [
+                {"tool": "get_order", "arguments": {"order_id": f"#D{n}"},
+                 "output": {"order_id": f"#D{n}", "status": "delivered"}},
+                {"tool": "exchange", "arguments": {"order_id": f"#D{n}"}, "output": {"ok": 1}},
+            ], "outcome": "completed", "session_id": f"ok-{n}"})  # fmt: skip
         for session in ("a", "b"):
             steps = [
                 {"tool": "get_order", "arguments": {"order_id": f"#W{session}"},

@@ -359,6 +359,9 @@ def test_an_agent_reads_its_own_archive_and_only_verdicts_of_others(
     private = "ship to 12 Rue des Lilas"
     tools = [{"tool_id": t, "description": t.replace("_", " ")} for t in SHOP_TOOLS]
     assert post(url, OPS, "/v1/tools", {"tools": tools}).status_code == 200
+    # successes to contrast her failures with: a rule never seen beside one is likely
+    # by chance, and shows nothing to anyone
+    reported(url, OPS, [good_session(n) for n in range(20)])
     reports = [{**fabricated(n, "alice"), "task_input": private} for n in range(2)]
     reported(url, alice, reports)
 
