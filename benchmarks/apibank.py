@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.apibank_world import KINDS, Dialogue, Mutation, candidates
+from benchmarks.mutation_runs import mutation_runs
 from benchmarks.tau2 import Corpus, Run
 from sidecar.memory import Step
 
@@ -86,21 +86,8 @@ def build(seed: int = 0, runs: int = RUNS_PER_DIALOGUE, data: Path = DATA) -> li
         out.append(Built(Run(f"{task}#gt", DOMAIN, task, "ground_truth", 1.0, dialogue.steps,
                              dialogue.told), dialogue))  # fmt: skip
         found = candidates(dialogue, world, seed)
-        kinds = [k for k in KINDS if any(m.kind == k for m in found)]
-        if not kinds:
-            continue
-        offset = random.Random(f"apibank:{seed}:{dialogue.dialogue_id}").randrange(len(kinds))
-        taken: set[tuple[Step, ...]] = set()
-        for r in range(runs):
-            kind = kinds[(offset + r) % len(kinds)]
-            # a run that repeats another of the dialogue would be one situation twice
-            pool = [m for m in found if m.kind == kind and m.steps not in taken]
-            if not pool:
-                continue
-            mutation = random.Random(f"apibank:{seed}:{dialogue.dialogue_id}:{r}").choice(pool)
-            taken.add(mutation.steps)
-            run = Run(f"{task}#m{r}", DOMAIN, task, f"mutation:{kind}", 0.0, mutation.steps,
-                      mutation.told)  # fmt: skip
+        key = f"apibank:{seed}:{dialogue.dialogue_id}"
+        for run, mutation in mutation_runs(task, DOMAIN, found, KINDS, runs, key):
             out.append(Built(run, dialogue, mutation))
     return out
 

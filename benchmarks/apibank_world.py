@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from benchmarks.mutation_runs import Mutation
 from sidecar.memory import Step
 
 KINDS = (
@@ -84,15 +85,6 @@ class Dialogue:
     """The ground-truth calls with their recorded outputs."""
     told: tuple[str, ...]
     """The user's turns before each call."""
-
-
-@dataclass(frozen=True)
-class Mutation:
-    kind: str
-    at: int
-    """The index of the refused call in :attr:`steps`."""
-    steps: tuple[Step, ...]
-    told: tuple[str, ...]
 
 
 def candidates(dialogue: Dialogue, world: Mapping[str, Any], seed: int) -> list[Mutation]:

@@ -42,6 +42,7 @@ from benchmarks.booking_world import (
     days,
     make_world,
 )
+from benchmarks.mutation_runs import Mutation, mutation_runs
 from benchmarks.tau2 import Corpus, Run
 from sidecar.memory import Step
 
@@ -96,14 +97,6 @@ class Dialogue:
     told: tuple[str, ...]
     booking: int
     """The index of the ``book_reservation`` call."""
-
-
-@dataclass(frozen=True)
-class Mutation:
-    kind: str
-    at: int
-    steps: tuple[Step, ...]
-    told: tuple[str, ...]
 
 
 # ---- tasks -------------------------------------------------------------------------------
@@ -397,18 +390,8 @@ def build(seed: int = 0, runs: int = RUNS_PER_TASK, tasks: int = TASKS) -> list[
         out.append(Built(Run(f"{name}#gt", DOMAIN, name, "ground_truth", 1.0, dialogue.steps,
                              dialogue.told), dialogue))  # fmt: skip
         found = candidates(world, dialogue, seed)
-        kinds = [k for k in KINDS if any(m.kind == k for m in found)]
-        offset = random.Random(f"booking:{seed}:{task.task_id}").randrange(len(kinds))
-        taken: set[tuple[Step, ...]] = set()
-        for r in range(runs):
-            kind = kinds[(offset + r) % len(kinds)]
-            pool = [m for m in found if m.kind == kind and m.steps not in taken]
-            if not pool:
-                continue
-            mutation = random.Random(f"booking:{seed}:{task.task_id}:{r}").choice(pool)
-            taken.add(mutation.steps)
-            run = Run(f"{name}#m{r}", DOMAIN, name, f"mutation:{kind}", 0.0, mutation.steps,
-                      mutation.told)  # fmt: skip
+        key = f"booking:{seed}:{task.task_id}"
+        for run, mutation in mutation_runs(name, DOMAIN, found, KINDS, runs, key):
             out.append(Built(run, dialogue, mutation))
     return out
 
