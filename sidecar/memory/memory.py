@@ -145,11 +145,26 @@ class FailureMemory:
 
     # ---- intake ---------------------------------------------------------------------
     def add_session(self, session: Session, start: int = 0) -> None:
+        """Learn from a session (its steps from ``start``).  Its outcome teaches the
+        risk model with its first part only: a session ends once (the learner keeps
+        one outcome per session, whichever part or resend carries it first)."""
         self.fold(self.derive(session, start))
+        if not start:
+            self.learn_outcome(self.derive_outcome(session))
+
+    def derive_outcome(self, session: Session) -> dict[str, Any] | None:
+        """What the session's outcome teaches the risk model, as JSON (the keys every
+        prefix of its steps reached); ``None`` when its outcome is unknown."""
+        return derive_risk(self.risk_model.params, session)
+
+    def learn_outcome(self, derived: Mapping[str, Any] | None) -> None:
+        """Take in what :meth:`derive_outcome` gave."""
+        self.risk_model.fold(derived)
 
     def derive(self, session: Session, start: int = 0) -> dict[str, Any]:
         """What the memory keeps of a session, as JSON: its failing calls' records, its
-        successes per tool, the object fields it showed, its prefixes' risk keys.  Only
+        successes per tool, the object fields it showed (its outcome is apart:
+        :meth:`derive_outcome`).  Only
         derived features; :meth:`fold` takes it in, in any order.  The steps before
         ``start`` (learned when it was sent shorter) are context, not evidence again."""
         trace = Trace(task_input=session.task_input)
@@ -205,15 +220,15 @@ class FailureMemory:
             "failures": failures,
             "successes": {t: s.to_dict() for t, s in successes.items()},
             "cardinality": {k: sorted(v) for k, v in cardinality.items()},
-            "risk": derive_risk(self.risk_model.params, session),
         }
 
     def fold(self, derived: Mapping[str, Any]) -> None:
         """Take in a session as :meth:`derive` gave it."""
         self._sessions += 1
         self._calls += int(derived["calls"])
-        # rows logged before the risk model (no "risk") teach it nothing: no outcome
-        self.risk_model.fold(derived.get("risk"))
+        # a row logged when a session's row carried its outcome ("risk") still teaches
+        # it; rows logged before the risk model have none
+        self.learn_outcome(derived.get("risk"))
         cap = self.params.max_categorical + 1
         for name, tokens in derived["cardinality"].items():
             seen = self._cardinality.setdefault(name, set())

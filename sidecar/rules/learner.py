@@ -30,6 +30,9 @@ from sidecar.storage.state import State
 
 PART = "\x1f"
 """Between a session's key and the first step of a part of it learned later."""
+OUTCOME = f"outcome{PART}"
+"""Before a session's key: the key of its outcome's row (one per session; no session
+key starts with it)."""
 CHECKPOINT_EVERY = 1000
 """Log rows folded between two checkpoints of the learner."""
 
@@ -115,6 +118,8 @@ class Learner:
         for seq, kind, payload in self._repo.log_after(self._seq, tx):
             if kind == "session":
                 self._memory.fold(json.loads(payload))
+            elif kind == "outcome":
+                self._memory.learn_outcome(json.loads(payload))
             else:
                 self._memory.add_condition(FailureCondition.from_dict(json.loads(payload)))
             self._seq = seq
@@ -129,18 +134,22 @@ class Learner:
         now: float,
     ) -> Learned | None:
         """Take in sessions (each once; sent again longer, its new steps only) and
-        hand-written conditions; ``None`` when nothing was new."""
+        hand-written conditions; ``None`` when nothing was new.  A session's outcome is
+        its own row, taken once per session from the first report that carries one
+        (its steps may have been learned before, with the outcome unknown)."""
         memory = self.memory()
         rows: list[tuple[str, str, str, str]] = []
         touched: set[str] = set()
         for s in dict((s.session_id, s) for s in sessions).values():
             start = self._repo.learn_from(tx, s.session_id, _digests(s.steps), now)
-            if start is None:
-                continue
-            derived = memory.derive(s, start)
-            key = s.session_id if not start else f"{s.session_id}{PART}{start}"
-            rows.append((key, s.source, "session", _json(derived)))
-            touched |= {f["tool"] for f in derived["failures"]} | set(derived["successes"])
+            if start is not None:
+                derived = memory.derive(s, start)
+                key = s.session_id if not start else f"{s.session_id}{PART}{start}"
+                rows.append((key, s.source, "session", _json(derived)))
+                touched |= {f["tool"] for f in derived["failures"]} | set(derived["successes"])
+            outcome = memory.derive_outcome(s)
+            if outcome is not None:
+                rows.append((f"{OUTCOME}{s.session_id}", s.source, "outcome", _json(outcome)))
         for condition in manual:
             condition = replace(condition, sources=condition.sources or (source,))
             key = f"condition:{condition.condition_id}:{condition.sources[0]}"
@@ -185,7 +194,8 @@ class Learner:
         self._reload(generation, tx)
         self._checkpoint(tx)
         tools = frozenset(before.tools()) | frozenset(self._memory.tools())
-        return Unlearned(sessions, len(removed) - len(sessions), tools)
+        conditions = sum(1 for kind, _key in removed if kind == "condition")
+        return Unlearned(sessions, conditions, tools)
 
     def keep(self, tx: Connection, condition: FailureCondition, now: float) -> None:
         """An operator's own condition (a reinstated one that derivation no longer

@@ -80,3 +80,40 @@ def test_a_risk_level_out_of_range_is_refused(bad: float) -> None:
     with pytest.raises(ConfigError, match="gateway_warn_risk"):
         validate(Settings(gateway_warn_risk=bad))
     assert validate(Settings(gateway_warn_risk=0.7)).gateway_warn_risk == 0.7
+
+
+def _learned(sc: Sidecar) -> int:
+    risk = sc.check_call([], "get_order", {"order_id": "#R0"}).risk
+    assert risk is not None
+    return risk.learned
+
+
+def test_an_outcome_sent_after_the_steps_teaches_the_risk_once(tmp_path: Path) -> None:
+    """A stateless client reports steps as they happen (outcome unknown) and the outcome
+    at the end with the same steps: the outcome still teaches, and only once."""
+    with Sidecar.open(embedder=HashingEmbedder(), home=tmp_path / "home") as sc:
+        sc.add_tools([Tool("get_order", "look up an order"), Tool("cancel_order", "cancel")])
+        session = run(1, failing=True)
+        sc.report_many([{**session, "outcome": "unknown"}])
+        assert _learned(sc) == 0
+        sc.report_many([session])
+        assert _learned(sc) == 1
+        sc.report_many([session, {**session, "outcome": "completed"}])  # sent again
+        assert _learned(sc) == 1
+        after = sc.check_call(session["steps"][:2], "get_order", {"order_id": "#R1"}).risk
+        assert after is not None and after.probability > 0.5  # abandoned, not completed
+
+
+def test_a_session_in_two_parts_each_with_an_outcome_counts_once(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+        sc.add_tools([Tool("get_order", "look up an order"), Tool("cancel_order", "cancel")])
+        session = run(2, failing=True)
+        sc.report_many([{**session, "steps": session["steps"][:2]}])
+        sc.report_many([session])  # longer, the same outcome
+        assert _learned(sc) == 1
+        # forgetting the source takes the outcome with the session
+        sc.forget("local")
+        assert _learned(sc) == 0
+    with Sidecar.open(embedder=HashingEmbedder(), home=home) as sc:
+        assert _learned(sc) == 0
