@@ -280,7 +280,9 @@ def risk_timing(corpus: Corpus, sessions: int = 1000, repeat: int = 200) -> dict
     runs = corpus.runs
     for n in range(sessions):
         run = runs[n % len(runs)]
-        memory.fold({**memory.derive(run.session()), "session": f"{run.run_id}#{n}"})
+        session = run.session()
+        memory.fold({**memory.derive(session), "session": f"{run.run_id}#{n}"})
+        memory.learn_outcome(memory.derive_outcome(session))
     # the run with the most failing calls: each failure's signature is part of the cost
     longest = max(runs, key=lambda r: (sum(s.error is not None for s in r.steps), r.run_id)).steps
     out: dict[str, Any] = {"sessions": sessions}

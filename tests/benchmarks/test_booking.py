@@ -7,10 +7,14 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+import pytest
+
 from benchmarks import booking
 from benchmarks.booking_world import INSURANCE_PER_PASSENGER, Desk, World, make_world, refusal
 from benchmarks.failure_domains import load_domains, missing, parse_domains, uninstalled
 from sidecar.memory import FailureMemory, Thresholds, assess
+from sidecar.memory.families import stated as stated_family
+from sidecar.memory.families.stated import FITTED
 from sidecar.memory.trace import Trace
 
 ADD_UP = "Payment amount does not add up"
@@ -122,9 +126,9 @@ def test_the_domain_is_registered_and_needs_no_file(tmp_path: Path) -> None:
     assert {t.tool_id for t in corpus.tools} == set(booking.TOOLS)
 
 
-def test_the_memory_learns_the_total_with_its_fee_and_blocks_only_wrong_totals() -> None:
-    """A few "does not add up" refusals, with and without insurance, make a condition
-    from the stated numbers that blocks a new session's wrong total, not its right one."""
+def _total_refusals() -> tuple[list[booking.Built], FailureMemory, set[str]]:
+    """Every run, a memory taught a few "does not add up" refusals (with and without
+    insurance) and a dozen successes, and the tasks it was taught."""
     runs = built()
     totals = [b for b in runs if b.mutation and b.mutation.kind in booking.TOTAL_KINDS]
     insured = [b for b in totals if b.dialogue.task.insurance][:3]
@@ -133,6 +137,24 @@ def test_the_memory_learns_the_total_with_its_fee_and_blocks_only_wrong_totals()
     memory = FailureMemory()
     for b in [*insured, *plain, *[b for b in runs if b.mutation is None][:12]]:
         memory.add_session(b.run.session())
+    return runs, memory, learned
+
+
+def test_the_fitting_search_stops_at_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fee is found within the default budget; with one evaluation per failing call
+    the search gives up before the pair that fits (it is counted in work, not time)."""
+    monkeypatch.setattr(stated_family, "FIT_STEPS_PER_CALL", 1)
+    _runs, starved, _learned = _total_refusals()
+    assert not [c for c in starved.conditions("book_reservation") if FITTED in c.predicate.feature]
+    monkeypatch.undo()
+    _runs, memory, _learned = _total_refusals()
+    assert [c for c in memory.conditions("book_reservation") if FITTED in c.predicate.feature]
+
+
+def test_the_memory_learns_the_total_with_its_fee_and_blocks_only_wrong_totals() -> None:
+    """A few "does not add up" refusals, with and without insurance, make a condition
+    from the stated numbers that blocks a new session's wrong total, not its right one."""
+    runs, memory, learned = _total_refusals()
     stated = [c for c in memory.conditions("book_reservation") if c.family == "stated"]
     assert stated and all(c.predicate.op == "not_in" for c in stated)
     [condition] = stated

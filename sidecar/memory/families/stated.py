@@ -77,6 +77,11 @@ MAX_SLOTS = 4
 """Numbers of one message read, at most."""
 MAX_TIED = 6
 """Expressions aligned with one slot that a relation keeps, at most."""
+FIT_STEPS_PER_CALL = 200
+"""The fitting search's budget: per failing call that states the slot's number, how many
+(pair, call) evaluations it may make; past it, the pairs not tried are not fitted.  The
+budget is counted in work, not seconds, so that every process derives the same
+conditions from the same log; ``benchmarks/stated_cost.py`` measures what it costs."""
 FITTED = " + "
 """Joins the two terms of a fitted expression: ``A + 30*len(passengers)*[insurance]``."""
 _MASK = re.compile(
@@ -243,13 +248,19 @@ def expressions(call: Call) -> dict[str, float]:
     recent = list(call.trace.numbers.items())[-MAX_LAST:]
     amounts += [("", f"last:{field}", value) for field, value in reversed(recent)]
     out: dict[str, float] = {}
+    # the first MAX_EXPRESSIONS labels, built no further (a call's arguments are untrusted
+    # and may hold thousands of numbers)
     for _source, label, value in [*counts, *amounts, *_flags(call, counts)]:
+        if len(out) >= MAX_EXPRESSIONS:
+            return out
         out.setdefault(label, value)
     for source, label, value in amounts:
         for other, count, times in counts:
+            if len(out) >= MAX_EXPRESSIONS:
+                return out
             if other != source and count != label:
                 out.setdefault(f"{label}*{count}", value * times)
-    return dict(list(out.items())[:MAX_EXPRESSIONS])
+    return out
 
 
 def _flags(call: Call, counts: Sequence[Quantity]) -> list[Quantity]:
@@ -443,9 +454,12 @@ def _fitted(calls: Sequence[Failing], slot: int, exclude: set[str]) -> list[str]
                if n.startswith(f"{NUM}:") and isinstance(v, float)]  # fmt: skip
     amounts = [a for a in amounts if a not in exclude and a not in counts]
     out: list[str] = []
+    budget = [FIT_STEPS_PER_CALL * len(stating)]
     for b in counts:
         for a in amounts:
-            c = _constant(stating, a, b)
+            if budget[0] <= 0:
+                return out
+            c = _constant(stating, a, b, budget)
             if c is not None:
                 out.append(f"{a}{FITTED}{c:.10g}*{b}")
                 if len(out) >= MAX_TIED:
@@ -453,12 +467,18 @@ def _fitted(calls: Sequence[Failing], slot: int, exclude: set[str]) -> list[str]
     return out
 
 
-def _constant(stating: Sequence[tuple[Failing, Sequence[float]]], a: str, b: str) -> float | None:
+def _constant(
+    stating: Sequence[tuple[Failing, Sequence[float]]], a: str, b: str, budget: list[int]
+) -> float | None:
     """The ``c`` of ``a + c*b`` equal to the stated numbers, fitted on the first call
-    where ``b`` is not 0 and confirmed in two situations at least (``None``: none)."""
+    where ``b`` is not 0 and confirmed in two situations at least (``None``: none, or
+    the ``budget`` of evaluations, spent here, ran out)."""
     c: float | None = None
     confirmed: set[int] = set()
     for call, stated in stating:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return None
         x, y = call.features.get(f"{NUM}:{a}"), call.features.get(f"{NUM}:{b}")
         if not isinstance(x, float) or not isinstance(y, float):
             return None

@@ -112,11 +112,16 @@ def test_the_risk_survives_a_checkpoint_and_a_fold_of_the_log() -> None:
     memory = learned(sessions)
     restored = FailureMemory.from_dict(json.loads(json.dumps(memory.to_dict())))
     assert restored.risk(FAILED_PREFIX) == memory.risk(FAILED_PREFIX)
-    # the log: each session's derived payload, as JSON, folded by a fresh learner
-    rows = [json.dumps(memory.derive(s)) for s in sessions]
+    # the log: each session's derived payload and its outcome's, as JSON, folded by a
+    # fresh learner in another order
+    rows = [("session", json.dumps(memory.derive(s))) for s in sessions]
+    rows += [("outcome", json.dumps(memory.derive_outcome(s))) for s in sessions]
     refolded = FailureMemory()
-    for row in reversed(rows):
-        refolded.fold(json.loads(row))
+    for kind, row in reversed(rows):
+        if kind == "session":
+            refolded.fold(json.loads(row))
+        else:
+            refolded.learn_outcome(json.loads(row))
     assert refolded.risk_model.to_dict() == memory.risk_model.to_dict()
     # a capped model restored keeps capping as the one it came from
     params = RiskParams(max_keys=5)
@@ -140,13 +145,24 @@ def test_an_old_checkpoint_is_refused_so_the_log_is_folded_again() -> None:
         RiskModel.from_dict(risk)
 
 
-def test_a_log_row_from_before_the_risk_model_folds_and_teaches_it_nothing() -> None:
-    row = FailureMemory().derive(run(1, "abandoned", True))
-    del row["risk"]
+def test_a_sessions_row_teaches_the_risk_nothing_its_outcomes_row_does() -> None:
+    """A session's row carries no outcome (a row logged before the risk model had none
+    either); its outcome is a row of its own.  A row of the layout that carried the
+    outcome inside ("risk") still teaches it."""
+    session = run(1, "abandoned", True)
+    source = FailureMemory()
+    row = source.derive(session)
+    assert "risk" not in row
     memory = FailureMemory()
     memory.fold(row)
     assert memory.risk_model.base == [0, 0]
     assert memory.summary()["sessions"] == 1
+    memory.learn_outcome(source.derive_outcome(session))
+    assert memory.risk_model.base == [1, 0]
+    earlier = FailureMemory()
+    earlier.fold({**row, "risk": source.derive_outcome(session)})
+    assert earlier.risk_model.to_dict() == memory.risk_model.to_dict()
+    assert source.derive_outcome(run(2, "unknown", True)) is None
 
 
 def test_unknown_features_are_refused() -> None:

@@ -10,8 +10,14 @@ import json
 import pytest
 
 from sidecar.memory import FailureCondition, FailureMemory, Thresholds, assess
+from sidecar.memory.families import stated as stated_family
 from sidecar.memory.families.base import build_call
-from sidecar.memory.families.stated import accident, expressions, stated_numbers
+from sidecar.memory.families.stated import (
+    MAX_EXPRESSIONS,
+    accident,
+    expressions,
+    stated_numbers,
+)
 from sidecar.memory.stats import MAX_PROFILES
 from sidecar.memory.trace import Trace
 from tests.sidecar.memory.booking import booking, flight, search, user
@@ -188,6 +194,23 @@ def test_the_expressions_of_a_call() -> None:
     assert found[EXPRESSION] == 300.0
     assert found["price*amount"] == 50.0
     assert found["last:balance"] == 55.5
+
+
+def test_a_call_with_thousands_of_numbers_gets_the_first_expressions_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Arguments are untrusted: 3,000 numbers and 50 lists make at most
+    MAX_EXPRESSIONS expressions, the first ones in the order they are built (building
+    stops there: the products of the rest are never formed)."""
+    arguments: dict[str, object] = {f"n{i:04d}": i + 1 for i in range(3000)}
+    arguments |= {f"l{i}": [1, 2] for i in range(50)}
+    call = build_call(Trace(), "pay", arguments, None)
+    found = expressions(call)
+    assert len(found) == MAX_EXPRESSIONS
+    monkeypatch.setattr(stated_family, "MAX_EXPRESSIONS", 10**9)
+    everything = expressions(call)
+    assert len(everything) > 3000
+    assert found == dict(list(everything.items())[:MAX_EXPRESSIONS])
 
 
 def test_a_stated_condition_and_the_success_sample_survive_a_snapshot() -> None:
