@@ -180,7 +180,10 @@ class CallMemory:
     def check(self, before: Sequence[Step], call: Step, told: str | None) -> Check:
         trace = self.trace_for(before)
         conditions = self.memory.conditions(call.tool)
-        verdict = assess(conditions, trace, call.tool, call.arguments, told, self.collect)
+        accepted = self.memory.accepted(call.tool)
+        verdict = assess(
+            conditions, trace, call.tool, call.arguments, told, self.collect, accepted=accepted
+        )
         by_id = {c.condition_id: c for c in conditions}
         holding = tuple(by_id[r.condition_id] for r in verdict.reasons)
         read_only = call.tool in self.reads

@@ -31,6 +31,7 @@ from sidecar.memory.signature import (
 )
 from sidecar.memory.thresholds import (
     DEFAULT_THRESHOLDS,
+    Accepted,
     Reason,
     Thresholds,
     Verdict,
@@ -44,6 +45,7 @@ from sidecar.memory.trace import Trace
 
 __all__ = [
     "BUSINESS_RULE_TEXT",
+    "Accepted",
     "DEFAULT_THRESHOLDS",
     "FAMILIES",
     "FailureCondition",

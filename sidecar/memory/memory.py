@@ -64,6 +64,7 @@ from sidecar.memory.stats import (
     items_of,
     source_bit,
 )
+from sidecar.memory.thresholds import Accepted
 from sidecar.memory.trace import Trace
 
 FORMAT = 4
@@ -366,6 +367,12 @@ class FailureMemory:
         memory._manual = [FailureCondition.from_dict(c) for c in data["manual"]]
         memory.risk_model = RiskModel.from_dict(data["risk"])
         return memory
+
+    def accepted(self, tool: str) -> Accepted:
+        """The argument values ``tool`` accepted in the successes learned, for a check
+        (:class:`~sidecar.memory.thresholds.Accepted`)."""
+        judging = self._judging(tool)
+        return Accepted(judging.stats.values, judging.trusted_mask(), self._trusted)
 
     # ---- session risk -----------------------------------------------------------------
     def risk(self, steps: Sequence[Step] | Trace) -> SessionRisk:

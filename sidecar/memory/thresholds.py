@@ -65,6 +65,8 @@ from sidecar.memory.evidence import Step
 from sidecar.memory.families import Family, build_call, family_for
 from sidecar.memory.features import call_features
 from sidecar.memory.params import LearnParams
+from sidecar.memory.predicate import token
+from sidecar.memory.stats import items_of
 from sidecar.memory.trace import Trace
 from sidecar.memory.values import FeatureValue
 from sidecar.trust.sources import is_trusted, witnesses
@@ -283,6 +285,39 @@ DEFAULT_THRESHOLDS = Thresholds()
 
 
 @dataclass(frozen=True)
+class Accepted:
+    """The argument values a tool accepted in successful calls of the sessions learned
+    (the tables :class:`~sidecar.memory.stats.ToolStats` keeps: a full table keeps the
+    values of smallest hash, so a value may be accepted and not known).  A condition
+    saying an argument's value was never shown in the session (made up) does not hold
+    for a value the tool accepted elsewhere; a success that only untrusted sources
+    reported does not answer a condition a trusted source stands behind."""
+
+    values: Mapping[str, Mapping[str, list[int]]] = field(default_factory=dict)
+    trusted_mask: int = 0
+    trusted: frozenset[str] = frozenset()
+
+    def answers(
+        self, condition: FailureCondition, argument: str, features: Mapping[str, FeatureValue]
+    ) -> bool:
+        """Whether the tool accepted ``argument``'s value in this call before."""
+        for name in (f"value:{argument}", "value:*"):
+            if name not in features:
+                continue
+            table = self.values.get(name) or {}
+            entries = [table.get(token(v)) for v in items_of(features[name])]
+            if not entries or any(e is None for e in entries):
+                return False
+            if any(is_trusted(s, self.trusted) for s in condition.sources):
+                return all(e is not None and e[1] & self.trusted_mask for e in entries)
+            return True
+        return False
+
+
+NOTHING_ACCEPTED = Accepted()
+
+
+@dataclass(frozen=True)
 class Reason:
     condition_id: str
     family: str
@@ -323,12 +358,16 @@ def assess(
     task_input: str | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     read_only: bool = False,
+    accepted: Accepted = NOTHING_ACCEPTED,
 ) -> Verdict:
     """Whether to let ``tool(arguments)`` run after the steps ``before``: block reasons
-    first, then warnings (``read_only``: the tool only reads).  Pass a :class:`Trace`
+    first, then warnings (``read_only``: the tool only reads; ``accepted``: the values
+    the tool accepted before, :meth:`FailureMemory.accepted`).  Pass a :class:`Trace`
     kept up to date across a session to avoid re-indexing the earlier steps before
     every call."""
-    reasons = reasons_for(conditions, before, tool, arguments, task_input, thresholds, read_only)
+    reasons = reasons_for(
+        conditions, before, tool, arguments, task_input, thresholds, read_only, accepted
+    )
     return Verdict(decide(r.level for r in reasons), tuple(reasons)) if reasons else ALLOW
 
 
@@ -346,10 +385,11 @@ def reasons_for(
     task_input: str | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     read_only: bool = False,
+    accepted: Accepted = NOTHING_ACCEPTED,
 ) -> list[Reason]:
     """The conditions that hold for ``tool(arguments)`` after ``before``, each at its
-    level (``read_only``: the tool only reads): block reasons first, then warnings (by
-    family)."""
+    level (``read_only``: the tool only reads; ``accepted``: :class:`Accepted`): block
+    reasons first, then warnings (by family)."""
     relevant = [
         (c, lvl) for c in conditions if c.tool == tool and (lvl := thresholds.level(c, read_only))
     ]
@@ -364,6 +404,8 @@ def reasons_for(
             family = family_for(condition.predicate.feature)
             if family.context_free and _held_before(condition, family, before, earlier):
                 continue  # the same tool succeeded here with a call it holds for
+            if _answered(condition, family, features, accepted):
+                continue  # a value said to be made up that the tool accepted elsewhere
             observed = family.observed(condition.predicate, features)
             reasons.append(
                 Reason(condition.condition_id, condition.family, level,
@@ -371,6 +413,21 @@ def reasons_for(
             )  # fmt: skip
     reasons.sort(key=lambda r: (r.level != "block", r.family))
     return reasons
+
+
+def _answered(
+    condition: FailureCondition,
+    family: Family,
+    features: Mapping[str, FeatureValue],
+    accepted: Accepted,
+) -> bool:
+    """Whether a learned condition saying an argument's value is unfounded meets a value
+    the tool accepted in another session (a person's word or a hand-written rule
+    stands)."""
+    if condition.source != "learned" or condition.vouched:
+        return False
+    argument = family.unfounded(condition.predicate)
+    return argument is not None and accepted.answers(condition, argument, features)
 
 
 def _held_before(

@@ -342,9 +342,11 @@ class ConditionBook:
     ) -> list[Reason]:
         """The conditions of ``tool`` that hold for this call, each at its level
         (``read_only``: the tool only reads)."""
+        accepted = self._learner.memory().accepted(tool)
         return reasons_for(
-            self.enforced(tool), steps, tool, arguments, task_input, self._thresholds, read_only
-        )
+            self.enforced(tool), steps, tool, arguments, task_input, self._thresholds,
+            read_only, accepted,
+        )  # fmt: skip
 
     def to_block(self, condition: FailureCondition) -> int | None:
         """How many more independent situations ``condition`` needs to block

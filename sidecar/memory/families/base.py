@@ -273,6 +273,13 @@ class Family:
         failure message speaks of what is missing)."""
         return False
 
+    def unfounded(self, predicate: Predicate) -> str | None:
+        """The argument whose value ``predicate`` says the session never showed (a value
+        the agent may have made up), or ``None``.  A value the tool accepted in another
+        session was not made up: such a condition does not hold for it
+        (:class:`~sidecar.memory.stats.Accepted`)."""
+        return None
+
     def warn_only(self, predicate: Predicate, stats: ToolStats, named: set[str]) -> bool:
         """Whether a condition on ``predicate`` may warn but never block."""
         return False

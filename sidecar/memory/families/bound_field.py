@@ -71,6 +71,9 @@ class BoundField(Family):
     def absent(self, predicate: Predicate) -> bool:
         return predicate.prefix == "bound" and predicate.value is False
 
+    def unfounded(self, predicate: Predicate) -> str | None:
+        return predicate.rest if self.absent(predicate) else None
+
     def named(
         self, features: Mapping[str, FeatureValue], arguments: Mapping[str, Any], error: str,
         amounts: Mapping[str, float],

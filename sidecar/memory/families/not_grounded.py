@@ -40,6 +40,9 @@ class NotGrounded(Family):
     def absent(self, predicate: Predicate) -> bool:
         return predicate.value is False
 
+    def unfounded(self, predicate: Predicate) -> str | None:
+        return predicate.rest if predicate.value is False else None
+
     def named(
         self, features: Mapping[str, FeatureValue], arguments: Mapping[str, Any], error: str,
         amounts: Mapping[str, float],

@@ -160,6 +160,33 @@ def test_not_grounded_holds_for_an_invented_id_only() -> None:
     assert "not_grounded" not in families(told)
 
 
+def test_an_id_the_tool_accepted_in_another_session_is_not_called_made_up() -> None:
+    """#A1003 was listed and fetched in another session: fetched here without being
+    listed, it is not an invented id (the tool accepted it), while #A7777 still is."""
+    memory = learned(grounding_world())
+    before = [step("list_orders", {"user_id": "u_1"}, {"orders": ["#A1005"]})]
+
+    def check(order_id: str, memory: FailureMemory = memory) -> Verdict:
+        accepted = memory.accepted("get_order")
+        return assess(memory.conditions("get_order"), before, "get_order",
+                      {"order_id": order_id}, accepted=accepted)  # fmt: skip
+
+    assert "not_grounded" not in families(check("#A1003"))
+    assert check("#A7777").decision == "block"
+    # without what the tool accepted, the made-up-id rule holds for #A1003 too
+    bare = assess(memory.conditions("get_order"), before, "get_order", {"order_id": "#A1003"})
+    assert bare.decision == "block"
+    # against a rule a trusted source stands behind, an untrusted source's success of
+    # the very id does not answer it; a trusted one's does
+    for vouching, answered in (("mallory", False), ("ops", True)):
+        world = [replace(s, source="ops") for s in grounding_world() if "A1003" not in
+                 str(s.steps)] + [replace(s, source=vouching) for s in grounding_world()
+                                  if "A1003" in str(s.steps)]  # fmt: skip
+        judged = learned(world).judged_by(frozenset({"ops"}))
+        found = check("#A1003", judged)
+        assert ("not_grounded" not in families(found)) is answered, vouching
+
+
 def _reworded(error: str) -> list[Session]:
     return [
         Session(s.session_id, tuple(replace(st, error=error) if st.error else st
