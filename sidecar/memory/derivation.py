@@ -105,7 +105,22 @@ def derive_conditions(group: Group, judging: Judging) -> list[FailureCondition]:
         )  # fmt: skip
         if condition is not None:
             out.append(condition)
-    return out
+    return _superseded(out, failing)
+
+
+def _superseded(conditions: list[FailureCondition], failing: int) -> list[FailureCondition]:
+    """The group's rules less those an exact one makes redundant.  A relation between
+    two numbers the messages state, holding in every failing situation with no success
+    against it, is the failure's own rule; the group's other rules that successes
+    contradict only approximate it (a price compared with a payment where the message
+    says the total was owed), and would warn on exactly the calls it lets through."""
+    exact = any(
+        c.family == "stated" and c.aligned >= 2 and c.support >= failing and not c.contradictions
+        for c in conditions
+    )
+    if not exact:
+        return conditions
+    return [c for c in conditions if c.family == "stated" or not c.contradictions]
 
 
 Key = tuple[str, str, str]

@@ -140,6 +140,20 @@ def _total_refusals() -> tuple[list[booking.Built], FailureMemory, set[str]]:
     return runs, memory, learned
 
 
+def test_the_total_rule_leaves_no_contradicted_approximation_to_warn() -> None:
+    """Learned from the whole desk, the "does not add up" refusals have their exact rule
+    (the stated total, fee included) and only rules no success contradicts beside it;
+    a refusal with no exact rule keeps its contradicted ones."""
+    memory = FailureMemory()
+    for b in built():
+        memory.add_session(b.run.session())
+    conditions = memory.conditions("book_reservation")
+    totals = [c for c in conditions if "does not add up" in c.signature]
+    assert any(c.family == "stated" and c.aligned >= 2 for c in totals)
+    assert totals and all(c.contradictions == 0 for c in totals)
+    assert any(c.contradictions for c in conditions if "balance is not enough" in c.signature)
+
+
 def test_the_fitting_search_stops_at_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fee is found within the default budget; with one evaluation per failing call
     the search gives up before the pair that fits (it is counted in work, not time)."""

@@ -239,3 +239,23 @@ def test_the_success_sample_does_not_depend_on_order() -> None:
     kept = forward.to_dict()["tools"]["book"]["profiles"]
     assert len(kept) == MAX_PROFILES
     assert kept == backward.to_dict()["tools"]["book"]["profiles"]
+
+
+def test_an_exact_rule_from_the_stated_numbers_supersedes_contradicted_approximations() -> None:
+    from sidecar.memory import Predicate
+    from sidecar.memory.derivation import _superseded
+
+    def rule(family: str, feature: str, **kw: object) -> FailureCondition:
+        base = FailureCondition("book", ADD_UP, Predicate(feature, "==", ">"), family=family,
+                                support=4, failing=4)  # fmt: skip
+        return FailureCondition(**{**base.__dict__, **kw})  # type: ignore[arg-type]
+
+    exact = rule("stated", "said:a?b", aligned=2)
+    approximate = rule("computed", "qty:price?paid", contradictions=3)
+    clean = rule("computed", "qty:total?paid")
+    assert _superseded([exact, approximate, clean], 4) == [exact, clean]
+    # no exact rule: one the successes contradict, or one not holding in every situation
+    for weaker in (rule("stated", "said:a?b", aligned=2, contradictions=1),
+                   rule("stated", "said:a?b", aligned=2, support=3),
+                   rule("stated", "said:a?b", aligned=1)):  # fmt: skip
+        assert _superseded([weaker, approximate, clean], 4) == [weaker, approximate, clean]
