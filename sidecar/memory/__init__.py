@@ -45,9 +45,9 @@ from sidecar.memory.trace import Trace
 
 __all__ = [
     "BUSINESS_RULE_TEXT",
-    "Accepted",
     "DEFAULT_THRESHOLDS",
     "FAMILIES",
+    "Accepted",
     "FailureCondition",
     "FailureMemory",
     "LearnParams",

@@ -28,7 +28,8 @@ value no other success had); ``candidates`` how many features were tried for thi
 failure, ``chance`` how likely the best of that many unrelated features would look as
 good, ``confirmations`` the supporting situations it still predicts when each is left
 out of its evidence (all of them, or none); ``confidence`` is
-``support / (support + contradictions + 1)``.  ``warn_only`` marks a condition that may
+``support / (support + contradictions + 1)``; ``reach`` (thresholds only) the failing
+value nearest the successes.  ``warn_only`` marks a condition that may
 warn but never block (a remembered argument value the failure was not shown to be
 about).  Only ``tool``, ``signature`` and ``predicate`` are required when a condition is
 written by hand; ``source`` is then ``manual``.
@@ -94,6 +95,10 @@ class FailureCondition:
     which stated number, in how many situations (empty: none)."""
     aligned: int = 0
     """How many of the message's numbers it rests on."""
+    reach: float | None = None
+    """A threshold's failing value nearest the successes (the largest failing below a
+    ``<``, the smallest above a ``>``): between it and the threshold no call was seen
+    either way, and a learned condition only warns there."""
     vouched: bool = False
     """An operator confirmed it: it acts as a hand-written condition does.  Not part of
     its JSON form: the state's judgements say it, and the rule book marks it so."""
@@ -143,6 +148,7 @@ class FailureCondition:
             "ignored": self.ignored,
             "stated": self.stated,
             "aligned": self.aligned,
+            **({"reach": self.reach} if self.reach is not None else {}),
             "explanation": self.explanation,
         }
 
@@ -189,11 +195,20 @@ class FailureCondition:
             ignored=_count(data.get("ignored", 0), "ignored"),
             stated=str(data.get("stated") or ""),
             aligned=_count(data.get("aligned", 0), "aligned"),
+            reach=_reach(data.get("reach")),
         )
         explanation = data.get("explanation")
         if not isinstance(explanation, str) or not explanation:
             explanation = explain(condition)
         return replace(condition, explanation=explanation)
+
+
+def _reach(value: Any) -> float | None:
+    if value is None:
+        return None
+    if not is_number(value):
+        raise ValueError(f"reach must be a number, got {value!r}")
+    return float(value)
 
 
 def _identity(data: Mapping[str, Any]) -> tuple[str, str, Predicate, Source]:

@@ -10,7 +10,7 @@ what is particular to them; this module counts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sidecar.classify import Kind
@@ -27,8 +27,8 @@ from sidecar.memory.families import family_for
 from sidecar.memory.families.base import Candidate
 from sidecar.memory.independence import Situations
 from sidecar.memory.params import LearnParams
-from sidecar.memory.predicate import Predicate, token
-from sidecar.memory.stats import SOURCE_BITS, ToolStats, source_bit, source_names
+from sidecar.memory.predicate import Predicate, is_number, token
+from sidecar.memory.stats import SOURCE_BITS, ToolStats, items_of, source_bit, source_names
 from sidecar.trust.sources import is_trusted, witnesses
 
 
@@ -233,8 +233,24 @@ def _condition(
         ignored=ignored,
         stated=stated.note if stated is not None else "",
         aligned=stated.aligned if stated is not None else 0,
+        reach=_reach(predicate, [records[i] for i in calls]),
     )
     return replace(condition, explanation=explain(condition))
+
+
+def _reach(predicate: Predicate, records: Sequence[FailureRecord]) -> float | None:
+    """A threshold's failing value nearest the successes (``None``: not a threshold)."""
+    if predicate.op not in ("<", ">"):
+        return None
+    values = [
+        float(v)
+        for r in records
+        for v in items_of(r.features.get(predicate.feature))
+        if is_number(v) and predicate.holds(v)
+    ]
+    if not values:
+        return None
+    return max(values) if predicate.op == "<" else min(values)
 
 
 @dataclass(frozen=True)

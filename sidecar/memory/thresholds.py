@@ -65,7 +65,7 @@ from sidecar.memory.evidence import Step
 from sidecar.memory.families import Family, build_call, family_for
 from sidecar.memory.features import call_features
 from sidecar.memory.params import LearnParams
-from sidecar.memory.predicate import token
+from sidecar.memory.predicate import is_number, token
 from sidecar.memory.stats import items_of
 from sidecar.memory.trace import Trace
 from sidecar.memory.values import FeatureValue
@@ -407,6 +407,10 @@ def reasons_for(
             if _answered(condition, family, features, accepted):
                 continue  # a value said to be made up that the tool accepted elsewhere
             observed = family.observed(condition.predicate, features)
+            reach = _untried(condition, features) if level == "block" else None
+            if reach is not None:
+                level = "warn"
+                observed += f" (no call was seen between it and the failures, at {reach:g})"
             reasons.append(
                 Reason(condition.condition_id, condition.family, level,
                        condition.explanation, observed, condition)
@@ -428,6 +432,19 @@ def _answered(
         return False
     argument = family.unfounded(condition.predicate)
     return argument is not None and accepted.answers(condition, argument, features)
+
+
+def _untried(condition: FailureCondition, features: Mapping[str, FeatureValue]) -> float | None:
+    """The failures' reach (:attr:`FailureCondition.reach`) when a learned threshold
+    holds only for values between its failures and its successes: no call there was
+    seen either way, so the condition warns rather than blocks (a person's word
+    stands); else ``None``."""
+    p, reach = condition.predicate, condition.reach
+    if reach is None or p.op not in ("<", ">") or condition.vouched:
+        return None
+    held = [float(v) for v in items_of(features.get(p.feature)) if is_number(v) and p.holds(v)]
+    between = bool(held) and all(v > reach if p.op == "<" else v < reach for v in held)
+    return reach if between else None
 
 
 def _held_before(

@@ -865,6 +865,15 @@ def test_an_amount_beyond_any_seen_to_succeed_holds_and_one_within_does_not() ->
     assert below.decision == "block" and "amount" in families(below)
     assert any("the argument amount is below 5" in r.explanation for r in below.reasons)
     assert verdict(memory, [], "buy", {"symbol": "Z9_x", "amount": 40}).decision == "allow"
+    # 3: below every success, above every failure (0 the nearest): never seen either
+    # way, a warning, not a block
+    gap = verdict(memory, [], "buy", {"symbol": "Z9_x", "amount": 3})
+    assert gap.decision == "warn"
+    assert any("no call was seen between it and the failures, at 0" in r.observed
+               for r in gap.reasons)  # fmt: skip
+    thresholds = [c for c in memory.conditions("buy") if c.predicate.op == "<"]
+    assert thresholds and all(c.reach == 0 for c in thresholds)
+    assert all(FailureCondition.from_dict(c.to_dict()) == c for c in thresholds)
     f = call_features([], "buy", {"symbol": "Z9_x", "amount": 40, "flag": True, "order_id": 123})
     assert f["arg:amount"] == 40.0 and "arg:flag" not in f and "arg:symbol" not in f
     assert "arg:order_id" not in f  # an identifier, not a quantity
