@@ -140,18 +140,60 @@ def _total_refusals() -> tuple[list[booking.Built], FailureMemory, set[str]]:
     return runs, memory, learned
 
 
-def test_the_total_rule_leaves_no_contradicted_approximation_to_warn() -> None:
+def test_exact_rules_leave_no_contradicted_approximation_to_warn() -> None:
     """Learned from the whole desk, the "does not add up" refusals have their exact rule
-    (the stated total, fee included) and only rules no success contradicts beside it;
-    a refusal with no exact rule keeps its contradicted ones."""
+    (the stated total, fee included) and so do the balance refusals (the payment item
+    asking more of the card it names than the card holds); beside them only rules no
+    success contradicts.  A refusal with no exact rule (seats) keeps its contradicted
+    ones."""
     memory = FailureMemory()
     for b in built():
         memory.add_session(b.run.session())
     conditions = memory.conditions("book_reservation")
-    totals = [c for c in conditions if "does not add up" in c.signature]
-    assert any(c.family == "stated" and c.aligned >= 2 for c in totals)
-    assert totals and all(c.contradictions == 0 for c in totals)
-    assert any(c.contradictions for c in conditions if "balance is not enough" in c.signature)
+    for said in ("does not add up", "Gift card balance is not enough",
+                 "Certificate balance is not enough"):  # fmt: skip
+        group = [c for c in conditions if said in c.signature]
+        assert any(c.family == "stated" and c.aligned >= 2 for c in group), said
+        assert all(c.contradictions == 0 for c in group), said
+    assert any(c.contradictions for c in conditions if "Not enough seats" in c.signature)
+
+
+def test_a_balance_refusal_blocks_the_item_asking_too_much_of_its_card() -> None:
+    """The balance a refusal states is the card's, the amount required the payment item's
+    that names it: a new booking asking a card for more than it holds is blocked, one
+    within the balance (the rest on another card) is not."""
+    runs = built()
+    refused = [(b, j) for b in runs if b.mutation for j, step in enumerate(b.run.steps)
+               if (step.error or "").startswith("Gift card balance is not enough")]  # fmt: skip
+    memory = FailureMemory()
+    for b in [*[b for b, _j in refused[:3]], *[b for b in runs if b.mutation is None][:20]]:
+        memory.add_session(b.run.session())
+    [rule] = [c for c in memory.conditions("book_reservation")
+              if c.family == "stated" and "balance" in c.signature]  # fmt: skip
+    assert "worst(payment_methods:amount-balance)" in rule.predicate.feature
+    b, j = refused[4]
+    before, call = Trace(b.run.steps[:j]), b.run.steps[j]
+    verdict = assess(memory.conditions("book_reservation"), before, call.tool, call.arguments)
+    assert verdict.decision == "block" and any(r.family == "stated" for r in verdict.reasons)
+    # the same booking with the card asked for its balance only, the rest on another card
+    paid = list(call.arguments["payment_methods"])
+    card = next(p for p in paid if p["payment_id"].startswith("gift_card"))
+    balance = rule_balance(before, card["payment_id"])
+    other = next(p for p in paid if p is not card)
+    fitted = [{**card, "amount": balance}, {**other, "amount": other["amount"] + card["amount"]
+                                             - balance}]  # fmt: skip
+    fits = assess(memory.conditions("book_reservation"), before, call.tool,
+                  {**call.arguments, "payment_methods": fitted})  # fmt: skip
+    assert all(r.family != "stated" for r in fits.reasons)
+
+
+def rule_balance(before: Trace, card: str) -> float:
+    """The balance the session showed for ``card``."""
+    for step in before.steps:
+        methods = step.output.get("payment_methods") if isinstance(step.output, dict) else None
+        if isinstance(methods, dict) and card in methods:
+            return float(methods[card]["balance"])
+    raise AssertionError(f"{card} shown nowhere")
 
 
 def test_the_fitting_search_stops_at_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,8 +6,9 @@ arguments (``amount``), list lengths (``len(passengers)``), sums over list items
 (``sum(payments.amount)``) and over the entries or objects a list argument names, a map
 field read through another argument that names one of its keys
 (``sum(flights->prices[cabin])``), numeric fields of the object a single argument names
-(``user_id.balance``, ``user_id.credit[currency]``), the latest value of a numeric field
-in an earlier output (``last:balance``), and each amount times a count from another
+(``user_id.balance``, ``user_id.credit[currency]``), the item of a list asking most of the
+entry it names (:mod:`~sidecar.memory.per_item`), the latest value of a
+numeric field in an earlier output (``last:balance``), and each amount times a count from another
 argument (``sum(flights->prices[cabin])*len(passengers)``, ``price*amount``).  A
 boolean argument is a count of 0 or 1 (``[insurance]``), alone and times each list's
 length (``len(passengers)*[insurance]``).  They are not tallied per value: a bounded
@@ -62,6 +63,7 @@ from sidecar.memory.families.base import (
     number,
     scalar_keys,
 )
+from sidecar.memory.per_item import item_gaps
 from sidecar.memory.predicate import Predicate
 from sidecar.memory.stats import ToolStats
 from sidecar.memory.trace import ObjectView
@@ -250,7 +252,8 @@ def expressions(call: Call) -> dict[str, float]:
     out: dict[str, float] = {}
     # the first MAX_EXPRESSIONS labels, built no further (a call's arguments are untrusted
     # and may hold thousands of numbers)
-    for _source, label, value in [*counts, *amounts, *_flags(call, counts)]:
+    # an item against the entry it names is no amount to multiply (per_item)
+    for _source, label, value in [*counts, *amounts, *item_gaps(call), *_flags(call, counts)]:
         if len(out) >= MAX_EXPRESSIONS:
             return out
         out.setdefault(label, value)

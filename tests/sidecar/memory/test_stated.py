@@ -259,3 +259,22 @@ def test_an_exact_rule_from_the_stated_numbers_supersedes_contradicted_approxima
                    rule("stated", "said:a?b", aligned=2, support=3),
                    rule("stated", "said:a?b", aligned=1)):  # fmt: skip
         assert _superseded([weaker, approximate, clean], 4) == [weaker, approximate, clean]
+
+
+def test_the_item_asking_most_of_the_card_it_names() -> None:
+    """Per payment item, what it asks against the balance of the card it names (a card
+    with no balance asks nothing of one): the item asking most beyond its card's balance
+    gives both numbers."""
+    cards = {"gift_1": {"id": "gift_1", "balance": 50.0},
+             "gift_2": {"id": "gift_2", "balance": 400.0},
+             "card_3": {"id": "card_3", "brand": "visa"}}  # fmt: skip
+    trace = Trace([step("get_user", {"user_id": "u_1"},
+                        {"user_id": "u_1", "payment_methods": cards})])  # fmt: skip
+    paid = [{"payment_id": "gift_1", "amount": 80.0}, {"payment_id": "gift_2", "amount": 300.0},
+            {"payment_id": "card_3", "amount": 500.0}]  # fmt: skip
+    found = expressions(build_call(trace, "book", {"payment_methods": paid}, None))
+    worst = "worst(payment_methods:amount-balance)"
+    assert found[f"{worst}.amount"] == 80.0 and found[f"{worst}->balance"] == 50.0
+    within = [{"payment_id": "gift_1", "amount": 50.0}, {"payment_id": "gift_2", "amount": 10.0}]
+    fits = expressions(build_call(trace, "book", {"payment_methods": within}, None))
+    assert fits[f"{worst}.amount"] <= fits[f"{worst}->balance"]
