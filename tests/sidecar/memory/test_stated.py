@@ -278,3 +278,23 @@ def test_the_item_asking_most_of_the_card_it_names() -> None:
     within = [{"payment_id": "gift_1", "amount": 50.0}, {"payment_id": "gift_2", "amount": 10.0}]
     fits = expressions(build_call(trace, "book", {"payment_methods": within}, None))
     assert fits[f"{worst}.amount"] <= fits[f"{worst}->balance"]
+
+
+def test_the_flight_asked_more_seats_than_it_has_left_in_the_cabin() -> None:
+    """An item may ask the length of another list (the passengers) of a map field of the
+    entry it names, read through an argument naming its key (the cabin's seats)."""
+    full = flight("HAT301", "2024-05-01", 120.0)
+    full["available_seats"] = {"economy": 2, "business": 9}
+    roomy = flight("HAT302", "2024-05-02", 90.0)
+    roomy["available_seats"] = {"economy": 30, "business": 1}
+    trace = Trace([search(full), search(roomy)])
+    arguments = {
+        "cabin": "economy",
+        "flights": [{"flight_number": "HAT302", "date": "2024-05-02"},
+                    {"flight_number": "HAT301", "date": "2024-05-01"}],
+        "passengers": [{"first_name": f"P{k}"} for k in range(3)],
+    }  # fmt: skip
+    found = expressions(build_call(trace, "book", arguments, None))
+    worst = "worst(flights:len(passengers)-available_seats[cabin])"
+    assert found[f"{worst}.len(passengers)"] == 3.0
+    assert found[f"{worst}->available_seats[cabin]"] == 2.0
