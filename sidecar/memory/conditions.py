@@ -97,8 +97,9 @@ class FailureCondition:
     """How many of the message's numbers it rests on."""
     reach: float | None = None
     """A threshold's failing value nearest the successes (the largest failing below a
-    ``<``, the smallest above a ``>``): between it and the threshold no call was seen
-    either way, and a learned condition only warns there."""
+    ``<``, the smallest above a ``>``; for numbers never seen to succeed, when every
+    failure lies on one side of the successes, the same): between it and the successes
+    no call was seen either way, and a learned condition only warns there."""
     vouched: bool = False
     """An operator confirmed it: it acts as a hand-written condition does.  Not part of
     its JSON form: the state's judgements say it, and the rule book marks it so."""

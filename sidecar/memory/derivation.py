@@ -239,18 +239,24 @@ def _condition(
 
 
 def _reach(predicate: Predicate, records: Sequence[FailureRecord]) -> float | None:
-    """A threshold's failing value nearest the successes (``None``: not a threshold)."""
-    if predicate.op not in ("<", ">"):
-        return None
+    """The failing value nearest the successes, for a threshold or a number never seen
+    to succeed whose failures all lie on one side of the successes (else ``None``)."""
     values = [
         float(v)
         for r in records
         for v in items_of(r.features.get(predicate.feature))
         if is_number(v) and predicate.holds(v)
     ]
-    if not values:
+    if not values or predicate.op == "==":
         return None
-    return max(values) if predicate.op == "<" else min(values)
+    if predicate.op != "not_in":
+        return max(values) if predicate.op == "<" else min(values)
+    succeeded = [float(v) for v in predicate.value if is_number(v)]
+    if not succeeded or len(succeeded) < len(predicate.value):
+        return None
+    if max(values) < min(succeeded):
+        return max(values)
+    return min(values) if min(values) > max(succeeded) else None
 
 
 @dataclass(frozen=True)

@@ -440,10 +440,17 @@ def _untried(condition: FailureCondition, features: Mapping[str, FeatureValue]) 
     seen either way, so the condition warns rather than blocks (a person's word
     stands); else ``None``."""
     p, reach = condition.predicate, condition.reach
-    if reach is None or p.op not in ("<", ">") or condition.vouched:
+    if reach is None or condition.vouched:
         return None
+    if p.op == "not_in":
+        succeeded = [float(v) for v in p.value if is_number(v)]
+        if not succeeded:
+            return None
+        low, high = (reach, min(succeeded)) if reach < min(succeeded) else (max(succeeded), reach)
+    else:
+        low, high = (reach, float(p.value)) if p.op == "<" else (float(p.value), reach)
     held = [float(v) for v in items_of(features.get(p.feature)) if is_number(v) and p.holds(v)]
-    between = bool(held) and all(v > reach if p.op == "<" else v < reach for v in held)
+    between = bool(held) and all(low < v < high for v in held)
     return reach if between else None
 
 

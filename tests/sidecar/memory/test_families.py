@@ -879,6 +879,25 @@ def test_an_amount_beyond_any_seen_to_succeed_holds_and_one_within_does_not() ->
     assert "arg:order_id" not in f  # an identifier, not a quantity
 
 
+def test_a_length_between_the_failures_and_the_successes_is_warned_not_blocked() -> None:
+    """Empty lists refused, lists of three or more accepted: an empty list is blocked; a
+    list of one was never seen either way (below every success, above every failure),
+    whether the rule says "below 3" or "a length never seen to succeed"."""
+    empty = "Cannot calculate mean of an empty list"
+    sessions = [session(f"ok-{n}", step("mean", {"numbers": list(range(3 + n % 4))},
+                                        {"result": 1.0})) for n in range(SUCCESSES)]  # fmt: skip
+    sessions += [session(f"bad-{n}", step("mean", {"numbers": []}, error=empty),
+                         task_input=f"task {n}") for n in range(4)]  # fmt: skip
+    memory = learned(sessions)
+    assert verdict(memory, [], "mean", {"numbers": []}).decision == "block"
+    one = verdict(memory, [], "mean", {"numbers": [37]})
+    assert one.decision == "warn" and one.reasons
+    assert all("no call was seen between it and the failures, at 0" in r.observed
+               for r in one.reasons)  # fmt: skip
+    kinds = {c.predicate.op for c in memory.conditions("mean") if c.reach == 0}
+    assert {"<", "not_in"} <= kinds
+
+
 # ---- repeated ----------------------------------------------------------------------------
 TAKEN = "This appointment has already been registered."
 
