@@ -48,8 +48,9 @@ success contradicts them, the message settles nothing: none gets that bound.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
+from itertools import chain
 from typing import Any, ClassVar
 
 from sidecar.memory.chance import one_in
@@ -253,7 +254,7 @@ def expressions(call: Call) -> dict[str, float]:
     # the first MAX_EXPRESSIONS labels, built no further (a call's arguments are untrusted
     # and may hold thousands of numbers)
     # an item against the entry it names is no amount to multiply (per_item)
-    for _source, label, value in [*counts, *amounts, *item_gaps(call), *_flags(call, counts)]:
+    for _source, label, value in chain(counts, amounts, item_gaps(call), _flags(call, counts)):
         if len(out) >= MAX_EXPRESSIONS:
             return out
         out.setdefault(label, value)
@@ -266,18 +267,18 @@ def expressions(call: Call) -> dict[str, float]:
     return out
 
 
-def _flags(call: Call, counts: Sequence[Quantity]) -> list[Quantity]:
+def _flags(call: Call, counts: Sequence[Quantity]) -> Iterator[Quantity]:
     """Boolean arguments as counts of 0 or 1, alone and times each list's length: what a
-    fee per unit when an option is chosen is multiplied by."""
-    out: list[Quantity] = []
+    fee per unit when an option is chosen is multiplied by (lazily: the caller stops at
+    its cap, before the products of thousands of flags and lists are formed)."""
     for name in call.names:
         flag = call.arguments[name]
         if not isinstance(flag, bool):
             continue
-        out.append((name, f"[{name}]", float(flag)))
-        out += [(name, f"{label}*[{name}]", value * flag)
-                for source, label, value in counts if label.startswith("len(")]  # fmt: skip
-    return out
+        yield name, f"[{name}]", float(flag)
+        for _source, label, value in counts:
+            if label.startswith("len("):
+                yield name, f"{label}*[{name}]", value * flag
 
 
 def _item_sums(name: str, items: Sequence[Any]) -> list[Quantity]:
