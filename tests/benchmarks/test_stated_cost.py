@@ -46,7 +46,7 @@ def test_the_search_never_spends_more_than_its_budget() -> None:
     found = result()
     steps = stated.FIT_STEPS_PER_CALL
     for row in [*found["groups"], found["booking"]]:
-        assert row["within_bound"]
+        assert row["within_bound"] and 0 <= row["budget_used_max"] <= 1
         assert row["evaluations"] <= row["bound"] <= steps * row["failures"] * row["slots_searched"]
 
 
@@ -58,6 +58,7 @@ def test_the_adversarial_group_spends_the_whole_budget_and_more_when_lifted() ->
         searches = row["slots_searched"]
         assert searches == row["unfit_numbers"]
         assert row["evaluations"] == row["bound"] == steps * row["failures"] * searches
+        assert row["budget_used_max"] == 1
         assert row["evaluations_lifted"] == row["pairs_lifted"] * row["failures"]
         assert row["evaluations_lifted"] > row["evaluations"]
         assert row["same_conditions_when_lifted"]
