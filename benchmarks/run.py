@@ -1,7 +1,7 @@
 """The benchmark suite: ``python -m benchmarks.run NAME [--quick | --full] [--out-dir DIR]
 [--json]`` with NAME one of pollution, failures, lookup, embed, serve, gateway, retrieval,
 check, evict, store, delta, startup, state, otlp, shared, fleet, bounds, console, soak,
-all.
+stated, all.
 
 Each benchmark writes ``NAME.json``, a Markdown table ``NAME.md`` and PNG plot(s) into
 the output folder (``benchmarks/results/`` by default, git-ignored); ``all`` runs every
@@ -58,12 +58,14 @@ MODULES = {
     "bounds": "benchmarks.bench_bounds",
     "console": "benchmarks.bench_console",
     "soak": "benchmarks.bench_soak",
+    "stated": "benchmarks.stated_cost",
 }
 ALL_ORDER = (
     "startup",
     "check",
     "state",
     "failures",
+    "stated",
     "store",
     "delta",
     "lookup",
@@ -110,6 +112,8 @@ HELPS = {
     "(--full) against a near-empty home",
     "soak": "a server and a gateway under steady mixed traffic for an hour (--full) or "
     "four minutes: RSS and the home's size each minute",
+    "stated": "the failure memory's search over the numbers a refusal states: cost per "
+    "failure at worst-case sizes, and whether its work budget bounds it",
     "all": "every benchmark, fastest first",
 }
 """What each benchmark answers: its help and its description."""

@@ -219,6 +219,13 @@ def console(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
     return []
 
 
+def stated(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
+    from benchmarks import stated_cost as m
+
+    mp.setattr(m, "QUICK", m.Sizes((10, 40), 10, 2, 1, (4, 6), 1, 6))
+    return []
+
+
 def pollution(mp: pytest.MonkeyPatch, tmp: Path) -> list[str]:
     from benchmarks import bench_pollution as m
 
@@ -255,6 +262,7 @@ CASES: dict[str, tuple[Patch, tuple[Any, ...]]] = {
     "otlp": (otlp, (servers,)),
     "bounds": (bounds, (servers,)),
     "console": (console, ()),
+    "stated": (stated, ()),
     "pollution": (pollution, (model, data)),
     "soak": (soak, (model, servers)),
 }
