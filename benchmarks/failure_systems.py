@@ -185,7 +185,9 @@ class CallMemory:
             conditions, trace, call.tool, call.arguments, told, self.collect, accepted=accepted
         )
         by_id = {c.condition_id: c for c in conditions}
-        holding = tuple(by_id[r.condition_id] for r in verdict.reasons)
+        # a reason carries its condition as judged for this call (a threshold between
+        # its failures and its successes may only warn there)
+        holding = tuple(r.condition or by_id[r.condition_id] for r in verdict.reasons)
         read_only = call.tool in self.reads
         decision, ids = decide(holding, self.thresholds, read_only)
         return Check(decision, ids, holding, read_only)

@@ -409,7 +409,13 @@ def reasons_for(
             observed = family.observed(condition.predicate, features)
             reach = _untried(condition, features) if level == "block" else None
             if reach is not None:
-                level = "warn"
+                # judged as a rule that may only warn (the quiet rules apply); the reason
+                # carries that rule, so whoever re-judges the condition judges the same
+                condition = replace(condition, warn_only=True)
+                capped = thresholds.level(condition, read_only)
+                if capped is None:
+                    continue
+                level = capped
                 observed += f" (no call was seen between it and the failures, at {reach:g})"
             reasons.append(
                 Reason(condition.condition_id, condition.family, level,
