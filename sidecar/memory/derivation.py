@@ -199,10 +199,9 @@ def _condition(
         return None
     sessions = sorted({records[i].session for i in calls})
     sources = sorted({records[i].source for i in calls})
-    named_family = trial.named if aligned else 0
     args = (support, trial.failing, contradictions, units, trial.candidates)
-    p = chance(*args, named_family=named_family)
-    left_out = without_one(*args, named_family=named_family)
+    p = chance(*args, named_family=trial.named if aligned else 0)
+    left_out = without_one(*args, named_family=trial.named if aligned else 0)
     if stated is not None and stated.chance is not None:
         # what the message states bounds chance as well as the contrast does
         p = min(p, stated.chance)
