@@ -19,14 +19,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sidecar.memory.families.base import Call, number, scalar_keys
+from sidecar.memory.families.computed import Quantity
 from sidecar.memory.trace import ObjectView
 from sidecar.memory.values import is_id_like, key_of
 
 MAX_PAIRS = 8
 """(asked, held) pairs read per list argument, at most."""
-
-Quantity = tuple[str, str, float]
-"""(the argument it comes from, its label, its value)."""
 
 
 def item_gaps(call: Call) -> list[Quantity]:
